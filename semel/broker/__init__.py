@@ -1,0 +1,1 @@
+"""The broker: asyncio server, router, one handler module per API family."""

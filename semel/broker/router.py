@@ -1,0 +1,58 @@
+"""API key -> handler. ApiVersions is derived from this table, so the broker
+never advertises an API it cannot serve.
+
+Each handler module registers its functions with `@handler(api_key, lo, hi)`.
+A handler is `async def fn(ctx: RequestContext, body) -> response | None`
+(None means no response is sent, e.g. Produce with acks=0).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
+
+from ..protocol.messages import response_class, spec_max_version
+
+Handler = Callable[["RequestContext", Any], Awaitable[Any]]
+
+
+@dataclass(slots=True, frozen=True)
+class Route:
+    api_key: int
+    min_version: int
+    max_version: int
+    fn: Handler
+
+
+ROUTES: dict[int, Route] = {}
+
+
+def handler(api_key: int, min_version: int, max_version: int):
+    def register(fn: Handler) -> Handler:
+        if api_key in ROUTES:
+            raise RuntimeError(f"api key {api_key} registered twice")
+        hi = min(max_version, spec_max_version(api_key))
+        ROUTES[api_key] = Route(api_key, min_version, hi, fn)
+        return fn
+    return register
+
+
+def supported_versions() -> dict[int, tuple[int, int]]:
+    return {k: (r.min_version, r.max_version) for k, r in ROUTES.items()}
+
+
+@dataclass(slots=True)
+class RequestContext:
+    broker: Any          # semel.broker.server.Broker
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    peer: str
+
+    def response(self, **fields) -> Any:
+        """The response object of this request's API at this version."""
+        cls = response_class(self.api_key)
+        return cls(version=self.api_version, **fields)
+
+    def cls(self) -> Any:
+        return response_class(self.api_key)

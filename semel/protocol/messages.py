@@ -1,0 +1,136 @@
+"""Request decoding and response encoding on top of kafka-python's codec.
+
+kafka-python 3.x generates its message classes from Kafka's JSON message
+specs, so we use them for every API body and keep only the framing rules here:
+which header version a request or response uses, and the ApiVersions
+fallback for versions we do not speak.
+"""
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from kafka.protocol import admin, consumer, metadata, producer
+from kafka.protocol.api_header import RequestHeader, ResponseHeader
+from kafka.protocol.api_message import ApiMessage
+
+from .errors import KafkaError, ProtocolError
+
+
+def _collect(kind: str) -> dict[int, type[ApiMessage]]:
+    out: dict[int, type[ApiMessage]] = {}
+    for mod in (admin, consumer, metadata, producer):
+        for name in mod.__all__:
+            cls = getattr(mod, name)
+            if isinstance(cls, type) and issubclass(cls, ApiMessage) and cls.type == kind:
+                out[cls.API_KEY] = cls
+    return out
+
+
+REQUEST_CLASSES = _collect("request")
+RESPONSE_CLASSES = _collect("response")
+API_VERSIONS_KEY = 18
+_HEAD = struct.Struct(">hhi")
+
+
+@dataclass(slots=True)
+class Request:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body: Any  # a kafka-python request object
+
+
+class UnsupportedVersion(Exception):
+    """A known API key at a version outside what the broker advertises."""
+
+    def __init__(self, api_key: int, api_version: int, correlation_id: int):
+        super().__init__(f"api {api_key} v{api_version} not supported")
+        self.api_key = api_key
+        self.api_version = api_version
+        self.correlation_id = correlation_id
+
+
+def peek_header(frame: bytes) -> tuple[int, int, int]:
+    """(api_key, api_version, correlation_id) without decoding the rest."""
+    if len(frame) < _HEAD.size:
+        raise ProtocolError("request shorter than its header")
+    return _HEAD.unpack_from(frame, 0)
+
+
+def decode_request(frame: bytes, supported: dict[int, tuple[int, int]]) -> Request:
+    """Decode one frame payload. `supported` maps api key -> (min, max)."""
+    api_key, api_version, correlation_id = peek_header(frame)
+    cls = REQUEST_CLASSES.get(api_key)
+    if cls is None or api_key not in supported:
+        raise ProtocolError(f"unknown api key {api_key}")
+    lo, hi = supported[api_key]
+    if not lo <= api_version <= hi:
+        raise UnsupportedVersion(api_key, api_version, correlation_id)
+    try:
+        body = cls.decode(frame, version=api_version, header=True)
+    except Exception as exc:  # any malformed body is the client's fault
+        raise ProtocolError(f"malformed api {api_key} v{api_version}: {exc!r}") from None
+    hdr = body.header
+    return Request(api_key, api_version, correlation_id, hdr.client_id, body)
+
+
+def encode_response(api_key: int, api_version: int, correlation_id: int, body: Any) -> bytes:
+    """Frame a response object. The header is flexible when the body version is,
+    except for ApiVersions whose response header never is."""
+    cls = RESPONSE_CLASSES[api_key]
+    flexible = cls.flexible_version_q(api_version) and api_key != API_VERSIONS_KEY
+    head = ResponseHeader(correlation_id=correlation_id).encode(flexible=flexible)
+    payload = body.encode(version=api_version)
+    return struct.pack(">i", len(head) + len(payload)) + bytes(head) + bytes(payload)
+
+
+def unsupported_api_versions_response(correlation_id: int, supported: dict[int, tuple[int, int]]) -> bytes:
+    """Kafka's answer to a too-new ApiVersions request: header v0, body v0,
+    UNSUPPORTED_VERSION plus our ranges, so the client retries lower."""
+    cls = RESPONSE_CLASSES[API_VERSIONS_KEY]
+    body = cls(
+        error_code=KafkaError.UNSUPPORTED_VERSION,
+        api_keys=[cls.ApiVersion(api_key=k, min_version=lo, max_version=hi)
+                  for k, (lo, hi) in sorted(supported.items())],
+    )
+    return encode_response(API_VERSIONS_KEY, 0, correlation_id, body)
+
+
+def response_class(api_key: int) -> type[ApiMessage]:
+    return RESPONSE_CLASSES[api_key]
+
+
+def request_class(api_key: int) -> type[ApiMessage]:
+    return REQUEST_CLASSES[api_key]
+
+
+def spec_max_version(api_key: int) -> int:
+    return REQUEST_CLASSES[api_key].max_version
+
+
+def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, Any]:
+    """Client side: (correlation_id, body) from a frame payload."""
+    cls = RESPONSE_CLASSES[api_key]
+    flexible = cls.flexible_version_q(api_version) and api_key != API_VERSIONS_KEY
+    buf = io.BytesIO(frame)
+    hdr = ResponseHeader.decode(buf, flexible=flexible)
+    body = cls.decode(frame[buf.tell():], version=api_version)
+    return hdr.correlation_id, body
+
+
+def encode_request(api_key: int, api_version: int, correlation_id: int, client_id: str, body: Any) -> bytes:
+    """Client side: a framed request."""
+    body.API_VERSION = api_version
+    body.with_header(correlation_id=correlation_id, client_id=client_id)
+    return bytes(body.encode(header=True, framed=True))
+
+
+__all__ = [
+    "Request", "UnsupportedVersion", "decode_request", "encode_response", "decode_response",
+    "encode_request", "unsupported_api_versions_response", "response_class", "request_class",
+    "peek_header", "spec_max_version", "RequestHeader",
+]
