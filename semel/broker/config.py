@@ -1,0 +1,40 @@
+"""Broker configuration: one dataclass, defaults close to Kafka's where they matter."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..storage.log import LogConfig
+
+
+@dataclass
+class BrokerConfig:
+    data_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 9092
+    advertised_host: str | None = None
+    node_id: int = 0
+    cluster_id: str = "semel-cluster"
+    # Requests larger than this close the connection (Kafka: socket.request.max.bytes).
+    max_request_bytes: int = 100 * 1024 * 1024
+    # A single produce payload per partition larger than this: MESSAGE_TOO_LARGE.
+    max_message_bytes: int = 8 * 1024 * 1024
+    auto_create_topics: bool = False
+    default_partitions: int = 1
+    log: LogConfig = field(default_factory=LogConfig)
+    retention_check_interval_ms: int = 60_000
+    # Consumer groups
+    group_initial_rebalance_delay_ms: int = 300
+    group_min_session_timeout_ms: int = 6_000
+    group_max_session_timeout_ms: int = 1_800_000
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    # Transactions
+    transaction_max_timeout_ms: int = 900_000
+    transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000
+    producer_id_expiration_ms: int = 7 * 24 * 3600 * 1000
+    transaction_abort_check_interval_ms: int = 1_000
+    metrics_port: int | None = None
+
+    @property
+    def advertised(self) -> str:
+        return self.advertised_host or self.host

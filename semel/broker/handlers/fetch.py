@@ -1,0 +1,129 @@
+"""Fetch (1) and ListOffsets (2).
+
+read_uncommitted reads up to the high watermark; read_committed up to the last
+stable offset, with the aborted transactions that overlap the returned range so
+the client can drop their batches. Fetch long-polls: it waits (without holding
+anything) until min_bytes are available or max_wait_ms passes.
+"""
+from __future__ import annotations
+
+import time
+
+from ...protocol.errors import KafkaError
+from ...storage.log import OffsetOutOfRange
+from ..router import handler
+
+READ_COMMITTED = 1
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+
+
+def upper_bound(plog, isolation: int) -> int:
+    if isolation == READ_COMMITTED:
+        return getattr(plog, "last_stable_offset", plog.high_watermark)
+    return plog.high_watermark
+
+
+def aborted_in(plog, start: int, end: int):
+    finder = getattr(plog, "aborted_transactions", None)
+    return finder(start, end) if finder is not None else []
+
+
+@handler(1, 4, 12)
+async def fetch(ctx, req):
+    broker = ctx.broker
+    deadline = time.monotonic() + max(req.max_wait_ms, 0) / 1000
+    keys = [(t.topic, p.partition) for t in req.topics for p in t.partitions]
+    while True:
+        topics, total = _read_all(ctx, req)
+        remaining = deadline - time.monotonic()
+        if total >= max(req.min_bytes, 1) or remaining <= 0 or _has_error(topics):
+            return ctx.response(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
+        await broker.notifier.wait_any(keys, remaining)
+
+
+def _has_error(topics) -> bool:
+    return any(p.error_code for t in topics for p in t.partitions)
+
+
+def _read_all(ctx, req):
+    cls = ctx.cls()
+    T = cls.FetchableTopicResponse
+    budget = req.max_bytes if req.max_bytes > 0 else 1 << 30
+    total = 0
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            part, size = _read_partition(ctx, T.PartitionData, t.topic, p, req.isolation_level,
+                                         budget - total, first=total == 0)
+            total += size
+            parts.append(part)
+        topics.append(T(topic=t.topic, partitions=parts))
+    return topics, total
+
+
+def _read_partition(ctx, P, topic, p, isolation, budget, first):
+    plog = ctx.broker.logs.get(topic, p.partition)
+    if plog is None:
+        return P(partition_index=p.partition, error_code=KafkaError.UNKNOWN_TOPIC_OR_PARTITION,
+                 high_watermark=-1, last_stable_offset=-1, log_start_offset=-1,
+                 aborted_transactions=None, records=b""), 0
+    hw = plog.high_watermark
+    lso = getattr(plog, "last_stable_offset", hw)
+    bound = lso if isolation == READ_COMMITTED else hw
+    max_bytes = min(p.partition_max_bytes, budget) if not first else p.partition_max_bytes
+    try:
+        data = plog.read(p.fetch_offset, max_bytes, bound) if max_bytes > 0 or first else b""
+    except OffsetOutOfRange:
+        return P(partition_index=p.partition, error_code=KafkaError.OFFSET_OUT_OF_RANGE,
+                 high_watermark=hw, last_stable_offset=lso, log_start_offset=plog.log_start_offset,
+                 aborted_transactions=None, records=b""), 0
+    aborted = None
+    if isolation == READ_COMMITTED:
+        aborted = [P.AbortedTransaction(producer_id=pid, first_offset=first_off)
+                   for pid, first_off in aborted_in(plog, p.fetch_offset, bound)] if data else []
+    return P(partition_index=p.partition, error_code=0, high_watermark=hw, last_stable_offset=lso,
+             log_start_offset=plog.log_start_offset, aborted_transactions=aborted,
+             preferred_read_replica=-1, records=data), len(data)
+
+
+@handler(2, 1, 7)
+async def list_offsets(ctx, req):
+    cls = ctx.cls()
+    T = cls.ListOffsetsTopicResponse
+    P = T.ListOffsetsPartitionResponse
+    isolation = req.isolation_level if ctx.api_version >= 2 else 0
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            code, ts, off = _offset_for(ctx, t.name, p.partition_index, p.timestamp, isolation)
+            parts.append(P(partition_index=p.partition_index, error_code=code, timestamp=ts,
+                           offset=off, leader_epoch=0 if code == 0 else -1))
+        topics.append(T(name=t.name, partitions=parts))
+    return ctx.response(throttle_time_ms=0, topics=topics)
+
+
+def _offset_for(ctx, topic, partition, timestamp, isolation):
+    plog = ctx.broker.logs.get(topic, partition)
+    if plog is None:
+        return KafkaError.UNKNOWN_TOPIC_OR_PARTITION, -1, -1
+    if timestamp == LATEST:
+        return KafkaError.NONE, -1, upper_bound(plog, isolation)
+    if timestamp == EARLIEST:
+        return KafkaError.NONE, -1, plog.log_start_offset
+    if timestamp == MAX_TIMESTAMP:
+        found = plog.max_timestamp_offset() if hasattr(plog, "max_timestamp_offset") else None
+        if found is None:
+            return KafkaError.NONE, -1, -1
+        off, ts = found
+        return KafkaError.NONE, ts, off
+    if timestamp < 0:
+        return KafkaError.INVALID_REQUEST, -1, -1
+    found = plog.offset_for_timestamp(timestamp)
+    if found is None or found[0] >= upper_bound(plog, isolation):
+        return KafkaError.NONE, -1, -1
+    off, ts = found
+    return KafkaError.NONE, ts, off

@@ -1,0 +1,58 @@
+"""Metadata (3) and FindCoordinator (10): a single broker leads every partition
+and coordinates every group and transactional id."""
+from __future__ import annotations
+
+from ...protocol.errors import KafkaError
+from ..router import handler
+from .common import INTERNAL_TOPICS
+
+
+@handler(3, 0, 12)
+async def metadata(ctx, req):
+    broker = ctx.broker
+    cfg = broker.config
+    cls = ctx.cls()
+    logs = broker.logs
+    if req.topics is None or (ctx.api_version == 0 and not req.topics):
+        names = sorted(logs.topics())
+    else:
+        names = [t.name for t in req.topics]
+    allow_create = cfg.auto_create_topics and (ctx.api_version < 4 or req.allow_auto_topic_creation)
+    topics = []
+    for name in names:
+        if name not in logs.topics() and allow_create and name and not name.startswith("__"):
+            logs.create_topic(name, cfg.default_partitions, {})
+        topics.append(_topic_metadata(cls, logs, name, cfg.node_id))
+    brokers = [cls.MetadataResponseBroker(node_id=cfg.node_id, host=cfg.advertised, port=cfg.port, rack=None)]
+    return ctx.response(throttle_time_ms=0, brokers=brokers, cluster_id=cfg.cluster_id,
+                        controller_id=cfg.node_id, topics=topics)
+
+
+def _topic_metadata(cls, logs, name, node_id):
+    T = cls.MetadataResponseTopic
+    info = logs.topics().get(name)
+    if info is None:
+        code = KafkaError.UNKNOWN_TOPIC_OR_PARTITION
+        if not name or len(name) > 249:
+            code = KafkaError.INVALID_TOPIC_EXCEPTION
+        return T(error_code=code, name=name, is_internal=False, partitions=[])
+    P = T.MetadataResponsePartition
+    parts = [P(error_code=0, partition_index=i, leader_id=node_id, leader_epoch=0,
+               replica_nodes=[node_id], isr_nodes=[node_id], offline_replicas=[])
+             for i in range(_partition_count(info))]
+    return T(error_code=0, name=name, is_internal=name in INTERNAL_TOPICS, partitions=parts)
+
+
+def _partition_count(info) -> int:
+    return info if isinstance(info, int) else info.partitions
+
+
+@handler(10, 0, 3)
+async def find_coordinator(ctx, req):
+    cfg = ctx.broker.config
+    # key_type 0 = group, 1 = transaction; this broker coordinates both.
+    if ctx.api_version >= 1 and req.key_type not in (0, 1):
+        return ctx.response(error_code=KafkaError.INVALID_REQUEST, error_message="unknown key type",
+                            node_id=-1, host="", port=-1)
+    return ctx.response(error_code=0, error_message=None, node_id=cfg.node_id,
+                        host=cfg.advertised, port=cfg.port)

@@ -1,0 +1,135 @@
+"""Produce (0), RecordBatch v2 only (v3+).
+
+Per partition: validate the payload (magic, CRC, sizes) and, for transactional
+batches, that the partition was added to the producer's ongoing transaction
+(KIP-890 part 1) — all before anything is appended. Producer id, epoch and
+sequence checks happen in storage's producer state, also before the write.
+acks=all waits for the group-committed fsync without blocking the connection.
+"""
+from __future__ import annotations
+
+import logging
+
+from ...protocol import records
+from ...protocol.errors import KafkaError
+from ...storage.log import StorageError
+from ..connection import Deferred
+from ..router import handler
+from .common import lookup
+
+log = logging.getLogger("semel.broker.produce")
+
+try:  # producer-state errors arrive with the transactional storage work
+    from ...storage.log import ProducerStateError
+except ImportError:  # pragma: no cover
+    class ProducerStateError(Exception):
+        error = KafkaError.UNKNOWN_SERVER_ERROR
+
+
+class _PartitionResult:
+    __slots__ = ("index", "error", "base_offset", "log", "upto", "message")
+
+    def __init__(self, index, error=KafkaError.NONE, base_offset=-1, plog=None, upto=0, message=None):
+        self.index, self.error, self.base_offset = index, error, base_offset
+        self.log, self.upto, self.message = plog, upto, message
+
+
+@handler(0, 3, 9)
+async def produce(ctx, req):
+    acks = req.acks
+    results: list[tuple[str, list[_PartitionResult]]] = []
+    for topic in req.topic_data:
+        parts = []
+        for pdata in topic.partition_data:
+            if acks not in (0, 1, -1):
+                parts.append(_PartitionResult(pdata.index, KafkaError.INVALID_REQUIRED_ACKS))
+            else:
+                parts.append(_append_partition(ctx, req, topic.name, pdata))
+        results.append((topic.name, parts))
+    if acks == 0:
+        return None
+    if acks == -1 and ctx.broker.config.log.flush_mode == "always":
+        return Deferred(_after_flush(ctx, results))
+    return _response(ctx, results)
+
+
+def _append_partition(ctx, req, topic: str, pdata) -> _PartitionResult:
+    broker = ctx.broker
+    if topic.startswith("__"):
+        return _PartitionResult(pdata.index, KafkaError.INVALID_TOPIC_EXCEPTION, message="internal topic")
+    plog, err = lookup(ctx, topic, pdata.index)
+    if err:
+        return _PartitionResult(pdata.index, err)
+    data = pdata.records
+    if not data:
+        return _PartitionResult(pdata.index, KafkaError.CORRUPT_MESSAGE, message="no records")
+    if len(data) > broker.config.max_message_bytes:
+        return _PartitionResult(pdata.index, KafkaError.MESSAGE_TOO_LARGE)
+    batches, err = records.split_batches(data)
+    if err:
+        return _PartitionResult(pdata.index, err, message=err.name)
+    err = _check_transactional(ctx, req, topic, pdata.index, batches)
+    if err:
+        return _PartitionResult(pdata.index, err)
+    try:
+        info = plog.append(data, batches)
+    except ProducerStateError as exc:
+        return _PartitionResult(pdata.index, exc.error)
+    except StorageError as exc:
+        log.error("append to %s-%d failed: %s", topic, pdata.index, exc)
+        return _PartitionResult(pdata.index, KafkaError.KAFKA_STORAGE_ERROR)
+    if getattr(info, "duplicate", False):
+        broker.metrics.duplicate_batches.inc()
+    else:
+        broker.metrics.produced_bytes.inc(len(data))
+        broker.notifier.notify(topic, pdata.index)
+    return _PartitionResult(pdata.index, base_offset=info.first_offset, plog=plog, upto=info.last_offset + 1)
+
+
+def _check_transactional(ctx, req, topic, partition, batches) -> KafkaError:
+    """A transactional batch must come with the request's transactional id, and
+    its partition must be part of that producer's ongoing transaction."""
+    txn_batches = [h for _, h in batches if h.is_transactional]
+    if not txn_batches:
+        return KafkaError.NONE
+    if any(h.is_control for _, h in batches):
+        return KafkaError.INVALID_RECORD  # control batches are written by the coordinator only
+    if req.transactional_id is None or len(txn_batches) != len(batches):
+        return KafkaError.INVALID_REQUEST
+    txns = ctx.broker.txns
+    if txns is None:
+        return KafkaError.UNSUPPORTED_FOR_MESSAGE_FORMAT
+    first = txn_batches[0]
+    return txns.verify_produce(req.transactional_id, first.producer_id, first.producer_epoch, topic, partition)
+
+
+async def _after_flush(ctx, results):
+    for _, parts in results:
+        for part in parts:
+            if part.log is None:
+                continue
+            try:
+                await ctx.broker.ensure_durable(part.log, part.upto)
+            except StorageError as exc:
+                log.error("fsync failed: %s", exc)
+                part.error = KafkaError.KAFKA_STORAGE_ERROR
+    return _response(ctx, results)
+
+
+def _response(ctx, results):
+    cls = ctx.cls()
+    T = cls.TopicProduceResponse
+    P = T.PartitionProduceResponse
+    topics = []
+    for name, parts in results:
+        out = []
+        for p in parts:
+            ok = p.error == KafkaError.NONE
+            out.append(P(index=p.index, error_code=p.error, base_offset=p.base_offset if ok else -1,
+                         log_append_time_ms=-1,
+                         log_start_offset=p.log.log_start_offset if (ok and p.log) else -1,
+                         record_errors=[], error_message=p.message if not ok else None))
+            if not ok:
+                ctx.broker.metrics.request_errors.labels("produce", p.error.name).inc()
+        topics.append(T(name=name, partition_responses=out))
+    return ctx.response(responses=topics, throttle_time_ms=0)

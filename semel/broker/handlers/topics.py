@@ -1,0 +1,99 @@
+"""Topic administration: CreateTopics (19), DeleteTopics (20), DescribeConfigs (32)."""
+from __future__ import annotations
+
+from ...protocol.errors import KafkaError
+from ..router import handler
+
+# Topic-level settings a client may pass at creation; anything else is INVALID_CONFIG.
+TOPIC_CONFIGS = {
+    "retention.ms", "retention.bytes", "segment.bytes", "cleanup.policy",
+    "max.message.bytes", "min.insync.replicas", "compression.type", "message.timestamp.type",
+}
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+
+
+@handler(19, 2, 7)
+async def create_topics(ctx, req):
+    cls = ctx.cls()
+    results = []
+    for t in req.topics:
+        code, msg, nparts = _create_one(ctx, t, req.validate_only)
+        results.append(cls.CreatableTopicResult(
+            name=t.name, error_code=code, error_message=msg,
+            num_partitions=nparts if code == 0 else -1,
+            replication_factor=1 if code == 0 else -1, configs=None))
+    return ctx.response(throttle_time_ms=0, topics=results)
+
+
+def _create_one(ctx, t, validate_only: bool):
+    nparts = t.num_partitions if t.num_partitions != -1 else ctx.broker.config.default_partitions
+    if t.replication_factor not in (-1, 1):
+        return KafkaError.INVALID_REPLICATION_FACTOR, "a single broker holds one replica", nparts
+    configs = {c.name: c.value for c in t.configs}
+    unknown = sorted(set(configs) - TOPIC_CONFIGS)
+    if unknown:
+        return KafkaError.INVALID_CONFIG, f"unknown topic config {unknown[0]}", nparts
+    if t.name.startswith("__"):
+        return KafkaError.INVALID_TOPIC_EXCEPTION, "names starting with __ are internal", nparts
+    if validate_only:
+        err = ctx.broker.logs.validate_topic(t.name, nparts) if hasattr(ctx.broker.logs, "validate_topic") \
+            else KafkaError.NONE
+        return err, None, nparts
+    err = ctx.broker.logs.create_topic(t.name, nparts, configs)
+    return err, (None if err == 0 else err.name), nparts
+
+
+@handler(20, 1, 6)
+async def delete_topics(ctx, req):
+    cls = ctx.cls()
+    names = [t.name for t in req.topics] if ctx.api_version >= 6 else list(req.topic_names)
+    results = []
+    for name in names:
+        if name is None or name.startswith("__"):
+            err = KafkaError.INVALID_TOPIC_EXCEPTION if name else KafkaError.UNKNOWN_TOPIC_ID
+        else:
+            err = ctx.broker.logs.delete_topic(name)
+        results.append(cls.DeletableTopicResult(name=name, error_code=err,
+                                                error_message=None if err == 0 else err.name))
+    return ctx.response(throttle_time_ms=0, responses=results)
+
+
+@handler(32, 1, 4)
+async def describe_configs(ctx, req):
+    cls = ctx.cls()
+    results = []
+    for res in req.resources:
+        values, err = _config_values(ctx, res.resource_type, res.resource_name)
+        wanted = set(res.configuration_keys) if res.configuration_keys is not None else None
+        configs = [cls.DescribeConfigsResult.DescribeConfigsResourceResult(
+            name=k, value=v, read_only=res.resource_type == RESOURCE_BROKER, config_source=src,
+            is_sensitive=False, synonyms=[])
+            for k, (v, src) in sorted(values.items()) if wanted is None or k in wanted]
+        results.append(cls.DescribeConfigsResult(
+            error_code=err, error_message=None if err == 0 else err.name,
+            resource_type=res.resource_type, resource_name=res.resource_name, configs=configs))
+    return ctx.response(throttle_time_ms=0, results=results)
+
+
+def _config_values(ctx, rtype, name):
+    """name -> (value, source): source 1 = topic override, 5 = default (Kafka's ConfigSource)."""
+    log_cfg = ctx.broker.config.log
+    defaults = {
+        "retention.ms": str(log_cfg.retention_ms),
+        "retention.bytes": str(log_cfg.retention_bytes),
+        "segment.bytes": str(log_cfg.segment_bytes),
+        "cleanup.policy": "delete",
+        "max.message.bytes": str(ctx.broker.config.max_message_bytes),
+    }
+    if rtype == RESOURCE_BROKER:
+        return {k: (v, 5) for k, v in defaults.items()}, KafkaError.NONE
+    if rtype != RESOURCE_TOPIC:
+        return {}, KafkaError.INVALID_REQUEST
+    info = ctx.broker.logs.topics().get(name)
+    if info is None:
+        return {}, KafkaError.UNKNOWN_TOPIC_OR_PARTITION
+    out = {k: (v, 5) for k, v in defaults.items()}
+    for k, v in (getattr(info, "config", None) or {}).items():
+        out[k] = (str(v), 1)
+    return out, KafkaError.NONE

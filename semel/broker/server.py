@@ -1,0 +1,131 @@
+"""The broker process: storage, coordinators and the asyncio server.
+
+One `Broker` owns the LogManager, the group-commit flusher, the group and
+transaction coordinators and the metrics. Connections are served by
+`connection.serve`; request handling lives in `handlers/`, one module per API
+family.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+
+from ..storage.flusher import GroupCommitFlusher
+from ..storage.fs import fs_from_env
+from ..storage.manager import LogManager
+from . import handlers  # noqa: F401  (registers every route)
+from .config import BrokerConfig
+from .connection import serve
+from .metrics import BrokerMetrics
+from .notify import AppendNotifier
+
+log = logging.getLogger("semel.broker")
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig):
+        self.config = config
+        self.fs = fs_from_env()
+        self.logs: LogManager | None = None
+        self.flusher = GroupCommitFlusher()
+        self.notifier = AppendNotifier()
+        self.metrics = BrokerMetrics()
+        self.groups = None
+        self.txns = None
+        self._server: asyncio.base_events.Server | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._stopped = asyncio.Event()
+        self.started_at = time.monotonic()
+
+    # --- lifecycle ---------------------------------------------------------
+
+    async def start(self) -> None:
+        t0 = time.monotonic()
+        self.config.data_dir.mkdir(parents=True, exist_ok=True)
+        self.logs = LogManager(self.config.data_dir, self.config.log, self.fs)
+        await self._start_coordinators()
+        self._server = await asyncio.start_server(
+            lambda r, w: serve(self, r, w), self.config.host, self.config.port,
+            reuse_address=True, limit=1 << 20)
+        if self.config.port == 0:
+            self.config.port = self._server.sockets[0].getsockname()[1]
+        self._tasks.append(asyncio.create_task(self._retention_loop(), name="retention"))
+        if self.config.log.flush_mode == "interval":
+            from ..storage.flusher import run_interval_flush
+            self._tasks.append(asyncio.create_task(
+                run_interval_flush(lambda: self.logs.all_logs(), self.config.log.flush_interval_ms)))
+        if self.config.metrics_port:
+            self.metrics.serve(self.config.host, self.config.metrics_port)
+        log.info("semel broker listening on %s:%d (data %s, started in %.2fs)",
+                 self.config.host, self.config.port, self.config.data_dir, time.monotonic() - t0)
+
+    async def _start_coordinators(self) -> None:
+        from ..coordinator.group import GroupCoordinator
+        self.groups = GroupCoordinator.from_broker(self)
+        await self.groups.start()
+        try:
+            from ..coordinator.txn import TransactionCoordinator
+        except ModuleNotFoundError:
+            return
+        self.txns = TransactionCoordinator.from_broker(self)
+        await self.txns.start()
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.txns is not None:
+            await self.txns.stop()
+        if self.groups is not None:
+            await self.groups.stop()
+        if self.logs is not None:
+            self.logs.close()
+        self._stopped.set()
+        log.info("semel broker stopped")
+
+    async def serve_forever(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._stopped.set)
+        await self._stopped.wait()
+        self._stopped.clear()
+        await self.stop()
+
+    async def _retention_loop(self) -> None:
+        interval = self.config.retention_check_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            now = int(time.time() * 1000)
+            for plog in self.logs.all_logs():
+                try:
+                    plog.enforce_retention(now)
+                except Exception:  # retention must never take the broker down
+                    log.exception("retention failed for %s", plog)
+
+    # --- helpers used by handlers -----------------------------------------
+
+    async def ensure_durable(self, plog, upto_offset: int) -> None:
+        """Wait until `upto_offset` is on disk when the flush policy asks for it."""
+        if self.config.log.flush_mode == "always":
+            await self.flusher.sync(plog, upto_offset)
+
+
+def run_broker(config: BrokerConfig) -> None:
+    """Run in the foreground until SIGTERM/SIGINT."""
+    try:
+        import uvloop
+        uvloop.install()
+    except ImportError:  # pragma: no cover - uvloop is pinned, but the broker runs without it
+        pass
+
+    async def main() -> None:
+        broker = Broker(config)
+        await broker.start()
+        print(f"semel broker ready on {config.host}:{config.port}", flush=True)
+        await broker.serve_forever()
+
+    asyncio.run(main())

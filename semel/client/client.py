@@ -1,0 +1,189 @@
+"""Client: one connection to one broker, version negotiation, typed helpers."""
+from __future__ import annotations
+
+import socket
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from ..protocol import records
+from ..protocol.errors import KafkaError
+from ..protocol.messages import decode_response, encode_request, request_class
+
+# The highest versions this client speaks (kept modest: it needs no newer fields).
+CLIENT_MAX = {0: 9, 1: 12, 2: 7, 3: 12, 8: 8, 9: 7, 10: 3, 18: 3, 19: 7, 20: 6,
+              22: 4, 24: 3, 25: 3, 26: 3, 28: 3, 32: 4}
+
+
+class ClientError(Exception):
+    def __init__(self, message: str, error: KafkaError | None = None):
+        super().__init__(message)
+        self.error = error
+
+
+@dataclass
+class FetchedPartition:
+    error: KafkaError
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    aborted: list[tuple[int, int]]
+    records: bytes
+
+
+class Client:
+    def __init__(self, bootstrap: str, client_id: str = "semel-cli", timeout_s: float = 30.0):
+        host, _, port = bootstrap.rpartition(":")
+        if not host or not port.isdigit():
+            raise ClientError(f"bootstrap must be HOST:PORT, got {bootstrap!r}")
+        self.client_id = client_id
+        try:
+            self.sock = socket.create_connection((host, int(port)), timeout=timeout_s)
+        except OSError as exc:
+            raise ClientError(f"cannot connect to {bootstrap}: {exc.strerror or exc}") from None
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._corr = 0
+        self.versions: dict[int, int] = {}
+        self._negotiate()
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- wire -----------------------------------------------------------------
+
+    def _negotiate(self) -> None:
+        resp = self._call(18, 0, request_class(18)(version=0))
+        if resp.error_code:
+            raise ClientError("ApiVersions failed", KafkaError(resp.error_code))
+        for k in resp.api_keys:
+            if k.api_key in CLIENT_MAX:
+                top = min(k.max_version, CLIENT_MAX[k.api_key])
+                if top >= k.min_version:
+                    self.versions[k.api_key] = top
+
+    def version(self, api_key: int) -> int:
+        if api_key not in self.versions:
+            raise ClientError(f"broker does not support api key {api_key}")
+        return self.versions[api_key]
+
+    def request(self, api_key: int, expect_response: bool = True, **fields) -> Any:
+        version = self.version(api_key)
+        body = request_class(api_key)(version=version, **fields)
+        return self._call(api_key, version, body, expect_response)
+
+    def _call(self, api_key: int, version: int, body, expect_response: bool = True) -> Any:
+        self._corr += 1
+        self.sock.sendall(encode_request(api_key, version, self._corr, self.client_id, body))
+        if not expect_response:
+            return None
+        size = struct.unpack(">i", self._recv(4))[0]
+        corr, resp = decode_response(api_key, version, self._recv(size))
+        if corr != self._corr:
+            raise ClientError(f"correlation id mismatch: sent {self._corr}, got {corr}")
+        return resp
+
+    def _recv(self, n: int) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                raise ClientError("broker closed the connection")
+            buf += chunk
+        return bytes(buf)
+
+    # --- helpers ----------------------------------------------------------------
+
+    def metadata(self, topics: list[str] | None = None):
+        cls = request_class(3)
+        req_topics = None if topics is None else [cls.MetadataRequestTopic(name=t) for t in topics]
+        return self.request(3, topics=req_topics, allow_auto_topic_creation=False)
+
+    def partitions(self, topic: str) -> int:
+        md = self.metadata([topic])
+        t = md.topics[0]
+        if t.error_code:
+            raise ClientError(f"topic {topic}: {KafkaError(t.error_code).name}", KafkaError(t.error_code))
+        return len(t.partitions)
+
+    def create_topic(self, name: str, partitions: int = 1, configs: dict[str, str] | None = None) -> KafkaError:
+        cls = request_class(19)
+        T = cls.CreatableTopic
+        topic = T(name=name, num_partitions=partitions, replication_factor=1, assignments=[],
+                  configs=[T.CreatableTopicConfig(name=k, value=v) for k, v in (configs or {}).items()])
+        resp = self.request(19, topics=[topic], timeout_ms=30000, validate_only=False)
+        return KafkaError(resp.topics[0].error_code)
+
+    def delete_topic(self, name: str) -> KafkaError:
+        if self.version(20) >= 6:
+            cls = request_class(20)
+            resp = self.request(20, topics=[cls.DeleteTopicState(name=name)], timeout_ms=30000)
+        else:
+            resp = self.request(20, topic_names=[name], timeout_ms=30000)
+        return KafkaError(resp.responses[0].error_code)
+
+    def produce(self, topic: str, partition: int, batch: bytes, acks: int = -1,
+                transactional_id: str | None = None) -> tuple[KafkaError, int]:
+        cls = request_class(0)
+        T = cls.TopicProduceData
+        resp = self.request(0, expect_response=acks != 0, transactional_id=transactional_id, acks=acks,
+                            timeout_ms=30000,
+                            topic_data=[T(name=topic, partition_data=[T.PartitionProduceData(
+                                index=partition, records=batch)])])
+        if resp is None:
+            return KafkaError.NONE, -1
+        p = resp.responses[0].partition_responses[0]
+        return KafkaError(p.error_code), p.base_offset
+
+    def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20,
+              isolation: int = 0, max_wait_ms: int = 0, min_bytes: int = 1) -> FetchedPartition:
+        cls = request_class(1)
+        T = cls.FetchTopic
+        resp = self.request(1, replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
+                            max_bytes=max_bytes, isolation_level=isolation, session_id=0,
+                            session_epoch=-1, topics=[T(topic=topic, partitions=[T.FetchPartition(
+                                partition=partition, current_leader_epoch=-1, fetch_offset=offset,
+                                last_fetched_epoch=-1, log_start_offset=-1,
+                                partition_max_bytes=max_bytes)])],
+                            forgotten_topics_data=[], rack_id="")
+        p = resp.responses[0].partitions[0]
+        aborted = [(a.producer_id, a.first_offset) for a in (p.aborted_transactions or [])]
+        return FetchedPartition(KafkaError(p.error_code), p.high_watermark, p.last_stable_offset,
+                                p.log_start_offset, aborted, p.records or b"")
+
+    def list_offset(self, topic: str, partition: int, timestamp: int, isolation: int = 0) -> int:
+        cls = request_class(2)
+        T = cls.ListOffsetsTopic
+        resp = self.request(2, replica_id=-1, isolation_level=isolation, topics=[T(
+            name=topic, partitions=[T.ListOffsetsPartition(partition_index=partition,
+                                                            current_leader_epoch=-1, timestamp=timestamp)])])
+        p = resp.topics[0].partitions[0]
+        if p.error_code:
+            raise ClientError(f"ListOffsets {topic}-{partition}: {KafkaError(p.error_code).name}",
+                              KafkaError(p.error_code))
+        return p.offset
+
+
+def committed_records(data: bytes, aborted: list[tuple[int, int]], include_aborted: bool = False):
+    """Application records in fetched bytes: control batches dropped, and batches
+    of aborted transactions dropped unless `include_aborted` (read_uncommitted)."""
+    aborted_pids: dict[int, int] = {}
+    pending = sorted(aborted, key=lambda a: a[1])
+    for _, hdr in records.iter_batches(data):
+        while pending and pending[0][1] <= hdr.base_offset:
+            pid, first = pending.pop(0)
+            aborted_pids[pid] = first
+        if hdr.is_control:
+            aborted_pids.pop(hdr.producer_id, None)
+            continue
+        if not include_aborted and hdr.is_transactional and hdr.producer_id in aborted_pids:
+            continue
+        yield hdr
+
+
+__all__ = ["Client", "ClientError", "FetchedPartition", "committed_records"]
