@@ -1,0 +1,71 @@
+"""Transactions: InitProducerId (22), AddPartitionsToTxn (24), AddOffsetsToTxn (25),
+EndTxn (26), TxnOffsetCommit (28). Thin: decode, call the coordinator, encode."""
+from __future__ import annotations
+
+from ...protocol.errors import KafkaError
+from ..router import handler
+
+
+def _txns(ctx):
+    return ctx.broker.txns
+
+
+@handler(22, 0, 4)
+async def init_producer_id(ctx, req):
+    pid = req.producer_id if ctx.api_version >= 3 else -1
+    epoch = req.producer_epoch if ctx.api_version >= 3 else -1
+    err, pid, epoch = await _txns(ctx).init_producer_id(req.transactional_id, req.transaction_timeout_ms,
+                                                        pid, epoch, ctx.api_version)
+    return ctx.response(throttle_time_ms=0, error_code=err, producer_id=pid, producer_epoch=epoch)
+
+
+@handler(24, 0, 3)
+async def add_partitions_to_txn(ctx, req):
+    wanted = [(t.name, p) for t in req.v3_and_below_topics for p in t.partitions]
+    result = await _txns(ctx).add_partitions(req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
+                                             req.v3_and_below_producer_epoch, wanted, ctx.api_version)
+    cls = ctx.cls()
+    T = cls.AddPartitionsToTxnTopicResult
+    by_topic: dict[str, list] = {}
+    for (topic, partition), err in result.items():
+        by_topic.setdefault(topic, []).append(T.AddPartitionsToTxnPartitionResult(
+            partition_index=partition, partition_error_code=err))
+    topics = [T(name=name, results_by_partition=parts) for name, parts in by_topic.items()]
+    return ctx.response(throttle_time_ms=0, results_by_topic_v3_and_below=topics)
+
+
+@handler(25, 0, 3)
+async def add_offsets_to_txn(ctx, req):
+    err = await _txns(ctx).add_offsets(req.transactional_id, req.producer_id, req.producer_epoch,
+                                       req.group_id, ctx.api_version)
+    return ctx.response(throttle_time_ms=0, error_code=err)
+
+
+@handler(26, 0, 3)
+async def end_txn(ctx, req):
+    err = await _txns(ctx).end_txn(req.transactional_id, req.producer_id, req.producer_epoch,
+                                   req.committed, ctx.api_version)
+    return ctx.response(throttle_time_ms=0, error_code=err)
+
+
+@handler(28, 0, 3)
+async def txn_offset_commit(ctx, req):
+    offsets = {(t.name, p.partition_index): (p.committed_offset, p.committed_metadata,
+                                             p.committed_leader_epoch if ctx.api_version >= 2 else -1)
+               for t in req.topics for p in t.partitions}
+    err = _txns(ctx).verify_offsets(req.transactional_id, req.producer_id, req.producer_epoch, ctx.api_version)
+    if err:
+        result = {tp: err for tp in offsets}
+    else:
+        generation = req.generation_id if ctx.api_version >= 3 else -1
+        member = req.member_id if ctx.api_version >= 3 else ""
+        instance = req.group_instance_id if ctx.api_version >= 3 else None
+        result = await ctx.broker.groups.txn_commit_offsets(
+            req.producer_id, req.producer_epoch, req.group_id, generation, member, instance, offsets)
+    cls = ctx.cls()
+    T = cls.TxnOffsetCommitResponseTopic
+    by_topic: dict[str, list] = {}
+    for (topic, partition), code in result.items():
+        by_topic.setdefault(topic, []).append(T.TxnOffsetCommitResponsePartition(
+            partition_index=partition, error_code=KafkaError(code)))
+    return ctx.response(throttle_time_ms=0, topics=[T(name=n, partitions=p) for n, p in by_topic.items()])

@@ -1,0 +1,398 @@
+"""The transaction coordinator (KIP-98 / KIP-447 semantics).
+
+State lives in the internal log `__transaction_state` (one record per
+transition: key = transactional id, value = the full new state). Each request
+validates against memory, appends the new state, waits for its fsync, and only
+then applies it to memory with `_apply` — the same function replay uses.
+A PrepareCommit/PrepareAbort record is the decision: once it is on disk the
+markers are written to every partition of the transaction (retried until they
+succeed, also after a crash) and a Complete record closes the transaction. A
+logged decision is never reversed.
+"""
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+
+from ..protocol import records
+from ..protocol.errors import KafkaError
+from ..storage.log import StorageError
+from .producer_ids import ProducerIdManager
+from .txn_states import (
+    COMPLETE_OF, COMPLETED, PREPARED, TxnMeta, TxnState, can_transition, decode_value, encode_value,
+)
+
+log = logging.getLogger("semel.txn")
+
+TXN_TOPIC = "__transaction_state"
+OFFSETS_TOPIC = "__consumer_offsets"
+OFFSETS_PARTITION = (OFFSETS_TOPIC, 0)
+MAX_EPOCH = 32767
+# From these request versions on, a fenced producer is told PRODUCER_FENCED;
+# older clients only know INVALID_PRODUCER_EPOCH (KIP-588).
+_FENCED_SINCE = {22: 4, 24: 2, 25: 2, 26: 2, 28: 3}
+
+
+def fenced_error(api_key: int, version: int) -> KafkaError:
+    if version >= _FENCED_SINCE.get(api_key, 99):
+        return KafkaError.PRODUCER_FENCED
+    return KafkaError.INVALID_PRODUCER_EPOCH
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class TransactionCoordinator:
+    def __init__(self, logs, flusher, groups, config, pid_manager: ProducerIdManager, on_marker=None):
+        self.logs = logs
+        self.flusher = flusher
+        self.groups = groups
+        self.config = config
+        self.pids = pid_manager
+        self.on_marker = on_marker or (lambda topic, partition: None)
+        self.txns: dict[str, TxnMeta] = {}
+        self.log = None
+        self._initializing: set[str] = set()
+        self._background: set[asyncio.Task] = set()
+        self._tasks: list[asyncio.Task] = []
+
+    @classmethod
+    def from_broker(cls, broker) -> "TransactionCoordinator":
+        pids = ProducerIdManager(broker.config.data_dir / "producer_ids")
+        return cls(broker.logs, broker.flusher, broker.groups, broker.config, pids, broker.notifier.notify)
+
+    @property
+    def coordinator_epoch(self) -> int:
+        return self.pids.coordinator_epoch
+
+    # --- lifecycle -------------------------------------------------------------
+
+    async def start(self) -> None:
+        if TXN_TOPIC not in self.logs.topics():
+            self.logs.create_topic(TXN_TOPIC, 1, {}, internal=True)
+        self.log = self.logs.get(TXN_TOPIC, 0)
+        self._replay()
+        await self._roll_forward_prepared()
+        self._tasks.append(asyncio.create_task(self._housekeeping_loop(), name="txn-housekeeping"))
+
+    async def stop(self) -> None:
+        for task in self._tasks + list(self._background):
+            task.cancel()
+        await asyncio.gather(*self._tasks, *self._background, return_exceptions=True)
+
+    def _replay(self) -> None:
+        """Memory := the last state of every transactional id in the log."""
+        self.txns.clear()
+        offset = self.log.log_start_offset
+        while offset < self.log.log_end_offset:
+            chunk = self.log.read(offset, 1 << 20)
+            if not chunk:
+                break
+            for pos, hdr in records.iter_batches(chunk):
+                for rec in records.iter_records(chunk, pos):
+                    self._apply_record(rec.key, rec.value)
+                offset = hdr.next_offset
+        log.info("transaction coordinator loaded %d transactional id(s) (coordinator epoch %d)",
+                 len(self.txns), self.coordinator_epoch)
+
+    def _apply_record(self, key: bytes | None, value: bytes | None) -> None:
+        if key is None:
+            return
+        txn_id = key.decode()
+        if value is None:
+            self.txns.pop(txn_id, None)
+        else:
+            self._apply(decode_value(txn_id, value))
+
+    def _apply(self, meta: TxnMeta) -> None:
+        if meta.state == TxnState.DEAD:
+            self.txns.pop(meta.txn_id, None)
+        else:
+            self.txns[meta.txn_id] = meta
+
+    async def _roll_forward_prepared(self) -> None:
+        for meta in [m for m in self.txns.values() if m.state in PREPARED]:
+            log.info("rolling forward %s of %s (producer %d epoch %d)", meta.state.name, meta.txn_id,
+                     meta.producer_id, meta.epoch)
+            await self._complete(meta)
+
+    # --- the append-then-apply step ---------------------------------------------
+
+    async def _log_state(self, meta: TxnMeta, tombstone: bool = False) -> KafkaError:
+        value = None if tombstone else encode_value(meta)
+        batch = records.build_batch([(meta.txn_id.encode(), value)])
+        batches, _ = records.split_batches(batch)
+        try:
+            info = self.log.append(batch, batches)
+        except StorageError as exc:
+            log.error("transaction log append failed for %s: %s", meta.txn_id, exc)
+            return KafkaError.COORDINATOR_NOT_AVAILABLE
+        try:
+            await self.flusher.sync(self.log, info.last_offset + 1)
+        except StorageError as exc:
+            # The record may or may not be on disk: the log, not memory, is the
+            # truth. Reload from it exactly as a restart would.
+            log.error("transaction log fsync failed for %s: %s; reloading state", meta.txn_id, exc)
+            self._replay()
+            for m in self.txns.values():
+                if m.state in PREPARED:
+                    self._spawn(self._complete(m))
+            return KafkaError.COORDINATOR_NOT_AVAILABLE
+        if tombstone:
+            self.txns.pop(meta.txn_id, None)
+        else:
+            self._apply(meta)
+        return KafkaError.NONE
+
+    async def _transition(self, current: TxnMeta | None, new: TxnMeta) -> KafkaError:
+        if current is not None:
+            if not can_transition(current.state, new.state):
+                return KafkaError.INVALID_TXN_STATE
+            current.pending = new.state
+        try:
+            return await self._log_state(new)
+        finally:
+            if current is not None:
+                current.pending = False
+
+    # --- InitProducerId ---------------------------------------------------------
+
+    async def init_producer_id(self, txn_id: str | None, timeout_ms: int, producer_id: int,
+                               producer_epoch: int, version: int) -> tuple[KafkaError, int, int]:
+        if not txn_id:
+            return KafkaError.NONE, self.pids.next_id(), 0
+        if not 0 < timeout_ms <= self.config.transaction_max_timeout_ms:
+            return KafkaError.INVALID_TRANSACTION_TIMEOUT, -1, -1
+        meta = self.txns.get(txn_id)
+        if meta is None:
+            return await self._init_new(txn_id, timeout_ms)
+        if meta.pending or txn_id in self._initializing:
+            return KafkaError.CONCURRENT_TRANSACTIONS, -1, -1
+        if producer_id != -1 and not self._may_bump(meta, producer_id, producer_epoch):
+            return fenced_error(22, version), -1, -1
+        if meta.state in PREPARED:
+            return KafkaError.CONCURRENT_TRANSACTIONS, -1, -1
+        if meta.state == TxnState.ONGOING:
+            # A new instance fences the old one: abort its transaction under a
+            # bumped epoch (so its in-flight writes are rejected), then bump again.
+            err = await self._abort_with_bump(meta)
+            if err:
+                return KafkaError.CONCURRENT_TRANSACTIONS, -1, -1
+            meta = self.txns[txn_id]
+            if meta.pending or meta.state != TxnState.COMPLETE_ABORT:
+                return KafkaError.CONCURRENT_TRANSACTIONS, -1, -1
+        pid, epoch = self._bumped(meta)
+        new = meta.copy(producer_id=pid, epoch=epoch, last_producer_id=meta.producer_id,
+                        last_epoch=meta.epoch, timeout_ms=timeout_ms, state=TxnState.EMPTY,
+                        partitions=None, start_ms=-1, update_ms=now_ms())
+        err = await self._transition(meta, new)
+        return (err, -1, -1) if err else (KafkaError.NONE, pid, epoch)
+
+    async def _init_new(self, txn_id: str, timeout_ms: int) -> tuple[KafkaError, int, int]:
+        if txn_id in self._initializing:
+            return KafkaError.CONCURRENT_TRANSACTIONS, -1, -1
+        self._initializing.add(txn_id)
+        try:
+            pid = self.pids.next_id()
+            new = TxnMeta(txn_id, pid, 0, -1, -1, timeout_ms, TxnState.EMPTY, None, -1, now_ms())
+            err = await self._transition(None, new)
+        finally:
+            self._initializing.discard(txn_id)
+        return (err, -1, -1) if err else (KafkaError.NONE, pid, 0)
+
+    @staticmethod
+    def _may_bump(meta: TxnMeta, producer_id: int, epoch: int) -> bool:
+        """KIP-360: a producer passing its id/epoch may bump if it is the current
+        instance, or the one whose transaction the coordinator just aborted."""
+        if producer_id == meta.producer_id and epoch in (meta.epoch, meta.last_epoch):
+            return True
+        return producer_id == meta.last_producer_id and epoch == meta.last_epoch
+
+    def _bumped(self, meta: TxnMeta) -> tuple[int, int]:
+        if meta.epoch + 1 >= MAX_EPOCH:
+            return self.pids.next_id(), 0
+        return meta.producer_id, meta.epoch + 1
+
+    # --- AddPartitionsToTxn / AddOffsetsToTxn -------------------------------------
+
+    def _validate(self, txn_id: str, producer_id: int, epoch: int, api_key: int,
+                  version: int) -> tuple[TxnMeta | None, KafkaError]:
+        meta = self.txns.get(txn_id) if txn_id else None
+        if meta is None or meta.producer_id != producer_id:
+            return None, KafkaError.INVALID_PRODUCER_ID_MAPPING
+        if epoch != meta.epoch:
+            return None, fenced_error(api_key, version)
+        if meta.pending or meta.state in PREPARED:
+            return None, KafkaError.CONCURRENT_TRANSACTIONS
+        return meta, KafkaError.NONE
+
+    async def add_partitions(self, txn_id: str, producer_id: int, epoch: int,
+                             partitions: list[tuple[str, int]], version: int,
+                             api_key: int = 24) -> dict[tuple[str, int], KafkaError]:
+        meta, err = self._validate(txn_id, producer_id, epoch, api_key, version)
+        if err:
+            return {tp: err for tp in partitions}
+        unknown = {tp for tp in partitions if tp != OFFSETS_PARTITION and self.logs.get(*tp) is None}
+        if unknown:  # all or nothing
+            return {tp: KafkaError.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown
+                    else KafkaError.OPERATION_NOT_ATTEMPTED for tp in partitions}
+        wanted = meta.parts() | frozenset(partitions)
+        if meta.state == TxnState.ONGOING and wanted == meta.parts():
+            return {tp: KafkaError.NONE for tp in partitions}
+        now = now_ms()
+        start = meta.start_ms if meta.state == TxnState.ONGOING else now
+        new = meta.copy(state=TxnState.ONGOING, partitions=wanted, start_ms=start, update_ms=now)
+        err = await self._transition(meta, new)
+        return {tp: err for tp in partitions}
+
+    async def add_offsets(self, txn_id: str, producer_id: int, epoch: int, group_id: str,
+                          version: int) -> KafkaError:
+        if not group_id:
+            return KafkaError.INVALID_GROUP_ID
+        result = await self.add_partitions(txn_id, producer_id, epoch, [OFFSETS_PARTITION], version, api_key=25)
+        return result[OFFSETS_PARTITION]
+
+    # --- checks used by Produce and TxnOffsetCommit (KIP-890 part 1) -------------------
+
+    def verify_produce(self, txn_id: str, producer_id: int, epoch: int, topic: str,
+                       partition: int) -> KafkaError:
+        return self._verify(txn_id, producer_id, epoch, (topic, partition))
+
+    def verify_offsets(self, txn_id: str, producer_id: int, epoch: int, version: int) -> KafkaError:
+        err = self._verify(txn_id, producer_id, epoch, OFFSETS_PARTITION)
+        if err == KafkaError.INVALID_PRODUCER_EPOCH:
+            return fenced_error(28, version)
+        return err
+
+    def _verify(self, txn_id, producer_id, epoch, tp) -> KafkaError:
+        meta = self.txns.get(txn_id)
+        if meta is None or meta.producer_id != producer_id:
+            return KafkaError.INVALID_PRODUCER_ID_MAPPING
+        if epoch != meta.epoch:
+            return KafkaError.INVALID_PRODUCER_EPOCH
+        if meta.state != TxnState.ONGOING or meta.pending in PREPARED or tp not in meta.parts():
+            return KafkaError.INVALID_TXN_STATE
+        return KafkaError.NONE
+
+    # --- EndTxn -------------------------------------------------------------------
+
+    async def end_txn(self, txn_id: str, producer_id: int, epoch: int, commit: bool,
+                      version: int) -> KafkaError:
+        meta = self.txns.get(txn_id) if txn_id else None
+        if meta is None or meta.producer_id != producer_id:
+            return KafkaError.INVALID_PRODUCER_ID_MAPPING
+        if epoch != meta.epoch:
+            return fenced_error(26, version)
+        if meta.pending or meta.state in PREPARED:
+            return KafkaError.CONCURRENT_TRANSACTIONS
+        if meta.state == TxnState.COMPLETE_COMMIT:  # a retry of a commit that went through
+            return KafkaError.NONE if commit else KafkaError.INVALID_TXN_STATE
+        if meta.state == TxnState.COMPLETE_ABORT:
+            return KafkaError.NONE if not commit else KafkaError.INVALID_TXN_STATE
+        if meta.state != TxnState.ONGOING:
+            return KafkaError.INVALID_TXN_STATE
+        target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+        prepared = meta.copy(state=target, update_ms=now_ms())
+        err = await self._transition(meta, prepared)
+        if err:
+            return err
+        await self._complete(self.txns[txn_id])
+        return KafkaError.NONE
+
+    async def _abort_with_bump(self, meta: TxnMeta) -> KafkaError:
+        pid, epoch = self._bumped(meta)
+        prepared = meta.copy(state=TxnState.PREPARE_ABORT, producer_id=pid, epoch=epoch,
+                             last_producer_id=meta.producer_id, last_epoch=meta.epoch, update_ms=now_ms())
+        err = await self._transition(meta, prepared)
+        if err:
+            return err
+        await self._complete(self.txns[meta.txn_id])
+        return KafkaError.NONE
+
+    # --- completion: markers, then the Complete record ------------------------------
+
+    async def _complete(self, meta: TxnMeta) -> None:
+        """Carry out a logged decision. If markers cannot be written now, keep
+        retrying in the background; the transaction stays pending until done."""
+        meta.pending = COMPLETE_OF[meta.state]
+        done: set = set()
+        if await self._try_complete(meta, done):
+            return
+        self._spawn(self._retry_complete(meta, done))
+
+    async def _retry_complete(self, meta: TxnMeta, done: set) -> None:
+        delay = 0.1
+        while True:
+            await asyncio.sleep(delay)
+            if await self._try_complete(meta, done):
+                return
+            delay = min(delay * 2, 5.0)
+
+    async def _try_complete(self, meta: TxnMeta, done: set) -> bool:
+        commit = meta.state == TxnState.PREPARE_COMMIT
+        kind = records.CONTROL_COMMIT if commit else records.CONTROL_ABORT
+        try:
+            for tp in sorted(meta.parts() - done):
+                await self._write_marker(tp, kind, meta)
+                done.add(tp)
+        except StorageError as exc:
+            log.warning("marker write for %s failed (%s); will retry", meta.txn_id, exc)
+            return False
+        final = meta.copy(state=COMPLETE_OF[meta.state], partitions=None, update_ms=now_ms())
+        meta.pending = False
+        err = await self._log_state(final)
+        if err:
+            meta.pending = final.state
+            return False
+        return True
+
+    async def _write_marker(self, tp: tuple[str, int], kind: int, meta: TxnMeta) -> None:
+        if tp == OFFSETS_PARTITION:
+            result = self.groups.complete_txn(meta.producer_id, meta.epoch, self.coordinator_epoch,
+                                              kind == records.CONTROL_COMMIT)
+            if inspect.isawaitable(result):
+                await result
+            return
+        plog = self.logs.get(*tp)
+        if plog is None:  # the topic was deleted: nothing left to mark
+            return
+        info = plog.append_control(kind, meta.producer_id, meta.epoch, self.coordinator_epoch)
+        await self.flusher.sync(plog, info.last_offset + 1)
+        self.on_marker(*tp)
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # --- timeouts and expiration ------------------------------------------------------
+
+    async def _housekeeping_loop(self) -> None:
+        interval = self.config.transaction_abort_check_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.abort_timed_out()
+                await self.expire_idle()
+            except Exception:  # housekeeping must never take the coordinator down
+                log.exception("transaction housekeeping failed")
+
+    async def abort_timed_out(self) -> int:
+        now = now_ms()
+        expired = [m for m in self.txns.values()
+                   if m.state == TxnState.ONGOING and not m.pending and m.start_ms + m.timeout_ms < now]
+        for meta in expired:
+            log.info("aborting %s: transaction timed out after %d ms", meta.txn_id, meta.timeout_ms)
+            await self._abort_with_bump(meta)
+        return len(expired)
+
+    async def expire_idle(self) -> int:
+        cutoff = now_ms() - self.config.transactional_id_expiration_ms
+        idle = [m for m in self.txns.values()
+                if m.state in COMPLETED and not m.pending and m.update_ms < cutoff]
+        for meta in idle:
+            await self._log_state(meta, tombstone=True)
+        return len(idle)

@@ -1,0 +1,99 @@
+"""Transaction states, their transition table, and the coordinator-log record codec."""
+from __future__ import annotations
+
+import struct
+from enum import IntEnum
+
+
+class TxnState(IntEnum):
+    EMPTY = 0
+    ONGOING = 1
+    PREPARE_COMMIT = 2
+    PREPARE_ABORT = 3
+    COMPLETE_COMMIT = 4
+    COMPLETE_ABORT = 5
+    DEAD = 6
+    PREPARE_EPOCH_FENCE = 7
+
+
+S = TxnState
+# target state -> states it may be entered from (Kafka's TransactionState rules).
+VALID_PREVIOUS: dict[TxnState, frozenset[TxnState]] = {
+    S.EMPTY: frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
+    S.ONGOING: frozenset({S.ONGOING, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
+    S.PREPARE_COMMIT: frozenset({S.ONGOING}),
+    S.PREPARE_ABORT: frozenset({S.ONGOING, S.PREPARE_EPOCH_FENCE}),
+    S.COMPLETE_COMMIT: frozenset({S.PREPARE_COMMIT}),
+    S.COMPLETE_ABORT: frozenset({S.PREPARE_ABORT}),
+    S.DEAD: frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
+    S.PREPARE_EPOCH_FENCE: frozenset({S.ONGOING}),
+}
+
+PREPARED = frozenset({S.PREPARE_COMMIT, S.PREPARE_ABORT})
+COMPLETED = frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT})
+COMPLETE_OF = {S.PREPARE_COMMIT: S.COMPLETE_COMMIT, S.PREPARE_ABORT: S.COMPLETE_ABORT}
+
+
+def can_transition(src: TxnState, dst: TxnState) -> bool:
+    return src in VALID_PREVIOUS[dst]
+
+
+class TxnMeta:
+    """One transactional id. Kept small: 100k idle ids must fit in ~50 MB."""
+    __slots__ = ("txn_id", "producer_id", "epoch", "last_producer_id", "last_epoch", "timeout_ms",
+                 "state", "partitions", "start_ms", "update_ms", "pending")
+
+    def __init__(self, txn_id, producer_id, epoch, last_producer_id, last_epoch, timeout_ms, state,
+                 partitions, start_ms, update_ms):
+        self.txn_id = txn_id
+        self.producer_id = producer_id
+        self.epoch = epoch
+        self.last_producer_id = last_producer_id
+        self.last_epoch = last_epoch
+        self.timeout_ms = timeout_ms
+        self.state = state
+        self.partitions = partitions  # frozenset[(topic, partition)] or None when empty
+        self.start_ms = start_ms
+        self.update_ms = update_ms
+        self.pending = False          # a transition is being logged or completed
+
+    def copy(self, **changes) -> "TxnMeta":
+        fields = {k: getattr(self, k) for k in self.__slots__ if k != "pending"}
+        fields.update(changes)
+        return TxnMeta(**fields)
+
+    def parts(self) -> frozenset:
+        return self.partitions or frozenset()
+
+
+# --- log codec: key = transactional id; value = versioned binary record ---------
+
+_VALUE = struct.Struct(">hqhqhiBqqi")
+_VERSION = 0
+
+
+def encode_value(m: TxnMeta) -> bytes:
+    parts = sorted(m.parts())
+    out = bytearray(_VALUE.pack(_VERSION, m.producer_id, m.epoch, m.last_producer_id, m.last_epoch,
+                                m.timeout_ms, int(m.state), m.start_ms, m.update_ms, len(parts)))
+    for topic, partition in parts:
+        raw = topic.encode()
+        out += struct.pack(">h", len(raw)) + raw + struct.pack(">i", partition)
+    return bytes(out)
+
+
+def decode_value(txn_id: str, raw: bytes) -> TxnMeta:
+    (version, pid, epoch, last_pid, last_epoch, timeout_ms, state, start_ms, update_ms,
+     n) = _VALUE.unpack_from(raw, 0)
+    if version != _VERSION:
+        raise ValueError(f"unknown transaction record version {version}")
+    pos = _VALUE.size
+    parts = []
+    for _ in range(n):
+        (tlen,) = struct.unpack_from(">h", raw, pos)
+        topic = raw[pos + 2:pos + 2 + tlen].decode()
+        (partition,) = struct.unpack_from(">i", raw, pos + 2 + tlen)
+        parts.append((topic, partition))
+        pos += 2 + tlen + 4
+    return TxnMeta(txn_id, pid, epoch, last_pid, last_epoch, timeout_ms, TxnState(state),
+                   frozenset(parts) or None, start_ms, update_ms)
