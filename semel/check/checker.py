@@ -24,7 +24,8 @@ def analyze(history: History | str | Path, max_cases: int = MAX_CASES) -> dict:
         "anomaly_counts": counts,
         "anomalies": {name: cases[:max_cases] for name, cases in found.items() if cases},
         "stats": stats(facts),
-        "_facts": facts,  # for the plot; dropped from the JSON summary
+        "_facts": facts,  # for the plot; private keys are dropped from the JSON summary
+        "_all_anomalies": found,
     }
 
 

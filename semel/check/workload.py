@@ -1,0 +1,455 @@
+"""The check workload: a seeded controller drives client worker processes and
+injects faults, writing every operation to the history.
+
+Shape of a run:
+  setup    create the topic (one partition per key)
+  main     producers run transactions (sends to several partitions, sometimes
+           a poll inside; commit or abort at random); consumers poll by
+           assignment and by group subscription at both isolation levels;
+           the nemesis kills and pauses clients and, when check runs the
+           broker itself, kills/restarts it and gives it a full or slow disk
+  heal     faults stop, paused processes continue, the broker runs normally
+  fence    every transactional id is initialised once more, which resolves
+           any transaction a killed producer left open
+  drain    fresh read_committed and read_uncommitted consumers read every
+           partition from the beginning to its end
+
+Everything random comes from the seed (one stream per slot and one for the
+nemesis), so a run's schedule is reproducible; the timing of a real broker
+is not, and the history records what actually happened.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .history import NEMESIS, HistoryWriter
+from .target import BrokerStartError, ManagedBroker
+
+FAULTS = ("client-kill", "client-pause", "broker-kill", "disk-full", "slow-fsync")
+BROKER_FAULTS = frozenset({"broker-kill", "disk-full", "slow-fsync"})
+CONSUMER_SLOTS = (
+    # name, mode, isolation, group suffix
+    ("assign-rc", "assign", "read_committed", None),
+    ("assign-ru", "assign", "read_uncommitted", None),
+    ("group-rc-1", "subscribe", "read_committed", "rc"),
+    ("group-rc-2", "subscribe", "read_committed", "rc"),
+    ("group-ru", "subscribe", "read_uncommitted", "ru"),
+)
+
+
+class WorkloadError(RuntimeError):
+    """The run could not be carried out (not an anomaly: the broker never let us start)."""
+
+
+@dataclass
+class WorkloadConfig:
+    bootstrap: str
+    out_dir: Path
+    seed: int = 0
+    duration_s: float = 60.0
+    faults: tuple = ()
+    keys: int = 4
+    producers: int = 3
+    topic: str | None = None
+    broker: ManagedBroker | None = None
+    fault_interval_s: tuple = (2.0, 6.0)
+    op_timeout_s: float = 45.0
+    ready_timeout_s: float = 45.0
+    drain_timeout_s: float = 40.0
+    abort_probability: float = 0.3
+    poll_probability: float = 0.3
+    max_sends: int = 4
+
+    def validate(self) -> None:
+        unknown = set(self.faults) - set(FAULTS)
+        if unknown:
+            raise WorkloadError(f"unknown fault {sorted(unknown)[0]!r}; known: {', '.join(FAULTS)}")
+        if BROKER_FAULTS & set(self.faults) and self.broker is None:
+            raise WorkloadError("broker faults need a broker that check starts itself "
+                                "(--broker-cmd or --spawn-semel)")
+        if self.keys < 1 or self.producers < 1:
+            raise WorkloadError("need at least one key and one producer")
+        if self.duration_s <= 0:
+            raise WorkloadError("duration must be positive")
+
+
+@dataclass
+class Slot:
+    """A stable client identity; its worker process is replaced when killed."""
+
+    name: str
+    role: str                      # producer | consumer
+    wcfg: dict
+    rng: random.Random
+    proc: asyncio.subprocess.Process | None = None
+    process: int | None = None     # history process id of the current incarnation
+    paused: bool = False
+
+
+class Workload:
+    def __init__(self, cfg: WorkloadConfig):
+        cfg.validate()
+        self.cfg = cfg
+        cfg.out_dir.mkdir(parents=True, exist_ok=True)
+        self.topic = cfg.topic or f"semel-check-{cfg.seed}-{os.getpid()}-{int(time.time())}"
+        self.t0 = time.monotonic_ns()
+        self.history = HistoryWriter(cfg.out_dir / "history.jsonl")
+        self.worker_log = open(cfg.out_dir / "workers.log", "ab")
+        self.stop = asyncio.Event()
+        self.next_process = 0
+        self.next_value = 0
+        self.nemesis_rng = random.Random(f"{cfg.seed}/nemesis")
+        self.slots: list[Slot] = []
+        self.notes: list[str] = []
+        self.drained: dict = {}
+
+    # ------------------------------------------------------------------ history
+
+    def now(self) -> int:
+        return time.monotonic_ns() - self.t0
+
+    def record(self, event: dict) -> dict:
+        return self.history.write(dict(event, time=self.now()))
+
+    def note(self, f: str, **value) -> None:
+        self.record({"process": NEMESIS, "type": "info", "f": f, "value": value})
+
+    # ------------------------------------------------------------------ slots
+
+    def _base_cfg(self) -> dict:
+        return {"bootstrap": self.cfg.bootstrap, "topic": self.topic, "keys": self.cfg.keys,
+                "max_seconds": self.cfg.duration_s + self.cfg.drain_timeout_s + 300}
+
+    def build_slots(self) -> None:
+        for i in range(self.cfg.producers):
+            name = f"producer-{i}"
+            wcfg = dict(self._base_cfg(), role="producer", txn_id=f"{self.topic}-{name}")
+            self.slots.append(Slot(name, "producer", wcfg, random.Random(f"{self.cfg.seed}/{name}")))
+        for name, mode, iso, group in CONSUMER_SLOTS:
+            wcfg = dict(self._base_cfg(), role="consumer", mode=mode, isolation=iso,
+                        group=f"{self.topic}-{group}" if group else None)
+            self.slots.append(Slot(name, "consumer", wcfg, random.Random(f"{self.cfg.seed}/{name}")))
+
+    async def spawn(self, slot: Slot) -> bool:
+        self.next_process += 1
+        slot.process = self.next_process
+        slot.paused = False
+        wcfg = dict(slot.wcfg, client_id=f"semel-check-{slot.name}-{slot.process}")
+        slot.proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "semel.check.worker", json.dumps(wcfg),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=self.worker_log,
+            limit=1 << 24)
+        hello = await self._read(slot, self.cfg.ready_timeout_s)
+        if hello is None or not hello.get("ready"):
+            why = (hello or {}).get("error", "no answer")
+            self.note("worker-start-failed", slot=slot.name, process=slot.process, error=why)
+            await self.reap(slot)
+            return False
+        return True
+
+    async def _read(self, slot: Slot, timeout_s: float) -> dict | None:
+        try:
+            line = await asyncio.wait_for(slot.proc.stdout.readline(), timeout_s)
+        except (asyncio.TimeoutError, ValueError, ConnectionError):
+            return None
+        if not line:
+            return None
+        try:
+            return json.loads(line)
+        except json.JSONDecodeError:
+            return None
+
+    async def call(self, slot: Slot, cmd: dict, timeout_s: float) -> dict | None:
+        """Send one command; None when the worker died or did not answer in time."""
+        if slot.proc is None or slot.proc.returncode is not None:
+            return None
+        try:
+            slot.proc.stdin.write((json.dumps(cmd) + "\n").encode())
+            await slot.proc.stdin.drain()
+        except (ConnectionError, BrokenPipeError):
+            return None
+        return await self._read(slot, timeout_s)
+
+    async def reap(self, slot: Slot) -> None:
+        proc, slot.proc = slot.proc, None
+        if proc is None:
+            return
+        if proc.returncode is None:
+            try:
+                proc.send_signal(signal.SIGCONT)
+                proc.kill()
+            except ProcessLookupError:
+                pass
+        await proc.wait()
+
+    # ------------------------------------------------------------------ ops
+
+    def _value(self) -> int:
+        self.next_value += 1
+        return self.next_value
+
+    def next_op(self, slot: Slot) -> tuple[dict, dict]:
+        """(command for the worker, invoke event for the history)."""
+        rng, cfg = slot.rng, self.cfg
+        if slot.role == "producer":
+            mops: list = [["send", rng.randrange(cfg.keys), self._value()]
+                          for _ in range(rng.randint(1, cfg.max_sends))]
+            if rng.random() < cfg.poll_probability:
+                mops.insert(rng.randint(0, len(mops)), ["poll"])
+            decision = "abort" if rng.random() < cfg.abort_probability else "commit"
+            cmd = {"op": "txn", "mops": mops, "decision": decision, "gap_ms": rng.choice([0, 0, 0, 5, 20])}
+            event = {"f": "txn", "value": mops, "txn_id": slot.wcfg["txn_id"], "decision": decision,
+                     "isolation": "read_committed"}
+            return cmd, event
+        if slot.wcfg["mode"] == "assign" and rng.random() < 0.03:
+            keys = sorted(rng.sample(range(cfg.keys), rng.randint(1, cfg.keys)))
+            return {"op": "assign", "keys": keys}, {"f": "assign", "value": keys}
+        return {"op": "poll", "timeout_s": 0.2}, {"f": "poll", "value": [["poll"]],
+                                                   "isolation": slot.wcfg["isolation"]}
+
+    def completion(self, slot: Slot, invoke: dict, reply: dict | None) -> dict:
+        ev = {k: v for k, v in invoke.items() if k not in ("type", "index", "time", "decision")}
+        if reply is None:
+            # The process died or hung: whatever it did may or may not have happened.
+            ev["type"] = "info"
+            ev["error"] = "worker lost"
+            return ev
+        ev["type"] = reply["type"]
+        if "value" in reply:
+            ev["value"] = reply["value"]
+        for k in ("error", "rebalance", "commit_error", "errors", "at_end"):
+            if k in reply:
+                ev[k] = reply[k]
+        if reply.get("commit_ns") is not None:
+            ev["commit_ns"] = reply["commit_ns"] - self.t0
+        return ev
+
+    async def run_op(self, slot: Slot, cmd: dict, invoke: dict) -> dict | None:
+        inv = self.record(dict(invoke, process=slot.process, type="invoke"))
+        reply = await self.call(slot, cmd, self.cfg.op_timeout_s)
+        self.record(dict(self.completion(slot, inv, reply), process=slot.process))
+        if reply is None or reply.get("exit"):
+            await self.reap(slot)
+        return reply
+
+    async def drive(self, slot: Slot) -> None:
+        while not self.stop.is_set():
+            if slot.proc is None:
+                if not await self.spawn(slot):
+                    await asyncio.sleep(0.5)
+                continue
+            cmd, invoke = self.next_op(slot)
+            await self.run_op(slot, cmd, invoke)
+            await asyncio.sleep(slot.rng.uniform(0, 0.02))
+
+    # ------------------------------------------------------------------ nemesis
+
+    def live_slots(self) -> list[Slot]:
+        return [s for s in self.slots if s.proc is not None and s.proc.returncode is None and not s.paused]
+
+    async def nemesis(self) -> None:
+        faults = list(self.cfg.faults)
+        rng = self.nemesis_rng
+        while faults:
+            delay = rng.uniform(*self.cfg.fault_interval_s)
+            try:
+                await asyncio.wait_for(self.stop.wait(), delay)
+                return
+            except asyncio.TimeoutError:
+                pass
+            fault = rng.choice(faults)
+            await getattr(self, "fault_" + fault.replace("-", "_"))(rng)
+
+    async def fault_client_kill(self, rng: random.Random) -> None:
+        live = self.live_slots()
+        if not live:
+            return
+        victim = rng.choice(live)
+        self.record({"process": NEMESIS, "type": "invoke", "f": "kill-client",
+                     "value": {"slot": victim.name, "process": victim.process}})
+        try:
+            victim.proc.kill()
+        except ProcessLookupError:
+            pass
+        self.note("kill-client", slot=victim.name, process=victim.process)
+
+    async def fault_client_pause(self, rng: random.Random) -> None:
+        live = self.live_slots()
+        if not live:
+            return
+        victim = rng.choice(live)
+        seconds = round(rng.uniform(0.3, 3.0), 2)
+        self.record({"process": NEMESIS, "type": "invoke", "f": "pause-client",
+                     "value": {"slot": victim.name, "process": victim.process, "seconds": seconds}})
+        proc = victim.proc
+        victim.paused = True
+        try:
+            proc.send_signal(signal.SIGSTOP)
+            await asyncio.sleep(seconds)
+        except ProcessLookupError:
+            pass
+        finally:
+            try:
+                proc.send_signal(signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+            victim.paused = False
+        self.note("pause-client", slot=victim.name, process=victim.process, seconds=seconds)
+
+    async def _restart_broker(self, env: dict | None = None) -> None:
+        broker = self.cfg.broker
+        await asyncio.to_thread(broker.kill)
+        for attempt in range(5):
+            try:
+                await asyncio.to_thread(broker.start, env)
+                return
+            except BrokerStartError as exc:
+                self.note("broker-start-failed", attempt=attempt, error=str(exc))
+                await asyncio.sleep(1.0)
+        raise WorkloadError(f"the broker did not come back after a fault (log: {broker.log_path})")
+
+    async def fault_broker_kill(self, rng: random.Random) -> None:
+        down = round(rng.uniform(0.1, 1.5), 2)
+        self.record({"process": NEMESIS, "type": "invoke", "f": "kill-broker", "value": {"down_s": down}})
+        await asyncio.to_thread(self.cfg.broker.kill)
+        await asyncio.sleep(down)
+        await self._restart_broker()
+        self.note("kill-broker", down_s=down)
+
+    async def _fs_episode(self, f: str, spec: str, hold_s: float) -> None:
+        self.record({"process": NEMESIS, "type": "invoke", "f": f, "value": {"spec": spec, "hold_s": hold_s}})
+        await self._restart_broker({"SEMEL_FS_FAULTS": spec})
+        await asyncio.sleep(hold_s)
+        await self._restart_broker()
+        self.note(f, spec=spec, hold_s=hold_s)
+
+    async def fault_disk_full(self, rng: random.Random) -> None:
+        # The storage seam fails writes with ENOSPC once this many bytes were written.
+        await self._fs_episode("disk-full", f"enospc_after_bytes={rng.randint(16, 512) * 1024}",
+                               round(rng.uniform(2.0, 5.0), 2))
+
+    async def fault_slow_fsync(self, rng: random.Random) -> None:
+        await self._fs_episode("slow-fsync", f"fsync_delay_ms={rng.choice([20, 50, 100])}",
+                               round(rng.uniform(3.0, 8.0), 2))
+
+    # ------------------------------------------------------------------ phases
+
+    async def setup_topic(self) -> None:
+        from confluent_kafka import KafkaError
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        def create() -> str | None:
+            admin = AdminClient({"bootstrap.servers": self.cfg.bootstrap, "log_level": 3})
+            deadline = time.monotonic() + 30
+            last = "no answer"
+            while time.monotonic() < deadline:
+                fut = admin.create_topics([NewTopic(self.topic, self.cfg.keys, 1)],
+                                          operation_timeout=10, request_timeout=10)[self.topic]
+                try:
+                    fut.result(15)
+                except Exception as exc:  # KafkaException carries a KafkaError
+                    err = exc.args[0] if exc.args else exc
+                    if getattr(err, "code", lambda: None)() != KafkaError.TOPIC_ALREADY_EXISTS:
+                        last = str(err)
+                        time.sleep(0.5)
+                        continue
+                md = admin.list_topics(self.topic, timeout=10).topics.get(self.topic)
+                if md is not None and md.error is None and len(md.partitions) >= self.cfg.keys:
+                    return None
+                last = f"topic has {len(md.partitions) if md else 0} partitions, want {self.cfg.keys}"
+                time.sleep(0.5)
+            return last
+
+        err = await asyncio.to_thread(create)
+        if err is not None:
+            raise WorkloadError(f"cannot create topic {self.topic} on {self.cfg.bootstrap}: {err}")
+        self.note("setup", topic=self.topic, keys=self.cfg.keys, seed=self.cfg.seed,
+                  faults=list(self.cfg.faults), bootstrap=self.cfg.bootstrap)
+
+    async def fence(self) -> None:
+        """Initialise every transactional id once more: a killed producer's open
+        transaction is aborted (or its decided commit completed) right here."""
+        for slot in self.slots:
+            if slot.role != "producer":
+                continue
+            if slot.proc is None and not await self.spawn(slot):
+                self.note("fence-failed", slot=slot.name)
+                continue
+            reply = await self.call(slot, {"op": "close"}, self.cfg.op_timeout_s)
+            await self.reap(slot)
+            self.note("fenced", slot=slot.name, process=slot.process, ok=reply is not None)
+
+    async def drain(self) -> None:
+        drains = []
+        for iso, tag in (("read_committed", "rc"), ("read_uncommitted", "ru")):
+            wcfg = dict(self._base_cfg(), role="consumer", mode="assign", isolation=iso, group=None)
+            drains.append(Slot(f"drain-{tag}", "consumer", wcfg, random.Random(f"{self.cfg.seed}/drain-{tag}")))
+        await asyncio.gather(*(self._drain_one(s) for s in drains))
+
+    async def _drain_one(self, slot: Slot) -> None:
+        deadline = time.monotonic() + self.cfg.drain_timeout_s
+        want = set(range(self.cfg.keys))
+        at_end: set = set()
+        while time.monotonic() < deadline:
+            if slot.proc is None and not await self.spawn(slot):
+                await asyncio.sleep(0.5)
+                continue
+            reply = await self.run_op(slot, {"op": "poll", "timeout_s": 1.0},
+                                      {"f": "poll", "value": [["poll"]], "isolation": slot.wcfg["isolation"]})
+            if reply is None:
+                continue
+            at_end = set(reply.get("at_end", []))
+            if at_end >= want:
+                break
+        self.drained[slot.name] = sorted(at_end)
+        if not at_end >= want:
+            self.note("drain-incomplete", slot=slot.name, at_end=sorted(at_end))
+        await self.reap(slot)
+
+    async def close_consumers(self) -> None:
+        for slot in self.slots:
+            if slot.role == "consumer" and slot.proc is not None:
+                await self.call(slot, {"op": "close"}, 10)
+                await self.reap(slot)
+
+    async def run(self) -> Path:
+        try:
+            await self.setup_topic()
+            self.build_slots()
+            drivers = [asyncio.create_task(self.drive(s)) for s in self.slots]
+            nemesis = asyncio.create_task(self.nemesis())
+            try:
+                await asyncio.wait_for(self.stop.wait(), self.cfg.duration_s)
+            except asyncio.TimeoutError:
+                pass
+            self.stop.set()
+            await nemesis  # lets a running episode finish: paused clients continue, the broker runs normally
+            self.note("heal")
+            done, pending = await asyncio.wait(drivers, timeout=self.cfg.op_timeout_s + 10)
+            for task in pending:
+                task.cancel()
+            for task in done:
+                task.result()
+            await self.close_consumers()
+            await self.fence()
+            await self.drain()
+            self.note("end", drained=self.drained)
+        finally:
+            for slot in self.slots:
+                await self.reap(slot)
+            self.history.close()
+            self.worker_log.close()
+        return self.history.path
+
+
+def run_workload(cfg: WorkloadConfig) -> Path:
+    """Run the workload to completion; returns the history path."""
+    return asyncio.run(Workload(cfg).run())

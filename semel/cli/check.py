@@ -1,0 +1,174 @@
+"""`semel check`: run the exactly-once workload against a broker and check the history.
+
+Exit status: 0 when no anomaly was found, 1 when some were, 2 on a usage error.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from .main import CliError
+
+MODES = {
+    # mode: (default duration s, drain timeout s, longest duration allowed)
+    "ci": (60.0, 40.0, 120.0),     # the whole run stays within 3 minutes
+    "long": (1800.0, 120.0, None),
+}
+DEFAULT_FAULTS_MANAGED = {"ci": "broker-kill,client-kill,client-pause",
+                          "long": "broker-kill,client-kill,client-pause,disk-full,slow-fsync"}
+DEFAULT_FAULTS_REMOTE = "client-kill,client-pause"
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("check", help="find exactly-once anomalies in any Kafka-compatible broker",
+                       description="Transactional producers and consumers run a seeded workload with "
+                                   "faults; the history is checked for aborted reads, lost writes, "
+                                   "duplicates, skips, torn transactions, G0/G1c cycles and more.")
+    target = p.add_mutually_exclusive_group()
+    target.add_argument("--bootstrap", metavar="HOST:PORT", help="a broker somebody else runs (client faults only)")
+    target.add_argument("--broker-cmd", metavar="TEMPLATE",
+                        help="start the broker ourselves so it can be killed and restarted; "
+                             "{port}, {data} and {host} are filled in")
+    target.add_argument("--spawn-semel", action="store_true",
+                        help="start semel's own broker (same as --broker-cmd 'semel broker start "
+                             "--data-dir {data} --port {port}')")
+    target.add_argument("--analyze", metavar="HISTORY", type=Path,
+                        help="only check an existing history.jsonl")
+    p.add_argument("--mode", choices=sorted(MODES), default="ci",
+                   help="ci: at most 3 minutes (default); long: 30 minutes unless --duration says otherwise")
+    p.add_argument("--duration", type=float, metavar="S", help="seconds of workload before heal and drain")
+    p.add_argument("--seed", type=int, default=None, help="seed for the schedule (default: time based, printed)")
+    p.add_argument("--faults", metavar="LIST",
+                   help="comma list of client-kill, client-pause, broker-kill, disk-full, slow-fsync; "
+                        "or none / all")
+    p.add_argument("--keys", type=int, default=4, help="partitions of the check topic (default 4)")
+    p.add_argument("--producers", type=int, default=3, help="transactional producer slots (default 3)")
+    p.add_argument("--out", type=Path, help="output directory (default ./semel-check-<time>)")
+    p.add_argument("--data-dir", type=Path, help="broker data directory when check starts it "
+                                                 "(default OUT/broker-data)")
+    p.add_argument("--fault-interval", type=float, nargs=2, metavar=("MIN", "MAX"), default=(2.0, 6.0),
+                   help="seconds between faults, drawn uniformly (default 2 6)")
+    p.add_argument("--no-plot", action="store_true", help="skip offsets.png")
+    p.set_defaults(func=run)
+
+
+def _faults(args, managed: bool) -> tuple:
+    from ..check.workload import BROKER_FAULTS, FAULTS
+    spec = args.faults
+    if spec is None:
+        spec = DEFAULT_FAULTS_MANAGED[args.mode] if managed else DEFAULT_FAULTS_REMOTE
+    spec = spec.strip()
+    if spec == "none":
+        return ()
+    if spec == "all":
+        return tuple(f for f in FAULTS if managed or f not in BROKER_FAULTS)
+    faults = tuple(dict.fromkeys(f.strip() for f in spec.split(",") if f.strip()))
+    unknown = [f for f in faults if f not in FAULTS]
+    if unknown:
+        raise CliError(f"unknown fault {unknown[0]!r}; known: {', '.join(FAULTS)}, none, all")
+    if not managed and BROKER_FAULTS & set(faults):
+        raise CliError("broker faults (broker-kill, disk-full, slow-fsync) need --broker-cmd or --spawn-semel: "
+                       "check must run the broker to kill it")
+    return faults
+
+
+def _duration(args) -> tuple[float, float]:
+    default, drain, longest = MODES[args.mode]
+    duration = default if args.duration is None else args.duration
+    if duration <= 0:
+        raise CliError("--duration must be positive")
+    if longest is not None and duration > longest:
+        raise CliError(f"--mode {args.mode} allows at most --duration {longest:.0f}; use --mode long")
+    return duration, drain
+
+
+def _out_dir(args) -> Path:
+    out = args.out or Path(f"semel-check-{time.strftime('%Y%m%d-%H%M%S')}")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CliError(f"cannot use output directory {out}: {exc.strerror}") from None
+    return out
+
+
+def _report(result: dict, out: Path, run_info: dict, plot: bool) -> int:
+    from ..check.report import text_report, write_outputs
+    try:
+        paths = write_outputs(result, out, run_info, plot=plot)
+    except OSError as exc:
+        raise CliError(f"cannot write outputs to {out}: {exc.strerror}") from None
+    sys.stdout.write(text_report(result, run_info))
+    print("outputs: " + ", ".join(f"{k} {v}" for k, v in paths.items()))
+    return 0 if result["valid"] else 1
+
+
+def run(args) -> int:
+    from ..check.checker import analyze
+    from ..check.history import HistoryError
+
+    if args.analyze is not None:
+        try:
+            result = analyze(args.analyze)
+        except HistoryError as exc:
+            raise CliError(str(exc)) from None
+        args.out = args.out or args.analyze.parent
+        return _report(result, _out_dir(args), {"history": str(args.analyze)}, not args.no_plot)
+
+    if not (args.bootstrap or args.broker_cmd or args.spawn_semel):
+        raise CliError("say where the broker is: --bootstrap HOST:PORT, --broker-cmd TEMPLATE or --spawn-semel")
+    if args.keys < 1 or args.producers < 1:
+        raise CliError("--keys and --producers must be at least 1")
+    lo, hi = args.fault_interval
+    if not 0 < lo <= hi:
+        raise CliError("--fault-interval needs 0 < MIN <= MAX")
+    managed = bool(args.broker_cmd or args.spawn_semel)
+    faults = _faults(args, managed)
+    duration, drain = _duration(args)
+    seed = args.seed if args.seed is not None else int(time.time()) % 1_000_000
+    out = _out_dir(args)
+
+    from ..check.target import SEMEL_TEMPLATE, BrokerStartError, ManagedBroker
+    from ..check.workload import WorkloadConfig, WorkloadError, run_workload
+
+    broker = None
+    bootstrap = args.bootstrap
+    if managed:
+        template = args.broker_cmd or SEMEL_TEMPLATE
+        try:
+            broker = ManagedBroker(template, args.data_dir or out / "broker-data", out / "broker.log")
+            broker.start()
+        except BrokerStartError as exc:
+            raise CliError(str(exc)) from None
+        bootstrap = broker.bootstrap
+    elif ":" not in bootstrap:
+        raise CliError(f"--bootstrap must be HOST:PORT, got {bootstrap!r}")
+
+    run_info = {"bootstrap": bootstrap, "seed": seed, "mode": args.mode, "duration_s": duration,
+                "faults": list(faults), "history": str(out / "history.jsonl"),
+                "broker_cmd": (args.broker_cmd or SEMEL_TEMPLATE) if managed else None}
+    print(f"semel check: seed {seed}, {args.mode} mode, {duration:.0f}s, faults {','.join(faults) or 'none'}, "
+          f"broker {bootstrap}; writing {out}", flush=True)
+    cfg = WorkloadConfig(bootstrap=bootstrap, out_dir=out, seed=seed, duration_s=duration, faults=faults,
+                         keys=args.keys, producers=args.producers, broker=broker,
+                         fault_interval_s=(lo, hi), drain_timeout_s=drain)
+    try:
+        history = run_workload(cfg)
+    except WorkloadError as exc:
+        raise CliError(str(exc)) from None
+    finally:
+        if broker is not None:
+            broker.stop()
+    result = analyze(history)
+    run_info["topic"] = _topic_of(history)
+    return _report(result, out, run_info, not args.no_plot)
+
+
+def _topic_of(history: Path) -> str | None:
+    import json
+    try:
+        with open(history, encoding="utf-8") as fh:
+            first = json.loads(fh.readline())
+        return first.get("value", {}).get("topic")
+    except (OSError, ValueError, AttributeError):
+        return None
