@@ -26,8 +26,11 @@ Failures inside the abort path:
 * the store's abort fails: its buffer may leak into the next cycle, so
   CommitFatal.
 * a sink's abort fails: the sink holds an invisible prepared batch of an
-  aborted cycle. CommitAborted, naming the sink in `stranded`; the runtime
-  retries the abort, and recovery aborts it at the next start anyway.
+  aborted cycle (and maybe staged rows in memory). CommitAborted, naming the
+  sink in `stranded`. The runtime retries the abort when the next cycle
+  begins and, if it fails again, ends that cycle CommitFatal at beginTxn
+  rather than let old staged rows leak into it; recovery aborts the batch at
+  the next start.
 """
 from __future__ import annotations
 

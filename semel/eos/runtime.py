@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, Sequence
 from semel.eos.coordinator import EosCoordinator, Record
 from semel.eos.cycle import CycleParts, run_commit_cycle
 from semel.eos.metrics import EosMetrics
-from semel.eos.outcomes import CommitAborted, CommitFatal, CommitSucceeded, CycleOutcome, Ok
+from semel.eos.outcomes import CommitAborted, CommitFatal, CommitSucceeded, CycleOutcome, Ok, Step
 from semel.eos.recovery import RecoveryReport, recover
 from semel.eos.sink import SinkGuard
 from semel.eos.store import TransactionalStore
@@ -33,6 +33,18 @@ log = logging.getLogger("semel.eos")
 MIN_INTERVAL_S = 0.1
 MAX_INTERVAL_S = 300.0
 DEFAULT_INTERVAL_S = 30.0
+
+
+def _retry_aborts(participants: Sequence[SinkGuard], pending: dict[str, set[str]]) -> bool:
+    """Retry failed aborts in place; True if none is left."""
+    by_name = {g.name: g for g in participants}
+    for name, txn_ids in list(pending.items()):
+        for txn_id in sorted(txn_ids):
+            if isinstance(by_name[name].abort(txn_id, step="abort-retry"), Ok):
+                txn_ids.discard(txn_id)
+        if not txn_ids:
+            del pending[name]
+    return not pending
 
 
 class RuntimeFailed(Exception):
@@ -99,8 +111,10 @@ class EosRuntime:
         self.hold = 0
         self.failed: CommitFatal | None = None
         self.report: RecoveryReport | None = None
-        # aborts that failed (participant name -> txn ids), retried before each cycle
+        # aborts that failed (participant name -> txn ids), retried before each cycle:
+        # left over from recovery (best effort) / failed in this process (must succeed)
         self._pending_aborts: dict[str, set[str]] = {}
+        self._dirty: dict[str, set[str]] = {}
 
     def _guard(self, participant: Any) -> SinkGuard:
         return SinkGuard(participant, on_latency=self.metrics.sink_latency, on_failure=self.metrics.sink_failure)
@@ -135,21 +149,29 @@ class EosRuntime:
             raise RuntimeFailed("runtime stopped after CommitFatal; restart the process", self.failed)
         if self.next_cycle is None:
             raise RuntimeFailed("call start() before running cycles")
-        self._retry_pending_aborts()
         cycle = self.next_cycle
         txn_id = self.txn_id(cycle)
-        ctx = CycleContext(self, cycle, txn_id, time.monotonic() + self.commit_interval)
-        parts = CycleParts(self.coordinator, self.sinks, self.store_guard,
-                           work=(lambda: work(ctx)) if work is not None else None,
-                           rows_for=self.rows_for, on_event=self.on_event, hold=self.hold, metrics=self.metrics)
-        outcome = run_commit_cycle(cycle, txn_id, parts)
+        not_clean = self._clean_participants()
+        if not_clean is not None:
+            # Part of beginning the transaction in every participant: one that
+            # cannot be reset would carry rows of an aborted cycle into this one.
+            outcome: CycleOutcome = CommitFatal(cycle, txn_id, Step.BEGIN_TXN, not_clean[0], not_clean[1])
+            log.error("eos cycle=%d txn=%s outcome=CommitFatal step=%s: %s", cycle, txn_id, Step.BEGIN_TXN,
+                      not_clean[0])
+            self.metrics.cycle_done(outcome.kind, str(Step.BEGIN_TXN), 0.0)
+        else:
+            ctx = CycleContext(self, cycle, txn_id, time.monotonic() + self.commit_interval)
+            parts = CycleParts(self.coordinator, self.sinks, self.store_guard,
+                               work=(lambda: work(ctx)) if work is not None else None, rows_for=self.rows_for,
+                               on_event=self.on_event, hold=self.hold, metrics=self.metrics)
+            outcome = run_commit_cycle(cycle, txn_id, parts)
         # Every attempt uses a fresh number, so an aborted id is never reused in this process.
         self.next_cycle = cycle + 1
         if isinstance(outcome, CommitSucceeded):
             self.metrics.last_committed_cycle.set(cycle)
         elif isinstance(outcome, CommitAborted):
             for name in outcome.stranded:
-                self._pending_aborts.setdefault(name, set()).add(txn_id)
+                self._dirty.setdefault(name, set()).add(txn_id)
         elif isinstance(outcome, CommitFatal):
             self.failed = outcome
         return outcome
@@ -175,18 +197,27 @@ class EosRuntime:
             if record is not None:
                 process(record, ctx)
 
-    def _retry_pending_aborts(self) -> None:
-        by_name = {g.name: g for g in self.participants}
-        for name, txn_ids in list(self._pending_aborts.items()):
-            for txn_id in sorted(txn_ids):
-                if isinstance(by_name[name].abort(txn_id, step="abort-retry"), Ok):
-                    txn_ids.discard(txn_id)
-            if not txn_ids:
-                del self._pending_aborts[name]
+    def _clean_participants(self) -> tuple[str, tuple[str, ...]] | None:
+        """Make every participant ready for a new cycle; (reason, names) if one is not."""
+        stuck = tuple(g.name for g in self.participants if g.stuck)
+        if stuck:
+            return f"a timed-out call is still running in {', '.join(stuck)}", stuck
+        # Aborts that failed in this process: the sink may still hold staged
+        # rows of that cycle in memory, so they must succeed now.
+        if not _retry_aborts(self.participants, self._dirty):
+            names = tuple(sorted(self._dirty))
+            return f"abort still failing in {', '.join(names)} (staged rows of an aborted cycle)", names
+        # Aborts left from recovery: nothing of them is in memory; best effort.
+        _retry_aborts(self.participants, self._pending_aborts)
+        return None
 
     @property
     def pending_aborts(self) -> dict[str, set[str]]:
-        return {k: set(v) for k, v in self._pending_aborts.items()}
+        merged: dict[str, set[str]] = {}
+        for src in (self._pending_aborts, self._dirty):
+            for k, v in src.items():
+                merged.setdefault(k, set()).update(v)
+        return merged
 
     def close(self) -> None:
         for g in self.participants:

@@ -79,12 +79,15 @@ class _Timeout(Exception):
     pass
 
 
-def _call_with_timeout(fn: Callable[[], Any], timeout: float | None) -> Any:
+def _call_with_timeout(fn: Callable[[], Any], timeout: float | None,
+                       left_behind: list[threading.Thread] | None = None) -> Any:
     """Run fn, in a daemon thread when a timeout is set.
 
     A hung call cannot be cancelled in Python; its thread is left behind as a
-    daemon and whatever it eventually does is covered by idempotent abort and
-    recovery.
+    daemon (and appended to `left_behind`). What it eventually does to the
+    external system is covered by idempotent abort and recovery; what it may
+    still do to the sink object's in-process state is why the runtime will
+    not begin another cycle while such a call is alive.
     """
     if timeout is None:
         return fn()
@@ -100,6 +103,8 @@ def _call_with_timeout(fn: Callable[[], Any], timeout: float | None) -> Any:
     t.start()
     t.join(timeout)
     if t.is_alive():
+        if left_behind is not None:
+            left_behind.append(t)
         raise _Timeout(f"timed out after {timeout:g}s")
     if "error" in box:
         raise box["error"]
@@ -121,6 +126,13 @@ class SinkGuard:
         self.timeout = getattr(sink, "timeout", DEFAULT_TIMEOUT_S) if timeout is ... else timeout
         self._on_latency = on_latency
         self._on_failure = on_failure
+        self._left_behind: list[threading.Thread] = []
+
+    @property
+    def stuck(self) -> bool:
+        """True while a call that timed out is still running inside the sink."""
+        self._left_behind = [t for t in self._left_behind if t.is_alive()]
+        return bool(self._left_behind)
 
     # Each operation: run, classify, log, report.
     def prepare(self, txn_id: str, rows: Sequence[Any], step: str = "preCommit2PC") -> SinkOutcome:
@@ -134,7 +146,7 @@ class SinkGuard:
 
     def recover(self, step: str = "recover") -> RecoverResult:
         try:
-            value = _call_with_timeout(self.sink.recover, self.timeout)
+            value = _call_with_timeout(self.sink.recover, self.timeout, self._left_behind)
         except _Timeout as exc:
             return self._recover_failed(step, Retryable(str(exc)))
         except Exception as exc:  # noqa: BLE001
@@ -150,7 +162,7 @@ class SinkGuard:
     def _op(self, op: str, step: str, txn_id: str, fn: Callable[[], Any]) -> SinkOutcome:
         started = time.perf_counter()
         try:
-            value = _call_with_timeout(fn, self.timeout)
+            value = _call_with_timeout(fn, self.timeout, self._left_behind)
         except _Timeout as exc:
             outcome: SinkOutcome = Retryable(str(exc))
         except Exception as exc:  # noqa: BLE001 - a sink that raises becomes a value
