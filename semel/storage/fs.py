@@ -1,0 +1,347 @@
+"""The file-system seam: every byte storage reads or writes goes through a `FileSystem`.
+
+Why a seam: the promises storage makes (an append is all-or-nothing, a failed
+fsync changes nothing, a crash leaves the old or the new catalogue) are only
+believable when tests can make the disk fail on purpose at each step.
+`FaultyFileSystem` does that, in-process for unit tests and, through
+`fs_from_env()` and the SEMEL_FS_FAULTS variable, inside a broker process for
+chaos runs.
+
+Files are addressed by `FileHandle` (fd + path) so that faults can be aimed at
+paths ("fail the next write to a .log file") and counted per path.
+All methods raise OSError on failure, never anything else.
+"""
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import shutil
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+
+class FileHandle:
+    __slots__ = ("fd", "path")
+
+    def __init__(self, fd: int, path: str):
+        self.fd = fd
+        self.path = path
+
+    def __repr__(self) -> str:
+        return f"FileHandle({self.fd}, {self.path!r})"
+
+
+class FileSystem:
+    """Plain POSIX I/O. Positions are explicit (pread/pwrite): storage tracks sizes itself."""
+
+    # -- file handles --------------------------------------------------------------
+    def open(self, path: str | Path, *, create: bool = True) -> FileHandle:
+        flags = os.O_RDWR | (os.O_CREAT if create else 0) | getattr(os, "O_CLOEXEC", 0)
+        return FileHandle(os.open(path, flags, 0o644), str(path))
+
+    def close(self, f: FileHandle) -> None:
+        if f.fd >= 0:
+            fd, f.fd = f.fd, -1
+            os.close(fd)
+
+    def pwrite(self, f: FileHandle, data: bytes | bytearray | memoryview, offset: int) -> None:
+        """Write all of data at offset (loops over short writes)."""
+        view = memoryview(data)
+        while view:
+            n = os.pwrite(f.fd, view, offset)
+            view = view[n:]
+            offset += n
+
+    def append(self, f: FileHandle, data: bytes | bytearray | memoryview) -> int:
+        """Write data at the current end of the file; returns the position written at."""
+        pos = self.size(f)
+        self.pwrite(f, data, pos)
+        return pos
+
+    def pread(self, f: FileHandle, size: int, offset: int) -> bytes:
+        """Up to size bytes at offset (fewer only at end of file)."""
+        out = os.pread(f.fd, size, offset)
+        if len(out) < size:  # a short read before EOF is legal: keep reading
+            parts = [out]
+            got = len(out)
+            while got < size:
+                more = os.pread(f.fd, size - got, offset + got)
+                if not more:
+                    break
+                parts.append(more)
+                got += len(more)
+            out = b"".join(parts)
+        return out
+
+    def size(self, f: FileHandle) -> int:
+        return os.fstat(f.fd).st_size
+
+    def fsync(self, f: FileHandle) -> None:
+        os.fsync(f.fd)
+
+    def truncate(self, f: FileHandle, size: int) -> None:
+        os.ftruncate(f.fd, size)
+
+    def map_readonly(self, f: FileHandle, length: int) -> mmap.mmap:
+        """A read-only map of the first length bytes (length > 0). Used by recovery scans."""
+        return mmap.mmap(f.fd, length, access=mmap.ACCESS_READ)
+
+    # -- paths ---------------------------------------------------------------------
+    def fsync_dir(self, path: str | Path) -> None:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def rename(self, src: str | Path, dst: str | Path) -> None:
+        os.replace(src, dst)
+
+    def unlink(self, path: str | Path, *, missing_ok: bool = True) -> None:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            if not missing_ok:
+                raise
+
+    def listdir(self, path: str | Path) -> list[str]:
+        return sorted(os.listdir(path))
+
+    def makedirs(self, path: str | Path) -> None:
+        os.makedirs(path, exist_ok=True)
+
+    def rmtree(self, path: str | Path) -> None:
+        shutil.rmtree(path, ignore_errors=False)
+
+    def exists(self, path: str | Path) -> bool:
+        return os.path.exists(path)
+
+    def is_dir(self, path: str | Path) -> bool:
+        return os.path.isdir(path)
+
+    def file_size(self, path: str | Path) -> int:
+        return os.stat(path).st_size
+
+    def mtime_ms(self, path: str | Path) -> int:
+        return int(os.stat(path).st_mtime * 1000)
+
+    def read_file(self, path: str | Path) -> bytes:
+        f = self.open(path, create=False)
+        try:
+            return self.pread(f, self.size(f), 0)
+        finally:
+            self.close(f)
+
+    def write_atomic(self, path: str | Path, data: bytes, *, sync_dir: bool = True) -> None:
+        """Replace path with data so that a crash leaves the old or the new content.
+
+        tmp + fsync + rename (+ fsync of the directory so the rename itself is
+        durable). On failure the temp file is removed and the old file is untouched.
+        """
+        path = str(path)
+        tmp = path + ".tmp"
+        f = self.open(tmp)
+        try:
+            try:
+                self.truncate(f, 0)
+                self.pwrite(f, data, 0)
+                self.fsync(f)
+            finally:
+                self.close(f)
+            self.rename(tmp, path)
+        except BaseException:
+            try:
+                self.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        if sync_dir:
+            self.fsync_dir(os.path.dirname(path) or ".")
+
+
+class _Fault:
+    """n more failures of one operation, optionally only for paths containing a substring."""
+
+    __slots__ = ("remaining", "path_contains", "partial")
+
+    def __init__(self, n: int, path_contains: str | None, partial: bool = False):
+        self.remaining = n
+        self.path_contains = path_contains
+        self.partial = partial
+
+    def hits(self, path: str) -> bool:
+        return self.remaining > 0 and (self.path_contains is None or self.path_contains in path)
+
+
+class FaultyFileSystem(FileSystem):
+    """A FileSystem that fails on request and counts what it was asked to do.
+
+    - fail_next_write(n, path_contains, partial): the next n matching pwrites raise EIO;
+      with partial=True half of the bytes reach the file first (a torn write).
+    - fail_next_fsync / fail_next_rename: the next n matching calls raise EIO
+      (fsync_dir counts as an fsync of the directory path).
+    - fsync_delay_s: every fsync sleeps first (a slow disk).
+    - enospc_after_bytes: once that many bytes were added to files, writes raise
+      ENOSPC after writing what still fits; truncate and unlink give space back.
+    - counts: Counter of (operation, path); see count().
+    """
+
+    def __init__(self, *, fsync_delay_s: float = 0.0, enospc_after_bytes: int | None = None):
+        self.fsync_delay_s = fsync_delay_s
+        self.enospc_after_bytes = enospc_after_bytes
+        self.counts: Counter[tuple[str, str]] = Counter()
+        self._used = 0
+        self._lock = threading.Lock()
+        self._faults: dict[str, list[_Fault]] = {"write": [], "fsync": [], "rename": []}
+
+    # -- arming faults ---------------------------------------------------------
+    def fail_next_write(self, n: int = 1, path_contains: str | None = None, *, partial: bool = False) -> None:
+        with self._lock:
+            self._faults["write"].append(_Fault(n, path_contains, partial))
+
+    def fail_next_fsync(self, n: int = 1, path_contains: str | None = None) -> None:
+        with self._lock:
+            self._faults["fsync"].append(_Fault(n, path_contains))
+
+    def fail_next_rename(self, n: int = 1, path_contains: str | None = None) -> None:
+        with self._lock:
+            self._faults["rename"].append(_Fault(n, path_contains))
+
+    def clear_faults(self) -> None:
+        with self._lock:
+            for faults in self._faults.values():
+                faults.clear()
+            self.enospc_after_bytes = None
+
+    def count(self, op: str, path_contains: str | None = None) -> int:
+        """How many times op ('pwrite', 'pread', 'fsync', 'rename', 'truncate', 'unlink') ran or was tried."""
+        with self._lock:
+            return sum(n for (o, p), n in self.counts.items()
+                       if o == op and (path_contains is None or path_contains in p))
+
+    def _take(self, op: str, path: str) -> _Fault | None:
+        with self._lock:
+            self.counts[(op if op != "write" else "pwrite", path)] += 1
+            for fault in self._faults[op]:
+                if fault.hits(path):
+                    fault.remaining -= 1
+                    return fault
+        return None
+
+    # -- intercepted operations ----------------------------------------------------
+    def pwrite(self, f: FileHandle, data, offset: int) -> None:
+        fault = self._take("write", f.path)
+        if fault is not None:
+            if fault.partial and len(data) > 1:
+                super().pwrite(f, memoryview(data)[: len(data) // 2], offset)
+            raise OSError(errno.EIO, "injected write failure", f.path)
+        if self.enospc_after_bytes is not None:
+            self._write_with_quota(f, data, offset)
+            return
+        super().pwrite(f, data, offset)
+
+    def _write_with_quota(self, f: FileHandle, data, offset: int) -> None:
+        old_size = self.size(f)
+        growth = max(0, offset + len(data) - old_size)
+        with self._lock:
+            room = self.enospc_after_bytes - self._used
+            fits = growth <= room
+            self._used += growth if fits else max(room, 0)
+        if fits:
+            super().pwrite(f, data, offset)
+            return
+        keep = max(0, old_size + max(room, 0) - offset)  # write what still fits, like a full disk
+        if keep:
+            super().pwrite(f, memoryview(data)[:keep], offset)
+        raise OSError(errno.ENOSPC, "injected full disk", f.path)
+
+    def pread(self, f: FileHandle, size: int, offset: int) -> bytes:
+        with self._lock:
+            self.counts[("pread", f.path)] += 1
+        return super().pread(f, size, offset)
+
+    def truncate(self, f: FileHandle, size: int) -> None:
+        with self._lock:
+            self.counts[("truncate", f.path)] += 1
+        old = self.size(f)
+        super().truncate(f, size)
+        if old > size:
+            with self._lock:
+                self._used = max(0, self._used - (old - size))
+
+    def unlink(self, path, *, missing_ok: bool = True) -> None:
+        with self._lock:
+            self.counts[("unlink", str(path))] += 1
+        try:
+            freed = os.stat(path).st_size
+        except OSError:
+            freed = 0
+        super().unlink(path, missing_ok=missing_ok)
+        with self._lock:
+            self._used = max(0, self._used - freed)
+
+    def fsync(self, f: FileHandle) -> None:
+        self._fsync_common(f.path)
+        super().fsync(f)
+
+    def fsync_dir(self, path) -> None:
+        self._fsync_common(str(path))
+        super().fsync_dir(path)
+
+    def _fsync_common(self, path: str) -> None:
+        if self.fsync_delay_s:
+            time.sleep(self.fsync_delay_s)
+        if self._take("fsync", path) is not None:
+            raise OSError(errno.EIO, "injected fsync failure", path)
+
+    def rename(self, src, dst) -> None:
+        if self._take("rename", str(src)) is not None:
+            raise OSError(errno.EIO, "injected rename failure", str(src))
+        super().rename(src, dst)
+
+
+# Keys accepted in SEMEL_FS_FAULTS and how to parse each value.
+_ENV_KEYS = {
+    "fsync_delay_ms": int,
+    "enospc_after_bytes": int,
+    "fail_next_write": int,
+    "fail_next_fsync": int,
+    "fail_next_rename": int,
+    "path_contains": str,
+}
+
+
+def parse_fault_spec(spec: str) -> dict:
+    """'fsync_delay_ms=50,enospc_after_bytes=1000000' -> {'fsync_delay_ms': 50, ...}."""
+    out: dict = {}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        key, sep, value = part.partition("=")
+        key = key.strip()
+        if not sep or key not in _ENV_KEYS:
+            raise ValueError(f"SEMEL_FS_FAULTS: bad entry {part!r}; known keys: {', '.join(_ENV_KEYS)}")
+        try:
+            out[key] = _ENV_KEYS[key](value.strip())
+        except ValueError:
+            raise ValueError(f"SEMEL_FS_FAULTS: {key} needs an integer, got {value!r}") from None
+        if isinstance(out[key], int) and out[key] < 0:
+            raise ValueError(f"SEMEL_FS_FAULTS: {key} must not be negative")
+    return out
+
+
+def fs_from_env(environ: dict | None = None) -> FileSystem:
+    """FileSystem for a broker process: faulty when SEMEL_FS_FAULTS is set, plain otherwise."""
+    spec = (os.environ if environ is None else environ).get("SEMEL_FS_FAULTS", "").strip()
+    if not spec:
+        return FileSystem()
+    opts = parse_fault_spec(spec)
+    fs = FaultyFileSystem(fsync_delay_s=opts.get("fsync_delay_ms", 0) / 1000.0,
+                          enospc_after_bytes=opts.get("enospc_after_bytes"))
+    where = opts.get("path_contains")
+    for op in ("write", "fsync", "rename"):
+        n = opts.get(f"fail_next_{op}", 0)
+        if n:
+            getattr(fs, f"fail_next_{op}")(n, where)
+    return fs

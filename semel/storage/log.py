@@ -1,0 +1,576 @@
+"""A partition log: an ordered list of segments with append, read, flush, recovery, retention.
+
+Promises (each has a test under tests/unit/storage):
+- append is all-or-nothing. On any disk error the active segment is cut back to
+  its previous size, memory is left untouched and StorageError is raised.
+- flushed_offset only moves after an fsync succeeded; everything below it
+  survives a crash.
+- open() trusts what the recovery-point checkpoint says is on disk and checks only
+  the bytes after it (structure, offset continuity, CRC-32C), cutting the log at
+  the first torn or corrupt batch. A clean close leaves nothing to check.
+
+Threads: all mutating calls (append, roll, retention, close) come from one thread
+(the broker's event loop). flush() may run in a worker thread at the same time
+(group commit). Two locks make that safe: `_io_lock` serialises everything that
+fsyncs or writes index/checkpoint files, `_lock` makes the flusher see the end of
+the log, the active segment and the index arrays as one consistent picture.
+Lock order is always _io_lock, then _lock.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from bisect import bisect_right
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from semel.protocol.errors import KafkaError
+from semel.protocol.records import BatchHeader, set_base_offset
+
+from . import checkpoint as cpfile
+from .errors import AppendError, OffsetOutOfRange, ProducerStateError, StorageError
+from .fs import FileSystem
+from .segment import (
+    INDEX_SUFFIXES, LOG_SUFFIX, MAX_RELATIVE_OFFSET, Segment, parse_segment_file, scan_valid,
+)
+
+__all__ = ["LogConfig", "PartitionLog", "AppendInfo", "RecoveryInfo", "StorageError", "OffsetOutOfRange",
+           "AppendError", "ProducerStateError"]
+
+log = logging.getLogger("semel.storage")
+
+FLUSH_MODES = ("always", "interval", "never")
+_DAY_MS = 24 * 3600 * 1000
+
+
+@dataclass
+class LogConfig:
+    segment_bytes: int = 128 * 1024 * 1024
+    index_interval_bytes: int = 4096
+    retention_bytes: int = -1                  # -1 = unlimited, per partition
+    retention_ms: int = 7 * _DAY_MS            # -1 = unlimited
+    flush_mode: str = "always"                 # "always": acks=all waits for fsync; "interval"; "never"
+    flush_interval_ms: int = 1000
+    # The recovery checkpoint costs fsyncs, so a flush writes it only this often; a
+    # restart re-checks at most about this much data (plus what was never flushed).
+    checkpoint_interval_bytes: int = 16 * 1024 * 1024
+    checkpoint_interval_ms: int = 10_000
+    producer_id_expiration_ms: int = 7 * _DAY_MS
+
+    def validate(self) -> "LogConfig":
+        """Raise ValueError naming the first bad field; return self."""
+        checks = [
+            ("segment_bytes", 61 <= self.segment_bytes <= 2**31 - 1, "must be in [61, 2^31-1]"),
+            ("index_interval_bytes", self.index_interval_bytes >= 0, "must be >= 0"),
+            ("retention_bytes", self.retention_bytes >= -1, "must be >= -1"),
+            ("retention_ms", self.retention_ms >= -1, "must be >= -1"),
+            ("flush_mode", self.flush_mode in FLUSH_MODES, f"must be one of {FLUSH_MODES}"),
+            ("flush_interval_ms", self.flush_interval_ms >= 1, "must be >= 1"),
+            ("checkpoint_interval_bytes", self.checkpoint_interval_bytes >= 0, "must be >= 0"),
+            ("checkpoint_interval_ms", self.checkpoint_interval_ms >= 0, "must be >= 0"),
+            ("producer_id_expiration_ms", self.producer_id_expiration_ms >= 1, "must be >= 1"),
+        ]
+        for name, ok, why in checks:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, str if name == "flush_mode" else int):
+                raise ValueError(f"LogConfig.{name}: wrong type {type(value).__name__}")
+            if not ok:
+                raise ValueError(f"LogConfig.{name}={value!r}: {why}")
+        return self
+
+    def with_overrides(self, **changes) -> "LogConfig":
+        return replace(self, **changes).validate()
+
+
+@dataclass
+class AppendInfo:
+    first_offset: int
+    last_offset: int
+    log_append_time: int   # -1: batches keep their CreateTime timestamps
+    duplicate: bool = False
+
+
+@dataclass
+class RecoveryInfo:
+    """What open() had to do; tests and benchmarks read it."""
+    used_checkpoint: bool = False
+    clean: bool = False
+    scanned_bytes: int = 0            # bytes whose batches were walked
+    crc_checked_bytes: int = 0        # of which CRC-checked (after the recovery point)
+    truncated_bytes: int = 0          # torn/corrupt tail removed
+    segments_removed: list[int] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+class PartitionLog:
+    """Use PartitionLog.open(); see the module docstring for the threading rules."""
+
+    def __init__(self, directory: Path, config: LogConfig, fs: FileSystem):
+        self.directory = Path(directory)
+        self.config = config
+        self.fs = fs
+        self._segments: list[Segment] = []
+        self._bases: list[int] = []
+        self.log_start_offset = 0
+        self.log_end_offset = 0
+        self.flushed_offset = 0
+        self.recovery = RecoveryInfo()
+        self._lock = threading.Lock()
+        self._io_lock = threading.RLock()
+        self._closed = False
+        self._failed: str | None = None
+        self._bytes_since_checkpoint = 0
+        self._last_checkpoint = time.monotonic()
+        self.last_checkpoint_error: OSError | None = None
+
+    # ================================================================ opening & recovery
+    @classmethod
+    def open(cls, directory: Path, config: LogConfig, fs: FileSystem | None = None) -> "PartitionLog":
+        """Open the log in directory, creating it or recovering it as needed."""
+        config.validate()
+        plog = cls(directory, config, fs or FileSystem())
+        started = time.perf_counter()
+        try:
+            plog._load()
+        except OSError as exc:
+            plog._release_files()
+            raise StorageError(f"cannot open log {directory}: {exc}") from exc
+        plog.recovery.seconds = time.perf_counter() - started
+        return plog
+
+    def _load(self) -> None:
+        fs, d = self.fs, self.directory
+        fs.makedirs(d)
+        names = fs.listdir(d)
+        bases = sorted(b for n in names if (b := parse_segment_file(n, LOG_SUFFIX)) is not None)
+        self._remove_debris(names, set(bases))
+        cp = self._read_checkpoint()
+        if not bases:
+            self._create_first_segment(cp.log_start_offset if cp else 0)
+            return
+        segs = [Segment(fs, d, b) for b in bases]
+        rec_i, rec_pos, rec_off, from_cp = self._recovery_start(cp, segs)
+        r = self.recovery
+        r.used_checkpoint = from_cp
+        kept = self._scan_segments(segs, rec_i, rec_pos, rec_off, cp if from_cp else None)
+        self._install(kept)
+        start = cp.log_start_offset if cp else 0
+        self.log_start_offset = min(max(start, kept[0].base), self.log_end_offset)
+        r.clean = bool(from_cp and cp.clean and r.crc_checked_bytes == 0 and r.truncated_bytes == 0
+                       and cp.recovery_offset == self.log_end_offset)
+        self._after_recovery(rec_off if from_cp else kept[0].base)
+        if r.clean:
+            self.flushed_offset = self.log_end_offset
+        else:
+            self._sync_recovered(kept[min(rec_i, len(kept) - 1):])
+        for seg in self._segments[:-1]:
+            seg.close()  # reopened on first read; keeps descriptors few
+
+    def _remove_debris(self, names: list[str], bases: set[int]) -> None:
+        """Temp files of interrupted atomic writes, and index files whose log is gone
+        (a segment deletion that crashed midway)."""
+        for n in names:
+            if n.endswith(".tmp") or n.endswith(".deleted"):
+                self.fs.unlink(self.directory / n)
+                continue
+            for suffix in INDEX_SUFFIXES:
+                b = parse_segment_file(n, suffix)
+                if b is not None and b not in bases:
+                    self.fs.unlink(self.directory / n)
+
+    def _read_checkpoint(self) -> cpfile.Checkpoint | None:
+        path = self.directory / cpfile.FILE_NAME
+        try:
+            data = self.fs.read_file(path)
+        except FileNotFoundError:
+            return None
+        cp = cpfile.decode(data)
+        if cp is None:
+            log.warning("%s: recovery checkpoint is damaged; checking the whole log", self.directory)
+        return cp
+
+    def _create_first_segment(self, base: int) -> None:
+        seg = Segment(self.fs, self.directory, base)
+        seg.create_files()
+        self.fs.fsync_dir(self.directory)
+        self._install([seg])
+        self.log_start_offset = base
+        self.flushed_offset = base
+        self.recovery.clean = True
+
+    def _recovery_start(self, cp: cpfile.Checkpoint | None, segs: list[Segment]
+                        ) -> tuple[int, int, int, bool]:
+        """(segment index, byte position, offset, from checkpoint?) where CRC checks start."""
+        if cp is not None:
+            for i, seg in enumerate(segs):
+                if seg.base == cp.segment_base:
+                    if cp.position <= self.fs.file_size(seg.path(LOG_SUFFIX)):
+                        return i, cp.position, cp.recovery_offset, True
+                    break
+            log.warning("%s: checkpoint does not match the segments; checking the whole log", self.directory)
+        return 0, 0, segs[0].base, False
+
+    def _scan_segments(self, segs: list[Segment], rec_i: int, rec_pos: int, rec_off: int,
+                       cp: cpfile.Checkpoint | None) -> list[Segment]:
+        """Walk each segment from its last trusted index entry; CRC-check from the recovery
+        point on; cut the log at the first bad batch. Returns the segments kept."""
+        interval = self.config.index_interval_bytes
+        for i, seg in enumerate(segs):
+            seg.size = self.fs.size(seg.log)
+            if i < rec_i:
+                seg.load_indexes(limit_pos=seg.size, limit_offset=2**63 - 1)
+                crc_from = seg.size
+            elif i == rec_i:
+                seg.load_indexes(limit_pos=rec_pos, limit_offset=rec_off)
+                if cp is not None and cp.segment_base == seg.base and cp.max_timestamp > seg.max_ts:
+                    seg.max_ts, seg.max_ts_offset = cp.max_timestamp, cp.max_timestamp_offset
+                crc_from = rec_pos
+            else:
+                seg.reset_indexes()
+                crc_from = 0
+            if i > 0 and seg.base != segs[i - 1].next_offset:
+                log.warning("%s: segment %d does not continue offset %d; dropping it and later ones",
+                            self.directory, seg.base, segs[i - 1].next_offset)
+                return self._drop_from(segs, i)
+            valid_end, file_end = self._scan_one(seg, crc_from, interval)
+            if valid_end < file_end:
+                log.warning("%s: cutting torn/corrupt tail of segment %d at byte %d (%d bytes)",
+                            self.directory, seg.base, valid_end, file_end - valid_end)
+                self.fs.truncate(seg.log, valid_end)
+                self.fs.fsync(seg.log)
+                self.recovery.truncated_bytes += file_end - valid_end
+                return self._drop_from(segs, i + 1)
+        return segs
+
+    def _scan_one(self, seg: Segment, crc_from: int, interval: int) -> tuple[int, int]:
+        start = seg.idx_pos[-1] if seg.idx_pos else 0
+        seg.size = start
+        seg.next_offset = seg.base + seg.idx_rel[-1] if seg.idx_pos else seg.base
+        file_end = self.fs.size(seg.log)
+        if file_end <= start:
+            return start, file_end
+        mm = self.fs.map_readonly(seg.log, file_end)
+        try:
+            for pos, hdr in scan_valid(mm, start, file_end, seg.next_offset, crc_from):
+                seg.note_batch(pos, hdr.base_offset, hdr, interval)
+        finally:
+            mm.close()
+        self.recovery.scanned_bytes += seg.size - start
+        self.recovery.crc_checked_bytes += max(0, seg.size - max(crc_from, start))
+        return seg.size, file_end
+
+    def _after_recovery(self, recovery_offset: int) -> None:
+        """Rebuild state that depends on the recovered data (extended by producer state)."""
+
+    def _drop_from(self, segs: list[Segment], i: int) -> list[Segment]:
+        for seg in segs[i:]:
+            self.recovery.segments_removed.append(seg.base)
+            self.recovery.truncated_bytes += self.fs.file_size(seg.path(LOG_SUFFIX))
+            seg.delete_files()
+        return segs[:i]
+
+    def _install(self, segs: list[Segment]) -> None:
+        self._segments = segs
+        self._bases = [s.base for s in segs]
+        self.log_end_offset = segs[-1].next_offset
+
+    def _sync_recovered(self, segs: list[Segment]) -> None:
+        """Make the recovered tail durable and record it, so the next open starts from here."""
+        for seg in segs:
+            self.fs.fsync(seg.log)
+            if seg is not self._segments[-1]:
+                seg.seal_time_index()
+            seg.persist_indexes(sync=seg is not self._segments[-1])
+        self.fs.fsync_dir(self.directory)
+        self.flushed_offset = self.log_end_offset
+        self._flush_locked(force_checkpoint=True, strict=True)
+
+    # ================================================================ appending
+    def append(self, data: bytes | bytearray | memoryview, batches: list[tuple[int, BatchHeader]]) -> AppendInfo:
+        """Append a produce payload already validated by split_batches (positions + headers).
+
+        Offsets are assigned here. Raises AppendError (bad layout), StorageError (disk).
+        """
+        self._check_writable()
+        self._check_layout(data, batches)
+        return self._write(data, batches)
+
+    def _check_layout(self, data, batches: list[tuple[int, BatchHeader]]) -> None:
+        if not batches:
+            raise AppendError(KafkaError.CORRUPT_MESSAGE, "no record batches to append")
+        expect = 0
+        for pos, hdr in batches:
+            if pos != expect or hdr.batch_length < 49:
+                raise AppendError(KafkaError.CORRUPT_MESSAGE, "batch positions do not tile the payload")
+            if hdr.is_control:
+                raise AppendError(KafkaError.INVALID_RECORD, "control batches are written by append_control")
+            expect = pos + hdr.size
+        if expect != len(data):
+            raise AppendError(KafkaError.CORRUPT_MESSAGE, "payload has bytes after its last batch")
+
+    def _write(self, data, batches: list[tuple[int, BatchHeader]], on_success=None) -> AppendInfo:
+        """Assign offsets, roll if needed, write with one pwrite, then update memory."""
+        first = self.log_end_offset
+        count = sum(h.last_offset_delta + 1 for _, h in batches)
+        seg = self._segments[-1]
+        if seg.size > 0 and (seg.size + len(data) > self.config.segment_bytes
+                             or first + count - 1 - seg.base > MAX_RELATIVE_OFFSET):
+            self._roll(first)
+            seg = self._segments[-1]
+        buf = bytearray(data)
+        placed = []
+        offset = first
+        for pos, hdr in batches:
+            set_base_offset(buf, pos, offset)
+            placed.append((pos, offset, hdr))
+            offset += hdr.last_offset_delta + 1
+        start = seg.size
+        try:
+            self.fs.pwrite(seg.log, buf, start)
+        except OSError as exc:
+            self._undo_write(seg, start)
+            raise StorageError(f"write to {seg.path(LOG_SUFFIX)} failed: {exc}") from exc
+        interval = self.config.index_interval_bytes
+        with self._lock:
+            for pos, base, hdr in placed:
+                seg.note_batch(start + pos, base, hdr, interval)
+            self.log_end_offset = offset
+            self._bytes_since_checkpoint += len(buf)
+            if on_success is not None:
+                on_success(placed)
+        return AppendInfo(first, offset - 1, -1)
+
+    def _undo_write(self, seg: Segment, size: int) -> None:
+        try:
+            self.fs.truncate(seg.log, size)
+        except OSError as exc:
+            # The file may now hold part of a request that was refused. Take the log
+            # offline: recovery at the next open cuts whatever does not check out.
+            self._failed = f"could not undo a failed write ({exc}); reopen the log to recover"
+            log.error("%s: %s", self.directory, self._failed)
+
+    def _roll(self, new_base: int) -> None:
+        """Start a new active segment at new_base; the old one is fsynced with its indexes."""
+        with self._io_lock:
+            old = self._segments[-1]
+            new = Segment(self.fs, self.directory, new_base)
+            try:
+                self.fs.fsync(old.log)
+                old.seal_time_index()
+                old.persist_indexes(sync=True)
+                self._before_roll(new_base)
+                new.create_files()
+                self.fs.fsync_dir(self.directory)
+            except OSError as exc:
+                try:
+                    new.delete_files()
+                except OSError:
+                    pass
+                raise StorageError(f"cannot roll {self.directory} at offset {new_base}: {exc}") from exc
+            with self._lock:
+                self._segments.append(new)
+                self._bases.append(new_base)
+            self.flushed_offset = max(self.flushed_offset, new_base)
+            old.close()
+            self._flush_locked(force_checkpoint=True)
+
+    def _before_roll(self, new_base: int) -> None:
+        """Hook run at each roll before the new segment exists (producer snapshots)."""
+
+    # ================================================================ reading
+    @property
+    def high_watermark(self) -> int:
+        return self.log_end_offset
+
+    def read(self, offset: int, max_bytes: int, upper_bound: int | None = None) -> bytes:
+        """Whole batches from the one holding offset: at least one if one lies wholly below
+        upper_bound (even if bigger than max_bytes), never one whose last offset >= upper_bound."""
+        self._check_readable()
+        start, leo = self.log_start_offset, self.log_end_offset
+        if offset < start or offset > leo:
+            raise OffsetOutOfRange(offset, start, leo)
+        bound = leo if upper_bound is None else min(upper_bound, leo)
+        if offset >= bound:
+            return b""
+        segs = self._segments
+        i = max(0, bisect_right(self._bases, offset) - 1)
+        try:
+            while i < len(segs):
+                out = segs[i].read(offset, max_bytes, bound)
+                if out is not None:
+                    return out
+                i += 1
+        except OSError as exc:
+            raise StorageError(f"read of {self.directory} failed: {exc}") from exc
+        return b""
+
+    def offset_for_timestamp(self, ts_ms: int) -> tuple[int, int] | None:
+        """(timestamp, offset) of the first record with timestamp >= ts_ms, or None."""
+        self._check_readable()
+        segs = self._segments
+        try:
+            for k, seg in enumerate(segs):
+                if k < len(segs) - 1 and seg.max_ts < ts_ms:
+                    continue  # a sealed segment knows its max exactly
+                hit = seg.find_timestamp(ts_ms, self.log_start_offset)
+                if hit is not None:
+                    return hit
+        except OSError as exc:
+            raise StorageError(f"timestamp lookup in {self.directory} failed: {exc}") from exc
+        return None
+
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    @property
+    def segment_bases(self) -> list[int]:
+        return list(self._bases)
+
+    # ================================================================ flushing
+    def flush(self, *, checkpoint: bool = False) -> int:
+        """fsync everything appended so far (blocking); returns flushed_offset.
+
+        Also persists the recovery checkpoint when one is due (or checkpoint=True).
+        May run in a worker thread while the owner thread keeps appending.
+        """
+        with self._io_lock:
+            self._check_readable()
+            return self._flush_locked(force_checkpoint=checkpoint)
+
+    def _checkpoint_due(self) -> bool:
+        cfg = self.config
+        return (self._bytes_since_checkpoint >= cfg.checkpoint_interval_bytes
+                or (time.monotonic() - self._last_checkpoint) * 1000 >= cfg.checkpoint_interval_ms)
+
+    def _flush_locked(self, *, force_checkpoint: bool = False, clean: bool = False, strict: bool = False) -> int:
+        due = force_checkpoint or self._checkpoint_due()
+        with self._lock:
+            seg = self._segments[-1]
+            leo = self.log_end_offset
+            state = self._capture(seg, leo, clean) if due else None
+        if leo > self.flushed_offset:
+            try:
+                self.fs.fsync(seg.log)
+            except OSError as exc:
+                raise StorageError(f"fsync of {seg.path(LOG_SUFFIX)} failed: {exc}") from exc
+            self.flushed_offset = leo
+        if state is not None:
+            try:
+                self._persist(seg, state)
+                self.last_checkpoint_error = None
+            except OSError as exc:
+                # The data is durable; only restart speed suffers. Keep going.
+                self.last_checkpoint_error = exc
+                log.warning("%s: could not write the recovery checkpoint: %s", self.directory, exc)
+                if strict:
+                    raise StorageError(f"checkpoint of {self.directory} failed: {exc}") from exc
+        return self.flushed_offset
+
+    def _capture(self, seg: Segment, leo: int, clean: bool):
+        """Everything a checkpoint at leo needs, taken under _lock so it is one instant."""
+        return cpfile.Checkpoint(recovery_offset=leo, segment_base=seg.base, position=seg.size,
+                                 log_start_offset=self.log_start_offset, max_timestamp=seg.max_ts,
+                                 max_timestamp_offset=seg.max_ts_offset, clean=clean)
+
+    def _persist(self, seg: Segment, cp: cpfile.Checkpoint) -> None:
+        seg.persist_indexes(sync=False)
+        self.fs.write_atomic(self.directory / cpfile.FILE_NAME, cp.encode(), sync_dir=True)
+        self._bytes_since_checkpoint = 0
+        self._last_checkpoint = time.monotonic()
+
+    # ================================================================ retention
+    def enforce_retention(self, now_ms: int) -> int:
+        """Delete whole non-active segments past retention_ms (by their max timestamp) or
+        while the log exceeds retention_bytes. Returns how many were deleted."""
+        cfg = self.config
+        with self._io_lock:
+            self._check_writable()
+            size = self.size_bytes()
+            doomed: list[Segment] = []
+            for seg in self._segments[:-1]:
+                too_old = cfg.retention_ms >= 0 and now_ms - seg.largest_timestamp() > cfg.retention_ms
+                too_big = cfg.retention_bytes >= 0 and size - seg.size >= cfg.retention_bytes
+                if not (too_old or too_big):
+                    break
+                doomed.append(seg)
+                size -= seg.size
+            if not doomed:
+                return 0
+            with self._lock:
+                del self._segments[:len(doomed)]
+                del self._bases[:len(doomed)]
+                self.log_start_offset = max(self.log_start_offset, self._segments[0].base)
+            self._after_retention()
+            try:
+                # Record the new log start first: if a crash interrupts the deletions,
+                # the next open still refuses reads below it.
+                self._flush_locked(force_checkpoint=True, strict=True)
+                for seg in doomed:
+                    seg.delete_files()
+            except (OSError, StorageError) as exc:
+                raise StorageError(f"retention in {self.directory} failed: {exc}") from exc
+            return len(doomed)
+
+    def _after_retention(self) -> None:
+        """Hook after the log start moved (drops producer snapshots below it)."""
+
+    # ================================================================ lifecycle
+    def close(self) -> None:
+        """Flush, write a clean checkpoint, release files. Idempotent."""
+        with self._io_lock:
+            if self._closed:
+                return
+            try:
+                if self._failed is None:
+                    self._segments[-1].seal_time_index()
+                    self._before_close()
+                    self._flush_locked(force_checkpoint=True, clean=True, strict=True)
+            finally:
+                self._release_files()
+                self._closed = True
+
+    def _before_close(self) -> None:
+        """Hook: state to write at close (producer snapshot)."""
+
+    def abandon(self) -> None:
+        """Release the files without writing anything, as if the process had died
+        (for crash tests and benchmarks)."""
+        with self._io_lock:
+            self._release_files()
+            self._closed = True
+
+    def delete(self) -> None:
+        """Remove the log and its directory."""
+        with self._io_lock:
+            self._release_files()
+            self._closed = True
+            try:
+                if self.fs.exists(self.directory):
+                    self.fs.rmtree(self.directory)
+            except OSError as exc:
+                raise StorageError(f"cannot delete {self.directory}: {exc}") from exc
+
+    def _release_files(self) -> None:
+        for seg in self._segments:
+            try:
+                seg.close()
+            except OSError:
+                pass
+
+    def _check_readable(self) -> None:
+        if self._closed:
+            raise StorageError(f"log {self.directory} is closed")
+
+    def _check_writable(self) -> None:
+        self._check_readable()
+        if self._failed is not None:
+            raise StorageError(f"log {self.directory} is offline: {self._failed}")
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __repr__(self) -> str:
+        return (f"PartitionLog({str(self.directory)!r}, start={self.log_start_offset}, "
+                f"end={self.log_end_offset}, flushed={self.flushed_offset}, segments={len(self._segments)})")
