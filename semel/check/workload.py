@@ -325,11 +325,21 @@ class Workload:
         self.note("kill-broker", down_s=down)
 
     async def _fs_episode(self, f: str, spec: str, hold_s: float) -> None:
+        """Restart the broker with a storage fault, hold it, restart it healthy."""
         self.record({"process": NEMESIS, "type": "invoke", "f": f, "value": {"spec": spec, "hold_s": hold_s}})
-        await self._restart_broker({"SEMEL_FS_FAULTS": spec})
-        await asyncio.sleep(hold_s)
+        broker = self.cfg.broker
+        await asyncio.to_thread(broker.kill)
+        try:
+            await asyncio.to_thread(broker.start, {"SEMEL_FS_FAULTS": spec})
+            started = True
+        except BrokerStartError as exc:
+            # A broker may refuse to start on a full disk; that is its right.
+            self.note("fault-start-failed", spec=spec, error=str(exc))
+            started = False
+        if started:
+            await asyncio.sleep(hold_s)
         await self._restart_broker()
-        self.note(f, spec=spec, hold_s=hold_s)
+        self.note(f, spec=spec, hold_s=hold_s, started=started)
 
     async def fault_disk_full(self, rng: random.Random) -> None:
         # The storage seam fails writes with ENOSPC once this many bytes were written.
