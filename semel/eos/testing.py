@@ -105,3 +105,58 @@ class FaultySink:
         if kind == "crash":
             raise Crash(f"{self.name}.{op}({txn_id})")
         raise InjectedError(f"{self.name}.{op} lost its answer (value was {value!r})")
+
+
+# ---------------------------------------------------------------- sink conformance
+
+def check_sink_contract(make_sink: Callable[[], Any], committed: Callable[[], dict[str, list]],
+                        rows: Sequence[Any], prefix: str = "contract-0-") -> None:
+    """Drive a sink through the whole contract and assert what the runtime relies on.
+
+    `make_sink()` returns a new sink object on the same external system (a
+    "restarted" process); `committed()` reads what downstream readers see, as
+    {txn_id: rows}; `rows` gives at least 4 distinct rows. Row order within a
+    batch is not compared (tables have none).
+    """
+    from semel.eos.outcomes import Ok
+
+    def ok(x):
+        return isinstance(x, Ok)
+
+    def same(a, b):
+        return sorted(map(repr, a)) == sorted(map(repr, b))
+
+    r1, r2, r3, r4 = rows[:4]
+    t1, t2, t3, t4, t5, t9 = (f"{prefix}{i}" for i in (1, 2, 3, 4, 5, 9))
+    s = make_sink()
+    s.stage(r1)
+    s.stage(r2)
+    assert ok(s.prepare(t1, [r3])), "prepare"
+    assert t1 not in committed(), "prepared rows must be invisible"
+    assert t1 in s.recover(), "a prepared txn must be listed by recover()"
+    assert ok(s.prepare(t1, [])), "repeating prepare must be OK"
+    assert ok(s.commit(t1)), "commit"
+    assert same(committed().get(t1, []), [r1, r2, r3]), f"committed rows of {t1}: {committed().get(t1)}"
+    assert t1 not in s.recover(), "a committed txn must not be listed by recover()"
+    assert ok(s.commit(t1)), "repeating commit must be OK"
+    assert isinstance(s.abort(t1), Fatal), "aborting a committed txn must be Fatal"
+    assert isinstance(s.commit(t9), Fatal), "committing what was never prepared must be Fatal"
+    s.stage(r4)
+    assert ok(s.prepare(t2, [])), "prepare"
+    assert ok(s.abort(t2)) and ok(s.abort(t2)), "abort, and its repeat, must be OK"
+    assert t2 not in s.recover() and t2 not in committed(), "an aborted txn leaves nothing"
+    assert ok(s.abort(t3)), "aborting an unknown txn must be OK"
+    s.stage(r1)
+    assert ok(s.abort(t3)), "abort drops staged rows"
+    assert ok(s.prepare(t4, [r2])), "prepare after an abort carries only new rows"
+    s2 = make_sink()  # a restarted process sees the prepared txn
+    assert t4 in s2.recover(), "recover() after a restart"
+    assert ok(s2.commit(t4)), "commit from a restarted process"
+    assert same(committed().get(t4, []), [r2]), f"committed rows of {t4}: {committed().get(t4)}"
+    assert ok(s2.prepare(t5, [])) and ok(s2.commit(t5)) and ok(s2.commit(t5)), "an empty batch commits"
+    assert t5 not in s2.recover()
+    assert set(committed()) >= {t1, t4} and t2 not in committed()
+    for sink in (s, s2):
+        close = getattr(sink, "close", None)
+        if close is not None:
+            close()
