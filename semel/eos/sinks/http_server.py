@@ -169,7 +169,8 @@ class ReferenceServer:
         return f"http://{host}:{port}"
 
     def start(self) -> "ReferenceServer":
-        self.thread = threading.Thread(target=self.httpd.serve_forever, name="semel-2pc-ref", daemon=True)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), name="semel-2pc-ref",
+                                       daemon=True)
         self.thread.start()
         return self
 

@@ -93,3 +93,29 @@ def names():
         marker = f"mark_{tag}"
         app = f"app_{tag}"
     return N
+
+
+# ---------------------------------------------------------------- PostgreSQL
+
+@pytest.fixture(scope="session")
+def pg_uri(tmp_path_factory):
+    """A real PostgreSQL with prepared transactions enabled.
+
+    SEMEL_EOS_PG_URI names an external server (it must allow prepared
+    transactions); otherwise a pgserver instance is started in a temp dir,
+    reachable only through its Unix socket, and stopped afterwards.
+    """
+    external = os.environ.get("SEMEL_EOS_PG_URI")
+    if external:
+        yield external
+        return
+    import pgserver
+    from pgserver._commands import pg_ctl
+    srv = pgserver.get_server(tmp_path_factory.mktemp("pg"), cleanup_mode="stop")
+    try:
+        srv.psql("ALTER SYSTEM SET max_prepared_transactions = 20;")
+        # The setting needs a server restart; pg_ctl restart reuses the start options.
+        pg_ctl(["-w", "restart"], pgdata=srv.pgdata, user=srv.system_user, timeout=60)
+        yield srv.get_uri()
+    finally:
+        srv.cleanup()

@@ -101,7 +101,7 @@ def scripted():
     handler = type("H", (_Scripted,), {"script": {"release": release}})
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     httpd.daemon_threads = True
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True).start()
     yield handler.script, f"http://127.0.0.1:{httpd.server_address[1]}"
     release.set()
     httpd.shutdown()
