@@ -109,9 +109,15 @@ def pg_uri(tmp_path_factory):
     if external:
         yield external
         return
+    import shutil
+    import tempfile
+
     import pgserver
     from pgserver._commands import pg_ctl
-    srv = pgserver.get_server(tmp_path_factory.mktemp("pg"), cleanup_mode="stop")
+    # Outside pytest's numbered temp dirs: a concurrent pytest session may
+    # prune those while this server is still using them.
+    pgdata = Path(tempfile.mkdtemp(prefix="semel-eos-pg-"))
+    srv = pgserver.get_server(pgdata, cleanup_mode="stop")
     try:
         srv.psql("ALTER SYSTEM SET max_prepared_transactions = 20;")
         # The setting needs a server restart; pg_ctl restart reuses the start options.
@@ -119,3 +125,39 @@ def pg_uri(tmp_path_factory):
         yield srv.get_uri()
     finally:
         srv.cleanup()
+        shutil.rmtree(pgdata, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- S3 (moto's standalone server)
+
+@pytest.fixture(scope="session")
+def s3_endpoint(tmp_path_factory):
+    """moto_server over HTTP on a loopback port, started and stopped here."""
+    import subprocess
+    import sys
+
+    from semel.cli.process import free_port, wait_for_port
+    port = free_port()
+    exe = Path(sys.executable).parent / "moto_server"
+    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "wb")
+    proc = subprocess.Popen([str(exe), "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        wait_for_port("127.0.0.1", port, 60, proc)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.kill()
+        proc.wait(10)
+        log.close()
+
+
+S3_CLIENT_KW = dict(region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing")
+
+
+@pytest.fixture
+def s3_bucket(s3_endpoint):
+    import boto3
+    client = boto3.client("s3", endpoint_url=s3_endpoint, **S3_CLIENT_KW)
+    name = f"b-{uuid.uuid4().hex[:10]}"
+    client.create_bucket(Bucket=name)
+    return client, name
