@@ -124,6 +124,12 @@ def pg_uri(tmp_path_factory):
         pg_ctl(["-w", "restart"], pgdata=srv.pgdata, user=srv.system_user, timeout=60)
         yield srv.get_uri()
     finally:
+        # pgserver's own cleanup only knows the pre-restart postmaster, so stop
+        # the server explicitly before letting it drop its handle.
+        try:
+            pg_ctl(["-w", "stop", "-m", "fast"], pgdata=srv.pgdata, user=srv.system_user, timeout=60)
+        except Exception:  # noqa: BLE001 - already stopped
+            pass
         srv.cleanup()
         shutil.rmtree(pgdata, ignore_errors=True)
 
