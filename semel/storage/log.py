@@ -8,6 +8,12 @@ Promises (each has a test under tests/unit/storage):
 - open() trusts what the recovery-point checkpoint says is on disk and checks only
   the bytes after it (structure, offset continuity, CRC-32C), cutting the log at
   the first torn or corrupt batch. A clean close leaves nothing to check.
+- Idempotence and transactions: every batch with a producer id is checked before
+  anything is written (ProducerStateError on a sequence/epoch violation; a retry
+  gets the original offsets back). Markers end transactions, aborts go to the
+  segment's aborted-transaction index, and the LSO is the start of the earliest
+  open transaction. A checkpoint also saves a producer-state snapshot, and open()
+  replays batch headers from it, so retries are still recognised after a restart.
 
 Threads: all mutating calls (append, roll, retention, close) come from one thread
 (the broker's event loop). flush() may run in a worker thread at the same time
@@ -26,14 +32,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from semel.protocol.errors import KafkaError
-from semel.protocol.records import BatchHeader, set_base_offset
+from semel.protocol.records import (
+    CONTROL_ABORT, CONTROL_COMMIT, BatchHeader, build_control_batch, iter_records, set_base_offset, split_batches,
+)
 
 from . import checkpoint as cpfile
 from .errors import AppendError, OffsetOutOfRange, ProducerStateError, StorageError
 from .fs import FileSystem
+from .producer_state import ProducerStateManager, load_latest_snapshot, prune_snapshots, write_snapshot
 from .segment import (
     INDEX_SUFFIXES, LOG_SUFFIX, MAX_RELATIVE_OFFSET, Segment, parse_segment_file, scan_valid,
 )
+from .txn_index import AbortedTxn
+from .types import AppendInfo
 
 __all__ = ["LogConfig", "PartitionLog", "AppendInfo", "RecoveryInfo", "StorageError", "OffsetOutOfRange",
            "AppendError", "ProducerStateError"]
@@ -84,14 +95,6 @@ class LogConfig:
 
 
 @dataclass
-class AppendInfo:
-    first_offset: int
-    last_offset: int
-    log_append_time: int   # -1: batches keep their CreateTime timestamps
-    duplicate: bool = False
-
-
-@dataclass
 class RecoveryInfo:
     """What open() had to do; tests and benchmarks read it."""
     used_checkpoint: bool = False
@@ -116,6 +119,7 @@ class PartitionLog:
         self.log_end_offset = 0
         self.flushed_offset = 0
         self.recovery = RecoveryInfo()
+        self.producers = ProducerStateManager()
         self._lock = threading.Lock()
         self._io_lock = threading.RLock()
         self._closed = False
@@ -261,7 +265,57 @@ class PartitionLog:
         return seg.size, file_end
 
     def _after_recovery(self, recovery_offset: int) -> None:
-        """Rebuild state that depends on the recovered data (extended by producer state)."""
+        """Rebuild producer state and the aborted-txn index of the recovered tail.
+
+        Start from the newest snapshot at or below the recovery point and replay batch
+        headers from there to the end (control batches: their one record gives the
+        marker type). Aborts at or after the recovery point get their index entries
+        again; earlier ones were made durable before that checkpoint was written.
+        """
+        leo = self.log_end_offset
+        prune_snapshots(self.fs, self.directory, keep=1 << 30, above=leo)   # past a cut tail
+        first_base = self._segments[0].base
+        found = load_latest_snapshot(self.fs, self.directory, min(recovery_offset, leo))
+        if found is not None:
+            start, self.producers = found
+        else:
+            start, self.producers = first_base, ProducerStateManager()
+        # With no snapshot reaching back to the data, transactions may have begun in
+        # deleted segments: an abort from a producer never seen is indexed from here.
+        cold = start < first_base or (found is None and first_base > 0)
+        start = max(start, first_base)
+        for seg in self._segments:
+            if seg.next_offset <= start:
+                continue
+            for pos, hdr in seg.iter_headers(seg.lookup(start) if start > seg.base else 0):
+                if hdr.last_offset < start:
+                    continue
+                if hdr.is_control:
+                    self._replay_marker(seg, pos, hdr, recovery_offset, start if cold else None)
+                elif hdr.producer_id >= 0:
+                    self.producers.update(hdr, AppendInfo(hdr.base_offset, hdr.last_offset))
+        for seg in self._segments:
+            seg.txn.truncate_to(leo)
+
+    def _replay_marker(self, seg: Segment, pos: int, hdr: BatchHeader, recovery_offset: int,
+                       cold_start: int | None) -> None:
+        kind, coordinator_epoch = _read_marker(self.fs.pread(seg.log, hdr.size, pos))
+        if kind is None:
+            log.warning("%s: control batch at %d has no readable marker; ignored", self.directory, hdr.base_offset)
+            return
+        known = self.producers.entry(hdr.producer_id) is not None
+        first = self.producers.complete_txn(hdr.producer_id, hdr.producer_epoch, coordinator_epoch,
+                                            hdr.max_timestamp)
+        if kind != CONTROL_ABORT or hdr.base_offset < recovery_offset:
+            return
+        if first is None and cold_start is not None and not known and cold_start < hdr.base_offset:
+            first = cold_start
+        if first is not None:
+            self._index_abort(seg, hdr.producer_id, first, hdr.base_offset)
+
+    def _index_abort(self, seg: Segment, producer_id: int, first: int, marker: int) -> None:
+        lso = self.producers.first_unstable_offset()
+        seg.txn.append(AbortedTxn(producer_id, first, marker, marker + 1 if lso is None else lso))
 
     def _drop_from(self, segs: list[Segment], i: int) -> list[Segment]:
         for seg in segs[i:]:
@@ -294,7 +348,44 @@ class PartitionLog:
         """
         self._check_writable()
         self._check_layout(data, batches)
-        return self._write(data, batches)
+        err, duplicate = self.producers.check_batches([h for _, h in batches])
+        if err is not KafkaError.NONE:
+            raise ProducerStateError(err, f"{err.name} for {self.directory}")
+        if duplicate is not None:
+            return duplicate          # a retry of batches already stored: nothing is written
+        return self._write(data, batches, on_success=self._apply_data)
+
+    def _apply_data(self, placed) -> None:
+        for _, base, hdr in placed:
+            self.producers.update(hdr, AppendInfo(base, base + hdr.last_offset_delta))
+
+    def append_control(self, kind: int, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                       *, timestamp_ms: int | None = None) -> AppendInfo:
+        """Write a COMMIT (1) or ABORT (0) marker for producer_id and end its transaction here.
+
+        Fenced like data: an epoch below the producer's current one raises
+        ProducerStateError(INVALID_PRODUCER_EPOCH); so does an older coordinator epoch
+        (TRANSACTION_COORDINATOR_FENCED).
+        """
+        if kind not in (CONTROL_ABORT, CONTROL_COMMIT):
+            raise ValueError(f"control kind must be 0 (abort) or 1 (commit), not {kind!r}")
+        if producer_id < 0:
+            raise ValueError("a transaction marker needs a producer id")
+        self._check_writable()
+        err = self.producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        if err is not KafkaError.NONE:
+            raise ProducerStateError(err, f"{err.name}: marker for producer {producer_id} refused")
+        ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        data = build_control_batch(kind, producer_id=producer_id, producer_epoch=producer_epoch,
+                                   coordinator_epoch=coordinator_epoch, timestamp_ms=ts)
+        batches, _ = split_batches(data)
+
+        def apply(placed) -> None:
+            marker = placed[0][1]
+            first = self.producers.complete_txn(producer_id, producer_epoch, coordinator_epoch, ts)
+            if kind == CONTROL_ABORT and first is not None:
+                self._index_abort(self._segments[-1], producer_id, first, marker)
+        return self._write(data, batches, on_success=apply)
 
     def _check_layout(self, data, batches: list[tuple[int, BatchHeader]]) -> None:
         if not batches:
@@ -359,7 +450,6 @@ class PartitionLog:
                 self.fs.fsync(old.log)
                 old.seal_time_index()
                 old.persist_indexes(sync=True)
-                self._before_roll(new_base)
                 new.create_files()
                 self.fs.fsync_dir(self.directory)
             except OSError as exc:
@@ -373,10 +463,8 @@ class PartitionLog:
                 self._bases.append(new_base)
             self.flushed_offset = max(self.flushed_offset, new_base)
             old.close()
+            # checkpoint + producer snapshot at the new base (failure only costs restart time)
             self._flush_locked(force_checkpoint=True)
-
-    def _before_roll(self, new_base: int) -> None:
-        """Hook run at each roll before the new segment exists (producer snapshots)."""
 
     # ================================================================ reading
     @property
@@ -419,6 +507,28 @@ class PartitionLog:
         except OSError as exc:
             raise StorageError(f"timestamp lookup in {self.directory} failed: {exc}") from exc
         return None
+
+    @property
+    def last_stable_offset(self) -> int:
+        """First offset of the earliest open transaction, else the high watermark."""
+        first = self.producers.first_unstable_offset()
+        return self.high_watermark if first is None else min(first, self.high_watermark)
+
+    def aborted_transactions(self, start_offset: int, end_offset: int) -> list[tuple[int, int]]:
+        """(producer_id, first_offset) of aborted transactions overlapping [start, end),
+        for Fetch responses to read_committed consumers."""
+        out: list[tuple[int, int]] = []
+        segs = self._segments
+        i = max(0, bisect_right(self._bases, start_offset) - 1)
+        for seg in segs[i:]:
+            if seg.txn.collect(start_offset, end_offset, out):
+                break
+        return out
+
+    def expire_producers(self, now_ms: int) -> int:
+        """Forget producers idle longer than producer_id_expiration_ms; returns how many."""
+        with self._lock:
+            return self.producers.expire(now_ms, self.config.producer_id_expiration_ms)
 
     def size_bytes(self) -> int:
         return sum(s.size for s in self._segments)
@@ -467,15 +577,20 @@ class PartitionLog:
                     raise StorageError(f"checkpoint of {self.directory} failed: {exc}") from exc
         return self.flushed_offset
 
-    def _capture(self, seg: Segment, leo: int, clean: bool):
+    def _capture(self, seg: Segment, leo: int, clean: bool) -> tuple[cpfile.Checkpoint, bytes]:
         """Everything a checkpoint at leo needs, taken under _lock so it is one instant."""
-        return cpfile.Checkpoint(recovery_offset=leo, segment_base=seg.base, position=seg.size,
-                                 log_start_offset=self.log_start_offset, max_timestamp=seg.max_ts,
-                                 max_timestamp_offset=seg.max_ts_offset, clean=clean)
+        cp = cpfile.Checkpoint(recovery_offset=leo, segment_base=seg.base, position=seg.size,
+                               log_start_offset=self.log_start_offset, max_timestamp=seg.max_ts,
+                               max_timestamp_offset=seg.max_ts_offset, clean=clean)
+        return cp, self.producers.to_bytes()
 
-    def _persist(self, seg: Segment, cp: cpfile.Checkpoint) -> None:
+    def _persist(self, seg: Segment, state: tuple[cpfile.Checkpoint, bytes]) -> None:
+        """Indexes, then the producer snapshot, then the checkpoint that vouches for both."""
+        cp, snapshot = state
         seg.persist_indexes(sync=False)
+        write_snapshot(self.fs, self.directory, cp.recovery_offset, snapshot)
         self.fs.write_atomic(self.directory / cpfile.FILE_NAME, cp.encode(), sync_dir=True)
+        prune_snapshots(self.fs, self.directory)
         self._bytes_since_checkpoint = 0
         self._last_checkpoint = time.monotonic()
 
@@ -495,13 +610,13 @@ class PartitionLog:
                     break
                 doomed.append(seg)
                 size -= seg.size
-            if not doomed:
-                return 0
             with self._lock:
+                self.producers.expire(now_ms, cfg.producer_id_expiration_ms)
+                if not doomed:
+                    return 0
                 del self._segments[:len(doomed)]
                 del self._bases[:len(doomed)]
                 self.log_start_offset = max(self.log_start_offset, self._segments[0].base)
-            self._after_retention()
             try:
                 # Record the new log start first: if a crash interrupts the deletions,
                 # the next open still refuses reads below it.
@@ -512,9 +627,6 @@ class PartitionLog:
                 raise StorageError(f"retention in {self.directory} failed: {exc}") from exc
             return len(doomed)
 
-    def _after_retention(self) -> None:
-        """Hook after the log start moved (drops producer snapshots below it)."""
-
     # ================================================================ lifecycle
     def close(self) -> None:
         """Flush, write a clean checkpoint, release files. Idempotent."""
@@ -524,14 +636,10 @@ class PartitionLog:
             try:
                 if self._failed is None:
                     self._segments[-1].seal_time_index()
-                    self._before_close()
                     self._flush_locked(force_checkpoint=True, clean=True, strict=True)
             finally:
                 self._release_files()
                 self._closed = True
-
-    def _before_close(self) -> None:
-        """Hook: state to write at close (producer snapshot)."""
 
     def abandon(self) -> None:
         """Release the files without writing anything, as if the process had died
@@ -574,3 +682,16 @@ class PartitionLog:
     def __repr__(self) -> str:
         return (f"PartitionLog({str(self.directory)!r}, start={self.log_start_offset}, "
                 f"end={self.log_end_offset}, flushed={self.flushed_offset}, segments={len(self._segments)})")
+
+
+def _read_marker(batch: bytes) -> tuple[int | None, int]:
+    """(kind, coordinator epoch) of a control batch; (None, -1) when unreadable."""
+    try:
+        rec = next(iter_records(batch), None)
+    except ValueError:
+        return None, -1
+    if rec is None or rec.key is None or len(rec.key) < 4:
+        return None, -1
+    kind = int.from_bytes(rec.key[2:4], "big", signed=True)
+    epoch = int.from_bytes(rec.value[2:6], "big", signed=True) if rec.value and len(rec.value) >= 6 else -1
+    return kind, epoch

@@ -29,6 +29,7 @@ from semel.protocol.records import (
 )
 
 from .fs import FileHandle, FileSystem
+from .txn_index import TxnIndex
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -76,7 +77,8 @@ class Segment:
     """In-memory view of one segment. Not thread-safe by itself: PartitionLog locks around it."""
 
     __slots__ = ("fs", "directory", "base", "_log", "size", "next_offset", "max_ts", "max_ts_offset",
-                 "idx_rel", "idx_pos", "idx_persisted", "tidx_ts", "tidx_rel", "tidx_persisted")
+                 "idx_rel", "idx_pos", "idx_persisted", "tidx_ts", "tidx_rel", "tidx_persisted",
+                 "txn")
 
     def __init__(self, fs: FileSystem, directory: Path, base: int):
         self.fs = fs
@@ -93,6 +95,7 @@ class Segment:
         self.tidx_ts = array("q")
         self.tidx_rel = array("q")
         self.tidx_persisted = 0
+        self.txn = TxnIndex(fs, self.path(TXNINDEX_SUFFIX))
 
     # -- files -----------------------------------------------------------------------
     def path(self, suffix: str) -> Path:
@@ -170,6 +173,7 @@ class Segment:
             self.tidx_persisted = n
         elif sync:
             self._write_at(TIMEINDEX_SUFFIX, b"", 0, sync)
+        self.txn.persist(sync)
 
     def _write_at(self, suffix: str, data: bytes, pos: int, sync: bool) -> None:
         f = self.fs.open(self.path(suffix))
@@ -214,6 +218,7 @@ class Segment:
         self._cut_file(TIMEINDEX_SUFFIX, 16 * keep, 16 * len(ts))
         if keep:
             self.max_ts, self.max_ts_offset = ts[keep - 1], self.base + trel[keep - 1]
+        self.txn.load(limit_offset)
 
     def _read_pairs(self, suffix: str, typecode: str, entry: int) -> tuple[array, array]:
         try:
@@ -243,6 +248,7 @@ class Segment:
         self.max_ts, self.max_ts_offset = -1, -1
         for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX):
             self._cut_file(suffix, 0, -1)
+        self.txn.reset()
 
     def _batch_starts_at(self, pos: int, offset: int) -> bool:
         head = self.fs.pread(self.log, 17, pos)

@@ -1,0 +1,12 @@
+"""Small value types shared by the log and the producer state."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class AppendInfo:
+    first_offset: int
+    last_offset: int
+    log_append_time: int = -1   # -1: batches keep their CreateTime timestamps
+    duplicate: bool = False     # True: a retry of batches already in the log (nothing written)
