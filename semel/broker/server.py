@@ -53,9 +53,8 @@ class Broker:
             self.config.port = self._server.sockets[0].getsockname()[1]
         self._tasks.append(asyncio.create_task(self._retention_loop(), name="retention"))
         if self.config.log.flush_mode == "interval":
-            from ..storage.flusher import run_interval_flush
-            self._tasks.append(asyncio.create_task(
-                run_interval_flush(lambda: self.logs.all_logs(), self.config.log.flush_interval_ms)))
+            self._tasks.append(asyncio.create_task(self.flusher.run_interval_flush(
+                lambda: [plog for _, plog in self.logs.all_logs()], self.config.log.flush_interval_ms)))
         if self.config.metrics_port:
             self.metrics.serve(self.config.host, self.config.metrics_port)
         log.info("semel broker listening on %s:%d (data %s, started in %.2fs)",
@@ -99,12 +98,10 @@ class Broker:
         interval = self.config.retention_check_interval_ms / 1000
         while True:
             await asyncio.sleep(interval)
-            now = int(time.time() * 1000)
-            for plog in self.logs.all_logs():
-                try:
-                    plog.enforce_retention(now)
-                except Exception:  # retention must never take the broker down
-                    log.exception("retention failed for %s", plog)
+            try:
+                self.logs.enforce_retention(int(time.time() * 1000))
+            except Exception:  # retention must never take the broker down
+                log.exception("retention failed")
 
     # --- helpers used by handlers -----------------------------------------
 

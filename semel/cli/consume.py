@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 import time
 
-from .main import CliError
+from .main import CliError, quiet_logger, require_broker
 
 
 def add_parser(sub) -> None:
@@ -40,7 +40,8 @@ def _format(msg, args) -> str:
 
 def run(args) -> int:
     from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaException, TopicPartition
-    conf = {"bootstrap.servers": args.bootstrap, "isolation.level": args.isolation,
+    require_broker(args.bootstrap)
+    conf = {"bootstrap.servers": args.bootstrap, "logger": quiet_logger(), "isolation.level": args.isolation,
             "group.id": args.group or "semel-cli-unused", "enable.auto.commit": bool(args.group),
             "auto.offset.reset": "earliest" if args.from_beginning else "latest"}
     count = 0

@@ -48,5 +48,24 @@ class CliError(Exception):
     """A user-facing failure: printed as one line, exit status 2."""
 
 
+def require_broker(bootstrap: str) -> None:
+    """Fail with one readable line before handing the address to librdkafka,
+    which would otherwise retry (and log) for as long as its timeouts allow."""
+    from ..client import Client, ClientError
+    try:
+        Client(bootstrap, timeout_s=5).close()
+    except (ClientError, OSError) as exc:
+        raise CliError(str(exc)) from None
+
+
+def quiet_logger():
+    """A logger for librdkafka clients: connection chatter stays out of the CLI output."""
+    import logging
+    logger = logging.getLogger("semel.librdkafka")
+    logger.addHandler(logging.NullHandler())
+    logger.propagate = False
+    return logger
+
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from .main import CliError
+from .main import CliError, quiet_logger, require_broker
 
 
 def add_parser(sub) -> None:
@@ -41,7 +41,8 @@ def run(args) -> int:
         if not sep or not k:
             raise CliError(f"--header wants KEY=VALUE, got {item!r}")
         headers.append((k, v.encode()))
-    conf = {"bootstrap.servers": args.bootstrap, "acks": args.acks, "compression.type": args.compression,
+    require_broker(args.bootstrap)
+    conf = {"bootstrap.servers": args.bootstrap, "logger": quiet_logger(), "acks": args.acks, "compression.type": args.compression,
             "enable.idempotence": args.acks == "all", "message.timeout.ms": 30000}
     if args.transactional_id:
         conf["transactional.id"] = args.transactional_id

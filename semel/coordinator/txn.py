@@ -72,7 +72,8 @@ class TransactionCoordinator:
 
     async def start(self) -> None:
         if TXN_TOPIC not in self.logs.topics():
-            self.logs.create_topic(TXN_TOPIC, 1, {}, internal=True)
+            # Coordinator state must never age out: no time or size retention.
+            self.logs.create_topic(TXN_TOPIC, 1, {"retention.ms": "-1", "retention.bytes": "-1"}, internal=True)
         self.log = self.logs.get(TXN_TOPIC, 0)
         self._replay()
         await self._roll_forward_prepared()
@@ -354,7 +355,9 @@ class TransactionCoordinator:
             result = self.groups.complete_txn(meta.producer_id, meta.epoch, self.coordinator_epoch,
                                               kind == records.CONTROL_COMMIT)
             if inspect.isawaitable(result):
-                await result
+                result = await result
+            if result:
+                raise StorageError(f"offsets marker for {meta.txn_id}: {KafkaError(result).name}")
             return
         plog = self.logs.get(*tp)
         if plog is None:  # the topic was deleted: nothing left to mark

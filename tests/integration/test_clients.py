@@ -39,8 +39,8 @@ def _ck_admin(bootstrap):
 
 def _ck_create(bootstrap, topic, partitions):
     from confluent_kafka.admin import NewTopic
-    futures = _ck_admin(bootstrap).create_topics([NewTopic(topic, partitions, 1)])
-    futures[topic].result(15)
+    admin = _ck_admin(bootstrap)  # the handle must outlive its futures
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(15)
 
 
 def _ck_consume_all(bootstrap, topic, partitions, count, isolation="read_committed"):

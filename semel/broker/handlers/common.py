@@ -3,9 +3,6 @@ from __future__ import annotations
 
 from ...protocol.errors import KafkaError
 
-INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state")
-
-
 def lookup(ctx, topic: str, partition: int):
     """(log, error): the partition's log, auto-creating the topic when configured."""
     logs = ctx.broker.logs

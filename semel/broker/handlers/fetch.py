@@ -16,18 +16,10 @@ from ..router import handler
 READ_COMMITTED = 1
 LATEST = -1
 EARLIEST = -2
-MAX_TIMESTAMP = -3
 
 
 def upper_bound(plog, isolation: int) -> int:
-    if isolation == READ_COMMITTED:
-        return getattr(plog, "last_stable_offset", plog.high_watermark)
-    return plog.high_watermark
-
-
-def aborted_in(plog, start: int, end: int):
-    finder = getattr(plog, "aborted_transactions", None)
-    return finder(start, end) if finder is not None else []
+    return plog.last_stable_offset if isolation == READ_COMMITTED else plog.high_watermark
 
 
 @handler(1, 4, 12)
@@ -71,7 +63,7 @@ def _read_partition(ctx, P, topic, p, isolation, budget, first):
                  high_watermark=-1, last_stable_offset=-1, log_start_offset=-1,
                  aborted_transactions=None, records=b""), 0
     hw = plog.high_watermark
-    lso = getattr(plog, "last_stable_offset", hw)
+    lso = plog.last_stable_offset
     bound = lso if isolation == READ_COMMITTED else hw
     max_bytes = min(p.partition_max_bytes, budget) if not first else p.partition_max_bytes
     try:
@@ -83,7 +75,7 @@ def _read_partition(ctx, P, topic, p, isolation, budget, first):
     aborted = None
     if isolation == READ_COMMITTED:
         aborted = [P.AbortedTransaction(producer_id=pid, first_offset=first_off)
-                   for pid, first_off in aborted_in(plog, p.fetch_offset, bound)] if data else []
+                   for pid, first_off in plog.aborted_transactions(p.fetch_offset, bound)] if data else []
     return P(partition_index=p.partition, error_code=0, high_watermark=hw, last_stable_offset=lso,
              log_start_offset=plog.log_start_offset, aborted_transactions=aborted,
              preferred_read_replica=-1, records=data), len(data)
@@ -114,16 +106,10 @@ def _offset_for(ctx, topic, partition, timestamp, isolation):
         return KafkaError.NONE, -1, upper_bound(plog, isolation)
     if timestamp == EARLIEST:
         return KafkaError.NONE, -1, plog.log_start_offset
-    if timestamp == MAX_TIMESTAMP:
-        found = plog.max_timestamp_offset() if hasattr(plog, "max_timestamp_offset") else None
-        if found is None:
-            return KafkaError.NONE, -1, -1
-        off, ts = found
-        return KafkaError.NONE, ts, off
-    if timestamp < 0:
+    if timestamp < 0:  # -3 (max timestamp, KIP-734) is not offered: ListOffsets stops at v7
         return KafkaError.INVALID_REQUEST, -1, -1
-    found = plog.offset_for_timestamp(timestamp)
-    if found is None or found[0] >= upper_bound(plog, isolation):
+    found = plog.offset_for_timestamp(timestamp)  # (timestamp, offset) of the first record at or after
+    if found is None or found[1] >= upper_bound(plog, isolation):
         return KafkaError.NONE, -1, -1
-    off, ts = found
+    ts, off = found
     return KafkaError.NONE, ts, off

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from ...protocol.errors import KafkaError
 from ..router import handler
-from .common import INTERNAL_TOPICS
 
 
 @handler(3, 0, 12)
@@ -39,12 +38,8 @@ def _topic_metadata(cls, logs, name, node_id):
     P = T.MetadataResponsePartition
     parts = [P(error_code=0, partition_index=i, leader_id=node_id, leader_epoch=0,
                replica_nodes=[node_id], isr_nodes=[node_id], offline_replicas=[])
-             for i in range(_partition_count(info))]
-    return T(error_code=0, name=name, is_internal=name in INTERNAL_TOPICS, partitions=parts)
-
-
-def _partition_count(info) -> int:
-    return info if isinstance(info, int) else info.partitions
+             for i in range(info.partitions)]
+    return T(error_code=0, name=name, is_internal=info.internal, partitions=parts)
 
 
 @handler(10, 0, 3)

@@ -12,19 +12,12 @@ import logging
 
 from ...protocol import records
 from ...protocol.errors import KafkaError
-from ...storage.log import StorageError
+from ...storage.errors import AppendError, StorageError
 from ..connection import Deferred
 from ..router import handler
 from .common import lookup
 
 log = logging.getLogger("semel.broker.produce")
-
-try:  # producer-state errors arrive with the transactional storage work
-    from ...storage.log import ProducerStateError
-except ImportError:  # pragma: no cover
-    class ProducerStateError(Exception):
-        error = KafkaError.UNKNOWN_SERVER_ERROR
-
 
 class _PartitionResult:
     __slots__ = ("index", "error", "base_offset", "log", "upto", "message")
@@ -73,11 +66,10 @@ def _append_partition(ctx, req, topic: str, pdata) -> _PartitionResult:
         return _PartitionResult(pdata.index, err)
     try:
         info = plog.append(data, batches)
-    except ProducerStateError as exc:
+    except AppendError as exc:  # producer-state refusals and disk failures; nothing was written
+        if isinstance(exc, StorageError):
+            log.error("append to %s-%d failed: %s", topic, pdata.index, exc)
         return _PartitionResult(pdata.index, exc.error)
-    except StorageError as exc:
-        log.error("append to %s-%d failed: %s", topic, pdata.index, exc)
-        return _PartitionResult(pdata.index, KafkaError.KAFKA_STORAGE_ERROR)
     if getattr(info, "duplicate", False):
         broker.metrics.duplicate_batches.inc()
     else:

@@ -2,13 +2,9 @@
 from __future__ import annotations
 
 from ...protocol.errors import KafkaError
+from ...storage.manager import validate_topic_config, validate_topic_name
 from ..router import handler
 
-# Topic-level settings a client may pass at creation; anything else is INVALID_CONFIG.
-TOPIC_CONFIGS = {
-    "retention.ms", "retention.bytes", "segment.bytes", "cleanup.policy",
-    "max.message.bytes", "min.insync.replicas", "compression.type", "message.timestamp.type",
-}
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 
@@ -31,17 +27,18 @@ def _create_one(ctx, t, validate_only: bool):
     if t.replication_factor not in (-1, 1):
         return KafkaError.INVALID_REPLICATION_FACTOR, "a single broker holds one replica", nparts
     configs = {c.name: c.value for c in t.configs}
-    unknown = sorted(set(configs) - TOPIC_CONFIGS)
-    if unknown:
-        return KafkaError.INVALID_CONFIG, f"unknown topic config {unknown[0]}", nparts
     if t.name.startswith("__"):
         return KafkaError.INVALID_TOPIC_EXCEPTION, "names starting with __ are internal", nparts
     if validate_only:
-        err = ctx.broker.logs.validate_topic(t.name, nparts) if hasattr(ctx.broker.logs, "validate_topic") \
-            else KafkaError.NONE
-        return err, None, nparts
-    err = ctx.broker.logs.create_topic(t.name, nparts, configs)
-    return err, (None if err == 0 else err.name), nparts
+        err, msg = validate_topic_name(t.name)
+        if not err:
+            err, msg, _ = validate_topic_config(configs)
+        if not err and t.name in ctx.broker.logs.topics():
+            err, msg = KafkaError.TOPIC_ALREADY_EXISTS, "topic exists"
+        return err, msg or None, nparts
+    logs = ctx.broker.logs
+    err = logs.create_topic(t.name, nparts, configs)
+    return err, (None if err == 0 else (logs.last_error_message or err.name)), nparts
 
 
 @handler(20, 1, 6)
@@ -94,6 +91,6 @@ def _config_values(ctx, rtype, name):
     if info is None:
         return {}, KafkaError.UNKNOWN_TOPIC_OR_PARTITION
     out = {k: (v, 5) for k, v in defaults.items()}
-    for k, v in (getattr(info, "config", None) or {}).items():
+    for k, v in info.config.items():
         out[k] = (str(v), 1)
     return out, KafkaError.NONE

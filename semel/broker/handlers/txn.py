@@ -50,8 +50,9 @@ async def end_txn(ctx, req):
 
 @handler(28, 0, 3)
 async def txn_offset_commit(ctx, req):
-    offsets = {(t.name, p.partition_index): (p.committed_offset, p.committed_metadata,
-                                             p.committed_leader_epoch if ctx.api_version >= 2 else -1)
+    offsets = {(t.name, p.partition_index): (p.committed_offset,
+                                             p.committed_leader_epoch if ctx.api_version >= 2 else -1,
+                                             p.committed_metadata)
                for t in req.topics for p in t.partitions}
     err = _txns(ctx).verify_offsets(req.transactional_id, req.producer_id, req.producer_epoch, ctx.api_version)
     if err:

@@ -1,0 +1,141 @@
+"""Consumer group membership APIs (classic protocol): JoinGroup (11), Heartbeat (12),
+LeaveGroup (13), SyncGroup (14), DescribeGroups (15), ListGroups (16), DeleteGroups (42).
+
+Each handler translates wire fields to a `GroupCoordinator` call and its result
+back to the response of the request's version. JoinGroup and SyncGroup change
+group state immediately (in the connection's request order) and return a
+`Deferred` whose answer arrives when the rebalance step completes, so the
+connection keeps serving the member's other requests (heartbeats, commits).
+"""
+from __future__ import annotations
+
+from ...protocol.errors import KafkaError
+from ..connection import Deferred
+from ..router import handler
+
+
+def _host(ctx) -> str:
+    # Kafka reports the client address as "/<ip>"; clients display it as such.
+    return "/" + ctx.peer.rsplit(":", 1)[0] if ctx.peer and ctx.peer != "?" else ""
+
+
+def _answer(fut, build):
+    """A response now when the future is already done, else a Deferred one."""
+    if fut.done():
+        return build(fut.result())
+
+    async def later():
+        return build(await fut)
+    return Deferred(later())
+
+
+@handler(11, 0, 7)
+async def join_group(ctx, req):
+    v = ctx.api_version
+    fut = ctx.broker.groups.join_group(
+        req.group_id, req.member_id or "",
+        protocol_type=req.protocol_type,
+        protocols=[(p.name, p.metadata) for p in req.protocols],
+        session_timeout_ms=req.session_timeout_ms,
+        rebalance_timeout_ms=req.rebalance_timeout_ms if v >= 1 else -1,
+        group_instance_id=req.group_instance_id if v >= 5 else None,
+        client_id=ctx.client_id or "",
+        client_host=_host(ctx),
+        require_known_member_id=v >= 4,
+    )
+
+    def build(res):
+        member_cls = ctx.cls().JoinGroupResponseMember
+        ok = res.error == KafkaError.NONE
+        return ctx.response(
+            error_code=res.error,
+            generation_id=res.generation,
+            protocol_type=res.protocol_type if ok else None,
+            protocol_name=(res.protocol_name or "") if ok or v < 7 else None,
+            leader=res.leader,
+            member_id=res.member_id,
+            members=[member_cls(member_id=mid, group_instance_id=inst, metadata=meta)
+                     for mid, inst, meta in res.members],
+        )
+    return _answer(fut, build)
+
+
+@handler(14, 0, 5)
+async def sync_group(ctx, req):
+    v = ctx.api_version
+    fut = ctx.broker.groups.sync_group(
+        req.group_id, req.generation_id, req.member_id,
+        group_instance_id=req.group_instance_id if v >= 3 else None,
+        protocol_type=req.protocol_type if v >= 5 else None,
+        protocol_name=req.protocol_name if v >= 5 else None,
+        assignments={a.member_id: a.assignment for a in req.assignments or ()},
+    )
+
+    def build(res):
+        return ctx.response(error_code=res.error, assignment=res.assignment,
+                            protocol_type=res.protocol_type, protocol_name=res.protocol_name)
+    return _answer(fut, build)
+
+
+@handler(12, 0, 4)
+async def heartbeat(ctx, req):
+    err = ctx.broker.groups.heartbeat(
+        req.group_id, req.generation_id, req.member_id,
+        req.group_instance_id if ctx.api_version >= 3 else None)
+    return ctx.response(error_code=err)
+
+
+@handler(13, 0, 4)
+async def leave_group(ctx, req):
+    v = ctx.api_version
+    if v >= 3:
+        leaving = [(m.member_id or "", m.group_instance_id) for m in req.members or ()]
+    else:
+        leaving = [(req.member_id or "", None)]
+    err, per_member = ctx.broker.groups.leave_group(req.group_id, leaving)
+    if v < 3:
+        # One member per request: its error is the answer.
+        if not err and per_member:
+            err = per_member[0]
+        return ctx.response(error_code=err)
+    member_cls = ctx.cls().MemberResponse
+    members = [member_cls(member_id=mid, group_instance_id=inst, error_code=e)
+               for (mid, inst), e in zip(leaving, per_member)]
+    return ctx.response(error_code=err, members=members)
+
+
+@handler(15, 0, 5)
+async def describe_groups(ctx, req):
+    group_cls = ctx.cls().DescribedGroup
+    member_cls = group_cls.DescribedGroupMember
+    groups = []
+    for s in ctx.broker.groups.describe_groups(req.groups or ()):
+        groups.append(group_cls(
+            error_code=s.error, group_id=s.group_id, group_state=s.state,
+            protocol_type=s.protocol_type, protocol_data=s.protocol,
+            members=[member_cls(member_id=m.member_id, group_instance_id=m.group_instance_id,
+                                client_id=m.client_id, client_host=m.client_host,
+                                member_metadata=m.metadata, member_assignment=m.assignment)
+                     for m in s.members],
+            authorized_operations=-2147483648,
+        ))
+    return ctx.response(groups=groups)
+
+
+@handler(16, 0, 4)
+async def list_groups(ctx, req):
+    states = req.states_filter if ctx.api_version >= 4 else None
+    err, rows = ctx.broker.groups.list_groups(states)
+    listed = ctx.cls().ListedGroup
+    return ctx.response(error_code=err, groups=[
+        listed(group_id=gid, protocol_type=ptype, group_state=state) for gid, ptype, state in rows])
+
+
+@handler(42, 0, 2)
+async def delete_groups(ctx, req):
+    fut = ctx.broker.groups.delete_groups(req.groups_names or ())
+    result_cls = ctx.cls().DeletableGroupResult
+
+    def build(results):
+        return ctx.response(results=[result_cls(group_id=gid, error_code=e) for gid, e in results.items()])
+    return _answer(fut, build)

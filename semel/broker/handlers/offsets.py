@@ -1,0 +1,88 @@
+"""OffsetCommit (8, v2-8) and OffsetFetch (9, v1-7).
+
+OffsetCommit appends the offsets to __consumer_offsets while the request is
+handled (so commits of one connection keep their order) and answers once they
+are on disk. Partitions of unknown topics are refused per partition, as Kafka
+does; the per-request retention time of v2-4 is ignored (Kafka 2.1+ too:
+offsets of active groups never expire, those of empty groups after
+offsets_retention_ms).
+"""
+from __future__ import annotations
+
+from ...protocol.errors import KafkaError
+from ..router import handler
+from .groups import _answer
+
+
+def _partition_known(ctx, topic: str, partition: int) -> bool:
+    try:
+        return ctx.broker.logs.get(topic, partition) is not None
+    except Exception:  # a name storage cannot even look up is not a known partition
+        return False
+
+
+@handler(8, 2, 8)
+async def offset_commit(ctx, req):
+    v = ctx.api_version
+    offsets: dict[tuple[str, int], tuple[int, int, str | None]] = {}
+    refused: dict[tuple[str, int], KafkaError] = {}
+    order: list[tuple[str, int]] = []
+    for topic in req.topics or ():
+        for p in topic.partitions or ():
+            tp = (topic.name, p.partition_index)
+            order.append(tp)
+            if not _partition_known(ctx, topic.name, p.partition_index):
+                refused[tp] = KafkaError.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            epoch = p.committed_leader_epoch if v >= 6 else -1
+            offsets[tp] = (p.committed_offset, epoch, p.committed_metadata)
+    if offsets:
+        fut = ctx.broker.groups.commit_offsets(
+            req.group_id, req.generation_id_or_member_epoch, req.member_id or "", offsets,
+            group_instance_id=req.group_instance_id if v >= 7 else None)
+    else:
+        fut = None
+
+    def build(results):
+        merged = {**refused, **(results or {})}
+        topic_cls = ctx.cls().OffsetCommitResponseTopic
+        part_cls = topic_cls.OffsetCommitResponsePartition
+        topics: dict[str, list] = {}
+        for tp in order:
+            topics.setdefault(tp[0], []).append(
+                part_cls(partition_index=tp[1], error_code=merged.get(tp, KafkaError.NONE)))
+        return ctx.response(topics=[topic_cls(name=n, partitions=ps) for n, ps in topics.items()])
+
+    if fut is None:
+        return build({})
+    return _answer(fut, build)
+
+
+@handler(9, 1, 7)
+async def offset_fetch(ctx, req):
+    v = ctx.api_version
+    wanted = None
+    if req.topics is not None:
+        wanted = [(t.name, p) for t in req.topics for p in t.partition_indexes or ()]
+    require_stable = bool(req.require_stable) if v >= 7 else False
+    err, fetched = ctx.broker.groups.fetch_offsets(req.group_id, wanted, require_stable)
+    topic_cls = ctx.cls().OffsetFetchResponseTopic
+    part_cls = topic_cls.OffsetFetchResponsePartition
+    if err and v < 2:
+        # v1 has no top-level error: every requested partition carries it.
+        fetched = [_Fetched(t, p, err) for t, p in wanted or ()]
+    topics: dict[str, list] = {}
+    for f in fetched:
+        topics.setdefault(f.topic, []).append(part_cls(
+            partition_index=f.partition, committed_offset=f.offset,
+            committed_leader_epoch=f.leader_epoch, metadata=f.metadata, error_code=f.error))
+    return ctx.response(topics=[topic_cls(name=n, partitions=ps) for n, ps in topics.items()],
+                        error_code=err)
+
+
+class _Fetched:
+    __slots__ = ("topic", "partition", "offset", "leader_epoch", "metadata", "error")
+
+    def __init__(self, topic, partition, error):
+        self.topic, self.partition, self.error = topic, partition, error
+        self.offset, self.leader_epoch, self.metadata = -1, -1, ""
