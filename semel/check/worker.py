@@ -163,9 +163,11 @@ class ProducerWorker:
             if delivery_errors:
                 raise KafkaException(KafkaError(KafkaError._MSG_TIMED_OUT, delivery_errors[0]))
             if polled:
-                positions = self.reader.consumer.position(self.reader.consumer.assignment())
-                self.producer.send_offsets_to_transaction(
-                    positions, self.reader.consumer.consumer_group_metadata(), self.timeout)
+                positions = [tp for tp in self.reader.consumer.position(self.reader.consumer.assignment())
+                             if tp.offset >= 0]  # a partition not fetched yet has no position to commit
+                if positions:
+                    self.producer.send_offsets_to_transaction(
+                        positions, self.reader.consumer.consumer_group_metadata(), self.timeout)
             if cmd.get("decision") == "abort":
                 self.producer.abort_transaction(self.timeout)
                 return {"type": "fail", "value": results, "decision": "abort"}
@@ -173,10 +175,13 @@ class ProducerWorker:
             self._commit()
             return {"type": "ok", "value": results, "commit_ns": commit_ns}
         except KafkaException as exc:
-            out = self._recover(exc, results)
             if commit_ns is not None:
-                out["commit_ns"] = commit_ns  # we did ask: a reader may legally have seen it since
-            return out
+                # We asked to commit and got no clean answer. Even an "abortable"
+                # error leaves room for doubt about a commit request the broker may
+                # have logged, so the outcome is unknown; our replacement fences it.
+                return {"type": "info", "value": results, "error": str(exc.args[0]), "exit": True,
+                        "commit_ns": commit_ns}
+            return self._recover(exc, results)
         except BufferError as exc:
             return self._abort(results, f"local queue full: {exc}")
 
