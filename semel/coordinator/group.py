@@ -48,17 +48,7 @@ from .offsets import (
     group_key, group_value, offset_key, offset_value, scan_log,
 )
 
-try:
-    from ..storage.log import StorageError
-except ImportError:  # pragma: no cover - storage is built in parallel
-    class StorageError(Exception):
-        error = KafkaError.KAFKA_STORAGE_ERROR
-
-try:
-    from ..storage.log import ProducerStateError
-except ImportError:  # pragma: no cover - producer state arrives with transactional storage
-    class ProducerStateError(Exception):
-        error = KafkaError.UNKNOWN_SERVER_ERROR
+from ..storage.errors import AppendError, StorageError
 
 log = logging.getLogger("semel.coordinator.group")
 
@@ -454,8 +444,10 @@ class GroupCoordinator:
         plog = self.logs.get(name, 0)
         if plog is not None:
             return plog
-        # Committed offsets must never age out of the log: no time or size retention.
-        err = self.logs.create_topic(name, 1, {"retention.ms": "-1", "retention.bytes": "-1"}, internal=True)
+        # Committed offsets must never age out of the log: no time or size retention,
+        # and "compact", which storage never deletes from (compaction is future work).
+        err = self.logs.create_topic(name, 1, {"cleanup.policy": "compact", "retention.ms": "-1",
+                                               "retention.bytes": "-1"}, internal=True)
         if err not in (KafkaError.NONE, KafkaError.TOPIC_ALREADY_EXISTS):
             raise RuntimeError(f"cannot create {name}: {KafkaError(err).name}")
         plog = self.logs.get(name, 0)
@@ -509,12 +501,12 @@ class GroupCoordinator:
         fut = asyncio.get_running_loop().create_future()
         try:
             info = append()
-        except ProducerStateError as exc:
-            fut.set_result(fail(exc.error))
-            return fut
         except StorageError as exc:
             log.error("append to %s failed: %s", self.config.offsets_topic, exc)
             fut.set_result(fail(storage_error))
+            return fut
+        except AppendError as exc:   # producer fencing (ProducerStateError) and the like
+            fut.set_result(fail(exc.error))
             return fut
         except ValueError as exc:  # a name that cannot be encoded
             log.warning("refused a group write: %s", exc)

@@ -11,7 +11,8 @@ import asyncio
 import functools
 from types import SimpleNamespace
 
-from semel.coordinator.group import GroupConfig, GroupCoordinator, ProducerStateError, StorageError
+from semel.coordinator.group import GroupConfig, GroupCoordinator
+from semel.storage.errors import ProducerStateError, StorageError
 from semel.protocol import records as rb
 from semel.protocol.errors import KafkaError
 
@@ -35,15 +36,11 @@ class FakeClock:
 
 
 def _storage_error(msg: str) -> Exception:
-    exc = StorageError(msg)
-    exc.error = KafkaError.KAFKA_STORAGE_ERROR
-    return exc
+    return StorageError(msg)
 
 
 def _fenced() -> Exception:
-    exc = ProducerStateError("fenced")
-    exc.error = KafkaError.INVALID_PRODUCER_EPOCH
-    return exc
+    return ProducerStateError(KafkaError.INVALID_PRODUCER_EPOCH, "fenced")
 
 
 class MemLog:
