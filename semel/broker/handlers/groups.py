@@ -117,7 +117,8 @@ async def describe_groups(ctx, req):
                                 client_id=m.client_id, client_host=m.client_host,
                                 member_metadata=m.metadata, member_assignment=m.assignment)
                      for m in s.members],
-            authorized_operations=-2147483648,
+            # authorized_operations is left unset: the codec encodes None as "not
+            # requested" (INT32_MIN); it takes a set of operations, not an int.
         ))
     return ctx.response(groups=groups)
 
