@@ -25,12 +25,15 @@ torn-transaction    a read_committed reader saw some of a transaction's records
                     while readers moved past others of it without seeing them.
 unexpected-value    a poll returned a value nobody sent to that key.
 G0, G1c             cycles in the transaction dependency graph (see graph.py).
+incomplete          the run could not finish its fence or drain (a broker that
+                    stopped answering, a stuck last stable offset): the other
+                    analyses saw less than they should, so no clean verdict.
 """
 from __future__ import annotations
 
 from .facts import ABORTED, READ_COMMITTED, Facts, isolation_of
 from .graph import find_cycles
-from .history import Op
+from .history import NEMESIS, Op
 
 SAMPLE = 8  # values listed per case where a case concerns many
 
@@ -256,11 +259,18 @@ def torn_transactions(facts: Facts) -> list:
     return cases
 
 
+def incomplete(facts: Facts) -> list:
+    """Phases the controller recorded as unfinished (its own events in the history)."""
+    return [{"what": ev["f"], "detail": ev.get("value"), "time": ev.get("time", 0)}
+            for ev in facts.history.events
+            if ev.get("process") == NEMESIS and ev.get("f") in ("drain-incomplete", "fence-failed")]
+
+
 # Report order: the most serious first.
 ANALYSES = [
     "aborted-read", "lost-write", "duplicate", "inconsistent-offsets", "torn-transaction",
     "precommitted-read", "poll-skip", "nonmonotonic-poll", "nonmonotonic-send",
-    "G0", "G1c", "unseen", "unexpected-value",
+    "G0", "G1c", "unseen", "unexpected-value", "incomplete",
 ]
 
 
@@ -281,4 +291,5 @@ def run_all(facts: Facts) -> dict:
         "G1c": cycles["G1c"],
         "unseen": unseen(facts),
         "unexpected-value": unexpected_values(facts),
+        "incomplete": incomplete(facts),
     }

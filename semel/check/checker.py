@@ -37,6 +37,9 @@ def stats(facts: Facts) -> dict:
     reads_ru = sum(len(op.reads) for op in ops if op.reads and isolation_of(op) == "read_uncommitted")
     nemesis = Counter(e.get("f") for e in facts.history.events
                       if e.get("process") == "nemesis" and e.get("type") == "invoke")
+    # The controller's own notes: phases, and trouble such as workers that could not start.
+    notes = Counter(e.get("f") for e in facts.history.events
+                    if e.get("process") == "nemesis" and e.get("type") == "info" and e.get("f") not in nemesis)
     return {
         "ops": dict(sorted(by_type.items())),
         "values_sent": len(sends),
@@ -45,5 +48,6 @@ def stats(facts: Facts) -> dict:
         "reads_read_uncommitted": reads_ru,
         "keys": sorted(facts.log, key=str),
         "faults": dict(sorted(nemesis.items())),
+        "controller_events": dict(sorted(notes.items())),
         "duration_s": round(max((op.time for op in ops), default=0) / 1e9, 3),
     }

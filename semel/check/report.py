@@ -22,6 +22,7 @@ EXPLAIN = {
     "G1c": "cycles through read dependencies (each transaction saw the other first)",
     "unseen": "acknowledged records no read_committed reader returned by the end",
     "unexpected-value": "polls returned values nobody sent to that partition",
+    "incomplete": "fence or final drain did not finish (broker stuck or gone): verdict inconclusive",
 }
 EXAMPLES = 3
 
@@ -63,6 +64,8 @@ def describe_case(name: str, c: dict) -> str:
         return f"{hops} -> #{steps[-1]['to']['index']}"
     if name == "unseen":
         return f"key {c['key']} offset {c['offset']} value {c['value']} from {_op(c['writer'])}"
+    if name == "incomplete":
+        return f"{c['what']} at t={c['time'] / 1e9:.3f}s: {json.dumps(c['detail'])}"
     if name == "unexpected-value":
         return f"key {c['key']} offset {c['offset']} value {c['value']} read by {_op(c['reader'])}"
     return json.dumps(c)[:200]
@@ -84,6 +87,9 @@ def text_report(result: dict, run: dict | None = None) -> str:
                  f"reads rc {st['reads_read_committed']}, ru {st['reads_read_uncommitted']}")
     if st["faults"]:
         lines.append(f"  faults      {', '.join(f'{k} {v}' for k, v in st['faults'].items())}")
+    trouble = {k: v for k, v in st.get("controller_events", {}).items() if k not in ("setup", "heal", "end", "fenced")}
+    if trouble:
+        lines.append(f"  trouble     {', '.join(f'{k} {v}' for k, v in trouble.items())}")
     lines.append("")
     for name in ANALYSES:
         n = counts.get(name, 0)

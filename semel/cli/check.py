@@ -4,6 +4,7 @@ Exit status: 0 when no anomaly was found, 1 when some were, 2 on a usage error.
 """
 from __future__ import annotations
 
+import signal
 import sys
 import time
 from pathlib import Path
@@ -152,16 +153,23 @@ def run(args) -> int:
     cfg = WorkloadConfig(bootstrap=bootstrap, out_dir=out, seed=seed, duration_s=duration, faults=faults,
                          keys=args.keys, producers=args.producers, broker=broker,
                          fault_interval_s=(lo, hi), drain_timeout_s=drain)
+    # SIGTERM unwinds like Ctrl-C, so the broker and workers we started are stopped.
+    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         history = run_workload(cfg)
     except WorkloadError as exc:
         raise CliError(str(exc)) from None
     finally:
+        signal.signal(signal.SIGTERM, previous)
         if broker is not None:
             broker.stop()
     result = analyze(history)
     run_info["topic"] = _topic_of(history)
     return _report(result, out, run_info, not args.no_plot)
+
+
+def _terminate(signum, frame):
+    raise KeyboardInterrupt
 
 
 def _topic_of(history: Path) -> str | None:

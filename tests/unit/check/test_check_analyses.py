@@ -57,7 +57,7 @@ def test_clean_history_has_no_anomalies():
     assert set(result["anomaly_counts"]) == {
         "aborted-read", "lost-write", "duplicate", "inconsistent-offsets", "torn-transaction",
         "precommitted-read", "poll-skip", "nonmonotonic-poll", "nonmonotonic-send", "G0", "G1c",
-        "unseen", "unexpected-value"}
+        "unseen", "unexpected-value", "incomplete"}
     assert result["stats"]["values_sent"] == 7
 
 
@@ -251,3 +251,11 @@ def test_case_lists_are_capped_but_counts_exact():
     result = analyze(from_events(h.events), max_cases=5)
     assert result["anomaly_counts"]["aborted-read"] == 80
     assert len(result["anomalies"]["aborted-read"]) == 5
+
+
+def test_unfinished_drain_makes_the_run_incomplete():
+    h = clean()
+    h.events.append({"process": "nemesis", "type": "info", "f": "drain-incomplete",
+                     "value": {"slot": "drain-rc", "at_end": [0]}, "time": h.t + 1})
+    assert found(h) == {"incomplete"}
+    assert cases(h, "incomplete")[0]["detail"]["at_end"] == [0]
