@@ -14,6 +14,11 @@ the Kafka protocol (through librdkafka).
   input partition, and, if `marker_topic` is given, as the committed offsets
   of that topic's partitions 0 (cycle) and 1 (hold floor), for brokers that
   drop offset metadata. The marker topic must exist with >= 2 partitions.
+* With a marker topic, each transaction also carries one small record (key
+  "semel-eos-cycle", value the cycle number) to marker partition 0, so no
+  transaction is offsets-only: Tansu 0.6 silently drops the offsets of an
+  offsets-only transaction after a producer's first one (measured here).
+  Make the marker topic compacted to keep it small.
 
 The consumer group defaults to the transactional id: one group per instance,
 since each instance owns its inputs and its ledger.
@@ -49,7 +54,7 @@ class KafkaCoordinator(EosCoordinator):
     def __init__(self, bootstrap: str, transactional_id: str, inputs: Sequence[tuple[str, int]] = (), *,
                  group_id: str | None = None, marker_topic: str | None = None,
                  producer_config: dict | None = None, consumer_config: dict | None = None,
-                 timeout: float = 30.0, transaction_timeout_ms: int = 60_000):
+                 timeout: float = 30.0, transaction_timeout_ms: int = 60_000, marker_record: bool | None = None):
         if not inputs and not marker_topic:
             raise ValueError("KafkaCoordinator needs input partitions or a marker topic to carry the ledger")
         for item in inputs:
@@ -63,6 +68,9 @@ class KafkaCoordinator(EosCoordinator):
         self.group_id = group_id or transactional_id
         self.inputs = [(t, p) for t, p in inputs]
         self.marker_topic = marker_topic
+        self.marker_record = bool(marker_topic) if marker_record is None else marker_record
+        if self.marker_record and not marker_topic:
+            raise ValueError("marker_record needs a marker_topic")
         self.timeout = timeout
         self._producer_config = {
             "bootstrap.servers": bootstrap, "transactional.id": transactional_id, "enable.idempotence": True,
@@ -141,6 +149,8 @@ class KafkaCoordinator(EosCoordinator):
         except KafkaException as exc:
             raise _error("begin_txn", _ck(exc)) from None
         self._begin_positions = dict(self._positions)
+        if self.marker_record:
+            self.produce(self.marker_topic, str(cycle).encode(), key=b"semel-eos-cycle", partition=0)
 
     def poll(self, timeout: float) -> Record | None:
         msg = self._consumer.poll(timeout)
