@@ -26,6 +26,7 @@ import os
 import random
 import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,33 @@ CONSUMER_SLOTS = (
     ("group-rc-2", "subscribe", "read_committed", "rc"),
     ("group-ru", "subscribe", "read_uncommitted", "ru"),
 )
+
+
+async def blocking(fn, *args):
+    """Run a blocking call in a daemon thread. Unlike asyncio.to_thread, an
+    interrupted run does not wait for it (a hung broker can make admin calls
+    and restarts take a minute); the process exits around it."""
+    loop = asyncio.get_running_loop()
+    fut = loop.create_future()
+
+    def deliver(setter, value):
+        if not fut.done():
+            setter(value)
+
+    def runner():
+        try:
+            result = fn(*args)
+        except BaseException as exc:  # handed to the awaiting coroutine
+            outcome = (fut.set_exception, exc)
+        else:
+            outcome = (fut.set_result, result)
+        try:
+            loop.call_soon_threadsafe(deliver, *outcome)
+        except RuntimeError:
+            pass  # the loop is gone: nobody is waiting any more
+
+    threading.Thread(target=runner, daemon=True, name="check-blocking").start()
+    return await fut
 
 
 class WorkloadError(RuntimeError):
@@ -306,10 +334,10 @@ class Workload:
 
     async def _restart_broker(self, env: dict | None = None) -> None:
         broker = self.cfg.broker
-        await asyncio.to_thread(broker.kill)
+        await blocking(broker.kill)
         for attempt in range(5):
             try:
-                await asyncio.to_thread(broker.start, env)
+                await blocking(broker.start, env)
                 return
             except BrokerStartError as exc:
                 self.note("broker-start-failed", attempt=attempt, error=str(exc))
@@ -319,7 +347,7 @@ class Workload:
     async def fault_broker_kill(self, rng: random.Random) -> None:
         down = round(rng.uniform(0.1, 1.5), 2)
         self.record({"process": NEMESIS, "type": "invoke", "f": "kill-broker", "value": {"down_s": down}})
-        await asyncio.to_thread(self.cfg.broker.kill)
+        await blocking(self.cfg.broker.kill)
         await asyncio.sleep(down)
         await self._restart_broker()
         self.note("kill-broker", down_s=down)
@@ -328,9 +356,9 @@ class Workload:
         """Restart the broker with a storage fault, hold it, restart it healthy."""
         self.record({"process": NEMESIS, "type": "invoke", "f": f, "value": {"spec": spec, "hold_s": hold_s}})
         broker = self.cfg.broker
-        await asyncio.to_thread(broker.kill)
+        await blocking(broker.kill)
         try:
-            await asyncio.to_thread(broker.start, {"SEMEL_FS_FAULTS": spec})
+            await blocking(broker.start, {"SEMEL_FS_FAULTS": spec})
             started = True
         except BrokerStartError as exc:
             # A broker may refuse to start on a full disk; that is its right.
@@ -378,7 +406,7 @@ class Workload:
                 time.sleep(0.5)
             return last
 
-        err = await asyncio.to_thread(create)
+        err = await blocking(create)
         if err is not None:
             raise WorkloadError(f"cannot create topic {self.topic} on {self.cfg.bootstrap}: {err}")
         self.note("setup", topic=self.topic, keys=self.cfg.keys, seed=self.cfg.seed,

@@ -159,10 +159,14 @@ def run(args) -> int:
         history = run_workload(cfg)
     except WorkloadError as exc:
         raise CliError(str(exc)) from None
+    except BaseException:
+        if broker is not None:
+            broker.kill()  # interrupted: no time for a clean stop
+        raise
     finally:
         signal.signal(signal.SIGTERM, previous)
         if broker is not None:
-            broker.stop()
+            broker.stop(timeout_s=10)
     result = analyze(history)
     run_info["topic"] = _topic_of(history)
     return _report(result, out, run_info, not args.no_plot)
