@@ -77,6 +77,9 @@ class EosCoordinator(abc.ABC):
     def abort_txn(self, cycle: int) -> None:
         """Abort the open transaction and rewind consumption to its start."""
 
+    def expect_interval(self, seconds: float) -> None:
+        """Told the commit interval before init(), e.g. to size transaction timeouts."""
+
     def produce(self, topic: str, value: bytes | None, key: bytes | None = None,
                 partition: int | None = None, headers: Iterable | None = None) -> None:
         raise NotImplementedError(f"{type(self).__name__} does not produce records")

@@ -35,6 +35,7 @@ from semel.eos.ledger import Ledger
 from semel.protocol.errors import KafkaError
 
 _INVALID = -1001  # librdkafka's OFFSET_INVALID: no committed offset / unknown position
+DEFAULT_TXN_TIMEOUT_MS = 60_000
 
 
 def _error(op: str, err: CKError) -> CoordinatorError:
@@ -54,7 +55,8 @@ class KafkaCoordinator(EosCoordinator):
     def __init__(self, bootstrap: str, transactional_id: str, inputs: Sequence[tuple[str, int]] = (), *,
                  group_id: str | None = None, marker_topic: str | None = None,
                  producer_config: dict | None = None, consumer_config: dict | None = None,
-                 timeout: float = 30.0, transaction_timeout_ms: int = 60_000, marker_record: bool | None = None):
+                 timeout: float = 30.0, transaction_timeout_ms: int | None = None,
+                 marker_record: bool | None = None):
         if not inputs and not marker_topic:
             raise ValueError("KafkaCoordinator needs input partitions or a marker topic to carry the ledger")
         for item in inputs:
@@ -74,7 +76,10 @@ class KafkaCoordinator(EosCoordinator):
         self.timeout = timeout
         self._producer_config = {
             "bootstrap.servers": bootstrap, "transactional.id": transactional_id, "enable.idempotence": True,
-            "transaction.timeout.ms": transaction_timeout_ms, "linger.ms": 5, **(producer_config or {})}
+            "transaction.timeout.ms": transaction_timeout_ms or DEFAULT_TXN_TIMEOUT_MS, "linger.ms": 5,
+            **(producer_config or {})}
+        self._txn_timeout_given = transaction_timeout_ms is not None or "transaction.timeout.ms" in (
+            producer_config or {})
         self._consumer_config = {
             "bootstrap.servers": bootstrap, "group.id": self.group_id, "enable.auto.commit": False,
             "isolation.level": "read_committed", "auto.offset.reset": "earliest",
@@ -86,6 +91,19 @@ class KafkaCoordinator(EosCoordinator):
         self._delivery_error: CKError | None = None
 
     # ------------------------------------------------------------ start
+    def expect_interval(self, seconds: float) -> None:
+        # The broker transaction stays open for the whole interval (records are
+        # produced into it as they are processed), so its timeout must outlast
+        # the interval, or the broker aborts every cycle. Kafka's default cap
+        # (transaction.max.timeout.ms) is 15 minutes.
+        need = int(seconds * 1000 * 2 + 30_000)
+        if self._txn_timeout_given:
+            if self._producer_config["transaction.timeout.ms"] < seconds * 1000 + 10_000:
+                raise ValueError(f"transaction.timeout.ms {self._producer_config['transaction.timeout.ms']} is too "
+                                 f"short for a {seconds}s commit interval")
+            return
+        self._producer_config["transaction.timeout.ms"] = max(DEFAULT_TXN_TIMEOUT_MS, min(need, 900_000))
+
     def init(self) -> None:
         self.close()
         self._producer = Producer(self._producer_config)

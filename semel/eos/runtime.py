@@ -95,6 +95,7 @@ class EosRuntime:
         self.instance_id = check_name("instance_id", instance_id)
         self.coordinator = coordinator
         self.commit_interval = check_interval(commit_interval)
+        coordinator.expect_interval(self.commit_interval)
         self.metrics = metrics if metrics is not None else EosMetrics()
         self.store = store
         self.rows_for = rows_for

@@ -161,6 +161,18 @@ def test_crash_around_commit_txn_is_resolved_from_the_ledger(eos_broker, names, 
     rt.coordinator.close()
 
 
+def test_transaction_timeout_follows_the_commit_interval():
+    c = KafkaCoordinator("127.0.0.1:1", "a-0", [("t", 0)])
+    EosRuntime("a", "0", c, commit_interval=300)
+    assert c._producer_config["transaction.timeout.ms"] == 630_000
+    c = KafkaCoordinator("127.0.0.1:1", "a-0", [("t", 0)])
+    EosRuntime("a", "0", c, commit_interval=0.1)
+    assert c._producer_config["transaction.timeout.ms"] == 60_000
+    with pytest.raises(ValueError, match="too short"):
+        EosRuntime("a", "0", KafkaCoordinator("127.0.0.1:1", "a-0", [("t", 0)], transaction_timeout_ms=60_000),
+                   commit_interval=120)
+
+
 def test_bad_configuration_is_a_clear_error():
     with pytest.raises(ValueError, match="input partitions or a marker"):
         KafkaCoordinator("127.0.0.1:1", "a-0", [])
