@@ -333,3 +333,48 @@ def test_fault_spec_validation():
 def _release():
     yield
     RELEASE_HANGS.set()
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def monotonic(self):
+        return self.now
+
+
+@pytest.mark.parametrize("interval,per_cycle", [(0.125, 2), (30, 480), (300, 4800)])
+def test_run_gives_each_cycle_exactly_its_interval_of_processing(monkeypatch, interval, per_cycle):
+    """A fake clock: every poll takes 1/16 s (exact in binary), so a cycle processes interval * 16 records."""
+    import semel.eos.runtime as runtime_mod
+    clock = _Clock()
+    monkeypatch.setattr(runtime_mod.time, "monotonic", clock.monotonic)
+    broker = RecordingBroker(inputs=list(range(per_cycle * 3)))
+    coord = RecordingCoordinator(broker, "app-0")
+    real_poll = coord.poll
+
+    def slow_poll(timeout):
+        clock.now += 0.0625
+        return real_poll(0)
+    coord.poll = slow_poll
+    state = MemorySinkState()
+    rt = EosRuntime("app", "0", coord, [MemorySink("a", state)], commit_interval=interval)
+    rt.start()
+    rt.run(lambda rec, ctx: ctx.stage("a", rec.value), max_cycles=3)
+    assert [len(rows) for rows in state.committed.values()] == [per_cycle] * 3
+
+
+def test_run_stops_when_asked_and_commits_the_partial_cycle():
+    broker = RecordingBroker(inputs=list(range(10)))
+    coord = RecordingCoordinator(broker, "app-0")
+    state = MemorySinkState()
+    rt = EosRuntime("app", "0", coord, [MemorySink("a", state)], commit_interval=300)
+    rt.start()
+    seen = []
+
+    def process(rec, ctx):
+        seen.append(rec.value)
+        ctx.stage("a", rec.value)
+    out = rt.run(process, stop=lambda: len(seen) >= 4)
+    assert isinstance(out, CommitSucceeded) and state.committed_rows() == [0, 1, 2, 3]
+    assert broker.position == 4
