@@ -34,7 +34,6 @@ from semel.eos.coordinator import CoordinatorError, EosCoordinator, Record
 from semel.eos.ledger import Ledger
 from semel.protocol.errors import KafkaError
 
-_INVALID = -1001  # librdkafka's OFFSET_INVALID: no committed offset / unknown position
 DEFAULT_TXN_TIMEOUT_MS = 60_000
 
 

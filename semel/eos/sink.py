@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from semel.eos.outcomes import SINK_OUTCOME_TYPES, Fatal, Ok, Retryable, SinkOutcome
-from semel.eos.txnid import check_name
 
 log = logging.getLogger("semel.eos")
 
@@ -59,10 +58,6 @@ class TwoPhaseSink(abc.ABC):
 
     def close(self) -> None:
         """Release connections; optional."""
-
-
-def check_sink_name(name: object) -> str:
-    return check_name("sink name", name)
 
 
 # ---------------------------------------------------------------- the guard

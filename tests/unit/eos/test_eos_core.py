@@ -9,7 +9,6 @@ import pytest
 from semel.eos import (OK, CommitAborted, CommitFatal, CommitSucceeded, Decision, EosMetrics, EosRuntime, Fatal,
                        Ledger, RecordingBroker, RecordingCoordinator, RecoveryError, Retryable, RuntimeFailed,
                        SinkGuard, SinkTxnId, Step, decide, recover)
-from semel.eos.coordinator import Fault
 from semel.eos.runtime import check_interval
 from semel.eos.sinks.http_echo import HttpEchoSink
 from semel.eos.sinks.memory import MemorySink, MemorySinkState
