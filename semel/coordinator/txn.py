@@ -18,7 +18,7 @@ import time
 
 from ..protocol import records
 from ..protocol.errors import KafkaError
-from ..storage.log import StorageError
+from ..storage.errors import AppendError, StorageError
 from .producer_ids import ProducerIdManager
 from .txn_states import (
     COMPLETE_OF, COMPLETED, PREPARED, TxnMeta, TxnState, can_transition, decode_value, encode_value,
@@ -339,7 +339,7 @@ class TransactionCoordinator:
             for tp in sorted(meta.parts() - done):
                 await self._write_marker(tp, kind, meta)
                 done.add(tp)
-        except StorageError as exc:
+        except AppendError as exc:  # disk failure, or a refusal by the partition's producer state
             log.warning("marker write for %s failed (%s); will retry", meta.txn_id, exc)
             return False
         final = meta.copy(state=COMPLETE_OF[meta.state], partitions=None, update_ms=now_ms())
@@ -380,8 +380,18 @@ class TransactionCoordinator:
             try:
                 await self.abort_timed_out()
                 await self.expire_idle()
+                self._warn_stuck()
             except Exception:  # housekeeping must never take the coordinator down
                 log.exception("transaction housekeeping failed")
+
+    def _warn_stuck(self, after_ms: int = 30_000) -> None:
+        """A transition that has been completing for long means markers cannot be
+        written (full disk?); say so instead of leaving clients to time out silently."""
+        cutoff = now_ms() - after_ms
+        for meta in self.txns.values():
+            if meta.pending and meta.update_ms < cutoff:
+                log.warning("%s has been completing %s for %d s", meta.txn_id, TxnState(meta.pending).name,
+                            (now_ms() - meta.update_ms) // 1000)
 
     async def abort_timed_out(self) -> int:
         now = now_ms()

@@ -35,9 +35,15 @@ def start_worker(bootstrap, k, tmp, seed):
 
 def fence(bootstrap, k):
     """A new instance with the same transactional id aborts whatever was left open."""
-    from confluent_kafka import Producer
+    from confluent_kafka import KafkaException, Producer
     p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"chaos-{k}"})
-    p.init_transactions(60)
+    for attempt in range(3):  # a timed-out init may be resumed by calling it again
+        try:
+            p.init_transactions(60)
+            return
+        except KafkaException as exc:
+            if not exc.args[0].retriable() or attempt == 2:
+                raise
 
 
 def journal(path):
@@ -75,7 +81,7 @@ def test_transactions_survive_broker_sigkill(start_broker, tmp_path, seed):
         c.create_topic("src", WORKERS)
     workers = {k: start_worker(broker.bootstrap, k, tmp_path, seed) for k in range(WORKERS)}
     for _ in range(iterations):
-        time.sleep(rng.uniform(0.3, 1.5))
+        time.sleep(rng.uniform(0.5, 2.5))
         broker.kill()
         time.sleep(rng.uniform(0.0, 0.5))
         broker.restart()

@@ -57,7 +57,8 @@ def main() -> int:
     start = last_started(a.journal) + 1
     rng = random.Random(a.seed * 1000 + k * 7919 + start)
     producer = Producer({"bootstrap.servers": a.bootstrap, "transactional.id": f"chaos-{k}",
-                         "transaction.timeout.ms": 10000, "linger.ms": 2, "message.timeout.ms": 60000})
+                         "transaction.timeout.ms": 10000, "linger.ms": 2, "message.timeout.ms": 10000,
+                         "reconnect.backoff.max.ms": 500, "retry.backoff.max.ms": 500})
     meta = Consumer({"bootstrap.servers": a.bootstrap, "group.id": f"g{k}"}).consumer_group_metadata()
     retry(lambda: producer.init_transactions(30))
     with open(a.journal, "a") as journal:
