@@ -31,7 +31,8 @@ class BrokerConfig:
     # Transactions
     transaction_max_timeout_ms: int = 900_000
     transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000
-    producer_id_expiration_ms: int = 7 * 24 * 3600 * 1000
+    # (idle idempotent producers expire per partition: log.producer_id_expiration_ms,
+    #  checked with retention every retention_check_interval_ms)
     transaction_abort_check_interval_ms: int = 1_000
     metrics_port: int | None = None
 

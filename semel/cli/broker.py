@@ -31,7 +31,10 @@ def add_parser(sub) -> None:
     s.add_argument("--transaction-max-timeout-ms", type=int, default=None)
     s.add_argument("--transaction-abort-check-interval-ms", type=int, default=None)
     s.add_argument("--transactional-id-expiration-ms", type=int, default=None)
-    s.add_argument("--producer-id-expiration-ms", type=int, default=None)
+    s.add_argument("--producer-id-expiration-ms", type=int, default=None,
+                   help="forget idle idempotent producers after this long (default 7 days)")
+    s.add_argument("--retention-check-interval-ms", type=int, default=None,
+                   help="how often retention and producer expiry run (default 60000)")
     s.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus metrics on this port")
     s.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     s.set_defaults(func=run)
@@ -48,7 +51,8 @@ _OVERRIDES = {
     "transaction_max_timeout_ms": "transaction_max_timeout_ms",
     "transaction_abort_check_interval_ms": "transaction_abort_check_interval_ms",
     "transactional_id_expiration_ms": "transactional_id_expiration_ms",
-    "producer_id_expiration_ms": "producer_id_expiration_ms",
+    "producer_id_expiration_ms": "log.producer_id_expiration_ms",
+    "retention_check_interval_ms": "retention_check_interval_ms",
 }
 
 
@@ -74,6 +78,10 @@ def build_config(args):
         for name in parents:
             target = getattr(target, name)
         setattr(target, leaf, value)
+    try:
+        cfg.log.validate()
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
     return cfg
 
 
