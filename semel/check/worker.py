@@ -24,6 +24,26 @@ import time
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_STORED, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 POLL_BATCH = 200
+SLOW_MS = 2000
+
+
+class StepClock:
+    """Which client call a transaction spent its time in."""
+
+    def __init__(self):
+        self.steps: list = []
+        self.name: str | None = None
+        self.t = time.monotonic()
+
+    def step(self, name: str | None) -> None:
+        now = time.monotonic()
+        if self.name is not None:
+            self.steps.append([self.name, round((now - self.t) * 1000)])
+        self.name, self.t = name, now
+
+    def done(self) -> list:
+        self.step(None)
+        return self.steps
 
 
 def reply(obj: dict) -> None:
@@ -130,6 +150,15 @@ class ProducerWorker:
         self.producer.init_transactions(self.timeout)
 
     def run_txn(self, cmd: dict) -> dict:
+        self.clock = StepClock()
+        out = self._run_txn(cmd)
+        steps = self.clock.done()
+        if sum(ms for _, ms in steps) >= SLOW_MS:
+            out["slow_steps"] = steps  # where a slow transaction spent its time: broker diagnosis
+        return out
+
+    def _run_txn(self, cmd: dict) -> dict:
+        step = self.clock.step
         results: list = []
         offsets: dict = {}
         delivery_errors: list = []
@@ -143,7 +172,9 @@ class ProducerWorker:
         polled = False
         commit_ns = None
         try:
+            step("begin")
             self.producer.begin_transaction()
+            step("ops")
             for i, mop in enumerate(cmd["mops"]):
                 if i and cmd.get("gap_ms"):
                     time.sleep(cmd["gap_ms"] / 1000)
@@ -156,6 +187,7 @@ class ProducerWorker:
                 else:
                     results.append(["poll", self.reader.poll(0.2)])
                     polled = True
+            step("flush")
             self.producer.flush(self.timeout)
             for i, mop in enumerate(results):
                 if mop[0] == "send":
@@ -166,11 +198,14 @@ class ProducerWorker:
                 positions = [tp for tp in self.reader.consumer.position(self.reader.consumer.assignment())
                              if tp.offset >= 0]  # a partition not fetched yet has no position to commit
                 if positions:
+                    step("send_offsets")
                     self.producer.send_offsets_to_transaction(
                         positions, self.reader.consumer.consumer_group_metadata(), self.timeout)
             if cmd.get("decision") == "abort":
+                step("abort")
                 self.producer.abort_transaction(self.timeout)
                 return {"type": "fail", "value": results, "decision": "abort"}
+            step("commit")
             commit_ns = now_ns()
             self._commit()
             return {"type": "ok", "value": results, "commit_ns": commit_ns}
@@ -186,10 +221,11 @@ class ProducerWorker:
             return self._abort(results, f"local queue full: {exc}")
 
     def _commit(self) -> None:
-        deadline = time.monotonic() + self.timeout * 2
+        # Bounded so that a reply always reaches the controller before it gives up on us.
+        deadline = time.monotonic() + self.timeout * 1.5
         while True:
             try:
-                self.producer.commit_transaction(self.timeout)
+                self.producer.commit_transaction(max(1.0, deadline - time.monotonic()))
                 return
             except KafkaException as exc:
                 err = exc.args[0]
@@ -207,6 +243,7 @@ class ProducerWorker:
         return {"type": "info", "value": results, "error": str(err), "exit": True}
 
     def _abort(self, results: list, why: str) -> dict:
+        self.clock.step("abort after error")
         try:
             self.producer.abort_transaction(self.timeout)
         except KafkaException as exc:

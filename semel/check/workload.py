@@ -253,7 +253,7 @@ class Workload:
         ev["type"] = reply["type"]
         if "value" in reply:
             ev["value"] = reply["value"]
-        for k in ("error", "rebalance", "commit_error", "errors", "at_end"):
+        for k in ("error", "rebalance", "commit_error", "errors", "at_end", "slow_steps"):
             if k in reply:
                 ev[k] = reply[k]
         if reply.get("commit_ns") is not None:
