@@ -371,7 +371,7 @@ class Workload:
 
     async def fault_disk_full(self, rng: random.Random) -> None:
         # The storage seam fails writes with ENOSPC once this many bytes were written.
-        await self._fs_episode("disk-full", f"enospc_after_bytes={rng.randint(16, 512) * 1024}",
+        await self._fs_episode("disk-full", f"enospc_after_bytes={rng.randint(1, 64) * 1024}",
                                round(rng.uniform(2.0, 5.0), 2))
 
     async def fault_slow_fsync(self, rng: random.Random) -> None:
