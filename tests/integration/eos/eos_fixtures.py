@@ -2,8 +2,8 @@
 
 Loaded by tests/integration/eos/conftest.py and tests/chaos/eos/conftest.py.
 
-The broker is chosen by SEMEL_EOS_BROKER=tansu|semel (default tansu until
-semel's own broker has transactions). Facts about each broker that the tests
+The broker is chosen by SEMEL_EOS_BROKER=semel|tansu (default semel, the
+project's own broker; tansu shows the runtime also works against a peer). Facts about each broker that the tests
 must know are attributes of the fixture, not guesses inside tests.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ from semel.cli.process import SemelBroker, TansuBroker
 
 __all__ = ["BROKER_KIND", "EosBroker", "S3_CLIENT_KW", "eos_broker", "names", "pg_uri", "s3_endpoint", "s3_bucket"]
 
-BROKER_KIND = os.environ.get("SEMEL_EOS_BROKER", "tansu")
+BROKER_KIND = os.environ.get("SEMEL_EOS_BROKER", "semel")
 
 
 @dataclass
