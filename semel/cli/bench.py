@@ -13,7 +13,8 @@ from .main import CliError
 BENCHMARKS = {
     "throughput_bench": "produce/consume throughput, semel (fsync) vs Tansu (memory)",
     "txn_bench": "transactional overhead, read_committed overhead, memory per transactional id",
-    "restart_bench": "broker log recovery time against log size",
+    "restart_bench": "partition log recovery time against log size",
+    "broker_restart_bench": "broker process restart time against log size (clean stop and SIGKILL)",
     "eos_bench": "commit-cycle overhead per sink",
 }
 
