@@ -755,23 +755,27 @@ class GroupCoordinator:
         if group.state is S.PREPARING_REBALANCE and group.generation == 0:
             group.new_member_added = True   # extends the initial rebalance delay
         group.add(member)
-        member.join_future = asyncio.get_running_loop().create_future()
+        # Keep our own reference: the join may complete (and clear the member's
+        # field) before _maybe_prepare_rebalance returns.
+        fut = member.join_future = asyncio.get_running_loop().create_future()
         self._arm_heartbeat(group, member)
         self._maybe_prepare_rebalance(group)
-        return member.join_future
+        return fut
 
     def _update_member_and_rebalance(self, group: Group, member: Member, req: "_JoinRequest") -> asyncio.Future:
         member.protocols = req.protocols
         member.protocol_type = req.protocol_type
+        if len(group.members) == 1:
+            group.protocol_type = req.protocol_type   # a lone member may switch protocol type
         member.session_timeout_ms = req.session_timeout_ms
         member.rebalance_timeout_ms = req.rebalance_timeout_ms
         member.client_id, member.client_host = req.client_id, req.client_host
         # A second join while the first still waits: the first is superseded.
         _resolve(member.join_future, JoinResult(KafkaError.REBALANCE_IN_PROGRESS, member.member_id))
-        member.join_future = asyncio.get_running_loop().create_future()
+        fut = member.join_future = asyncio.get_running_loop().create_future()
         self._arm_heartbeat(group, member)
-        self._maybe_prepare_rebalance(group)
-        return member.join_future
+        self._maybe_prepare_rebalance(group)   # may complete the join at once (a lone member)
+        return fut
 
     def _join_result(self, group: Group, member: Member) -> JoinResult:
         is_leader = member.member_id == group.leader

@@ -425,3 +425,44 @@ async def test_timer_task_fires_real_timeouts():
         assert res.error == KafkaError.NONE and res.generation == 1
     finally:
         await coord.stop()
+
+
+def test_timers_replace_cancel_and_survive_a_failing_callback():
+    from semel.coordinator.group import Timers
+    from test_group_support import FakeClock
+    clock = FakeClock(0)
+    t = Timers(clock)
+    fired = []
+    t.set("a", 100, lambda: fired.append("a-old"))
+    t.set("a", 300, lambda: fired.append("a"))         # replaces the first deadline
+    t.set("b", 200, lambda: 1 / 0)                      # a broken callback
+    t.set("c", 200, lambda: fired.append("c"))
+    t.set("d", 50, lambda: fired.append("d"))
+    t.cancel("d")
+    for _ in range(500):                                # stale heap entries get compacted
+        t.set("e", 1000, lambda: fired.append("e"))
+    assert len(t._heap) < 200
+    clock.advance(250)
+    assert t.fire_due() == 2 and fired == ["c"]
+    assert t.next_deadline() == 300
+    clock.advance(1000)
+    t.fire_due()
+    assert fired == ["c", "a", "e"] and t.next_deadline() is None
+
+
+@async_test
+async def test_a_lone_member_may_change_protocol_type():
+    h = await started()
+    [a] = await stable_group(h, n=1)
+    fut = join(h.coord, a.member_id, ptype="connect")
+    res = await fut
+    assert res.error == KafkaError.NONE and res.protocol_type == "connect" and res.generation == 2
+
+
+@async_test
+async def test_lone_leader_rejoin_completes_at_once_with_a_new_generation():
+    h = await started()
+    [a] = await stable_group(h, n=1)
+    res = await join(h.coord, a.member_id, protocols=[("range", b"m0")])
+    assert res.error == KafkaError.NONE and res.generation == 2 and res.leader == a.member_id
+    assert state(h) is GroupState.COMPLETING_REBALANCE
