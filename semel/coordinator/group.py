@@ -1005,7 +1005,7 @@ class GroupCoordinator:
         """The leader's assignment becomes visible to members only once durable."""
         generation = group.generation
         full = {mid: bytes(assignments.get(mid) or b"") for mid in group.members}
-        record = group_value(self._group_record(group, full))
+        snapshot = self._group_record(group, full)
         group.storing_generation = generation
 
         def still_waiting() -> bool:
@@ -1028,18 +1028,20 @@ class GroupCoordinator:
                 self._reset_assignment(group, error)
                 self._prepare_rebalance(group)
 
-        self._write(lambda: self._append_records([(group_key(group.group_id), record)]), apply, fail)
+        # Encoding happens inside the append so an unencodable name is an error answer.
+        self._write(lambda: self._append_records([(group_key(group.group_id), group_value(snapshot))]),
+                    apply, fail)
 
     def _store_group_snapshot(self, group: Group) -> None:
         """Persist generation and members (after a group empties or a static member
         is replaced). Memory already changed: a lost snapshot only means the next
         start sees an older one, whose members then expire."""
-        record = group_value(self._group_record(group))
+        snapshot = self._group_record(group)
 
         def apply(info) -> None:
             group.persisted = True
 
-        self._write(lambda: self._append_records([(group_key(group.group_id), record)]),
+        self._write(lambda: self._append_records([(group_key(group.group_id), group_value(snapshot))]),
                     apply, lambda error: None)
 
     def leave_group(self, group_id: str, members: list[tuple[str, str | None]]

@@ -466,3 +466,18 @@ async def test_lone_leader_rejoin_completes_at_once_with_a_new_generation():
     res = await join(h.coord, a.member_id, protocols=[("range", b"m0")])
     assert res.error == KafkaError.NONE and res.generation == 2 and res.leader == a.member_id
     assert state(h) is GroupState.COMPLETING_REBALANCE
+
+
+@async_test
+async def test_unencodable_names_get_an_error_answer_not_a_crash():
+    h = await started()
+    huge = "i" * 40_000                       # longer than a record string may be
+    fut = join(h.coord, instance=huge)
+    complete_initial(h)
+    res = await fut
+    assert res.error == KafkaError.NONE
+    s = await h.coord.sync_group("g", 1, res.member_id, group_instance_id=huge, assignments={})
+    assert s.error == KafkaError.INVALID_REQUEST
+    out = await h.coord.commit_offsets("g2", -1, "", {("t" * 40_000, 0): (1, -1, "")})
+    assert set(out.values()) == {KafkaError.INVALID_REQUEST}
+    assert h.log.log_end_offset == 0
