@@ -68,4 +68,7 @@ def quiet_logger():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run through the imported module so that CliError raised by subcommands
+    # is the same class main() catches (not a second copy living in __main__).
+    from semel.cli.main import main as _main
+    sys.exit(_main())

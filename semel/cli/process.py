@@ -130,7 +130,7 @@ class SemelBroker(ManagedProcess):
             self.log_path = self.data_dir.parent / f"{self.data_dir.name}.broker.log"
 
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "semel.cli.main", "broker", "start", "--data-dir", str(self.data_dir),
+        return [sys.executable, "-m", "semel", "broker", "start", "--data-dir", str(self.data_dir),
                 "--port", str(self.port), "--host", self.host, *self.extra_args]
 
     def close(self) -> None:
