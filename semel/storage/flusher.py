@@ -31,7 +31,10 @@ class GroupCommitFlusher:
         """
         while plog.flushed_offset < min(upto_offset, plog.log_end_offset):
             task = self._inflight.get(plog)
-            if task is None:
+            # A finished round stays in _inflight until its done-callback runs on
+            # the next loop iteration, and awaiting a finished task does not yield:
+            # reusing it here would spin forever without letting the loop run.
+            if task is None or task.done():
                 task = asyncio.ensure_future(self._flush(plog))
                 self._inflight[plog] = task
                 task.add_done_callback(lambda t, key=plog: self._round_done(key, t))

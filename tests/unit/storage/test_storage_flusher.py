@@ -112,3 +112,36 @@ def test_interval_flush_flushes_logs_with_unflushed_data(tmp_path, fs):
     assert [plog.flushed_offset for plog in logs] == [1, 0, 1]
     for plog in logs:
         plog.close()
+
+
+class _RacingLog:
+    """A log whose every fsync is overtaken by one more append (as under load):
+    after each flush round, flushed_offset is still behind log_end_offset."""
+
+    def __init__(self, appends_during_flush: int):
+        self.flushed_offset = 0
+        self.log_end_offset = 1
+        self.left = appends_during_flush
+        self.flushes = 0
+
+    def flush(self):
+        self.flushes += 1
+        self.flushed_offset = self.log_end_offset
+        if self.left:
+            self.left -= 1
+            self.log_end_offset += 1
+        return self.flushed_offset
+
+
+@pytest.mark.timeout(20)
+def test_waiter_overtaken_by_appends_starts_a_new_round_instead_of_spinning():
+    """Regression: a finished round used to stay in _inflight until its callback
+    ran, and awaiting it never yielded, so sync() spun and froze the broker."""
+    plog = _RacingLog(appends_during_flush=3)
+
+    async def main():
+        await asyncio.wait_for(GroupCommitFlusher().sync(plog, 10), 5)
+
+    asyncio.run(main())
+    assert plog.flushed_offset == plog.log_end_offset == 4
+    assert plog.flushes == 4
