@@ -114,34 +114,33 @@ def test_interval_flush_flushes_logs_with_unflushed_data(tmp_path, fs):
         plog.close()
 
 
-class _RacingLog:
-    """A log whose every fsync is overtaken by one more append (as under load):
-    after each flush round, flushed_offset is still behind log_end_offset."""
 
-    def __init__(self, appends_during_flush: int):
+class _CountingLog:
+    def __init__(self):
         self.flushed_offset = 0
-        self.log_end_offset = 1
-        self.left = appends_during_flush
+        self.log_end_offset = 5
         self.flushes = 0
 
     def flush(self):
         self.flushes += 1
         self.flushed_offset = self.log_end_offset
-        if self.left:
-            self.left -= 1
-            self.log_end_offset += 1
         return self.flushed_offset
 
 
 @pytest.mark.timeout(20)
-def test_waiter_overtaken_by_appends_starts_a_new_round_instead_of_spinning():
-    """Regression: a finished round used to stay in _inflight until its callback
-    ran, and awaiting it never yielded, so sync() spun and froze the broker."""
-    plog = _RacingLog(appends_during_flush=3)
+def test_sync_in_the_window_before_a_finished_round_is_cleared_starts_a_new_round():
+    """Regression: between a flush round finishing and its done-callback running,
+    the finished task is still listed in-flight. A sync() called in that window
+    (another request's callback ran first) awaited it — which never yields — and
+    spun forever, freezing the broker's event loop."""
+    plog = _CountingLog()
 
     async def main():
-        await asyncio.wait_for(GroupCommitFlusher().sync(plog, 10), 5)
+        flusher = GroupCommitFlusher()
+        finished = asyncio.get_running_loop().create_future()
+        finished.set_result(0)                 # a round that already ran, flushing nothing new
+        flusher._inflight[plog] = finished     # ...and whose callback has not run yet
+        await asyncio.wait_for(flusher.sync(plog, 5), 5)
 
     asyncio.run(main())
-    assert plog.flushed_offset == plog.log_end_offset == 4
-    assert plog.flushes == 4
+    assert plog.flushes == 1 and plog.flushed_offset == 5
