@@ -5,7 +5,12 @@ fsync changes nothing, a crash leaves the old or the new catalogue) are only
 believable when tests can make the disk fail on purpose at each step.
 `FaultyFileSystem` does that, in-process for unit tests and, through
 `fs_from_env()` and the SEMEL_FS_FAULTS variable, inside a broker process for
-chaos runs.
+chaos runs. A broker started with `control_file=PATH` in SEMEL_FS_FAULTS also
+takes faults while it runs (test-only): write a spec in the same syntax to PATH
+(atomically: tmp + rename); the file system arms it within ~10 ms and deletes
+PATH, so a test that waits for PATH to vanish knows the next matching operation
+fails. `clear=1` in such a spec first disarms everything. A spec it cannot parse
+is moved to PATH.rejected instead.
 
 Files are addressed by `FileHandle` (fd + path) so that faults can be aimed at
 paths ("fail the next write to a .log file") and counted per path.
@@ -163,14 +168,16 @@ class FileSystem:
 
 
 class _Fault:
-    """n more failures of one operation, optionally only for paths containing a substring."""
+    """n more failures of one operation, optionally only for paths containing a substring,
+    after letting `skip` matching calls through (to aim at the 2nd, 3rd... such call)."""
 
-    __slots__ = ("remaining", "path_contains", "partial")
+    __slots__ = ("remaining", "path_contains", "partial", "skip")
 
-    def __init__(self, n: int, path_contains: str | None, partial: bool = False):
+    def __init__(self, n: int, path_contains: str | None, partial: bool = False, skip: int = 0):
         self.remaining = n
         self.path_contains = path_contains
         self.partial = partial
+        self.skip = skip
 
     def hits(self, path: str) -> bool:
         return self.remaining > 0 and (self.path_contains is None or self.path_contains in path)
@@ -198,17 +205,18 @@ class FaultyFileSystem(FileSystem):
         self._faults: dict[str, list[_Fault]] = {"write": [], "fsync": [], "rename": []}
 
     # -- arming faults ---------------------------------------------------------
-    def fail_next_write(self, n: int = 1, path_contains: str | None = None, *, partial: bool = False) -> None:
+    def fail_next_write(self, n: int = 1, path_contains: str | None = None, *, partial: bool = False,
+                        skip: int = 0) -> None:
         with self._lock:
-            self._faults["write"].append(_Fault(n, path_contains, partial))
+            self._faults["write"].append(_Fault(n, path_contains, partial, skip))
 
-    def fail_next_fsync(self, n: int = 1, path_contains: str | None = None) -> None:
+    def fail_next_fsync(self, n: int = 1, path_contains: str | None = None, *, skip: int = 0) -> None:
         with self._lock:
-            self._faults["fsync"].append(_Fault(n, path_contains))
+            self._faults["fsync"].append(_Fault(n, path_contains, skip=skip))
 
-    def fail_next_rename(self, n: int = 1, path_contains: str | None = None) -> None:
+    def fail_next_rename(self, n: int = 1, path_contains: str | None = None, *, skip: int = 0) -> None:
         with self._lock:
-            self._faults["rename"].append(_Fault(n, path_contains))
+            self._faults["rename"].append(_Fault(n, path_contains, skip=skip))
 
     def clear_faults(self) -> None:
         with self._lock:
@@ -227,6 +235,9 @@ class FaultyFileSystem(FileSystem):
             self.counts[(op if op != "write" else "pwrite", path)] += 1
             for fault in self._faults[op]:
                 if fault.hits(path):
+                    if fault.skip:
+                        fault.skip -= 1
+                        continue
                     fault.remaining -= 1
                     return fault
         return None
@@ -302,6 +313,30 @@ class FaultyFileSystem(FileSystem):
             raise OSError(errno.EIO, "injected rename failure", str(src))
         super().rename(src, dst)
 
+    # -- test-only: faults armed at a chosen moment of a running process ------------
+    def watch_control_file(self, path: str | Path, poll_s: float = 0.01) -> None:
+        """Poll path from a daemon thread; see the module docstring for the protocol.
+        The thread uses os directly, so it is neither counted nor hit by faults."""
+        path = str(path)
+
+        def poll() -> None:
+            while True:
+                time.sleep(poll_s)
+                try:
+                    with open(path) as f:
+                        spec = f.read()
+                except OSError:       # not there (yet)
+                    continue
+                try:
+                    opts = parse_fault_spec(spec)
+                except ValueError:
+                    os.replace(path, path + ".rejected")
+                    continue
+                arm_faults(self, opts)
+                os.unlink(path)       # the acknowledgement the test waits for
+
+        threading.Thread(target=poll, name="fs-fault-control", daemon=True).start()
+
 
 # Keys accepted in SEMEL_FS_FAULTS and how to parse each value.
 _ENV_KEYS = {
@@ -311,6 +346,10 @@ _ENV_KEYS = {
     "fail_next_fsync": int,
     "fail_next_rename": int,
     "path_contains": str,
+    "partial": int,          # 1: a failed write first puts half of its bytes in the file (torn write)
+    "skip": int,             # let this many matching calls succeed before the failures begin
+    "clear": int,            # 1: disarm all faults before arming the rest (control file only)
+    "control_file": str,     # test-only: a file polled for more specs while the process runs
 }
 
 
@@ -339,9 +378,28 @@ def fs_from_env(environ: dict | None = None) -> FileSystem:
     opts = parse_fault_spec(spec)
     fs = FaultyFileSystem(fsync_delay_s=opts.get("fsync_delay_ms", 0) / 1000.0,
                           enospc_after_bytes=opts.get("enospc_after_bytes"))
+    arm_faults(fs, opts)
+    if opts.get("control_file"):
+        fs.watch_control_file(opts["control_file"])
+    return fs
+
+
+def arm_faults(fs: FaultyFileSystem, opts: dict) -> None:
+    """Apply parsed spec options to fs (clear first when asked)."""
+    if opts.get("clear"):
+        fs.clear_faults()
+        fs.fsync_delay_s = 0.0
+    if "fsync_delay_ms" in opts:
+        fs.fsync_delay_s = opts["fsync_delay_ms"] / 1000.0
+    if "enospc_after_bytes" in opts:
+        fs.enospc_after_bytes = opts["enospc_after_bytes"]
     where = opts.get("path_contains")
     for op in ("write", "fsync", "rename"):
         n = opts.get(f"fail_next_{op}", 0)
-        if n:
-            getattr(fs, f"fail_next_{op}")(n, where)
-    return fs
+        if not n:
+            continue
+        skip = opts.get("skip", 0)
+        if op == "write":
+            fs.fail_next_write(n, where, partial=bool(opts.get("partial")), skip=skip)
+        else:
+            getattr(fs, f"fail_next_{op}")(n, where, skip=skip)
