@@ -8,6 +8,11 @@ A PrepareCommit/PrepareAbort record is the decision: once it is on disk the
 markers are written to every partition of the transaction (retried until they
 succeed, also after a crash) and a Complete record closes the transaction. A
 logged decision is never reversed.
+
+A record whose write succeeded but whose fsync failed is in the log (a restart
+would replay it), so memory applies it too and the client is told
+COORDINATOR_NOT_AVAILABLE: what it asked for may still take effect, which is a
+legal outcome of an error. Markers are written only once the decision is durable.
 """
 from __future__ import annotations
 
@@ -122,7 +127,12 @@ class TransactionCoordinator:
 
     # --- the append-then-apply step ---------------------------------------------
 
-    async def _log_state(self, meta: TxnMeta, tombstone: bool = False) -> KafkaError:
+    async def _log_state(self, meta: TxnMeta, tombstone: bool = False) -> tuple[KafkaError, bool]:
+        """(error, applied): append, fsync, then apply. applied is False only when
+        nothing reached the log; after a failed fsync the record is in the log and
+        memory follows it (replaying the whole log instead would swap the objects
+        that in-flight transitions hold, and a stale one could later overwrite
+        newer state)."""
         value = None if tombstone else encode_value(meta)
         batch = records.build_batch([(meta.txn_id.encode(), value)])
         batches, _ = records.split_batches(batch)
@@ -130,31 +140,30 @@ class TransactionCoordinator:
             info = self.log.append(batch, batches)
         except StorageError as exc:
             log.error("transaction log append failed for %s: %s", meta.txn_id, exc)
-            return KafkaError.COORDINATOR_NOT_AVAILABLE
+            return KafkaError.COORDINATOR_NOT_AVAILABLE, False
+        err = KafkaError.NONE
         try:
             await self.flusher.sync(self.log, info.last_offset + 1)
         except StorageError as exc:
-            # The record may or may not be on disk: the log, not memory, is the
-            # truth. Reload from it exactly as a restart would.
-            log.error("transaction log fsync failed for %s: %s; reloading state", meta.txn_id, exc)
-            self._replay()
-            for m in self.txns.values():
-                if m.state in PREPARED:
-                    self._spawn(self._complete(m))
-            return KafkaError.COORDINATOR_NOT_AVAILABLE
+            log.error("transaction log fsync failed for %s: %s; the record stays in the log", meta.txn_id, exc)
+            err = KafkaError.COORDINATOR_NOT_AVAILABLE
         if tombstone:
             self.txns.pop(meta.txn_id, None)
         else:
             self._apply(meta)
-        return KafkaError.NONE
+        return err, True
 
     async def _transition(self, current: TxnMeta | None, new: TxnMeta) -> KafkaError:
         if current is not None:
+            if self.txns.get(current.txn_id) is not current or current.pending:
+                # The caller looked before an await and the state moved on since.
+                return KafkaError.CONCURRENT_TRANSACTIONS
             if not can_transition(current.state, new.state):
                 return KafkaError.INVALID_TXN_STATE
             current.pending = new.state
         try:
-            return await self._log_state(new)
+            err, _ = await self._log_state(new)
+            return err
         finally:
             if current is not None:
                 current.pending = False
@@ -298,20 +307,28 @@ class TransactionCoordinator:
         target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
         prepared = meta.copy(state=target, update_ms=now_ms())
         err = await self._transition(meta, prepared)
-        if err:
-            return err
-        await self._complete(self.txns[txn_id])
-        return KafkaError.NONE
+        await self._complete_if_prepared(txn_id)
+        if err and self._state(txn_id) == COMPLETE_OF[target]:
+            return KafkaError.NONE  # the Prepare fsync failed, yet the decision is now carried out
+        return err
+
+    def _state(self, txn_id: str) -> TxnState | None:
+        meta = self.txns.get(txn_id)
+        return None if meta is None else meta.state
+
+    async def _complete_if_prepared(self, txn_id: str) -> None:
+        """A Prepare record in the log is the decision even when its fsync failed."""
+        meta = self.txns.get(txn_id)
+        if meta is not None and meta.state in PREPARED and not meta.pending:
+            await self._complete(meta)
 
     async def _abort_with_bump(self, meta: TxnMeta) -> KafkaError:
         pid, epoch = self._bumped(meta)
         prepared = meta.copy(state=TxnState.PREPARE_ABORT, producer_id=pid, epoch=epoch,
                              last_producer_id=meta.producer_id, last_epoch=meta.epoch, update_ms=now_ms())
         err = await self._transition(meta, prepared)
-        if err:
-            return err
-        await self._complete(self.txns[meta.txn_id])
-        return KafkaError.NONE
+        await self._complete_if_prepared(meta.txn_id)
+        return err
 
     # --- completion: markers, then the Complete record ------------------------------
 
@@ -333,9 +350,14 @@ class TransactionCoordinator:
             delay = min(delay * 2, 5.0)
 
     async def _try_complete(self, meta: TxnMeta, done: set) -> bool:
+        if self.txns.get(meta.txn_id) is not meta:
+            return True   # superseded (never expected): a stale retry must not overwrite newer state
         commit = meta.state == TxnState.PREPARE_COMMIT
         kind = records.CONTROL_COMMIT if commit else records.CONTROL_ABORT
         try:
+            # Markers only for a durable decision: a crash must not leave markers
+            # whose Prepare record could still vanish from the coordinator log.
+            await self.flusher.sync(self.log, self.log.log_end_offset)
             for tp in sorted(meta.parts() - done):
                 await self._write_marker(tp, kind, meta)
                 done.add(tp)
@@ -343,12 +365,10 @@ class TransactionCoordinator:
             log.warning("marker write for %s failed (%s); will retry", meta.txn_id, exc)
             return False
         final = meta.copy(state=COMPLETE_OF[meta.state], partitions=None, update_ms=now_ms())
-        meta.pending = False
-        err = await self._log_state(final)
-        if err:
-            meta.pending = final.state
-            return False
-        return True
+        _, applied = await self._log_state(final)
+        # A Complete record that reached the log (even unsynced) is done: a crash
+        # before it is durable replays the Prepare record and rolls forward again.
+        return applied
 
     async def _write_marker(self, tp: tuple[str, int], kind: int, meta: TxnMeta) -> None:
         if tp == OFFSETS_PARTITION:
@@ -398,6 +418,8 @@ class TransactionCoordinator:
         expired = [m for m in self.txns.values()
                    if m.state == TxnState.ONGOING and not m.pending and m.start_ms + m.timeout_ms < now]
         for meta in expired:
+            if self.txns.get(meta.txn_id) is not meta or meta.pending:
+                continue  # the client ended it while an earlier abort was being logged
             log.info("aborting %s: transaction timed out after %d ms", meta.txn_id, meta.timeout_ms)
             await self._abort_with_bump(meta)
         return len(expired)
@@ -407,5 +429,10 @@ class TransactionCoordinator:
         idle = [m for m in self.txns.values()
                 if m.state in COMPLETED and not m.pending and m.update_ms < cutoff]
         for meta in idle:
-            await self._log_state(meta, tombstone=True)
+            if self.txns.get(meta.txn_id) is not meta or meta.pending:
+                continue  # used again while an earlier tombstone was being logged
+            meta.pending = TxnState.DEAD
+            _, applied = await self._log_state(meta, tombstone=True)
+            if not applied:
+                meta.pending = False
         return len(idle)
