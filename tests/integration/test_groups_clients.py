@@ -54,7 +54,10 @@ class _KPMember(threading.Thread):
         self.consumer = KafkaConsumer(
             bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
             auto_offset_reset="earliest", session_timeout_ms=SESSION_MS, heartbeat_interval_ms=500,
-            max_poll_interval_ms=15000)
+            max_poll_interval_ms=15000,
+            # kafka-python may run the first assignment before it has the topic's
+            # metadata; it rejoins when metadata changes, so refresh it often.
+            metadata_max_age_ms=1000)
         self.consumer.subscribe([topic])
         self.stop_flag = threading.Event()
         self.lock = threading.Lock()
@@ -201,7 +204,10 @@ def test_aiokafka_two_members_rebalance_commit_and_leave(broker):
             return AIOKafkaConsumer(topic, bootstrap_servers=broker.bootstrap, group_id=group,
                                     enable_auto_commit=False, auto_offset_reset="earliest",
                                     session_timeout_ms=SESSION_MS, heartbeat_interval_ms=500,
-                                    max_poll_interval_ms=15000)
+                                    max_poll_interval_ms=15000,
+            # kafka-python may run the first assignment before it has the topic's
+            # metadata; it rejoins when metadata changes, so refresh it often.
+            metadata_max_age_ms=1000)
 
         async def pump(consumers, cond, what):
             deadline = time.monotonic() + 60
