@@ -45,7 +45,9 @@ def main(argv=None) -> int:
     while True:
         msgs = [m for m in consumer.consume(num_messages=args.batch, timeout=0.5) if not m.error()]
         if not msgs:
-            if args.idle_exit is not None and time.monotonic() - idle_since > args.idle_exit:
+            if not consumer.assignment():
+                idle_since = time.monotonic()   # still joining the group: not idle yet
+            elif args.idle_exit is not None and time.monotonic() - idle_since > args.idle_exit:
                 break
             continue
         idle_since = time.monotonic()
