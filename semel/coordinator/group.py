@@ -456,17 +456,26 @@ class GroupCoordinator:
         return plog
 
     async def _timer_loop(self) -> None:
+        """Sleep until the next deadline (or until a timer is set), fire what is due.
+        Every group timeout depends on this loop, so it logs and carries on after
+        any unexpected error instead of dying silently."""
         assert self._wake is not None
         while True:
-            self._wake.clear()
-            deadline = self.timers.next_deadline()
-            delay = None if deadline is None else (deadline - self.clock()) / 1000
-            if delay is None or delay > 0:
-                try:
-                    await asyncio.wait_for(self._wake.wait(), delay)
-                except asyncio.TimeoutError:
-                    pass
-            self.fire_timers()
+            try:
+                self._wake.clear()
+                deadline = self.timers.next_deadline()
+                delay = None if deadline is None else (deadline - self.clock()) / 1000
+                if delay is None or delay > 0:
+                    try:
+                        await asyncio.wait_for(self._wake.wait(), delay)
+                    except asyncio.TimeoutError:
+                        pass
+                self.fire_timers()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("group timer loop failed; continuing")
+                await asyncio.sleep(0.1)
 
     def _ready_error(self) -> KafkaError:
         if self._status == "active":
