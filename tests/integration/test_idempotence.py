@@ -11,7 +11,9 @@ What Kafka promises an idempotent producer, and what is checked here:
   since 2.5 accepts any sequence there, semel refuses to guess);
 - the producer state survives a SIGKILL (snapshot written at a clean stop + replay
   of the log tail), so a retry after the restart is still recognised;
-- KIP-360: InitProducerId v3+ carrying the current producer id/epoch.
+- KIP-360: InitProducerId v3+ carrying the current producer id/epoch;
+- a disk fault while appending (EIO, torn write, failed fsync) gives the producer an
+  error, and its retry is stored exactly once.
 """
 from __future__ import annotations
 
@@ -236,3 +238,27 @@ def test_kip360_transactional_epoch_bump_and_fencing(ibroker):
         assert init_pid(c, "kip360", pid + 1000, bumped, version=4)[0] == E.PRODUCER_FENCED
         # v0-v2 cannot carry an id: they always bump (a new instance).
         assert init_pid(c, "kip360", version=2) == (E.NONE, pid, bumped + 1)
+
+
+# --- disk faults while appending ---------------------------------------------------------------
+
+@pytest.mark.parametrize("fault", ["fail_next_write=1", "fail_next_write=1,partial=1", "fail_next_fsync=1"])
+def test_retry_after_disk_fault_is_stored_exactly_once(start_broker, tmp_path, fault):
+    from test_txn_faults import arm, assert_logs_whole
+    b = start_broker(env={"SEMEL_FS_FAULTS": f"control_file={tmp_path / 'faults'}"})
+    b.control_file = tmp_path / "faults"
+    with Client(b.bootstrap) as c:
+        assert c.create_topic("t", 1) == E.NONE
+        _, pid, _ = init_pid(c)
+        assert c.produce("t", 0, batch(pid, 0)) == (E.NONE, 0)
+        arm(b, f"{fault},path_contains=t-0/00000000000000000000.log")
+        assert c.produce("t", 0, batch(pid, 1))[0] == E.KAFKA_STORAGE_ERROR
+        # Written but not synced (fsync fault) or not written at all: either way one copy.
+        assert c.produce("t", 0, batch(pid, 1)) == (E.NONE, 1)
+        assert c.produce("t", 0, batch(pid, 2)) == (E.NONE, 2)
+    b.kill()
+    assert_logs_whole(b.data_dir)
+    b.restart()
+    with Client(b.bootstrap) as c:
+        assert c.produce("t", 0, batch(pid, 1)) == (E.NONE, 1)
+        assert values(c) == [b"v0", b"v1", b"v2"]

@@ -236,6 +236,10 @@ def test_marker_failures_hold_the_transaction_until_written(fbroker, then):
     assert lso(c, "out", 1) == 0 < leo(c, "out", 1)
     assert t.add(("out", 0)) == {("out", 0): E.CONCURRENT_TRANSACTIONS}
     assert t.add_offsets("g") == E.CONCURRENT_TRANSACTIONS
+    # A late write into the completing transaction would hang it (KIP-890): refused.
+    end0 = leo(c, "out", 0)
+    assert t.produce("out", 0, b"late")[0] == E.INVALID_TXN_STATE
+    assert leo(c, "out", 0) == end0
     assert t.end(True) == E.CONCURRENT_TRANSACTIONS
     assert t.end(False) == E.CONCURRENT_TRANSACTIONS
     with Client(fbroker.bootstrap) as c2:
