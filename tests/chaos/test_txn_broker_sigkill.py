@@ -75,7 +75,7 @@ def read_ledger(bootstrap, isolation):
 def test_transactions_survive_broker_sigkill(start_broker, tmp_path, seed):
     iterations = int(os.environ.get("SEMEL_CHAOS_ITERATIONS", "8"))
     rng = random.Random(seed)
-    broker = start_broker("--transaction-abort-check-interval-ms", "200")
+    broker = start_broker("--transaction-abort-check-interval-ms", "200", "--log-level", "DEBUG")
     with Client(broker.bootstrap) as c:
         c.create_topic("ledger", PARTITIONS)
         c.create_topic("src", WORKERS)

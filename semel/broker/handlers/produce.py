@@ -63,19 +63,31 @@ def _append_partition(ctx, req, topic: str, pdata) -> _PartitionResult:
         return _PartitionResult(pdata.index, err, message=err.name)
     err = _check_transactional(ctx, req, topic, pdata.index, batches)
     if err:
+        _debug_refusal(req, topic, pdata.index, batches, err)
         return _PartitionResult(pdata.index, err)
     try:
         info = plog.append(data, batches)
     except AppendError as exc:  # producer-state refusals and disk failures; nothing was written
         if isinstance(exc, StorageError):
             log.error("append to %s-%d failed: %s", topic, pdata.index, exc)
+        _debug_refusal(req, topic, pdata.index, batches, exc.error)
         return _PartitionResult(pdata.index, exc.error)
-    if getattr(info, "duplicate", False):
+    if info.duplicate:
         broker.metrics.duplicate_batches.inc()
+        _debug_refusal(req, topic, pdata.index, batches, "duplicate", info.first_offset)
     else:
         broker.metrics.produced_bytes.inc(len(data))
         broker.notifier.notify(topic, pdata.index)
     return _PartitionResult(pdata.index, base_offset=info.first_offset, plog=plog, upto=info.last_offset + 1)
+
+
+def _debug_refusal(req, topic, partition, batches, what, offset=None) -> None:
+    """One DEBUG line per refused or deduplicated batch: what chaos runs need to explain themselves."""
+    if log.isEnabledFor(logging.DEBUG):
+        h = batches[0][1]
+        log.debug("produce %s-%d txn=%s pid=%d epoch=%d seq=%d..%d: %s%s", topic, partition, req.transactional_id,
+                  h.producer_id, h.producer_epoch, h.base_sequence, batches[-1][1].last_sequence,
+                  getattr(what, "name", what), "" if offset is None else f" (original offset {offset})")
 
 
 def _check_transactional(ctx, req, topic, partition, batches) -> KafkaError:
