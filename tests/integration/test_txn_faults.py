@@ -223,7 +223,7 @@ def test_commit_decision_is_never_reversed(fbroker):
 
 # --- markers ------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("then", ["heal", "crash"])
+@pytest.mark.parametrize("then", ["heal", "crash", "crash-still-failing"])
 def test_marker_failures_hold_the_transaction_until_written(fbroker, then):
     c = Client(fbroker.bootstrap)
     t = RawTxn(c, "f-marker")
@@ -247,8 +247,21 @@ def test_marker_failures_hold_the_transaction_until_written(fbroker, then):
     if then == "heal":
         arm(fbroker, "clear=1")
         until(lambda: t.end(True) == E.NONE, "the commit completes once the disk heals")
-    else:
+    elif then == "crash":
         c = crash_and_restart(fbroker, t)   # rolled forward at start
+    else:
+        # The roll-forward at start cannot write the marker either: the broker still
+        # starts, holds the transaction, and finishes it once the disk heals.
+        env = fbroker.env["SEMEL_FS_FAULTS"]
+        fbroker.env["SEMEL_FS_FAULTS"] = f"{env},fail_next_write={FOREVER},path_contains={OUT1_LOG}"
+        try:
+            c = crash_and_restart(fbroker, t)
+        finally:
+            fbroker.env["SEMEL_FS_FAULTS"] = env
+        assert t.end(False) == E.CONCURRENT_TRANSACTIONS
+        assert lso(c, "out", 1) == 0 < leo(c, "out", 1)
+        arm(fbroker, "clear=1")
+        until(lambda: t.end(True) == E.NONE, "the rolled-forward commit completes once the disk heals")
     assert_outcome(c, t, written, [])
     assert_decision(t, commit=True)
     written2 = begin(t, b"m2")              # the id is usable again

@@ -459,3 +459,34 @@ def test_control_records_never_reach_client_consumers(tbroker, consume):
         got = consume(tbroker.bootstrap, isolation)
         assert [v for _, v in got] == expected, isolation
         assert not {off for off, _ in got} & set(markers), f"{isolation}: a control record was delivered"
+
+
+# --- timeout abort and KIP-360 resume ---------------------------------------------------------------------
+
+def test_timed_out_transaction_is_aborted_and_producer_may_resume(start_broker):
+    b = start_broker("--transaction-abort-check-interval-ms", "100")
+    with Client(b.bootstrap) as c:
+        assert c.create_topic("out", 1) == E.NONE
+        t = RawTxn(c, "slow", timeout_ms=500)
+        assert t.init() == E.NONE
+        assert t.add(("out", 0)) == {("out", 0): E.NONE}
+        assert t.produce("out", 0, b"too-late")[0] == E.NONE
+        deadline = time.monotonic() + 60
+        while lso(c, "out", 0) < leo(c, "out", 0):    # the coordinator aborts it on its own
+            assert time.monotonic() < deadline, "the timed-out transaction was never aborted"
+            time.sleep(0.05)
+        assert visible(c, "out", 0) == [] and visible(c, "out", 0, READ_UNCOMMITTED) == [b"too-late"]
+        # The abort bumped the epoch: the old one is fenced everywhere ...
+        end = leo(c, "out", 0)
+        assert t.produce("out", 0, b"more")[0] == E.INVALID_PRODUCER_EPOCH
+        assert t.end(True) == E.PRODUCER_FENCED
+        assert leo(c, "out", 0) == end
+        # ... but KIP-360 lets this very producer resume with the epoch it holds.
+        r = call(c, 22, 4, transactional_id="slow", transaction_timeout_ms=30_000,
+                 producer_id=t.pid, producer_epoch=t.epoch)
+        assert r.error_code == E.NONE and r.producer_id == t.pid and r.producer_epoch > t.epoch + 1
+        t.epoch, t.seq = r.producer_epoch, {}
+        assert t.add(("out", 0)) == {("out", 0): E.NONE}
+        assert t.produce("out", 0, b"resumed")[0] == E.NONE
+        assert t.end(True) == E.NONE
+        assert visible(c, "out", 0) == [b"resumed"]
