@@ -95,7 +95,11 @@ async def _dispatch(broker, frame: bytes, peer: str):
     if isinstance(result, Deferred):
         return ctx, result, started
     broker.metrics.request_seconds.labels(api).observe(time.perf_counter() - started)
-    return encode_response(ctx.api_key, ctx.api_version, ctx.correlation_id, result)
+    try:
+        return encode_response(ctx.api_key, ctx.api_version, ctx.correlation_id, result)
+    except Exception:  # a response we cannot encode is our bug: say so, then close
+        log.exception("cannot encode %s v%d response for %s; closing the connection", api, ctx.api_version, peer)
+        raise _Close() from None
 
 
 async def _write_loop(writer: asyncio.StreamWriter, queue: asyncio.Queue, peer: str) -> None:
@@ -113,7 +117,12 @@ async def _write_loop(writer: asyncio.StreamWriter, queue: asyncio.Queue, peer: 
                 return
             ctx.broker.metrics.request_seconds.labels(ROUTES[ctx.api_key].fn.__name__).observe(
                 time.perf_counter() - started)
-            item = encode_response(ctx.api_key, ctx.api_version, ctx.correlation_id, body)
+            try:
+                item = encode_response(ctx.api_key, ctx.api_version, ctx.correlation_id, body)
+            except Exception:
+                log.exception("cannot encode a deferred response for %s; closing", peer)
+                writer.close()
+                return
         writer.write(item)
         try:
             await writer.drain()

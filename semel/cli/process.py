@@ -40,6 +40,7 @@ class ManagedProcess:
 
     def __init__(self, port: int | None = None, log_path: Path | None = None, env: dict | None = None):
         self.host = "127.0.0.1"
+        self._port_chosen = port is None  # ours to change if another process takes it first
         self.port = port or free_port()
         self.proc: subprocess.Popen | None = None
         self.log_path = log_path
@@ -54,12 +55,22 @@ class ManagedProcess:
         raise NotImplementedError
 
     def start(self, timeout_s: float = 60) -> "ManagedProcess":
-        if self.log_path is not None:
+        if self.log_path is not None and self._log is None:
             self._log = open(self.log_path, "ab")
         out = self._log or subprocess.DEVNULL
-        self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT, env=self.env,
-                                     start_new_session=True)
-        wait_for_port(self.host, self.port, timeout_s, self.proc)
+        for attempt in range(3):
+            self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT, env=self.env,
+                                         start_new_session=True)
+            try:
+                wait_for_port(self.host, self.port, timeout_s, self.proc)
+                break
+            except RuntimeError:
+                # free_port() released the port before we bound it; on a first start
+                # another process may have taken it meanwhile: try a fresh one.
+                if not self._port_chosen or attempt == 2:
+                    raise
+                self.port = free_port()
+        self._port_chosen = False  # restarts must come back on the same port
         return self
 
     @property
