@@ -56,8 +56,6 @@ T = TypeVar("T")
 S = GroupState
 
 OFFSETS_TOPIC = "__consumer_offsets"
-# Kafka's OFFSET_METADATA_TOO_LARGE (12); semel's error table may not list it yet.
-METADATA_TOO_LARGE = getattr(KafkaError, "OFFSET_METADATA_TOO_LARGE", KafkaError.INVALID_COMMIT_OFFSET_SIZE)
 # A brand-new member waiting in a join phase is kept at most this long (Kafka's value).
 NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
 # Records per batch when expiring or deleting many offsets at once.
@@ -1218,7 +1216,7 @@ class GroupCoordinator:
             value = _as_committed(raw)
             meta = value.metadata or ""
             if len(meta.encode("utf-8")) > self.config.max_metadata_bytes:
-                results[tp] = METADATA_TOO_LARGE
+                results[tp] = KafkaError.OFFSET_METADATA_TOO_LARGE
                 continue
             accepted.append(((tp[0], int(tp[1])), value._replace(commit_ts=now)))
         if not accepted:
