@@ -323,8 +323,12 @@ class TransactionCoordinator:
             await self._complete(meta)
 
     async def _abort_with_bump(self, meta: TxnMeta) -> KafkaError:
-        pid, epoch = self._bumped(meta)
-        prepared = meta.copy(state=TxnState.PREPARE_ABORT, producer_id=pid, epoch=epoch,
+        # Never a new producer id here: the markers must carry the id the transaction's
+        # data was written with, or its partitions stay unstable for ever. Epochs handed
+        # to clients stop below MAX_EPOCH, which is kept for this fence; the next
+        # InitProducerId then moves on to a new producer id.
+        epoch = min(meta.epoch + 1, MAX_EPOCH)
+        prepared = meta.copy(state=TxnState.PREPARE_ABORT, epoch=epoch,
                              last_producer_id=meta.producer_id, last_epoch=meta.epoch, update_ms=now_ms())
         err = await self._transition(meta, prepared)
         await self._complete_if_prepared(meta.txn_id)

@@ -490,3 +490,63 @@ def test_timed_out_transaction_is_aborted_and_producer_may_resume(start_broker):
         assert t.produce("out", 0, b"resumed")[0] == E.NONE
         assert t.end(True) == E.NONE
         assert visible(c, "out", 0) == [b"resumed"]
+
+
+# --- producer epoch exhaustion ------------------------------------------------------------------------
+
+def _forge_epoch(data_dir, txn_id: str, pid: int, epoch: int, partitions, timeout_ms: int, started_ms: int):
+    """With the broker stopped, append a coordinator record that moves txn_id to a high
+    epoch (reaching it by InitProducerId would take ~32k requests)."""
+    from semel.coordinator.txn_states import TxnMeta, TxnState, encode_value
+    from semel.storage import LogConfig, PartitionLog
+    plog = PartitionLog.open(data_dir / "__transaction_state-0", LogConfig(retention_ms=-1))
+    try:
+        meta = TxnMeta(txn_id, pid, epoch, pid, epoch - 1, timeout_ms, TxnState.ONGOING, frozenset(partitions),
+                       started_ms, started_ms)
+        data = records.build_batch([(txn_id.encode(), encode_value(meta))])
+        plog.append(data, records.split_batches(data)[0])
+    finally:
+        plog.close()
+
+
+@pytest.mark.parametrize("how", ["reinit", "timeout"])
+def test_abort_at_exhausted_epoch_keeps_the_producer_id_of_the_data(start_broker, how):
+    """At the last epoch a client may hold (32766), fencing the open transaction must
+    write its ABORT markers under the producer id its data carries (epoch 32767); the
+    producer id moves on only afterwards. The markers used to go out under the next
+    producer id, which ended nothing: the partition's LSO was stuck for ever."""
+    b = start_broker("--transaction-abort-check-interval-ms", "100")
+    with Client(b.bootstrap) as c:
+        assert c.create_topic("out", 1) == E.NONE
+        old = RawTxn(c, "exhausted")
+        assert old.init() == E.NONE
+        assert old.add(("out", 0)) == {("out", 0): E.NONE}
+        assert old.produce("out", 0, b"doomed")[0] == E.NONE
+    b.stop()
+    now_ms = int(time.time() * 1000)
+    started = now_ms - 60_000 if how == "timeout" else now_ms
+    _forge_epoch(b.data_dir, "exhausted", old.pid, 32766, [("out", 0)], 1000 if how == "timeout" else 60_000,
+                 started)
+    b.start()
+    with Client(b.bootstrap) as c:
+        new = RawTxn(c, "exhausted")
+        if how == "reinit":
+            assert new.init() == E.NONE
+        else:
+            deadline = time.monotonic() + 60
+            while lso(c, "out", 0) < leo(c, "out", 0):
+                assert time.monotonic() < deadline, "the timed-out transaction was never aborted"
+                time.sleep(0.05)
+            r = call(c, 22, 4, transactional_id="exhausted", transaction_timeout_ms=30_000,
+                     producer_id=old.pid, producer_epoch=32766)        # KIP-360 resume
+            assert r.error_code == E.NONE
+            new.pid, new.epoch = r.producer_id, r.producer_epoch
+        assert (new.pid != old.pid, new.epoch) == (True, 0)             # a fresh producer id from here on
+        assert lso(c, "out", 0) == leo(c, "out", 0)
+        data = c.fetch("out", 0, 0).records
+        markers = [h for _, h in records.iter_batches(data) if h.is_control]
+        assert [(h.producer_id, h.producer_epoch) for h in markers] == [(old.pid, 32767)]
+        assert new.add(("out", 0)) == {("out", 0): E.NONE}
+        assert new.produce("out", 0, b"next")[0] == E.NONE
+        assert new.end(True) == E.NONE
+        assert visible(c, "out", 0) == [b"next"]
