@@ -73,6 +73,16 @@ async def blocking(fn, *args):
     return await fut
 
 
+def signal_worker(proc: asyncio.subprocess.Process, sig: int) -> None:
+    """os.kill, not proc.send_signal: the latter polls (and may reap) a child that
+    just exited, racing asyncio's own child watcher. An exited but unreaped
+    child still holds its pid, so this cannot hit a stranger."""
+    try:
+        os.kill(proc.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
 class WorkloadError(RuntimeError):
     """The run could not be carried out (not an anomaly: the broker never let us start)."""
 
@@ -91,6 +101,9 @@ class WorkloadConfig:
     fault_interval_s: tuple = (2.0, 6.0)
     op_timeout_s: float = 45.0
     ready_timeout_s: float = 45.0
+    setup_timeout_s: float = 30.0
+    finish_timeout_s: float = 30.0   # after the main phase, for running ops to end (then killed: info)
+    fence_timeout_s: float = 30.0
     drain_timeout_s: float = 40.0
     abort_probability: float = 0.3
     poll_probability: float = 0.3
@@ -166,7 +179,7 @@ class Workload:
                         group=f"{self.topic}-{group}" if group else None)
             self.slots.append(Slot(name, "consumer", wcfg, random.Random(f"{self.cfg.seed}/{name}")))
 
-    async def spawn(self, slot: Slot) -> bool:
+    async def spawn(self, slot: Slot, ready_timeout_s: float | None = None) -> bool:
         self.next_process += 1
         slot.process = self.next_process
         slot.paused = False
@@ -175,7 +188,7 @@ class Workload:
             sys.executable, "-m", "semel.check.worker", json.dumps(wcfg),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=self.worker_log,
             limit=1 << 24)
-        hello = await self._read(slot, self.cfg.ready_timeout_s)
+        hello = await self._read(slot, ready_timeout_s or self.cfg.ready_timeout_s)
         if hello is None or not hello.get("ready"):
             why = (hello or {}).get("error", "no answer")
             self.note("worker-start-failed", slot=slot.name, process=slot.process, error=why)
@@ -211,11 +224,8 @@ class Workload:
         if proc is None:
             return
         if proc.returncode is None:
-            try:
-                proc.send_signal(signal.SIGCONT)
-                proc.kill()
-            except ProcessLookupError:
-                pass
+            signal_worker(proc, signal.SIGCONT)
+            signal_worker(proc, signal.SIGKILL)
         await proc.wait()
 
     # ------------------------------------------------------------------ ops
@@ -260,23 +270,29 @@ class Workload:
             ev["commit_ns"] = reply["commit_ns"] - self.t0
         return ev
 
-    async def run_op(self, slot: Slot, cmd: dict, invoke: dict) -> dict | None:
+    async def run_op(self, slot: Slot, cmd: dict, invoke: dict, timeout_s: float | None = None) -> dict | None:
         inv = self.record(dict(invoke, process=slot.process, type="invoke"))
-        reply = await self.call(slot, cmd, self.cfg.op_timeout_s)
+        reply = await self.call(slot, cmd, timeout_s or self.cfg.op_timeout_s)
         self.record(dict(self.completion(slot, inv, reply), process=slot.process))
         if reply is None or reply.get("exit"):
             await self.reap(slot)
         return reply
 
     async def drive(self, slot: Slot) -> None:
-        while not self.stop.is_set():
-            if slot.proc is None:
-                if not await self.spawn(slot):
-                    await asyncio.sleep(0.5)
-                continue
-            cmd, invoke = self.next_op(slot)
-            await self.run_op(slot, cmd, invoke)
-            await asyncio.sleep(slot.rng.uniform(0, 0.02))
+        try:
+            while not self.stop.is_set():
+                if slot.proc is None:
+                    if not await self.spawn(slot):
+                        await asyncio.sleep(0.5)
+                    continue
+                cmd, invoke = self.next_op(slot)
+                await self.run_op(slot, cmd, invoke)
+                await asyncio.sleep(slot.rng.uniform(0, 0.02))
+        except asyncio.CancelledError:
+            # Cut off mid-op: the worker would answer a command we no longer wait
+            # for, so it goes; its op stays open in the history (an unknown outcome).
+            await self.reap(slot)
+            raise
 
     # ------------------------------------------------------------------ nemesis
 
@@ -303,10 +319,7 @@ class Workload:
         victim = rng.choice(live)
         self.record({"process": NEMESIS, "type": "invoke", "f": "kill-client",
                      "value": {"slot": victim.name, "process": victim.process}})
-        try:
-            victim.proc.kill()
-        except ProcessLookupError:
-            pass
+        signal_worker(victim.proc, signal.SIGKILL)
         self.note("kill-client", slot=victim.name, process=victim.process)
 
     async def fault_client_pause(self, rng: random.Random) -> None:
@@ -320,15 +333,10 @@ class Workload:
         proc = victim.proc
         victim.paused = True
         try:
-            proc.send_signal(signal.SIGSTOP)
+            signal_worker(proc, signal.SIGSTOP)
             await asyncio.sleep(seconds)
-        except ProcessLookupError:
-            pass
         finally:
-            try:
-                proc.send_signal(signal.SIGCONT)
-            except ProcessLookupError:
-                pass
+            signal_worker(proc, signal.SIGCONT)
             victim.paused = False
         self.note("pause-client", slot=victim.name, process=victim.process, seconds=seconds)
 
@@ -386,20 +394,21 @@ class Workload:
 
         def create() -> str | None:
             admin = AdminClient({"bootstrap.servers": self.cfg.bootstrap, "log_level": 3})
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + self.cfg.setup_timeout_s
             last = "no answer"
             while time.monotonic() < deadline:
+                wait = max(1.0, min(10.0, deadline - time.monotonic()))
                 fut = admin.create_topics([NewTopic(self.topic, self.cfg.keys, 1)],
-                                          operation_timeout=10, request_timeout=10)[self.topic]
+                                          operation_timeout=wait, request_timeout=wait)[self.topic]
                 try:
-                    fut.result(15)
+                    fut.result(wait + 5)
                 except Exception as exc:  # KafkaException carries a KafkaError
                     err = exc.args[0] if exc.args else exc
                     if getattr(err, "code", lambda: None)() != KafkaError.TOPIC_ALREADY_EXISTS:
                         last = str(err)
                         time.sleep(0.5)
                         continue
-                md = admin.list_topics(self.topic, timeout=10).topics.get(self.topic)
+                md = admin.list_topics(self.topic, timeout=wait).topics.get(self.topic)
                 if md is not None and md.error is None and len(md.partitions) >= self.cfg.keys:
                     return None
                 last = f"topic has {len(md.partitions) if md else 0} partitions, want {self.cfg.keys}"
@@ -415,15 +424,30 @@ class Workload:
     async def fence(self) -> None:
         """Initialise every transactional id once more: a killed producer's open
         transaction is aborted (or its decided commit completed) right here."""
-        for slot in self.slots:
-            if slot.role != "producer":
-                continue
-            if slot.proc is None and not await self.spawn(slot):
+        producers = [s for s in self.slots if s.role == "producer"]
+        ok = await self._bounded([self._fence_one(s) for s in producers], self.cfg.fence_timeout_s)
+        for slot, fenced in zip(producers, ok):
+            if not fenced:
                 self.note("fence-failed", slot=slot.name)
-                continue
+
+    async def _fence_one(self, slot: Slot) -> bool:
+        try:
+            if slot.proc is None and not await self.spawn(slot):
+                return False
             reply = await self.call(slot, {"op": "close"}, self.cfg.op_timeout_s)
-            await self.reap(slot)
             self.note("fenced", slot=slot.name, process=slot.process, ok=reply is not None)
+            return reply is not None
+        finally:
+            await self.reap(slot)
+
+    async def _bounded(self, coros: list, timeout_s: float) -> list:
+        """Run coroutines together for at most timeout_s; a late one counts as False."""
+        tasks = [asyncio.create_task(c) for c in coros]
+        done, pending = await asyncio.wait(tasks, timeout=timeout_s)
+        for t in pending:
+            t.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        return [t in done and not t.cancelled() and t.exception() is None and bool(t.result()) for t in tasks]
 
     async def drain(self) -> None:
         drains = []
@@ -437,11 +461,13 @@ class Workload:
         want = set(range(self.cfg.keys))
         at_end: set = set()
         while time.monotonic() < deadline:
-            if slot.proc is None and not await self.spawn(slot):
+            left = max(1.0, deadline - time.monotonic())
+            if slot.proc is None and not await self.spawn(slot, ready_timeout_s=left):
                 await asyncio.sleep(0.5)
                 continue
             reply = await self.run_op(slot, {"op": "poll", "timeout_s": 1.0},
-                                      {"f": "poll", "value": [["poll"]], "isolation": slot.wcfg["isolation"]})
+                                      {"f": "poll", "value": [["poll"]], "isolation": slot.wcfg["isolation"]},
+                                      timeout_s=left + 2)
             if reply is None:
                 continue
             at_end = set(reply.get("at_end", []))
@@ -453,10 +479,13 @@ class Workload:
         await self.reap(slot)
 
     async def close_consumers(self) -> None:
-        for slot in self.slots:
-            if slot.role == "consumer" and slot.proc is not None:
-                await self.call(slot, {"op": "close"}, 10)
+        async def close(slot: Slot) -> bool:
+            try:
+                return await self.call(slot, {"op": "close"}, 5) is not None
+            finally:
                 await self.reap(slot)
+
+        await self._bounded([close(s) for s in self.slots if s.role == "consumer" and s.proc is not None], 10)
 
     async def run(self) -> Path:
         try:
@@ -471,9 +500,10 @@ class Workload:
             self.stop.set()
             await nemesis  # lets a running episode finish: paused clients continue, the broker runs normally
             self.note("heal")
-            done, pending = await asyncio.wait(drivers, timeout=self.cfg.op_timeout_s + 10)
+            done, pending = await asyncio.wait(drivers, timeout=self.cfg.finish_timeout_s)
             for task in pending:
                 task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
             for task in done:
                 task.result()
             await self.close_consumers()

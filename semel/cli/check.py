@@ -12,9 +12,10 @@ from pathlib import Path
 from .main import CliError
 
 MODES = {
-    # mode: (default duration s, drain timeout s, longest duration allowed)
-    "ci": (60.0, 40.0, 120.0),     # the whole run stays within 3 minutes
-    "long": (1800.0, 120.0, None),
+    # mode: (default duration s, setup/finish/fence/drain budgets s, longest duration allowed)
+    # ci, worst case (a broker that stops answering): 20 + 60 + 20 + 10 + 25 + 43 s < 3 minutes.
+    "ci": (60.0, (20.0, 20.0, 25.0, 40.0), 60.0),
+    "long": (1800.0, (60.0, 60.0, 60.0, 120.0), None),
 }
 DEFAULT_FAULTS_MANAGED = {"ci": "broker-kill,client-kill,client-pause",
                           "long": "broker-kill,client-kill,client-pause,disk-full,slow-fsync"}
@@ -37,7 +38,8 @@ def add_parser(sub) -> None:
     target.add_argument("--analyze", metavar="HISTORY", type=Path,
                         help="only check an existing history.jsonl")
     p.add_argument("--mode", choices=sorted(MODES), default="ci",
-                   help="ci: at most 3 minutes (default); long: 30 minutes unless --duration says otherwise")
+                   help="ci: 60 s of workload, the whole run within 3 minutes (default); "
+                        "long: 30 minutes unless --duration says otherwise")
     p.add_argument("--duration", type=float, metavar="S", help="seconds of workload before heal and drain")
     p.add_argument("--seed", type=int, default=None, help="seed for the schedule (default: time based, printed)")
     p.add_argument("--faults", metavar="LIST",
@@ -74,14 +76,14 @@ def _faults(args, managed: bool) -> tuple:
     return faults
 
 
-def _duration(args) -> tuple[float, float]:
-    default, drain, longest = MODES[args.mode]
+def _duration(args) -> tuple[float, tuple]:
+    default, budgets, longest = MODES[args.mode]
     duration = default if args.duration is None else args.duration
     if duration <= 0:
         raise CliError("--duration must be positive")
     if longest is not None and duration > longest:
         raise CliError(f"--mode {args.mode} allows at most --duration {longest:.0f}; use --mode long")
-    return duration, drain
+    return duration, budgets
 
 
 def _out_dir(args) -> Path:
@@ -125,7 +127,7 @@ def run(args) -> int:
         raise CliError("--fault-interval needs 0 < MIN <= MAX")
     managed = bool(args.broker_cmd or args.spawn_semel)
     faults = _faults(args, managed)
-    duration, drain = _duration(args)
+    duration, (setup, finish, fence, drain) = _duration(args)
     seed = args.seed if args.seed is not None else int(time.time()) % 1_000_000
     out = _out_dir(args)
 
@@ -152,7 +154,8 @@ def run(args) -> int:
           f"broker {bootstrap}; writing {out}", flush=True)
     cfg = WorkloadConfig(bootstrap=bootstrap, out_dir=out, seed=seed, duration_s=duration, faults=faults,
                          keys=args.keys, producers=args.producers, broker=broker,
-                         fault_interval_s=(lo, hi), drain_timeout_s=drain)
+                         fault_interval_s=(lo, hi), setup_timeout_s=setup, finish_timeout_s=finish,
+                         fence_timeout_s=fence, drain_timeout_s=drain)
     # SIGTERM unwinds like Ctrl-C, so the broker and workers we started are stopped.
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:

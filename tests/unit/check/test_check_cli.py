@@ -91,7 +91,7 @@ def test_pending_op_at_end_counts_as_unknown():
 @pytest.mark.parametrize("argv, message", [
     (["check", "--bootstrap", "127.0.0.1:1", "--faults", "broker-kill"], "need --broker-cmd or --spawn-semel"),
     (["check", "--bootstrap", "127.0.0.1:1", "--faults", "meteor"], "unknown fault 'meteor'"),
-    (["check", "--bootstrap", "127.0.0.1:1", "--duration", "600"], "at most --duration 120"),
+    (["check", "--bootstrap", "127.0.0.1:1", "--duration", "600"], "at most --duration 60"),
     (["check", "--bootstrap", "nohostport"], "HOST:PORT"),
     (["check"], "say where the broker is"),
     (["check", "--broker-cmd", "tansu {nope}"], "use {port}, {data} and {host}"),
