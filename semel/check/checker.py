@@ -50,4 +50,13 @@ def stats(facts: Facts) -> dict:
         "faults": dict(sorted(nemesis.items())),
         "controller_events": dict(sorted(notes.items())),
         "duration_s": round(max((op.time for op in ops), default=0) / 1e9, 3),
+        "longest_commit_gap_s": longest_commit_gap(ops),
     }
+
+
+def longest_commit_gap(ops: list) -> float:
+    """Longest stretch without an acknowledged commit (availability, not safety)."""
+    times = sorted(op.time for op in ops if op.f == "txn" and op.type == "ok")
+    if len(times) < 2:
+        return 0.0
+    return round(max(b - a for a, b in zip(times, times[1:])) / 1e9, 3)

@@ -85,6 +85,8 @@ def text_report(result: dict, run: dict | None = None) -> str:
     lines.append(f"  ops         {', '.join(f'{k} {v}' for k, v in st['ops'].items())}")
     lines.append(f"  values      sent {st['values_sent']}, acknowledged {st['values_acknowledged']}, "
                  f"reads rc {st['reads_read_committed']}, ru {st['reads_read_uncommitted']}")
+    if st.get("longest_commit_gap_s"):
+        lines.append(f"  liveness    longest stretch without a committed transaction: {st['longest_commit_gap_s']}s")
     if st["faults"]:
         lines.append(f"  faults      {', '.join(f'{k} {v}' for k, v in st['faults'].items())}")
     trouble = {k: v for k, v in st.get("controller_events", {}).items() if k not in ("setup", "heal", "end", "fenced")}
