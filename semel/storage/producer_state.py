@@ -35,6 +35,10 @@ _SEQ_MASK = 0x7FFFFFFF
 OK = KafkaError.NONE
 
 
+# First/last offset of a batch entry that only anchors the sequence (see seal_transaction).
+SEQUENCE_ANCHOR = -1
+
+
 def next_sequence(last_seq: int) -> int:
     """Sequence that must follow last_seq (int32 sequences wrap to 0)."""
     return (last_seq + 1) & _SEQ_MASK
@@ -61,9 +65,24 @@ class ProducerEntry:
 
     def find_duplicate(self, first_seq: int, last_seq: int) -> tuple[int, int] | None:
         for f, l, fo, lo in self.batches:
-            if f == first_seq and l == last_seq:
+            if f == first_seq and l == last_seq and fo != SEQUENCE_ANCHOR:
                 return fo, lo
         return None
+
+    def seal_transaction(self) -> None:
+        """A transaction marker ends the dedup window of the batches before it.
+
+        No legitimate retry can follow a marker: a client sends EndTxn only after
+        every batch of the transaction was acknowledged, and coordinator aborts
+        bump the epoch. A batch that repeats a sequence from before the marker is
+        a client that lost track of what it sent (e.g. purged a batch the broker
+        had in fact written): answering "duplicate" would tell it a new record was
+        stored when it was not. Keep only the last sequence as an anchor, so the
+        repeat is OUT_OF_ORDER_SEQUENCE_NUMBER and the client aborts and bumps.
+        """
+        if self.batches:
+            f, l, _, _ = self.batches[-1]
+            self.batches = [(f, l, SEQUENCE_ANCHOR, SEQUENCE_ANCHOR)]
 
     def __repr__(self) -> str:
         return (f"ProducerEntry(pid={self.producer_id}, epoch={self.epoch}, batches={self.batches}, "
@@ -188,6 +207,7 @@ class ProducerStateManager:
             e.epoch = producer_epoch   # a marker may carry a bumped epoch (abort on re-init)
             e.batches = []
         e.coordinator_epoch = max(e.coordinator_epoch, coordinator_epoch)
+        e.seal_transaction()
         if timestamp > e.last_timestamp:
             e.last_timestamp = timestamp
         first, e.txn_first_offset = e.txn_first_offset, None

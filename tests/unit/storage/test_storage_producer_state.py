@@ -144,7 +144,8 @@ def test_snapshot_round_trip():
         a, b = state.entry(pid), again.entry(pid)
         assert (a.epoch, a.batches, a.last_timestamp, a.coordinator_epoch, a.txn_first_offset) == \
                (b.epoch, b.batches, b.last_timestamp, b.coordinator_epoch, b.txn_first_offset)
-        assert len(b.batches) == min(5, pid + 3)
+        # pid 3's transaction was completed: its window is sealed to one anchor
+        assert len(b.batches) == (1 if pid == 3 else min(5, pid + 3))
     assert again.ongoing_first_offsets() == state.ongoing_first_offsets() == {1: 100}
     data = bytearray(state.to_bytes())
     data[20] ^= 1
@@ -170,3 +171,27 @@ def test_expire_producers_on_the_log(plog):
     assert plog.expire_producers(now_ms=1_000 + plog.config.producer_id_expiration_ms) == 1
     refused(plog, E.UNKNOWN_PRODUCER_ID, seq=1)
     assert values(plog) == [(0, b"s0-0")]
+
+
+@pytest.mark.parametrize("kind", [0, 1], ids=["abort", "commit"])
+def test_a_marker_ends_the_dedup_window(plog, kind):
+    """A client that repeats a sequence written before a transaction marker (it
+    lost track of a batch the broker did store, then aborted) must not be told
+    "duplicate" for what is a new record: it gets OUT_OF_ORDER_SEQUENCE_NUMBER,
+    and the next sequence after the anchor is still accepted."""
+    produce(plog, seq=0, txn=True)
+    produce(plog, seq=1, txn=True)
+    plog.append_control(kind, PID, 0, 0)
+    refused(plog, E.OUT_OF_ORDER_SEQUENCE_NUMBER, seq=1, txn=True)
+    refused(plog, E.OUT_OF_ORDER_SEQUENCE_NUMBER, seq=0, txn=True)
+    assert not produce(plog, seq=2, txn=True).duplicate
+    assert produce(plog, seq=2, txn=True).duplicate      # within a transaction retries still dedup
+
+
+def test_sealed_anchor_survives_a_snapshot_round_trip():
+    state = ProducerStateManager()
+    applied(state, hdr(seq=0, txn=True), 0)
+    state.complete_txn(PID, 0, 0, 2_000)
+    again = ProducerStateManager.from_bytes(state.to_bytes())
+    assert again.check(hdr(seq=0, txn=True))[0] == E.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert again.check(hdr(seq=1, txn=True)) == (E.NONE, None)
