@@ -627,6 +627,31 @@ class PartitionLog:
                 raise StorageError(f"retention in {self.directory} failed: {exc}") from exc
             return len(doomed)
 
+    def delete_segments_before(self, offset: int) -> int:
+        """Drop whole non-active segments holding only offsets below `offset`; the
+        log start moves to the first kept segment. For coordinators that have
+        rewritten their live state at or after `offset` (compaction by rewrite)."""
+        with self._io_lock:
+            self._check_writable()
+            doomed = []
+            for seg, nxt in zip(self._segments[:-1], self._segments[1:]):
+                if nxt.base > offset:
+                    break
+                doomed.append(seg)
+            if not doomed:
+                return 0
+            with self._lock:
+                del self._segments[:len(doomed)]
+                del self._bases[:len(doomed)]
+                self.log_start_offset = max(self.log_start_offset, self._segments[0].base)
+            try:
+                self._flush_locked(force_checkpoint=True, strict=True)  # log start first, then files
+                for seg in doomed:
+                    seg.delete_files()
+            except (OSError, StorageError) as exc:
+                raise StorageError(f"deleting old segments in {self.directory} failed: {exc}") from exc
+            return len(doomed)
+
     # ================================================================ lifecycle
     def close(self) -> None:
         """Flush, write a clean checkpoint, release files. Idempotent."""

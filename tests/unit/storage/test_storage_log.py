@@ -236,3 +236,20 @@ def test_bad_config_is_refused(tmp_path):
     with pytest.raises(ValueError, match="retention_ms"):
         LogConfig().with_overrides(retention_ms=-5)
     assert not (tmp_path / "x").exists()
+
+
+def test_delete_segments_before_drops_only_whole_segments_below(tmp_path):
+
+    p = PartitionLog.open(tmp_path / "c-0", SMALL)
+    fill(p, 400)
+    bases = list(p.segment_bases)
+    assert len(bases) > 3
+    cut = bases[2] + 1                       # inside the third segment
+    assert p.delete_segments_before(cut) == 2
+    assert p.log_start_offset == bases[2] and p.segment_bases[0] == bases[2]
+    end = p.log_end_offset
+    p.close()
+    again = PartitionLog.open(tmp_path / "c-0", SMALL)
+    assert (again.log_start_offset, again.log_end_offset) == (bases[2], end)
+    assert again.delete_segments_before(0) == 0
+    again.close()
