@@ -50,6 +50,17 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _partition_error(tp: tuple[str, int], logs) -> KafkaError:
+    """Why tp cannot join a transaction (NONE if it can). Internal topics other than
+    the offsets partition (which AddOffsetsToTxn adds) are refused: a marker written
+    into the coordinator's own log would make it unreadable at the next start."""
+    if tp == OFFSETS_PARTITION:
+        return KafkaError.NONE
+    if tp[0].startswith("__"):
+        return KafkaError.INVALID_TOPIC_EXCEPTION
+    return KafkaError.UNKNOWN_TOPIC_OR_PARTITION if logs.get(*tp) is None else KafkaError.NONE
+
+
 class TransactionCoordinator:
     def __init__(self, logs, flusher, groups, config, pid_manager: ProducerIdManager, on_marker=None):
         self.logs = logs
@@ -98,8 +109,11 @@ class TransactionCoordinator:
             if not chunk:
                 break
             for pos, hdr in records.iter_batches(chunk):
-                for rec in records.iter_records(chunk, pos):
-                    self._apply_record(rec.key, rec.value)
+                if hdr.is_control:   # never written here since AddPartitionsToTxn refuses internal topics
+                    log.warning("ignoring a control batch at offset %d of %s", hdr.base_offset, TXN_TOPIC)
+                else:
+                    for rec in records.iter_records(chunk, pos):
+                        self._apply_record(rec.key, rec.value)
                 offset = hdr.next_offset
         log.info("transaction coordinator loaded %d transactional id(s) (coordinator epoch %d)",
                  len(self.txns), self.coordinator_epoch)
@@ -245,10 +259,9 @@ class TransactionCoordinator:
         meta, err = self._validate(txn_id, producer_id, epoch, api_key, version)
         if err:
             return {tp: err for tp in partitions}
-        unknown = {tp for tp in partitions if tp != OFFSETS_PARTITION and self.logs.get(*tp) is None}
-        if unknown:  # all or nothing
-            return {tp: KafkaError.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown
-                    else KafkaError.OPERATION_NOT_ATTEMPTED for tp in partitions}
+        refused = {tp: _partition_error(tp, self.logs) for tp in partitions}
+        if any(refused.values()):  # all or nothing
+            return {tp: err or KafkaError.OPERATION_NOT_ATTEMPTED for tp, err in refused.items()}
         wanted = meta.parts() | frozenset(partitions)
         if meta.state == TxnState.ONGOING and wanted == meta.parts():
             return {tp: KafkaError.NONE for tp in partitions}

@@ -205,6 +205,44 @@ def test_add_partitions_is_all_or_nothing(tbroker):
         assert t.end(True) == E.NONE
 
 
+def test_internal_topics_cannot_join_a_transaction(tbroker):
+    """A COMMIT marker written into __transaction_state made the coordinator log
+    unreadable: the broker could not start again. Only the offsets partition may
+    join (that is what AddOffsetsToTxn does)."""
+    with Client(tbroker.bootstrap) as c:
+        t = RawTxn(c, "internal")
+        assert t.init() == E.NONE
+        assert t.add(("__transaction_state", 0), ("out", 0)) == {
+            ("__transaction_state", 0): E.INVALID_TOPIC_EXCEPTION, ("out", 0): E.OPERATION_NOT_ATTEMPTED}
+        assert t.end(True) == E.INVALID_TXN_STATE          # nothing was added
+        assert t.add(("__consumer_offsets", 0)) == {("__consumer_offsets", 0): E.NONE}
+        assert t.end(True) == E.NONE
+    tbroker.kill()
+    tbroker.restart()
+    with Client(tbroker.bootstrap) as c:
+        t.c = c
+        assert t.end(True) == E.NONE                       # the coordinator state came back
+
+
+def test_coordinator_starts_despite_a_control_batch_in_its_log(tbroker):
+    """Logs written before that refusal may hold such a marker: it is skipped."""
+    from semel.storage import LogConfig, PartitionLog
+    with Client(tbroker.bootstrap) as c:
+        t = RawTxn(c, "survivor")
+        assert t.init() == E.NONE
+    tbroker.stop()
+    plog = PartitionLog.open(tbroker.data_dir / "__transaction_state-0", LogConfig(retention_ms=-1))
+    try:
+        plog.append_control(records.CONTROL_COMMIT, t.pid + 77, 0, 0)
+    finally:
+        plog.close()
+    tbroker.start()
+    with Client(tbroker.bootstrap) as c:
+        t.c = c
+        assert t.end(True) == E.INVALID_TXN_STATE          # known, in EMPTY state: not lost
+        assert t.init() == E.NONE and t.epoch == 1
+
+
 def test_produce_to_partition_not_in_transaction_is_refused_before_append(tbroker):
     with Client(tbroker.bootstrap) as c:
         t = RawTxn(c, "kip890")
