@@ -186,8 +186,10 @@ class TransactionCoordinator:
 
     async def init_producer_id(self, txn_id: str | None, timeout_ms: int, producer_id: int,
                                producer_epoch: int, version: int) -> tuple[KafkaError, int, int]:
-        if not txn_id:
+        if txn_id is None:
             return KafkaError.NONE, self.pids.next_id(), 0
+        if not txn_id:   # Kafka: an empty transactional id is a bad request, not "none"
+            return KafkaError.INVALID_REQUEST, -1, -1
         if not 0 < timeout_ms <= self.config.transaction_max_timeout_ms:
             return KafkaError.INVALID_TRANSACTION_TIMEOUT, -1, -1
         meta = self.txns.get(txn_id)
@@ -244,7 +246,9 @@ class TransactionCoordinator:
 
     def _validate(self, txn_id: str, producer_id: int, epoch: int, api_key: int,
                   version: int) -> tuple[TxnMeta | None, KafkaError]:
-        meta = self.txns.get(txn_id) if txn_id else None
+        if not txn_id:
+            return None, KafkaError.INVALID_REQUEST
+        meta = self.txns.get(txn_id)
         if meta is None or meta.producer_id != producer_id:
             return None, KafkaError.INVALID_PRODUCER_ID_MAPPING
         if epoch != meta.epoch:
@@ -304,7 +308,9 @@ class TransactionCoordinator:
 
     async def end_txn(self, txn_id: str, producer_id: int, epoch: int, commit: bool,
                       version: int) -> KafkaError:
-        meta = self.txns.get(txn_id) if txn_id else None
+        if not txn_id:
+            return KafkaError.INVALID_REQUEST
+        meta = self.txns.get(txn_id)
         if meta is None or meta.producer_id != producer_id:
             return KafkaError.INVALID_PRODUCER_ID_MAPPING
         if epoch != meta.epoch:

@@ -294,6 +294,13 @@ def test_end_txn_misuse_and_retries(tbroker):
         assert t.end(True) == E.NONE
         assert visible(c, "out", 0) == [b"c1", b"c2"]
         assert visible(c, "out", 0, READ_UNCOMMITTED) == [b"c1", b"a1", b"c2"]
+        # An empty transactional id is a bad request (Kafka), not "no transactional id".
+        empty = RawTxn(c, "")
+        assert empty.init() == E.INVALID_REQUEST
+        empty.pid, empty.epoch = t.pid, t.epoch
+        assert empty.end(True) == E.INVALID_REQUEST
+        assert empty.add(("out", 0)) == {("out", 0): E.INVALID_REQUEST}
+        assert empty.add_offsets("g") == E.INVALID_REQUEST
         # Unknown transactional id, or a producer id that is not this id's.
         stranger = RawTxn(c, "never-initialised")
         stranger.pid, stranger.epoch = t.pid, t.epoch
