@@ -265,6 +265,17 @@ def test_produce_to_partition_not_in_transaction_is_refused_before_append(tbroke
                                     base_sequence=0, transactional=True)
         assert c.produce("out", 1, wrong, transactional_id="kip890-other")[0] == E.INVALID_PRODUCER_ID_MAPPING
         assert leo(c, "out", 1) == 0
+        # A verified batch followed by one of a producer no coordinator knows, in one request:
+        # the stranger's batch used to open a transaction nobody would ever end (LSO stuck).
+        good = records.build_batch([(None, b"ok")], producer_id=other.pid, producer_epoch=other.epoch,
+                                   base_sequence=0, transactional=True)
+        phantom = records.build_batch([(None, b"phantom")], producer_id=other.pid + 500, producer_epoch=0,
+                                      base_sequence=0, transactional=True)
+        assert c.produce("out", 1, good + phantom, transactional_id="kip890-other")[0] == \
+            E.INVALID_PRODUCER_ID_MAPPING
+        assert leo(c, "out", 1) == 0
+        assert other.end(False) == E.NONE
+        assert lso(c, "out", 1) == leo(c, "out", 1)
         assert t.end(True) == E.NONE
         # After the commit the partition is no longer in a transaction of this producer.
         assert t.produce("out", 0, b"after")[0] == E.INVALID_TXN_STATE

@@ -103,8 +103,13 @@ def _check_transactional(ctx, req, topic, partition, batches) -> KafkaError:
     txns = ctx.broker.txns
     if txns is None:
         return KafkaError.UNSUPPORTED_FOR_MESSAGE_FORMAT
-    first = txn_batches[0]
-    return txns.verify_produce(req.transactional_id, first.producer_id, first.producer_epoch, topic, partition)
+    # Every batch, not only the first: an unverified producer's transactional batch
+    # would open a transaction no coordinator knows, holding the LSO back for ever.
+    for pid, epoch in dict.fromkeys((h.producer_id, h.producer_epoch) for h in txn_batches):
+        err = txns.verify_produce(req.transactional_id, pid, epoch, topic, partition)
+        if err:
+            return err
+    return KafkaError.NONE
 
 
 async def _after_flush(ctx, results):
