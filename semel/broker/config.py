@@ -34,6 +34,10 @@ class BrokerConfig:
     # (idle idempotent producers expire per partition: log.producer_id_expiration_ms,
     #  checked with retention every retention_check_interval_ms)
     transaction_abort_check_interval_ms: int = 1_000
+    # Coordinator log compaction: rewrite live state once this many records piled up
+    # (or 4x the live ids), in segments of this size so old ones can be dropped.
+    transaction_log_compact_records: int = 50_000
+    transaction_log_segment_bytes: int = 8 * 1024 * 1024
     metrics_port: int | None = None
 
     @property

@@ -35,6 +35,10 @@ def add_parser(sub) -> None:
                    help="forget idle idempotent producers after this long (default 7 days)")
     s.add_argument("--retention-check-interval-ms", type=int, default=None,
                    help="how often retention and producer expiry run (default 60000)")
+    s.add_argument("--transaction-log-compact-records", type=int, default=None,
+                   help="rewrite the transaction log's live state after this many records (default 50000)")
+    s.add_argument("--transaction-log-segment-bytes", type=int, default=None,
+                   help="segment size of the transaction log, set when it is created (default 8 MiB)")
     s.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus metrics on this port")
     s.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     s.set_defaults(func=run)
@@ -53,6 +57,8 @@ _OVERRIDES = {
     "transactional_id_expiration_ms": "transactional_id_expiration_ms",
     "producer_id_expiration_ms": "log.producer_id_expiration_ms",
     "retention_check_interval_ms": "retention_check_interval_ms",
+    "transaction_log_compact_records": "transaction_log_compact_records",
+    "transaction_log_segment_bytes": "transaction_log_segment_bytes",
 }
 
 

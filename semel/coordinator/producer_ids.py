@@ -13,6 +13,8 @@ from pathlib import Path
 
 import crc32c
 
+from ..storage.errors import StorageError
+
 BLOCK_SIZE = 1000
 _REC = struct.Struct(">qiI")  # next block start, coordinator epoch, crc
 
@@ -51,7 +53,10 @@ class ProducerIdManager:
 
     def next_id(self) -> int:
         if self._next >= self._end:
-            self._persist(self._next_block + BLOCK_SIZE)
+            try:
+                self._persist(self._next_block + BLOCK_SIZE)
+            except OSError as exc:  # no id is handed out from a block that is not on disk
+                raise StorageError(f"cannot reserve producer ids in {self.path}: {exc}") from exc
             self._next, self._end = self._next_block, self._next_block + BLOCK_SIZE
             self._next_block += BLOCK_SIZE
         pid = self._next

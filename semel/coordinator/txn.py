@@ -72,6 +72,8 @@ class TransactionCoordinator:
         self.txns: dict[str, TxnMeta] = {}
         self.log = None
         self._initializing: set[str] = set()
+        self._unapplied = 0          # records appended whose apply still waits for their fsync
+        self._records_since_compaction = 0
         self._background: set[asyncio.Task] = set()
         self._tasks: list[asyncio.Task] = []
 
@@ -89,7 +91,10 @@ class TransactionCoordinator:
     async def start(self) -> None:
         if TXN_TOPIC not in self.logs.topics():
             # Coordinator state must never age out: no time or size retention.
-            self.logs.create_topic(TXN_TOPIC, 1, {"retention.ms": "-1", "retention.bytes": "-1"}, internal=True)
+            # Small segments so compaction can hand old ones back (see maybe_compact).
+            self.logs.create_topic(TXN_TOPIC, 1, {"retention.ms": "-1", "retention.bytes": "-1",
+                                                  "segment.bytes": str(self.config.transaction_log_segment_bytes)},
+                                   internal=True)
         self.log = self.logs.get(TXN_TOPIC, 0)
         self._replay()
         await self._roll_forward_prepared()
@@ -103,6 +108,7 @@ class TransactionCoordinator:
     def _replay(self) -> None:
         """Memory := the last state of every transactional id in the log."""
         self.txns.clear()
+        replayed = 0
         offset = self.log.log_start_offset
         while offset < self.log.log_end_offset:
             chunk = self.log.read(offset, 1 << 20)
@@ -114,7 +120,9 @@ class TransactionCoordinator:
                 else:
                     for rec in records.iter_records(chunk, pos):
                         self._apply_record(rec.key, rec.value)
+                        replayed += 1
                 offset = hdr.next_offset
+        self._records_since_compaction = replayed
         log.info("transaction coordinator loaded %d transactional id(s) (coordinator epoch %d)",
                  len(self.txns), self.coordinator_epoch)
 
@@ -155,12 +163,16 @@ class TransactionCoordinator:
         except StorageError as exc:
             log.error("transaction log append failed for %s: %s", meta.txn_id, exc)
             return KafkaError.COORDINATOR_NOT_AVAILABLE, False
+        self._records_since_compaction += 1
         err = KafkaError.NONE
+        self._unapplied += 1
         try:
             await self.flusher.sync(self.log, info.last_offset + 1)
         except StorageError as exc:
             log.error("transaction log fsync failed for %s: %s; the record stays in the log", meta.txn_id, exc)
             err = KafkaError.COORDINATOR_NOT_AVAILABLE
+        finally:
+            self._unapplied -= 1
         if tombstone:
             self.txns.pop(meta.txn_id, None)
         else:
@@ -186,6 +198,14 @@ class TransactionCoordinator:
 
     async def init_producer_id(self, txn_id: str | None, timeout_ms: int, producer_id: int,
                                producer_epoch: int, version: int) -> tuple[KafkaError, int, int]:
+        try:
+            return await self._init_producer_id(txn_id, timeout_ms, producer_id, producer_epoch, version)
+        except StorageError as exc:   # the producer-id block could not be reserved on disk
+            log.error("InitProducerId for %r failed: %s", txn_id, exc)
+            return KafkaError.COORDINATOR_NOT_AVAILABLE, -1, -1
+
+    async def _init_producer_id(self, txn_id: str | None, timeout_ms: int, producer_id: int,
+                                producer_epoch: int, version: int) -> tuple[KafkaError, int, int]:
         if txn_id is None:
             return KafkaError.NONE, self.pids.next_id(), 0
         if not txn_id:   # Kafka: an empty transactional id is a bad request, not "none"
@@ -423,9 +443,41 @@ class TransactionCoordinator:
             try:
                 await self.abort_timed_out()
                 await self.expire_idle()
+                await self.maybe_compact()
                 self._warn_stuck()
             except Exception:  # housekeeping must never take the coordinator down
                 log.exception("transaction housekeeping failed")
+
+    async def maybe_compact(self) -> bool:
+        """Compaction by rewrite: once the log holds many more records than there
+        are live transactional ids, append the current state of every id and drop
+        the segments entirely before it. Replay then reads a bounded log, so restart
+        time and disk follow the live state, not the history.
+
+        Memory is exactly the log's last word for each id only while no appended
+        record still waits for its fsync and apply; compaction waits for such a
+        moment (and for no transition in flight), then copies memory synchronously."""
+        threshold = max(self.config.transaction_log_compact_records, 4 * len(self.txns))
+        if self._records_since_compaction < threshold:
+            return False
+        if self._unapplied or self._initializing or any(m.pending for m in self.txns.values()):
+            return False
+        start = self.log.log_end_offset
+        live = [(m.txn_id.encode(), encode_value(m)) for m in self.txns.values()]
+        data = b"".join(records.build_batch(live[i:i + 500]) for i in range(0, len(live), 500))
+        try:
+            if data:
+                batches, _ = records.split_batches(data)
+                info = self.log.append(data, batches)
+                await self.flusher.sync(self.log, info.last_offset + 1)
+            dropped = self.log.delete_segments_before(start)
+        except StorageError as exc:   # nothing lost: the old records are still there
+            log.warning("transaction log compaction failed: %s", exc)
+            return False
+        self._records_since_compaction = len(live)
+        log.info("compacted %s: %d live id(s) rewritten at offset %d, %d old segment(s) dropped",
+                 TXN_TOPIC, len(live), start, dropped)
+        return True
 
     def _warn_stuck(self, after_ms: int = 30_000) -> None:
         """A transition that has been completing for long means markers cannot be

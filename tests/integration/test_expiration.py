@@ -17,7 +17,9 @@ from __future__ import annotations
 import re
 import time
 
-from test_txn_protocol import RawTxn, leo, lso, visible
+from test_txn_protocol import leo, lso, visible
+
+from tests.support.txn import RawTxn
 
 from semel.client import Client
 from semel.protocol import records

@@ -19,7 +19,9 @@ import time
 from pathlib import Path
 
 import pytest
-from test_txn_protocol import READ_UNCOMMITTED, RawTxn, call, leo, lso, visible
+from test_txn_protocol import READ_UNCOMMITTED, leo, lso, visible
+
+from tests.support.txn import RawTxn, call
 
 from semel.client import Client
 from semel.protocol import records
