@@ -419,7 +419,8 @@ class Workload:
         if err is not None:
             raise WorkloadError(f"cannot create topic {self.topic} on {self.cfg.bootstrap}: {err}")
         self.note("setup", topic=self.topic, keys=self.cfg.keys, seed=self.cfg.seed,
-                  faults=list(self.cfg.faults), bootstrap=self.cfg.bootstrap)
+                  faults=list(self.cfg.faults), bootstrap=self.cfg.bootstrap, duration_s=self.cfg.duration_s,
+                  fault_interval_s=list(self.cfg.fault_interval_s), producers=self.cfg.producers)
 
     async def fence(self) -> None:
         """Initialise every transactional id once more: a killed producer's open

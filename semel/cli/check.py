@@ -116,7 +116,8 @@ def run(args) -> int:
         except HistoryError as exc:
             raise CliError(str(exc)) from None
         args.out = args.out or args.analyze.parent
-        return _report(result, _out_dir(args), {"history": str(args.analyze)}, not args.no_plot)
+        run_info = dict(_setup_of(args.analyze), history=str(args.analyze))
+        return _report(result, _out_dir(args), run_info, not args.no_plot)
 
     if not (args.bootstrap or args.broker_cmd or args.spawn_semel):
         raise CliError("say where the broker is: --bootstrap HOST:PORT, --broker-cmd TEMPLATE or --spawn-semel")
@@ -171,7 +172,7 @@ def run(args) -> int:
         if broker is not None:
             broker.stop(timeout_s=10)
     result = analyze(history)
-    run_info["topic"] = _topic_of(history)
+    run_info["topic"] = _setup_of(history).get("topic")
     return _report(result, out, run_info, not args.no_plot)
 
 
@@ -179,11 +180,14 @@ def _terminate(signum, frame):
     raise KeyboardInterrupt
 
 
-def _topic_of(history: Path) -> str | None:
+def _setup_of(history: Path) -> dict:
+    """The run settings the controller wrote as the history's first line, if any."""
     import json
     try:
         with open(history, encoding="utf-8") as fh:
             first = json.loads(fh.readline())
-        return first.get("value", {}).get("topic")
-    except (OSError, ValueError, AttributeError):
-        return None
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(first, dict) or first.get("f") != "setup" or not isinstance(first.get("value"), dict):
+        return {}
+    return {k: first["value"][k] for k in ("bootstrap", "topic", "seed", "duration_s", "faults") if k in first["value"]}
