@@ -6,12 +6,11 @@ check that every acknowledged record is still readable.
 """
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
 from pathlib import Path
 
-from bench.common import RESULTS, write_result
+from bench.common import RESULTS, main, write_result
 from semel.cli.process import SemelBroker
 from semel.client import Client
 from semel.protocol import records
@@ -75,8 +74,4 @@ def run(out_dir: Path = RESULTS, quick: bool = False) -> dict:
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--out", type=Path, default=RESULTS)
-    a = ap.parse_args()
-    run(a.out, a.quick)
+    main(run)

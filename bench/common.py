@@ -39,6 +39,16 @@ def write_result(out_dir: Path, name: str, data: dict) -> Path:
     return path
 
 
+def main(run) -> None:
+    """`python -m bench.NAME [--quick] [--out DIR]` for a module's run(out_dir, quick)."""
+    import argparse
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="smaller sizes")
+    ap.add_argument("--out", type=Path, default=RESULTS, help="results folder")
+    a = ap.parse_args()
+    run(a.out, a.quick)
+
+
 def rss_kb(pid: int) -> int:
     with open(f"/proc/{pid}/status") as f:
         for line in f:

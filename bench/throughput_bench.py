@@ -8,12 +8,11 @@ acknowledged batch is on disk; Tansu keeps data in memory.
 """
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
 from pathlib import Path
 
-from bench.common import RESULTS, write_result
+from bench.common import RESULTS, main, write_result
 from semel.cli.process import SemelBroker, TansuBroker
 
 PRODUCER = {"acks": "all", "linger.ms": 5, "batch.size": 1_000_000, "queue.buffering.max.messages": 1_000_000,
@@ -109,8 +108,4 @@ def run(out_dir: Path = RESULTS, quick: bool = False) -> dict:
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--out", type=Path, default=RESULTS)
-    a = ap.parse_args()
-    print(run(a.out, a.quick)["ratios"])
+    main(run)

@@ -149,7 +149,8 @@ class TransactionCoordinator:
 
     # --- the append-then-apply step ---------------------------------------------
 
-    async def _log_state(self, meta: TxnMeta, tombstone: bool = False) -> tuple[KafkaError, bool]:
+    async def _log_state(self, meta: TxnMeta, tombstone: bool = False,
+                         durable: bool = True) -> tuple[KafkaError, bool]:
         """(error, applied): append, fsync, then apply. applied is False only when
         nothing reached the log; after a failed fsync the record is in the log and
         memory follows it (replaying the whole log instead would swap the objects
@@ -167,7 +168,8 @@ class TransactionCoordinator:
         err = KafkaError.NONE
         self._unapplied += 1
         try:
-            await self.flusher.sync(self.log, info.last_offset + 1)
+            if durable:
+                await self.flusher.sync(self.log, info.last_offset + 1)
         except StorageError as exc:
             log.error("transaction log fsync failed for %s: %s; the record stays in the log", meta.txn_id, exc)
             err = KafkaError.COORDINATOR_NOT_AVAILABLE
@@ -401,14 +403,30 @@ class TransactionCoordinator:
             # Markers only for a durable decision: a crash must not leave markers
             # whose Prepare record could still vanish from the coordinator log.
             await self.flusher.sync(self.log, self.log.log_end_offset)
-            for tp in sorted(meta.parts() - done):
-                await self._write_marker(tp, kind, meta)
+        except AppendError as exc:
+            log.warning("transaction log fsync before markers for %s failed (%s); will retry", meta.txn_id, exc)
+            return False
+        # All partitions at once: each marker is appended, then their fsyncs run
+        # together, so EndTxn costs one fsync round however many partitions it spans.
+        todo = sorted(meta.parts() - done)
+        results = await asyncio.gather(*(self._write_marker(tp, kind, meta) for tp in todo),
+                                       return_exceptions=True)
+        failed = False
+        for tp, result in zip(todo, results):
+            if isinstance(result, AppendError):  # disk failure, or a refusal by the partition's producer state
+                log.warning("marker write to %s-%d for %s failed (%s); will retry", *tp, meta.txn_id, result)
+                failed = True
+            elif isinstance(result, BaseException):
+                raise result
+            else:
                 done.add(tp)
-        except AppendError as exc:  # disk failure, or a refusal by the partition's producer state
-            log.warning("marker write for %s failed (%s); will retry", meta.txn_id, exc)
+        if failed:
             return False
         final = meta.copy(state=COMPLETE_OF[meta.state], partitions=None, update_ms=now_ms())
-        _, applied = await self._log_state(final)
+        # The Complete record need not wait for its own fsync: every marker is
+        # already durable, and if the record is lost the Prepare is replayed and
+        # rolled forward again (markers written twice are harmless).
+        _, applied = await self._log_state(final, durable=False)
         # A Complete record that reached the log (even unsynced) is done: a crash
         # before it is durable replays the Prepare record and rolls forward again.
         return applied

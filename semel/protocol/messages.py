@@ -85,7 +85,8 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, body: A
     flexible = cls.flexible_version_q(api_version) and api_key != API_VERSIONS_KEY
     head = ResponseHeader(correlation_id=correlation_id).encode(flexible=flexible)
     payload = body.encode(version=api_version)
-    return struct.pack(">i", len(head) + len(payload)) + bytes(head) + bytes(payload)
+    # One copy of a possibly large Fetch payload, not three.
+    return b"".join((struct.pack(">i", len(head) + len(payload)), head, payload))
 
 
 def unsupported_api_versions_response(correlation_id: int, supported: dict[int, tuple[int, int]]) -> bytes:

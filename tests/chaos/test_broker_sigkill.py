@@ -5,27 +5,9 @@ import threading
 import time
 
 from semel.client import Client
+from tests.support.consume import read_values
 
 N = 12_000
-
-
-def _consume_values(bootstrap, topic, partitions, isolation="read_committed", want=None, idle_s=3.0):
-    from confluent_kafka import Consumer, TopicPartition
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "verify", "isolation.level": isolation,
-                  "enable.auto.commit": False})
-    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    values = []
-    last = time.monotonic()
-    while time.monotonic() - last < idle_s:
-        m = c.poll(0.2)
-        if m is None or m.error():
-            continue
-        values.append(int(m.value()))
-        last = time.monotonic()
-        if want is not None and len(values) >= want:
-            idle_s = 0.5
-    c.close()
-    return values
 
 
 def test_idempotent_acks_all_survives_repeated_sigkill(start_broker):
@@ -69,7 +51,7 @@ def test_idempotent_acks_all_survives_repeated_sigkill(start_broker):
     assert not t.is_alive()
     assert failed == [], failed[:3]
     assert len(acked) == N
-    values = _consume_values(broker.bootstrap, "crash", 4, want=N)
+    values = [int(v) for v in read_values(broker.bootstrap, "crash", 4, idle_s=3.0, want=N)]
     assert len(values) == len(set(values)), "duplicates after broker SIGKILL"
     assert set(values) == set(acked), "acknowledged records lost"
 

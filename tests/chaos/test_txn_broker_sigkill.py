@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from semel.client import Client
+from tests.support.consume import read_values
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKERS = 3
@@ -55,22 +56,6 @@ def journal(path):
     return out
 
 
-def read_ledger(bootstrap, isolation):
-    from confluent_kafka import Consumer, TopicPartition
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "verify", "isolation.level": isolation,
-                  "enable.auto.commit": False})
-    c.assign([TopicPartition("ledger", p, 0) for p in range(PARTITIONS)])
-    values = []
-    last = time.monotonic()
-    while time.monotonic() - last < 3:
-        m = c.poll(0.2)
-        if m is not None and not m.error():
-            values.append(m.value().decode())
-            last = time.monotonic()
-    c.close()
-    return values
-
-
 @pytest.mark.parametrize("seed", [11, 23])
 def test_transactions_survive_broker_sigkill(start_broker, tmp_path, seed):
     iterations = int(os.environ.get("SEMEL_CHAOS_ITERATIONS", "8"))
@@ -95,7 +80,7 @@ def test_transactions_survive_broker_sigkill(start_broker, tmp_path, seed):
     for k in range(WORKERS):
         fence(broker.bootstrap, k)
 
-    committed_view = read_ledger(broker.bootstrap, "read_committed")
+    committed_view = read_values(broker.bootstrap, "ledger", PARTITIONS, "read_committed", idle_s=3.0)
     assert len(committed_view) == len(set(committed_view)), "duplicates under read_committed"
     per_txn = Counter(v.rsplit(":", 1)[0] for v in committed_view)
     total_commits = 0
@@ -120,5 +105,5 @@ def test_transactions_survive_broker_sigkill(start_broker, tmp_path, seed):
         else:
             assert off < 0
     assert total_commits > 0
-    uncommitted_view = read_ledger(broker.bootstrap, "read_uncommitted")
+    uncommitted_view = read_values(broker.bootstrap, "ledger", PARTITIONS, "read_uncommitted", idle_s=3.0)
     assert set(committed_view) <= set(uncommitted_view)

@@ -7,6 +7,7 @@ import time
 import pytest
 
 from semel.client import Client
+from tests.support.consume import read_values
 
 
 @pytest.fixture
@@ -17,22 +18,6 @@ def tbroker(start_broker):
         for name, parts in (("in", 2), ("out", 3), ("other", 1)):
             c.create_topic(name, parts)
     return b
-
-
-def read_values(bootstrap, topic, partitions, isolation, idle_s=1.5):
-    from confluent_kafka import Consumer, TopicPartition
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "reader", "isolation.level": isolation,
-                  "enable.auto.commit": False})
-    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    out = []
-    last = time.monotonic()
-    while time.monotonic() - last < idle_s:
-        m = c.poll(0.1)
-        if m is not None and not m.error():
-            out.append(m.value().decode())
-            last = time.monotonic()
-    c.close()
-    return out
 
 
 def ck_producer(bootstrap, txn_id, **extra):
