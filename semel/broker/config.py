@@ -19,6 +19,8 @@ class BrokerConfig:
     max_request_bytes: int = 100 * 1024 * 1024
     # A single produce payload per partition larger than this: MESSAGE_TOO_LARGE.
     max_message_bytes: int = 8 * 1024 * 1024
+    # Largest Fetch response (the first partition may still exceed it by one batch).
+    max_fetch_response_bytes: int = 4 * 1024 * 1024
     auto_create_topics: bool = False
     default_partitions: int = 1
     log: LogConfig = field(default_factory=LogConfig)
