@@ -20,22 +20,13 @@ import time
 from test_txn_protocol import leo, lso, visible
 
 from tests.support.txn import RawTxn
+from tests.support.wait import until
 
 from semel.client import Client
 from semel.protocol import records
 from semel.protocol.errors import KafkaError
 
 E = KafkaError
-
-
-def until(check, what: str, timeout_s: float = 60):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = check()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"never happened: {what}"
-        time.sleep(0.05)
 
 
 def loaded_txn_ids(broker) -> int:

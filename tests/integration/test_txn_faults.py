@@ -22,6 +22,7 @@ import pytest
 from test_txn_protocol import READ_UNCOMMITTED, leo, lso, visible
 
 from tests.support.txn import RawTxn, call
+from tests.support.wait import until
 
 from semel.client import Client
 from semel.protocol import records
@@ -57,17 +58,6 @@ def arm(broker, spec: str) -> None:
         assert not ctl.with_name(ctl.name + ".rejected").exists(), f"broker rejected {spec!r}"
         assert time.monotonic() < deadline, "the broker never picked up the fault spec"
         time.sleep(0.01)
-
-
-def until(check, what: str, timeout_s: float = 60):
-    """Wait for a state the broker reaches on its own (a liveness wait, not a timing claim)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = check()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"never happened: {what}"
-        time.sleep(0.05)
 
 
 def assert_logs_whole(data_dir: Path) -> None:
