@@ -8,14 +8,7 @@ from check_run import explain, run_check
 
 pytestmark = [pytest.mark.timeout(330), pytest.mark.slow]
 
-# Until the lead flips it: semel's broker can spin forever in
-# storage/flusher.py GroupCommitFlusher.sync (a finished flush round stays in
-# _inflight until its done-callback runs, and awaiting a finished task never
-# yields to the loop), which `semel check` reports as an incomplete run.
-KNOWN_BROKER_HANG = pytest.mark.xfail(strict=False, reason="semel broker hang in GroupCommitFlusher.sync")
 
-
-@KNOWN_BROKER_HANG
 def test_semel_passes_check_under_broker_sigkills(tmp_path):
     out = tmp_path / "out"
     proc, summary = run_check(out, "--spawn-semel", "--mode", "ci", "--seed", "11",
