@@ -61,13 +61,20 @@ async def serve(broker, reader: asyncio.StreamReader, writer: asyncio.StreamWrit
         broker.metrics.bad_frames.inc()
     except (ConnectionError, asyncio.IncompleteReadError):
         pass
-    finally:
-        await queue.put(None)
-        try:
-            await asyncio.wait_for(writer_task, 30)
-        except (asyncio.TimeoutError, Exception):
-            writer_task.cancel()
+    except Exception:  # our bug, not the client's: say so and close this connection only
+        log.exception("connection %s failed", peer)
+    except asyncio.CancelledError:
+        # The broker is stopping: drop the connection without waiting for
+        # pending responses (clients retry), and end quietly.
+        writer_task.cancel()
         writer.close()
+        return
+    await queue.put(None)   # let the writer flush what is already answered
+    try:
+        await asyncio.wait_for(writer_task, 30)
+    except (asyncio.TimeoutError, Exception):
+        writer_task.cancel()
+    writer.close()
 
 
 async def _dispatch(broker, frame: bytes, peer: str):
