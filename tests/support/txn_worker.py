@@ -58,7 +58,8 @@ def main() -> int:
     rng = random.Random(a.seed * 1000 + k * 7919 + start)
     producer = Producer({"bootstrap.servers": a.bootstrap, "transactional.id": f"chaos-{k}",
                          "transaction.timeout.ms": 10000, "linger.ms": 2, "message.timeout.ms": 10000,
-                         "reconnect.backoff.max.ms": 500, "retry.backoff.max.ms": 500})
+                         "reconnect.backoff.max.ms": 500, "retry.backoff.max.ms": 500,
+                         **({"debug": "eos,broker,protocol"} if os.environ.get("STALL_DEBUG") else {})})
     meta = Consumer({"bootstrap.servers": a.bootstrap, "group.id": f"g{k}"}).consumer_group_metadata()
     retry(lambda: producer.init_transactions(30))
     with open(a.journal, "a") as journal:

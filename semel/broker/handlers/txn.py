@@ -2,8 +2,18 @@
 EndTxn (26), TxnOffsetCommit (28). Thin: decode, call the coordinator, encode."""
 from __future__ import annotations
 
+import logging
+
 from ...protocol.errors import KafkaError
 from ..router import handler
+
+log = logging.getLogger("semel.broker.txn")
+
+
+def _debug(api: str, txn_id, err) -> None:
+    """One DEBUG line per refused transactional request (what chaos runs need to explain stalls)."""
+    if err and log.isEnabledFor(logging.DEBUG):
+        log.debug("%s txn=%s: %s", api, txn_id, KafkaError(err).name)
 
 
 def _txns(ctx):
@@ -16,6 +26,7 @@ async def init_producer_id(ctx, req):
     epoch = req.producer_epoch if ctx.api_version >= 3 else -1
     err, pid, epoch = await _txns(ctx).init_producer_id(req.transactional_id, req.transaction_timeout_ms,
                                                         pid, epoch, ctx.api_version)
+    _debug("InitProducerId", req.transactional_id, err)
     return ctx.response(throttle_time_ms=0, error_code=err, producer_id=pid, producer_epoch=epoch)
 
 
@@ -24,6 +35,7 @@ async def add_partitions_to_txn(ctx, req):
     wanted = [(t.name, p) for t in req.v3_and_below_topics for p in t.partitions]
     result = await _txns(ctx).add_partitions(req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
                                              req.v3_and_below_producer_epoch, wanted, ctx.api_version)
+    _debug("AddPartitionsToTxn", req.v3_and_below_transactional_id, next((e for e in result.values() if e), 0))
     cls = ctx.cls()
     T = cls.AddPartitionsToTxnTopicResult
     by_topic: dict[str, list] = {}
@@ -38,6 +50,7 @@ async def add_partitions_to_txn(ctx, req):
 async def add_offsets_to_txn(ctx, req):
     err = await _txns(ctx).add_offsets(req.transactional_id, req.producer_id, req.producer_epoch,
                                        req.group_id, ctx.api_version)
+    _debug("AddOffsetsToTxn", req.transactional_id, err)
     return ctx.response(throttle_time_ms=0, error_code=err)
 
 
@@ -45,6 +58,7 @@ async def add_offsets_to_txn(ctx, req):
 async def end_txn(ctx, req):
     err = await _txns(ctx).end_txn(req.transactional_id, req.producer_id, req.producer_epoch,
                                    req.committed, ctx.api_version)
+    _debug("EndTxn", req.transactional_id, err)
     return ctx.response(throttle_time_ms=0, error_code=err)
 
 
@@ -63,6 +77,7 @@ async def txn_offset_commit(ctx, req):
         instance = req.group_instance_id if ctx.api_version >= 3 else None
         result = await ctx.broker.groups.txn_commit_offsets(
             req.producer_id, req.producer_epoch, req.group_id, generation, member, instance, offsets)
+    _debug("TxnOffsetCommit", req.transactional_id, next((e for e in result.values() if e), 0))
     cls = ctx.cls()
     T = cls.TxnOffsetCommitResponseTopic
     by_topic: dict[str, list] = {}
