@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from bench.common import RESULTS, main, rss_kb, write_result
-from bench.throughput_bench import _create, consume
+from bench.throughput_bench import _create
 from semel.cli.process import SemelBroker
 from semel.protocol.messages import encode_request, request_class
 
@@ -79,7 +79,6 @@ def txn_overhead(bootstrap, seconds) -> list[dict]:
 
 
 def isolation_ratio(bootstrap, count) -> dict:
-    from confluent_kafka import Consumer, TopicPartition  # noqa: F401
     _create(bootstrap, "iso", 4)
     from confluent_kafka import Producer
     p = Producer(dict(BASE, **{"bootstrap.servers": bootstrap, "transactional.id": "bench-iso"}))

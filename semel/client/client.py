@@ -6,7 +6,6 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from ..protocol import records
 from ..protocol.errors import KafkaError
 from ..protocol.messages import decode_response, encode_request, request_class
 
@@ -169,21 +168,4 @@ class Client:
         return p.offset
 
 
-def committed_records(data: bytes, aborted: list[tuple[int, int]], include_aborted: bool = False):
-    """Application records in fetched bytes: control batches dropped, and batches
-    of aborted transactions dropped unless `include_aborted` (read_uncommitted)."""
-    aborted_pids: dict[int, int] = {}
-    pending = sorted(aborted, key=lambda a: a[1])
-    for _, hdr in records.iter_batches(data):
-        while pending and pending[0][1] <= hdr.base_offset:
-            pid, first = pending.pop(0)
-            aborted_pids[pid] = first
-        if hdr.is_control:
-            aborted_pids.pop(hdr.producer_id, None)
-            continue
-        if not include_aborted and hdr.is_transactional and hdr.producer_id in aborted_pids:
-            continue
-        yield hdr
-
-
-__all__ = ["Client", "ClientError", "FetchedPartition", "committed_records"]
+__all__ = ["Client", "ClientError", "FetchedPartition"]
