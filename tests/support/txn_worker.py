@@ -60,7 +60,10 @@ def main() -> int:
                          "transaction.timeout.ms": 10000, "linger.ms": 2, "message.timeout.ms": 10000,
                          "reconnect.backoff.max.ms": 500, "retry.backoff.max.ms": 500,
                          **({"debug": "eos,broker,protocol"} if os.environ.get("STALL_DEBUG") else {})})
-    meta = Consumer({"bootstrap.servers": a.bootstrap, "group.id": f"g{k}"}).consumer_group_metadata()
+    # Keep the consumer alive for the whole run: a dropped, unclosed librdkafka handle
+    # spins its threads while "terminating" and starves the producer of CPU.
+    group_handle = Consumer({"bootstrap.servers": a.bootstrap, "group.id": f"g{k}"})
+    meta = group_handle.consumer_group_metadata()
     retry(lambda: producer.init_transactions(30))
     with open(a.journal, "a") as journal:
         for n in range(start, start + a.txns):
