@@ -30,6 +30,8 @@ class BrokerConfig:
     group_min_session_timeout_ms: int = 6_000
     group_max_session_timeout_ms: int = 1_800_000
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    offsets_log_compact_records: int = 50_000
+    offsets_log_segment_bytes: int = 8 * 1024 * 1024
     # Transactions
     transaction_max_timeout_ms: int = 900_000
     transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000

@@ -39,6 +39,10 @@ def add_parser(sub) -> None:
                    help="rewrite the transaction log's live state after this many records (default 50000)")
     s.add_argument("--transaction-log-segment-bytes", type=int, default=None,
                    help="segment size of the transaction log, set when it is created (default 8 MiB)")
+    s.add_argument("--offsets-log-compact-records", type=int, default=None,
+                   help="rewrite the live committed offsets after this many records (default 50000)")
+    s.add_argument("--offsets-log-segment-bytes", type=int, default=None,
+                   help="segment size of __consumer_offsets, set when it is created (default 8 MiB)")
     s.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus metrics on this port")
     s.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     s.set_defaults(func=run)
@@ -59,6 +63,8 @@ _OVERRIDES = {
     "retention_check_interval_ms": "retention_check_interval_ms",
     "transaction_log_compact_records": "transaction_log_compact_records",
     "transaction_log_segment_bytes": "transaction_log_segment_bytes",
+    "offsets_log_compact_records": "offsets_log_compact_records",
+    "offsets_log_segment_bytes": "offsets_log_segment_bytes",
 }
 
 

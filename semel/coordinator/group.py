@@ -78,6 +78,11 @@ class GroupConfig:
     # Wait for fsync before answering a write. Offsets are small and rare next to
     # data, so this stays on even when data logs flush on an interval.
     sync_writes: bool = True
+    # Compaction by rewrite (see _maybe_compact): checked this often, once this many
+    # records piled up (or 4x the live ones); segments this small so old ones can go.
+    compact_check_interval_ms: int = 5_000
+    compact_records: int = 50_000
+    segment_bytes: int = 8 * 1024 * 1024
 
 
 # --- timers -------------------------------------------------------------------------
@@ -377,6 +382,7 @@ class GroupCoordinator:
         self._tasks: set[asyncio.Task] = set()
         self._timer_task: asyncio.Task | None = None
         self._wake: asyncio.Event | None = None
+        self._records_since_compaction = 0
 
     @classmethod
     def from_broker(cls, broker) -> "GroupCoordinator":
@@ -386,6 +392,8 @@ class GroupCoordinator:
             min_session_timeout_ms=c.group_min_session_timeout_ms,
             max_session_timeout_ms=c.group_max_session_timeout_ms,
             offsets_retention_ms=c.offsets_retention_ms,
+            compact_records=c.offsets_log_compact_records,
+            segment_bytes=c.offsets_log_segment_bytes,
         )
         return cls(broker.logs, broker.flusher, config)
 
@@ -402,6 +410,7 @@ class GroupCoordinator:
         self._status = "active"
         self.timers.set("expire-offsets", self.config.offsets_retention_check_interval_ms,
                         self._expire_offsets)
+        self.timers.set("compact", self.config.compact_check_interval_ms, self._maybe_compact)
         if self._run_timers:
             self._wake = asyncio.Event()
             self.timers.on_change = self._wake.set
@@ -445,7 +454,9 @@ class GroupCoordinator:
         # Committed offsets must never age out of the log: no time or size retention,
         # and "compact", which storage never deletes from (compaction is future work).
         err = self.logs.create_topic(name, 1, {"cleanup.policy": "compact", "retention.ms": "-1",
-                                               "retention.bytes": "-1"}, internal=True)
+                                               "retention.bytes": "-1",
+                                               "segment.bytes": str(self.config.segment_bytes)},
+                                     internal=True)
         if err not in (KafkaError.NONE, KafkaError.TOPIC_ALREADY_EXISTS):
             raise RuntimeError(f"cannot create {name}: {KafkaError(err).name}")
         plog = self.logs.get(name, 0)
@@ -558,7 +569,9 @@ class GroupCoordinator:
         data = rb.build_batch(pairs, timestamp_ms=self.clock(), producer_id=producer_id,
                               producer_epoch=producer_epoch, base_sequence=rb.NO_SEQUENCE,
                               transactional=producer_id >= 0)
-        return self._log.append(data, [(0, rb.parse_header(data))])
+        info = self._log.append(data, [(0, rb.parse_header(data))])
+        self._records_since_compaction += len(pairs)
+        return info
 
     # --- apply: shared by the live path and the replay ---------------------------------------
 
@@ -627,7 +640,9 @@ class GroupCoordinator:
         group.state = S.STABLE if group.members else S.EMPTY
 
     def _load(self) -> None:
+        self._records_since_compaction = 0
         for buf, pos, hdr in scan_log(self._log):
+            self._records_since_compaction += hdr.record_count
             if hdr.is_control:
                 self._apply_marker(hdr.producer_id, rb.control_type(buf, pos) == rb.CONTROL_COMMIT)
                 continue
@@ -1349,6 +1364,50 @@ class GroupCoordinator:
                 plan.append((group, expired, drop))
         for chunk in _chunks(plan, MAX_RECORDS_PER_BATCH):
             self._write_expiry(chunk)
+
+    def _maybe_compact(self) -> None:
+        """Compaction by rewrite, so start-up replay follows the live state, not the
+        history: append every group record and committed offset as they stand, and
+        once that is durable (applied in log order, like any write) drop the
+        segments entirely before it.
+
+        Only at a quiet moment: no write in flight (memory is then exactly what the
+        log says), and no pending transactional offsets — their values win over a
+        committed one by log position, so they must never sit behind a rewrite."""
+        self.timers.set("compact", self.config.compact_check_interval_ms, self._maybe_compact)
+        live = sum(len(g.offsets.committed) + 1 for g in self._groups.values())
+        if self._ready_error() or self._records_since_compaction < max(self.config.compact_records, 4 * live):
+            return
+        if self._inflight or self._producer_groups or any(g.offsets.pending for g in self._groups.values()):
+            return
+        start = self._log.log_end_offset
+        pairs: list[tuple[bytes, bytes | None]] = []
+        rewritten: list[tuple[Group, TopicPartition | None, Any]] = []   # in record order
+        for group in self._groups.values():
+            if group.persisted:
+                pairs.append((group_key(group.group_id), group_value(self._group_record(group))))
+                rewritten.append((group, None, None))
+            for (t, p), v in group.offsets.committed.items():
+                pairs.append((offset_key(group.group_id, t, p), offset_value(v)))
+                rewritten.append((group, (t, p), v))
+        if not pairs:
+            return
+
+        def apply(info) -> None:
+            # The rewritten values now sit at new log positions, as a replay will see them.
+            for at, (group, tp, value) in enumerate(rewritten, start=info.first_offset):
+                if tp is not None and group.offsets.committed.get(tp) is value:
+                    group.offsets.committed[tp] = value._replace(log_offset=at)
+            try:
+                dropped = self._log.delete_segments_before(start)
+            except StorageError as exc:   # nothing lost: the old segments simply stay
+                log.warning("compacting %s failed: %s", self.config.offsets_topic, exc)
+                return
+            self._records_since_compaction = len(pairs)
+            log.info("compacted %s: %d record(s) rewritten at offset %d, %d old segment(s) dropped",
+                     self.config.offsets_topic, len(pairs), start, dropped)
+
+        self._write(lambda: self._append_records(pairs), apply, lambda error: None)
 
     def _write_expiry(self, plan: list[tuple[Group, list[TopicPartition], bool]]) -> None:
         pairs: list[tuple[bytes, bytes | None]] = []
