@@ -12,6 +12,8 @@ import logging
 import signal
 import time
 
+from ..coordinator.group import GroupCoordinator
+from ..coordinator.txn import TransactionCoordinator
 from ..storage.flusher import GroupCommitFlusher
 from ..storage.fs import fs_from_env
 from ..storage.manager import LogManager
@@ -61,13 +63,9 @@ class Broker:
                  self.config.host, self.config.port, self.config.data_dir, time.monotonic() - t0)
 
     async def _start_coordinators(self) -> None:
-        from ..coordinator.group import GroupCoordinator
+        # Groups first: the transaction coordinator writes offset markers through them.
         self.groups = GroupCoordinator.from_broker(self)
         await self.groups.start()
-        try:
-            from ..coordinator.txn import TransactionCoordinator
-        except ModuleNotFoundError:
-            return
         self.txns = TransactionCoordinator.from_broker(self)
         await self.txns.start()
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import struct
 
+import crc32c
 import pytest
 
 from semel.client import Client
@@ -175,3 +176,18 @@ def test_request_pipelining_keeps_order(small_broker):
         assert corr == i
     assert call(sock, 18, 3, corr=99, client_software_name="t", client_software_version="1").error_code == 0
     request_class(18)  # keep import used
+
+
+def test_clients_cannot_write_control_batches(small_broker):
+    """A control batch (commit/abort marker) is the coordinator's alone, with or
+    without the transactional bit."""
+    with Client(small_broker.bootstrap) as c:
+        c.create_topic("ctl", 1)
+        marker = bytearray(records.build_control_batch(records.CONTROL_COMMIT, producer_id=5, producer_epoch=0))
+        assert c.produce("ctl", 0, bytes(marker))[0] == KafkaError.INVALID_RECORD
+        # clear the transactional bit (attributes at byte 21..22) and fix the CRC
+        attrs = struct.unpack_from(">h", marker, 21)[0] & ~records.ATTR_TRANSACTIONAL
+        struct.pack_into(">h", marker, 21, attrs)
+        struct.pack_into(">I", marker, 17, crc32c.crc32c(bytes(marker[21:])))
+        assert c.produce("ctl", 0, bytes(marker))[0] == KafkaError.INVALID_RECORD
+        assert c.list_offset("ctl", 0, -1) == 0

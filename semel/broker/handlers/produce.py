@@ -93,16 +93,14 @@ def _debug_refusal(req, topic, partition, batches, what, offset=None) -> None:
 def _check_transactional(ctx, req, topic, partition, batches) -> KafkaError:
     """A transactional batch must come with the request's transactional id, and
     its partition must be part of that producer's ongoing transaction."""
+    if any(h.is_control for _, h in batches):
+        return KafkaError.INVALID_RECORD  # control batches are written by the coordinator only
     txn_batches = [h for _, h in batches if h.is_transactional]
     if not txn_batches:
         return KafkaError.NONE
-    if any(h.is_control for _, h in batches):
-        return KafkaError.INVALID_RECORD  # control batches are written by the coordinator only
     if req.transactional_id is None or len(txn_batches) != len(batches):
         return KafkaError.INVALID_REQUEST
     txns = ctx.broker.txns
-    if txns is None:
-        return KafkaError.UNSUPPORTED_FOR_MESSAGE_FORMAT
     # Every batch, not only the first: an unverified producer's transactional batch
     # would open a transaction no coordinator knows, holding the LSO back for ever.
     for pid, epoch in dict.fromkeys((h.producer_id, h.producer_epoch) for h in txn_batches):
