@@ -15,20 +15,6 @@ CFG = LogConfig(segment_bytes=4096, index_interval_bytes=200,
                 checkpoint_interval_bytes=1 << 40, checkpoint_interval_ms=1 << 40)
 
 
-@pytest.fixture
-def fs():
-    return FaultyFileSystem()
-
-
-@pytest.fixture
-def p(tmp_path, fs):
-    plog = PartitionLog.open(tmp_path / "t-0", CFG, fs)
-    yield plog
-    if not plog.closed:
-        fs.clear_faults()
-        plog.close()
-
-
 def state(plog: PartitionLog):
     return (plog.log_start_offset, plog.log_end_offset, plog.size_bytes(), plog.segment_bases, dump(plog))
 

@@ -6,22 +6,9 @@ import asyncio
 import pytest
 from storage_helpers import append, batch
 
-from semel.storage import FaultyFileSystem, GroupCommitFlusher, LogConfig, PartitionLog, StorageError
+from semel.storage import GroupCommitFlusher, LogConfig, PartitionLog, StorageError
 
 CFG = LogConfig(checkpoint_interval_bytes=1 << 40, checkpoint_interval_ms=1 << 40)
-
-
-@pytest.fixture
-def fs():
-    return FaultyFileSystem()
-
-
-@pytest.fixture
-def p(tmp_path, fs):
-    plog = PartitionLog.open(tmp_path / "t-0", CFG, fs)
-    yield plog
-    fs.clear_faults()
-    plog.close()
 
 
 async def producer(plog: PartitionLog, flusher: GroupCommitFlusher, i: int) -> int:

@@ -9,7 +9,7 @@ from storage_helpers import append, batch, fill, segment_path
 
 from semel.protocol.errors import KafkaError
 from semel.protocol.records import CONTROL_ABORT, CONTROL_COMMIT, iter_batches
-from semel.storage import FaultyFileSystem, LogConfig, PartitionLog, ProducerStateError, StorageError
+from semel.storage import LogConfig, PartitionLog, ProducerStateError, StorageError
 from semel.storage.checkpoint import FILE_NAME as CHECKPOINT
 from semel.storage.producer_state import list_snapshots
 
@@ -32,20 +32,6 @@ class Producer:
 
     def end(self, kind: int, coordinator_epoch: int = 0):
         return self.plog.append_control(kind, self.pid, self.epoch, coordinator_epoch)
-
-
-@pytest.fixture
-def fs():
-    return FaultyFileSystem()
-
-
-@pytest.fixture
-def p(tmp_path, fs):
-    plog = PartitionLog.open(tmp_path / "t-0", CFG, fs)
-    yield plog
-    if not plog.closed:
-        fs.clear_faults()
-        plog.close()
 
 
 def reopen(plog: PartitionLog, fs=None) -> PartitionLog:
