@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ...protocol.errors import KafkaError
 from ..router import handler
+from .common import by_topic
 from .groups import _answer
 
 
@@ -47,11 +48,9 @@ async def offset_commit(ctx, req):
         merged = {**refused, **(results or {})}
         topic_cls = ctx.cls().OffsetCommitResponseTopic
         part_cls = topic_cls.OffsetCommitResponsePartition
-        topics: dict[str, list] = {}
-        for tp in order:
-            topics.setdefault(tp[0], []).append(
-                part_cls(partition_index=tp[1], error_code=merged.get(tp, KafkaError.NONE)))
-        return ctx.response(topics=[topic_cls(name=n, partitions=ps) for n, ps in topics.items()])
+        grouped = by_topic(((tp, merged.get(tp, KafkaError.NONE)) for tp in order),
+                           lambda p, err: part_cls(partition_index=p, error_code=err))
+        return ctx.response(topics=[topic_cls(name=n, partitions=ps) for n, ps in grouped.items()])
 
     if fut is None:
         return build({})

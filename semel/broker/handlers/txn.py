@@ -6,6 +6,7 @@ import logging
 
 from ...protocol.errors import KafkaError
 from ..router import handler
+from .common import by_topic, first_error
 
 log = logging.getLogger("semel.broker.txn")
 
@@ -35,14 +36,11 @@ async def add_partitions_to_txn(ctx, req):
     wanted = [(t.name, p) for t in req.v3_and_below_topics for p in t.partitions]
     result = await _txns(ctx).add_partitions(req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
                                              req.v3_and_below_producer_epoch, wanted, ctx.api_version)
-    _debug("AddPartitionsToTxn", req.v3_and_below_transactional_id, next((e for e in result.values() if e), 0))
-    cls = ctx.cls()
-    T = cls.AddPartitionsToTxnTopicResult
-    by_topic: dict[str, list] = {}
-    for (topic, partition), err in result.items():
-        by_topic.setdefault(topic, []).append(T.AddPartitionsToTxnPartitionResult(
-            partition_index=partition, partition_error_code=err))
-    topics = [T(name=name, results_by_partition=parts) for name, parts in by_topic.items()]
+    _debug("AddPartitionsToTxn", req.v3_and_below_transactional_id, first_error(result))
+    T = ctx.cls().AddPartitionsToTxnTopicResult
+    grouped = by_topic(result.items(), lambda p, err: T.AddPartitionsToTxnPartitionResult(
+        partition_index=p, partition_error_code=err))
+    topics = [T(name=name, results_by_partition=parts) for name, parts in grouped.items()]
     return ctx.response(throttle_time_ms=0, results_by_topic_v3_and_below=topics)
 
 
@@ -77,11 +75,8 @@ async def txn_offset_commit(ctx, req):
         instance = req.group_instance_id if ctx.api_version >= 3 else None
         result = await ctx.broker.groups.txn_commit_offsets(
             req.producer_id, req.producer_epoch, req.group_id, generation, member, instance, offsets)
-    _debug("TxnOffsetCommit", req.transactional_id, next((e for e in result.values() if e), 0))
-    cls = ctx.cls()
-    T = cls.TxnOffsetCommitResponseTopic
-    by_topic: dict[str, list] = {}
-    for (topic, partition), code in result.items():
-        by_topic.setdefault(topic, []).append(T.TxnOffsetCommitResponsePartition(
-            partition_index=partition, error_code=KafkaError(code)))
-    return ctx.response(throttle_time_ms=0, topics=[T(name=n, partitions=p) for n, p in by_topic.items()])
+    _debug("TxnOffsetCommit", req.transactional_id, first_error(result))
+    T = ctx.cls().TxnOffsetCommitResponseTopic
+    grouped = by_topic(result.items(), lambda p, err: T.TxnOffsetCommitResponsePartition(
+        partition_index=p, error_code=err))
+    return ctx.response(throttle_time_ms=0, topics=[T(name=n, partitions=ps) for n, ps in grouped.items()])
