@@ -1,0 +1,13 @@
+"""semel on Apache Spark (PySpark Python Data Source API, pyspark 4.3).
+
+    from semel.spark import register
+    register(spark)                       # once per SparkSession
+    spark.readStream.format("semel")...   # source: semel/spark/source.py
+    df.writeStream.format("semel")...     # exactly-once sink: semel/spark/sink.py
+
+Like the rest of the client side, this package talks to brokers only over the
+Kafka wire protocol, so it works against any Kafka-compatible broker.
+"""
+from .datasource import SemelDataSource, register
+
+__all__ = ["SemelDataSource", "register"]

@@ -1,0 +1,37 @@
+"""The `semel` data source: one class Spark knows by name, delegating reads to
+source.py and writes to sink.py (imported lazily: each runs in its own Python
+worker, and a reader need not pay for the writer's imports)."""
+from __future__ import annotations
+
+from pyspark.sql.datasource import DataSource
+
+
+class SemelDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "semel"
+
+    def schema(self):
+        from .source import KAFKA_SCHEMA
+        return KAFKA_SCHEMA
+
+    def reader(self, schema):
+        from .source import make_batch_reader
+        return make_batch_reader(self.options, schema)
+
+    def streamReader(self, schema):
+        from .source import make_stream_reader
+        return make_stream_reader(self.options, schema)
+
+    def writer(self, schema, overwrite: bool):
+        from .sink import make_batch_writer
+        return make_batch_writer(self.options, schema, overwrite)
+
+    def streamWriter(self, schema, overwrite: bool):
+        from .sink import make_stream_writer
+        return make_stream_writer(self.options, schema, overwrite)
+
+
+def register(spark) -> None:
+    """Make `format("semel")` known to this SparkSession."""
+    spark.dataSource.register(SemelDataSource)
