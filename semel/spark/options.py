@@ -1,0 +1,297 @@
+"""Options of `format("semel")`: names, parsing and validation, shared by the
+source (source.py) and the exactly-once sink (sink.py).
+
+Names follow Spark's own Kafka connector wherever it has one, so a query moves
+over by changing `format("kafka")` to `format("semel")` and nothing else. Spark
+hands options to a data source case-insensitively (its option map lower-cases
+keys), so every lookup here goes through one lower-cased view. An option that
+neither side knows is an error, never silently ignored: a misspelt
+`startingOffset` must not turn into a read from `latest`.
+
+The one name both sides must agree on is the consumer group under which the
+sink commits the source offsets of each batch in the batch's transaction, and
+from which the source reads them back for `startingOffsets=committed`:
+`query_group_id(options)`.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Mapping
+
+
+class OptionError(ValueError):
+    """A malformed or unknown option: raised when the query starts, one readable line."""
+
+
+# --- shared by source and sink -------------------------------------------------
+
+BOOTSTRAP = "kafka.bootstrap.servers"
+# The consumer group that holds the offsets a query's committed batches recorded
+# (Spark's Kafka source option of the same name). When absent it is derived from
+# the checkpoint location, which the sink sees as `checkpointLocation`; a reader
+# that wants `startingOffsets=committed` passes either the same group id or the
+# same checkpoint location.
+GROUP_ID = "kafka.group.id"
+CHECKPOINT = "checkpointlocation"
+# Spark adds `path` for `.load(path)` / `.start(path)`; we do not use it but it
+# is not the user's typo either.
+_SPARK_ADDED = {"path"}
+
+SHARED_OPTIONS = {BOOTSTRAP, GROUP_ID, CHECKPOINT}
+
+# --- source -------------------------------------------------------------------
+
+SUBSCRIBE = "subscribe"
+SUBSCRIBE_PATTERN = "subscribepattern"
+ASSIGN = "assign"
+STARTING = "startingoffsets"
+ENDING = "endingoffsets"
+MAX_OFFSETS = "maxoffsetspertrigger"
+MAX_RECORDS = "maxrecordspertrigger"     # issue 10's wording for maxOffsetsPerTrigger
+MIN_OFFSETS = "minoffsetspertrigger"
+MAX_TRIGGER_DELAY = "maxtriggerdelay"
+ISOLATION = "kafka.isolation.level"
+FAIL_ON_DATA_LOSS = "failondataloss"
+INCLUDE_HEADERS = "includeheaders"
+# Bounded retries: how long the driver and the executors keep retrying a
+# retriable broker error (or an unreachable broker) before failing the query.
+REQUEST_TIMEOUT = "kafka.request.timeout.ms"
+FETCH_MAX_BYTES = "kafka.max.partition.fetch.bytes"
+
+SOURCE_OPTIONS = {SUBSCRIBE, SUBSCRIBE_PATTERN, ASSIGN, STARTING, ENDING, MAX_OFFSETS, MAX_RECORDS,
+                  MIN_OFFSETS, MAX_TRIGGER_DELAY, ISOLATION, FAIL_ON_DATA_LOSS, INCLUDE_HEADERS,
+                  REQUEST_TIMEOUT, FETCH_MAX_BYTES}
+
+# --- sink (owned by the sink: semel/spark/sink.py) ----------------------------
+# Lower-case names of the options the sink accepts, besides SHARED_OPTIONS.
+# The sink parses its own values; validate_sink() only checks the names.
+
+SINK_OPTIONS: set[str] = {
+    "topic",
+}
+
+# ------------------------------------------------------------------------------
+
+EARLIEST = -2
+LATEST = -1
+
+
+def lower(options: Mapping[str, str]) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in options.items() if v is not None}
+
+
+def _check_known(opts: dict[str, str], known: set[str], side: str) -> None:
+    unknown = sorted(set(opts) - known - SHARED_OPTIONS - _SPARK_ADDED)
+    if unknown:
+        raise OptionError(f"unknown {side} option(s) for format('semel'): {', '.join(unknown)}")
+
+
+def validate_sink(options: Mapping[str, str]) -> dict[str, str]:
+    """Lower-cased options after checking every name is one the sink knows."""
+    opts = lower(options)
+    _check_known(opts, SINK_OPTIONS, "sink")
+    _bootstrap(opts)
+    return opts
+
+
+def query_group_id(options: Mapping[str, str]) -> str | None:
+    """The consumer group under which a query's batches commit their source offsets.
+
+    `kafka.group.id` when given; otherwise derived from the checkpoint location
+    (stable across restarts of the same query, different for different queries).
+    None when neither is known."""
+    opts = lower(options)
+    if opts.get(GROUP_ID):
+        return opts[GROUP_ID]
+    loc = opts.get(CHECKPOINT)
+    if not loc:
+        return None
+    digest = hashlib.sha256(loc.rstrip("/").encode()).hexdigest()[:16]
+    return f"semel-query-{digest}"
+
+
+# --- parsed source options -------------------------------------------------------
+
+@dataclass(frozen=True)
+class Subscription:
+    """Exactly one of the three ways Spark's Kafka source names its input."""
+    topics: tuple[str, ...] = ()
+    pattern: str | None = None
+    assigned: tuple[tuple[str, int], ...] = ()
+
+    def matches(self, topic: str) -> bool:
+        if self.pattern is not None:
+            return re.fullmatch(self.pattern, topic) is not None
+        if self.assigned:
+            return any(t == topic for t, _ in self.assigned)
+        return topic in self.topics
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    bootstrap: str
+    subscription: Subscription
+    # "earliest" | "latest" | "committed" | {topic: {partition: offset}} (-2/-1 allowed)
+    starting: object = "latest"
+    ending: object = "latest"
+    max_offsets: int | None = None
+    min_offsets: int | None = None
+    max_trigger_delay_ms: int = 15 * 60 * 1000
+    read_committed: bool = True
+    fail_on_data_loss: bool = True
+    include_headers: bool = False
+    group_id: str | None = None
+    request_timeout_ms: int = 30_000
+    fetch_max_bytes: int = 4 << 20
+    raw: dict = field(default_factory=dict, compare=False)
+
+
+def _bootstrap(opts: dict[str, str]) -> str:
+    servers = opts.get(BOOTSTRAP, "").strip()
+    if not servers:
+        raise OptionError(f"option '{BOOTSTRAP}' is required (HOST:PORT[,HOST:PORT...])")
+    for s in servers.split(","):
+        host, _, port = s.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise OptionError(f"option '{BOOTSTRAP}': expected HOST:PORT, got {s.strip()!r}")
+    return servers
+
+
+def _positive_int(opts: dict[str, str], name: str, *, allow_zero: bool = False) -> int | None:
+    if name not in opts:
+        return None
+    try:
+        v = int(opts[name])
+    except ValueError:
+        raise OptionError(f"option '{name}' must be an integer, got {opts[name]!r}") from None
+    if v < 0 or (v == 0 and not allow_zero):
+        raise OptionError(f"option '{name}' must be positive, got {v}")
+    return v
+
+
+def _bool(opts: dict[str, str], name: str, default: bool) -> bool:
+    if name not in opts:
+        return default
+    v = opts[name].strip().lower()
+    if v not in ("true", "false"):
+        raise OptionError(f"option '{name}' must be true or false, got {opts[name]!r}")
+    return v == "true"
+
+
+_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|min|h)?\s*$")
+_UNIT_MS = {None: 1, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}
+
+
+def _duration_ms(opts: dict[str, str], name: str, default: int) -> int:
+    if name not in opts:
+        return default
+    m = _DURATION.match(opts[name])
+    if not m:
+        raise OptionError(f"option '{name}' must be a duration like 500ms, 30s or 5m, got {opts[name]!r}")
+    return int(m.group(1)) * _UNIT_MS[m.group(2)]
+
+
+def _subscription(opts: dict[str, str]) -> Subscription:
+    given = [n for n in (SUBSCRIBE, SUBSCRIBE_PATTERN, ASSIGN) if opts.get(n, "").strip()]
+    if len(given) != 1:
+        raise OptionError("exactly one of the options 'subscribe', 'subscribePattern', 'assign' "
+                          f"is required, got {len(given)}")
+    name, value = given[0], opts[given[0]].strip()
+    if name == SUBSCRIBE:
+        topics = tuple(t.strip() for t in value.split(",") if t.strip())
+        if not topics:
+            raise OptionError("option 'subscribe' names no topic")
+        return Subscription(topics=topics)
+    if name == SUBSCRIBE_PATTERN:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise OptionError(f"option 'subscribePattern' is not a valid regex: {exc}") from None
+        return Subscription(pattern=value)
+    parsed = _json(ASSIGN, value)
+    pairs = []
+    if not isinstance(parsed, dict) or not parsed:
+        raise OptionError("option 'assign' must be JSON like {\"topic\":[0,1]}")
+    for topic, parts in parsed.items():
+        if not isinstance(parts, list) or not all(isinstance(p, int) and p >= 0 for p in parts):
+            raise OptionError(f"option 'assign': partitions of {topic!r} must be a list of integers >= 0")
+        pairs.extend((topic, p) for p in parts)
+    return Subscription(assigned=tuple(sorted(pairs)))
+
+
+def _json(name: str, value: str):
+    try:
+        return json.loads(value)
+    except ValueError as exc:
+        raise OptionError(f"option '{name}' is not valid JSON: {exc}") from None
+
+
+def _offsets(opts: dict[str, str], name: str, default: str, words: tuple[str, ...]) -> object:
+    value = opts.get(name, default).strip()
+    if value.lower() in words:
+        return value.lower()
+    if not value.startswith("{"):
+        raise OptionError(f"option '{name}' must be one of {', '.join(words)} or per-partition JSON "
+                          f"like {{\"topic\":{{\"0\":23,\"1\":-2}}}}, got {value!r}")
+    parsed = _json(name, value)
+    out: dict[str, dict[int, int]] = {}
+    if not isinstance(parsed, dict):
+        raise OptionError(f"option '{name}' must be a JSON object of topics")
+    for topic, parts in parsed.items():
+        if not isinstance(parts, dict):
+            raise OptionError(f"option '{name}': {topic!r} must map partitions to offsets")
+        out[topic] = {}
+        for p, off in parts.items():
+            if not str(p).isdigit() or not isinstance(off, int) or isinstance(off, bool) or off < -2:
+                raise OptionError(f"option '{name}': {topic}[{p}] = {off!r} is not a partition "
+                                  "number mapped to an offset >= -2 (-2 earliest, -1 latest)")
+            out[topic][int(p)] = off
+    return out
+
+
+def parse_source(options: Mapping[str, str], *, batch: bool) -> SourceOptions:
+    """Validate and parse the source options; raises OptionError with one readable line."""
+    opts = lower(options)
+    _check_known(opts, SOURCE_OPTIONS, "source")
+    bootstrap = _bootstrap(opts)
+    sub = _subscription(opts)
+    starting = _offsets(opts, STARTING, "earliest" if batch else "latest",
+                        ("earliest", "latest", "committed"))
+    if ENDING in opts and not batch:
+        raise OptionError("option 'endingOffsets' is for batch reads (spark.read) only")
+    ending = _offsets(opts, ENDING, "latest", ("latest",))
+    if isinstance(ending, dict) and any(o == EARLIEST for ps in ending.values() for o in ps.values()):
+        raise OptionError("option 'endingOffsets': -2 (earliest) is not allowed as an ending offset")
+    if batch and starting == "latest":
+        raise OptionError("option 'startingOffsets': 'latest' is not allowed for batch reads")
+    if batch and isinstance(starting, dict) and any(
+            o == LATEST for ps in starting.values() for o in ps.values()):
+        raise OptionError("option 'startingOffsets': -1 (latest) is not allowed for batch reads")
+    if MAX_OFFSETS in opts and MAX_RECORDS in opts and opts[MAX_OFFSETS] != opts[MAX_RECORDS]:
+        raise OptionError("options 'maxOffsetsPerTrigger' and 'maxRecordsPerTrigger' disagree")
+    max_offsets = _positive_int(opts, MAX_OFFSETS) or _positive_int(opts, MAX_RECORDS)
+    min_offsets = _positive_int(opts, MIN_OFFSETS)
+    if max_offsets is not None and min_offsets is not None and min_offsets > max_offsets:
+        raise OptionError("option 'minOffsetsPerTrigger' is larger than 'maxOffsetsPerTrigger'")
+    isolation = opts.get(ISOLATION, "read_committed").strip().lower()
+    if isolation not in ("read_committed", "read_uncommitted"):
+        raise OptionError(f"option '{ISOLATION}' must be read_committed or read_uncommitted, "
+                          f"got {opts[ISOLATION]!r}")
+    group = query_group_id(opts)
+    if starting == "committed" and group is None:
+        raise OptionError("startingOffsets=committed needs 'kafka.group.id' or 'checkpointLocation' "
+                          "(the same as the sink's) to find the query's committed offsets")
+    return SourceOptions(
+        bootstrap=bootstrap, subscription=sub, starting=starting, ending=ending,
+        max_offsets=max_offsets, min_offsets=min_offsets,
+        max_trigger_delay_ms=_duration_ms(opts, MAX_TRIGGER_DELAY, 15 * 60 * 1000),
+        read_committed=isolation == "read_committed",
+        fail_on_data_loss=_bool(opts, FAIL_ON_DATA_LOSS, True),
+        include_headers=_bool(opts, INCLUDE_HEADERS, False),
+        group_id=group,
+        request_timeout_ms=_positive_int(opts, REQUEST_TIMEOUT) or 30_000,
+        fetch_max_bytes=_positive_int(opts, FETCH_MAX_BYTES) or (4 << 20),
+        raw=opts)
