@@ -100,6 +100,10 @@ class ProducerStateManager:
     def entry(self, producer_id: int) -> ProducerEntry | None:
         return self._entries.get(producer_id)
 
+    def producer_ids(self) -> list[int]:
+        """Every producer id this partition remembers (for DescribeProducers and metrics)."""
+        return list(self._entries)
+
     # -- validation (pure) --------------------------------------------------------------
     def check(self, hdr: BatchHeader) -> tuple[KafkaError, AppendInfo | None]:
         """(error, duplicate info) for one data batch against the current state."""

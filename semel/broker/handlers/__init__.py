@@ -1,7 +1,7 @@
 """Handler modules, one per API family. Importing this package registers them all."""
 from importlib import import_module
 
-_MODULES = ["api_versions", "metadata", "topics", "produce", "fetch", "groups", "offsets", "txn"]
+_MODULES = ["api_versions", "metadata", "topics", "produce", "fetch", "groups", "offsets", "txn", "txn_admin"]
 
 for _name in _MODULES:
     import_module(f"{__name__}.{_name}")

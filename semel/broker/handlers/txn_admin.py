@@ -1,0 +1,215 @@
+"""Transaction administration (KIP-664): DescribeProducers (61), DescribeTransactions (65),
+ListTransactions (66), and WriteTxnMarkers (27) in its admin-abort use.
+
+These let Kafka's own tooling (kafka-transactions.sh, kafka-python's admin client)
+find hanging transactions: DescribeProducers shows which producers hold a
+partition's last stable offset back, the coordinator APIs say whether a live
+transaction stands behind them. WriteTxnMarkers is what Kafka's admin abort
+sends: an ABORT marker written straight into a partition, so read_committed
+readers move past data whose transaction the coordinator no longer knows.
+
+Everything here only reads coordinator and producer state, except the marker,
+which is guarded so that it can never contradict a coordinator decision.
+"""
+from __future__ import annotations
+
+import logging
+import re
+import time
+
+from ...coordinator.txn_states import PREPARED, TxnState
+from ...protocol import records
+from ...protocol.errors import KafkaError
+from ...storage.errors import AppendError, StorageError
+from ..router import handler
+from .common import by_topic
+
+log = logging.getLogger("semel.broker.txn_admin")
+
+# Kafka's wire names of the coordinator states (TransactionState.java).
+STATE_NAMES = {
+    TxnState.EMPTY: "Empty",
+    TxnState.ONGOING: "Ongoing",
+    TxnState.PREPARE_COMMIT: "PrepareCommit",
+    TxnState.PREPARE_ABORT: "PrepareAbort",
+    TxnState.COMPLETE_COMMIT: "CompleteCommit",
+    TxnState.COMPLETE_ABORT: "CompleteAbort",
+    TxnState.DEAD: "Dead",
+    TxnState.PREPARE_EPOCH_FENCE: "PrepareEpochFence",
+}
+_STATE_BY_NAME = {v: k for k, v in STATE_NAMES.items()}
+# States whose transaction still owns its partitions: markers are written or still to come.
+LIVE = frozenset({TxnState.ONGOING, TxnState.PREPARE_EPOCH_FENCE}) | PREPARED
+
+
+def _transactions(ctx) -> list:
+    """A snapshot of the coordinator's transactional ids (TxnMeta objects, never changed here)."""
+    txns = ctx.broker.txns
+    return [] if txns is None else list(txns.txns.values())
+
+
+def _find(ctx, txn_id: str):
+    txns = ctx.broker.txns
+    return None if txns is None else txns.txns.get(txn_id)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+# --- DescribeTransactions ---------------------------------------------------------------
+
+@handler(65, 0, 0)
+async def describe_transactions(ctx, req):
+    T = ctx.cls().TransactionState
+    return ctx.response(throttle_time_ms=0, transaction_states=[
+        _describe_one(ctx, T, txn_id) for txn_id in req.transactional_ids or ()])
+
+
+def _describe_one(ctx, T, txn_id: str):
+    meta = _find(ctx, txn_id) if txn_id else None
+    if meta is None:
+        return T(error_code=KafkaError.TRANSACTIONAL_ID_NOT_FOUND, transactional_id=txn_id,
+                 transaction_state="", transaction_timeout_ms=0, transaction_start_time_ms=-1,
+                 producer_id=-1, producer_epoch=-1, topics=[])
+    grouped: dict[str, list[int]] = {}
+    for topic, partition in sorted(meta.parts()):
+        grouped.setdefault(topic, []).append(partition)
+    return T(error_code=KafkaError.NONE, transactional_id=txn_id, transaction_state=STATE_NAMES[meta.state],
+             transaction_timeout_ms=meta.timeout_ms,
+             transaction_start_time_ms=meta.start_ms if meta.state in LIVE else -1,
+             producer_id=meta.producer_id, producer_epoch=meta.epoch,
+             topics=[T.TopicData(topic=t, partitions=ps) for t, ps in grouped.items()])
+
+
+# --- ListTransactions -------------------------------------------------------------------
+
+@handler(66, 0, 2)
+async def list_transactions(ctx, req):
+    v = ctx.api_version
+    wanted_states = set(req.state_filters or ())
+    unknown = sorted(s for s in wanted_states if s not in _STATE_BY_NAME)
+    states = {_STATE_BY_NAME[s] for s in wanted_states - set(unknown)}
+    pids = set(req.producer_id_filters or ())
+    min_age = req.duration_filter if v >= 1 else -1
+    pattern = None
+    if v >= 2 and req.transactional_id_pattern:
+        try:
+            pattern = re.compile(req.transactional_id_pattern)
+        except re.error:
+            return ctx.response(throttle_time_ms=0, error_code=KafkaError.INVALID_REGULAR_EXPRESSION,
+                                unknown_state_filters=unknown, transaction_states=[])
+    if unknown and not states:
+        # Only unknown states asked for: none can match (Kafka answers the same way).
+        rows = []
+    else:
+        now = _now_ms()
+        rows = [m for m in _transactions(ctx)
+                if (not states or m.state in states)
+                and (not pids or m.producer_id in pids)
+                and (min_age < 0 or (m.state in LIVE and m.start_ms >= 0 and now - m.start_ms > min_age))
+                and (pattern is None or pattern.search(m.txn_id))]
+    T = ctx.cls().TransactionState
+    return ctx.response(throttle_time_ms=0, error_code=KafkaError.NONE, unknown_state_filters=unknown,
+                        transaction_states=[T(transactional_id=m.txn_id, producer_id=m.producer_id,
+                                              transaction_state=STATE_NAMES[m.state])
+                                            for m in sorted(rows, key=lambda m: m.txn_id)])
+
+
+# --- DescribeProducers ------------------------------------------------------------------
+
+@handler(61, 0, 0)
+async def describe_producers(ctx, req):
+    cls = ctx.cls()
+    T = cls.TopicResponse
+    P = T.PartitionResponse
+    topics = []
+    for topic in req.topics or ():
+        parts = []
+        for index in topic.partition_indexes or ():
+            plog = ctx.broker.logs.get(topic.name, index)
+            if plog is None or topic.name.startswith("__"):
+                parts.append(P(partition_index=index, error_code=KafkaError.UNKNOWN_TOPIC_OR_PARTITION,
+                               error_message=None, active_producers=[]))
+                continue
+            parts.append(P(partition_index=index, error_code=KafkaError.NONE, error_message=None,
+                           active_producers=[_producer_row(P.ProducerState, e)
+                                             for e in _producer_entries(plog)]))
+        topics.append(T(name=topic.name, partitions=parts))
+    return ctx.response(throttle_time_ms=0, topics=topics)
+
+
+def _producer_entries(plog) -> list:
+    """Producers a partition remembers, in producer id order."""
+    state = plog.producers
+    return sorted((state.entry(pid) for pid in state.producer_ids()), key=lambda e: e.producer_id)
+
+
+def _producer_row(S, e):
+    return S(producer_id=e.producer_id, producer_epoch=e.epoch, last_sequence=e.last_seq,
+             last_timestamp=e.last_timestamp, coordinator_epoch=e.coordinator_epoch,
+             current_txn_start_offset=-1 if e.txn_first_offset is None else e.txn_first_offset)
+
+
+# --- WriteTxnMarkers (admin abort) ----------------------------------------------------------
+
+@handler(27, 0, 1)
+async def write_txn_markers(ctx, req):
+    R = ctx.cls().WritableTxnMarkerResult
+    T = R.WritableTxnMarkerTopicResult
+    out = []
+    for marker in req.markers or ():
+        wanted = [(t.name, p) for t in marker.topics or () for p in t.partition_indexes or ()]
+        errors = []
+        for tp in wanted:
+            errors.append((tp, await _abort_partition(ctx, marker, tp)))
+        grouped = by_topic(errors, lambda p, err: T.WritableTxnMarkerPartitionResult(
+            partition_index=p, error_code=err))
+        out.append(R(producer_id=marker.producer_id,
+                     topics=[T(name=name, partitions=ps) for name, ps in grouped.items()]))
+    return ctx.response(markers=out)
+
+
+async def _abort_partition(ctx, marker, tp: tuple[str, int]) -> KafkaError:
+    """Write an ABORT marker for a transaction nobody else will end.
+
+    Refused (nothing written) when it would contradict the coordinator: a COMMIT
+    (only the coordinator decides commits), or an abort of a transaction the
+    coordinator still owns in this partition (it will write that marker itself,
+    possibly a COMMIT already decided; the admin must fence the transactional id
+    instead). A producer with no open transaction here needs no marker."""
+    if marker.transaction_result:
+        return KafkaError.INVALID_REQUEST
+    topic, partition = tp
+    plog = ctx.broker.logs.get(topic, partition)
+    if plog is None or topic.startswith("__"):
+        return KafkaError.UNKNOWN_TOPIC_OR_PARTITION
+    owner = _coordinator_owner(ctx, marker.producer_id, tp)
+    if owner is not None:
+        log.warning("refusing admin abort of %s-%d producer %d: transaction %r is %s at the coordinator",
+                    topic, partition, marker.producer_id, owner.txn_id, owner.state.name)
+        return KafkaError.CONCURRENT_TRANSACTIONS
+    entry = plog.producers.entry(marker.producer_id)
+    if entry is None or entry.txn_first_offset is None:
+        return KafkaError.NONE
+    try:
+        info = plog.append_control(records.CONTROL_ABORT, marker.producer_id, marker.producer_epoch,
+                                   marker.coordinator_epoch)
+        await ctx.broker.ensure_durable(plog, info.last_offset + 1)
+    except StorageError as exc:
+        log.error("admin abort marker on %s-%d failed: %s", topic, partition, exc)
+        return KafkaError.KAFKA_STORAGE_ERROR
+    except AppendError as exc:   # fenced: an older epoch or coordinator epoch
+        return exc.error
+    log.warning("admin abort: wrote an ABORT marker for producer %d (epoch %d) in %s-%d at offset %d",
+                marker.producer_id, marker.producer_epoch, topic, partition, info.first_offset)
+    ctx.broker.notifier.notify(topic, partition)
+    return KafkaError.NONE
+
+
+def _coordinator_owner(ctx, producer_id: int, tp: tuple[str, int]):
+    """The coordinator's live transaction of producer_id that includes tp, if any."""
+    for meta in _transactions(ctx):
+        if meta.producer_id == producer_id and meta.state in LIVE and tp in meta.parts():
+            return meta
+    return None
