@@ -44,12 +44,13 @@ async def serve(broker, reader: asyncio.StreamReader, writer: asyncio.StreamWrit
     peer = _peer(writer)
     decoder = FrameDecoder(broker.config.max_request_bytes)
     queue: asyncio.Queue = asyncio.Queue(MAX_PENDING_RESPONSES)
-    writer_task = asyncio.create_task(_write_loop(writer, queue, peer))
+    writer_task = asyncio.create_task(_write_loop(writer, queue, peer, broker.metrics))
     try:
         while not writer_task.done():
             data = await reader.read(1 << 20)
             if not data:
                 break
+            broker.metrics.bytes_in.inc(len(data))
             for frame in decoder.feed(data):
                 item = await _dispatch(broker, frame, peer)
                 if item is not None:
@@ -109,7 +110,7 @@ async def _dispatch(broker, frame: bytes, peer: str):
         raise _Close() from None
 
 
-async def _write_loop(writer: asyncio.StreamWriter, queue: asyncio.Queue, peer: str) -> None:
+async def _write_loop(writer: asyncio.StreamWriter, queue: asyncio.Queue, peer: str, metrics) -> None:
     while True:
         item = await queue.get()
         if item is None:
@@ -131,6 +132,7 @@ async def _write_loop(writer: asyncio.StreamWriter, queue: asyncio.Queue, peer: 
                 writer.close()
                 return
         writer.write(item)
+        metrics.bytes_out.inc(len(item))
         try:
             await writer.drain()
         except ConnectionError:

@@ -1,11 +1,46 @@
-"""Broker metrics (Prometheus). A private registry so several brokers can run in one process (tests)."""
+"""Broker metrics (Prometheus). A private registry so several brokers can run in one process (tests).
+
+Names follow seed 000's monitoring section under our prefix:
+
+- semel_transactions_started_total / _committed_total / _aborted_total / _timed_out_total:
+  counted by the transaction coordinator through `txn_transition` and `txn_timed_out`
+  when a transition is applied after its append (never during replay at start, so a
+  restart begins again at zero like any Prometheus counter). A transaction that
+  timed out is counted in both timed_out and aborted.
+- semel_transactions_active: transactional ids whose transaction is open or being
+  completed (Ongoing, PrepareCommit, PrepareAbort), read from the coordinator at scrape.
+- semel_idempotent_producers_active: distinct producer ids remembered by the
+  producer state of any (non-internal) partition, read at scrape.
+- semel_idempotent_duplicates_total: Produce retries answered from producer state.
+
+Per API: semel_requests_total{api} (its rate is the request rate) and the
+semel_request_seconds{api} latency histogram. semel_bytes_in_total /
+semel_bytes_out_total count request and response frames. Per partition, read at
+scrape: semel_partition_high_watermark, semel_partition_last_stable_offset and
+semel_partition_lso_gap (their difference: records a read_committed reader waits for).
+
+For the security layer: `failed_logins` (semel_failed_logins_total{mechanism}) and
+`authorization_denials` (semel_authorization_denials_total{operation,resource_type});
+call `.labels(...).inc()` where a login fails or an ACL check denies.
+"""
 from __future__ import annotations
 
+import logging
+
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from ..coordinator.txn_states import PREPARED, TxnState
+
+log = logging.getLogger("semel.broker.metrics")
+
+# States in which a transaction is "active" for semel_transactions_active.
+ACTIVE_STATES = frozenset({TxnState.ONGOING}) | PREPARED
 
 
 class BrokerMetrics:
-    def __init__(self) -> None:
+    def __init__(self, broker=None) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter("semel_requests_total", "Requests handled", ["api"], registry=self.registry)
         self.request_errors = Counter("semel_request_errors_total", "Kafka error codes returned",
@@ -18,6 +53,84 @@ class BrokerMetrics:
                                          "Produce retries recognised as duplicates", registry=self.registry)
         self.request_seconds = Histogram("semel_request_seconds", "Request latency", ["api"],
                                          registry=self.registry)
+        self.bytes_in = Counter("semel_bytes_in_total", "Bytes of request frames received",
+                                registry=self.registry)
+        self.bytes_out = Counter("semel_bytes_out_total", "Bytes of response frames sent",
+                                 registry=self.registry)
+        self.txn_started = Counter("semel_transactions_started_total", "Transactions begun (first partition "
+                                   "or offsets added)", registry=self.registry)
+        self.txn_committed = Counter("semel_transactions_committed_total", "Transactions committed",
+                                     registry=self.registry)
+        self.txn_aborted = Counter("semel_transactions_aborted_total", "Transactions aborted (by the client, "
+                                   "a fencing instance or a timeout)", registry=self.registry)
+        self.txn_timeouts = Counter("semel_transactions_timed_out_total", "Transactions aborted by the "
+                                    "coordinator because they outlived their timeout", registry=self.registry)
+        self.failed_logins = Counter("semel_failed_logins_total", "SASL authentications that failed",
+                                     ["mechanism"], registry=self.registry)
+        self.authorization_denials = Counter("semel_authorization_denials_total", "Requests or resources "
+                                             "denied by ACLs", ["operation", "resource_type"],
+                                             registry=self.registry)
+        self.registry.register(_BrokerStateCollector(broker))
+
+    # --- hooks the transaction coordinator calls after applying a logged transition ---------
+
+    def txn_transition(self, previous: TxnState | None, new: TxnState) -> None:
+        if new == TxnState.ONGOING and previous != TxnState.ONGOING:
+            self.txn_started.inc()
+        elif new == TxnState.COMPLETE_COMMIT and previous != TxnState.COMPLETE_COMMIT:
+            self.txn_committed.inc()
+        elif new == TxnState.COMPLETE_ABORT and previous != TxnState.COMPLETE_ABORT:
+            self.txn_aborted.inc()
+
+    def txn_timed_out(self) -> None:
+        self.txn_timeouts.inc()
 
     def serve(self, host: str, port: int) -> None:
         start_http_server(port, addr=host, registry=self.registry)
+
+
+class _BrokerStateCollector(Collector):
+    """Gauges read from broker state when Prometheus scrapes (in the HTTP server's
+    thread: it only reads, and copies containers before iterating them)."""
+
+    def __init__(self, broker) -> None:
+        self.broker = broker
+
+    def describe(self):
+        return []   # gauges appear once a broker is bound; nothing to check at registration
+
+    def collect(self):
+        if self.broker is None:
+            return
+        try:
+            yield from self._collect()
+        except RuntimeError as exc:   # a dict changed size under us: skip this scrape's gauges
+            log.debug("metrics scrape skipped broker gauges: %s", exc)
+
+    def _collect(self):
+        active = GaugeMetricFamily("semel_transactions_active", "Transactions open or being completed")
+        txns = getattr(self.broker, "txns", None)
+        metas = list(txns.txns.values()) if txns is not None else []
+        active.add_metric([], sum(1 for m in metas if m.state in ACTIVE_STATES))
+        yield active
+        logs = getattr(self.broker, "logs", None)
+        parts = [(tp, plog) for tp, plog in list(logs.all_logs())] if logs is not None else []
+        hw = GaugeMetricFamily("semel_partition_high_watermark", "High watermark", labels=["topic", "partition"])
+        lso = GaugeMetricFamily("semel_partition_last_stable_offset", "Last stable offset",
+                                labels=["topic", "partition"])
+        gap = GaugeMetricFamily("semel_partition_lso_gap", "High watermark minus last stable offset",
+                                labels=["topic", "partition"])
+        producers: set[int] = set()
+        for (topic, partition), plog in parts:
+            if topic.startswith("__"):
+                continue
+            labels = [topic, str(partition)]
+            h, s = plog.high_watermark, plog.last_stable_offset
+            hw.add_metric(labels, h)
+            lso.add_metric(labels, s)
+            gap.add_metric(labels, h - s)
+            producers.update(plog.producers.producer_ids())
+        idem = GaugeMetricFamily("semel_idempotent_producers_active",
+                                 "Distinct producer ids with state in some partition")
+        idem.add_metric([], len(producers))
+        yield from (hw, lso, gap, idem)

@@ -33,7 +33,7 @@ class Broker:
         self.logs: LogManager | None = None
         self.flusher = GroupCommitFlusher()
         self.notifier = AppendNotifier()
-        self.metrics = BrokerMetrics()
+        self.metrics = BrokerMetrics(self)   # gauges read broker state at scrape time
         self.groups = None
         self.txns = None
         self._server: asyncio.base_events.Server | None = None
