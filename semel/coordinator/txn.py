@@ -61,14 +61,26 @@ def _partition_error(tp: tuple[str, int], logs) -> KafkaError:
     return KafkaError.UNKNOWN_TOPIC_OR_PARTITION if logs.get(*tp) is None else KafkaError.NONE
 
 
+class _Uncounted:
+    """Transition statistics when no metrics are wired in (unit tests)."""
+    def txn_transition(self, previous, new) -> None:
+        pass
+
+    def txn_timed_out(self) -> None:
+        pass
+
+
 class TransactionCoordinator:
-    def __init__(self, logs, flusher, groups, config, pid_manager: ProducerIdManager, on_marker=None):
+    def __init__(self, logs, flusher, groups, config, pid_manager: ProducerIdManager, on_marker=None,
+                 stats=None):
         self.logs = logs
         self.flusher = flusher
         self.groups = groups
         self.config = config
         self.pids = pid_manager
         self.on_marker = on_marker or (lambda topic, partition: None)
+        # Counts applied transitions for the metrics (semel.broker.metrics.BrokerMetrics).
+        self.stats = stats or _Uncounted()
         self.txns: dict[str, TxnMeta] = {}
         self.log = None
         self._initializing: set[str] = set()
@@ -80,7 +92,8 @@ class TransactionCoordinator:
     @classmethod
     def from_broker(cls, broker) -> "TransactionCoordinator":
         pids = ProducerIdManager(broker.config.data_dir / "producer_ids")
-        return cls(broker.logs, broker.flusher, broker.groups, broker.config, pids, broker.notifier.notify)
+        return cls(broker.logs, broker.flusher, broker.groups, broker.config, pids, broker.notifier.notify,
+                   broker.metrics)
 
     @property
     def coordinator_epoch(self) -> int:
@@ -175,10 +188,12 @@ class TransactionCoordinator:
             err = KafkaError.COORDINATOR_NOT_AVAILABLE
         finally:
             self._unapplied -= 1
+        previous = self.txns.get(meta.txn_id)
         if tombstone:
             self.txns.pop(meta.txn_id, None)
         else:
             self._apply(meta)
+            self.stats.txn_transition(previous.state if previous is not None else None, meta.state)
         return err, True
 
     async def _transition(self, current: TxnMeta | None, new: TxnMeta) -> KafkaError:
@@ -514,7 +529,8 @@ class TransactionCoordinator:
             if self.txns.get(meta.txn_id) is not meta or meta.pending:
                 continue  # the client ended it while an earlier abort was being logged
             log.info("aborting %s: transaction timed out after %d ms", meta.txn_id, meta.timeout_ms)
-            await self._abort_with_bump(meta)
+            if not await self._abort_with_bump(meta):
+                self.stats.txn_timed_out()
         return len(expired)
 
     async def expire_idle(self) -> int:
