@@ -12,8 +12,8 @@ class SemelDataSource(DataSource):
         return "semel"
 
     def schema(self):
-        from .source import KAFKA_SCHEMA
-        return KAFKA_SCHEMA
+        from .source import source_schema
+        return source_schema(self.options)
 
     def reader(self, schema):
         from .source import make_batch_reader

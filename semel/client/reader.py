@@ -1,0 +1,390 @@
+"""Read side for the Spark source: metadata, offsets, committed group offsets and
+exact offset-range reads, over the standard Kafka protocol only (any
+Kafka-compatible broker or cluster).
+
+Why not a confluent-kafka consumer in the executors: a Spark partition is an
+exact offset range [start, end), and a read_committed consumer never tells its
+application about the offsets it skips (aborted records, transaction markers),
+so it cannot know that a range whose tail is skipped is finished. Reading the
+raw batches ourselves gives exact boundaries, and the Cython record decoder of
+aiokafka keeps it fast; rows leave as Arrow columns.
+
+Every request is retried on retriable errors and on connection failures until
+the caller's deadline, then fails with one readable ReaderError: a broker that
+is gone fails the query, it never hangs it.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator
+
+from aiokafka.record.default_records import DefaultRecordBatch
+
+from ..protocol.errors import KafkaError
+from ..protocol.messages import request_class
+from ..protocol.records import ATTR_CONTROL, ATTR_TRANSACTIONAL, CONTROL_ABORT, iter_batches
+from .client import Client, ClientError
+
+EARLIEST = -2
+LATEST = -1
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
+
+TP = tuple[str, int]
+
+
+class ReaderError(Exception):
+    """A read that cannot succeed (or did not within its deadline); one readable line."""
+
+    def __init__(self, message: str, error: KafkaError | None = None):
+        super().__init__(message)
+        self.error = error
+
+
+@dataclass
+class Retry:
+    """Bounded retries: exponential backoff until a deadline."""
+    timeout_s: float
+    backoff_s: float = 0.05
+    max_backoff_s: float = 1.0
+
+    def run(self, what: str, op: Callable[[], object]):
+        deadline = time.monotonic() + self.timeout_s
+        delay = self.backoff_s
+        while True:
+            try:
+                return op()
+            except _Transient as exc:
+                last = exc
+            if time.monotonic() + delay > deadline:
+                raise ReaderError(f"{what}: gave up after {self.timeout_s:g} s: {last}",
+                                  getattr(last, "error", None))
+            time.sleep(delay)
+            delay = min(delay * 2, self.max_backoff_s)
+
+
+class _Transient(Exception):
+    """Worth another try: a retriable Kafka error or a lost connection."""
+
+    def __init__(self, message: str, error: KafkaError | None = None):
+        super().__init__(message)
+        self.error = error
+
+
+def _check(code: int, what: str) -> None:
+    err = KafkaError(code) if code in KafkaError._value2member_map_ else KafkaError.UNKNOWN_SERVER_ERROR
+    if err is KafkaError.NONE:
+        return
+    if err.retriable:
+        raise _Transient(f"{what}: {err.name}", err)
+    raise ReaderError(f"{what}: {err.name}", err)
+
+
+class Cluster:
+    """Connections to the brokers of one cluster, found from the bootstrap list."""
+
+    def __init__(self, bootstrap: str, timeout_s: float = 30.0, client_id: str = "semel-spark"):
+        self.bootstrap = [s.strip() for s in bootstrap.split(",") if s.strip()]
+        self.client_id = client_id
+        self.retry = Retry(timeout_s)
+        self._socket_timeout = max(1.0, min(timeout_s, 30.0))
+        self._conns: dict[str, Client] = {}
+        self.brokers: dict[int, str] = {}
+        self.leaders: dict[TP, int] = {}
+        self.topic_partitions: dict[str, int] = {}
+        self.retry.run(f"connecting to {bootstrap}", self._refresh)
+
+    def close(self) -> None:
+        for c in self._conns.values():
+            c.close()
+        self._conns.clear()
+
+    def __enter__(self) -> "Cluster":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- connections ------------------------------------------------------------
+
+    def _conn(self, address: str) -> Client:
+        c = self._conns.get(address)
+        if c is None:
+            try:
+                c = Client(address, client_id=self.client_id, timeout_s=self._socket_timeout)
+            except ClientError as exc:
+                raise _Transient(str(exc)) from None
+            self._conns[address] = c
+        return c
+
+    def _call(self, address: str, api_key: int, **fields):
+        c = self._conn(address)
+        try:
+            return c.request(api_key, **fields)
+        except (ClientError, OSError) as exc:
+            # A broken connection is dropped and reopened on the next try.
+            self._conns.pop(address, None)
+            c.close()
+            if isinstance(exc, ClientError) and exc.error is None and "does not support" in str(exc):
+                raise ReaderError(str(exc)) from None
+            raise _Transient(f"{address}: {exc}") from None
+
+    def _any_broker(self) -> str:
+        for address in list(self._conns) + self.bootstrap + list(self.brokers.values()):
+            try:
+                self._conn(address)
+                return address
+            except _Transient:
+                continue
+        raise _Transient(f"no broker reachable (bootstrap {','.join(self.bootstrap)})")
+
+    # --- metadata ---------------------------------------------------------------
+
+    def _refresh(self, topics: list[str] | None = None) -> None:
+        cls = request_class(3)
+        req = None if topics is None else [cls.MetadataRequestTopic(name=t) for t in topics]
+        md = self._call(self._any_broker(), 3, topics=req, allow_auto_topic_creation=False)
+        self.brokers = {b.node_id: f"{b.host}:{b.port}" for b in md.brokers}
+        for t in md.topics:
+            if t.error_code:
+                self.topic_partitions.pop(t.name, None)
+                continue
+            if t.name.startswith("__"):
+                continue  # internal topics are never a source
+            self.topic_partitions[t.name] = len(t.partitions)
+            for p in t.partitions:
+                self.leaders[(t.name, p.partition_index)] = p.leader_id
+
+    def refresh(self) -> dict[str, int]:
+        """All topics and their partition counts, fresh from the cluster."""
+        self.topic_partitions = {}
+        self.retry.run("metadata", self._refresh)
+        return dict(self.topic_partitions)
+
+    def _leader(self, tp: TP) -> str:
+        node = self.leaders.get(tp)
+        if node is None or node < 0 or node not in self.brokers:
+            self._refresh([tp[0]])
+            node = self.leaders.get(tp)
+            if node is None or node not in self.brokers:
+                raise _Transient(f"{tp[0]}-{tp[1]}: no leader known", KafkaError.LEADER_NOT_AVAILABLE)
+        return self.brokers[node]
+
+    def _by_leader(self, tps: Iterable[TP]) -> dict[str, list[TP]]:
+        out: dict[str, list[TP]] = {}
+        for tp in tps:
+            out.setdefault(self._leader(tp), []).append(tp)
+        return out
+
+    # --- offsets ----------------------------------------------------------------
+
+    def list_offsets(self, tps: Iterable[TP], spec: int, read_committed: bool) -> dict[TP, int]:
+        """EARLIEST (log start) or LATEST (the LSO under read_committed, else the high watermark)."""
+        want = sorted(set(tps))
+        got: dict[TP, int] = {}
+
+        def attempt():
+            cls = request_class(2)
+            T = cls.ListOffsetsTopic
+            try:
+                for address, group in self._by_leader([tp for tp in want if tp not in got]).items():
+                    topics: dict[str, list[int]] = {}
+                    for t, p in group:
+                        topics.setdefault(t, []).append(p)
+                    resp = self._call(address, 2, replica_id=-1,
+                                      isolation_level=READ_COMMITTED if read_committed else READ_UNCOMMITTED,
+                                      topics=[T(name=t, partitions=[T.ListOffsetsPartition(
+                                          partition_index=p, current_leader_epoch=-1, timestamp=spec)
+                                          for p in ps]) for t, ps in topics.items()])
+                    for rt in resp.topics:
+                        for rp in rt.partitions:
+                            _check(rp.error_code, f"ListOffsets {rt.name}-{rp.partition_index}")
+                            got[(rt.name, rp.partition_index)] = rp.offset
+            except _Transient:
+                self.leaders.clear()  # leadership may have moved
+                raise
+            return got
+
+        return self.retry.run("ListOffsets", attempt)
+
+    def committed(self, group: str, tps: Iterable[TP]) -> dict[TP, int]:
+        """The group's committed offsets (-1 where it has none), stable ones only."""
+        want = sorted(set(tps))
+        topics: dict[str, list[int]] = {}
+        for t, p in want:
+            topics.setdefault(t, []).append(p)
+
+        def attempt():
+            fc = self._call(self._any_broker(), 10, key=group, key_type=0)
+            _check(fc.error_code, f"FindCoordinator {group}")
+            address = f"{fc.host}:{fc.port}"
+            cls = request_class(9)
+            resp = self._call(address, 9, group_id=group, require_stable=True,
+                              topics=[cls.OffsetFetchRequestTopic(name=t, partition_indexes=ps)
+                                      for t, ps in topics.items()])
+            _check(resp.error_code, f"OffsetFetch {group}")
+            out = {}
+            for rt in resp.topics:
+                for rp in rt.partitions:
+                    _check(rp.error_code, f"OffsetFetch {group} {rt.name}-{rp.partition_index}")
+                    out[(rt.name, rp.partition_index)] = rp.committed_offset
+            return out
+
+        return self.retry.run("OffsetFetch", attempt)
+
+    # --- fetch ------------------------------------------------------------------
+
+    def fetch(self, tp: TP, offset: int, read_committed: bool, max_bytes: int):
+        """One Fetch of one partition from its leader; returns the partition response."""
+        def attempt():
+            cls = request_class(1)
+            T = cls.FetchTopic
+            try:
+                resp = self._call(self._leader(tp), 1, replica_id=-1, max_wait_ms=0, min_bytes=1,
+                                  max_bytes=max_bytes,
+                                  isolation_level=READ_COMMITTED if read_committed else READ_UNCOMMITTED,
+                                  session_id=0, session_epoch=-1, topics=[T(topic=tp[0], partitions=[
+                                      T.FetchPartition(partition=tp[1], current_leader_epoch=-1,
+                                                       fetch_offset=offset, last_fetched_epoch=-1,
+                                                       log_start_offset=-1, partition_max_bytes=max_bytes)])],
+                                  forgotten_topics_data=[], rack_id="")
+                _check(resp.error_code, "Fetch")
+                p = resp.responses[0].partitions[0]
+                if p.error_code != KafkaError.OFFSET_OUT_OF_RANGE:
+                    _check(p.error_code, f"Fetch {tp[0]}-{tp[1]} at {offset}")
+                return p
+            except _Transient:
+                self.leaders.pop(tp, None)
+                raise
+
+        return self.retry.run(f"Fetch {tp[0]}-{tp[1]}", attempt)
+
+
+# --- exact range reads ----------------------------------------------------------
+
+@dataclass
+class Rows:
+    """Decoded records of one fetch, column by column (the caller makes Arrow of them)."""
+    keys: list
+    values: list
+    offsets: list
+    timestamps: list
+    timestamp_types: list
+    headers: list | None
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+
+class DataLoss(ReaderError):
+    """The range starts below the partition's log start (records were deleted)."""
+
+    def __init__(self, tp: TP, offset: int, log_start: int):
+        super().__init__(f"{tp[0]}-{tp[1]}: offsets {offset}..{log_start - 1} are gone "
+                         f"(log start is {log_start}); set failOnDataLoss=false to skip them",
+                         KafkaError.OFFSET_OUT_OF_RANGE)
+        self.log_start = log_start
+
+
+def read_range(cluster: Cluster, tp: TP, start: int, end: int, *, read_committed: bool,
+               include_headers: bool, max_bytes: int = 4 << 20,
+               fail_on_data_loss: bool = True) -> Iterator[Rows]:
+    """The records of [start, end) in offset order, one Rows per fetch.
+
+    Under read_committed `end` must be at or below the LSO (the driver plans it
+    so): every transaction in the range is decided, so aborted records and
+    control records are dropped by the rule Kafka's consumers use, and reading
+    the same range again yields the same rows."""
+    pos = start
+    empty_since: float | None = None
+    while pos < end:
+        p = cluster.fetch(tp, pos, read_committed, max_bytes)
+        if p.error_code == KafkaError.OFFSET_OUT_OF_RANGE:
+            log_start = cluster.list_offsets([tp], EARLIEST, False)[tp]
+            if pos < log_start:
+                if fail_on_data_loss:
+                    raise DataLoss(tp, pos, log_start)
+                pos = log_start
+                continue
+            raise ReaderError(f"{tp[0]}-{tp[1]}: offset {pos} is past the end of the log "
+                              f"(range ends at {end})", KafkaError.OFFSET_OUT_OF_RANGE)
+        if pos < p.log_start_offset and p.log_start_offset > 0 and fail_on_data_loss:
+            raise DataLoss(tp, pos, p.log_start_offset)
+        data = p.records or b""
+        aborted = sorted((a.first_offset, a.producer_id) for a in (p.aborted_transactions or [])) \
+            if read_committed else []
+        rows, next_pos = _decode(memoryview(data), pos, end, aborted, read_committed, include_headers)
+        if next_pos == pos:
+            if p.high_watermark <= pos:
+                raise ReaderError(f"{tp[0]}-{tp[1]}: the log ends at {p.high_watermark}, before "
+                                  f"the planned range end {end} (was the topic recreated?)")
+            if data:
+                raise ReaderError(f"{tp[0]}-{tp[1]}: a record batch at {pos} is larger than "
+                                  f"{max_bytes} bytes; raise kafka.max.partition.fetch.bytes")
+            # An empty answer below the high watermark: retried, within bounds.
+            now = time.monotonic()
+            empty_since = empty_since or now
+            if now - empty_since > cluster.retry.timeout_s:
+                raise ReaderError(f"{tp[0]}-{tp[1]}: no records at {pos} for "
+                                  f"{cluster.retry.timeout_s:g} s though the range ends at {end}")
+            time.sleep(0.05)
+            continue
+        empty_since = None
+        pos = next_pos
+        if len(rows):
+            yield rows
+
+
+def _decode(buf: memoryview, pos: int, end: int, aborted: list[tuple[int, int]],
+            read_committed: bool, include_headers: bool) -> tuple[Rows, int]:
+    rows = Rows([], [], [], [], [], [] if include_headers else None)
+    # Producers whose aborted transaction started at or before the batch being
+    # read (KIP-98): their transactional batches are dropped until their ABORT marker.
+    aborting: set[int] = set()
+    ai = 0
+    nxt = pos
+    for bpos, hdr in iter_batches(buf):
+        last = hdr.base_offset + hdr.last_offset_delta
+        if last < nxt:
+            continue  # a batch the broker sent from before our position
+        if hdr.base_offset >= end:
+            break
+        nxt = last + 1
+        while ai < len(aborted) and aborted[ai][0] <= last:
+            aborting.add(aborted[ai][1])
+            ai += 1
+        if hdr.attributes & ATTR_CONTROL:
+            if hdr.producer_id in aborting and _is_abort(buf, bpos, hdr):
+                aborting.discard(hdr.producer_id)
+            continue
+        if read_committed and hdr.attributes & ATTR_TRANSACTIONAL and hdr.producer_id in aborting:
+            continue
+        batch = DefaultRecordBatch(bytes(buf[bpos:bpos + hdr.size]))
+        _append(rows, batch, pos, end, include_headers)
+    return rows, min(nxt, end)
+
+
+def _is_abort(buf: memoryview, bpos: int, hdr) -> bool:
+    for rec in DefaultRecordBatch(bytes(buf[bpos:bpos + hdr.size])):
+        key = rec.key
+        return key is not None and len(key) >= 4 and int.from_bytes(key[2:4], "big", signed=True) == CONTROL_ABORT
+    return False
+
+
+def _append(rows: Rows, batch: DefaultRecordBatch, lo: int, hi: int, include_headers: bool) -> None:
+    ts_type = batch.timestamp_type
+    for rec in batch:
+        off = rec.offset
+        if off < lo or off >= hi:
+            continue
+        rows.keys.append(rec.key)
+        rows.values.append(rec.value)
+        rows.offsets.append(off)
+        rows.timestamps.append(rec.timestamp)
+        rows.timestamp_types.append(ts_type)
+        if include_headers:
+            rows.headers.append([{"key": k, "value": v} for k, v in rec.headers] or None)
+
+
+__all__ = ["Cluster", "ReaderError", "DataLoss", "Rows", "read_range", "EARLIEST", "LATEST"]

@@ -1,0 +1,362 @@
+"""The source half of format("semel"): `spark.read` and `spark.readStream`.
+
+Offsets (what Spark journals in the checkpoint) are plain JSON like Spark's Kafka
+source writes: {"topic": {"0": 42, "1": 7}}, the next offset to read in every
+partition. The driver plans one Spark partition per Kafka partition range
+[start, end); executors read exactly that range over the wire
+(semel/client/reader.py) and hand Spark Arrow record batches.
+
+Under read_committed (the default) every planned end is at or below the
+partition's last stable offset, so every transaction inside a range is already
+decided: re-reading a range yields the same rows, and aborted and control
+records never appear.
+"""
+from __future__ import annotations
+
+import time
+from typing import Iterator
+
+from pyspark.errors import PySparkValueError
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows, ReadMinRows,
+                                              SupportsTriggerAvailableNow)
+from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType, StructField,
+                               StructType, TimestampType)
+
+from ..client.reader import EARLIEST, LATEST, Cluster, ReaderError, read_range
+from . import options as opt
+
+TP = tuple[str, int]
+
+_BASE_FIELDS = [
+    StructField("key", BinaryType()),
+    StructField("value", BinaryType()),
+    StructField("topic", StringType()),
+    StructField("partition", IntegerType()),
+    StructField("offset", LongType()),
+    StructField("timestamp", TimestampType()),
+    StructField("timestampType", IntegerType()),
+]
+HEADERS_FIELD = StructField("headers", ArrayType(StructType([
+    StructField("key", StringType()), StructField("value", BinaryType())])))
+
+# The schema of Spark's own Kafka source; `headers` only with includeHeaders=true, as there.
+KAFKA_SCHEMA = StructType(_BASE_FIELDS)
+KAFKA_SCHEMA_WITH_HEADERS = StructType(_BASE_FIELDS + [HEADERS_FIELD])
+
+
+def source_schema(options) -> StructType:
+    include = opt.lower(options).get(opt.INCLUDE_HEADERS, "false").strip().lower() == "true"
+    return KAFKA_SCHEMA_WITH_HEADERS if include else KAFKA_SCHEMA
+
+
+class SourceError(PySparkValueError):
+    """Why a read cannot start or go on, in one line (shown by Spark as the query's failure)."""
+
+    def __init__(self, message: str):
+        super().__init__(message=f"format('semel'): {message}")
+
+
+def _parse(options, schema, *, batch: bool) -> opt.SourceOptions:
+    try:
+        parsed = opt.parse_source(options, batch=batch)
+    except opt.OptionError as exc:
+        raise SourceError(str(exc)) from None
+    expected = KAFKA_SCHEMA_WITH_HEADERS if parsed.include_headers else KAFKA_SCHEMA
+    if schema is not None and schema != expected:
+        raise SourceError("a user-specified schema is not supported: the schema is fixed "
+                          f"(that of Spark's Kafka source), got {schema.simpleString()}")
+    return parsed
+
+
+def _connect(o: opt.SourceOptions) -> Cluster:
+    try:
+        return Cluster(o.bootstrap, timeout_s=o.request_timeout_ms / 1000)
+    except ReaderError as exc:
+        raise SourceError(f"cannot reach the brokers: {exc}") from None
+
+
+# --- planning (driver) ------------------------------------------------------------
+
+def _to_json(offsets: dict[TP, int]) -> dict:
+    out: dict[str, dict[str, int]] = {}
+    for (t, p), o in sorted(offsets.items()):
+        out.setdefault(t, {})[str(p)] = o
+    return out
+
+
+def _from_json(offsets: dict) -> dict[TP, int]:
+    return {(t, int(p)): int(o) for t, ps in (offsets or {}).items() for p, o in ps.items()}
+
+
+def current_partitions(cluster: Cluster, sub: opt.Subscription, *, strict: bool) -> list[TP]:
+    """The partitions the subscription names now. strict: a named topic that does not
+    exist (or an assigned partition beyond its topic) is an error, not an empty read."""
+    topics = cluster.refresh()
+    if sub.assigned:
+        tps = list(sub.assigned)
+        missing = [f"{t}-{p}" for t, p in tps if topics.get(t, 0) <= p]
+    elif sub.pattern is not None:
+        return sorted((t, p) for t, n in topics.items() if sub.matches(t) for p in range(n))
+    else:
+        tps = [(t, p) for t in sub.topics for p in range(topics.get(t, 0))]
+        missing = [t for t in sub.topics if t not in topics]
+    if missing and strict:
+        raise SourceError(f"unknown topic or partition: {', '.join(missing)}")
+    return sorted(tp for tp in tps if topics.get(tp[0], 0) > tp[1])
+
+
+def _resolve(cluster: Cluster, o: opt.SourceOptions, tps: list[TP], spec, default: int,
+             what: str) -> dict[TP, int]:
+    """Absolute offsets for `spec` (earliest | latest | committed | per-partition JSON)."""
+    rc = o.read_committed
+    if spec == "earliest":
+        return cluster.list_offsets(tps, EARLIEST, rc)
+    if spec == "latest":
+        return cluster.list_offsets(tps, LATEST, rc)
+    if spec == "committed":
+        # The query's own batches committed these in their transactions; a
+        # partition without one has not been read by the query yet.
+        got = cluster.committed(o.group_id, tps)
+        out = {tp: off for tp, off in got.items() if off >= 0}
+        rest = [tp for tp in tps if tp not in out]
+        if rest:
+            out.update(cluster.list_offsets(rest, EARLIEST, rc))
+        return out
+    given = {(t, p): off for t, ps in spec.items() for p, off in ps.items()}
+    unknown = sorted(set(given) - set(tps))
+    if unknown:
+        raise SourceError(f"{what} names partitions that are not subscribed or do not exist: "
+                          + ", ".join(f"{t}-{p}" for t, p in unknown))
+    want = {tp: given.get(tp, default) for tp in tps}
+    out = {tp: off for tp, off in want.items() if off >= 0}
+    for special in (EARLIEST, LATEST):
+        sel = [tp for tp, off in want.items() if off == special]
+        if sel:
+            out.update(cluster.list_offsets(sel, special, rc))
+    return out
+
+
+class RangePartition(InputPartition):
+    """One Kafka partition range [start, end): one Spark task."""
+
+    def __init__(self, topic: str, partition: int, start: int, end: int):
+        super().__init__((topic, partition, start, end))
+        self.topic, self.partition, self.start, self.end = topic, partition, start, end
+
+
+def _plan(starts: dict[TP, int], ends: dict[TP, int], fail_on_data_loss: bool) -> list[RangePartition]:
+    parts = []
+    for tp, end in sorted(ends.items()):
+        start = starts.get(tp, end)
+        if end < start:
+            if fail_on_data_loss:
+                raise SourceError(f"{tp[0]}-{tp[1]}: the end offset {end} is below the start {start} "
+                                  "(topic deleted and recreated, or data lost); "
+                                  "set failOnDataLoss=false to go on from the new end")
+            continue
+        if end > start:
+            parts.append(RangePartition(tp[0], tp[1], start, end))
+    return parts
+
+
+# --- reading (executors) ---------------------------------------------------------
+
+def _read(o: opt.SourceOptions, schema: StructType, part: RangePartition) -> Iterator:
+    import numpy as np
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    arrow_schema = to_arrow_schema(schema, timezone="UTC")
+    ts_type = arrow_schema.field("timestamp").type
+    cluster = _connect(o)
+    try:
+        for rows in read_range(cluster, (part.topic, part.partition), part.start, part.end,
+                               read_committed=o.read_committed, include_headers=o.include_headers,
+                               max_bytes=o.fetch_max_bytes, fail_on_data_loss=o.fail_on_data_loss):
+            n = len(rows)
+            cols = [
+                pa.array(rows.keys, pa.binary()),
+                pa.array(rows.values, pa.binary()),
+                pa.repeat(pa.scalar(part.topic, pa.string()), n),
+                pa.repeat(pa.scalar(part.partition, pa.int32()), n),
+                pa.array(rows.offsets, pa.int64()),
+                pa.array(np.asarray(rows.timestamps, dtype=np.int64) * 1000, type=ts_type),
+                pa.array(rows.timestamp_types, pa.int32()),
+            ]
+            if o.include_headers:
+                cols.append(pa.array(rows.headers, arrow_schema.field("headers").type))
+            yield pa.RecordBatch.from_arrays(cols, schema=arrow_schema)
+    except ReaderError as exc:
+        raise SourceError(str(exc)) from None
+    finally:
+        cluster.close()
+
+
+# --- batch: spark.read.format("semel") ---------------------------------------------
+
+class SemelBatchReader(DataSourceReader):
+    def __init__(self, options, schema):
+        self.opts = _parse(options, schema, batch=True)
+        self.schema = KAFKA_SCHEMA_WITH_HEADERS if self.opts.include_headers else KAFKA_SCHEMA
+
+    def partitions(self):
+        o = self.opts
+        cluster = _connect(o)
+        try:
+            tps = current_partitions(cluster, o.subscription, strict=True)
+            starts = _resolve(cluster, o, tps, o.starting, EARLIEST, "startingOffsets")
+            ends = _resolve(cluster, o, tps, o.ending, LATEST, "endingOffsets")
+        except ReaderError as exc:
+            raise SourceError(str(exc)) from None
+        finally:
+            cluster.close()
+        return _plan(starts, ends, o.fail_on_data_loss)
+
+    def read(self, partition):
+        return _read(self.opts, self.schema, partition)
+
+
+# --- streaming: spark.readStream.format("semel") -------------------------------------
+
+class SemelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options, schema):
+        self.opts = _parse(options, schema, batch=False)
+        self.schema = KAFKA_SCHEMA_WITH_HEADERS if self.opts.include_headers else KAFKA_SCHEMA
+        self._cluster: Cluster | None = None
+        self._target: dict[TP, int] | None = None   # Trigger.AvailableNow's end
+        self._last_batch = time.monotonic()
+        # Fail at query start, not at the first trigger: brokers reachable, topics known.
+        self._partitions(strict=True)
+
+    # The reader is pickled to the executors for read(); a socket must not travel.
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_cluster"] = None
+        return state
+
+    def _c(self) -> Cluster:
+        if self._cluster is None:
+            self._cluster = _connect(self.opts)
+        return self._cluster
+
+    def _partitions(self, strict: bool = False) -> list[TP]:
+        try:
+            return current_partitions(self._c(), self.opts.subscription, strict=strict)
+        except ReaderError as exc:
+            raise SourceError(str(exc)) from None
+
+    def _latest(self, tps: list[TP]) -> dict[TP, int]:
+        try:
+            return self._c().list_offsets(tps, LATEST, self.opts.read_committed)
+        except ReaderError as exc:
+            raise SourceError(str(exc)) from None
+
+    def initialOffset(self) -> dict:
+        o = self.opts
+        tps = self._partitions(strict=True)
+        try:
+            return _to_json(_resolve(self._c(), o, tps, o.starting, LATEST, "startingOffsets"))
+        except ReaderError as exc:
+            raise SourceError(str(exc)) from None
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._latest(self._partitions())
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.opts.max_offsets is not None:
+            return ReadMaxRows(self.opts.max_offsets)
+        if self.opts.min_offsets is not None:
+            return ReadMinRows(self.opts.min_offsets)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        starts = _from_json(start)
+        tps = self._partitions()
+        if self._target is not None:
+            # AvailableNow: nothing that arrived after the query started, new partitions included.
+            tps = [tp for tp in tps if tp in self._target]
+        latest = self._latest(tps)
+        if self._target is not None:
+            latest = {tp: min(off, self._target[tp]) for tp, off in latest.items()}
+        # Partitions found since the last batch start at their earliest offset.
+        new = [tp for tp in latest if tp not in starts]
+        if new:
+            try:
+                starts.update(self._c().list_offsets(new, EARLIEST, self.opts.read_committed))
+            except ReaderError as exc:
+                raise SourceError(str(exc)) from None
+        ends = self._admit(starts, latest, limit)
+        if ends != {tp: starts[tp] for tp in ends}:
+            self._last_batch = time.monotonic()
+        # A partition that left the subscription keeps its position in the journal.
+        merged = dict(_from_json(start))
+        merged.update(ends)
+        return _to_json(merged)
+
+    def _admit(self, starts: dict[TP, int], latest: dict[TP, int], limit: ReadLimit) -> dict[TP, int]:
+        """Admission control: Spark's maxOffsetsPerTrigger / minOffsetsPerTrigger /
+        maxTriggerDelay, counted in offsets as Spark's Kafka source counts them."""
+        lag = {tp: max(0, latest[tp] - starts[tp]) for tp in latest}
+        total = sum(lag.values())
+        if isinstance(limit, ReadAllAvailable):
+            return {tp: starts[tp] + lag[tp] for tp in latest}
+        o = self.opts
+        if o.min_offsets is not None and total < o.min_offsets and \
+                (time.monotonic() - self._last_batch) * 1000 < o.max_trigger_delay_ms:
+            return {tp: starts[tp] for tp in latest}
+        cap = o.max_offsets if o.max_offsets is not None else \
+            (limit.max_rows if isinstance(limit, ReadMaxRows) else None)
+        if cap is None or total <= cap:
+            return {tp: starts[tp] + lag[tp] for tp in latest}
+        return {tp: starts[tp] + n for tp, n in share(lag, cap).items()}
+
+    def partitions(self, start: dict, end: dict):
+        starts, ends = _from_json(start), _from_json(end)
+        missing = [tp for tp in ends if tp not in starts]
+        if missing:
+            # Found after `start` was journaled: read from the beginning.
+            try:
+                starts.update(self._c().list_offsets(missing, EARLIEST, self.opts.read_committed))
+            except ReaderError as exc:
+                raise SourceError(str(exc)) from None
+        return _plan(starts, ends, self.opts.fail_on_data_loss)
+
+    def read(self, partition):
+        return _read(self.opts, self.schema, partition)
+
+    def commit(self, end: dict) -> None:
+        # Nothing to do: the exactly-once sink commits the consumed offsets in
+        # each batch's own transaction (see options.query_group_id).
+        pass
+
+    def stop(self) -> None:
+        if self._cluster is not None:
+            self._cluster.close()
+            self._cluster = None
+
+
+def share(lag: dict[TP, int], cap: int) -> dict[TP, int]:
+    """Split `cap` offsets over partitions in proportion to their lag (largest
+    remainders first, ties by partition), never more than a partition's lag."""
+    total = sum(lag.values())
+    if total <= cap:
+        return dict(lag)
+    exact = {tp: n * cap / total for tp, n in lag.items()}
+    out = {tp: int(x) for tp, x in exact.items()}
+    left = cap - sum(out.values())
+    for tp in sorted(lag, key=lambda tp: (-(exact[tp] - out[tp]), tp)):
+        if left <= 0:
+            break
+        if out[tp] < lag[tp]:
+            out[tp] += 1
+            left -= 1
+    return out
+
+
+def make_batch_reader(options, schema) -> SemelBatchReader:
+    return SemelBatchReader(options, schema)
+
+
+def make_stream_reader(options, schema) -> SemelStreamReader:
+    return SemelStreamReader(options, schema)
