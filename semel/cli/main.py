@@ -14,6 +14,8 @@ SUBCOMMANDS = {
     "demo": "demo",
     "check": "check",
     "bench": "bench",
+    "txn": "txn",
+    "group": "group",
 }
 
 

@@ -1,0 +1,163 @@
+"""`semel group list|describe|reset-offsets|delete`: consumer groups over the wire.
+
+Follows Kafka's kafka-consumer-groups.sh where it matters: offsets are reset
+only for a group without live members (the broker refuses a commit outside
+group management otherwise), a reset is a dry run unless --execute is given,
+and a group with members cannot be deleted (NON_EMPTY_GROUP).
+"""
+from __future__ import annotations
+
+from ..client import Client, ClientError
+from ..client import admin
+from ..protocol.errors import KafkaError
+from .main import CliError
+
+# Kafka's group states in which nobody holds the group's partitions.
+INACTIVE = ("Empty", "Dead")
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("group", help="inspect, reset and delete consumer groups")
+    gsub = p.add_subparsers(dest="action", metavar="ACTION")
+    gsub.required = True
+    ls = gsub.add_parser("list", help="groups and their states")
+    ls.add_argument("--state", action="append", default=[], help="only these states (repeatable)")
+    d = gsub.add_parser("describe", help="a group's members and committed offsets with lag")
+    d.add_argument("group")
+    r = gsub.add_parser("reset-offsets", help="move a group's committed offsets (group must have no members)")
+    r.add_argument("group")
+    scope = r.add_mutually_exclusive_group(required=True)
+    scope.add_argument("--topic", action="append", metavar="TOPIC[:P,P...]",
+                       help="a topic, or some of its partitions (repeatable)")
+    scope.add_argument("--all-topics", action="store_true", help="every topic the group has offsets for")
+    to = r.add_mutually_exclusive_group(required=True)
+    to.add_argument("--to-earliest", action="store_true")
+    to.add_argument("--to-latest", action="store_true")
+    to.add_argument("--to-offset", type=int)
+    to.add_argument("--shift-by", type=int)
+    r.add_argument("--execute", action="store_true", help="apply the plan (default: show it only)")
+    rm = gsub.add_parser("delete", help="delete groups without members, with their offsets")
+    rm.add_argument("group", nargs="+")
+    for sp in (ls, d, r, rm):
+        sp.add_argument("--bootstrap", default="127.0.0.1:9092", help="HOST:PORT of a broker")
+        sp.set_defaults(func=run)
+
+
+def run(args) -> int:
+    try:
+        with Client(args.bootstrap) as client:
+            return _ACTIONS[args.action](client, args)
+    except ClientError as exc:
+        raise CliError(str(exc)) from None
+
+
+def _list(client, args) -> int:
+    print("group\tstate\tprotocol-type")
+    for gid, ptype, state in admin.list_groups(client, args.state):
+        print(f"{gid}\t{state}\t{ptype or '-'}")
+    return 0
+
+
+def _describe_one(client, group: str) -> admin.GroupDescription:
+    (d,) = admin.describe_groups(client, [group])
+    if d.error:
+        raise CliError(f"describe {group}: {d.error.name}")
+    return d
+
+
+def _describe(client, args) -> int:
+    d = _describe_one(client, args.group)
+    offsets = admin.fetch_offsets(client, args.group)
+    if d.state == "Dead" and not offsets:
+        raise CliError(f"group {args.group!r} does not exist")
+    print(f"group {d.group_id}: {d.state}, {len(d.members)} member(s)"
+          + (f", protocol {d.protocol}" if d.protocol else ""))
+    for m in d.members:
+        print(f"  member {m.member_id} client {m.client_id} host {m.client_host}"
+              + (f" instance {m.group_instance_id}" if m.group_instance_id else ""))
+    print("topic\tpartition\tcommitted\tlog-end\tlag")
+    for (topic, partition), committed in sorted(offsets.items()):
+        end = client.list_offset(topic, partition, -1)
+        print(f"{topic}\t{partition}\t{committed}\t{end}\t{max(0, end - committed)}")
+    return 0
+
+
+def _reset(client, args) -> int:
+    d = _describe_one(client, args.group)
+    if d.state not in INACTIVE:
+        raise CliError(f"group {args.group!r} is {d.state} with {len(d.members)} member(s): offsets can be "
+                       f"reset only while it has none (stop its consumers first)")
+    current = admin.fetch_offsets(client, args.group)
+    partitions = _scope(client, args, current)
+    plan = {tp: _target(client, tp, current.get(tp), args) for tp in partitions}
+    print("topic\tpartition\tcurrent\tnew")
+    for (topic, partition), new in sorted(plan.items()):
+        old = current.get((topic, partition))
+        print(f"{topic}\t{partition}\t{'-' if old is None else old}\t{new}")
+    if not args.execute:
+        print("(dry run: add --execute to commit these offsets)")
+        return 0
+    result = admin.commit_offsets(client, args.group, plan)
+    failed = {tp: e for tp, e in result.items() if e}
+    if failed:
+        (topic, partition), err = sorted(failed.items())[0]
+        hint = " (the group has live members)" if err in (KafkaError.UNKNOWN_MEMBER_ID,
+                                                           KafkaError.ILLEGAL_GENERATION,
+                                                           KafkaError.REBALANCE_IN_PROGRESS) else ""
+        raise CliError(f"reset {args.group} {topic}-{partition}: {err.name}{hint}; "
+                       f"{len(failed)} of {len(plan)} partition(s) refused")
+    print(f"reset {len(plan)} partition(s) of group {args.group}")
+    return 0
+
+
+def _scope(client, args, current: dict) -> list[tuple[str, int]]:
+    if args.all_topics:
+        if not current:
+            raise CliError(f"group {args.group!r} has no committed offsets; name the topics with --topic")
+        return sorted(current)
+    out = []
+    for spec in args.topic:
+        topic, sep, plist = spec.partition(":")
+        n = client.partitions(topic)
+        if not sep:
+            out += [(topic, p) for p in range(n)]
+            continue
+        try:
+            wanted = [int(x) for x in plist.split(",") if x]
+        except ValueError:
+            raise CliError(f"--topic wants TOPIC or TOPIC:P,P..., got {spec!r}") from None
+        bad = [p for p in wanted if not 0 <= p < n]
+        if bad or not wanted:
+            raise CliError(f"{topic} has partitions 0..{n - 1}, not {plist!r}")
+        out += [(topic, p) for p in wanted]
+    return sorted(set(out))
+
+
+def _target(client, tp: tuple[str, int], old: int | None, args) -> int:
+    start = client.list_offset(*tp, -2)
+    end = client.list_offset(*tp, -1)
+    if args.to_earliest:
+        return start
+    if args.to_latest:
+        return end
+    want = args.to_offset if args.to_offset is not None else (end if old is None else old) + args.shift_by
+    return min(max(want, start), end)   # Kafka clamps to the partition's range
+
+
+def _delete(client, args) -> int:
+    results = admin.delete_groups(client, args.group)
+    refused = []
+    for gid in args.group:
+        err = results.get(gid, KafkaError.UNKNOWN_SERVER_ERROR)
+        if err == KafkaError.NONE:
+            print(f"deleted group {gid}")
+        elif err == KafkaError.NON_EMPTY_GROUP:
+            refused.append(f"{gid}: NON_EMPTY_GROUP (it has live members)")
+        else:
+            refused.append(f"{gid}: {err.name}")
+    if refused:
+        raise CliError("not deleted: " + "; ".join(refused))
+    return 0
+
+
+_ACTIONS = {"list": _list, "describe": _describe, "reset-offsets": _reset, "delete": _delete}

@@ -1,0 +1,189 @@
+"""Admin calls for operators (the `semel txn` and `semel group` commands), over the wire.
+
+Plain functions on a connected `Client`; each returns small dataclasses and
+Kafka errors as values, never raw response objects. They use only standard
+Kafka APIs (KIP-664 for transactions), so they work against any broker that
+serves them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..protocol.errors import KafkaError
+from ..protocol.messages import request_class
+from .client import Client, ClientError
+
+
+@dataclass(frozen=True)
+class TxnListing:
+    transactional_id: str
+    producer_id: int
+    state: str
+
+
+@dataclass(frozen=True)
+class TxnDescription:
+    transactional_id: str
+    error: KafkaError
+    state: str = ""
+    producer_id: int = -1
+    producer_epoch: int = -1
+    timeout_ms: int = 0
+    start_time_ms: int = -1
+    partitions: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class ProducerInfo:
+    topic: str
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    txn_start_offset: int      # -1: no open transaction in this partition
+
+
+@dataclass(frozen=True)
+class GroupMember:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    group_id: str
+    error: KafkaError
+    state: str
+    protocol_type: str
+    protocol: str
+    members: tuple[GroupMember, ...] = field(default=())
+
+
+# --- transactions --------------------------------------------------------------------------
+
+def list_transactions(c: Client, states: list[str] | None = None, producer_ids: list[int] | None = None,
+                      min_duration_ms: int = -1) -> list[TxnListing]:
+    fields = dict(state_filters=list(states or []), producer_id_filters=list(producer_ids or []))
+    if c.version(66) >= 1:
+        fields["duration_filter"] = min_duration_ms
+    resp = c.request(66, **fields)
+    _raise(resp.error_code, "ListTransactions")
+    return [TxnListing(t.transactional_id, t.producer_id, t.transaction_state) for t in resp.transaction_states]
+
+
+def describe_transactions(c: Client, txn_ids: list[str]) -> list[TxnDescription]:
+    if not txn_ids:
+        return []
+    resp = c.request(65, transactional_ids=list(txn_ids))
+    out = []
+    for t in resp.transaction_states:
+        parts = tuple(sorted((tp.topic, p) for tp in t.topics or () for p in tp.partitions))
+        out.append(TxnDescription(t.transactional_id, KafkaError(t.error_code), t.transaction_state,
+                                  t.producer_id, t.producer_epoch, t.transaction_timeout_ms,
+                                  t.transaction_start_time_ms, parts))
+    return out
+
+
+def describe_producers(c: Client, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], list[ProducerInfo]]:
+    """{(topic, partition): producers}; a partition the broker refused raises ClientError."""
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        by_topic.setdefault(topic, []).append(partition)
+    T = request_class(61).TopicRequest
+    resp = c.request(61, topics=[T(name=t, partition_indexes=ps) for t, ps in by_topic.items()])
+    out: dict[tuple[str, int], list[ProducerInfo]] = {}
+    for t in resp.topics:
+        for p in t.partitions:
+            _raise(p.error_code, f"DescribeProducers {t.name}-{p.partition_index}")
+            out[(t.name, p.partition_index)] = [
+                ProducerInfo(t.name, p.partition_index, s.producer_id, s.producer_epoch, s.last_sequence,
+                             s.last_timestamp, s.coordinator_epoch, s.current_txn_start_offset)
+                for s in p.active_producers]
+    return out
+
+
+def abort_partition(c: Client, topic: str, partition: int, producer_id: int, producer_epoch: int,
+                    coordinator_epoch: int) -> KafkaError:
+    """An ABORT marker for producer_id's open transaction in one partition (what
+    Kafka's admin abort sends: WriteTxnMarkers with transaction_result false)."""
+    M = request_class(27).WritableTxnMarker
+    marker = M(producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=False,
+               topics=[M.WritableTxnMarkerTopic(name=topic, partition_indexes=[partition])],
+               coordinator_epoch=coordinator_epoch)
+    resp = c.request(27, markers=[marker])
+    return KafkaError(resp.markers[0].topics[0].partitions[0].error_code)
+
+
+def fence_transactional_id(c: Client, txn_id: str, timeout_ms: int = 60_000) -> tuple[KafkaError, int, int]:
+    """InitProducerId for txn_id: the coordinator aborts its open transaction and bumps
+    the epoch, so the producer that held it is fenced. (error, producer id, epoch)."""
+    resp = c.request(22, transactional_id=txn_id, transaction_timeout_ms=timeout_ms,
+                     producer_id=-1, producer_epoch=-1)
+    return KafkaError(resp.error_code), resp.producer_id, resp.producer_epoch
+
+
+# --- groups --------------------------------------------------------------------------------
+
+def list_groups(c: Client, states: list[str] | None = None) -> list[tuple[str, str, str]]:
+    """[(group id, protocol type, state)]."""
+    fields = {"states_filter": list(states or [])} if c.version(16) >= 4 else {}
+    resp = c.request(16, **fields)
+    _raise(resp.error_code, "ListGroups")
+    return sorted((g.group_id, g.protocol_type, getattr(g, "group_state", "") or "") for g in resp.groups)
+
+
+def describe_groups(c: Client, group_ids: list[str]) -> list[GroupDescription]:
+    resp = c.request(15, groups=list(group_ids), include_authorized_operations=False)
+    return [GroupDescription(g.group_id, KafkaError(g.error_code), g.group_state, g.protocol_type,
+                             g.protocol_data,
+                             tuple(GroupMember(m.member_id, m.group_instance_id, m.client_id, m.client_host)
+                                   for m in g.members))
+            for g in resp.groups]
+
+
+def delete_groups(c: Client, group_ids: list[str]) -> dict[str, KafkaError]:
+    resp = c.request(42, groups_names=list(group_ids))
+    return {r.group_id: KafkaError(r.error_code) for r in resp.results}
+
+
+def fetch_offsets(c: Client, group_id: str) -> dict[tuple[str, int], int]:
+    """Every committed offset of a group (OffsetFetch with all partitions)."""
+    resp = c.request(9, group_id=group_id, topics=None, require_stable=False)
+    _raise(resp.error_code, f"OffsetFetch {group_id}")
+    out = {}
+    for t in resp.topics:
+        for p in t.partitions:
+            _raise(p.error_code, f"OffsetFetch {group_id} {t.name}-{p.partition_index}")
+            if p.committed_offset >= 0:
+                out[(t.name, p.partition_index)] = p.committed_offset
+    return out
+
+
+def commit_offsets(c: Client, group_id: str, offsets: dict[tuple[str, int], int]) -> dict[tuple[str, int], KafkaError]:
+    """Commit outside group management (generation -1, no member): accepted only
+    while the group has no members, as Kafka's offset reset tool requires."""
+    T = request_class(8).OffsetCommitRequestTopic
+    by_topic: dict[str, list] = {}
+    for (topic, partition), offset in sorted(offsets.items()):
+        by_topic.setdefault(topic, []).append(T.OffsetCommitRequestPartition(
+            partition_index=partition, committed_offset=offset, committed_leader_epoch=-1,
+            committed_metadata=""))
+    resp = c.request(8, group_id=group_id, generation_id_or_member_epoch=-1, member_id="",
+                     group_instance_id=None, retention_time_ms=-1,
+                     topics=[T(name=t, partitions=ps) for t, ps in by_topic.items()])
+    return {(t.name, p.partition_index): KafkaError(p.error_code) for t in resp.topics for p in t.partitions}
+
+
+def _raise(code: int, what: str) -> None:
+    if code:
+        raise ClientError(f"{what}: {KafkaError(code).name}", KafkaError(code))
+
+
+__all__ = ["TxnListing", "TxnDescription", "ProducerInfo", "GroupMember", "GroupDescription",
+           "list_transactions", "describe_transactions", "describe_producers", "abort_partition",
+           "fence_transactional_id", "list_groups", "describe_groups", "delete_groups",
+           "fetch_offsets", "commit_offsets"]
