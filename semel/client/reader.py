@@ -235,22 +235,36 @@ class Cluster:
 
     # --- fetch ------------------------------------------------------------------
 
+    def _fetch(self, address: str, positions: dict[TP, int], read_committed: bool, max_bytes: int,
+               min_bytes: int = 1, max_wait_ms: int = 100) -> dict[TP, object]:
+        """One Fetch of several partitions led by one broker; partition responses by tp.
+        max_wait_ms is not 0: Tansu 0.6 answers a zero wait with no partitions at all."""
+        cls = request_class(1)
+        T = cls.FetchTopic
+        topics: dict[str, list[int]] = {}
+        for t, p in positions:
+            topics.setdefault(t, []).append(p)
+        resp = self._call(address, 1, replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
+                          max_bytes=max_bytes * len(positions),
+                          isolation_level=READ_COMMITTED if read_committed else READ_UNCOMMITTED,
+                          session_id=0, session_epoch=-1, topics=[T(topic=t, partitions=[
+                              T.FetchPartition(partition=p, current_leader_epoch=-1,
+                                               fetch_offset=positions[(t, p)], last_fetched_epoch=-1,
+                                               log_start_offset=-1, partition_max_bytes=max_bytes)
+                              for p in ps]) for t, ps in topics.items()],
+                          forgotten_topics_data=[], rack_id="")
+        _check(resp.error_code, "Fetch")
+        out = {(rt.topic, rp.partition_index): rp for rt in resp.responses for rp in rt.partitions}
+        missing = set(positions) - set(out)
+        if missing:
+            raise _Transient(f"Fetch: no answer for {sorted(missing)}")
+        return out
+
     def fetch(self, tp: TP, offset: int, read_committed: bool, max_bytes: int):
         """One Fetch of one partition from its leader; returns the partition response."""
         def attempt():
-            cls = request_class(1)
-            T = cls.FetchTopic
             try:
-                resp = self._call(self._leader(tp), 1, replica_id=-1, max_wait_ms=0, min_bytes=1,
-                                  max_bytes=max_bytes,
-                                  isolation_level=READ_COMMITTED if read_committed else READ_UNCOMMITTED,
-                                  session_id=0, session_epoch=-1, topics=[T(topic=tp[0], partitions=[
-                                      T.FetchPartition(partition=tp[1], current_leader_epoch=-1,
-                                                       fetch_offset=offset, last_fetched_epoch=-1,
-                                                       log_start_offset=-1, partition_max_bytes=max_bytes)])],
-                                  forgotten_topics_data=[], rack_id="")
-                _check(resp.error_code, "Fetch")
-                p = resp.responses[0].partitions[0]
+                p = self._fetch(self._leader(tp), {tp: offset}, read_committed, max_bytes)[tp]
                 if p.error_code != KafkaError.OFFSET_OUT_OF_RANGE:
                     _check(p.error_code, f"Fetch {tp[0]}-{tp[1]} at {offset}")
                 return p
@@ -259,6 +273,31 @@ class Cluster:
                 raise
 
         return self.retry.run(f"Fetch {tp[0]}-{tp[1]}", attempt)
+
+    def latest(self, tps: Iterable[TP], read_committed: bool) -> dict[TP, int]:
+        """The end a reader may read up to: the LSO under read_committed, else the high
+        watermark. ListOffsets answers it; the marks a Fetch reports at that offset
+        confirm it (Tansu 0.6 answers ListOffsets latest with the last batch's base
+        offset + 1, which would hide the rest of that batch)."""
+        listed = self.list_offsets(tps, LATEST, read_committed)
+
+        def attempt():
+            out = dict(listed)
+            try:
+                for address, group in self._by_leader(listed).items():
+                    got = self._fetch(address, {tp: listed[tp] for tp in group}, read_committed,
+                                      max_bytes=1, min_bytes=0)
+                    for tp, p in got.items():
+                        if p.error_code == KafkaError.NONE:
+                            mark = p.last_stable_offset if read_committed else p.high_watermark
+                            if mark is not None and mark >= 0:
+                                out[tp] = max(out[tp], mark)
+            except _Transient:
+                self.leaders.clear()
+                raise
+            return out
+
+        return self.retry.run("Fetch (end offsets)", attempt)
 
 
 # --- exact range reads ----------------------------------------------------------

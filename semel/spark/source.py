@@ -113,7 +113,7 @@ def _resolve(cluster: Cluster, o: opt.SourceOptions, tps: list[TP], spec, defaul
     if spec == "earliest":
         return cluster.list_offsets(tps, EARLIEST, rc)
     if spec == "latest":
-        return cluster.list_offsets(tps, LATEST, rc)
+        return cluster.latest(tps, rc)
     if spec == "committed":
         # The query's own batches committed these in their transactions; a
         # partition without one has not been read by the query yet.
@@ -133,7 +133,8 @@ def _resolve(cluster: Cluster, o: opt.SourceOptions, tps: list[TP], spec, defaul
     for special in (EARLIEST, LATEST):
         sel = [tp for tp, off in want.items() if off == special]
         if sel:
-            out.update(cluster.list_offsets(sel, special, rc))
+            out.update(cluster.latest(sel, rc) if special == LATEST else
+                       cluster.list_offsets(sel, special, rc))
     return out
 
 
@@ -248,7 +249,7 @@ class SemelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _latest(self, tps: list[TP]) -> dict[TP, int]:
         try:
-            return self._c().list_offsets(tps, LATEST, self.opts.read_committed)
+            return self._c().latest(tps, self.opts.read_committed)
         except ReaderError as exc:
             raise SourceError(str(exc)) from None
 
