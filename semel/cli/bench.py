@@ -36,6 +36,8 @@ def _repo_root() -> Path:
 
 
 def run(args) -> int:
+    from .optional import require
+    require("matplotlib", "semel bench's plots")   # before the benchmarks run, not after
     root = _repo_root()
     sys.path.insert(0, str(root))
     out = args.out or root / "bench" / "results"

@@ -1,0 +1,39 @@
+"""Optional dependencies: a command checks for what it will need before it starts
+work, so a user never loses a long run to a ModuleNotFoundError at the end.
+
+The base install (`pip install semel`) runs the broker and every command; extras
+add what only some paths need (README, "Install and extras"):
+
+    spark   pyspark, pandas, pyarrow         semel.spark (format('semel')), the Spark demo
+    sinks   psycopg, boto3, pyiceberg, deltalake   semel.eos.sinks.postgres / s3 / iceberg / delta
+    dev     pytest, hypothesis, ..., matplotlib    the test-suite; PNG plots of check and bench
+"""
+from __future__ import annotations
+
+import importlib.util
+
+from .main import CliError
+
+# module -> the extra that installs it
+EXTRA_OF = {
+    "matplotlib": "dev",
+    "pyspark": "spark", "pandas": "spark", "pyarrow": "spark",
+    "psycopg": "sinks", "boto3": "sinks", "pyiceberg": "sinks", "deltalake": "sinks",
+}
+
+
+def missing(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is None
+    except (ImportError, ValueError):   # a broken or half-removed install counts as missing
+        return True
+
+
+def require(module: str, needed_for: str, instead: str | None = None) -> None:
+    """Raise CliError (one line) when `module` cannot be imported."""
+    if not missing(module):
+        return
+    extra = EXTRA_OF.get(module)
+    how = f"pip install 'semel[{extra}]'" if extra else f"pip install {module}"
+    raise CliError(f"{needed_for} needs {module}, which is not installed ({how})"
+                   + (f"; or {instead}" if instead else ""))
