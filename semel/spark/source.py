@@ -14,6 +14,7 @@ records never appear.
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from typing import Iterator
 
 from pyspark.errors import PySparkValueError
@@ -67,6 +68,15 @@ def _parse(options, schema, *, batch: bool) -> opt.SourceOptions:
         raise SourceError("a user-specified schema is not supported: the schema is fixed "
                           f"(that of Spark's Kafka source), got {schema.simpleString()}")
     return parsed
+
+
+@contextmanager
+def _broker_errors():
+    """A reader error (the broker said no, or did not answer in time) fails the query in one line."""
+    try:
+        yield
+    except ReaderError as exc:
+        raise SourceError(str(exc)) from None
 
 
 def _connect(o: opt.SourceOptions) -> Cluster:
@@ -164,34 +174,39 @@ def _plan(starts: dict[TP, int], ends: dict[TP, int], fail_on_data_loss: bool) -
 # --- reading (executors) ---------------------------------------------------------
 
 def _read(o: opt.SourceOptions, schema: StructType, part: RangePartition) -> Iterator:
-    import numpy as np
-    import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
 
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
-    ts_type = arrow_schema.field("timestamp").type
     cluster = _connect(o)
     try:
-        for rows in read_range(cluster, (part.topic, part.partition), part.start, part.end,
-                               read_committed=o.read_committed, include_headers=o.include_headers,
-                               max_bytes=o.fetch_max_bytes, fail_on_data_loss=o.fail_on_data_loss):
-            n = len(rows)
-            cols = [
-                pa.array(rows.keys, pa.binary()),
-                pa.array(rows.values, pa.binary()),
-                pa.repeat(pa.scalar(part.topic, pa.string()), n),
-                pa.repeat(pa.scalar(part.partition, pa.int32()), n),
-                pa.array(rows.offsets, pa.int64()),
-                pa.array(np.asarray(rows.timestamps, dtype=np.int64) * 1000, type=ts_type),
-                pa.array(rows.timestamp_types, pa.int32()),
-            ]
-            if o.include_headers:
-                cols.append(pa.array(rows.headers, arrow_schema.field("headers").type))
-            yield pa.RecordBatch.from_arrays(cols, schema=arrow_schema)
-    except ReaderError as exc:
-        raise SourceError(str(exc)) from None
+        with _broker_errors():
+            for rows in read_range(cluster, (part.topic, part.partition), part.start, part.end,
+                                   read_committed=o.read_committed, include_headers=o.include_headers,
+                                   max_bytes=o.fetch_max_bytes, fail_on_data_loss=o.fail_on_data_loss):
+                yield _to_arrow(rows, part, arrow_schema)
     finally:
         cluster.close()
+
+
+def _to_arrow(rows, part: RangePartition, arrow_schema):
+    """Column by column: no Python object per row beyond what the decoder made."""
+    import numpy as np
+    import pyarrow as pa
+
+    n = len(rows)
+    cols = [
+        pa.array(rows.keys, pa.binary()),
+        pa.array(rows.values, pa.binary()),
+        pa.repeat(pa.scalar(part.topic, pa.string()), n),
+        pa.repeat(pa.scalar(part.partition, pa.int32()), n),
+        pa.array(rows.offsets, pa.int64()),
+        pa.array(np.asarray(rows.timestamps, dtype=np.int64) * 1000,
+                 type=arrow_schema.field("timestamp").type),
+        pa.array(rows.timestamp_types, pa.int32()),
+    ]
+    if rows.headers is not None:
+        cols.append(pa.array(rows.headers, arrow_schema.field("headers").type))
+    return pa.RecordBatch.from_arrays(cols, schema=arrow_schema)
 
 
 # --- batch: spark.read.format("semel") ---------------------------------------------
@@ -205,11 +220,10 @@ class SemelBatchReader(DataSourceReader):
         o = self.opts
         cluster = _connect(o)
         try:
-            tps = current_partitions(cluster, o.subscription, strict=True)
-            starts = _resolve(cluster, o, tps, o.starting, EARLIEST, "startingOffsets")
-            ends = _resolve(cluster, o, tps, o.ending, LATEST, "endingOffsets")
-        except ReaderError as exc:
-            raise SourceError(str(exc)) from None
+            with _broker_errors():
+                tps = current_partitions(cluster, o.subscription, strict=True)
+                starts = _resolve(cluster, o, tps, o.starting, EARLIEST, "startingOffsets")
+                ends = _resolve(cluster, o, tps, o.ending, LATEST, "endingOffsets")
         finally:
             cluster.close()
         return _plan(starts, ends, o.fail_on_data_loss)
@@ -242,24 +256,27 @@ class SemelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._cluster
 
     def _partitions(self, strict: bool = False) -> list[TP]:
-        try:
+        with _broker_errors():
             return current_partitions(self._c(), self.opts.subscription, strict=strict)
-        except ReaderError as exc:
-            raise SourceError(str(exc)) from None
 
     def _latest(self, tps: list[TP]) -> dict[TP, int]:
-        try:
+        with _broker_errors():
             return self._c().latest(tps, self.opts.read_committed)
-        except ReaderError as exc:
-            raise SourceError(str(exc)) from None
+
+    def _from_earliest(self, starts: dict[TP, int], tps: list[TP]) -> dict[TP, int]:
+        """starts, plus the earliest offset of each of `tps` it lacks: partitions found
+        after the last journaled offset are read from their beginning."""
+        missing = [tp for tp in tps if tp not in starts]
+        if missing:
+            with _broker_errors():
+                starts.update(self._c().list_offsets(missing, EARLIEST, self.opts.read_committed))
+        return starts
 
     def initialOffset(self) -> dict:
         o = self.opts
         tps = self._partitions(strict=True)
-        try:
+        with _broker_errors():
             return _to_json(_resolve(self._c(), o, tps, o.starting, LATEST, "startingOffsets"))
-        except ReaderError as exc:
-            raise SourceError(str(exc)) from None
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._latest(self._partitions())
@@ -280,13 +297,7 @@ class SemelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         latest = self._latest(tps)
         if self._target is not None:
             latest = {tp: min(off, self._target[tp]) for tp, off in latest.items()}
-        # Partitions found since the last batch start at their earliest offset.
-        new = [tp for tp in latest if tp not in starts]
-        if new:
-            try:
-                starts.update(self._c().list_offsets(new, EARLIEST, self.opts.read_committed))
-            except ReaderError as exc:
-                raise SourceError(str(exc)) from None
+        starts = self._from_earliest(starts, list(latest))
         ends = self._admit(starts, latest, limit)
         if ends != {tp: starts[tp] for tp in ends}:
             self._last_batch = time.monotonic()
@@ -303,7 +314,9 @@ class SemelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(limit, ReadAllAvailable):
             return {tp: starts[tp] + lag[tp] for tp in latest}
         o = self.opts
-        if o.min_offsets is not None and total < o.min_offsets and \
+        # minOffsetsPerTrigger waits for more data; AvailableNow must never wait
+        # (it ends when a trigger finds nothing new).
+        if o.min_offsets is not None and self._target is None and total < o.min_offsets and \
                 (time.monotonic() - self._last_batch) * 1000 < o.max_trigger_delay_ms:
             return {tp: starts[tp] for tp in latest}
         cap = o.max_offsets if o.max_offsets is not None else \
@@ -313,14 +326,8 @@ class SemelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {tp: starts[tp] + n for tp, n in share(lag, cap).items()}
 
     def partitions(self, start: dict, end: dict):
-        starts, ends = _from_json(start), _from_json(end)
-        missing = [tp for tp in ends if tp not in starts]
-        if missing:
-            # Found after `start` was journaled: read from the beginning.
-            try:
-                starts.update(self._c().list_offsets(missing, EARLIEST, self.opts.read_committed))
-            except ReaderError as exc:
-                raise SourceError(str(exc)) from None
+        ends = _from_json(end)
+        starts = self._from_earliest(_from_json(start), list(ends))
         return _plan(starts, ends, self.opts.fail_on_data_loss)
 
     def read(self, partition):

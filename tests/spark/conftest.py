@@ -33,12 +33,18 @@ def spark(tmp_path_factory):
     session.stop()
 
 
+def module_broker(tmp_path_factory, name: str, *extra_args: str) -> SemelBroker:
+    """A started semel broker for one test module; extra_args for what a module needs."""
+    d = tmp_path_factory.mktemp(name)
+    b = SemelBroker(d / "data", extra_args=["--group-initial-rebalance-delay-ms", "0", *extra_args],
+                    log_path=d / "broker.log")
+    b.start()
+    return b
+
+
 @pytest.fixture(scope="module")
 def spark_broker(tmp_path_factory):
     """A semel broker shared by one test module (tests use their own topics)."""
-    d = tmp_path_factory.mktemp("spark-broker")
-    b = SemelBroker(d / "data", extra_args=["--group-initial-rebalance-delay-ms", "0"],
-                    log_path=d / "broker.log")
-    b.start()
+    b = module_broker(tmp_path_factory, "spark-broker")
     yield b
     b.close()

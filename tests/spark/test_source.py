@@ -9,19 +9,16 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from semel.cli.process import SemelBroker, free_port
+from semel.cli.process import free_port
 from semel.spark.source import KAFKA_SCHEMA, KAFKA_SCHEMA_WITH_HEADERS
+from tests.spark.conftest import module_broker
 from tests.support import wait
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     """This module's broker: retention checked often, for the data-loss test."""
-    d = tmp_path_factory.mktemp("source-broker")
-    b = SemelBroker(d / "data", log_path=d / "broker.log",
-                    extra_args=["--group-initial-rebalance-delay-ms", "0",
-                                "--retention-check-interval-ms", "200"])
-    b.start()
+    b = module_broker(tmp_path_factory, "source-broker", "--retention-check-interval-ms", "200")
     yield b
     b.close()
 
