@@ -140,10 +140,12 @@ class Hanging:
 def find_hanging(client, topics: list[str] | None = None, grace_ms: int = 60_000) -> list[Hanging]:
     """Open transactions in partitions that nothing will end (see the module docstring)."""
     partitions = _partitions(client, topics)
+    # Coordinator before and after the partitions: a transaction that began or ended
+    # while we looked is live in one of the two, so it is not taken for a hanging one.
+    # (The view is still not atomic; the broker re-checks atomically before an abort.)
+    live = _live(client)
     producers = admin.describe_producers(client, partitions) if partitions else {}
-    live = [d for d in admin.describe_transactions(
-        client, [t.transactional_id for t in admin.list_transactions(client, states=list(LIVE_STATES))])
-        if d.error == KafkaError.NONE and d.state in LIVE_STATES]
+    live += _live(client)
     now = int(time.time() * 1000)
     found: list[Hanging] = []
     for (topic, partition), rows in sorted(producers.items()):
@@ -161,8 +163,15 @@ def find_hanging(client, topics: list[str] | None = None, grace_ms: int = 60_000
     shown = {h.transactional_id for h in found}
     for d in live:
         if d.transactional_id not in shown and _overdue(d, now, grace_ms):
+            shown.add(d.transactional_id)
             found.append(Hanging("-", -1, None, d.transactional_id, _overdue_text(d, now)))
     return found
+
+
+def _live(client) -> list[admin.TxnDescription]:
+    listed = admin.list_transactions(client, states=list(LIVE_STATES))
+    return [d for d in admin.describe_transactions(client, [t.transactional_id for t in listed])
+            if d.error == KafkaError.NONE and d.state in LIVE_STATES]
 
 
 def _overdue(d: admin.TxnDescription, now: int, grace_ms: int) -> bool:
