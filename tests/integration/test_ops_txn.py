@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+from support import wait
 from support.consume import read_values
 from support.txn import RawTxn
 from support.wire import call, connect
@@ -214,3 +215,31 @@ def test_txn_cli_errors_are_one_line(ops_broker, args, message):
     r = semel("txn", *args, "--bootstrap", ops_broker.bootstrap)
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+
+
+def test_transaction_past_its_timeout_is_hanging_until_fenced(start_broker):
+    # The coordinator's own timeout sweep is made too rare to run during the test,
+    # which is how a coordinator that cannot complete a transaction looks from outside.
+    b = start_broker("--transaction-abort-check-interval-ms", "3600000")
+    bootstrap = ["--bootstrap", b.bootstrap]
+    with Client(b.bootstrap) as c:
+        assert c.create_topic(TOPIC, 1) == KafkaError.NONE
+        late = RawTxn(c, "overdue", timeout_ms=1000)
+        assert late.init() == KafkaError.NONE
+        late.add((TOPIC, 0))
+        assert late.produce(TOPIC, 0, b"late")[0] == KafkaError.NONE
+
+        def reported():
+            r = semel("txn", "find-hanging", "--grace-ms", "0", *bootstrap)
+            return r.stdout if "overdue" in r.stdout else None
+        out = wait.until(reported, "the transaction outlives its 1000 ms timeout")
+        row = out.splitlines()[1].split("\t")
+        assert row[:3] == [TOPIC, "0", str(late.pid)] and row[6] == "overdue"
+        assert "past its 1000 ms timeout" in row[7]
+        # with the default grace (60 s past the timeout) it is not reported yet
+        assert semel("txn", "find-hanging", *bootstrap).stdout.strip() == "no hanging transactions"
+        r = semel("txn", "abort", "--transactional-id", "overdue", *bootstrap)
+        assert r.returncode == 0, r.stderr
+        assert c.list_offset(TOPIC, 0, -1, isolation=1) == c.list_offset(TOPIC, 0, -1)
+        assert semel("txn", "find-hanging", "--grace-ms", "0", *bootstrap).stdout.strip() == \
+            "no hanging transactions"
