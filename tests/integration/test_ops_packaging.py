@@ -34,7 +34,8 @@ def test_every_command_parses_without_extras():
 
 def test_core_modules_import_without_extras():
     r = plain_install("import semel.broker.server, semel.client, semel.client.admin, semel.eos, "
-                      "semel.eos.sinks.filesystem, semel.check.workload, semel.check.checker, semel.check.report\n"
+                      "semel.eos.sinks.filesystem, semel.eos.sinks.memory, semel.eos.sinks.http, "
+                      "semel.eos.sinks.http_server, semel.check.workload, semel.check.checker, semel.check.report\n"
                       "print('ok')")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "ok"
