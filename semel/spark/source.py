@@ -298,6 +298,13 @@ class SemelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._target is not None:
             latest = {tp: min(off, self._target[tp]) for tp, off in latest.items()}
         starts = self._from_earliest(starts, list(latest))
+        back = {tp: off for tp, off in latest.items() if off < starts[tp]}
+        if back and self.opts.fail_on_data_loss:
+            raise SourceError("the log went back (topic deleted and recreated?): " + ", ".join(
+                f"{t}-{p} ends at {back[(t, p)]}, read up to {starts[(t, p)]}" for t, p in sorted(back))
+                + "; set failOnDataLoss=false to go on from the new end")
+        # failOnDataLoss=false: go on from the new end (what was between is skipped).
+        starts.update(back)
         ends = self._admit(starts, latest, limit)
         if ends != {tp: starts[tp] for tp in ends}:
             self._last_batch = time.monotonic()

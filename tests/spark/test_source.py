@@ -242,6 +242,31 @@ def test_fail_on_data_loss(spark, broker):
     assert offsets and offsets[0] >= start and offsets == sorted(set(offsets))
 
 
+def test_topic_recreated_under_a_running_query_is_data_loss(spark, broker, tmp_path):
+    bs = broker.bootstrap
+    create(bs, "s-recreate", 1)
+    produce(bs, "s-recreate", ["r1", "r2", "r3"])
+    seen: list[str] = []
+    df = reader(spark, bs, stream=True, subscribe="s-recreate", startingOffsets="earliest")
+    q = (df.writeStream.foreachBatch(lambda d, i: seen.extend(r.value.decode() for r in d.collect()))
+         .trigger(processingTime="200 milliseconds")
+         .option("checkpointLocation", str(tmp_path / "ckpt")).start())
+    try:
+        wait.until(lambda: len(seen) >= 3, "records of the first topic", timeout_s=120)
+        admin = AdminClient({"bootstrap.servers": bs})
+        for f in admin.delete_topics(["s-recreate"]).values():
+            f.result(timeout=30)
+        wait.until(lambda: "s-recreate" not in admin.list_topics(timeout=10).topics, "topic deleted")
+        create(bs, "s-recreate", 1)
+        produce(bs, "s-recreate", ["new"])
+        with pytest.raises(Exception, match="the log went back"):
+            assert q.awaitTermination(120), "query went on over a recreated topic"
+            raise AssertionError(f"query ended without an error: {q.exception()}")
+    finally:
+        q.stop()
+    assert seen == ["r1", "r2", "r3"]
+
+
 # --- bad input: a clear error at start, never a hang --------------------------------------
 
 @pytest.mark.parametrize("options, message", [
@@ -271,6 +296,27 @@ def test_unreachable_broker_fails_with_bounded_retries(spark):
     dead = f"127.0.0.1:{free_port()}"
     with pytest.raises(Exception, match="cannot reach the brokers"):
         reader(spark, dead, subscribe="t", **{"kafka.request.timeout.ms": "1500"}).collect()
+
+
+def test_broker_outage_mid_query_fails_after_bounded_retries(spark, start_broker, tmp_path):
+    b = start_broker("--group-initial-rebalance-delay-ms", "0")
+    create(b.bootstrap, "s-outage", 1)
+    produce(b.bootstrap, "s-outage", ["o1", "o2"])
+    seen: list[str] = []
+    df = reader(spark, b.bootstrap, stream=True, subscribe="s-outage", startingOffsets="earliest",
+                **{"kafka.request.timeout.ms": "2000"})
+    q = (df.writeStream.foreachBatch(lambda d, i: seen.extend(r.value.decode() for r in d.collect()))
+         .trigger(processingTime="200 milliseconds")
+         .option("checkpointLocation", str(tmp_path / "ckpt")).start())
+    try:
+        wait.until(lambda: len(seen) >= 2, "records read before the outage", timeout_s=120)
+        b.kill()
+        with pytest.raises(Exception, match="gave up after 2 s: no broker reachable"):
+            assert q.awaitTermination(120), "query kept running with its broker gone"
+            raise AssertionError(f"query ended without an error: {q.exception()}")
+    finally:
+        q.stop()
+    assert seen == ["o1", "o2"]
 
 
 # --- another Kafka-compatible broker -------------------------------------------------------

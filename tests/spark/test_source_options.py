@@ -90,3 +90,29 @@ def test_share_respects_cap_and_lag(lag, cap):
     assert all(0 <= got[tp] <= lag[tp] for tp in lag)
     # Uses the whole allowance (or everything there is): a capped batch always progresses.
     assert sum(got.values()) == min(cap, sum(lag.values()))
+
+
+def admitter(**kw):
+    """A stream reader's admission control without its broker connection."""
+    from semel.spark.source import SemelStreamReader
+    r = object.__new__(SemelStreamReader)
+    r.opts = parse(subscribe="a", **kw)
+    r._target = None
+    r._last_batch = 0.0 if kw.get("maxTriggerDelay") == "0ms" else float("inf")
+    return r
+
+
+def test_admission_control_min_max_and_trigger_delay():
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
+    starts = {("a", 0): 10, ("a", 1): 0}
+    latest = {("a", 0): 40, ("a", 1): 10}
+    capped = admitter(maxOffsetsPerTrigger="20")
+    assert capped._admit(starts, latest, ReadMaxRows(20)) == {("a", 0): 25, ("a", 1): 5}
+    # ReadAllAvailable (Trigger.Once, or the engine's choice) ignores the options.
+    assert capped._admit(starts, latest, ReadAllAvailable()) == latest
+    waiting = admitter(minOffsetsPerTrigger="100")
+    assert waiting._admit(starts, latest, ReadMinRows(100)) == starts
+    waiting._target = latest  # Trigger.AvailableNow never waits for more
+    assert waiting._admit(starts, latest, ReadMinRows(100)) == latest
+    due = admitter(minOffsetsPerTrigger="100", maxTriggerDelay="0ms")
+    assert due._admit(starts, latest, ReadMinRows(100)) == latest
