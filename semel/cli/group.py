@@ -7,10 +7,10 @@ and a group with members cannot be deleted (NON_EMPTY_GROUP).
 """
 from __future__ import annotations
 
-from ..client import Client, ClientError
 from ..client import admin
 from ..protocol.errors import KafkaError
 from .main import CliError
+from .wire import add_bootstrap, run_action
 
 # Kafka's group states in which nobody holds the group's partitions.
 INACTIVE = ("Empty", "Dead")
@@ -38,17 +38,11 @@ def add_parser(sub) -> None:
     r.add_argument("--execute", action="store_true", help="apply the plan (default: show it only)")
     rm = gsub.add_parser("delete", help="delete groups without members, with their offsets")
     rm.add_argument("group", nargs="+")
-    for sp in (ls, d, r, rm):
-        sp.add_argument("--bootstrap", default="127.0.0.1:9092", help="HOST:PORT of a broker")
-        sp.set_defaults(func=run)
+    add_bootstrap((ls, d, r, rm), run)
 
 
 def run(args) -> int:
-    try:
-        with Client(args.bootstrap) as client:
-            return _ACTIONS[args.action](client, args)
-    except ClientError as exc:
-        raise CliError(str(exc)) from None
+    return run_action(args, _ACTIONS)
 
 
 def _list(client, args) -> int:

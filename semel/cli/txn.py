@@ -18,10 +18,10 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
-from ..client import Client, ClientError
 from ..client import admin
 from ..protocol.errors import KafkaError
 from .main import CliError
+from .wire import add_bootstrap, run_action
 
 # Coordinator states whose transaction still owns its partitions (markers written or to come).
 LIVE_STATES = ("Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
@@ -59,17 +59,11 @@ def add_parser(sub) -> None:
     which.add_argument("--start-offset", type=int, help="the open transaction starting at this offset")
     ab.add_argument("--transactional-id",
                     help="coordinator form: fence this id (InitProducerId), aborting its open transaction")
-    for sp in (st, ls, d, fh, ab):
-        sp.add_argument("--bootstrap", default="127.0.0.1:9092", help="HOST:PORT of a broker")
-        sp.set_defaults(func=run)
+    add_bootstrap((st, ls, d, fh, ab), run)
 
 
 def run(args) -> int:
-    try:
-        with Client(args.bootstrap) as client:
-            return _ACTIONS[args.action](client, args)
-    except ClientError as exc:
-        raise CliError(str(exc)) from None
+    return run_action(args, _ACTIONS)
 
 
 # --- stats -----------------------------------------------------------------------------------

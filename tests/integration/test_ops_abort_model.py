@@ -16,6 +16,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from support.brokers import module_broker
 from support.consume import read_values
 from support.txn import RawTxn
 
@@ -31,12 +32,8 @@ STEPS = 60
 
 @pytest.fixture(scope="module")
 def model_broker(tmp_path_factory):
-    from semel.cli.process import SemelBroker
-    d = tmp_path_factory.mktemp("ops-abort-model")
-    b = SemelBroker(d / "data", log_path=d / "broker.log")
-    b.start()
-    yield b
-    b.close()
+    with module_broker(tmp_path_factory, "ops-abort-model") as b:
+        yield b
 
 
 class Model:

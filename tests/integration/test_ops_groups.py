@@ -11,6 +11,7 @@ import time
 
 import pytest
 from support import wait
+from support.brokers import module_broker
 
 TOPIC, GROUP, PER_PARTITION = "orders", "billing", 10
 
@@ -24,21 +25,17 @@ def filled(tmp_path_factory):
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from semel.cli.process import SemelBroker
-    d = tmp_path_factory.mktemp("ops-groups")
-    b = SemelBroker(d / "data", log_path=d / "broker.log",
-                    extra_args=["--group-initial-rebalance-delay-ms", "0", "--group-min-session-timeout-ms", "1000"])
-    b.start()
-    admin = AdminClient({"bootstrap.servers": b.bootstrap})   # kept referenced until its futures resolve
-    admin.create_topics([NewTopic(TOPIC, 2, 1)])[TOPIC].result(30)
-    p = Producer({"bootstrap.servers": b.bootstrap, "enable.idempotence": True})
-    for part in (0, 1):
-        for i in range(PER_PARTITION):
-            p.produce(TOPIC, f"{part}-{i}".encode(), partition=part)
-    assert p.flush(30) == 0
-    yield b
-    _ADMINS.pop(b.bootstrap, None)
-    b.close()
+    with module_broker(tmp_path_factory, "ops-groups", "--group-initial-rebalance-delay-ms", "0",
+                       "--group-min-session-timeout-ms", "1000") as b:
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})   # kept referenced until its futures resolve
+        admin.create_topics([NewTopic(TOPIC, 2, 1)])[TOPIC].result(30)
+        p = Producer({"bootstrap.servers": b.bootstrap, "enable.idempotence": True})
+        for part in (0, 1):
+            for i in range(PER_PARTITION):
+                p.produce(TOPIC, f"{part}-{i}".encode(), partition=part)
+        assert p.flush(30) == 0
+        yield b
+        _ADMINS.pop(b.bootstrap, None)
 
 
 def _member(bootstrap: str, group: str):

@@ -11,9 +11,10 @@ import urllib.request
 
 import pytest
 from support import wait
+from support.brokers import module_broker
 from support.txn import RawTxn
 
-from semel.cli.process import SemelBroker, free_port
+from semel.cli.process import free_port
 from semel.client import Client
 from semel.protocol import records
 from semel.protocol.errors import KafkaError
@@ -24,14 +25,11 @@ TOPIC = "metered"
 
 @pytest.fixture(scope="module")
 def metered(tmp_path_factory):
-    d = tmp_path_factory.mktemp("ops-metrics")
     port = free_port()
-    b = SemelBroker(d / "data", log_path=d / "broker.log",
-                    extra_args=["--metrics-port", str(port), "--transaction-abort-check-interval-ms", "100"])
-    b.start()
-    b.metrics_port = port
-    yield b
-    b.close()
+    with module_broker(tmp_path_factory, "ops-metrics", "--metrics-port", str(port),
+                       "--transaction-abort-check-interval-ms", "100") as b:
+        b.metrics_port = port
+        yield b
 
 
 def scrape(port: int) -> dict[tuple[str, tuple], float]:

@@ -15,6 +15,7 @@ import sys
 
 import pytest
 from support import wait
+from support.brokers import module_broker
 from support.consume import read_values
 from support.txn import RawTxn
 from support.wire import call, connect
@@ -45,12 +46,18 @@ def _commit(bootstrap: str, txn_id: str, values: list[str]) -> None:
 @pytest.fixture(scope="module")
 def ops_broker(tmp_path_factory):
     """One broker for the tests that need no restart (each uses its own topic)."""
-    from semel.cli.process import SemelBroker
-    d = tmp_path_factory.mktemp("ops-txn")
-    b = SemelBroker(d / "data", log_path=d / "broker.log")
-    b.start()
-    yield b
-    b.close()
+    with module_broker(tmp_path_factory, "ops-txn") as b:
+        yield b
+
+
+def _open_txn(c: Client, txn_id: str, topic: str, *values: bytes, timeout_ms: int = 30_000) -> tuple[RawTxn, int]:
+    """A transaction left open in partition 0 of topic: (producer, first offset of its data)."""
+    t = RawTxn(c, txn_id, timeout_ms=timeout_ms)
+    assert t.init() == KafkaError.NONE
+    assert t.add((topic, 0)) == {(topic, 0): KafkaError.NONE}
+    err, first = t.produce(topic, 0, *values)
+    assert err == KafkaError.NONE
+    return t, first
 
 
 def _kafka_admin(bootstrap: str):
@@ -66,11 +73,7 @@ def test_hanging_transaction_found_and_aborted(start_broker, tmp_path):
         assert c.create_topic(TOPIC, 1) == KafkaError.NONE
     _commit(b.bootstrap, "before", ["a", "b", "c"])
     with Client(b.bootstrap) as c:
-        stuck = RawTxn(c, "lost-coordinator-state")
-        assert stuck.init() == KafkaError.NONE
-        stuck.add((TOPIC, 0))
-        err, start_offset = stuck.produce(TOPIC, 0, b"never-decided-1", b"never-decided-2")
-        assert err == KafkaError.NONE
+        stuck, start_offset = _open_txn(c, "lost-coordinator-state", TOPIC, b"never-decided-1", b"never-decided-2")
     b.stop()
     shutil.rmtree(data / "__transaction_state-0")   # the coordinator forgets the open transaction
     b.start()
@@ -114,10 +117,7 @@ def test_live_transaction_is_not_hanging_and_only_fencing_aborts_it(ops_broker):
     bootstrap = ["--bootstrap", b.bootstrap]
     with Client(b.bootstrap) as c:
         assert c.create_topic(topic, 1) == KafkaError.NONE
-        live = RawTxn(c, "live-one", timeout_ms=600_000)
-        assert live.init() == KafkaError.NONE
-        live.add((topic, 0))
-        assert live.produce(topic, 0, b"pending")[0] == KafkaError.NONE
+        live, _ = _open_txn(c, "live-one", topic, b"pending", timeout_ms=600_000)
         end = c.list_offset(topic, 0, -1)
 
         assert semel("txn", "find-hanging", "--topic", topic, *bootstrap).stdout.strip() == "no hanging transactions"
@@ -224,10 +224,7 @@ def test_transaction_past_its_timeout_is_hanging_until_fenced(start_broker):
     bootstrap = ["--bootstrap", b.bootstrap]
     with Client(b.bootstrap) as c:
         assert c.create_topic(TOPIC, 1) == KafkaError.NONE
-        late = RawTxn(c, "overdue", timeout_ms=1000)
-        assert late.init() == KafkaError.NONE
-        late.add((TOPIC, 0))
-        assert late.produce(TOPIC, 0, b"late")[0] == KafkaError.NONE
+        late, _ = _open_txn(c, "overdue", TOPIC, b"late", timeout_ms=1000)
 
         def reported():
             r = semel("txn", "find-hanging", "--grace-ms", "0", *bootstrap)
