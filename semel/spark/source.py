@@ -13,6 +13,7 @@ records never appear.
 """
 from __future__ import annotations
 
+import json
 import time
 from contextlib import contextmanager
 from typing import Iterator
@@ -88,14 +89,21 @@ def _connect(o: opt.SourceOptions) -> Cluster:
 
 # --- planning (driver) ------------------------------------------------------------
 
-def _to_json(offsets: dict[TP, int]) -> dict:
+# The offsets Spark journals for this source (and hands the sink's batch): the
+# next offset to read in each partition. The sink commits offsets_from_json(end)
+# of each batch under options.query_group_id(); `startingOffsets=committed` reads them back.
+
+def offsets_to_json(offsets: dict[TP, int]) -> dict:
     out: dict[str, dict[str, int]] = {}
     for (t, p), o in sorted(offsets.items()):
         out.setdefault(t, {})[str(p)] = o
     return out
 
 
-def _from_json(offsets: dict) -> dict[TP, int]:
+def offsets_from_json(offsets: dict | str) -> dict[TP, int]:
+    """{(topic, partition): offset} from the journaled form (a dict, or its JSON text)."""
+    if isinstance(offsets, str):
+        offsets = json.loads(offsets)
     return {(t, int(p)): int(o) for t, ps in (offsets or {}).items() for p, o in ps.items()}
 
 
@@ -276,7 +284,7 @@ class SemelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         o = self.opts
         tps = self._partitions(strict=True)
         with _broker_errors():
-            return _to_json(_resolve(self._c(), o, tps, o.starting, LATEST, "startingOffsets"))
+            return offsets_to_json(_resolve(self._c(), o, tps, o.starting, LATEST, "startingOffsets"))
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._latest(self._partitions())
@@ -289,7 +297,7 @@ class SemelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        starts = _from_json(start)
+        starts = offsets_from_json(start)
         tps = self._partitions()
         if self._target is not None:
             # AvailableNow: nothing that arrived after the query started, new partitions included.
@@ -309,9 +317,9 @@ class SemelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if ends != {tp: starts[tp] for tp in ends}:
             self._last_batch = time.monotonic()
         # A partition that left the subscription keeps its position in the journal.
-        merged = dict(_from_json(start))
+        merged = dict(offsets_from_json(start))
         merged.update(ends)
-        return _to_json(merged)
+        return offsets_to_json(merged)
 
     def _admit(self, starts: dict[TP, int], latest: dict[TP, int], limit: ReadLimit) -> dict[TP, int]:
         """Admission control: Spark's maxOffsetsPerTrigger / minOffsetsPerTrigger /
@@ -333,8 +341,8 @@ class SemelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {tp: starts[tp] + n for tp, n in share(lag, cap).items()}
 
     def partitions(self, start: dict, end: dict):
-        ends = _from_json(end)
-        starts = self._from_earliest(_from_json(start), list(ends))
+        ends = offsets_from_json(end)
+        starts = self._from_earliest(offsets_from_json(start), list(ends))
         return _plan(starts, ends, self.opts.fail_on_data_loss)
 
     def read(self, partition):

@@ -116,3 +116,12 @@ def test_admission_control_min_max_and_trigger_delay():
     assert waiting._admit(starts, latest, ReadMinRows(100)) == latest
     due = admitter(minOffsetsPerTrigger="100", maxTriggerDelay="0ms")
     assert due._admit(starts, latest, ReadMinRows(100)) == latest
+
+
+def test_journaled_offsets_round_trip():
+    from semel.spark.source import offsets_from_json, offsets_to_json
+    offsets = {("a", 0): 5, ("a", 10): 0, ("b", 2): 7}
+    journaled = offsets_to_json(offsets)
+    assert journaled == {"a": {"0": 5, "10": 0}, "b": {"2": 7}}
+    import json
+    assert offsets_from_json(journaled) == offsets_from_json(json.dumps(journaled)) == offsets
