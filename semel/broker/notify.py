@@ -14,8 +14,13 @@ class AppendNotifier:
                 fut.set_result(None)
 
     async def wait_any(self, keys: list[tuple[str, int]], timeout_s: float) -> None:
-        """Return when any of `keys` is appended to, or after `timeout_s`."""
+        """Return when any of `keys` is appended to, or after `timeout_s`.
+
+        Always yields to the event loop at least once, so a caller that loops on it
+        can never hold the loop, whatever it passes (no keys, no time left).
+        """
         if timeout_s <= 0 or not keys:
+            await asyncio.sleep(0)
             return
         fut = asyncio.get_running_loop().create_future()
         for key in keys:

@@ -262,8 +262,10 @@ def iter_records(buf, pos: int = 0) -> Iterator[Record]:
     for _ in range(hdr.record_count):
         length, p = read_varint(buf, p)
         rec_end = p + length
-        if rec_end > end:
-            raise ValueError("record runs past its batch")
+        # A record is never empty; a negative or zero length would move `p` back and,
+        # with a record_count of 2^31, hold the event loop for hours.
+        if length <= 0 or rec_end > end:
+            raise ValueError("record length outside its batch")
         p += 1  # attributes
         ts_delta, p = read_varint(buf, p)
         off_delta, p = read_varint(buf, p)

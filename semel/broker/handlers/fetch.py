@@ -26,11 +26,13 @@ def upper_bound(plog, isolation: int) -> int:
 async def fetch(ctx, req):
     broker = ctx.broker
     deadline = time.monotonic() + max(req.max_wait_ms, 0) / 1000
-    keys = [(t.topic, p.partition) for t in req.topics for p in t.partitions]
+    keys = list(dict.fromkeys((t.topic, p.partition) for t in req.topics for p in t.partitions))
     while True:
         topics, total = _read_all(ctx, req)
         remaining = deadline - time.monotonic()
-        if total >= max(req.min_bytes, 1) or remaining <= 0 or _has_error(topics):
+        # Nothing to wait on (no partitions: Kafka answers at once) is an answer too;
+        # waiting for an append that cannot come once spun the loop until the deadline.
+        if not keys or total >= max(req.min_bytes, 1) or remaining <= 0 or _has_error(topics):
             return ctx.response(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
         await broker.notifier.wait_any(keys, remaining)
 
