@@ -3,7 +3,36 @@ from __future__ import annotations
 
 import pytest
 
+from semel.broker.watchdog import STALL_MARKER
 from semel.cli.process import SemelBroker, TansuBroker
+
+_stall_read_upto: dict = {}
+
+
+def _new_stall_lines() -> list[str]:
+    """Stall lines written to any semel broker log since the last look."""
+    found = []
+    for path in list(SemelBroker.log_paths):
+        try:
+            with open(path, "rb") as f:
+                f.seek(_stall_read_upto.get(path, 0))
+                data = f.read()
+        except OSError:   # not started yet, or its temp folder is gone
+            continue
+        _stall_read_upto[path] = _stall_read_upto.get(path, 0) + len(data)
+        found += [f"{path}: {line}" for line in data.decode("utf-8", "replace").splitlines()
+                  if STALL_MARKER in line]
+    return found
+
+
+@pytest.fixture(autouse=True)
+def no_event_loop_stalls():
+    """A regression net for freezes: a test fails if any semel broker process logged
+    that its event loop was held past the stall bound (2 s by default) meanwhile."""
+    _new_stall_lines()
+    yield
+    stalls = _new_stall_lines()
+    assert not stalls, "a broker's event loop was held:\n" + "\n".join(stalls)
 
 
 @pytest.fixture

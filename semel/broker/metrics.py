@@ -19,6 +19,11 @@ semel_bytes_out_total count request and response frames. Per partition, read at
 scrape: semel_partition_high_watermark, semel_partition_last_stable_offset and
 semel_partition_lso_gap (their difference: records a read_committed reader waits for).
 
+Event loop (broker.watchdog): semel_event_loop_lag_seconds (histogram of how late the
+loop woke a sleeping task, sampled continuously) and semel_event_loop_lag_max_seconds
+(the largest lag since start); semel_connections_rejected_total{reason} counts
+connections refused or dropped by a limit (total, per address, idle, stalled frame).
+
 For the security layer: `failed_logins` (semel_failed_logins_total{mechanism}) and
 `authorization_denials` (semel_authorization_denials_total{operation,resource_type});
 call `.labels(...).inc()` where a login fails or an ACL check denies.
@@ -27,7 +32,7 @@ from __future__ import annotations
 
 import logging
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -70,7 +75,21 @@ class BrokerMetrics:
         self.authorization_denials = Counter("semel_authorization_denials_total", "Requests or resources "
                                              "denied by ACLs", ["operation", "resource_type"],
                                              registry=self.registry)
+        self.loop_lag = Histogram("semel_event_loop_lag_seconds", "How late the event loop woke a sleeping "
+                                  "task (time some handler or task held the loop)", registry=self.registry,
+                                  buckets=(.001, .005, .01, .025, .05, .1, .2, .5, 1, 2, 5, 10, 30, 60))
+        self.loop_lag_max = Gauge("semel_event_loop_lag_max_seconds", "Largest event loop lag since start",
+                                  registry=self.registry)
+        self.connections_rejected = Counter("semel_connections_rejected_total", "Connections refused or "
+                                            "closed by a limit", ["reason"], registry=self.registry)
+        self._loop_lag_max = 0.0
         self.registry.register(_BrokerStateCollector(broker))
+
+    def observe_loop_lag(self, lag_s: float) -> None:
+        self.loop_lag.observe(lag_s)
+        if lag_s > self._loop_lag_max:
+            self._loop_lag_max = lag_s
+            self.loop_lag_max.set(lag_s)
 
     # --- hooks the transaction coordinator calls after applying a logged transition ---------
 

@@ -19,9 +19,10 @@ from ..storage.fs import fs_from_env
 from ..storage.manager import LogManager
 from . import handlers  # noqa: F401  (registers every route)
 from .config import BrokerConfig
-from .connection import serve
+from .connection import ConnectionLimits, serve
 from .metrics import BrokerMetrics
 from .notify import AppendNotifier
+from .watchdog import LoopWatchdog
 
 log = logging.getLogger("semel.broker")
 
@@ -34,6 +35,8 @@ class Broker:
         self.flusher = GroupCommitFlusher()
         self.notifier = AppendNotifier()
         self.metrics = BrokerMetrics(self)   # gauges read broker state at scrape time
+        self.limits = ConnectionLimits(config, self.metrics)
+        self.watchdog = LoopWatchdog(self.metrics, config.loop_lag_warn_ms / 1000, config.loop_stall_ms / 1000)
         self.groups = None
         self.txns = None
         self._server: asyncio.base_events.Server | None = None
@@ -53,7 +56,11 @@ class Broker:
             reuse_address=True, limit=1 << 20)
         if self.config.port == 0:
             self.config.port = self._server.sockets[0].getsockname()[1]
+        # Watched from the moment clients can connect (loading logs at start holds the
+        # loop on purpose: nobody is being served yet).
+        self._tasks.append(asyncio.create_task(self.watchdog.run(), name="loop-watchdog"))
         self._tasks.append(asyncio.create_task(self._retention_loop(), name="retention"))
+        self._tasks.append(asyncio.create_task(self.limits.run(), name="connection-limits"))
         if self.config.log.flush_mode == "interval":
             self._tasks.append(asyncio.create_task(self.flusher.run_interval_flush(
                 lambda: [plog for _, plog in self.logs.all_logs()], self.config.log.flush_interval_ms)))

@@ -128,6 +128,10 @@ class ManagedProcess:
 
 
 class SemelBroker(ManagedProcess):
+    # Every semel broker log of this process, in start order: the test-suite reads them
+    # for event-loop stalls (semel.broker.watchdog.STALL_MARKER).
+    log_paths: list[Path] = []
+
     def __init__(self, data_dir: Path | None = None, port: int | None = None, extra_args: list[str] = (),
                  env: dict | None = None, log_path: Path | None = None):
         super().__init__(port, log_path, env)
@@ -139,6 +143,7 @@ class SemelBroker(ManagedProcess):
         self.extra_args = list(extra_args)
         if self.log_path is None:
             self.log_path = self.data_dir.parent / f"{self.data_dir.name}.broker.log"
+        SemelBroker.log_paths.append(Path(self.log_path))
 
     def command(self) -> list[str]:
         return [sys.executable, "-m", "semel", "broker", "start", "--data-dir", str(self.data_dir),
