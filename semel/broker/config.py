@@ -43,6 +43,22 @@ class BrokerConfig:
     transaction_log_compact_records: int = 50_000
     transaction_log_segment_bytes: int = 8 * 1024 * 1024
     metrics_port: int | None = None
+    # --- limits on what one client can take (issue 14) ---
+    # Kafka's max.connections and max.connections.per.ip (both unlimited there by
+    # default; over the limit the new connection is closed at once).
+    max_connections: int = 2**31 - 1
+    max_connections_per_ip: int = 2**31 - 1
+    # Kafka's connections.max.idle.ms: a connection with no request for this long is closed.
+    connections_max_idle_ms: int = 600_000
+    # A frame whose bytes stop arriving half-way is dropped after this (Kafka's request.timeout.ms).
+    request_timeout_ms: int = 30_000
+    # Partitions one request may name (Produce, Fetch, ListOffsets, ...): more is INVALID_REQUEST
+    # (or the connection closed for APIs without a per-partition error). Bounds the CPU one
+    # request takes; far above what any client sends.
+    max_partitions_per_request: int = 10_000
+    # Event loop watchdog: log the holder past warn, log STALL_MARKER past stall.
+    loop_lag_warn_ms: int = 200
+    loop_stall_ms: int = 2_000
 
     @property
     def advertised(self) -> str:

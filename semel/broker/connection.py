@@ -6,18 +6,27 @@ handler may return a `Deferred` for work that only waits (fsync of an acks=all
 produce): the connection goes on reading while the writer task awaits the
 deferred responses in order. Malformed input closes the connection; it never
 reaches storage.
+
+Limits (broker config, Kafka's names): max_connections / max_connections_per_ip
+close a new connection at once; connections_max_idle_ms closes a connection that
+sent nothing for that long; request_timeout_ms drops a connection whose frame
+stopped arriving half-way; max_partitions_per_request closes a connection whose
+request names more partitions (bounding the CPU one request can take). Each is
+logged with the peer and counted in semel_connections_rejected_total{reason}.
+`Broker.limits` (a ConnectionLimits) enforces the first three.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+from collections import Counter
 from typing import Any, Awaitable
 
 from ..protocol.errors import ProtocolError
 from ..protocol.frame import FrameDecoder
 from ..protocol.messages import (
-    API_VERSIONS_KEY, UnsupportedVersion, decode_request, encode_response,
+    API_VERSIONS_KEY, UnsupportedVersion, decode_request, encode_response, partition_count,
     unsupported_api_versions_response,
 )
 from .router import ROUTES, RequestContext, supported_versions
@@ -40,9 +49,97 @@ class _Close(Exception):
     pass
 
 
+class Connection:
+    """One client connection's state. `principal` and `session` are where the
+    security layer keeps who authenticated and its SASL exchange (None: not yet);
+    the router's RequestContext carries this object as `connection`."""
+    __slots__ = ("peer", "ip", "transport", "decoder", "last_active", "principal", "session")
+
+    def __init__(self, peer: str, ip: str, transport, decoder: FrameDecoder):
+        self.peer = peer
+        self.ip = ip
+        self.transport = transport
+        self.decoder = decoder
+        self.last_active = time.monotonic()
+        self.principal = None
+        self.session = None
+
+
+class ConnectionLimits:
+    """Counts connections per address and closes idle and stalled ones.
+
+    The sweep runs on a timer instead of a timeout around every read: one timer
+    for the broker costs nothing on the hot path."""
+
+    def __init__(self, config, metrics):
+        self.config = config
+        self.metrics = metrics
+        self.open: set[Connection] = set()
+        self.per_ip: Counter[str] = Counter()
+
+    def admit(self, conn: Connection) -> bool:
+        cfg = self.config
+        if len(self.open) >= cfg.max_connections:
+            return self._refuse(conn, "max_connections", cfg.max_connections)
+        if self.per_ip[conn.ip] >= cfg.max_connections_per_ip:
+            return self._refuse(conn, "max_connections_per_ip", cfg.max_connections_per_ip)
+        self.open.add(conn)
+        self.per_ip[conn.ip] += 1
+        return True
+
+    def release(self, conn: Connection) -> None:
+        if conn in self.open:
+            self.open.discard(conn)
+            self.per_ip[conn.ip] -= 1
+            if self.per_ip[conn.ip] <= 0:
+                del self.per_ip[conn.ip]
+
+    def _refuse(self, conn: Connection, reason: str, limit: int) -> bool:
+        self.metrics.connections_rejected.labels(reason).inc()
+        log.warning("refusing connection from %s: %s=%d reached", conn.peer, reason, limit)
+        return False
+
+    def sweep_interval_s(self) -> float:
+        shortest = min(self.config.connections_max_idle_ms, self.config.request_timeout_ms) / 1000
+        return min(max(shortest / 4, 0.01), 1.0)
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.sweep_interval_s())
+            self.sweep(time.monotonic())
+
+    def sweep(self, now: float) -> None:
+        idle_s = self.config.connections_max_idle_ms / 1000
+        stall_s = self.config.request_timeout_ms / 1000
+        for conn in list(self.open):
+            quiet = now - conn.last_active
+            if conn.decoder.buffered and quiet > stall_s:
+                self._drop(conn, "stalled_frame", f"a frame stopped arriving ({conn.decoder.buffered} bytes "
+                                                  f"buffered, nothing for {quiet:.1f}s > request_timeout_ms)")
+            elif quiet > idle_s:
+                self._drop(conn, "idle", f"idle for {quiet:.1f}s > connections_max_idle_ms")
+
+    def _drop(self, conn: Connection, reason: str, why: str) -> None:
+        self.metrics.connections_rejected.labels(reason).inc()
+        log.info("closing %s: %s", conn.peer, why)
+        self.release(conn)
+        conn.transport.abort()
+
+
 async def serve(broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    peer = _peer(writer)
-    decoder = FrameDecoder(broker.config.max_request_bytes)
+    peer, ip = _peer(writer)
+    conn = Connection(peer, ip, writer.transport, FrameDecoder(broker.config.max_request_bytes))
+    if not broker.limits.admit(conn):
+        writer.transport.abort()
+        return
+    try:
+        await _serve(broker, conn, reader, writer)
+    finally:
+        broker.limits.release(conn)
+
+
+async def _serve(broker, conn: Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    peer, decoder = conn.peer, conn.decoder
     queue: asyncio.Queue = asyncio.Queue(MAX_PENDING_RESPONSES)
     writer_task = asyncio.create_task(_write_loop(writer, queue, peer, broker.metrics))
     try:
@@ -50,11 +147,13 @@ async def serve(broker, reader: asyncio.StreamReader, writer: asyncio.StreamWrit
             data = await reader.read(1 << 20)
             if not data:
                 break
+            conn.last_active = time.monotonic()
             broker.metrics.bytes_in.inc(len(data))
             for frame in decoder.feed(data):
-                item = await _dispatch(broker, frame, peer)
+                item = await _dispatch(broker, conn, frame)
                 if item is not None:
                     await queue.put(item)
+                conn.last_active = time.monotonic()
     except ProtocolError as exc:
         broker.metrics.bad_frames.inc()
         log.warning("closing %s: %s", peer, exc)
@@ -78,8 +177,12 @@ async def serve(broker, reader: asyncio.StreamReader, writer: asyncio.StreamWrit
     writer.close()
 
 
-async def _dispatch(broker, frame: bytes, peer: str):
-    """Returns bytes, a (ctx, Deferred) pair, or None (no response)."""
+async def _dispatch(broker, conn: Connection, frame: bytes):
+    """Returns bytes, a (ctx, Deferred) pair, or None (no response).
+
+    The names `req` and `peer` are read by the loop watchdog (broker.watchdog) to
+    say which request held the loop: keep them."""
+    peer = conn.peer
     supported = supported_versions()
     try:
         req = decode_request(frame, supported)
@@ -88,8 +191,14 @@ async def _dispatch(broker, frame: bytes, peer: str):
             return unsupported_api_versions_response(exc.correlation_id, supported)
         log.warning("closing %s: %s", peer, exc)
         raise _Close() from None
+    limit = broker.config.max_partitions_per_request
+    if partition_count(req.body, limit) > limit:
+        broker.metrics.connections_rejected.labels("max_partitions_per_request").inc()
+        log.warning("closing %s: api %d v%d names more than max_partitions_per_request=%d partitions",
+                    peer, req.api_key, req.api_version, limit)
+        raise _Close() from None
     route = ROUTES[req.api_key]
-    ctx = RequestContext(broker, req.api_key, req.api_version, req.correlation_id, req.client_id, peer)
+    ctx = RequestContext(broker, req.api_key, req.api_version, req.correlation_id, req.client_id, peer, conn)
     api = route.fn.__name__
     broker.metrics.requests.labels(api).inc()
     started = time.perf_counter()
@@ -139,6 +248,7 @@ async def _write_loop(writer: asyncio.StreamWriter, queue: asyncio.Queue, peer: 
             return
 
 
-def _peer(writer: asyncio.StreamWriter) -> str:
+def _peer(writer: asyncio.StreamWriter) -> tuple[str, str]:
+    """("host:port", host) of the client."""
     info = writer.get_extra_info("peername")
-    return f"{info[0]}:{info[1]}" if info else "?"
+    return (f"{info[0]}:{info[1]}", str(info[0])) if info else ("?", "?")

@@ -48,6 +48,9 @@ class RequestContext:
     correlation_id: int
     client_id: str | None
     peer: str
+    # The broker.connection.Connection the request came on: per-connection state
+    # (principal / session for the security layer).
+    connection: Any = None
 
     def response(self, **fields) -> Any:
         """The response object of this request's API at this version."""

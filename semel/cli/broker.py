@@ -44,6 +44,19 @@ def add_parser(sub) -> None:
     s.add_argument("--offsets-log-segment-bytes", type=int, default=None,
                    help="segment size of __consumer_offsets, set when it is created (default 8 MiB)")
     s.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus metrics on this port")
+    s.add_argument("--max-connections", type=int, default=None, help="open connections in all (default unlimited)")
+    s.add_argument("--max-connections-per-ip", type=int, default=None,
+                   help="open connections from one address (default unlimited)")
+    s.add_argument("--connections-max-idle-ms", type=int, default=None,
+                   help="close a connection that sent nothing for this long (default 600000)")
+    s.add_argument("--request-timeout-ms", type=int, default=None,
+                   help="drop a connection whose request stopped arriving half-way after this (default 30000)")
+    s.add_argument("--max-partitions-per-request", type=int, default=None,
+                   help="close a connection whose request names more partitions (default 10000)")
+    s.add_argument("--loop-lag-warn-ms", type=int, default=None,
+                   help="log the request that held the event loop longer than this (default 200)")
+    s.add_argument("--loop-stall-ms", type=int, default=None,
+                   help="log an event-loop stall (error) past this (default 2000)")
     s.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     s.set_defaults(func=run)
 
@@ -65,6 +78,13 @@ _OVERRIDES = {
     "transaction_log_segment_bytes": "transaction_log_segment_bytes",
     "offsets_log_compact_records": "offsets_log_compact_records",
     "offsets_log_segment_bytes": "offsets_log_segment_bytes",
+    "max_connections": "max_connections",
+    "max_connections_per_ip": "max_connections_per_ip",
+    "connections_max_idle_ms": "connections_max_idle_ms",
+    "request_timeout_ms": "request_timeout_ms",
+    "max_partitions_per_request": "max_partitions_per_request",
+    "loop_lag_warn_ms": "loop_lag_warn_ms",
+    "loop_stall_ms": "loop_stall_ms",
 }
 
 

@@ -101,6 +101,29 @@ def unsupported_api_versions_response(correlation_id: int, supported: dict[int, 
     return encode_response(API_VERSIONS_KEY, 0, correlation_id, body)
 
 
+def partition_count(body: Any, stop_above: int) -> int:
+    """Entries of the lists nested one level inside the request's top-level lists:
+    the partitions of every topic-shaped request (Produce, Fetch, ListOffsets,
+    OffsetCommit, AddPartitionsToTxn, ...), and for flat lists (Metadata topics,
+    group ids) the list itself. Stops counting once past `stop_above`."""
+    total = 0
+    for field in body._struct._fields:
+        if not field.is_array():
+            continue
+        items = getattr(body, field.name, None) or ()
+        if not field.is_struct_array():
+            total += len(items)
+            continue
+        nested = [f.name for f in field.array_of._fields if f.is_array()]
+        if not nested:
+            total += len(items)
+        for item in items:
+            total += sum(len(getattr(item, name, None) or ()) for name in nested)
+            if total > stop_above:
+                return total
+    return total
+
+
 def response_class(api_key: int) -> type[ApiMessage]:
     return RESPONSE_CLASSES[api_key]
 
@@ -133,5 +156,5 @@ def encode_request(api_key: int, api_version: int, correlation_id: int, client_i
 __all__ = [
     "Request", "UnsupportedVersion", "decode_request", "encode_response", "decode_response",
     "encode_request", "unsupported_api_versions_response", "response_class", "request_class",
-    "peek_header", "spec_max_version", "RequestHeader",
+    "peek_header", "spec_max_version", "RequestHeader", "partition_count",
 ]
