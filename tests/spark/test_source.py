@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from contextlib import contextmanager
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -73,6 +74,32 @@ def run_available_now(df, batches: list | None = None) -> list:
     assert q.awaitTermination(180), "availableNow query did not finish"
     assert q.exception() is None
     return got
+
+
+@contextmanager
+def running(df, checkpoint):
+    """A query collecting the values it reads (foreachBatch, 200 ms triggers), stopped at the end."""
+    seen: list[str] = []
+    lock = threading.Lock()
+
+    def collect(batch_df, batch_id):
+        got = [r.value.decode() for r in batch_df.collect()]
+        with lock:
+            seen.extend(got)
+
+    q = (df.writeStream.foreachBatch(collect).trigger(processingTime="200 milliseconds")
+         .option("checkpointLocation", str(checkpoint)).start())
+    try:
+        yield q, seen
+    finally:
+        q.stop()
+
+
+def fails(q, match: str) -> None:
+    """The query ends by itself with an error matching `match` (a liveness bound, not a timing)."""
+    with pytest.raises(Exception, match=match):
+        assert q.awaitTermination(120), "query neither failed nor stopped"
+        raise AssertionError(f"query ended without an error: {q.exception()}")
 
 
 # --- batch reads -----------------------------------------------------------------------
@@ -200,18 +227,8 @@ def test_stream_picks_up_new_partitions_of_a_pattern(spark, broker, tmp_path):
     bs = broker.bootstrap
     create(bs, "pat-a", 1)
     produce(bs, "pat-a", ["a0", "a1"])
-    seen: list[str] = []
-    lock = threading.Lock()
-
-    def collect(batch_df, batch_id):
-        got = [r.value.decode() for r in batch_df.collect()]
-        with lock:
-            seen.extend(got)
-
     df = reader(spark, bs, stream=True, subscribePattern="pat-.*", startingOffsets="earliest")
-    q = (df.writeStream.foreachBatch(collect).trigger(processingTime="500 milliseconds")
-         .option("checkpointLocation", str(tmp_path / "ckpt")).start())
-    try:
+    with running(df, tmp_path / "ckpt") as (q, seen):
         wait.until(lambda: len(seen) >= 2, "first topic read", timeout_s=120)
         # Partitions that appear while the query runs are read from their earliest offset.
         create(bs, "pat-b", 2)
@@ -220,8 +237,6 @@ def test_stream_picks_up_new_partitions_of_a_pattern(spark, broker, tmp_path):
         produce(bs, "pat-a", ["a2"])
         wait.until(lambda: len(seen) >= 5 or q.exception(), "new topic's partitions read", timeout_s=120)
         assert q.exception() is None
-    finally:
-        q.stop()
     assert sorted(seen) == ["a0", "a1", "a2", "b0", "b1"]
 
 
@@ -246,12 +261,8 @@ def test_topic_recreated_under_a_running_query_is_data_loss(spark, broker, tmp_p
     bs = broker.bootstrap
     create(bs, "s-recreate", 1)
     produce(bs, "s-recreate", ["r1", "r2", "r3"])
-    seen: list[str] = []
     df = reader(spark, bs, stream=True, subscribe="s-recreate", startingOffsets="earliest")
-    q = (df.writeStream.foreachBatch(lambda d, i: seen.extend(r.value.decode() for r in d.collect()))
-         .trigger(processingTime="200 milliseconds")
-         .option("checkpointLocation", str(tmp_path / "ckpt")).start())
-    try:
+    with running(df, tmp_path / "ckpt") as (q, seen):
         wait.until(lambda: len(seen) >= 3, "records of the first topic", timeout_s=120)
         admin = AdminClient({"bootstrap.servers": bs})
         for f in admin.delete_topics(["s-recreate"]).values():
@@ -259,11 +270,7 @@ def test_topic_recreated_under_a_running_query_is_data_loss(spark, broker, tmp_p
         wait.until(lambda: "s-recreate" not in admin.list_topics(timeout=10).topics, "topic deleted")
         create(bs, "s-recreate", 1)
         produce(bs, "s-recreate", ["new"])
-        with pytest.raises(Exception, match="the log went back"):
-            assert q.awaitTermination(120), "query went on over a recreated topic"
-            raise AssertionError(f"query ended without an error: {q.exception()}")
-    finally:
-        q.stop()
+        fails(q, "the log went back")
     assert seen == ["r1", "r2", "r3"]
 
 
@@ -285,11 +292,9 @@ def test_malformed_options_fail_at_start(spark, broker, options, message):
 def test_unknown_topic_fails_batch_and_stream(spark, broker):
     with pytest.raises(Exception, match="unknown topic or partition: no-such-topic"):
         reader(spark, broker.bootstrap, subscribe="no-such-topic").collect()
-    with pytest.raises(Exception, match="unknown topic or partition: no-such-topic"):
-        q = reader(spark, broker.bootstrap, stream=True, subscribe="no-such-topic") \
-            .writeStream.format("noop").start()
-        assert q.awaitTermination(120), "query with an unknown topic neither failed nor stopped"
-        raise AssertionError(f"query ended without an error: {q.exception()}")
+    q = reader(spark, broker.bootstrap, stream=True, subscribe="no-such-topic") \
+        .writeStream.format("noop").start()
+    fails(q, "unknown topic or partition: no-such-topic")
 
 
 def test_unreachable_broker_fails_with_bounded_retries(spark):
@@ -302,20 +307,12 @@ def test_broker_outage_mid_query_fails_after_bounded_retries(spark, start_broker
     b = start_broker("--group-initial-rebalance-delay-ms", "0")
     create(b.bootstrap, "s-outage", 1)
     produce(b.bootstrap, "s-outage", ["o1", "o2"])
-    seen: list[str] = []
     df = reader(spark, b.bootstrap, stream=True, subscribe="s-outage", startingOffsets="earliest",
                 **{"kafka.request.timeout.ms": "2000"})
-    q = (df.writeStream.foreachBatch(lambda d, i: seen.extend(r.value.decode() for r in d.collect()))
-         .trigger(processingTime="200 milliseconds")
-         .option("checkpointLocation", str(tmp_path / "ckpt")).start())
-    try:
+    with running(df, tmp_path / "ckpt") as (q, seen):
         wait.until(lambda: len(seen) >= 2, "records read before the outage", timeout_s=120)
         b.kill()
-        with pytest.raises(Exception, match="gave up after 2 s: no broker reachable"):
-            assert q.awaitTermination(120), "query kept running with its broker gone"
-            raise AssertionError(f"query ended without an error: {q.exception()}")
-    finally:
-        q.stop()
+        fails(q, "gave up after 2 s: no broker reachable")
     assert seen == ["o1", "o2"]
 
 

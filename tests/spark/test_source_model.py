@@ -20,18 +20,10 @@ import pytest
 from semel.client import Client
 from semel.client.reader import Cluster, read_range
 from semel.protocol import records
-from tests.spark.conftest import module_broker
 from tests.support import wait
 from tests.support.txn import RawTxn
 
 TOPIC, PARTITIONS = "model", 2
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    b = module_broker(tmp_path_factory, "source-model")
-    yield b
-    b.close()
 
 
 class Model:
@@ -64,7 +56,8 @@ def rows_of(cluster: Cluster, topic: str, p: int, lo: int, hi: int,
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_range_reads_match_the_model_after_every_step(broker, seed):
+def test_range_reads_match_the_model_after_every_step(spark_broker, seed):
+    broker = spark_broker
     rnd = random.Random(seed)
     topic_admin = Client(broker.bootstrap)
     topic = f"{TOPIC}-{seed}"   # one topic per seed: the model's offsets start at 0
