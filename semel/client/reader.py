@@ -84,7 +84,10 @@ def _check(code: int, what: str) -> None:
 class Cluster:
     """Connections to the brokers of one cluster, found from the bootstrap list."""
 
-    def __init__(self, bootstrap: str, timeout_s: float = 30.0, client_id: str = "semel-spark"):
+    def __init__(self, bootstrap: str, timeout_s: float = 30.0, client_id: str = "semel-spark",
+                 topics: list[str] | None = None):
+        """topics: those whose metadata to load now (None: all); an executor reading one
+        range needs one topic, not the metadata of a whole cluster."""
         self.bootstrap = [s.strip() for s in bootstrap.split(",") if s.strip()]
         self.client_id = client_id
         self.retry = Retry(timeout_s)
@@ -93,7 +96,7 @@ class Cluster:
         self.brokers: dict[int, str] = {}
         self.leaders: dict[TP, int] = {}
         self.topic_partitions: dict[str, int] = {}
-        self.retry.run(f"connecting to {bootstrap}", self._refresh)
+        self.retry.run(f"connecting to {bootstrap}", lambda: self._refresh(topics))
 
     def close(self) -> None:
         for c in self._conns.values():

@@ -80,9 +80,9 @@ def _broker_errors():
         raise SourceError(str(exc)) from None
 
 
-def _connect(o: opt.SourceOptions) -> Cluster:
+def _connect(o: opt.SourceOptions, topics: list[str] | None = None) -> Cluster:
     try:
-        return Cluster(o.bootstrap, timeout_s=o.request_timeout_ms / 1000)
+        return Cluster(o.bootstrap, timeout_s=o.request_timeout_ms / 1000, topics=topics)
     except ReaderError as exc:
         raise SourceError(f"cannot reach the brokers: {exc}") from None
 
@@ -185,7 +185,7 @@ def _read(o: opt.SourceOptions, schema: StructType, part: RangePartition) -> Ite
     from pyspark.sql.pandas.types import to_arrow_schema
 
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
-    cluster = _connect(o)
+    cluster = _connect(o, [part.topic])
     try:
         with _broker_errors():
             for rows in read_range(cluster, (part.topic, part.partition), part.start, part.end,
