@@ -93,6 +93,7 @@ class Cluster:
         self.retry = Retry(timeout_s)
         self._socket_timeout = max(1.0, min(timeout_s, 30.0))
         self._conns: dict[str, Client] = {}
+        self._zero_wait = True   # whether Fetch with max_wait_ms=0 is answered properly
         self.brokers: dict[int, str] = {}
         self.leaders: dict[TP, int] = {}
         self.topic_partitions: dict[str, int] = {}
@@ -241,7 +242,8 @@ class Cluster:
     def _fetch(self, address: str, positions: dict[TP, int], read_committed: bool, max_bytes: int,
                min_bytes: int = 1, max_wait_ms: int = 100) -> dict[TP, object]:
         """One Fetch of several partitions led by one broker; partition responses by tp.
-        max_wait_ms is not 0: Tansu 0.6 answers a zero wait with no partitions at all."""
+        Reads wait up to 100 ms, never 0: Tansu 0.6 answers a zero wait with no
+        partitions at all (then a zero wait is not used again on this cluster)."""
         cls = request_class(1)
         T = cls.FetchTopic
         topics: dict[str, list[int]] = {}
@@ -260,6 +262,8 @@ class Cluster:
         out = {(rt.topic, rp.partition_index): rp for rt in resp.responses for rp in rt.partitions}
         missing = set(positions) - set(out)
         if missing:
+            if max_wait_ms == 0:
+                self._zero_wait = False
             raise _Transient(f"Fetch: no answer for {sorted(missing)}")
         return out
 
@@ -288,8 +292,10 @@ class Cluster:
             out = dict(listed)
             try:
                 for address, group in self._by_leader(listed).items():
+                    # Zero wait where the broker allows it: semel waits max_wait_ms
+                    # even for min_bytes=0 at the log end.
                     got = self._fetch(address, {tp: listed[tp] for tp in group}, read_committed,
-                                      max_bytes=1, min_bytes=0)
+                                      max_bytes=1, min_bytes=0, max_wait_ms=0 if self._zero_wait else 100)
                     for tp, p in got.items():
                         if p.error_code == KafkaError.NONE:
                             mark = p.last_stable_offset if read_committed else p.high_watermark
