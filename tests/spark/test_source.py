@@ -223,6 +223,30 @@ def test_stream_starting_offsets_latest_json_and_committed(spark, broker):
     assert [r[3] for _, rs in resumed for r in rs] == ["v6", "v7"]
 
 
+def test_committed_start_waits_for_the_transaction_that_commits_the_offsets(broker):
+    """The sink commits a batch's source offsets inside the batch's transaction: while
+    that transaction is open the committed position is unknown (UNSTABLE_OFFSET_COMMIT),
+    so the source retries (bounded) rather than start from a stale position."""
+    from semel.client import Client
+    from semel.client.reader import Cluster, ReaderError
+    from tests.support.txn import RawTxn
+    bs = broker.bootstrap
+    create(bs, "s-pending", 1)
+    tp = ("s-pending", 0)
+    raw = RawTxn(Client(bs), "pending-offsets")
+    try:
+        assert raw.init() == 0
+        assert raw.add_offsets("pending-group") == 0
+        assert raw.commit_offsets("pending-group", {tp: 4}) == {tp: 0}
+        with Cluster(bs, timeout_s=1) as cluster:
+            with pytest.raises(ReaderError, match="UNSTABLE_OFFSET_COMMIT"):
+                cluster.committed("pending-group", [tp])
+            assert raw.end(commit=True) == 0
+            assert cluster.committed("pending-group", [tp]) == {tp: 4}
+    finally:
+        raw.c.close()
+
+
 def test_stream_picks_up_new_partitions_of_a_pattern(spark, broker, tmp_path):
     bs = broker.bootstrap
     create(bs, "pat-a", 1)
