@@ -23,7 +23,7 @@ from aiokafka.record.default_records import DefaultRecordBatch
 
 from ..protocol.errors import KafkaError
 from ..protocol.messages import request_class
-from ..protocol.records import ATTR_CONTROL, ATTR_TRANSACTIONAL, CONTROL_ABORT, iter_batches
+from ..protocol.records import ATTR_CONTROL, ATTR_TRANSACTIONAL, CONTROL_ABORT, crc_ok, iter_batches
 from .client import Client, ClientError
 
 EARLIEST = -2
@@ -399,6 +399,9 @@ def _decode(buf: memoryview, pos: int, end: int, aborted: list[tuple[int, int]],
         if hdr.base_offset >= end:
             break
         nxt = last + 1
+        if not crc_ok(buf, bpos, hdr.size):
+            raise ReaderError(f"record batch at offset {hdr.base_offset} fails its CRC-32C check",
+                              KafkaError.CORRUPT_MESSAGE)
         while ai < len(aborted) and aborted[ai][0] <= last:
             aborting.add(aborted[ai][1])
             ai += 1

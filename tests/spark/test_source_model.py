@@ -151,3 +151,13 @@ def test_range_reads_match_the_model_after_every_step(spark_broker, seed):
             raw.c.close()
         plain.close()
         topic_admin.close()
+
+
+def test_a_batch_failing_its_crc_is_refused_not_decoded():
+    from semel.client.reader import ReaderError, _decode
+    good = bytearray(records.build_batch([(b"k", b"value-1"), (b"k", b"value-2")]))
+    rows, nxt = _decode(memoryview(bytes(good)), 0, 10, [], True, False)
+    assert rows.values == [b"value-1", b"value-2"] and nxt == 2
+    good[-3] ^= 0xFF   # one flipped byte inside the records
+    with pytest.raises(ReaderError, match="CRC-32C"):
+        _decode(memoryview(bytes(good)), 0, 10, [], True, False)
