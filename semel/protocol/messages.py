@@ -73,9 +73,57 @@ def decode_request(frame: bytes, supported: dict[int, tuple[int, int]]) -> Reque
     try:
         body = cls.decode(frame, version=api_version, header=True)
     except Exception as exc:  # any malformed body is the client's fault
-        raise ProtocolError(f"malformed api {api_key} v{api_version}: {exc!r}") from None
+        # Bounded: the codec's message may quote the whole bad string (a log line per byte sent).
+        raise ProtocolError(f"malformed api {api_key} v{api_version}: {_short(repr(exc))}") from None
+    bad = _null_where_not_allowed(body, cls._struct, api_version)
+    if bad is not None:
+        # The codec reads length -1 as None for any array or string; Kafka's own parser
+        # refuses it where the schema does not allow null, and handlers rely on that.
+        raise ProtocolError(f"malformed api {api_key} v{api_version}: null {bad}")
     hdr = body.header
     return Request(api_key, api_version, correlation_id, hdr.client_id, body)
+
+
+def _short(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} chars)"
+
+
+_NULL_PLANS: dict[tuple[int, int], list] = {}
+
+
+def _null_plan(struct, version: int) -> list:
+    """(name, nullable, nested struct or None) for the fields of `struct` at `version`
+    that can decode as None: arrays, strings, bytes, structs."""
+    key = (id(struct), version)
+    plan = _NULL_PLANS.get(key)
+    if plan is None:
+        plan = []
+        for f in struct._fields:
+            if not f.for_version_q(version):
+                continue
+            nested = f.array_of if f.is_struct_array() else f if f.is_struct() else None
+            if nested is None and not f.is_array() and f.type_str not in ("string", "bytes", "records"):
+                continue
+            plan.append((f.name, f.nullable_for_version_q(version), nested, f.is_array()))
+        _NULL_PLANS[key] = plan
+    return plan
+
+
+def _null_where_not_allowed(obj, struct, version: int) -> str | None:
+    """The name of the first field holding None where the schema forbids it."""
+    for name, nullable, nested, is_array in _null_plan(struct, version):
+        value = getattr(obj, name, None)
+        if value is None:
+            if not nullable:
+                return name
+            continue
+        if nested is None:
+            continue
+        for item in (value if is_array else (value,)):
+            bad = _null_where_not_allowed(item, nested, version)
+            if bad is not None:
+                return f"{name}.{bad}"
+    return None
 
 
 def encode_response(api_key: int, api_version: int, correlation_id: int, body: Any) -> bytes:

@@ -24,6 +24,9 @@ async def create_topics(ctx, req):
 
 def _create_one(ctx, t, validate_only: bool):
     nparts = t.num_partitions if t.num_partitions != -1 else ctx.broker.config.default_partitions
+    cap = ctx.broker.config.max_partitions_per_request
+    if nparts > cap:  # 2^31-1 partitions once meant creating directories until the disk or the loop gave out
+        return KafkaError.INVALID_PARTITIONS, f"more than max_partitions_per_request={cap} partitions", nparts
     if t.replication_factor not in (-1, 1):
         return KafkaError.INVALID_REPLICATION_FACTOR, "a single broker holds one replica", nparts
     configs = {c.name: c.value for c in t.configs}
