@@ -125,6 +125,7 @@ def test_batch_read_schema_and_offset_ranges(spark, broker):
     assert values(ranged) == [f"p0-{i}" for i in range(3, 7)] + [f"p1-{i}" for i in range(6)]
     # One Spark partition per Kafka partition range.
     assert ranged.rdd.getNumPartitions() == 2
+    assert values(reader(spark, bs, assign=json.dumps({"b-range": [1]}))) == [f"p1-{i}" for i in range(6)]
 
     with_headers = reader(spark, bs, subscribe="b-range", includeHeaders="true",
                           endingOffsets=json.dumps({"b-range": {"0": 1, "1": 1}}))
