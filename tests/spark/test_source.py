@@ -328,17 +328,28 @@ def test_unreachable_broker_fails_with_bounded_retries(spark):
         reader(spark, dead, subscribe="t", **{"kafka.request.timeout.ms": "1500"}).collect()
 
 
-def test_broker_outage_mid_query_fails_after_bounded_retries(spark, start_broker, tmp_path):
+def test_broker_restart_within_the_retry_bound_is_survived_and_an_outage_is_not(
+        spark, start_broker, tmp_path):
     b = start_broker("--group-initial-rebalance-delay-ms", "0")
     create(b.bootstrap, "s-outage", 1)
     produce(b.bootstrap, "s-outage", ["o1", "o2"])
     df = reader(spark, b.bootstrap, stream=True, subscribe="s-outage", startingOffsets="earliest",
+                **{"kafka.request.timeout.ms": "20000"})
+    with running(df, tmp_path / "ckpt1") as (q, seen):
+        wait.until(lambda: len(seen) >= 2, "records read before the restart", timeout_s=120)
+        b.restart()   # SIGKILL and start again on the same port and data
+        produce(b.bootstrap, "s-outage", ["o3"])
+        wait.until(lambda: len(seen) >= 3 or q.exception(), "records read after the restart", timeout_s=120)
+        assert q.exception() is None
+    assert seen == ["o1", "o2", "o3"]
+
+    df = reader(spark, b.bootstrap, stream=True, subscribe="s-outage", startingOffsets="earliest",
                 **{"kafka.request.timeout.ms": "2000"})
-    with running(df, tmp_path / "ckpt") as (q, seen):
-        wait.until(lambda: len(seen) >= 2, "records read before the outage", timeout_s=120)
+    with running(df, tmp_path / "ckpt2") as (q, seen):
+        wait.until(lambda: len(seen) >= 3, "records read before the outage", timeout_s=120)
         b.kill()
         fails(q, "gave up after 2 s: no broker reachable")
-    assert seen == ["o1", "o2"]
+    assert seen == ["o1", "o2", "o3"]
 
 
 # --- another Kafka-compatible broker -------------------------------------------------------
