@@ -16,6 +16,7 @@ from ..coordinator.group import GroupCoordinator
 from ..coordinator.txn import TransactionCoordinator
 from ..storage.flusher import GroupCommitFlusher
 from ..storage.fs import fs_from_env
+from ..storage.errors import StorageError
 from ..storage.manager import LogManager
 from . import handlers  # noqa: F401  (registers every route)
 from .config import BrokerConfig
@@ -116,6 +117,10 @@ class Broker:
             await self.flusher.sync(plog, upto_offset)
 
 
+class BrokerStartError(Exception):
+    """The broker cannot start on this data (a damaged file, named in the message)."""
+
+
 def run_broker(config: BrokerConfig) -> None:
     """Run in the foreground until SIGTERM/SIGINT."""
     try:
@@ -126,7 +131,13 @@ def run_broker(config: BrokerConfig) -> None:
 
     async def main() -> None:
         broker = Broker(config)
-        await broker.start()
+        try:
+            await broker.start()
+        except (StorageError, RuntimeError, ValueError) as exc:
+            # Damaged files on disk: one clear line naming the file, not a traceback; the
+            # same data will fail the same way on every restart until someone acts.
+            log.error("cannot start on %s: %s", config.data_dir, exc)
+            raise BrokerStartError(str(exc)) from None
         print(f"semel broker ready on {config.host}:{config.port}", flush=True)
         await broker.serve_forever()
 

@@ -124,9 +124,11 @@ def run(args) -> int:
         args.data_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise CliError(f"cannot use data dir {args.data_dir}: {exc.strerror}") from None
-    from ..broker.server import run_broker
+    from ..broker.server import BrokerStartError, run_broker
     try:
         run_broker(cfg)
     except OSError as exc:
         raise CliError(f"cannot start: {exc.strerror or exc}") from None
+    except BrokerStartError as exc:
+        raise CliError(f"cannot start: {exc}") from None
     return 0

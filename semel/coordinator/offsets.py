@@ -296,7 +296,7 @@ def scan_log(plog, chunk_bytes: int = 1 << 20) -> Iterator[tuple[bytes, int, obj
     """(buffer, position, header) of every batch from log start to log end."""
     offset = plog.log_start_offset
     while offset < plog.log_end_offset:
-        chunk = plog.read(offset, chunk_bytes)
+        chunk = plog.read_checked(offset, chunk_bytes)   # damage on disk: CorruptLogError naming the file
         if not chunk:
             return
         advanced = False

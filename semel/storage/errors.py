@@ -25,6 +25,18 @@ class StorageError(AppendError):
         super().__init__(KafkaError.KAFKA_STORAGE_ERROR, message)
 
 
+class CorruptLogError(StorageError):
+    """Bytes read back from a segment are not the batches written there (damaged on
+    disk). The message names the file and offset; `first_report` is False when the
+    same damage was reported before (callers log it once)."""
+
+    def __init__(self, message: str, path: str, offset: int, first_report: bool = True):
+        super().__init__(message)
+        self.path = path
+        self.offset = offset
+        self.first_report = first_report
+
+
 class ProducerStateError(AppendError):
     """Idempotence / transaction rules rejected a batch (sequence, epoch, txn state)."""
 

@@ -34,14 +34,15 @@ from pathlib import Path
 from semel.protocol.errors import KafkaError
 from semel.protocol.records import (
     CONTROL_ABORT, CONTROL_COMMIT, BatchHeader, build_control_batch, iter_records, set_base_offset, split_batches,
+    verified_prefix,
 )
 
 from . import checkpoint as cpfile
-from .errors import AppendError, OffsetOutOfRange, ProducerStateError, StorageError
+from .errors import AppendError, CorruptLogError, OffsetOutOfRange, ProducerStateError, StorageError
 from .fs import FileSystem
 from .producer_state import ProducerStateManager, load_latest_snapshot, prune_snapshots, write_snapshot
 from .segment import (
-    INDEX_SUFFIXES, LOG_SUFFIX, MAX_RELATIVE_OFFSET, Segment, parse_segment_file, scan_valid,
+    INDEX_SUFFIXES, LOG_SUFFIX, MAX_RELATIVE_OFFSET, Segment, parse_segment_file, scan_valid, segment_name,
 )
 from .txn_index import AbortedTxn
 from .types import AppendInfo
@@ -115,6 +116,7 @@ class PartitionLog:
         self.fs = fs
         self._segments: list[Segment] = []
         self._bases: list[int] = []
+        self._reported_damage: set[tuple[str, int]] = set()   # (file, offset) already logged
         self.log_start_offset = 0
         self.log_end_offset = 0
         self.flushed_offset = 0
@@ -492,6 +494,29 @@ class PartitionLog:
         except OSError as exc:
             raise StorageError(f"read of {self.directory} failed: {exc}") from exc
         return b""
+
+    def read_checked(self, offset: int, max_bytes: int, upper_bound: int | None = None) -> bytes:
+        """read(), verified batch by batch (structure, offset order, CRC-32C): the good
+        batches before any damage, or CorruptLogError naming the segment file when
+        the first batch itself is damaged. Readers that hand bytes to clients or
+        replay coordinator state use this, never the unverified read()."""
+        data = self.read(offset, max_bytes, upper_bound)
+        good, bad_at = verified_prefix(data, offset)
+        if bad_at is None:
+            return data
+        path = self.segment_path(bad_at)
+        first = (path, bad_at) not in self._reported_damage
+        if first and len(self._reported_damage) < 1000:
+            self._reported_damage.add((path, bad_at))
+            log.error("%s: damaged batch at offset %d (CRC or structure); it is not served", path, bad_at)
+        if good:
+            return good
+        raise CorruptLogError(f"{path}: damaged batch at offset {bad_at}", path, bad_at, first)
+
+    def segment_path(self, offset: int) -> str:
+        """The segment data file holding `offset` (for messages)."""
+        i = max(bisect_right(self._bases, offset) - 1, 0)
+        return str(self.directory / f"{segment_name(self._bases[i] if self._bases else 0)}{LOG_SUFFIX}")
 
     def offset_for_timestamp(self, ts_ms: int) -> tuple[int, int] | None:
         """(timestamp, offset) of the first record with timestamp >= ts_ms, or None."""

@@ -7,11 +7,15 @@ anything) until min_bytes are available or max_wait_ms passes.
 """
 from __future__ import annotations
 
+import logging
 import time
 
 from ...protocol.errors import KafkaError
+from ...storage.errors import CorruptLogError, StorageError
 from ...storage.log import OffsetOutOfRange
 from ..router import handler
+
+log = logging.getLogger("semel.broker.fetch")
 
 READ_COMMITTED = 1
 LATEST = -1
@@ -75,9 +79,16 @@ def _read_partition(ctx, P, topic, p, isolation, budget, first):
     # partition always makes progress (Kafka's rule for oversized batches).
     max_bytes = min(p.partition_max_bytes, budget)
     try:
-        data = plog.read(p.fetch_offset, max(max_bytes, 1), bound) if max_bytes > 0 or first else b""
+        data = plog.read_checked(p.fetch_offset, max(max_bytes, 1), bound) if max_bytes > 0 or first else b""
     except OffsetOutOfRange:
         return P(partition_index=p.partition, error_code=KafkaError.OFFSET_OUT_OF_RANGE,
+                 high_watermark=hw, last_stable_offset=lso, log_start_offset=plog.log_start_offset,
+                 aborted_transactions=None, records=b""), 0
+    except StorageError as exc:
+        # Damaged on disk or unreadable: a retriable error, never bytes a client would misread.
+        if not isinstance(exc, CorruptLogError) or exc.first_report:
+            log.error("fetch %s-%d at %d: %s", topic, p.partition, p.fetch_offset, exc)
+        return P(partition_index=p.partition, error_code=KafkaError.KAFKA_STORAGE_ERROR,
                  high_watermark=hw, last_stable_offset=lso, log_start_offset=plog.log_start_offset,
                  aborted_transactions=None, records=b""), 0
     aborted = None

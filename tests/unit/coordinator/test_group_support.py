@@ -93,6 +93,9 @@ class MemLog:
             out += raw
         return bytes(out)
 
+    # Memory does not decay: what read() returns is what was stored.
+    read_checked = read
+
     def drop_tail(self, n: int) -> None:
         """Forget the last n batches (a write that never reached the disk)."""
         del self.batches[-n:]
