@@ -56,6 +56,7 @@ MAX_TRIGGER_DELAY = "maxtriggerdelay"
 ISOLATION = "kafka.isolation.level"
 FAIL_ON_DATA_LOSS = "failondataloss"
 INCLUDE_HEADERS = "includeheaders"
+MIN_PARTITIONS = "minpartitions"          # split ranges so that at least this many tasks read
 # Bounded retries: how long the driver and the executors keep retrying a
 # retriable broker error (or an unreachable broker) before failing the query.
 REQUEST_TIMEOUT = "kafka.request.timeout.ms"
@@ -63,7 +64,7 @@ FETCH_MAX_BYTES = "kafka.max.partition.fetch.bytes"
 
 SOURCE_OPTIONS = {SUBSCRIBE, SUBSCRIBE_PATTERN, ASSIGN, STARTING, ENDING, MAX_OFFSETS, MAX_RECORDS,
                   MIN_OFFSETS, MAX_TRIGGER_DELAY, ISOLATION, FAIL_ON_DATA_LOSS, INCLUDE_HEADERS,
-                  REQUEST_TIMEOUT, FETCH_MAX_BYTES}
+                  REQUEST_TIMEOUT, FETCH_MAX_BYTES, MIN_PARTITIONS}
 
 # --- sink (owned by the sink: semel/spark/sink.py) ----------------------------
 # Lower-case names of the options the sink accepts, besides SHARED_OPTIONS.
@@ -143,6 +144,7 @@ class SourceOptions:
     read_committed: bool = True
     fail_on_data_loss: bool = True
     include_headers: bool = False
+    min_partitions: int | None = None
     group_id: str | None = None
     request_timeout_ms: int = 30_000
     fetch_max_bytes: int = 4 << 20
@@ -291,6 +293,7 @@ def parse_source(options: Mapping[str, str], *, batch: bool) -> SourceOptions:
         read_committed=isolation == "read_committed",
         fail_on_data_loss=_bool(opts, FAIL_ON_DATA_LOSS, True),
         include_headers=_bool(opts, INCLUDE_HEADERS, False),
+        min_partitions=_positive_int(opts, MIN_PARTITIONS),
         group_id=group,
         request_timeout_ms=_positive_int(opts, REQUEST_TIMEOUT) or 30_000,
         fetch_max_bytes=_positive_int(opts, FETCH_MAX_BYTES) or (4 << 20),

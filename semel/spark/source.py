@@ -164,19 +164,33 @@ class RangePartition(InputPartition):
         self.topic, self.partition, self.start, self.end = topic, partition, start, end
 
 
-def _plan(starts: dict[TP, int], ends: dict[TP, int], fail_on_data_loss: bool) -> list[RangePartition]:
-    parts = []
+def _plan(starts: dict[TP, int], ends: dict[TP, int], o: opt.SourceOptions) -> list[RangePartition]:
+    ranges = []
     for tp, end in sorted(ends.items()):
         start = starts.get(tp, end)
         if end < start:
-            if fail_on_data_loss:
+            if o.fail_on_data_loss:
                 raise SourceError(f"{tp[0]}-{tp[1]}: the end offset {end} is below the start {start} "
                                   "(topic deleted and recreated, or data lost); "
                                   "set failOnDataLoss=false to go on from the new end")
             continue
         if end > start:
-            parts.append(RangePartition(tp[0], tp[1], start, end))
-    return parts
+            ranges.append((tp, start, end))
+    return [RangePartition(tp[0], tp[1], lo, hi) for tp, lo, hi in split(ranges, o.min_partitions)]
+
+
+def split(ranges: list[tuple[TP, int, int]], at_least: int | None) -> list[tuple[TP, int, int]]:
+    """Spark's minPartitions: cut the ranges into at least `at_least` pieces, the
+    largest first, each cut in the middle (a range is never cut below one offset)."""
+    out = list(ranges)
+    while at_least is not None and len(out) < at_least:
+        i = max(range(len(out)), key=lambda i: out[i][2] - out[i][1], default=None)
+        if i is None or out[i][2] - out[i][1] < 2:
+            break
+        tp, lo, hi = out[i]
+        mid = lo + (hi - lo) // 2
+        out[i:i + 1] = [(tp, lo, mid), (tp, mid, hi)]
+    return out
 
 
 # --- reading (executors) ---------------------------------------------------------
@@ -234,7 +248,7 @@ class SemelBatchReader(DataSourceReader):
                 ends = _resolve(cluster, o, tps, o.ending, LATEST, "endingOffsets")
         finally:
             cluster.close()
-        return _plan(starts, ends, o.fail_on_data_loss)
+        return _plan(starts, ends, o)
 
     def read(self, partition):
         return _read(self.opts, self.schema, partition)
@@ -343,7 +357,7 @@ class SemelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict):
         ends = offsets_from_json(end)
         starts = self._from_earliest(offsets_from_json(start), list(ends))
-        return _plan(starts, ends, self.opts.fail_on_data_loss)
+        return _plan(starts, ends, self.opts)
 
     def read(self, partition):
         return _read(self.opts, self.schema, partition)

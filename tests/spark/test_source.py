@@ -126,6 +126,9 @@ def test_batch_read_schema_and_offset_ranges(spark, broker):
     # One Spark partition per Kafka partition range.
     assert ranged.rdd.getNumPartitions() == 2
     assert values(reader(spark, bs, assign=json.dumps({"b-range": [1]}))) == [f"p1-{i}" for i in range(6)]
+    split = reader(spark, bs, subscribe="b-range", minPartitions="5")
+    assert split.rdd.getNumPartitions() == 5
+    assert values(split) == [f"p0-{i}" for i in range(10)] + [f"p1-{i}" for i in range(6)]
 
     with_headers = reader(spark, bs, subscribe="b-range", includeHeaders="true",
                           endingOffsets=json.dumps({"b-range": {"0": 1, "1": 1}}))

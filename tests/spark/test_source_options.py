@@ -125,3 +125,18 @@ def test_journaled_offsets_round_trip():
     assert journaled == {"a": {"0": 5, "10": 0}, "b": {"2": 7}}
     import json
     assert offsets_from_json(journaled) == offsets_from_json(json.dumps(journaled)) == offsets
+
+
+ranges = st.lists(st.tuples(st.integers(0, 1000), st.integers(0, 500)), min_size=0, max_size=6).map(
+    lambda xs: [(("t", i), lo, lo + n) for i, (lo, n) in enumerate(xs) if n > 0])
+
+
+@given(ranges, st.one_of(st.none(), st.integers(1, 40)))
+def test_min_partitions_split_covers_every_offset_once(rs, at_least):
+    from semel.spark.source import split
+    got = split(rs, at_least)
+    covered = sorted((tp, o) for tp, lo, hi in got for o in range(lo, hi))
+    assert covered == sorted((tp, o) for tp, lo, hi in rs for o in range(lo, hi))
+    assert all(hi > lo for _, lo, hi in got)
+    total = sum(hi - lo for _, lo, hi in rs)
+    assert len(got) >= min(at_least or 0, total) and len(got) >= len(rs)
