@@ -161,3 +161,23 @@ def test_a_batch_failing_its_crc_is_refused_not_decoded():
     good[-3] ^= 0xFF   # one flipped byte inside the records
     with pytest.raises(ReaderError, match="CRC-32C"):
         _decode(memoryview(bytes(good)), 0, 10, [], True, False)
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_compressed_batches_read_exactly_including_ranges_inside_a_batch(spark_broker, codec):
+    from confluent_kafka import Producer
+    bs = spark_broker.bootstrap
+    topic = f"compressed-{codec}"
+    admin = Client(bs)
+    assert admin.create_topic(topic, 1) == 0
+    admin.close()
+    p = Producer({"bootstrap.servers": bs, "compression.type": codec, "linger.ms": 50})
+    for i in range(100):
+        p.produce(topic, value=b"v%d" % i, partition=0)
+    assert p.flush(30) == 0
+    with Cluster(bs) as cluster:
+        end = cluster.latest([(topic, 0)], True)[(topic, 0)]
+        assert end == 100
+        assert rows_of(cluster, topic, 0, 0, end, 1 << 20) == [(i, b"v%d" % i) for i in range(100)]
+        # Ranges that start and end inside a compressed batch.
+        assert rows_of(cluster, topic, 0, 37, 61, 1 << 20) == [(i, b"v%d" % i) for i in range(37, 61)]
