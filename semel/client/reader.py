@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
+from aiokafka.errors import CorruptRecordException, UnsupportedCodecError
 from aiokafka.record.default_records import DefaultRecordBatch
 
 from ..protocol.errors import KafkaError
@@ -412,7 +413,14 @@ def _decode(buf: memoryview, pos: int, end: int, aborted: list[tuple[int, int]],
         if read_committed and hdr.attributes & ATTR_TRANSACTIONAL and hdr.producer_id in aborting:
             continue
         batch = DefaultRecordBatch(bytes(buf[bpos:bpos + hdr.size]))
-        _append(rows, batch, pos, end, include_headers)
+        try:
+            _append(rows, batch, pos, end, include_headers)
+        except UnsupportedCodecError as exc:
+            raise ReaderError(f"record batch at offset {hdr.base_offset}: {exc} "
+                              "(snappy, lz4 and zstd need the cramjam package)") from None
+        except CorruptRecordException as exc:
+            raise ReaderError(f"record batch at offset {hdr.base_offset}: {exc}",
+                              KafkaError.CORRUPT_MESSAGE) from None
     return rows, min(nxt, end)
 
 

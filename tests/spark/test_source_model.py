@@ -181,3 +181,19 @@ def test_compressed_batches_read_exactly_including_ranges_inside_a_batch(spark_b
         assert rows_of(cluster, topic, 0, 0, end, 1 << 20) == [(i, b"v%d" % i) for i in range(100)]
         # Ranges that start and end inside a compressed batch.
         assert rows_of(cluster, topic, 0, 37, 61, 1 << 20) == [(i, b"v%d" % i) for i in range(37, 61)]
+
+
+def test_a_batch_in_a_codec_that_is_not_installed_fails_in_one_line(monkeypatch):
+    import aiokafka.codec
+    from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
+    from semel.client.reader import ReaderError, _decode
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=4, is_transactional=False,
+                                        producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                                        batch_size=1 << 20)
+    builder.append(0, timestamp=1, key=None, value=b"z" * 100, headers=[])
+    data = bytes(builder.build())
+    assert _decode(memoryview(data), 0, 10, [], True, False)[0].values == [b"z" * 100]
+    monkeypatch.setattr(aiokafka.codec, "has_zstd", lambda: False)   # as without cramjam
+    with pytest.raises(ReaderError, match="cramjam"):
+        _decode(memoryview(data), 0, 10, [], True, False)
