@@ -37,6 +37,34 @@ log = logging.getLogger("semel.broker.conn")
 MAX_PENDING_RESPONSES = 32
 
 
+class _BadInputLog:
+    """Lines about clients' bad input and refused connections, at most `per_second`
+    a second: one client sending garbage in a loop must not fill the disk with the
+    broker's log. What was left out is counted in the next line that gets through."""
+
+    def __init__(self, per_second: int = 20):
+        self.per_second = per_second
+        self._window = 0
+        self._count = 0
+        self._dropped = 0
+
+    def warning(self, msg: str, *args) -> None:
+        now = int(time.monotonic())
+        if now != self._window:
+            self._window, self._count = now, 0
+        self._count += 1
+        if self._count > self.per_second:
+            self._dropped += 1
+            return
+        if self._dropped:
+            msg = f"{msg} (and {self._dropped} similar lines left out)"
+            self._dropped = 0
+        log.warning(msg, *args)
+
+
+bad_input_log = _BadInputLog()
+
+
 class Deferred:
     """A response that is ready once `awaitable` finishes (it returns the body)."""
     __slots__ = ("awaitable",)
@@ -96,7 +124,7 @@ class ConnectionLimits:
 
     def _refuse(self, conn: Connection, reason: str, limit: int) -> bool:
         self.metrics.connections_rejected.labels(reason).inc()
-        log.warning("refusing connection from %s: %s=%d reached", conn.peer, reason, limit)
+        bad_input_log.warning("refusing connection from %s: %s=%d reached", conn.peer, reason, limit)
         return False
 
     def sweep_interval_s(self) -> float:
@@ -156,7 +184,7 @@ async def _serve(broker, conn: Connection, reader: asyncio.StreamReader, writer:
                 conn.last_active = time.monotonic()
     except ProtocolError as exc:
         broker.metrics.bad_frames.inc()
-        log.warning("closing %s: %s", peer, exc)
+        bad_input_log.warning("closing %s: %s", peer, exc)
     except _Close:
         broker.metrics.bad_frames.inc()
     except (ConnectionError, asyncio.IncompleteReadError):
@@ -189,12 +217,12 @@ async def _dispatch(broker, conn: Connection, frame: bytes):
     except UnsupportedVersion as exc:
         if exc.api_key == API_VERSIONS_KEY:
             return unsupported_api_versions_response(exc.correlation_id, supported)
-        log.warning("closing %s: %s", peer, exc)
+        bad_input_log.warning("closing %s: %s", peer, exc)
         raise _Close() from None
     limit = broker.config.max_partitions_per_request
     if partition_count(req.body, limit) > limit:
         broker.metrics.connections_rejected.labels("max_partitions_per_request").inc()
-        log.warning("closing %s: api %d v%d names more than max_partitions_per_request=%d partitions",
+        bad_input_log.warning("closing %s: api %d v%d names more than max_partitions_per_request=%d partitions",
                     peer, req.api_key, req.api_version, limit)
         raise _Close() from None
     route = ROUTES[req.api_key]

@@ -118,6 +118,9 @@ def _null_where_not_allowed(obj, struct, version: int) -> str | None:
                 return name
             continue
         if nested is None:
+            # Elements of a string array are never nullable in Kafka's schemas.
+            if is_array and None in value:
+                return f"{name}[]"
             continue
         for item in (value if is_array else (value,)):
             bad = _null_where_not_allowed(item, nested, version)

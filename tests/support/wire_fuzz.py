@@ -99,7 +99,10 @@ def _value(rng: random.Random, field, version: int, depth: int):
         return None
     if kind.startswith("[]"):
         inner = kind[2:]
-        return [_scalar(rng, inner) for _ in range(_list_len(rng))]
+        items = [_scalar(rng, inner) for _ in range(_list_len(rng))]
+        if items and inner == "string" and rng.random() < 0.1:
+            items[rng.randrange(len(items))] = None      # a null element: never valid in Kafka
+        return items
     return _scalar(rng, kind)
 
 
