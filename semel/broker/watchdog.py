@@ -15,8 +15,10 @@ loop comes back the lag is logged with that description: a warning past
 suite looks for in every broker log (a regression net for the next freeze).
 
 The thread also tells a held loop from a process that did not run at all
-(SIGSTOP in chaos tests, a starved machine): then the thread itself woke late as
-well, and the lag is logged as such, without the marker.
+(SIGSTOP in chaos tests, a starved machine): then the thread was silent as well
+and the process used little CPU meanwhile, and the lag is logged as such, without
+the marker. (A loop held inside one C call that keeps the GIL also silences the
+thread, but burns CPU: that still counts as held.)
 """
 from __future__ import annotations
 
@@ -44,6 +46,7 @@ class LoopWatchdog:
         self._beat = time.monotonic()
         self._culprit: str | None = None
         self._thread_late = 0.0     # the observer's own worst lateness since the last beat
+        self._thread_beat = time.monotonic()
         self._loop_thread = threading.get_ident()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -54,23 +57,26 @@ class LoopWatchdog:
         self._thread.start()
         try:
             while True:
-                t0 = time.monotonic()
+                t0, cpu0 = time.monotonic(), time.process_time()
                 self._beat = t0
                 await asyncio.sleep(self.interval_s)
                 lag = max(time.monotonic() - t0 - self.interval_s, 0.0)
-                self._record(lag)
+                self._record(lag, time.process_time() - cpu0)
         finally:
             self._stop.set()
 
-    def _record(self, lag: float) -> None:
+    def _record(self, lag: float, cpu_s: float = 0.0) -> None:
         self.metrics.observe_loop_lag(lag)
         culprit, self._culprit = self._culprit, None
         thread_late, self._thread_late = self._thread_late, 0.0
         if lag < self.warn_s:
             return
-        if thread_late >= lag / 2:
-            log.warning("event loop lag %.3fs while the whole process was not running (stopped or starved "
-                        "for %.3fs): not a held loop", lag, thread_late)
+        # Read now, not only what the thread noted: after SIGCONT this task may run
+        # before the thread had a chance to note its own lateness.
+        silent = max(thread_late, time.monotonic() - self._thread_beat - self.interval_s)
+        if silent >= lag / 2 and cpu_s < lag / 2:
+            log.warning("event loop lag %.3fs while the whole process was not running (stopped or starved; "
+                        "%.3fs of CPU): not a held loop", lag, cpu_s)
             return
         who = culprit or "no request on the stack (a background task or the loop itself)"
         if lag >= self.stall_s:
@@ -87,6 +93,7 @@ class LoopWatchdog:
                 return
             now = time.monotonic()
             self._thread_late = max(self._thread_late, now - t0 - self.interval_s)
+            self._thread_beat = now
             late = now - self._beat - self.interval_s
             if late >= self.warn_s / 2 and self._culprit is None:
                 frame = sys._current_frames().get(self._loop_thread)

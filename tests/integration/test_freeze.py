@@ -113,3 +113,16 @@ def test_loop_lag_is_on_the_metrics_endpoint(served):
     assert m["semel_event_loop_lag_seconds_count"] > 0
     assert m['semel_event_loop_lag_seconds_bucket{le="+Inf"}'] == m["semel_event_loop_lag_seconds_count"]
     assert 0 <= m["semel_event_loop_lag_max_seconds"] < ANSWER_BOUND_S
+
+
+def test_a_stopped_process_is_not_taken_for_a_held_loop(served):
+    """Chaos tests SIGSTOP brokers: the lag that follows is logged as 'not running',
+    without the stall marker that fails the suite."""
+    from semel.broker.watchdog import STALL_MARKER
+    from tests.support import wait
+    served.pause()
+    time.sleep(2.5)
+    served.resume()
+    wait.until(lambda: "not running" in served.log_path.read_text(), "the pause seen by the watchdog")
+    assert STALL_MARKER not in served.log_path.read_text()
+    assert _bystander_round_trips(served.bootstrap, 1)

@@ -49,3 +49,17 @@ def test_short_lags_are_measured_but_not_logged(caplog):
     _run_with_watchdog(lambda: asyncio.sleep(0.3), metrics, warn_s=5, stall_s=10, interval_s=0.02)
     assert not caplog.records
     assert metrics.registry.get_sample_value("semel_event_loop_lag_seconds_count") > 3
+
+
+def test_a_process_that_was_not_running_is_not_a_held_loop(caplog):
+    """SIGSTOP (chaos tests) or a starved machine: the observer thread was silent and
+    little CPU was used. Logged, but without the stall marker the test-suite fails on."""
+    from semel.broker import watchdog as wd
+    metrics = BrokerMetrics()
+    caplog.set_level(logging.WARNING, logger="semel.broker.watchdog")
+    dog = LoopWatchdog(metrics, warn_s=0.1, stall_s=0.3)
+    dog._thread_beat = time.monotonic() - 5      # the thread has not run for 5 s either
+    dog._record(5.0, cpu_s=0.01)
+    assert "not running" in caplog.text and wd.STALL_MARKER not in caplog.text
+    dog._record(5.0, cpu_s=4.9)                  # busy all along (a C call keeping the GIL): held
+    assert wd.STALL_MARKER in caplog.text
