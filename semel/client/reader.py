@@ -35,12 +35,8 @@ READ_COMMITTED = 1
 TP = tuple[str, int]
 
 
-class ReaderError(Exception):
+class ReaderError(ClientError):
     """A read that cannot succeed (or did not within its deadline); one readable line."""
-
-    def __init__(self, message: str, error: KafkaError | None = None):
-        super().__init__(message)
-        self.error = error
 
 
 @dataclass
@@ -65,12 +61,8 @@ class Retry:
             delay = min(delay * 2, self.max_backoff_s)
 
 
-class _Transient(Exception):
+class _Transient(ClientError):
     """Worth another try: a retriable Kafka error or a lost connection."""
-
-    def __init__(self, message: str, error: KafkaError | None = None):
-        super().__init__(message)
-        self.error = error
 
 
 def _check(code: int, what: str) -> None:
