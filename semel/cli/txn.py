@@ -245,6 +245,9 @@ def _abort_by_id(client, txn_id: str) -> int:
         if err != KafkaError.CONCURRENT_TRANSACTIONS:
             break
         time.sleep(0.1)
+    if err == KafkaError.CONCURRENT_TRANSACTIONS:
+        raise CliError(f"fence {txn_id}: the coordinator is still completing its transaction (it cannot write "
+                       f"the markers; the broker log says why); try again once that is fixed")
     if err:
         raise CliError(f"fence {txn_id}: {err.name}")
     was = {"Ongoing": "its open transaction was aborted",
