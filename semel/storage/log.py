@@ -502,6 +502,12 @@ class PartitionLog:
         replay coordinator state use this, never the unverified read()."""
         data = self.read(offset, max_bytes, upper_bound)
         good, bad_at = verified_prefix(data, offset)
+        if not data:
+            # Offsets end on batch boundaries (high watermark, LSO, log end), so nothing
+            # below the bound means the header there claims offsets it does not hold: a
+            # reader would wait at this offset for ever, a replay would stop short.
+            bound = self.log_end_offset if upper_bound is None else min(upper_bound, self.log_end_offset)
+            bad_at = offset if self.log_start_offset <= offset < bound else None
         if bad_at is None:
             return data
         path = self.segment_path(bad_at)
