@@ -263,6 +263,7 @@ class SemelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._cluster: Cluster | None = None
         self._target: dict[TP, int] | None = None   # Trigger.AvailableNow's end
         self._last_batch = time.monotonic()
+        self._reported: dict | None = None
         # Fail at query start, not at the first trigger: brokers reachable, topics known.
         self._partitions(strict=True)
 
@@ -317,6 +318,7 @@ class SemelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # AvailableNow: nothing that arrived after the query started, new partitions included.
             tps = [tp for tp in tps if tp in self._target]
         latest = self._latest(tps)
+        self._reported = offsets_to_json(latest)
         if self._target is not None:
             latest = {tp: min(off, self._target[tp]) for tp, off in latest.items()}
         starts = self._from_earliest(starts, list(latest))
@@ -334,6 +336,10 @@ class SemelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         merged = dict(offsets_from_json(start))
         merged.update(ends)
         return offsets_to_json(merged)
+
+    def reportLatestOffset(self) -> dict | None:
+        # What the last latestOffset() saw, for the query's progress (no extra request).
+        return self._reported
 
     def _admit(self, starts: dict[TP, int], latest: dict[TP, int], limit: ReadLimit) -> dict[TP, int]:
         """Admission control: Spark's maxOffsetsPerTrigger / minOffsetsPerTrigger /

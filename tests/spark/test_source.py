@@ -62,9 +62,10 @@ def values(df) -> list[str]:
     return [r.value.decode() for r in df.orderBy("partition", "offset").collect()]
 
 
-def run_available_now(df, batches: list | None = None) -> list:
-    """Run a stream with Trigger.AvailableNow through foreachBatch; the rows of each batch."""
-    got: list = [] if batches is None else batches
+def run_available_now(df, progress: list | None = None) -> list:
+    """Run a stream with Trigger.AvailableNow through foreachBatch; the rows of each batch.
+    progress, when given, receives the query's last progress report."""
+    got: list = []
 
     def collect(batch_df, batch_id):
         got.append((batch_id, [(r.topic, r.partition, r.offset, r.value.decode())
@@ -73,6 +74,8 @@ def run_available_now(df, batches: list | None = None) -> list:
     q = df.writeStream.foreachBatch(collect).trigger(availableNow=True).start()
     assert q.awaitTermination(180), "availableNow query did not finish"
     assert q.exception() is None
+    if progress is not None:
+        progress.append(q.lastProgress)
     return got
 
 
@@ -193,11 +196,15 @@ def test_stream_available_now_with_admission_control(spark, broker):
 
     df = reader(spark, bs, stream=True, subscribe="s-admit", startingOffsets="earliest",
                 maxOffsetsPerTrigger="20")
-    batches = [b for b in run_available_now(df) if b[1]]
+    progress: list = []
+    batches = [b for b in run_available_now(df, progress) if b[1]]
     rows = [r for _, rs in batches for r in rs]
     assert sorted(r[3] for r in rows) == sorted([f"a{i}" for i in range(30)] + [f"b{i}" for i in range(20)])
     assert len(rows) == len(set(rows)) == 50
     assert len(batches) >= 3 and all(len(rs) <= 20 for _, rs in batches)
+    # The query's progress shows what the source saw at the end (reportLatestOffset).
+    source = progress[0]["sources"][0]
+    assert json.loads(source["latestOffset"]) == {"s-admit": {"0": 30, "1": 20}}
 
     # The issue's wording, maxRecordsPerTrigger, is the same limit.
     df = reader(spark, bs, stream=True, subscribe="s-admit", startingOffsets="earliest",
