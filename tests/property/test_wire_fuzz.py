@@ -217,3 +217,34 @@ def test_every_advertised_api_was_fuzzed_and_data_is_intact(schema_fuzz):
     # A handler that raised is our bug even when only that connection closed.
     assert "failed for" not in log, [line for line in log.splitlines() if "failed for" in line][:5]
     assert b.alive()
+
+
+# --- sans-IO: the decoder alone ---------------------------------------------------
+
+def _broker_versions():
+    import semel.broker.handlers  # noqa: F401  (registers the routes)
+    from semel.broker.router import supported_versions
+    return supported_versions()
+
+
+@settings(max_examples=500, deadline=None)
+@given(data=st.data(), seed=st.integers(0, 2**32 - 1), length_at=st.integers(0, 400),
+       length=st.sampled_from([-2, -1, 0x7FFFFFFF, 0x7FFFFFF0, 0xFFFF]))
+def test_any_frame_either_decodes_or_is_a_protocol_error(data, seed, length_at, length):
+    """h11's invariant for our decoder: schema-drawn frames with a length-like int
+    forced to an extreme anywhere (or otherwise mutated) decode, or raise
+    ProtocolError / UnsupportedVersion — never another exception."""
+    from semel.protocol.errors import ProtocolError
+    from semel.protocol.messages import UnsupportedVersion, decode_request
+    supported = _broker_versions()
+    key, version = data.draw(st.sampled_from(advertised(supported)), label="api")
+    rng = random.Random(seed)
+    frame = bytearray(random_request(rng, key, version))
+    if length_at + 8 <= len(frame):
+        struct.pack_into(">i", frame, 4 + length_at, length)
+    else:
+        frame = bytearray(mutate(rng, bytes(frame)))
+    try:
+        decode_request(bytes(frame[4:]), supported)
+    except (ProtocolError, UnsupportedVersion):
+        pass
