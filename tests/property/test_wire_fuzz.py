@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 from semel.client import Client
 from semel.protocol import records
 from semel.protocol.messages import request_class
-from tests.support.wire import call, connect, recv_frame, request_bytes
+from tests.support.brokers import module_broker
+from tests.support.wire import call, connect, request_bytes
 from tests.support.wire_fuzz import advertised, mutate, random_request
 
 STALL_BOUND_S = 2.0   # the broker's default --loop-stall-ms
@@ -82,14 +83,10 @@ def mutated_frame(draw):
 
 @pytest.fixture(scope="module")
 def fuzz_broker(tmp_path_factory):
-    from semel.cli.process import SemelBroker
-    d = tmp_path_factory.mktemp("fuzz")
-    b = SemelBroker(d / "data", log_path=d / "broker.log", extra_args=["--max-request-bytes", "100000"])
-    b.start()
-    with Client(b.bootstrap) as c:
-        c.create_topic("fuzz", 1)
-    yield b
-    b.close()
+    with module_broker(tmp_path_factory, "fuzz", "--max-request-bytes", "100000") as b:
+        with Client(b.bootstrap) as c:
+            c.create_topic("fuzz", 1)
+        yield b
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -130,23 +127,18 @@ def test_broker_still_serves_after_fuzzing(fuzz_broker):
 
 @pytest.fixture(scope="module")
 def schema_fuzz(tmp_path_factory):
-    from semel.cli.process import SemelBroker
-    d = tmp_path_factory.mktemp("schemafuzz")
-    b = SemelBroker(d / "data", log_path=d / "broker.log", extra_args=["--max-request-bytes", "1000000"])
-    b.start()
-    with Client(b.bootstrap) as c:
-        c.create_topic("kept", 1)
-        c.create_topic("fuzz", 2)
-        for i in range(20):
-            c.produce("kept", 0, records.build_batch([(b"k%d" % i, b"kept-%d" % i)]))
-        b.kept = c.fetch("kept", 0, 0).records
-        versions = c.request(18, client_software_name="fuzz", client_software_version="1")
-    # What the running broker advertises: handlers added later are fuzzed without a change here.
-    b.pairs = advertised({k.api_key: (k.min_version, k.max_version) for k in versions.api_keys})
-    b.bystander = connect(b.bootstrap, timeout=30)
-    yield b
-    b.bystander.close()
-    b.close()
+    with module_broker(tmp_path_factory, "schemafuzz", "--max-request-bytes", "1000000") as b:
+        with Client(b.bootstrap) as c:
+            c.create_topic("kept", 1)
+            c.create_topic("fuzz", 2)
+            for i in range(20):
+                c.produce("kept", 0, records.build_batch([(b"k%d" % i, b"kept-%d" % i)]))
+            b.kept = c.fetch("kept", 0, 0).records
+            versions = c.request(18, client_software_name="fuzz", client_software_version="1")
+        # What the running broker advertises: handlers added later are fuzzed without a change here.
+        b.pairs = advertised({k.api_key: (k.min_version, k.max_version) for k in versions.api_keys})
+        with connect(b.bootstrap, timeout=30) as b.bystander:
+            yield b
 
 
 def _segment_sizes(data_dir: Path) -> dict[Path, int]:
