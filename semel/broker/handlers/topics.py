@@ -1,4 +1,5 @@
-"""Topic administration: CreateTopics (19), DeleteTopics (20), DescribeConfigs (32)."""
+"""Topic administration: CreateTopics (19), DeleteTopics (20), DescribeConfigs (32),
+CreatePartitions (37)."""
 from __future__ import annotations
 
 from ...protocol.errors import KafkaError
@@ -97,3 +98,52 @@ def _config_values(ctx, rtype, name):
     for k, v in info.config.items():
         out[k] = (str(v), 1)
     return out, KafkaError.NONE
+
+
+@handler(37, 0, 3)
+async def create_partitions(ctx, req):
+    cls = ctx.cls()
+    names = [t.name for t in req.topics]
+    results = []
+    for t in req.topics:
+        if names.count(t.name) > 1:  # Kafka refuses a topic named twice in one request
+            err, msg = KafkaError.INVALID_REQUEST, "topic named more than once in the request"
+        else:
+            err, msg = _grow_one(ctx, t, req.validate_only)
+        results.append(cls.CreatePartitionsTopicResult(
+            name=t.name, error_code=err, error_message=None if err == 0 else (msg or err.name)))
+    return ctx.response(throttle_time_ms=0, results=results)
+
+
+def _grow_one(ctx, t, validate_only: bool) -> tuple[KafkaError, str]:
+    """Kafka's checks in its order: topic known, count grows, assignment fits the new partitions."""
+    logs = ctx.broker.logs
+    info = logs.topics().get(t.name)
+    if info is None:
+        return KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"topic {t.name!r} does not exist"
+    if t.count <= info.partitions:
+        what = "already has" if t.count == info.partitions else "has"
+        return KafkaError.INVALID_PARTITIONS, (
+            f"topic {t.name!r} {what} {info.partitions} partitions; a topic's partition count only grows")
+    cap = ctx.broker.config.max_partitions_per_request
+    if t.count - info.partitions > cap:
+        return KafkaError.INVALID_PARTITIONS, f"more than max_partitions_per_request={cap} new partitions"
+    if t.assignments is not None:
+        err, msg = _check_assignment(ctx, t.assignments, t.count - info.partitions)
+        if err:
+            return err, msg
+    if validate_only:
+        return KafkaError.NONE, ""
+    err = logs.create_partitions(t.name, t.count)
+    return err, logs.last_error_message
+
+
+def _check_assignment(ctx, assignments, new: int) -> tuple[KafkaError, str]:
+    if len(assignments) != new:
+        return KafkaError.INVALID_REPLICA_ASSIGNMENT, (
+            f"{len(assignments)} assignments given for {new} new partitions")
+    node = ctx.broker.config.node_id
+    for a in assignments:
+        if list(a.broker_ids) != [node]:
+            return KafkaError.INVALID_REPLICA_ASSIGNMENT, f"this cluster has one broker, id {node}"
+    return KafkaError.NONE, ""
