@@ -126,3 +126,26 @@ def test_a_stopped_process_is_not_taken_for_a_held_loop(served):
     wait.until(lambda: "not running" in served.log_path.read_text(), "the pause seen by the watchdog")
     assert STALL_MARKER not in served.log_path.read_text()
     assert _bystander_round_trips(served.bootstrap, 1)
+
+
+def test_a_huge_request_is_refused_without_holding_the_loop(served):
+    """A 19 MB Fetch naming 1.2 million partitions (under the default 100 MiB frame
+    limit) takes seconds to decode: done off the loop, then refused by the
+    partitions-per-request cap, while another client goes on."""
+    import struct
+    import threading
+    from tests.support.wire import closed_by_peer
+    n = 1_200_000
+    topic = b"quiet"
+    body = struct.pack(">iiiib", -1, 0, 1, 1 << 20, 0) + struct.pack(">i", 1) \
+        + struct.pack(">h", len(topic)) + topic + struct.pack(">i", n) + struct.pack(">iqi", 0, 0, 1024) * n
+    head = struct.pack(">hhih", 1, 4, 99, 4) + b"huge"
+    frame = struct.pack(">i", len(head) + len(body)) + head + body
+    with connect(served.bootstrap, timeout=60) as s:
+        sender = threading.Thread(target=s.sendall, args=(frame,))
+        sender.start()
+        took = _bystander_round_trips(served.bootstrap, 10)
+        sender.join(60)
+        assert closed_by_peer(s, timeout=60)
+    assert max(took) < ANSWER_BOUND_S, took
+    assert "max_partitions_per_request=10000" in served.log_path.read_text()
