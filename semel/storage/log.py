@@ -683,6 +683,31 @@ class PartitionLog:
                 raise StorageError(f"deleting old segments in {self.directory} failed: {exc}") from exc
             return len(doomed)
 
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: move the log start up to `offset` (at most the high watermark)
+        and drop the whole segments below it. Nothing at or above `offset` is touched;
+        a batch straddling it stays on disk but reads below the start are refused.
+        Returns the log start offset after the call."""
+        with self._io_lock:
+            self._check_writable()
+            if not 0 <= offset <= self.high_watermark:
+                raise OffsetOutOfRange(offset, self.log_start_offset, self.high_watermark)
+            if offset <= self.log_start_offset:
+                return self.log_start_offset
+            with self._lock:
+                cut = sum(1 for nxt in self._segments[1:] if nxt.base <= offset)
+                doomed = self._segments[:cut]
+                del self._segments[:cut]
+                del self._bases[:cut]
+                self.log_start_offset = offset
+            try:
+                self._flush_locked(force_checkpoint=True, strict=True)  # the new start is durable first
+                for seg in doomed:
+                    seg.delete_files()
+            except (OSError, StorageError) as exc:
+                raise StorageError(f"deleting records in {self.directory} failed: {exc}") from exc
+            return self.log_start_offset
+
     # ================================================================ lifecycle
     def close(self) -> None:
         """Flush, write a clean checkpoint, release files. Idempotent."""

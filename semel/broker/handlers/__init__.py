@@ -1,7 +1,8 @@
 """Handler modules, one per API family. Importing this package registers them all."""
 from importlib import import_module
 
-_MODULES = ["api_versions", "metadata", "topics", "produce", "fetch", "groups", "offsets", "txn", "txn_admin"]
+_MODULES = ["api_versions", "metadata", "topics", "produce", "fetch", "groups", "offsets", "txn", "txn_admin", "records_admin",
+            "sasl", "acls"]
 
 for _name in _MODULES:
     import_module(f"{__name__}.{_name}")
