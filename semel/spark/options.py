@@ -72,6 +72,11 @@ SOURCE_OPTIONS = {SUBSCRIBE, SUBSCRIBE_PATTERN, ASSIGN, STARTING, ENDING, MAX_OF
 
 SINK_OPTIONS: set[str] = {
     "topic",
+    "semel.query.id",           # query identity when there is no checkpoint/group id
+    "semel.restartwindowms",    # branch transaction timeout = longest tolerated outage
+    "semel.atomicbatches",      # auto | true | false (mode a: broker-side batch atomicity)
+    "semel.batch.rows",         # rows per produced record batch
+    "kafka.request.timeout.ms", # bound on retrying retriable broker errors
 }
 
 # ------------------------------------------------------------------------------

@@ -1,0 +1,119 @@
+"""Transactional producing on the wire with explicit producer id, epoch and
+sequences: the calls the Spark sink's branches and parent transactions need.
+
+Standard Kafka APIs only (InitProducerId, AddPartitionsToTxn v3,
+AddOffsetsToTxn, TxnOffsetCommit, EndTxn, Produce, OffsetFetch), spoken to one
+broker, which must be the transaction and group coordinator (a single-broker
+cluster, as semel runs here). Errors come back as KafkaError values; the
+caller decides what is retriable.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..protocol import records
+from ..protocol.errors import KafkaError
+from ..protocol.messages import request_class
+from .client import Client
+
+TP = tuple[str, int]
+
+
+@dataclass
+class TxnState:
+    """What identifies one transaction of one transactional id on the broker."""
+    txn_id: str
+    pid: int = -1
+    epoch: int = -1
+    seq: dict[TP, int] = field(default_factory=dict)
+
+
+def init_producer_id(c: Client, txn_id: str, timeout_ms: int) -> tuple[KafkaError, TxnState]:
+    """InitProducerId: fences older users of txn_id and aborts their open transaction."""
+    r = c.request(22, transactional_id=txn_id, transaction_timeout_ms=timeout_ms,
+                  producer_id=-1, producer_epoch=-1)
+    return KafkaError(r.error_code), TxnState(txn_id, r.producer_id, r.producer_epoch)
+
+
+def add_partitions(c: Client, st: TxnState, tps: list[TP]) -> dict[TP, KafkaError]:
+    T = request_class(24).AddPartitionsToTxnTopic
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in sorted(set(tps)):
+        by_topic.setdefault(topic, []).append(partition)
+    saved = c.versions.get(24)
+    c.versions[24] = min(saved or 3, 3)  # v4+ is the broker-to-broker batched form
+    try:
+        r = c.request(24, v3_and_below_transactional_id=st.txn_id, v3_and_below_producer_id=st.pid,
+                      v3_and_below_producer_epoch=st.epoch,
+                      v3_and_below_topics=[T(name=t, partitions=ps) for t, ps in by_topic.items()])
+    finally:
+        c.versions[24] = saved if saved is not None else c.versions.pop(24)
+    return {(t.name, p.partition_index): KafkaError(p.partition_error_code)
+            for t in r.results_by_topic_v3_and_below for p in t.results_by_partition}
+
+
+def produce(c: Client, st: TxnState, topic: str, partition: int, rows: list) -> tuple[KafkaError, int]:
+    """One transactional batch of (key, value, headers) rows at the next sequence."""
+    seq = st.seq.get((topic, partition), 0)
+    data = records.build_batch(rows, producer_id=st.pid, producer_epoch=st.epoch, base_sequence=seq,
+                               transactional=True)
+    err, base = c.produce(topic, partition, data, transactional_id=st.txn_id)
+    if err == KafkaError.NONE:
+        st.seq[(topic, partition)] = seq + len(rows)
+    return err, base
+
+
+def add_offsets(c: Client, st: TxnState, group: str) -> KafkaError:
+    r = c.request(25, transactional_id=st.txn_id, producer_id=st.pid, producer_epoch=st.epoch, group_id=group)
+    return KafkaError(r.error_code)
+
+
+def txn_offset_commit(c: Client, st: TxnState, group: str, offsets: dict[TP, int],
+                      metadata: str) -> dict[TP, KafkaError]:
+    T = request_class(28).TxnOffsetCommitRequestTopic
+    by_topic: dict[str, list] = {}
+    for (topic, partition), off in sorted(offsets.items()):
+        by_topic.setdefault(topic, []).append(T.TxnOffsetCommitRequestPartition(
+            partition_index=partition, committed_offset=off, committed_leader_epoch=-1,
+            committed_metadata=metadata))
+    fields = dict(transactional_id=st.txn_id, group_id=group, producer_id=st.pid, producer_epoch=st.epoch,
+                  topics=[T(name=t, partitions=p) for t, p in by_topic.items()])
+    if c.version(28) >= 3:
+        fields.update(generation_id=-1, member_id="", group_instance_id=None)
+    r = c.request(28, **fields)
+    return {(t.name, p.partition_index): KafkaError(p.error_code) for t in r.topics for p in t.partitions}
+
+
+def end_txn(c: Client, txn_id: str, pid: int, epoch: int, commit: bool) -> KafkaError:
+    """EndTxn for (txn_id, pid, epoch): anyone holding the three may end it, which is
+    what lets the driver commit the transactions its tasks opened."""
+    r = c.request(26, transactional_id=txn_id, producer_id=pid, producer_epoch=epoch, committed=commit)
+    return KafkaError(r.error_code)
+
+
+def committed_with_metadata(c: Client, group: str, tps: list[TP]) -> dict[TP, tuple[int, str | None]]:
+    """The group's stable committed (offset, metadata) per partition; offset -1 where none."""
+    cls = request_class(9)
+    by_topic: dict[str, list[int]] = {}
+    for t, p in sorted(set(tps)):
+        by_topic.setdefault(t, []).append(p)
+    r = c.request(9, group_id=group, require_stable=True,
+                  topics=[cls.OffsetFetchRequestTopic(name=t, partition_indexes=ps) for t, ps in by_topic.items()])
+    if r.error_code:
+        raise_error(KafkaError(r.error_code), f"OffsetFetch {group}")
+    out: dict[TP, tuple[int, str | None]] = {}
+    for rt in r.topics:
+        for rp in rt.partitions:
+            if rp.error_code:
+                raise_error(KafkaError(rp.error_code), f"OffsetFetch {group} {rt.name}-{rp.partition_index}")
+            out[(rt.name, rp.partition_index)] = (rp.committed_offset, rp.metadata)
+    return out
+
+
+def raise_error(err: KafkaError, what: str) -> None:
+    from .client import ClientError
+    raise ClientError(f"{what}: {err.name}", err)
+
+
+__all__ = ["TxnState", "init_producer_id", "add_partitions", "produce", "add_offsets", "txn_offset_commit",
+           "end_txn", "committed_with_metadata"]

@@ -1,0 +1,503 @@
+"""The exactly-once `format("semel")` sink (issue 10), foreign-broker mode (b).
+
+Standard Kafka APIs only, so it works against any Kafka-compatible broker that
+is its own transaction and group coordinator (one broker; see semel.client.txn).
+
+Identity. The query's consumer group G = options.query_group_id() (from
+`kafka.group.id`, else the checkpoint location, which Spark hands the sink as
+`checkpointLocation`), or `semel.query.id`. The parent transactional id is
+P = "semel-spark-{G}".
+
+write(), in every task attempt (also failed and speculative ones): checks the
+batch is not decided yet (a replay after the decision writes nothing), opens
+its own branch transaction B = "{P}.b{batch}.p{partition}.a{attempt}"
+(InitProducerId fences an older writer of the same B), produces its rows
+there, and returns (partition, attempt, pid, epoch, counts). Rows never travel
+through the driver.
+
+commit(messages, batch), in a fresh Python worker on the driver side:
+1. reads G's committed offsets on the batch's decision partitions; metadata
+   naming this batch means it is decided already (a commit() replayed after a
+   crash): roll forward = EndTxn(commit) of the recorded branches again
+   (idempotent), abort this replay's own branches, done;
+2. otherwise InitProducerId(P) (fences a zombie run's parent), AddOffsetsToTxn
+   + TxnOffsetCommit of the batch's source end offsets (Spark's offset log
+   `<checkpoint>/offsets/<batch>`) with metadata naming the batch and its
+   winning branches, EndTxn(commit) of P: this is the durable decision;
+3. EndTxn(commit) of each winning branch with its (pid, epoch), then fence the
+   losing attempts' ids (InitProducerId aborts what they left open).
+A crash anywhere is resolved by the next commit() of the same batch (Spark
+replays the batch after a restart from the checkpoint).
+
+Visibility (mode b): branches commit one after another, so a read_committed
+reader may see one task's output of a batch before another's. A branch left
+open longer than its transaction timeout is aborted by the broker; the sink
+therefore opens branches with `semel.restartWindowMs` as their timeout and
+refuses to start when the broker will not grant it (INVALID_TRANSACTION_TIMEOUT).
+
+The eos external sinks (PostgreSQL, filesystem, S3, ...) are not driven by this
+writer; see docs/spark.md.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+
+from semel.client.client import Client, ClientError
+from semel.client import txn as wire
+from semel.protocol.errors import KafkaError
+from semel.spark import options as opt
+
+TP = tuple[str, int]
+
+QUERY_ID = "semel.query.id"
+RESTART_WINDOW = "semel.restartwindowms"
+ATOMIC = "semel.atomicbatches"
+REQUEST_TIMEOUT = "kafka.request.timeout.ms"
+BATCH_ROWS = "semel.batch.rows"
+TOPIC = "topic"
+
+DEFAULT_RESTART_WINDOW_MS = 15 * 60 * 1000  # Kafka's default transaction.max.timeout.ms
+# Test-only: kill the whole process group (driver, JVM, workers) at a named step.
+KILL_ENV = "SEMEL_SPARK_SINK_KILL_AT"
+STEPS = ("write:produced", "commit:parent-offsets", "commit:decided", "commit:branch")
+
+_VALUE_TYPES = ("binary", "string")
+
+
+class SinkError(Exception):
+    """A sink failure with one readable line (bad option, bad schema, broker refusal)."""
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    bootstrap: str
+    group: str
+    parent: str
+    topic: str | None
+    checkpoint: str | None
+    restart_window_ms: int
+    request_timeout_ms: int
+    batch_rows: int
+
+
+def parse_options(options) -> SinkOptions:
+    try:
+        opts = opt.validate_sink(options)
+    except opt.OptionError as exc:
+        raise SinkError(str(exc)) from None
+    bootstrap = opts.get(opt.BOOTSTRAP, "").strip()
+    if not bootstrap:
+        raise SinkError(f"option '{opt.BOOTSTRAP}' is required")
+    group = opts.get(QUERY_ID) or opt.query_group_id(opts)
+    if not group:
+        raise SinkError("the semel sink needs 'checkpointLocation', 'kafka.group.id' or 'semel.query.id' "
+                        "to identify the query across restarts")
+    atomic = opts.get(ATOMIC, "auto").strip().lower()
+    if atomic not in ("auto", "true", "false"):
+        raise SinkError(f"option 'semel.atomicBatches' must be auto, true or false, got {opts[ATOMIC]!r}")
+    if atomic == "true":
+        raise SinkError("option 'semel.atomicBatches=true': atomic batches need the broker-side branch "
+                        "extension, which this sink does not speak yet; use auto or false")
+    loc = opts.get(opt.CHECKPOINT)
+    return SinkOptions(bootstrap=bootstrap.split(",")[0].strip(), group=group, parent=f"semel-spark-{group}",
+                       topic=opts.get(TOPIC) or None, checkpoint=_local_path(loc) if loc else None,
+                       restart_window_ms=_int(opts, RESTART_WINDOW, DEFAULT_RESTART_WINDOW_MS),
+                       request_timeout_ms=_int(opts, REQUEST_TIMEOUT, 30_000),
+                       batch_rows=_int(opts, BATCH_ROWS, 5000))
+
+
+def _int(opts: dict, name: str, default: int) -> int:
+    text = opts.get(name)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise SinkError(f"option {name!r} must be a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise SinkError(f"option {name!r} must be a positive integer, got {text!r}")
+    return value
+
+
+def _local_path(loc: str) -> str:
+    # Spark may hand the location as a file: URI; other file systems are not read here.
+    return loc[len("file:"):] if loc.startswith("file:") else loc
+
+
+# --- schema ---------------------------------------------------------------------------
+
+def check_schema(schema, topic: str | None) -> dict[str, int]:
+    """Column index by role; SinkError for what Spark's Kafka sink would also refuse."""
+    names = {f.name.lower(): i for i, f in enumerate(schema.fields)}
+    types = {f.name.lower(): f.dataType.typeName() for f in schema.fields}
+    if "value" not in names:
+        raise SinkError("the semel sink needs a 'value' column (binary or string)")
+    for col in ("key", "value"):
+        if col in types and types[col] not in _VALUE_TYPES:
+            raise SinkError(f"column '{col}' must be binary or string, got {types[col]}")
+    if "topic" in types and types["topic"] != "string":
+        raise SinkError(f"column 'topic' must be string, got {types['topic']}")
+    if "partition" in types and types["partition"] not in ("integer", "long", "short"):
+        raise SinkError(f"column 'partition' must be an integer, got {types['partition']}")
+    if topic is None and "topic" not in names:
+        raise SinkError("no output topic: set option 'topic' or give a 'topic' column")
+    return {k: names[k] for k in ("key", "value", "topic", "partition", "headers") if k in names}
+
+
+def _bytes(v) -> bytes | None:
+    if v is None:
+        return None
+    return v.encode() if isinstance(v, str) else bytes(v)
+
+
+# --- broker helpers -----------------------------------------------------------------
+
+def _connect(o: SinkOptions) -> Client:
+    try:
+        return Client(o.bootstrap, client_id="semel-spark-sink", timeout_s=o.request_timeout_ms / 1000)
+    except ClientError as exc:
+        raise SinkError(f"semel sink: {exc}") from None
+
+
+def _retrying(o: SinkOptions, what: str, call):
+    """Run call() -> KafkaError until it is not retriable or the request timeout has passed."""
+    deadline = time.monotonic() + o.request_timeout_ms / 1000
+    delay = 0.05
+    while True:
+        err = call()
+        if err == KafkaError.NONE or not err.retriable or time.monotonic() > deadline:
+            return err
+        time.sleep(delay)
+        delay = min(delay * 2, 1.0)
+
+
+def _ok(err: KafkaError, what: str) -> None:
+    if err != KafkaError.NONE:
+        raise SinkError(f"semel sink: {what}: {err.name}")
+
+
+def probe(o: SinkOptions) -> None:
+    """At query start: the broker is reachable, the topic exists, and it grants the
+    restart window as a transaction timeout (else a branch could be aborted by the
+    broker between a crash and the restart that commits it)."""
+    with _connect(o) as c:
+        if o.topic is not None:
+            try:
+                c.partitions(o.topic)
+            except ClientError as exc:
+                raise SinkError(f"semel sink: {exc}") from None
+        err, _ = wire.init_producer_id(c, f"{o.parent}.probe", o.restart_window_ms)
+        if err == KafkaError.INVALID_TRANSACTION_TIMEOUT:
+            raise SinkError(f"semel sink: the broker refuses a transaction timeout of {o.restart_window_ms} ms "
+                            "(semel.restartWindowMs): raise its transaction.max.timeout.ms or lower the option")
+        _ok(err, "InitProducerId probe")
+
+
+# --- the batch's durable decision -----------------------------------------------------
+
+def batch_offsets(o: SinkOptions, batch: int) -> dict[TP, int]:
+    """The source end offsets Spark journaled for `batch` (semel/Kafka-shaped sources only)."""
+    if o.checkpoint is None:
+        return {}
+    path = os.path.join(o.checkpoint, "offsets", str(batch))
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return {}
+    out: dict[TP, int] = {}
+    for line in lines[2:]:  # "v1", Spark's own metadata, then one line per source
+        try:
+            doc = json.loads(line)
+            out.update({(t, int(p)): int(off) for t, ps in doc.items() for p, off in ps.items()})
+        except (ValueError, AttributeError, TypeError):
+            continue  # another source's offset shape: nothing the sink commits
+    return out
+
+
+def decision_partitions(o: SinkOptions, offsets: dict[TP, int]) -> list[TP]:
+    if offsets:
+        return sorted(offsets)
+    if o.topic is None:
+        raise SinkError("semel sink: no semel source offsets in this batch and no 'topic' option to "
+                        "record the batch decision on")
+    return [(o.topic, 0)]  # a query without a semel source: record the decision on the output
+
+
+def read_decision(c: Client, o: SinkOptions, parts: list[TP]) -> dict | None:
+    """The newest decision the query's committed offsets record, or None."""
+    got = wire.committed_with_metadata(c, o.group, parts)
+    best = None
+    for off, meta in got.values():
+        if off < 0 or not meta:
+            continue
+        try:
+            doc = json.loads(meta)
+        except ValueError:
+            continue
+        if isinstance(doc, dict) and doc.get("semel-spark") == 1 and (best is None or doc["batch"] > best["batch"]):
+            best = doc
+    return best
+
+
+def branch_id(o: SinkOptions, batch: int, partition: int, attempt: int) -> str:
+    return f"{o.parent}.b{batch}.p{partition}.a{attempt}"
+
+
+def _kill_if(step: str) -> None:
+    # Test-only crash injection: the test runs the query in its own session.
+    if os.environ.get(KILL_ENV) == step:
+        os.killpg(0, signal.SIGKILL)
+
+
+# --- tasks -----------------------------------------------------------------------------
+
+@dataclass
+class BranchMessage(WriterCommitMessage):
+    partition: int
+    attempt: int
+    pid: int = -1
+    epoch: int = -1
+    rows: int = 0
+    skipped: bool = False  # the batch was decided before this attempt wrote anything
+    counts: dict = field(default_factory=dict)
+
+
+def _task_identity() -> tuple[int | None, int, int]:
+    from pyspark import TaskContext
+    ctx = TaskContext.get()
+    batch = ctx.getLocalProperty("streaming.sql.batchId")
+    return (int(batch) if batch is not None else None), ctx.partitionId(), ctx.attemptNumber()
+
+
+class _Partitioner:
+    """Kafka's default choice: explicit partition, else murmur2 of the key, else round robin."""
+
+    def __init__(self, c: Client, start: int):
+        self.c = c
+        self.sizes: dict[str, int] = {}
+        self.next = start
+
+    def pick(self, topic: str, key: bytes | None, partition) -> int:
+        n = self.sizes.get(topic)
+        if n is None:
+            try:
+                n = self.sizes[topic] = self.c.partitions(topic)
+            except ClientError as exc:
+                raise SinkError(f"semel sink: {exc}") from None
+        if partition is not None:
+            if not 0 <= int(partition) < n:
+                raise SinkError(f"semel sink: partition {partition} out of range for topic {topic} ({n})")
+            return int(partition)
+        if key is not None:
+            from kafka.partitioner.default import murmur2
+            return (murmur2(key) & 0x7FFFFFFF) % n
+        self.next += 1
+        return self.next % n
+
+
+def write_branch(o: SinkOptions, cols: dict[str, int], rows: Iterator, batch: int, partition: int,
+                 attempt: int, check: bool = True) -> BranchMessage:
+    with _connect(o) as c:
+        if check:
+            # A replay of a decided batch must not InitProducerId its recorded
+            # branches (that would abort them before commit() rolls them forward).
+            done = read_decision(c, o, decision_partitions(o, batch_offsets(o, batch)))
+            if done is not None and done["batch"] >= batch:
+                return BranchMessage(partition, attempt, skipped=True)
+        bid = branch_id(o, batch, partition, attempt)
+        err, st = wire.init_producer_id(c, bid, o.restart_window_ms)
+        _ok(err, f"InitProducerId {bid}")
+        producer = _BranchProducer(o, c, st)
+        part = _Partitioner(c, partition)
+        for row in rows:
+            topic = row[cols["topic"]] if "topic" in cols and row[cols["topic"]] else o.topic
+            key = _bytes(row[cols["key"]]) if "key" in cols else None
+            value = _bytes(row[cols["value"]])
+            headers = [(h[0], _bytes(h[1])) for h in (row[cols["headers"]] or [])] if "headers" in cols else []
+            p = part.pick(topic, key, row[cols["partition"]] if "partition" in cols else None)
+            producer.add(topic, p, (key, value, headers))
+        producer.flush()
+        _kill_if("write:produced")
+        return BranchMessage(partition, attempt, st.pid, st.epoch, producer.total,
+                             counts={f"{t}:{p}": n for (t, p), n in producer.counts.items()})
+
+
+class _BranchProducer:
+    """Buffers rows per partition and sends them as transactional batches."""
+
+    def __init__(self, o: SinkOptions, c: Client, st: wire.TxnState):
+        self.o, self.c, self.st = o, c, st
+        self.buf: dict[TP, list] = {}
+        self.added: set[TP] = set()
+        self.counts: dict[TP, int] = {}
+        self.total = 0
+
+    def add(self, topic: str, partition: int, rec: tuple) -> None:
+        rows = self.buf.setdefault((topic, partition), [])
+        rows.append(rec)
+        if len(rows) >= self.o.batch_rows:
+            self._send((topic, partition))
+
+    def flush(self) -> None:
+        for tp in list(self.buf):
+            self._send(tp)
+
+    def _send(self, tp: TP) -> None:
+        rows = self.buf.pop(tp, [])
+        if not rows:
+            return
+        if tp not in self.added:
+            errs = {}
+
+            def add() -> KafkaError:
+                errs.update(wire.add_partitions(self.c, self.st, [tp]))
+                return errs[tp]
+            _ok(_retrying(self.o, "AddPartitionsToTxn", add), f"AddPartitionsToTxn {tp[0]}-{tp[1]}")
+            self.added.add(tp)
+        err = _retrying(self.o, "Produce", lambda: wire.produce(self.c, self.st, tp[0], tp[1], rows)[0])
+        _ok(err, f"Produce {tp[0]}-{tp[1]}")
+        self.counts[tp] = self.counts.get(tp, 0) + len(rows)
+        self.total += len(rows)
+
+
+# --- driver-side commit -------------------------------------------------------------
+
+def _winners(messages) -> list[BranchMessage]:
+    return [m for m in messages if isinstance(m, BranchMessage) and not m.skipped and m.pid >= 0]
+
+
+def _fence(c: Client, o: SinkOptions, txn_id: str) -> None:
+    """InitProducerId on a branch id: the broker aborts what it left open."""
+    err = _retrying(o, "InitProducerId", lambda: wire.init_producer_id(c, txn_id, o.restart_window_ms)[0])
+    _ok(err, f"fencing {txn_id}")
+
+
+def _end_branch(c: Client, o: SinkOptions, batch: int, b: list) -> None:
+    part, attempt, pid, epoch = b
+    bid = branch_id(o, batch, part, attempt)
+    err = _retrying(o, "EndTxn", lambda: wire.end_txn(c, bid, pid, epoch, True))
+    if err != KafkaError.NONE:
+        raise SinkError(f"semel sink: batch {batch} is committed but its branch {bid} cannot be: {err.name} "
+                        "(aborted by the broker's transaction timeout? see semel.restartWindowMs)")
+
+
+def commit_batch(o: SinkOptions, messages, batch: int) -> None:
+    offsets = batch_offsets(o, batch)
+    parts = decision_partitions(o, offsets)
+    winners = _winners(messages)
+    with _connect(o) as c:
+        done = read_decision(c, o, parts)
+        if done is not None and done["batch"] >= batch:
+            _roll_forward(c, o, done, batch, winners)
+            return
+        branches = [[m.partition, m.attempt, m.pid, m.epoch] for m in winners]
+        err, st = wire.init_producer_id(c, o.parent, o.restart_window_ms)
+        _ok(err, f"InitProducerId {o.parent}")
+        _ok(_retrying(o, "AddOffsetsToTxn", lambda: wire.add_offsets(c, st, o.group)), "AddOffsetsToTxn")
+        meta = json.dumps({"semel-spark": 1, "batch": batch, "branches": branches}, separators=(",", ":"))
+        marks = offsets or {tp: batch for tp in parts}
+        errs = wire.txn_offset_commit(c, st, o.group, marks, meta)
+        bad = {tp: e for tp, e in errs.items() if e != KafkaError.NONE}
+        if bad:
+            raise SinkError(f"semel sink: TxnOffsetCommit: {', '.join(f'{t}-{p} {e.name}' for (t, p), e in bad.items())}")
+        _kill_if("commit:parent-offsets")
+        _ok(_retrying(o, "EndTxn", lambda: wire.end_txn(c, o.parent, st.pid, st.epoch, True)),
+            f"EndTxn {o.parent}")
+        _kill_if("commit:decided")
+        for i, b in enumerate(branches):
+            _end_branch(c, o, batch, b)
+            if i == 0:
+                _kill_if("commit:branch")
+        _fence_losers(c, o, batch, winners)
+
+
+def _roll_forward(c: Client, o: SinkOptions, done: dict, batch: int, winners: list[BranchMessage]) -> None:
+    recorded = {(b[0], b[1]) for b in done.get("branches", [])} if done["batch"] == batch else set()
+    if done["batch"] == batch:
+        for b in done["branches"]:
+            _end_branch(c, o, batch, b)
+    for m in winners:  # this replay's own branches lost: the batch was decided without them
+        if (m.partition, m.attempt) not in recorded:
+            _fence(c, o, branch_id(o, batch, m.partition, m.attempt))
+
+
+def _fence_losers(c: Client, o: SinkOptions, batch: int, winners: list[BranchMessage]) -> None:
+    """Failed and speculative attempts wrote under other attempt numbers: abort them.
+    One attempt number past the highest winner covers a speculative copy that lost."""
+    for m in winners:
+        for attempt in range(0, m.attempt + 2):
+            if attempt != m.attempt:
+                _fence(c, o, branch_id(o, batch, m.partition, attempt))
+
+
+def abort_batch(o: SinkOptions, messages, batch: int) -> None:
+    with _connect(o) as c:
+        for m in messages:
+            if isinstance(m, BranchMessage) and not m.skipped and m.pid >= 0:
+                _fence(c, o, branch_id(o, batch, m.partition, m.attempt))
+
+
+# --- Spark writer classes --------------------------------------------------------------
+
+class SemelStreamWriter(DataSourceStreamWriter):
+    def __init__(self, o: SinkOptions, cols: dict[str, int]):
+        self.o, self.cols = o, cols
+
+    def write(self, iterator):
+        batch, partition, attempt = _task_identity()
+        if batch is None:
+            raise SinkError("semel sink: the task has no streaming batch id (not a micro-batch query?)")
+        return write_branch(self.o, self.cols, iterator, batch, partition, attempt)
+
+    def commit(self, messages, batchId: int) -> None:
+        commit_batch(self.o, messages, batchId)
+
+    def abort(self, messages, batchId: int) -> None:
+        abort_batch(self.o, messages, batchId)
+
+
+class SemelBatchWriter(DataSourceWriter):
+    """df.write.format("semel"): one branch per task, committed together by the driver
+    (no checkpoint, no replay: a failed job aborts its branches)."""
+
+    def __init__(self, o: SinkOptions, cols: dict[str, int], job: int):
+        self.o, self.cols, self.job = o, cols, job
+
+    def write(self, iterator):
+        _, partition, attempt = _task_identity()
+        return write_branch(self.o, self.cols, iterator, self.job, partition, attempt, check=False)
+
+    def commit(self, messages) -> None:
+        with _connect(self.o) as c:
+            winners = _winners(messages)
+            for m in winners:
+                _end_branch(c, self.o, self.job, [m.partition, m.attempt, m.pid, m.epoch])
+            _fence_losers(c, self.o, self.job, winners)
+
+    def abort(self, messages) -> None:
+        abort_batch(self.o, messages, self.job)
+
+
+def make_stream_writer(options, schema, overwrite: bool) -> SemelStreamWriter:
+    o = parse_options(options)
+    cols = check_schema(schema, o.topic)
+    probe(o)
+    return SemelStreamWriter(o, cols)
+
+
+def make_batch_writer(options, schema, overwrite: bool) -> SemelBatchWriter:
+    opts = dict(options)
+    job = time.time_ns()
+    opts.setdefault(QUERY_ID, f"batch-{job}")
+    o = parse_options(opts)
+    cols = check_schema(schema, o.topic)
+    probe(o)
+    return SemelBatchWriter(o, cols, job)
