@@ -1,13 +1,9 @@
-"""Topic administration: CreateTopics (19), DeleteTopics (20), DescribeConfigs (32),
-CreatePartitions (37)."""
+"""Topic administration: CreateTopics (19), DeleteTopics (20), CreatePartitions (37)."""
 from __future__ import annotations
 
 from ...protocol.errors import KafkaError
 from ...storage.manager import validate_topic_config, validate_topic_name
 from ..router import handler
-
-RESOURCE_TOPIC = 2
-RESOURCE_BROKER = 4
 
 
 @handler(19, 2, 7)
@@ -58,46 +54,6 @@ async def delete_topics(ctx, req):
         results.append(cls.DeletableTopicResult(name=name, error_code=err,
                                                 error_message=None if err == 0 else err.name))
     return ctx.response(throttle_time_ms=0, responses=results)
-
-
-@handler(32, 1, 4)
-async def describe_configs(ctx, req):
-    cls = ctx.cls()
-    results = []
-    for res in req.resources:
-        values, err = _config_values(ctx, res.resource_type, res.resource_name)
-        wanted = set(res.configuration_keys) if res.configuration_keys is not None else None
-        configs = [cls.DescribeConfigsResult.DescribeConfigsResourceResult(
-            name=k, value=v, read_only=res.resource_type == RESOURCE_BROKER, config_source=src,
-            is_sensitive=False, synonyms=[])
-            for k, (v, src) in sorted(values.items()) if wanted is None or k in wanted]
-        results.append(cls.DescribeConfigsResult(
-            error_code=err, error_message=None if err == 0 else err.name,
-            resource_type=res.resource_type, resource_name=res.resource_name, configs=configs))
-    return ctx.response(throttle_time_ms=0, results=results)
-
-
-def _config_values(ctx, rtype, name):
-    """name -> (value, source): source 1 = topic override, 5 = default (Kafka's ConfigSource)."""
-    log_cfg = ctx.broker.config.log
-    defaults = {
-        "retention.ms": str(log_cfg.retention_ms),
-        "retention.bytes": str(log_cfg.retention_bytes),
-        "segment.bytes": str(log_cfg.segment_bytes),
-        "cleanup.policy": "delete",
-        "max.message.bytes": str(ctx.broker.config.max_message_bytes),
-    }
-    if rtype == RESOURCE_BROKER:
-        return {k: (v, 5) for k, v in defaults.items()}, KafkaError.NONE
-    if rtype != RESOURCE_TOPIC:
-        return {}, KafkaError.INVALID_REQUEST
-    info = ctx.broker.logs.topics().get(name)
-    if info is None:
-        return {}, KafkaError.UNKNOWN_TOPIC_OR_PARTITION
-    out = {k: (v, 5) for k, v in defaults.items()}
-    for k, v in info.config.items():
-        out[k] = (str(v), 1)
-    return out, KafkaError.NONE
 
 
 @handler(37, 0, 3)

@@ -1,0 +1,141 @@
+"""Configs: DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44).
+
+Topic overrides live in the topic catalogue (durable, applied to the open logs at
+once). Broker configs are described but not alterable on this broker."""
+from __future__ import annotations
+
+from ...protocol.errors import KafkaError
+from ...storage.manager import validate_topic_config
+from ..router import handler
+
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+
+# IncrementalAlterConfigs operations (Kafka's AlterConfigOp.OpType)
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+# Configs whose value is a comma-separated list: the only ones APPEND/SUBTRACT apply to.
+LIST_CONFIGS = {"cleanup.policy"}
+
+
+@handler(32, 1, 4)
+async def describe_configs(ctx, req):
+    cls = ctx.cls()
+    results = []
+    for res in req.resources:
+        values, err = _config_values(ctx, res.resource_type, res.resource_name)
+        wanted = set(res.configuration_keys) if res.configuration_keys is not None else None
+        configs = [cls.DescribeConfigsResult.DescribeConfigsResourceResult(
+            name=k, value=v, read_only=res.resource_type == RESOURCE_BROKER, config_source=src,
+            is_sensitive=False, synonyms=[])
+            for k, (v, src) in sorted(values.items()) if wanted is None or k in wanted]
+        results.append(cls.DescribeConfigsResult(
+            error_code=err, error_message=None if err == 0 else err.name,
+            resource_type=res.resource_type, resource_name=res.resource_name, configs=configs))
+    return ctx.response(throttle_time_ms=0, results=results)
+
+
+def _defaults(ctx) -> dict[str, str]:
+    log_cfg = ctx.broker.config.log
+    return {
+        "retention.ms": str(log_cfg.retention_ms),
+        "retention.bytes": str(log_cfg.retention_bytes),
+        "segment.bytes": str(log_cfg.segment_bytes),
+        "cleanup.policy": "delete",
+        "max.message.bytes": str(ctx.broker.config.max_message_bytes),
+    }
+
+
+def _config_values(ctx, rtype, name):
+    """name -> (value, source): source 1 = topic override, 5 = default (Kafka's ConfigSource)."""
+    defaults = _defaults(ctx)
+    if rtype == RESOURCE_BROKER:
+        return {k: (v, 5) for k, v in defaults.items()}, KafkaError.NONE
+    if rtype != RESOURCE_TOPIC:
+        return {}, KafkaError.INVALID_REQUEST
+    info = ctx.broker.logs.topics().get(name)
+    if info is None:
+        return {}, KafkaError.UNKNOWN_TOPIC_OR_PARTITION
+    out = {k: (v, 5) for k, v in defaults.items()}
+    for k, v in info.config.items():
+        out[k] = (str(v), 1)
+    return out, KafkaError.NONE
+
+
+@handler(33, 0, 2)
+async def alter_configs(ctx, req):
+    """The resource's overrides become exactly the ones given (Kafka's replace semantics)."""
+    def compute(current, res):
+        return _unique({c.name: c.value for c in res.configs}, res.configs)
+    return _alter(ctx, req, compute)
+
+
+@handler(44, 0, 1)
+async def incremental_alter_configs(ctx, req):
+    """SET/DELETE/APPEND/SUBTRACT applied to the current overrides."""
+    def compute(current, res):
+        err, msg, _ = _unique({}, res.configs)
+        if err:
+            return err, msg, {}
+        out = dict(current)
+        for c in res.configs:
+            err, msg = _apply_op(out, c)
+            if err:
+                return err, msg, {}
+        return KafkaError.NONE, "", out
+    return _alter(ctx, req, compute)
+
+
+def _unique(config: dict, entries) -> tuple[KafkaError, str, dict]:
+    if len({c.name for c in entries}) != len(entries):  # Kafka: duplicate keys are a bad request
+        return KafkaError.INVALID_REQUEST, "a config is named more than once", {}
+    return KafkaError.NONE, "", config
+
+
+def _apply_op(out: dict, c) -> tuple[KafkaError, str]:
+    if c.config_operation == SET:
+        out[c.name] = c.value
+    elif c.config_operation == DELETE:
+        out.pop(c.name, None)
+    elif c.config_operation in (APPEND, SUBTRACT):
+        if c.name not in LIST_CONFIGS:
+            return KafkaError.INVALID_CONFIG, f"{c.name} is not a list config; APPEND/SUBTRACT need one"
+        items = [v for v in out.get(c.name, "delete").split(",") if v]
+        given = [v.strip() for v in (c.value or "").split(",") if v.strip()]
+        if c.config_operation == APPEND:
+            items += [v for v in given if v not in items]
+        else:
+            items = [v for v in items if v not in given]
+        out[c.name] = ",".join(items)
+    else:
+        return KafkaError.INVALID_REQUEST, f"unknown config operation {c.config_operation}"
+    return KafkaError.NONE, ""
+
+
+def _alter(ctx, req, compute):
+    cls = ctx.cls()
+    responses = []
+    for res in req.resources:
+        err, msg = _alter_one(ctx, res, compute, req.validate_only)
+        responses.append(cls.AlterConfigsResourceResponse(
+            error_code=err, error_message=None if err == 0 else (msg or err.name),
+            resource_type=res.resource_type, resource_name=res.resource_name))
+    return ctx.response(throttle_time_ms=0, responses=responses)
+
+
+def _alter_one(ctx, res, compute, validate_only: bool) -> tuple[KafkaError, str]:
+    if res.resource_type == RESOURCE_BROKER:
+        return KafkaError.INVALID_CONFIG, "broker configs are set at start (semel broker flags), not altered"
+    if res.resource_type != RESOURCE_TOPIC:
+        return KafkaError.INVALID_REQUEST, f"resource type {res.resource_type} has no configs here"
+    logs = ctx.broker.logs
+    info = logs.topics().get(res.resource_name)
+    if info is None:
+        return KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"topic {res.resource_name!r} does not exist"
+    err, msg, wanted = compute(info.config, res)
+    if err:
+        return err, msg
+    if validate_only:
+        err, msg, _ = validate_topic_config(wanted)
+        return err, msg
+    err = logs.set_topic_config(res.resource_name, wanted)
+    return err, logs.last_error_message

@@ -1,0 +1,131 @@
+"""AlterConfigs (33), IncrementalAlterConfigs (44), DescribeConfigs (32) through
+confluent-kafka's and kafka-python's admin clients: validated like Kafka
+(INVALID_CONFIG), durable across a SIGKILL, and acted on (retention)."""
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, KafkaError as CKError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,
+                                   ConfigSource, NewTopic)
+
+from tests.support import wait
+from tests.support.brokers import module_broker
+
+
+@pytest.fixture(scope="module")
+def mbroker(tmp_path_factory):
+    # retention runs often so a retention change is seen acting within the test
+    with module_broker(tmp_path_factory, "admin-configs", "--retention-check-interval-ms", "200") as b:
+        yield b
+
+
+def _admin(b):
+    return AdminClient({"bootstrap.servers": b.bootstrap})
+
+
+def _topic(admin, config=None):
+    name = "cfg-" + uuid.uuid4().hex[:8]
+    admin.create_topics([NewTopic(name, 1, 1, config=config or {})])[name].result(30)
+    return name
+
+
+def _incremental(admin, name, *entries):
+    res = ConfigResource(ConfigResource.Type.TOPIC, name, incremental_configs=[
+        ConfigEntry(k, v, incremental_operation=op) for k, v, op in entries])
+    return admin.incremental_alter_configs([res])[res]
+
+
+def _overrides(admin, name):
+    res = ConfigResource(ConfigResource.Type.TOPIC, name)
+    got = admin.describe_configs([res])[res].result(30)
+    return {k: e.value for k, e in got.items() if e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value}
+
+
+def _code(fut):
+    with pytest.raises(KafkaException) as exc:
+        fut.result(30)
+    return exc.value.args[0].code()
+
+
+def test_incremental_set_delete_append_subtract(mbroker):
+    admin = _admin(mbroker)
+    name = _topic(admin, {"retention.ms": "100000"})
+    _incremental(admin, name, ("retention.bytes", "1048576", AlterConfigOpType.SET),
+                 ("retention.ms", None, AlterConfigOpType.DELETE)).result(30)
+    assert _overrides(admin, name) == {"retention.bytes": "1048576"}
+    _incremental(admin, name, ("cleanup.policy", "compact", AlterConfigOpType.APPEND)).result(30)
+    assert _overrides(admin, name)["cleanup.policy"] == "compact,delete"
+    _incremental(admin, name, ("cleanup.policy", "delete", AlterConfigOpType.SUBTRACT)).result(30)
+    assert _overrides(admin, name) == {"retention.bytes": "1048576", "cleanup.policy": "compact"}
+
+
+def test_alter_configs_replaces_all_overrides(mbroker):
+    admin = _admin(mbroker)
+    name = _topic(admin, {"retention.ms": "100000", "segment.bytes": "100000"})
+    res = ConfigResource(ConfigResource.Type.TOPIC, name, set_config={"retention.bytes": "2000000"})
+    admin.alter_configs([res])[res].result(30)
+    assert _overrides(admin, name) == {"retention.bytes": "2000000"}
+
+
+def test_bad_configs_are_invalid_config_and_change_nothing(mbroker):
+    admin = _admin(mbroker)
+    name = _topic(admin, {"retention.ms": "100000"})
+    for entry in (("no.such.config", "1", AlterConfigOpType.SET),
+                  ("retention.ms", "soon", AlterConfigOpType.SET),
+                  ("cleanup.policy", "shred", AlterConfigOpType.SET),
+                  ("retention.ms", "5", AlterConfigOpType.APPEND)):
+        assert _code(_incremental(admin, name, entry)) == CKError.INVALID_CONFIG, entry
+    res = ConfigResource(ConfigResource.Type.TOPIC, name, set_config={"segment.bytes": "-3"})
+    assert _code(admin.alter_configs([res])[res]) == CKError.INVALID_CONFIG
+    missing = "nope-" + uuid.uuid4().hex[:8]
+    assert _code(_incremental(admin, missing, ("retention.ms", "1", AlterConfigOpType.SET))) == \
+        CKError.UNKNOWN_TOPIC_OR_PART
+    # validate_only checks but does not apply
+    res = ConfigResource(ConfigResource.Type.TOPIC, name, incremental_configs=[
+        ConfigEntry("retention.ms", "7", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res], validate_only=True)[res].result(30)
+    assert _overrides(admin, name) == {"retention.ms": "100000"}
+
+
+def test_kafka_python_admin(mbroker):
+    from kafka.admin import ConfigResource as KPResource, ConfigResourceType, KafkaAdminClient
+    name = _topic(_admin(mbroker))
+    kp = KafkaAdminClient(bootstrap_servers=mbroker.bootstrap)
+    try:
+        kp.alter_configs([KPResource(ConfigResourceType.TOPIC, name, configs={"retention.ms": "123456"})])
+        desc = kp.describe_configs([KPResource(ConfigResourceType.TOPIC, name)])
+    finally:
+        kp.close()
+    (by_name,) = desc.values()
+    assert by_name[name]["retention.ms"]["value"] == "123456", desc
+
+
+def test_retention_change_takes_effect(mbroker):
+    admin = _admin(mbroker)
+    name = _topic(admin, {"segment.bytes": "4096"})
+    p = Producer({"bootstrap.servers": mbroker.bootstrap, "linger.ms": 0, "batch.num.messages": 10})
+    for i in range(400):
+        p.produce(name, value=b"x" * 50, partition=0)
+    assert p.flush(30) == 0
+    c = Consumer({"bootstrap.servers": mbroker.bootstrap, "group.id": "wm"})
+    tp = TopicPartition(name, 0)
+    assert c.get_watermark_offsets(tp, 30) == (0, 400)
+    _incremental(admin, name, ("retention.bytes", "8192", AlterConfigOpType.SET)).result(30)
+    # whole old segments go; the high watermark stays
+    lo, hi = wait.until(lambda: (lambda w: w if w[0] > 0 else None)(c.get_watermark_offsets(tp, 30)),
+                        "retention.bytes trimmed the log")
+    assert hi == 400 and 0 < lo < 400
+    c.close()
+
+
+def test_configs_survive_sigkill(mbroker):
+    admin = _admin(mbroker)
+    name = _topic(admin)
+    _incremental(admin, name, ("retention.ms", "987654", AlterConfigOpType.SET),
+                 ("cleanup.policy", "compact", AlterConfigOpType.SET)).result(30)
+    mbroker.kill()
+    mbroker.restart()
+    admin = _admin(mbroker)
+    assert _overrides(admin, name) == {"retention.ms": "987654", "cleanup.policy": "compact"}
