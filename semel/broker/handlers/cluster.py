@@ -1,0 +1,60 @@
+"""Cluster view: DescribeCluster (60) and OffsetForLeaderEpoch (23).
+
+One broker leads every partition at leader epoch LEADER_EPOCH (what Metadata
+advertises), so the epoch lookup has one answer: that epoch ends at the log end."""
+from __future__ import annotations
+
+from ...protocol.errors import KafkaError
+from ..router import handler
+
+LEADER_EPOCH = 0
+ENDPOINT_BROKERS, ENDPOINT_CONTROLLERS = 1, 2
+NO_OPERATIONS = None  # the codec writes Kafka's "not asked for" (-2^31) for None
+
+
+@handler(60, 0, 2)
+async def describe_cluster(ctx, req):
+    cfg = ctx.broker.config
+    cls = ctx.cls()
+    endpoint = req.endpoint_type if ctx.api_version >= 1 else ENDPOINT_BROKERS
+    if endpoint != ENDPOINT_BROKERS:
+        # Kafka: a broker asked for controllers answers MISMATCHED_ENDPOINT_TYPE.
+        err = KafkaError.MISMATCHED_ENDPOINT_TYPE if endpoint == ENDPOINT_CONTROLLERS \
+            else KafkaError.UNSUPPORTED_ENDPOINT_TYPE
+        return ctx.response(throttle_time_ms=0, error_code=err, error_message=err.name,
+                            endpoint_type=endpoint, cluster_id=cfg.cluster_id, controller_id=-1,
+                            brokers=[], authorized_operations=NO_OPERATIONS)
+    brokers = [cls.DescribeClusterBroker(broker_id=cfg.node_id, host=cfg.advertised, port=cfg.port,
+                                         rack=None, is_fenced=False)]
+    return ctx.response(throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=endpoint,
+                        cluster_id=cfg.cluster_id, controller_id=cfg.node_id, brokers=brokers,
+                        authorized_operations=NO_OPERATIONS)
+
+
+@handler(23, 2, 4)
+async def offset_for_leader_epoch(ctx, req):
+    cls = ctx.cls()
+    T = cls.OffsetForLeaderTopicResult
+    topics = [T(topic=t.topic, partitions=[
+        T.EpochEndOffset(partition=p.partition, **_epoch_end(ctx, t.topic, p)) for p in t.partitions])
+        for t in req.topics]
+    return ctx.response(throttle_time_ms=0, topics=topics)
+
+
+def _epoch_end(ctx, topic: str, p) -> dict:
+    plog = ctx.broker.logs.get(topic, p.partition)
+    if plog is None:
+        return _undefined(KafkaError.UNKNOWN_TOPIC_OR_PARTITION)
+    # current_leader_epoch -1 means "do not fence"; Kafka's checks otherwise.
+    if p.current_leader_epoch > LEADER_EPOCH:
+        return _undefined(KafkaError.UNKNOWN_LEADER_EPOCH)
+    if 0 <= p.current_leader_epoch < LEADER_EPOCH:
+        return _undefined(KafkaError.FENCED_LEADER_EPOCH)
+    if p.leader_epoch < LEADER_EPOCH or p.leader_epoch > LEADER_EPOCH:
+        # No such epoch in this log: Kafka answers "undefined" without an error.
+        return _undefined(KafkaError.NONE)
+    return {"error_code": KafkaError.NONE, "leader_epoch": LEADER_EPOCH, "end_offset": plog.log_end_offset}
+
+
+def _undefined(err: KafkaError) -> dict:
+    return {"error_code": err, "leader_epoch": -1, "end_offset": -1}

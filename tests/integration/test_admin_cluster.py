@@ -1,0 +1,87 @@
+"""DescribeCluster (60) and OffsetForLeaderEpoch (23) against a real broker, and
+ApiVersions advertising exactly the routed APIs."""
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from confluent_kafka import KafkaError as CKError, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from semel.protocol.messages import request_class
+from tests.support import wire
+from tests.support.brokers import module_broker
+
+
+@pytest.fixture(scope="module")
+def mbroker(tmp_path_factory):
+    with module_broker(tmp_path_factory, "admin-cluster") as b:
+        yield b
+
+
+def test_describe_cluster_confluent_and_kafka_python(mbroker):
+    admin = AdminClient({"bootstrap.servers": mbroker.bootstrap})
+    desc = admin.describe_cluster().result(30)
+    host, port = mbroker.bootstrap.rsplit(":", 1)
+    assert [(n.id, n.host, n.port) for n in desc.nodes] == [(0, host, int(port))]
+    assert desc.controller.id == 0 and desc.cluster_id
+    from kafka.admin import KafkaAdminClient
+    kp = KafkaAdminClient(bootstrap_servers=mbroker.bootstrap)
+    try:
+        got = kp.describe_cluster()
+    finally:
+        kp.close()
+    assert got["cluster_id"] == desc.cluster_id and got["controller_id"] == 0
+
+
+def test_describe_cluster_controllers_is_mismatched_endpoint(mbroker):
+    sock = wire.connect(mbroker.bootstrap)
+    try:
+        resp = wire.call(sock, 60, 1, include_cluster_authorized_operations=False, endpoint_type=2)
+    finally:
+        sock.close()
+    assert resp.error_code == 114 and resp.brokers == []
+
+
+def _epoch_request(topic, partitions):
+    R = request_class(23)
+    T = R.OffsetForLeaderTopic
+    return [T(topic=topic, partitions=[T.OffsetForLeaderPartition(
+        partition=p, current_leader_epoch=cur, leader_epoch=ask) for p, cur, ask in partitions])]
+
+
+def test_offset_for_leader_epoch(mbroker):
+    name = "epoch-" + uuid.uuid4().hex[:8]
+    admin = AdminClient({"bootstrap.servers": mbroker.bootstrap})  # must outlive its futures
+    admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
+    p = Producer({"bootstrap.servers": mbroker.bootstrap})
+    for i in range(7):
+        p.produce(name, value=b"x", partition=0)
+    assert p.flush(30) == 0
+    asks = [(0, 0, 0), (0, -1, 0), (0, 1, 0), (0, 0, 3), (5, 0, 0)]
+    sock = wire.connect(mbroker.bootstrap)
+    try:
+        resp = wire.call(sock, 23, 4, replica_id=-1, topics=_epoch_request(name, asks))
+    finally:
+        sock.close()
+    got = [(r.partition, r.error_code, r.leader_epoch, r.end_offset) for r in resp.topics[0].partitions]
+    assert got == [
+        (0, 0, 0, 7),                                    # epoch 0 ends at the log end
+        (0, 0, 0, 7),                                    # -1: no fencing
+        (0, CKError.UNKNOWN_LEADER_EPOCH, -1, -1),       # client ahead of the broker
+        (0, 0, -1, -1),                                  # an epoch this log never had
+        (5, CKError.UNKNOWN_TOPIC_OR_PART, -1, -1),
+    ]
+
+
+def test_api_versions_advertises_the_new_apis(mbroker):
+    from semel.protocol.messages import request_class as rc
+    sock = wire.connect(mbroker.bootstrap)
+    try:
+        resp = wire.call(sock, 18, 3, client_software_name="t", client_software_version="1")
+    finally:
+        sock.close()
+    keys = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+    for key, lo_hi in {21: (0, 2), 23: (2, 4), 33: (0, 2), 37: (0, 3), 44: (0, 1), 60: (0, 2)}.items():
+        assert keys[key] == lo_hi
+        assert rc(key) is not None
