@@ -60,6 +60,65 @@ class BrokerConfig:
     loop_lag_warn_ms: int = 200
     loop_stall_ms: int = 2_000
 
+    # --- security (issue 12; docs/security.md) ---
+    # Security protocol of the listener at host:port: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.
+    security_protocol: str = "PLAINTEXT"
+    # More listeners, Kafka's "NAME://HOST:PORT"; a listener's protocol comes from
+    # listener_security_protocol_map (NAME -> protocol) or is the name itself.
+    listeners: list[str] = field(default_factory=list)
+    listener_security_protocol_map: dict[str, str] = field(default_factory=dict)
+    ssl_certfile: str | None = None     # PEM certificate chain for SSL / SASL_SSL listeners
+    ssl_keyfile: str | None = None
+    sasl_enabled_mechanisms: tuple[str, ...] = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+    # Principals ("User:admin") that every ACL check lets through (Kafka's super.users).
+    super_users: set[str] = field(default_factory=set)
+    # ACL checks run when any listener authenticates (None) or as set here.
+    authorizer_enabled: bool | None = None
+    # Kafka's allow.everyone.if.no.acl.found: off, so a resource nobody granted is closed.
+    allow_everyone_if_no_acl_found: bool = False
+
+    def all_listeners(self) -> list["Listener"]:
+        """The host:port listener first, then `listeners` (ValueError on a bad entry)."""
+        out = [Listener("DEFAULT", self.host, self.port, _protocol(self.security_protocol))]
+        for spec in self.listeners:
+            name, sep, rest = spec.partition("://")
+            host, colon, port = rest.rpartition(":")
+            if not sep or not colon or not port.isdigit():
+                raise ValueError(f"listener {spec!r} is not NAME://HOST:PORT")
+            out.append(Listener(name, host, int(port),
+                                _protocol(self.listener_security_protocol_map.get(name, name))))
+        return out
+
+    @property
+    def authenticating(self) -> bool:
+        return any(lst.protocol.startswith("SASL") for lst in self.all_listeners())
+
     @property
     def advertised(self) -> str:
         return self.advertised_host or self.host
+
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
+@dataclass
+class Listener:
+    name: str
+    host: str
+    port: int
+    protocol: str
+
+    @property
+    def sasl(self) -> bool:
+        return self.protocol.startswith("SASL")
+
+    @property
+    def tls(self) -> bool:
+        return self.protocol in ("SSL", "SASL_SSL")
+
+
+def _protocol(name: str) -> str:
+    proto = name.upper()
+    if proto not in SECURITY_PROTOCOLS:
+        raise ValueError(f"unknown security protocol {name!r} (one of {', '.join(SECURITY_PROTOCOLS)})")
+    return proto

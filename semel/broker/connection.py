@@ -29,6 +29,7 @@ from ..protocol.messages import (
     API_VERSIONS_KEY, UnsupportedVersion, decode_request, encode_response, partition_count,
     unsupported_api_versions_response,
 )
+from .auth.gate import authenticated_enough, guarded
 from .router import ROUTES, RequestContext, supported_versions
 
 log = logging.getLogger("semel.broker.conn")
@@ -86,7 +87,8 @@ class Connection:
     """One client connection's state. `principal` and `session` are where the
     security layer keeps who authenticated and its SASL exchange (None: not yet);
     the router's RequestContext carries this object as `connection`."""
-    __slots__ = ("peer", "ip", "transport", "decoder", "last_active", "principal", "session")
+    __slots__ = ("peer", "ip", "transport", "decoder", "last_active", "principal", "session", "listener",
+                 "closing")
 
     def __init__(self, peer: str, ip: str, transport, decoder: FrameDecoder):
         self.peer = peer
@@ -96,6 +98,8 @@ class Connection:
         self.last_active = time.monotonic()
         self.principal = None
         self.session = None
+        self.listener = None    # config.Listener it came on (None: the default PLAINTEXT one)
+        self.closing = False    # set by a handler: close once this response is written (failed SASL)
 
 
 class ConnectionLimits:
@@ -159,9 +163,10 @@ class ConnectionLimits:
         conn.transport.abort()
 
 
-async def serve(broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def serve(broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, listener=None) -> None:
     peer, ip = _peer(writer)
     conn = Connection(peer, ip, writer.transport, FrameDecoder(broker.config.max_request_bytes))
+    conn.listener = listener
     if not broker.limits.admit(conn):
         writer.transport.abort()
         return
@@ -176,7 +181,7 @@ async def _serve(broker, conn: Connection, reader: asyncio.StreamReader, writer:
     queue: asyncio.Queue = asyncio.Queue(MAX_PENDING_RESPONSES)
     writer_task = asyncio.create_task(_write_loop(writer, queue, peer, broker.metrics))
     try:
-        while not writer_task.done():
+        while not writer_task.done() and not conn.closing:
             data = await reader.read(1 << 20)
             if not data:
                 break
@@ -187,6 +192,8 @@ async def _serve(broker, conn: Connection, reader: asyncio.StreamReader, writer:
                 if item is not None:
                     await queue.put(item)
                 conn.last_active = time.monotonic()
+                if conn.closing:
+                    break
     except ProtocolError as exc:
         broker.metrics.bad_frames.inc()
         bad_input_log.warning("closing %s: %s", peer, exc)
@@ -235,11 +242,16 @@ async def _dispatch(broker, conn: Connection, frame: bytes):
         raise _Close() from None
     route = ROUTES[req.api_key]
     ctx = RequestContext(broker, req.api_key, req.api_version, req.correlation_id, req.client_id, peer, conn)
+    if not authenticated_enough(ctx):
+        bad_input_log.warning("closing %s: api %d before SASL authentication", peer, req.api_key)
+        raise _Close() from None
     api = route.fn.__name__
     broker.metrics.requests.labels(api).inc()
     started = time.perf_counter()
     try:
-        result = await route.fn(ctx, req.body)
+        # ACL checks (auth.gate): a denied request or resource is answered with its
+        # *_AUTHORIZATION_FAILED code there and never reaches the handler.
+        result = await guarded(ctx, req.body, route.fn)
     except Exception:
         log.exception("handler %s failed for %s; closing the connection", api, peer)
         raise _Close() from None

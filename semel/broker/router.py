@@ -59,3 +59,19 @@ class RequestContext:
 
     def cls(self) -> Any:
         return response_class(self.api_key)
+
+    @property
+    def listener_port(self) -> int:
+        """The port of the listener this request came on: Metadata and FindCoordinator
+        advertise it, so a client stays on the listener (TLS, SASL) it chose."""
+        listener = getattr(self.connection, "listener", None)
+        return listener.port if listener is not None else self.broker.config.port
+
+    def authorize(self, operation, resource_type, name: str) -> bool:
+        """May this connection's principal do `operation` on the resource? Names or
+        enums of semel.broker.auth.acl ("WRITE", "TOPIC", "payments"). A denial is
+        counted (semel_authorization_denials_total) and logged; the caller answers
+        with the matching *_AUTHORIZATION_FAILED code and writes nothing. Always
+        True on a broker without security."""
+        from .auth.check import authorize
+        return authorize(self, operation, resource_type, name)

@@ -19,7 +19,9 @@ from ..storage.fs import fs_from_env
 from ..storage.errors import StorageError
 from ..storage.manager import LogManager
 from . import handlers  # noqa: F401  (registers every route)
-from .config import BrokerConfig
+from .auth.acl import AclStore, Authorizer
+from .auth.users import UserStore
+from .config import BrokerConfig, Listener
 from .connection import ConnectionLimits, serve
 from .metrics import BrokerMetrics
 from .notify import AppendNotifier
@@ -41,6 +43,15 @@ class Broker:
         self.groups = None
         self.txns = None
         self._server: asyncio.base_events.Server | None = None
+        self._extra_servers: list = []   # listeners after the first (config.listeners)
+        # Security (issue 12): users and ACLs live in files under the data dir, re-read
+        # when they change, so `semel user|acl` apply without a restart.
+        self.users = UserStore(config.data_dir)
+        self.acls = AclStore(config.data_dir)
+        authenticating = config.authenticating
+        self.authorizer = Authorizer(
+            self.acls, authenticating if config.authorizer_enabled is None else config.authorizer_enabled,
+            set(config.super_users), config.allow_everyone_if_no_acl_found)
         self._tasks: list[asyncio.Task] = []
         self._stopped = asyncio.Event()
         self.started_at = time.monotonic()
@@ -52,11 +63,12 @@ class Broker:
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         self.logs = LogManager(self.config.data_dir, self.config.log, self.fs)
         await self._start_coordinators()
-        self._server = await asyncio.start_server(
-            lambda r, w: serve(self, r, w), self.config.host, self.config.port,
-            reuse_address=True, limit=1 << 20)
+        listeners = self.config.all_listeners()
+        self._server = await self._listen(listeners[0])
         if self.config.port == 0:
             self.config.port = self._server.sockets[0].getsockname()[1]
+        for lst in listeners[1:]:
+            self._extra_servers.append(await self._listen(lst))
         # Watched from the moment clients can connect (loading logs at start holds the
         # loop on purpose: nobody is being served yet).
         self._tasks.append(asyncio.create_task(self.watchdog.run(), name="loop-watchdog"))
@@ -70,6 +82,22 @@ class Broker:
         log.info("semel broker listening on %s:%d (data %s, started in %.2fs)",
                  self.config.host, self.config.port, self.config.data_dir, time.monotonic() - t0)
 
+    async def _listen(self, lst: Listener):
+        server = await asyncio.start_server(
+            lambda r, w: serve(self, r, w, lst), lst.host, lst.port,
+            reuse_address=True, limit=1 << 20, ssl=self._tls_context() if lst.tls else None)
+        lst.port = server.sockets[0].getsockname()[1]
+        log.info("listener %s %s://%s:%d", lst.name, lst.protocol, lst.host, lst.port)
+        return server
+
+    def _tls_context(self):
+        import ssl
+        if not (self.config.ssl_certfile and self.config.ssl_keyfile):
+            raise ValueError("an SSL/SASL_SSL listener needs ssl_certfile and ssl_keyfile")
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(self.config.ssl_certfile, self.config.ssl_keyfile)
+        return ctx
+
     async def _start_coordinators(self) -> None:
         # Groups first: the transaction coordinator writes offset markers through them.
         self.groups = GroupCoordinator.from_broker(self)
@@ -80,6 +108,8 @@ class Broker:
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
+        for server in self._extra_servers:
+            server.close()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -133,7 +163,7 @@ def run_broker(config: BrokerConfig) -> None:
         broker = Broker(config)
         try:
             await broker.start()
-        except (StorageError, RuntimeError, ValueError) as exc:
+        except (StorageError, RuntimeError, ValueError, OSError) as exc:   # OSError: a listener's port or TLS files
             # Damaged files on disk: one clear line naming the file, not a traceback; the
             # same data will fail the same way on every restart until someone acts.
             log.error("cannot start on %s: %s", config.data_dir, exc)

@@ -57,6 +57,7 @@ def add_parser(sub) -> None:
                    help="log the request that held the event loop longer than this (default 200)")
     s.add_argument("--loop-stall-ms", type=int, default=None,
                    help="log an event-loop stall (error) past this (default 2000)")
+    _security_args(s)
     s.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     s.set_defaults(func=run)
 
@@ -88,6 +89,51 @@ _OVERRIDES = {
 }
 
 
+def _security_args(s) -> None:
+    """Kafka's listener and authorizer settings (docs/security.md)."""
+    g = s.add_argument_group("security")
+    g.add_argument("--security-protocol", default="PLAINTEXT",
+                   help="protocol of the --host/--port listener: PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL")
+    g.add_argument("--listener", action="append", default=[], metavar="NAME://HOST:PORT",
+                   help="another listener (repeatable); its protocol is NAME or --listener-protocol NAME=PROTO")
+    g.add_argument("--listener-protocol", action="append", default=[], metavar="NAME=PROTOCOL",
+                   help="Kafka's listener.security.protocol.map, one entry per flag")
+    g.add_argument("--ssl-certfile", default=None, help="PEM certificate (chain) for SSL listeners")
+    g.add_argument("--ssl-keyfile", default=None, help="PEM private key for SSL listeners")
+    g.add_argument("--sasl-mechanisms", default="PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+                   help="enabled SASL mechanisms, comma separated")
+    g.add_argument("--super-user", action="append", default=[], metavar="User:NAME",
+                   help="principal that passes every ACL check (repeatable)")
+    g.add_argument("--authorizer", choices=["auto", "on", "off"], default="auto",
+                   help="ACL checks: auto = on when a listener uses SASL")
+    g.add_argument("--allow-everyone-if-no-acl-found", action="store_true",
+                   help="a resource without any ACL is open to all (off by default)")
+
+
+def _apply_security(cfg, args) -> None:
+    cfg.security_protocol = args.security_protocol
+    cfg.listeners = list(args.listener)
+    for item in args.listener_protocol:
+        name, sep, proto = item.partition("=")
+        if not sep or not name:
+            raise CliError(f"--listener-protocol wants NAME=PROTOCOL, got {item!r}")
+        cfg.listener_security_protocol_map[name] = proto
+    cfg.ssl_certfile, cfg.ssl_keyfile = args.ssl_certfile, args.ssl_keyfile
+    cfg.sasl_enabled_mechanisms = tuple(m.strip() for m in args.sasl_mechanisms.split(",") if m.strip())
+    bad = [u for u in args.super_user if not u.startswith("User:") or u == "User:"]
+    if bad:
+        raise CliError(f"--super-user wants User:NAME, got {bad[0]!r}")
+    cfg.super_users = set(args.super_user)
+    cfg.authorizer_enabled = {"auto": None, "on": True, "off": False}[args.authorizer]
+    cfg.allow_everyone_if_no_acl_found = args.allow_everyone_if_no_acl_found
+    try:
+        listeners = cfg.all_listeners()
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    if any(lst.tls for lst in listeners) and not (cfg.ssl_certfile and cfg.ssl_keyfile):
+        raise CliError("an SSL or SASL_SSL listener needs --ssl-certfile and --ssl-keyfile")
+
+
 def build_config(args):
     from ..broker.config import BrokerConfig
     if not 0 <= args.port <= 65535:
@@ -110,6 +156,7 @@ def build_config(args):
         for name in parents:
             target = getattr(target, name)
         setattr(target, leaf, value)
+    _apply_security(cfg, args)
     try:
         cfg.log.validate()
     except ValueError as exc:

@@ -12,7 +12,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from kafka.protocol import admin, consumer, metadata, producer
+from kafka.protocol import admin, consumer, metadata, producer, sasl
 from kafka.protocol.api_header import RequestHeader, ResponseHeader
 from kafka.protocol.api_message import ApiMessage
 
@@ -21,8 +21,9 @@ from .errors import KafkaError, ProtocolError
 
 def _collect(kind: str) -> dict[int, type[ApiMessage]]:
     out: dict[int, type[ApiMessage]] = {}
-    for mod in (admin, consumer, metadata, producer):
-        for name in mod.__all__:
+    # sasl has no __all__: its classes are read by name.
+    for mod in (admin, consumer, metadata, producer, sasl):
+        for name in getattr(mod, "__all__", dir(mod)):
             cls = getattr(mod, name)
             if isinstance(cls, type) and issubclass(cls, ApiMessage) and cls.type == kind:
                 out[cls.API_KEY] = cls

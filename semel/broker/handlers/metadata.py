@@ -22,7 +22,7 @@ async def metadata(ctx, req):
         if name not in logs.topics() and allow_create and name and not name.startswith("__"):
             logs.create_topic(name, cfg.default_partitions, {})
         topics.append(_topic_metadata(cls, logs, name, cfg.node_id))
-    brokers = [cls.MetadataResponseBroker(node_id=cfg.node_id, host=cfg.advertised, port=cfg.port, rack=None)]
+    brokers = [cls.MetadataResponseBroker(node_id=cfg.node_id, host=cfg.advertised, port=ctx.listener_port, rack=None)]
     return ctx.response(throttle_time_ms=0, brokers=brokers, cluster_id=cfg.cluster_id,
                         controller_id=cfg.node_id, topics=topics)
 
@@ -50,4 +50,4 @@ async def find_coordinator(ctx, req):
         return ctx.response(error_code=KafkaError.INVALID_REQUEST, error_message="unknown key type",
                             node_id=-1, host="", port=-1)
     return ctx.response(error_code=0, error_message=None, node_id=cfg.node_id,
-                        host=cfg.advertised, port=cfg.port)
+                        host=cfg.advertised, port=ctx.listener_port)

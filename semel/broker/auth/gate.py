@@ -1,0 +1,366 @@
+"""Kafka's authorization rules for every API the broker serves, in one table.
+
+`guarded(ctx, body, fn)` runs before a handler (connection._dispatch): a request
+whose whole-request resource (cluster, group, transactional id) is denied is
+answered with the matching *_AUTHORIZATION_FAILED code without running the
+handler; a request naming topics runs the handler on the allowed topics only and
+answers the denied ones with TOPIC_AUTHORIZATION_FAILED, so a denial writes
+nothing. Handlers added later call `ctx.authorize(...)` themselves (the ops APIs)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...protocol.errors import KafkaError
+from .acl import CLUSTER_NAME, Operation as Op, ResourceType as Rt
+from .check import authorize_any
+
+# Requests a SASL listener answers before authentication; anything else closes it.
+PRE_AUTH_APIS = {17, 18, 36}
+E = KafkaError
+
+
+def authenticated_enough(ctx) -> bool:
+    listener = getattr(ctx.connection, "listener", None)
+    if listener is None or not listener.sasl or ctx.api_key in PRE_AUTH_APIS:
+        return True
+    return ctx.connection.principal is not None
+
+
+def _enabled(ctx) -> bool:
+    authorizer = getattr(ctx.broker, "authorizer", None)
+    return authorizer is not None and authorizer.enabled
+
+
+async def guarded(ctx, body, fn):
+    rule = RULES.get(ctx.api_key)
+    if rule is None or not _enabled(ctx):
+        return await fn(ctx, body)
+    return await rule(ctx, body, fn)
+
+
+# --- whole-request checks ---------------------------------------------------------
+
+def _deny(ctx, code: KafkaError, **extra):
+    return ctx.response(error_code=code, **extra)
+
+
+def _txn_id(body) -> str | None:
+    return getattr(body, "transactional_id", None)
+
+
+def _single(op: Op, rtype: Rt, name_of, code: KafkaError):
+    async def rule(ctx, body, fn):
+        if not ctx.authorize(op, rtype, name_of(body)):
+            return _deny(ctx, code)
+        return await fn(ctx, body)
+    return rule
+
+
+def _group(op: Op):
+    return _single(op, Rt.GROUP, lambda b: b.group_id, E.GROUP_AUTHORIZATION_FAILED)
+
+
+def _cluster(op: Op):
+    return _single(op, Rt.CLUSTER, lambda b: CLUSTER_NAME, E.CLUSTER_AUTHORIZATION_FAILED)
+
+
+async def _init_producer_id(ctx, body, fn):
+    tid = _txn_id(body)
+    if tid is not None:
+        if not ctx.authorize(Op.WRITE, Rt.TRANSACTIONAL_ID, tid):
+            return _deny(ctx, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, producer_id=-1, producer_epoch=-1)
+    elif not (authorize_any(ctx, Op.WRITE, Rt.TRANSACTIONAL_ID)
+              or ctx.authorize(Op.IDEMPOTENT_WRITE, Rt.CLUSTER, CLUSTER_NAME)):
+        return _deny(ctx, E.CLUSTER_AUTHORIZATION_FAILED, producer_id=-1, producer_epoch=-1)
+    return await fn(ctx, body)
+
+
+async def _add_offsets_to_txn(ctx, body, fn):
+    if not ctx.authorize(Op.WRITE, Rt.TRANSACTIONAL_ID, body.transactional_id):
+        return _deny(ctx, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if not ctx.authorize(Op.READ, Rt.GROUP, body.group_id):
+        return _deny(ctx, E.GROUP_AUTHORIZATION_FAILED)
+    return await fn(ctx, body)
+
+
+async def _find_coordinator(ctx, body, fn):
+    kind = (Rt.TRANSACTIONAL_ID, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED) if body.key_type == 1 \
+        else (Rt.GROUP, E.GROUP_AUTHORIZATION_FAILED)
+    keys = getattr(body, "coordinator_keys", None)
+    if ctx.api_version < 4 or keys is None:
+        if not ctx.authorize(Op.DESCRIBE, kind[0], body.key):
+            return _deny(ctx, kind[1], node_id=-1, host="", port=-1)
+        return await fn(ctx, body)
+    denied = [k for k in keys if not ctx.authorize(Op.DESCRIBE, kind[0], k)]
+    if not denied:
+        return await fn(ctx, body)
+    body.coordinator_keys = [k for k in keys if k not in denied]
+    result = await fn(ctx, body) if body.coordinator_keys else ctx.response(coordinators=[])
+    C = ctx.cls().Coordinator
+    result.coordinators = list(result.coordinators) + [
+        C(key=k, node_id=-1, host="", port=-1, error_code=kind[1], error_message=None) for k in denied]
+    return result
+
+
+# --- per-topic checks ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TopicShape:
+    """Where the topics sit in one API's request and response."""
+    req_list: str
+    req_name: str
+    req_parts: str | None          # partitions list in the request topic (None: topic-level API)
+    req_index: str | None
+    resp_list: str
+    resp_name: str
+    resp_parts: str | None
+    resp_index: str | None
+    resp_error: str = "error_code"
+
+
+def _entry_class(owner_cls, field_name: str):
+    field = next(f for f in owner_cls._struct._fields if f.name == field_name)
+    return field.array_of.data_class
+
+
+def _denied_entry(ctx, shape: TopicShape, topic, code: KafkaError):
+    T = _entry_class(ctx.cls(), shape.resp_list)
+    name = getattr(topic, shape.req_name)
+    if shape.resp_parts is None:
+        return T(**{shape.resp_name: name, shape.resp_error: code})
+    P = _entry_class(T, shape.resp_parts)
+    parts = [P(**{shape.resp_index: getattr(p, shape.req_index), shape.resp_error: code})
+             for p in getattr(topic, shape.req_parts) or ()]
+    return T(**{shape.resp_name: name, shape.resp_parts: parts})
+
+
+async def _run_topics(ctx, body, fn, shape: TopicShape, denied: list, code: KafkaError):
+    """The handler on the allowed topics, the denied ones answered with `code`."""
+    topics = getattr(body, shape.req_list) or []
+    if not denied:
+        return await fn(ctx, body)
+    gone = {id(t) for t in denied}
+    allowed = [t for t in topics if id(t) not in gone]
+    entries = [_denied_entry(ctx, shape, t, code) for t in denied]
+    if not allowed:
+        return ctx.response(**{shape.resp_list: entries})
+    setattr(body, shape.req_list, allowed)
+    result = await fn(ctx, body)
+    return _merge(result, shape.resp_list, entries)
+
+
+def _merge(result, field: str, entries: list):
+    if result is None:   # acks=0: nothing is answered
+        return None
+    from ..connection import Deferred   # connection imports this module
+    if isinstance(result, Deferred):
+        inner = result.awaitable
+
+        async def merged():
+            return _merge(await inner, field, entries)
+        return Deferred(merged())
+    setattr(result, field, list(getattr(result, field) or []) + entries)
+    return result
+
+
+def _topics(op: Op, shape: TopicShape, whole=None):
+    """Per-topic `op`; `whole(ctx, body)` may deny every topic with one code first."""
+    async def rule(ctx, body, fn):
+        topics = getattr(body, shape.req_list) or []
+        code = whole(ctx, body) if whole else None
+        if code:
+            return await _run_topics(ctx, body, fn, shape, list(topics), code)
+        denied = [t for t in topics if not ctx.authorize(op, Rt.TOPIC, getattr(t, shape.req_name))]
+        return await _run_topics(ctx, body, fn, shape, denied, E.TOPIC_AUTHORIZATION_FAILED)
+    return rule
+
+
+def _produce_txn(ctx, body):
+    tid = _txn_id(body)
+    if tid is not None and not ctx.authorize(Op.WRITE, Rt.TRANSACTIONAL_ID, tid):
+        return E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    return None
+
+
+def _group_read(ctx, body):
+    return None if ctx.authorize(Op.READ, Rt.GROUP, body.group_id) else E.GROUP_AUTHORIZATION_FAILED
+
+
+def _txn_offset_commit(ctx, body):
+    if not ctx.authorize(Op.WRITE, Rt.TRANSACTIONAL_ID, body.transactional_id):
+        return E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    return _group_read(ctx, body)
+
+
+async def _add_partitions_to_txn(ctx, body, fn):
+    """Kafka answers AddPartitionsToTxn all or nothing: denied topics get their
+    code, the others OPERATION_NOT_ATTEMPTED."""
+    if ctx.api_version >= 4:
+        return await fn(ctx, body)   # broker-to-broker batch form: needs ClusterAction (not served here)
+    topics = body.v3_and_below_topics or []
+    if not ctx.authorize(Op.WRITE, Rt.TRANSACTIONAL_ID, body.v3_and_below_transactional_id):
+        codes = {id(t): E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED for t in topics}
+    else:
+        bad = {id(t) for t in topics if not ctx.authorize(Op.WRITE, Rt.TOPIC, t.name)}
+        if not bad:
+            return await fn(ctx, body)
+        codes = {id(t): E.TOPIC_AUTHORIZATION_FAILED if id(t) in bad else E.OPERATION_NOT_ATTEMPTED
+                 for t in topics}
+    T = _entry_class(ctx.cls(), "results_by_topic_v3_and_below")
+    P = _entry_class(T, "results_by_partition")
+    return ctx.response(results_by_topic_v3_and_below=[
+        T(name=t.name, results_by_partition=[P(partition_index=p, partition_error_code=codes[id(t)])
+                                             for p in t.partitions]) for t in topics])
+
+
+async def _metadata(ctx, body, fn):
+    """Topics without Describe: omitted from a listing, TOPIC_AUTHORIZATION_FAILED
+    when named (and never auto-created)."""
+    named = body.topics
+    denied = set()
+    if named:
+        denied = {t.name for t in named if not ctx.authorize(Op.DESCRIBE, Rt.TOPIC, t.name)}
+        body.topics = [t for t in named if t.name not in denied]
+    allowed = {t.name for t in body.topics} if named else None
+    result = await fn(ctx, body)
+    keep = []
+    for t in result.topics:
+        # (a v0 request whose named topics were all denied reads as "all topics": filter by name)
+        if allowed is not None and t.name not in allowed:
+            continue
+        if allowed is None and not ctx.authorize(Op.DESCRIBE, Rt.TOPIC, t.name):
+            continue
+        keep.append(t)
+    T = _entry_class(ctx.cls(), "topics")
+    keep += [T(name=n, error_code=E.TOPIC_AUTHORIZATION_FAILED, partitions=[]) for n in sorted(denied)]
+    result.topics = keep
+    return result
+
+
+async def _create_topics(ctx, body, fn):
+    cluster_ok = ctx.authorize(Op.CREATE, Rt.CLUSTER, CLUSTER_NAME)
+    denied = [] if cluster_ok else [t for t in body.topics or []
+                                    if not ctx.authorize(Op.CREATE, Rt.TOPIC, t.name)]
+    return await _run_topics(ctx, body, fn, _CREATE, denied, E.TOPIC_AUTHORIZATION_FAILED)
+
+
+async def _describe_groups(ctx, body, fn):
+    groups = body.groups or []
+    denied = [g for g in groups if not ctx.authorize(Op.DESCRIBE, Rt.GROUP, g)]
+    if not denied:
+        return await fn(ctx, body)
+    body.groups = [g for g in groups if g not in denied]
+    result = await fn(ctx, body) if body.groups else ctx.response(groups=[])
+    G = _entry_class(ctx.cls(), "groups")
+    result.groups = list(result.groups) + [
+        G(group_id=g, error_code=E.GROUP_AUTHORIZATION_FAILED, group_state="", protocol_type="",
+          protocol_data="", members=[]) for g in denied]
+    return result
+
+
+async def _list_groups(ctx, body, fn):
+    result = await fn(ctx, body)
+    if not ctx.authorize(Op.DESCRIBE, Rt.CLUSTER, CLUSTER_NAME):
+        result.groups = [g for g in result.groups if ctx.authorize(Op.DESCRIBE, Rt.GROUP, g.group_id)]
+    return result
+
+
+async def _offset_fetch(ctx, body, fn):
+    if ctx.api_version >= 8:
+        for g in body.groups or []:
+            if not ctx.authorize(Op.DESCRIBE, Rt.GROUP, g.group_id):
+                return _deny_offset_fetch_groups(ctx, body)
+        return await fn(ctx, body)
+    if not ctx.authorize(Op.DESCRIBE, Rt.GROUP, body.group_id):
+        return ctx.response(error_code=E.GROUP_AUTHORIZATION_FAILED, topics=[])
+    return await fn(ctx, body)
+
+
+def _deny_offset_fetch_groups(ctx, body):
+    G = _entry_class(ctx.cls(), "groups")
+    return ctx.response(groups=[G(group_id=g.group_id, topics=[],
+                                  error_code=E.GROUP_AUTHORIZATION_FAILED
+                                  if not ctx.authorize(Op.DESCRIBE, Rt.GROUP, g.group_id)
+                                  else E.OPERATION_NOT_ATTEMPTED) for g in body.groups])
+
+
+async def _describe_configs(ctx, body, fn):
+    resources = body.resources or []
+    # resource_type 2 = topic, 4 = broker (Kafka's ConfigResource types)
+    denied = [r for r in resources if not (
+        ctx.authorize(Op.DESCRIBE_CONFIGS, Rt.TOPIC, r.resource_name) if r.resource_type == 2
+        else ctx.authorize(Op.DESCRIBE_CONFIGS, Rt.CLUSTER, CLUSTER_NAME))]
+    if not denied:
+        return await fn(ctx, body)
+    body.resources = [r for r in resources if r not in denied]
+    result = await fn(ctx, body) if body.resources else ctx.response(results=[])
+    R = _entry_class(ctx.cls(), "results")
+    result.results = list(result.results) + [
+        R(error_code=E.TOPIC_AUTHORIZATION_FAILED if r.resource_type == 2 else E.CLUSTER_AUTHORIZATION_FAILED,
+          error_message="denied", resource_type=r.resource_type, resource_name=r.resource_name, configs=[])
+        for r in denied]
+    return result
+
+
+_PRODUCE = TopicShape("topic_data", "name", "partition_data", "index",
+                      "responses", "name", "partition_responses", "index")
+_FETCH = TopicShape("topics", "topic", "partitions", "partition",
+                    "responses", "topic", "partitions", "partition_index")
+_LIST_OFFSETS = TopicShape("topics", "name", "partitions", "partition_index",
+                           "topics", "name", "partitions", "partition_index")
+_OFFSET_COMMIT = TopicShape("topics", "name", "partitions", "partition_index",
+                            "topics", "name", "partitions", "partition_index")
+_CREATE = TopicShape("topics", "name", None, None, "topics", "name", None, None)
+_DELETE = TopicShape("topic_names", "", None, None, "responses", "name", None, None)
+_CREATE_PARTITIONS = TopicShape("topics", "name", None, None, "results", "name", None, None)
+
+
+async def _delete_topics(ctx, body, fn):
+    names = body.topic_names if ctx.api_version < 6 else [t.name for t in body.topics or []]
+    denied = {n for n in names or [] if not ctx.authorize(Op.DELETE, Rt.TOPIC, n)}
+    if not denied:
+        return await fn(ctx, body)
+    if ctx.api_version < 6:
+        body.topic_names = [n for n in names if n not in denied]
+        left = body.topic_names
+    else:
+        body.topics = [t for t in body.topics if t.name not in denied]
+        left = body.topics
+    result = await fn(ctx, body) if left else ctx.response(responses=[])
+    R = _entry_class(ctx.cls(), "responses")
+    result.responses = list(result.responses) + [R(name=n, error_code=E.TOPIC_AUTHORIZATION_FAILED)
+                                                 for n in sorted(denied)]
+    return result
+
+
+RULES = {
+    0: _topics(Op.WRITE, _PRODUCE, whole=_produce_txn),
+    1: _topics(Op.READ, _FETCH),
+    2: _topics(Op.DESCRIBE, _LIST_OFFSETS),
+    3: _metadata,
+    8: _topics(Op.READ, _OFFSET_COMMIT, whole=_group_read),
+    9: _offset_fetch,
+    10: _find_coordinator,
+    11: _group(Op.READ),
+    12: _group(Op.READ),
+    13: _group(Op.READ),
+    14: _group(Op.READ),
+    15: _describe_groups,
+    16: _list_groups,
+    19: _create_topics,
+    20: _delete_topics,
+    21: _topics(Op.DELETE, _LIST_OFFSETS),
+    22: _init_producer_id,
+    24: _add_partitions_to_txn,
+    25: _add_offsets_to_txn,
+    26: _single(Op.WRITE, Rt.TRANSACTIONAL_ID, lambda b: b.transactional_id,
+                E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+    28: _topics(Op.READ, _OFFSET_COMMIT, whole=_txn_offset_commit),
+    29: _cluster(Op.DESCRIBE),
+    30: _cluster(Op.ALTER),
+    31: _cluster(Op.ALTER),
+    32: _describe_configs,
+    37: _topics(Op.ALTER, _CREATE_PARTITIONS),
+    44: _cluster(Op.ALTER_CONFIGS),
+    60: _cluster(Op.DESCRIBE),
+}

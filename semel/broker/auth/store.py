@@ -1,0 +1,62 @@
+"""A small JSON document under the data dir, written atomically and shared by the
+running broker and the CLI: writes take an flock on a side file (read-modify-write
+from two processes must not lose an update) and readers reload when the file's
+mtime/size changed, so a change made by `semel user|acl` applies without a restart."""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable
+
+
+class JsonStore:
+    def __init__(self, path: Path, empty: Callable[[], Any]):
+        self.path = Path(path)
+        self._empty = empty
+        self._stamp: tuple | None = None
+        self._doc: Any = empty()
+
+    def _current_stamp(self) -> tuple | None:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+    def read(self) -> Any:
+        """The document, re-read only when the file changed since the last read."""
+        stamp = self._current_stamp()
+        if stamp != self._stamp:
+            self._doc = self._load() if stamp is not None else self._empty()
+            self._stamp = stamp
+        return self._doc
+
+    def _load(self) -> Any:
+        try:
+            return json.loads(self.path.read_text())
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{self.path}: unreadable security file ({exc})") from None
+
+    @contextmanager
+    def update(self):
+        """Yields the document to change in place; written back atomically on exit."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path.with_suffix(".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            doc = self._load() if self.path.exists() else self._empty()
+            yield doc
+            tmp = self.path.with_suffix(".tmp")
+            with open(tmp, "w") as f:
+                json.dump(doc, f, indent=1, sort_keys=True)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+            dfd = os.open(self.path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        self._stamp = None

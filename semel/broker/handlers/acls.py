@@ -1,0 +1,70 @@
+"""CreateAcls (30), DescribeAcls (29), DeleteAcls (31) over auth.acl.AclStore.
+Who may call them (Alter/Describe on the cluster) is checked in auth.gate."""
+from __future__ import annotations
+
+from ...protocol.errors import KafkaError
+from ..auth.acl import (AclBinding, AclFilter, InvalidAcl, Operation, PatternType, Permission,
+                        ResourceType)
+from ..router import handler
+
+
+def _enum(enum, value):
+    try:
+        return enum(value)
+    except ValueError:
+        return enum.UNKNOWN
+
+
+def _binding(c) -> AclBinding:
+    return AclBinding(_enum(ResourceType, c.resource_type), c.resource_name or "",
+                      _enum(PatternType, getattr(c, "resource_pattern_type", 3)), c.principal or "",
+                      c.host or "", _enum(Operation, c.operation), _enum(Permission, c.permission_type))
+
+
+def _filter(f) -> AclFilter:
+    return AclFilter(_enum(ResourceType, f.resource_type_filter), f.resource_name_filter,
+                     _enum(PatternType, getattr(f, "pattern_type_filter", 3)), f.principal_filter,
+                     f.host_filter, _enum(Operation, f.operation), _enum(Permission, f.permission_type))
+
+
+@handler(30, 0, 3)
+async def create_acls(ctx, body):
+    R = ctx.cls().AclCreationResult
+    results = []
+    for c in body.creations or []:
+        try:
+            ctx.broker.acls.add([_binding(c).validate()])
+            results.append(R(error_code=KafkaError.NONE, error_message=None))
+        except InvalidAcl as exc:
+            results.append(R(error_code=KafkaError.INVALID_REQUEST, error_message=str(exc)))
+    return ctx.response(throttle_time_ms=0, results=results)
+
+
+@handler(29, 0, 3)
+async def describe_acls(ctx, body):
+    cls = ctx.cls()
+    found = ctx.broker.acls.describe(_filter(body))
+    grouped: dict[tuple, list] = {}
+    for b in found:
+        grouped.setdefault((b.resource_type, b.name, b.pattern), []).append(b)
+    R = cls.DescribeAclsResource
+    D = next(f for f in R._struct._fields if f.name == "acls").array_of.data_class
+    resources = [R(resource_type=rt, resource_name=name, pattern_type=pt,
+                   acls=[D(principal=b.principal, host=b.host, operation=b.operation,
+                           permission_type=b.permission) for b in bs])
+                 for (rt, name, pt), bs in grouped.items()]
+    return ctx.response(throttle_time_ms=0, error_code=KafkaError.NONE, error_message=None, resources=resources)
+
+
+@handler(31, 0, 3)
+async def delete_acls(ctx, body):
+    F = ctx.cls().DeleteAclsFilterResult
+    M = next(f for f in F._struct._fields if f.name == "matching_acls").array_of.data_class
+    results = []
+    for f in body.filters or []:
+        gone = ctx.broker.acls.remove(_filter(f))
+        results.append(F(error_code=KafkaError.NONE, error_message=None, matching_acls=[
+            M(error_code=KafkaError.NONE, error_message=None, resource_type=b.resource_type,
+              resource_name=b.name, pattern_type=b.pattern, principal=b.principal, host=b.host,
+              operation=b.operation, permission_type=b.permission) for b in gone]))
+    return ctx.response(throttle_time_ms=0, filter_results=results)
