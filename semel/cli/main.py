@@ -16,6 +16,8 @@ SUBCOMMANDS = {
     "bench": "bench",
     "txn": "txn",
     "group": "group",
+    "user": "user",
+    "acl": "acl",
 }
 
 
