@@ -20,7 +20,16 @@ async def create_topics(ctx, req):
 
 
 def _create_one(ctx, t, validate_only: bool):
-    nparts = t.num_partitions if t.num_partitions != -1 else ctx.broker.config.default_partitions
+    if t.assignments:
+        # An explicit assignment (num_partitions = replication_factor = -1 on the wire)
+        # names every partition; Kafka refuses it mixed with a count.
+        if t.num_partitions != -1 or t.replication_factor != -1:
+            return (KafkaError.INVALID_REQUEST,
+                    "num_partitions and replication_factor must be -1 with a replica assignment", -1)
+        err, msg = _check_create_assignment(ctx, t.assignments)
+        if err:
+            return err, msg, -1
+    nparts = _partition_count(ctx, t)
     cap = ctx.broker.config.max_partitions_per_request
     if nparts > cap:  # 2^31-1 partitions once meant creating directories until the disk or the loop gave out
         return KafkaError.INVALID_PARTITIONS, f"more than max_partitions_per_request={cap} partitions", nparts
@@ -39,6 +48,26 @@ def _create_one(ctx, t, validate_only: bool):
     logs = ctx.broker.logs
     err = logs.create_topic(t.name, nparts, configs)
     return err, (None if err == 0 else (logs.last_error_message or err.name)), nparts
+
+
+def _partition_count(ctx, t) -> int:
+    if t.assignments:
+        return len(t.assignments)
+    return t.num_partitions if t.num_partitions != -1 else ctx.broker.config.default_partitions
+
+
+def _check_create_assignment(ctx, assignments) -> tuple[KafkaError, str]:
+    """Partitions 0..n-1 each once, each on this broker (the only one)."""
+    if sorted(a.partition_index for a in assignments) != list(range(len(assignments))):
+        return KafkaError.INVALID_REPLICA_ASSIGNMENT, "assigned partitions must be 0..n-1, each once"
+    return _check_brokers(ctx, (a.broker_ids for a in assignments))
+
+
+def _check_brokers(ctx, replica_lists) -> tuple[KafkaError, str]:
+    node = ctx.broker.config.node_id
+    if any(list(ids) != [node] for ids in replica_lists):
+        return KafkaError.INVALID_REPLICA_ASSIGNMENT, f"this cluster has one broker, id {node}"
+    return KafkaError.NONE, ""
 
 
 @handler(20, 1, 6)
@@ -98,8 +127,4 @@ def _check_assignment(ctx, assignments, new: int) -> tuple[KafkaError, str]:
     if len(assignments) != new:
         return KafkaError.INVALID_REPLICA_ASSIGNMENT, (
             f"{len(assignments)} assignments given for {new} new partitions")
-    node = ctx.broker.config.node_id
-    for a in assignments:
-        if list(a.broker_ids) != [node]:
-            return KafkaError.INVALID_REPLICA_ASSIGNMENT, f"this cluster has one broker, id {node}"
-    return KafkaError.NONE, ""
+    return _check_brokers(ctx, (a.broker_ids for a in assignments))

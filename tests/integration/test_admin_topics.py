@@ -1,0 +1,151 @@
+"""CreateTopics with an explicit replica assignment, Kafka's topic-name rules,
+topic ids in Metadata, and unmodified clients living through a topic deleted and
+re-created under the same name. One broker for the module."""
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, KafkaError as CKError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from semel.protocol.messages import request_class
+from tests.support import wait, wire
+from tests.support.brokers import module_broker
+
+
+@pytest.fixture(scope="module")
+def mbroker(tmp_path_factory):
+    with module_broker(tmp_path_factory, "admin-topics") as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def admin(mbroker):
+    return AdminClient({"bootstrap.servers": mbroker.bootstrap})
+
+
+def _name(prefix="t"):
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def _create_code(admin, topic):
+    try:
+        admin.create_topics([topic])[topic.topic].result(30)
+    except KafkaException as exc:
+        return exc.args[0].code()
+    return CKError.NO_ERROR
+
+
+def _partitions(admin, name):
+    return len(admin.list_topics(name, timeout=30).topics[name].partitions)
+
+
+def test_explicit_replica_assignment_sets_the_partition_count(admin):
+    name = _name()
+    assert _create_code(admin, NewTopic(name, 22, replica_assignment=[[0]] * 22)) == CKError.NO_ERROR
+    assert _partitions(admin, name) == 22
+    assert _create_code(admin, NewTopic(_name(), 2, replica_assignment=[[0], [3]])) == \
+        CKError.INVALID_REPLICA_ASSIGNMENT
+
+
+def test_kafka_python_replica_assignment(mbroker, admin):
+    from kafka.admin import KafkaAdminClient, NewTopic as KPNewTopic
+    name = _name()
+    kp = KafkaAdminClient(bootstrap_servers=mbroker.bootstrap)
+    try:
+        kp.create_topics([KPNewTopic(name, replica_assignments={0: [0], 1: [0], 2: [0]})])
+    finally:
+        kp.close()
+    assert _partitions(admin, name) == 3
+
+
+@pytest.mark.parametrize("bad", ["probe-invalid_topic$#!", ".", "..", "x" * 250, "sp ace"])
+def test_illegal_names_are_invalid_topic_exception(admin, bad):
+    assert _create_code(admin, NewTopic(bad, 1, 1)) == CKError.TOPIC_EXCEPTION
+
+
+def test_longest_legal_name_and_dot_underscore_collision(admin):
+    assert _create_code(admin, NewTopic("y" * 249, 1, 1)) == CKError.NO_ERROR
+    stem = uuid.uuid4().hex[:8]
+    assert _create_code(admin, NewTopic(f"c.{stem}", 1, 1)) == CKError.NO_ERROR
+    assert _create_code(admin, NewTopic(f"c_{stem}", 1, 1)) == CKError.TOPIC_EXCEPTION
+
+
+def test_producer_to_an_illegal_name_fails_instead_of_retrying(mbroker):
+    p = Producer({"bootstrap.servers": mbroker.bootstrap, "message.timeout.ms": 120000})
+    errors = []
+    p.produce("probe-invalid_topic$#!", value=b"x", on_delivery=lambda err, msg: errors.append(err))
+    assert p.flush(60) == 0  # delivered as a final error long before message.timeout.ms
+    assert [e.code() for e in errors] == [CKError.TOPIC_EXCEPTION]
+
+
+def _metadata_v12(mbroker, names=None, ids=None):
+    R = request_class(3)
+    topics = None
+    if names is not None or ids is not None:
+        topics = [R.MetadataRequestTopic(topic_id=i or uuid.UUID(int=0), name=n)
+                  for n, i in zip(names or [None] * len(ids), ids or [None] * len(names))]
+    sock = wire.connect(mbroker.bootstrap)
+    try:
+        return wire.call(sock, 3, 12, topics=topics, allow_auto_topic_creation=False,
+                         include_topic_authorized_operations=False)
+    finally:
+        sock.close()
+
+
+def test_metadata_carries_topic_ids_and_finds_topics_by_id(mbroker, admin):
+    name = _name()
+    admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
+    (t,) = _metadata_v12(mbroker, names=[name]).topics
+    first_id = t.topic_id
+    assert first_id != uuid.UUID(int=0)
+    (by_id,) = _metadata_v12(mbroker, ids=[first_id]).topics
+    assert (by_id.name, by_id.error_code) == (name, 0)
+    admin.delete_topics([name])[name].result(30)
+    wait.until(lambda: name not in admin.list_topics(timeout=30).topics, "topic gone")
+    admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
+    (again,) = _metadata_v12(mbroker, names=[name]).topics
+    assert again.topic_id not in (first_id, uuid.UUID(int=0))
+    (stale,) = _metadata_v12(mbroker, ids=[first_id]).topics
+    assert stale.error_code == CKError.UNKNOWN_TOPIC_ID
+
+
+def _consume(mbroker, name, partitions, count):
+    c = Consumer({"bootstrap.servers": mbroker.bootstrap, "group.id": _name("g"),
+                  "enable.auto.commit": False})
+    c.assign([TopicPartition(name, p, 0) for p in range(partitions)])
+    out = []
+
+    def step():
+        m = c.poll(0.2)
+        if m is not None and not m.error():
+            out.append(m.value())
+        return len(out) >= count
+    wait.until(step, f"{count} records read from {name}")
+    c.close()
+    return out
+
+
+def test_producer_lives_through_recreation_with_fewer_partitions(mbroker, admin):
+    name = _name("re")
+    admin.create_topics([NewTopic(name, 4, 1)])[name].result(30)
+    p = Producer({"bootstrap.servers": mbroker.bootstrap, "topic.metadata.refresh.interval.ms": 500,
+                  "enable.idempotence": True})
+    for i in range(200):
+        p.produce(name, key=f"k{i}".encode(), value=f"old{i}".encode())
+    assert p.flush(30) == 0
+    admin.delete_topics([name])[name].result(30)
+    wait.until(lambda: name not in admin.list_topics(timeout=30).topics, "topic gone")
+    admin.create_topics([NewTopic(name, 2, 1)])[name].result(30)
+    # The producer's cache still says 4 partitions; it must learn of the new topic.
+    wait.until(lambda: len(p.list_topics(name, timeout=10).topics[name].partitions) == 2,
+               "producer sees the re-created topic")
+    failed = []
+    for i in range(200):
+        p.produce(name, key=f"k{i}".encode(), value=f"new{i}".encode(),
+                  on_delivery=lambda err, msg: err and failed.append(err))
+    assert p.flush(60) == 0
+    assert failed == []
+    got = _consume(mbroker, name, 2, 200)
+    assert sorted(got) == sorted(f"new{i}".encode() for i in range(200))
