@@ -129,3 +129,21 @@ def test_configs_survive_sigkill(mbroker):
     mbroker.restart()
     admin = _admin(mbroker)
     assert _overrides(admin, name) == {"retention.ms": "987654", "cleanup.policy": "compact"}
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+def test_compacted_topic_refuses_records_without_key(mbroker, compression):
+    admin = _admin(mbroker)
+    name = _topic(admin)
+    _incremental(admin, name, ("cleanup.policy", "compact", AlterConfigOpType.SET)).result(30)
+    p = Producer({"bootstrap.servers": mbroker.bootstrap, "compression.type": compression,
+                  "linger.ms": 0, "retries": 0})
+    errors = []
+    p.produce(name, value=b"no key", partition=0, on_delivery=lambda err, msg: errors.append(err))
+    assert p.flush(30) == 0
+    p.produce(name, key=b"k", value=b"keyed", partition=0, on_delivery=lambda err, msg: errors.append(err))
+    assert p.flush(30) == 0
+    assert [e and e.code() for e in errors] == [CKError.INVALID_RECORD, None]
+    c = Consumer({"bootstrap.servers": mbroker.bootstrap, "group.id": "wm"})
+    assert c.get_watermark_offsets(TopicPartition(name, 0), 30) == (0, 1)  # only the keyed one
+    c.close()

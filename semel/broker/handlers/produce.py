@@ -12,6 +12,7 @@ import logging
 
 from ...protocol import records
 from ...protocol.errors import KafkaError
+from ...storage import compaction
 from ...storage.errors import AppendError, StorageError
 from ..connection import Deferred
 from ..router import handler
@@ -61,7 +62,7 @@ def _append_partition(ctx, req, topic: str, pdata) -> _PartitionResult:
     batches, err = records.split_batches(data)
     if err:
         return _PartitionResult(pdata.index, err, message=err.name)
-    err = _check_transactional(ctx, req, topic, pdata.index, batches)
+    err = _check_transactional(ctx, req, topic, pdata.index, batches) or _check_keys(ctx, topic, data, batches)
     if err:
         _debug_refusal(req, topic, pdata.index, batches, err)
         return _PartitionResult(pdata.index, err)
@@ -88,6 +89,14 @@ def _debug_refusal(req, topic, partition, batches, what, offset=None) -> None:
         log.debug("produce %s-%d txn=%s pid=%d epoch=%d seq=%d..%d: %s%s", topic, partition, req.transactional_id,
                   h.producer_id, h.producer_epoch, h.base_sequence, batches[-1][1].last_sequence,
                   getattr(what, "name", what), "" if offset is None else f" (original offset {offset})")
+
+
+def _check_keys(ctx, topic, data, batches) -> KafkaError:
+    """A compacted topic takes only keyed records (Kafka: INVALID_RECORD)."""
+    info = ctx.broker.logs.topics().get(topic)
+    if info is None or not compaction.is_compacted(info.cleanup_policy):
+        return KafkaError.NONE
+    return compaction.check_keys(data, batches)
 
 
 def _check_transactional(ctx, req, topic, partition, batches) -> KafkaError:
