@@ -67,19 +67,26 @@ async def describe_transactions(ctx, req):
 
 
 def _describe_one(ctx, T, txn_id: str):
+    if not ctx.authorize("DESCRIBE", "TRANSACTIONAL_ID", txn_id):
+        return _not_described(T, txn_id, KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     meta = _find(ctx, txn_id) if txn_id else None
     if meta is None:
-        return T(error_code=KafkaError.TRANSACTIONAL_ID_NOT_FOUND, transactional_id=txn_id,
-                 transaction_state="", transaction_timeout_ms=0, transaction_start_time_ms=-1,
-                 producer_id=-1, producer_epoch=-1, topics=[])
+        return _not_described(T, txn_id, KafkaError.TRANSACTIONAL_ID_NOT_FOUND)
     grouped: dict[str, list[int]] = {}
     for topic, partition in sorted(meta.parts()):
-        grouped.setdefault(topic, []).append(partition)
+        # Kafka leaves out the partitions of topics the caller may not describe.
+        if ctx.authorize("DESCRIBE", "TOPIC", topic):
+            grouped.setdefault(topic, []).append(partition)
     return T(error_code=KafkaError.NONE, transactional_id=txn_id, transaction_state=STATE_NAMES[meta.state],
              transaction_timeout_ms=meta.timeout_ms,
              transaction_start_time_ms=meta.start_ms if meta.state in LIVE else -1,
              producer_id=meta.producer_id, producer_epoch=meta.epoch,
              topics=[T.TopicData(topic=t, partitions=ps) for t, ps in grouped.items()])
+
+
+def _not_described(T, txn_id: str, err: KafkaError):
+    return T(error_code=err, transactional_id=txn_id, transaction_state="", transaction_timeout_ms=0,
+             transaction_start_time_ms=-1, producer_id=-1, producer_epoch=-1, topics=[])
 
 
 # --- ListTransactions -------------------------------------------------------------------
@@ -108,7 +115,8 @@ async def list_transactions(ctx, req):
                 if (not states or m.state in states)
                 and (not pids or m.producer_id in pids)
                 and (min_age < 0 or (m.state in LIVE and m.start_ms >= 0 and now - m.start_ms > min_age))
-                and (pattern is None or pattern.search(m.txn_id))]
+                and (pattern is None or pattern.search(m.txn_id))
+                and ctx.authorize("DESCRIBE", "TRANSACTIONAL_ID", m.txn_id)]   # only ids the caller may see
     T = ctx.cls().TransactionState
     return ctx.response(throttle_time_ms=0, error_code=KafkaError.NONE, unknown_state_filters=unknown,
                         transaction_states=[T(transactional_id=m.txn_id, producer_id=m.producer_id,
@@ -127,6 +135,10 @@ async def describe_producers(ctx, req):
     for topic in req.topics or ():
         parts = []
         for index in topic.partition_indexes or ():
+            if not ctx.authorize("READ", "TOPIC", topic.name):
+                parts.append(P(partition_index=index, error_code=KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                               error_message=None, active_producers=[]))
+                continue
             plog = ctx.broker.logs.get(topic.name, index)
             if plog is None or topic.name.startswith("__"):
                 parts.append(P(partition_index=index, error_code=KafkaError.UNKNOWN_TOPIC_OR_PARTITION,
@@ -157,12 +169,15 @@ def _producer_row(S, e):
 async def write_txn_markers(ctx, req):
     R = ctx.cls().WritableTxnMarkerResult
     T = R.WritableTxnMarkerTopicResult
+    # Kafka: markers are a cluster action (brokers write them; an admin abort needs the same right).
+    allowed = ctx.authorize("CLUSTER_ACTION", "CLUSTER", "kafka-cluster")
     out = []
     for marker in req.markers or ():
         wanted = [(t.name, p) for t in marker.topics or () for p in t.partition_indexes or ()]
         errors = []
         for tp in wanted:
-            errors.append((tp, await _abort_partition(ctx, marker, tp)))
+            err = await _abort_partition(ctx, marker, tp) if allowed else KafkaError.CLUSTER_AUTHORIZATION_FAILED
+            errors.append((tp, err))
         grouped = by_topic(errors, lambda p, err: T.WritableTxnMarkerPartitionResult(
             partition_index=p, error_code=err))
         out.append(R(producer_id=marker.producer_id,
