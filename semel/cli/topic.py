@@ -1,8 +1,9 @@
-"""`semel topic create|list|describe|delete` over the wire."""
+"""`semel topic create|list|describe|delete|alter|delete-records` over the wire."""
 from __future__ import annotations
 
 from ..client import Client, ClientError
 from ..protocol.errors import KafkaError
+from ..protocol.messages import request_class
 from .main import CliError
 
 
@@ -20,7 +21,20 @@ def add_parser(sub) -> None:
     d.add_argument("name")
     rm = tsub.add_parser("delete", help="delete a topic")
     rm.add_argument("name")
-    for sp in (c, lst, d, rm):
+    alt = tsub.add_parser("alter", help="add partitions to a topic or change its configs")
+    alt.add_argument("name")
+    alt.add_argument("--partitions", type=int, default=None, help="new (larger) partition count")
+    alt.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                     help="set a topic config (repeatable)")
+    alt.add_argument("--delete-config", action="append", default=[], metavar="KEY",
+                     help="drop a topic config override, back to the default (repeatable)")
+    dr = tsub.add_parser("delete-records", help="delete records below an offset (moves the log start)")
+    dr.add_argument("name")
+    dr.add_argument("--partition", type=int, action="append", default=None,
+                    help="partition to trim (repeatable; default: every partition)")
+    dr.add_argument("--before", type=int, default=-1,
+                    help="delete records below this offset (default -1: up to the high watermark)")
+    for sp in (c, lst, d, rm, alt, dr):
         sp.add_argument("--bootstrap", default="127.0.0.1:9092", help="HOST:PORT of a broker")
         sp.set_defaults(func=run)
 
@@ -33,13 +47,18 @@ def run(args) -> int:
         raise CliError(str(exc)) from None
 
 
-def _create(client, args) -> int:
+def _key_values(items: list[str]) -> dict[str, str]:
     configs = {}
-    for item in args.config:
+    for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise CliError(f"--config wants KEY=VALUE, got {item!r}")
         configs[key] = value
+    return configs
+
+
+def _create(client, args) -> int:
+    configs = _key_values(args.config)
     err = client.create_topic(args.name, args.partitions, configs)
     _check(err, f"create {args.name}")
     print(f"created topic {args.name} with {args.partitions} partition(s)")
@@ -71,9 +90,56 @@ def _delete(client, args) -> int:
     return 0
 
 
-def _check(err: KafkaError, what: str) -> None:
+SET, DELETE = 0, 1  # IncrementalAlterConfigs operations
+RESOURCE_TOPIC = 2
+
+
+def _alter(client, args) -> int:
+    configs = _key_values(args.config)
+    if args.partitions is None and not configs and not args.delete_config:
+        raise CliError("alter: give --partitions, --config or --delete-config")
+    if configs or args.delete_config:
+        # Configs first: a bad config leaves the partition count alone too.
+        R = request_class(44).AlterConfigsResource
+        ops = [R.AlterableConfig(name=k, config_operation=SET, value=v) for k, v in configs.items()]
+        ops += [R.AlterableConfig(name=k, config_operation=DELETE, value=None) for k in args.delete_config]
+        resp = client.request(44, resources=[R(resource_type=RESOURCE_TOPIC, resource_name=args.name,
+                                                configs=ops)], validate_only=False)
+        r = resp.responses[0]
+        _check(KafkaError(r.error_code), f"alter configs of {args.name}", r.error_message)
+        print(f"altered configs of topic {args.name}")
+    if args.partitions is not None:
+        T = request_class(37).CreatePartitionsTopic
+        resp = client.request(37, topics=[T(name=args.name, count=args.partitions, assignments=None)],
+                              timeout_ms=30000, validate_only=False)
+        r = resp.results[0]
+        _check(KafkaError(r.error_code), f"alter partitions of {args.name}", r.error_message)
+        print(f"topic {args.name} now has {args.partitions} partition(s)")
+    return 0
+
+
+def _delete_records(client, args) -> int:
+    parts = args.partition if args.partition is not None else list(range(client.partitions(args.name)))
+    T = request_class(21).DeleteRecordsTopic
+    topic = T(name=args.name, partitions=[T.DeleteRecordsPartition(partition_index=p, offset=args.before)
+                                          for p in parts])
+    resp = client.request(21, topics=[topic], timeout_ms=30000)
+    failed = []
+    for r in resp.topics[0].partitions:
+        err = KafkaError(r.error_code)
+        if err:
+            failed.append(f"partition {r.partition_index}: {err.name}")
+        else:
+            print(f"{args.name}-{r.partition_index}: log start now {r.low_watermark}")
+    if failed:
+        raise CliError(f"delete-records {args.name}: " + "; ".join(failed))
+    return 0
+
+
+def _check(err: KafkaError, what: str, message: str | None = None) -> None:
     if err != KafkaError.NONE:
-        raise CliError(f"{what}: {err.name}")
+        raise CliError(f"{what}: {err.name}" + (f" ({message})" if message and message != err.name else ""))
 
 
-_ACTIONS = {"create": _create, "list": _list, "describe": _describe, "delete": _delete}
+_ACTIONS = {"create": _create, "list": _list, "describe": _describe, "delete": _delete,
+            "alter": _alter, "delete-records": _delete_records}
