@@ -258,6 +258,21 @@ async def _describe_groups(ctx, body, fn):
     return result
 
 
+async def _delete_groups(ctx, body, fn):
+    """Delete on each group; denied ones are answered GROUP_AUTHORIZATION_FAILED and
+    never reach the coordinator (their offsets stay)."""
+    names = list(body.groups_names or [])
+    denied = [g for g in names if not ctx.authorize(Op.DELETE, Rt.GROUP, g)]
+    if not denied:
+        return await fn(ctx, body)
+    R = _entry_class(ctx.cls(), "results")
+    entries = [R(group_id=g, error_code=E.GROUP_AUTHORIZATION_FAILED) for g in denied]
+    body.groups_names = [g for g in names if g not in denied]
+    if not body.groups_names:
+        return ctx.response(results=entries)
+    return _merge(await fn(ctx, body), "results", entries)
+
+
 async def _list_groups(ctx, body, fn):
     result = await fn(ctx, body)
     if not ctx.authorize(Op.DESCRIBE, Rt.CLUSTER, CLUSTER_NAME):
@@ -361,6 +376,7 @@ RULES = {
     31: _cluster(Op.ALTER),
     32: _describe_configs,
     37: _topics(Op.ALTER, _CREATE_PARTITIONS),
+    42: _delete_groups,
     44: _cluster(Op.ALTER_CONFIGS),
     60: _cluster(Op.DESCRIBE),
 }
