@@ -13,6 +13,18 @@ A record whose write succeeded but whose fsync failed is in the log (a restart
 would replay it), so memory applies it too and the client is told
 COORDINATOR_NOT_AVAILABLE: what it asked for may still take effect, which is a
 legal outcome of an error. Markers are written only once the decision is durable.
+
+Branches (semel extension for the Spark sink's atomic micro-batches): a parent
+transaction may join another ongoing transaction, its branch, by adding the
+pseudo-partition (`__semel_branch:<branch transactional id>`, 0) with a standard
+AddPartitionsToTxn. The pseudo-partition is then one of the parent's partitions,
+so it is in the parent's log records and its Prepare record decides the branch
+too; completing the parent "writes the marker" of a branch by preparing and
+completing the branch under the branch's own producer id/epoch. While joined, a
+branch is the parent's: its own timeout, EndTxn and produce are refused, and an
+InitProducerId of the branch (a restarted task) aborts the undecided parent
+first, taking every branch with it. A Kafka broker refuses the pseudo-topic
+(invalid name), which is how the sink detects the extension.
 """
 from __future__ import annotations
 
@@ -35,6 +47,7 @@ TXN_TOPIC = "__transaction_state"
 OFFSETS_TOPIC = "__consumer_offsets"
 OFFSETS_PARTITION = (OFFSETS_TOPIC, 0)
 MAX_EPOCH = 32767
+BRANCH_PREFIX = "__semel_branch:"
 # From these request versions on, a fenced producer is told PRODUCER_FENCED;
 # older clients only know INVALID_PRODUCER_EPOCH (KIP-588).
 _FENCED_SINCE = {22: 4, 24: 2, 25: 2, 26: 2, 28: 3}
@@ -48,6 +61,14 @@ def fenced_error(api_key: int, version: int) -> KafkaError:
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def branch_of(tp: tuple[str, int]) -> str | None:
+    """The branch transactional id a pseudo-partition names, or None for a real partition."""
+    topic, partition = tp
+    if topic.startswith(BRANCH_PREFIX) and partition == 0 and len(topic) > len(BRANCH_PREFIX):
+        return topic[len(BRANCH_PREFIX):]
+    return None
 
 
 def _partition_error(tp: tuple[str, int], logs) -> KafkaError:
@@ -84,6 +105,8 @@ class TransactionCoordinator:
         self.txns: dict[str, TxnMeta] = {}
         self.log = None
         self._initializing: set[str] = set()
+        # branch transactional id -> the parent it is joined to (ongoing or prepared parents only)
+        self._joined: dict[str, str] = {}
         self._unapplied = 0          # records appended whose apply still waits for their fsync
         self._records_since_compaction = 0
         self._background: set[asyncio.Task] = set()
@@ -151,10 +174,23 @@ class TransactionCoordinator:
             self._apply(decode_value(txn_id, value))
 
     def _apply(self, meta: TxnMeta) -> None:
+        self._index_branches(self.txns.get(meta.txn_id), meta)
         if meta.state == TxnState.DEAD:
             self.txns.pop(meta.txn_id, None)
         else:
             self.txns[meta.txn_id] = meta
+
+    def _index_branches(self, old: TxnMeta | None, new: TxnMeta) -> None:
+        """Keep `_joined` equal to what the parents' states say (live and replay alike)."""
+        for tp in old.parts() if old is not None else ():
+            b = branch_of(tp)
+            if b is not None and self._joined.get(b) == new.txn_id:
+                del self._joined[b]
+        if new.state in PREPARED or new.state == TxnState.ONGOING:
+            for tp in new.parts():
+                b = branch_of(tp)
+                if b is not None:
+                    self._joined[b] = new.txn_id
 
     async def _roll_forward_prepared(self) -> None:
         for meta in [m for m in self.txns.values() if m.state in PREPARED]:
@@ -238,6 +274,15 @@ class TransactionCoordinator:
             return KafkaError.CONCURRENT_TRANSACTIONS, -1, -1
         if producer_id != -1 and not self._may_bump(meta, producer_id, producer_epoch):
             return fenced_error(22, version), -1, -1
+        if txn_id in self._joined:
+            # A new instance of a joined branch (a task re-run after a crash): the
+            # batch it belonged to was not decided, so abort the parent with all its
+            # branches, then fence as usual.
+            if await self._abort_parent_of(txn_id):
+                return KafkaError.CONCURRENT_TRANSACTIONS, -1, -1
+            meta = self.txns.get(txn_id)
+            if meta is None or meta.pending or txn_id in self._joined:
+                return KafkaError.CONCURRENT_TRANSACTIONS, -1, -1
         if meta.state in PREPARED:
             return KafkaError.CONCURRENT_TRANSACTIONS, -1, -1
         if meta.state == TxnState.ONGOING:
@@ -268,6 +313,13 @@ class TransactionCoordinator:
             self._initializing.discard(txn_id)
         return (err, -1, -1) if err else (KafkaError.NONE, pid, 0)
 
+    async def _abort_parent_of(self, branch: str) -> KafkaError:
+        parent = self.txns.get(self._joined[branch])
+        if parent is None or parent.pending or parent.state != TxnState.ONGOING:
+            return KafkaError.CONCURRENT_TRANSACTIONS   # being decided: the caller retries
+        log.info("aborting %s: its branch %s is initialised again", parent.txn_id, branch)
+        return await self._abort_with_bump(parent)
+
     @staticmethod
     def _may_bump(meta: TxnMeta, producer_id: int, epoch: int) -> bool:
         """KIP-360: a producer passing its id/epoch may bump if it is the current
@@ -292,7 +344,7 @@ class TransactionCoordinator:
             return None, KafkaError.INVALID_PRODUCER_ID_MAPPING
         if epoch != meta.epoch:
             return None, fenced_error(api_key, version)
-        if meta.pending or meta.state in PREPARED:
+        if meta.pending or meta.state in PREPARED or txn_id in self._joined:
             return None, KafkaError.CONCURRENT_TRANSACTIONS
         return meta, KafkaError.NONE
 
@@ -302,7 +354,8 @@ class TransactionCoordinator:
         meta, err = self._validate(txn_id, producer_id, epoch, api_key, version)
         if err:
             return {tp: err for tp in partitions}
-        refused = {tp: _partition_error(tp, self.logs) for tp in partitions}
+        refused = {tp: self._join_error(meta, tp) if branch_of(tp) is not None else _partition_error(tp, self.logs)
+                   for tp in partitions}
         if any(refused.values()):  # all or nothing
             return {tp: err or KafkaError.OPERATION_NOT_ATTEMPTED for tp, err in refused.items()}
         wanted = meta.parts() | frozenset(partitions)
@@ -311,8 +364,35 @@ class TransactionCoordinator:
         now = now_ms()
         start = meta.start_ms if meta.state == TxnState.ONGOING else now
         new = meta.copy(state=TxnState.ONGOING, partitions=wanted, start_ms=start, update_ms=now)
-        err = await self._transition(meta, new)
+        # Reserve the new branches before the await, so no timeout, EndTxn or fence
+        # can end them while the join is being logged; undone if it never applied.
+        joining = [b for b in map(branch_of, partitions) if b is not None and b not in self._joined]
+        for b in joining:
+            self._joined[b] = txn_id
+        try:
+            err = await self._transition(meta, new)
+        finally:
+            mine = self.txns.get(txn_id)
+            for b in joining:
+                if self._joined.get(b) == txn_id and (mine is None or (BRANCH_PREFIX + b, 0) not in mine.parts()):
+                    del self._joined[b]
         return {tp: err for tp in partitions}
+
+    def _join_error(self, parent: TxnMeta, tp: tuple[str, int]) -> KafkaError:
+        """Why `parent` cannot join the branch `tp` names (NONE if it can). One level
+        only: a branch has no branches and is no parent's parent."""
+        b = branch_of(tp)
+        if self._joined.get(b) == parent.txn_id:
+            return KafkaError.NONE                       # a retried join
+        branch = self.txns.get(b)
+        if (b == parent.txn_id or parent.txn_id in self._joined or b in self._joined or branch is None
+                or any(branch_of(x) is not None for x in branch.parts())):
+            return KafkaError.INVALID_TXN_STATE
+        if branch.pending:
+            return KafkaError.CONCURRENT_TRANSACTIONS
+        # Only an ongoing branch holds data to decide; an aborted one (timeout) must
+        # fail the join, never be committed as if it were whole.
+        return KafkaError.NONE if branch.state == TxnState.ONGOING else KafkaError.INVALID_TXN_STATE
 
     async def add_offsets(self, txn_id: str, producer_id: int, epoch: int, group_id: str,
                           version: int) -> KafkaError:
@@ -339,7 +419,8 @@ class TransactionCoordinator:
             return KafkaError.INVALID_PRODUCER_ID_MAPPING
         if epoch != meta.epoch:
             return KafkaError.INVALID_PRODUCER_EPOCH
-        if meta.state != TxnState.ONGOING or meta.pending in PREPARED or tp not in meta.parts():
+        if (meta.state != TxnState.ONGOING or meta.pending in PREPARED or tp not in meta.parts()
+                or txn_id in self._joined):
             return KafkaError.INVALID_TXN_STATE
         return KafkaError.NONE
 
@@ -354,8 +435,8 @@ class TransactionCoordinator:
             return KafkaError.INVALID_PRODUCER_ID_MAPPING
         if epoch != meta.epoch:
             return fenced_error(26, version)
-        if meta.pending or meta.state in PREPARED:
-            return KafkaError.CONCURRENT_TRANSACTIONS
+        if meta.pending or meta.state in PREPARED or txn_id in self._joined:
+            return KafkaError.CONCURRENT_TRANSACTIONS   # a joined branch ends with its parent
         if meta.state == TxnState.COMPLETE_COMMIT:  # a retry of a commit that went through
             return KafkaError.NONE if commit else KafkaError.INVALID_TXN_STATE
         if meta.state == TxnState.COMPLETE_ABORT:
@@ -449,6 +530,10 @@ class TransactionCoordinator:
         return applied
 
     async def _write_marker(self, tp: tuple[str, int], kind: int, meta: TxnMeta) -> None:
+        branch = branch_of(tp)
+        if branch is not None:
+            await self._complete_branch(branch, kind == records.CONTROL_COMMIT, meta.txn_id)
+            return
         if tp == OFFSETS_PARTITION:
             result = self.groups.complete_txn(meta.producer_id, meta.epoch, self.coordinator_epoch,
                                               kind == records.CONTROL_COMMIT)
@@ -463,6 +548,28 @@ class TransactionCoordinator:
         info = plog.append_control(kind, meta.producer_id, meta.epoch, self.coordinator_epoch)
         await self.flusher.sync(plog, info.last_offset + 1)
         self.on_marker(*tp)
+
+    async def _complete_branch(self, branch: str, commit: bool, parent: str) -> None:
+        """The parent's decision carried out on one branch: its own Prepare record,
+        markers under its producer id/epoch, Complete. Idempotent (a roll-forward
+        after a crash finds it half or wholly done); AppendError makes the parent retry."""
+        meta = self.txns.get(branch)
+        if meta is None or meta.state in COMPLETED:
+            if commit and meta is not None and meta.state == TxnState.COMPLETE_ABORT:
+                log.error("branch %s of committed %s was aborted: the batch is incomplete", branch, parent)
+            return
+        if meta.pending:
+            raise AppendError(KafkaError.CONCURRENT_TRANSACTIONS, f"branch {branch} is busy")
+        target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+        if meta.state == TxnState.ONGOING:
+            await self._transition(meta, meta.copy(state=target, update_ms=now_ms()))
+            meta = self.txns.get(branch)
+            if meta is None or meta.pending or meta.state not in PREPARED:
+                raise AppendError(KafkaError.COORDINATOR_NOT_AVAILABLE, f"branch {branch} not prepared")
+        meta.pending = COMPLETE_OF[meta.state]
+        if not await self._try_complete(meta, set()):
+            meta.pending = False
+            raise AppendError(KafkaError.COORDINATOR_NOT_AVAILABLE, f"branch {branch} not completed")
 
     def _spawn(self, coro) -> None:
         task = asyncio.create_task(coro)
@@ -525,11 +632,13 @@ class TransactionCoordinator:
 
     async def abort_timed_out(self) -> int:
         now = now_ms()
+        # A joined branch is timed by its parent (the parent's abort ends it too).
         expired = [m for m in self.txns.values()
-                   if m.state == TxnState.ONGOING and not m.pending and m.start_ms + m.timeout_ms < now]
+                   if m.state == TxnState.ONGOING and not m.pending and m.start_ms + m.timeout_ms < now
+                   and m.txn_id not in self._joined]
         for meta in expired:
-            if self.txns.get(meta.txn_id) is not meta or meta.pending:
-                continue  # the client ended it while an earlier abort was being logged
+            if self.txns.get(meta.txn_id) is not meta or meta.pending or meta.txn_id in self._joined:
+                continue  # the client ended it (or a parent joined it) while an earlier abort was logged
             log.info("aborting %s: transaction timed out after %d ms", meta.txn_id, meta.timeout_ms)
             if not await self._abort_with_bump(meta):
                 self.stats.txn_timed_out()
