@@ -6,11 +6,12 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, KafkaError as CKError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError as CKError, Producer, TopicPartition
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,
                                    ConfigSource, NewTopic)
 
 from tests.support import wait
+from tests.support.admin import error_code
 from tests.support.brokers import module_broker
 
 
@@ -43,11 +44,6 @@ def _overrides(admin, name):
     return {k: e.value for k, e in got.items() if e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value}
 
 
-def _code(fut):
-    with pytest.raises(KafkaException) as exc:
-        fut.result(30)
-    return exc.value.args[0].code()
-
 
 def test_incremental_set_delete_append_subtract(mbroker):
     admin = _admin(mbroker)
@@ -76,11 +72,11 @@ def test_bad_configs_are_invalid_config_and_change_nothing(mbroker):
                   ("retention.ms", "soon", AlterConfigOpType.SET),
                   ("cleanup.policy", "shred", AlterConfigOpType.SET),
                   ("retention.ms", "5", AlterConfigOpType.APPEND)):
-        assert _code(_incremental(admin, name, entry)) == CKError.INVALID_CONFIG, entry
+        assert error_code(_incremental(admin, name, entry)) == CKError.INVALID_CONFIG, entry
     res = ConfigResource(ConfigResource.Type.TOPIC, name, set_config={"segment.bytes": "-3"})
-    assert _code(admin.alter_configs([res])[res]) == CKError.INVALID_CONFIG
+    assert error_code(admin.alter_configs([res])[res]) == CKError.INVALID_CONFIG
     missing = "nope-" + uuid.uuid4().hex[:8]
-    assert _code(_incremental(admin, missing, ("retention.ms", "1", AlterConfigOpType.SET))) == \
+    assert error_code(_incremental(admin, missing, ("retention.ms", "1", AlterConfigOpType.SET))) == \
         CKError.UNKNOWN_TOPIC_OR_PART
     # validate_only checks but does not apply
     res = ConfigResource(ConfigResource.Type.TOPIC, name, incremental_configs=[

@@ -5,10 +5,11 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, KafkaError as CKError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError as CKError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from tests.support import wait
+from tests.support.admin import error_code
 from tests.support.brokers import module_broker
 
 
@@ -32,11 +33,6 @@ def _partition_count(admin, name):
     return len(admin.list_topics(name, timeout=30).topics[name].partitions)
 
 
-def _error_of(fut):
-    with pytest.raises(KafkaException) as exc:
-        fut.result(30)
-    return exc.value.args[0].code()
-
 
 def test_grow_and_write_new_partitions_at_once(mbroker):
     admin = _admin(mbroker)
@@ -59,13 +55,13 @@ def test_grow_and_write_new_partitions_at_once(mbroker):
 def test_errors_are_kafkas(mbroker):
     admin = _admin(mbroker)
     name = _topic(admin, 3)
-    assert _error_of(admin.create_partitions([NewPartitions(name, 3)])[name]) == CKError.INVALID_PARTITIONS
-    assert _error_of(admin.create_partitions([NewPartitions(name, 2)])[name]) == CKError.INVALID_PARTITIONS
+    assert error_code(admin.create_partitions([NewPartitions(name, 3)])[name]) == CKError.INVALID_PARTITIONS
+    assert error_code(admin.create_partitions([NewPartitions(name, 2)])[name]) == CKError.INVALID_PARTITIONS
     missing = "nope-" + uuid.uuid4().hex[:8]
-    assert _error_of(admin.create_partitions([NewPartitions(missing, 4)])[missing]) == \
+    assert error_code(admin.create_partitions([NewPartitions(missing, 4)])[missing]) == \
         CKError.UNKNOWN_TOPIC_OR_PART
     bad = NewPartitions(name, 5, replica_assignment=[[0]])  # 2 new partitions, one assignment
-    assert _error_of(admin.create_partitions([bad])[name]) == CKError.INVALID_REPLICA_ASSIGNMENT
+    assert error_code(admin.create_partitions([bad])[name]) == CKError.INVALID_REPLICA_ASSIGNMENT
     assert _partition_count(admin, name) == 3
 
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, KafkaError as CKError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError as CKError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from semel.protocol.messages import request_class
 from tests.support import wait, wire
+from tests.support.admin import error_code
 from tests.support.brokers import module_broker
 
 
@@ -30,11 +31,7 @@ def _name(prefix="t"):
 
 
 def _create_code(admin, topic):
-    try:
-        admin.create_topics([topic])[topic.topic].result(30)
-    except KafkaException as exc:
-        return exc.args[0].code()
-    return CKError.NO_ERROR
+    return error_code(admin.create_topics([topic])[topic.topic])
 
 
 def _partitions(admin, name):
