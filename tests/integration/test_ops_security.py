@@ -137,3 +137,38 @@ def test_delete_groups_allowed_and_denied(secured):
         assert "g-ops" not in {g[0] if isinstance(g, tuple) else g.group_id for g in root.list_groups()}
     finally:
         root.close()
+
+
+def cli(b, user: str | None, *args: str, password: str | None = None, mechanism: str = "PLAIN"):
+    login = [] if user is None else ["--sasl-mechanism", mechanism, "--sasl-username", user]
+    env = dict(os.environ, SEMEL_SASL_PASSWORD=password or PASSWORDS.get(user or "", ""))
+    return subprocess.run([sys.executable, "-m", "semel", *args, "--bootstrap", b.bootstrap, *login],
+                          capture_output=True, text=True, timeout=120, env=env)
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512"])
+def test_semel_txn_and_group_log_in_and_see_what_the_acls_allow(secured, mechanism):
+    b = secured
+    visible, hidden = f"cli-visible-{mechanism}", f"cli-hidden-{mechanism}"
+    producers = [open_txn(b, visible), open_txn(b, hidden)]
+    try:
+        acl(b, "--operation", "describe", "--transactional-id", visible)
+        as_admin = cli(b, "admin", "txn", "list", mechanism=mechanism)
+        assert as_admin.returncode == 0, as_admin.stderr
+        as_alice = cli(b, "alice", "txn", "list", mechanism=mechanism)
+        assert as_alice.returncode == 0, as_alice.stderr
+        admin_ids = {line.split("\t")[0] for line in as_admin.stdout.splitlines()[1:]}
+        alice_ids = {line.split("\t")[0] for line in as_alice.stdout.splitlines()[1:]}
+        assert {visible, hidden} <= admin_ids
+        assert visible in alice_ids and hidden not in alice_ids   # only what she may describe
+        r = cli(b, "alice", "txn", "describe", hidden, mechanism=mechanism)
+        assert r.returncode == 2 and "TRANSACTIONAL_ID_AUTHORIZATION_FAILED" in r.stderr
+        assert "state: Ongoing" in cli(b, "alice", "txn", "describe", visible, mechanism=mechanism).stdout
+        assert cli(b, "admin", "group", "list", mechanism=mechanism).returncode == 0
+    finally:
+        for p in producers:
+            p.close(timeout=5)
+    r = cli(b, "alice", "txn", "list", password="wrong", mechanism=mechanism)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "SASL" in r.stderr
+    r = cli(b, None, "txn", "list")   # no login on a SASL listener: the broker closes the connection
+    assert r.returncode == 2 and r.stderr.count("\n") == 1

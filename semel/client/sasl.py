@@ -1,0 +1,39 @@
+"""SASL on a connected Client (KIP-43 framing: SaslHandshake v1, then SaslAuthenticate),
+for PLAIN and SCRAM-SHA-256/512 (scramp computes the SCRAM exchange)."""
+from __future__ import annotations
+
+from ..protocol.errors import KafkaError
+from .client import Client, ClientError
+
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def authenticate(c: Client, mechanism: str, username: str, password: str) -> None:
+    """Log in on c's connection; ClientError (one line) when the broker refuses."""
+    if mechanism not in MECHANISMS:
+        raise ClientError(f"unknown SASL mechanism {mechanism!r}; known: {', '.join(MECHANISMS)}")
+    resp = c.request(17, mechanism=mechanism)
+    if resp.error_code:
+        raise ClientError(f"SASL {mechanism}: {KafkaError(resp.error_code).name} "
+                          f"(the broker offers {', '.join(resp.mechanisms or []) or 'none'})",
+                          KafkaError(resp.error_code))
+    if mechanism == "PLAIN":
+        _step(c, b"\0" + username.encode() + b"\0" + password.encode())
+        return
+    from scramp import ScramClient, ScramException
+    scram = ScramClient([mechanism], username, password)
+    try:
+        server_first = _step(c, scram.get_client_first().encode())
+        scram.set_server_first(server_first.decode())
+        server_final = _step(c, scram.get_client_final().encode())
+        scram.set_server_final(server_final.decode())
+    except ScramException as exc:   # e.g. the server's proof does not match
+        raise ClientError(f"SASL {mechanism}: {exc}") from None
+
+
+def _step(c: Client, data: bytes) -> bytes:
+    resp = c.request(36, auth_bytes=data)
+    if resp.error_code:
+        raise ClientError(f"SASL authentication failed: {resp.error_message or KafkaError(resp.error_code).name}",
+                          KafkaError(resp.error_code))
+    return resp.auth_bytes or b""
