@@ -1340,6 +1340,42 @@ class GroupCoordinator:
     def has_pending_offsets(self, producer_id: int) -> bool:
         return bool(self._producer_groups.get(producer_id))
 
+    def delete_offsets(self, group_id: str, partitions: list[TopicPartition],
+                       subscribed: Callable[[bytes], set[str]]
+                       ) -> "asyncio.Future[tuple[KafkaError, dict[TopicPartition, KafkaError]]]":
+        """OffsetDelete: tombstones for the committed offsets of `partitions`. As in
+        Kafka, a consumer group keeps the offsets of topics its members subscribe to
+        (GROUP_SUBSCRIBED_TO_TOPIC); `subscribed` reads the topics out of a member's
+        protocol metadata. Decided and appended without an await in between."""
+        err = self._ready_error() or (KafkaError.NONE if group_id else KafkaError.INVALID_GROUP_ID)
+        group = self._groups.get(group_id) if not err else None
+        if not err and (group is None or group.state is S.DEAD):
+            err = KafkaError.GROUP_ID_NOT_FOUND
+        if not err and group.state is not S.EMPTY and group.protocol_type != "consumer":
+            err = KafkaError.NON_EMPTY_GROUP
+        if err:
+            return _done((err, {}))
+        busy: set[str] = set()
+        if group.state is not S.EMPTY:
+            for member in group.members.values():
+                busy |= subscribed(member.metadata(group.protocol))
+        results = {tp: KafkaError.GROUP_SUBSCRIBED_TO_TOPIC if tp[0] in busy else KafkaError.NONE
+                   for tp in partitions}
+        doomed = [tp for tp, e in results.items() if not e and tp in group.offsets.committed]
+        if not doomed:
+            return _done((KafkaError.NONE, results))
+
+        def apply(info):
+            for i, tp in enumerate(doomed):
+                self._apply_offset(group_id, tp, None, info.first_offset + i)
+            return KafkaError.NONE, results
+
+        def fail(error: KafkaError):
+            return error, {}
+
+        pairs = [(offset_key(group_id, t, p), None) for t, p in doomed]
+        return self._write(lambda: self._append_records(pairs), apply, fail)
+
     # --- retention of offsets of empty groups ----------------------------------------------------
 
     def _expire_offsets(self) -> None:
