@@ -1,6 +1,8 @@
 """`semel topic create|list|describe|delete|alter|delete-records` over the wire."""
 from __future__ import annotations
 
+import sys
+
 from ..client import Client, ClientError
 from ..protocol.errors import KafkaError
 from ..protocol.messages import request_class
@@ -59,6 +61,11 @@ def _key_values(items: list[str]) -> dict[str, str]:
 
 def _create(client, args) -> int:
     configs = _key_values(args.config)
+    if "." in args.name or "_" in args.name:
+        # Kafka's tools warn the same way: metric names map '.' to '_', so the broker
+        # refuses a later name that differs from this one only there.
+        print(f"warning: '.' and '_' collide in metric names: no other topic that differs from "
+              f"{args.name!r} only in '.' versus '_' can exist beside it", file=sys.stderr)
     err = client.create_topic(args.name, args.partitions, configs)
     _check(err, f"create {args.name}")
     print(f"created topic {args.name} with {args.partitions} partition(s)")

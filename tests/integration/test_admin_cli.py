@@ -58,3 +58,12 @@ def test_delete_records(mbroker):
     assert "0\t5\t5\t5" in desc and "1\t5\t5\t5" in desc
     assert "OFFSET_OUT_OF_RANGE" in _one_line_error(
         semel("topic", "delete-records", "trim", "--partition", "1", "--before", "99", *b))
+
+
+def test_create_warns_about_dot_underscore_collision(mbroker):
+    b = ("--bootstrap", mbroker.bootstrap)
+    r = semel("topic", "create", "metrics.in", *b)
+    assert r.returncode == 0 and "warning:" in r.stderr and "'.' and '_'" in r.stderr
+    assert "warning" not in semel("topic", "create", "plainname", *b).stderr
+    r = semel("topic", "create", "metrics_in", *b)  # warned, then refused by the broker
+    assert r.returncode != 0 and "INVALID_TOPIC_EXCEPTION" in r.stderr.splitlines()[-1]
