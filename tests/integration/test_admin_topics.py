@@ -146,3 +146,37 @@ def test_producer_lives_through_recreation_with_fewer_partitions(mbroker, admin)
     assert failed == []
     got = _consume(mbroker, name, 2, 200)
     assert sorted(got) == sorted(f"new{i}".encode() for i in range(200))
+
+
+def test_subscribed_consumer_lives_through_recreation(mbroker, admin):
+    name = _name("rc")
+    admin.create_topics([NewTopic(name, 3, 1)])[name].result(30)
+    p = Producer({"bootstrap.servers": mbroker.bootstrap})
+    for i in range(30):
+        p.produce(name, value=f"old{i}".encode(), partition=i % 3)
+    assert p.flush(30) == 0
+    c = Consumer({"bootstrap.servers": mbroker.bootstrap, "group.id": _name("g"),
+                  "auto.offset.reset": "earliest", "topic.metadata.refresh.interval.ms": 500})
+    c.subscribe([name])
+    seen = []
+
+    def read_until(pred, what):
+        def step():
+            m = c.poll(0.2)
+            if m is not None and not m.error():
+                seen.append(m.value())
+            return pred()
+        wait.until(step, what)
+
+    read_until(lambda: len(seen) >= 30, "old records read")
+    c.commit(asynchronous=False)  # committed positions (10 per partition) outlive the topic
+    admin.delete_topics([name])[name].result(30)
+    wait.until(lambda: name not in admin.list_topics(timeout=30).topics, "topic gone")
+    admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
+    for i in range(5):
+        p.produce(name, value=f"new{i}".encode(), partition=0)
+    assert p.flush(60) == 0
+    # The consumer's position (and the group's offset) 10 is past the new log's end:
+    # it is reset to earliest and reads the new records, as against a Kafka broker.
+    read_until(lambda: {f"new{i}".encode() for i in range(5)} <= set(seen), "new records read")
+    c.close()
