@@ -44,7 +44,7 @@ import json
 import os
 import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterator
 
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
@@ -52,6 +52,7 @@ from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, Wri
 from semel.client.client import Client, ClientError
 from semel.client import txn as wire
 from semel.protocol.errors import KafkaError
+from semel.spark import atomic
 from semel.spark import options as opt
 
 TP = tuple[str, int]
@@ -64,8 +65,10 @@ BATCH_ROWS = "semel.batch.rows"
 TOPIC = "topic"
 
 DEFAULT_RESTART_WINDOW_MS = 15 * 60 * 1000  # Kafka's default transaction.max.timeout.ms
-# Test-only: kill the whole process group (driver, JVM, workers) at a named step.
+# Test-only crash injection: "<step>@<batch>" kills process group KILL_PGID_ENV
+# (the driver and its JVM) and the calling worker at that step of that batch.
 KILL_ENV = "SEMEL_SPARK_SINK_KILL_AT"
+KILL_PGID_ENV = "SEMEL_SPARK_SINK_KILL_PGID"
 STEPS = ("write:produced", "commit:parent-offsets", "commit:decided", "commit:branch")
 
 _VALUE_TYPES = ("binary", "string")
@@ -85,6 +88,8 @@ class SinkOptions:
     restart_window_ms: int
     request_timeout_ms: int
     batch_rows: int
+    atomic_mode: str = "auto"
+    atomic: bool = False  # mode (a), resolved against the broker at query start (probe)
 
 
 def parse_options(options) -> SinkOptions:
@@ -99,18 +104,15 @@ def parse_options(options) -> SinkOptions:
     if not group:
         raise SinkError("the semel sink needs 'checkpointLocation', 'kafka.group.id' or 'semel.query.id' "
                         "to identify the query across restarts")
-    atomic = opts.get(ATOMIC, "auto").strip().lower()
-    if atomic not in ("auto", "true", "false"):
+    mode = opts.get(ATOMIC, "auto").strip().lower()
+    if mode not in atomic.MODES:
         raise SinkError(f"option 'semel.atomicBatches' must be auto, true or false, got {opts[ATOMIC]!r}")
-    if atomic == "true":
-        raise SinkError("option 'semel.atomicBatches=true': atomic batches need the broker-side branch "
-                        "extension, which this sink does not speak yet; use auto or false")
     loc = opts.get(opt.CHECKPOINT)
     return SinkOptions(bootstrap=bootstrap.split(",")[0].strip(), group=group, parent=f"semel-spark-{group}",
                        topic=opts.get(TOPIC) or None, checkpoint=_local_path(loc) if loc else None,
                        restart_window_ms=_int(opts, RESTART_WINDOW, DEFAULT_RESTART_WINDOW_MS),
                        request_timeout_ms=_int(opts, REQUEST_TIMEOUT, 30_000),
-                       batch_rows=_int(opts, BATCH_ROWS, 5000))
+                       batch_rows=_int(opts, BATCH_ROWS, 5000), atomic_mode=mode)
 
 
 def _int(opts: dict, name: str, default: int) -> int:
@@ -183,10 +185,11 @@ def _ok(err: KafkaError, what: str) -> None:
         raise SinkError(f"semel sink: {what}: {err.name}")
 
 
-def probe(o: SinkOptions) -> None:
+def probe(o: SinkOptions) -> SinkOptions:
     """At query start: the broker is reachable, the topic exists, and it grants the
     restart window as a transaction timeout (else a branch could be aborted by the
-    broker between a crash and the restart that commits it)."""
+    broker between a crash and the restart that commits it). Returns the options
+    with mode (a) on where the broker supports it and semel.atomicBatches allows."""
     with _connect(o) as c:
         if o.topic is not None:
             try:
@@ -198,6 +201,10 @@ def probe(o: SinkOptions) -> None:
             raise SinkError(f"semel sink: the broker refuses a transaction timeout of {o.restart_window_ms} ms "
                             "(semel.restartWindowMs): raise its transaction.max.timeout.ms or lower the option")
         _ok(err, "InitProducerId probe")
+        try:
+            return replace(o, atomic=atomic.resolve(o.atomic_mode, c, f"{o.parent}.probe", o.restart_window_ms))
+        except atomic.AtomicError as exc:
+            raise SinkError(f"semel sink: {exc}") from None
 
 
 # --- the batch's durable decision -----------------------------------------------------
@@ -232,8 +239,21 @@ def decision_partitions(o: SinkOptions, offsets: dict[TP, int]) -> list[TP]:
 
 
 def read_decision(c: Client, o: SinkOptions, parts: list[TP]) -> dict | None:
-    """The newest decision the query's committed offsets record, or None."""
-    got = wire.committed_with_metadata(c, o.group, parts)
+    """The newest decision the query's committed offsets record, or None.
+
+    UNSTABLE_OFFSET_COMMIT means a parent transaction is open: one a killed (or
+    zombie) run began. No commit() of this run can be in flight while its tasks
+    write or before its own commit() decides, so that transaction is never ours
+    to wait for: fence it (the broker aborts it), then read the settled state."""
+    deadline = time.monotonic() + o.request_timeout_ms / 1000
+    while True:
+        try:
+            got = wire.committed_with_metadata(c, o.group, parts)
+            break
+        except ClientError as exc:
+            if exc.error != KafkaError.UNSTABLE_OFFSET_COMMIT or time.monotonic() > deadline:
+                raise SinkError(f"semel sink: {exc}") from None
+            _fence(c, o, o.parent)
     best = None
     for off, meta in got.values():
         if off < 0 or not meta:
@@ -251,10 +271,13 @@ def branch_id(o: SinkOptions, batch: int, partition: int, attempt: int) -> str:
     return f"{o.parent}.b{batch}.p{partition}.a{attempt}"
 
 
-def _kill_if(step: str) -> None:
-    # Test-only crash injection: the test runs the query in its own session.
-    if os.environ.get(KILL_ENV) == step:
-        os.killpg(0, signal.SIGKILL)
+def _kill_if(step: str, batch: int) -> None:
+    if os.environ.get(KILL_ENV) != f"{step}@{batch}":
+        return
+    pgid = os.environ.get(KILL_PGID_ENV)
+    if pgid:
+        os.killpg(int(pgid), signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 # --- tasks -----------------------------------------------------------------------------
@@ -325,7 +348,7 @@ def write_branch(o: SinkOptions, cols: dict[str, int], rows: Iterator, batch: in
             p = part.pick(topic, key, row[cols["partition"]] if "partition" in cols else None)
             producer.add(topic, p, (key, value, headers))
         producer.flush()
-        _kill_if("write:produced")
+        _kill_if("write:produced", batch)
         return BranchMessage(partition, attempt, st.pid, st.epoch, producer.total,
                              counts={f"{t}:{p}": n for (t, p), n in producer.counts.items()})
 
@@ -401,22 +424,35 @@ def commit_batch(o: SinkOptions, messages, batch: int) -> None:
         branches = [[m.partition, m.attempt, m.pid, m.epoch] for m in winners]
         err, st = wire.init_producer_id(c, o.parent, o.restart_window_ms)
         _ok(err, f"InitProducerId {o.parent}")
+        _join(c, o, st, [branch_id(o, batch, m.partition, m.attempt) for m in winners])
         _ok(_retrying(o, "AddOffsetsToTxn", lambda: wire.add_offsets(c, st, o.group)), "AddOffsetsToTxn")
-        meta = json.dumps({"semel-spark": 1, "batch": batch, "branches": branches}, separators=(",", ":"))
+        meta = json.dumps({"semel-spark": 1, "batch": batch, "branches": branches, "atomic": o.atomic},
+                          separators=(",", ":"))
         marks = offsets or {tp: batch for tp in parts}
         errs = wire.txn_offset_commit(c, st, o.group, marks, meta)
         bad = {tp: e for tp, e in errs.items() if e != KafkaError.NONE}
         if bad:
             raise SinkError(f"semel sink: TxnOffsetCommit: {', '.join(f'{t}-{p} {e.name}' for (t, p), e in bad.items())}")
-        _kill_if("commit:parent-offsets")
+        _kill_if("commit:parent-offsets", batch)
         _ok(_retrying(o, "EndTxn", lambda: wire.end_txn(c, o.parent, st.pid, st.epoch, True)),
             f"EndTxn {o.parent}")
-        _kill_if("commit:decided")
+        _kill_if("commit:decided", batch)
         for i, b in enumerate(branches):
             _end_branch(c, o, batch, b)
             if i == 0:
-                _kill_if("commit:branch")
+                _kill_if("commit:branch", batch)
         _fence_losers(c, o, batch, winners)
+
+
+def _join(c: Client, o: SinkOptions, st: wire.TxnState, branch_ids: list[str]) -> None:
+    """Mode (a): the parent's EndTxn will decide these branches in one record
+    (their own EndTxn afterwards only confirms it)."""
+    if not o.atomic:
+        return
+    try:
+        atomic.join(c, st, branch_ids, time.monotonic() + o.request_timeout_ms / 1000)
+    except atomic.AtomicError as exc:
+        raise SinkError(f"semel sink: {exc}") from None
 
 
 def _roll_forward(c: Client, o: SinkOptions, done: dict, batch: int, winners: list[BranchMessage]) -> None:
@@ -478,6 +514,12 @@ class SemelBatchWriter(DataSourceWriter):
     def commit(self, messages) -> None:
         with _connect(self.o) as c:
             winners = _winners(messages)
+            if self.o.atomic:  # one parent decides every task's branch at once
+                err, st = wire.init_producer_id(c, self.o.parent, self.o.restart_window_ms)
+                _ok(err, f"InitProducerId {self.o.parent}")
+                _join(c, self.o, st, [branch_id(self.o, self.job, m.partition, m.attempt) for m in winners])
+                _ok(_retrying(self.o, "EndTxn", lambda: wire.end_txn(c, self.o.parent, st.pid, st.epoch, True)),
+                    f"EndTxn {self.o.parent}")
             for m in winners:
                 _end_branch(c, self.o, self.job, [m.partition, m.attempt, m.pid, m.epoch])
             _fence_losers(c, self.o, self.job, winners)
@@ -489,7 +531,7 @@ class SemelBatchWriter(DataSourceWriter):
 def make_stream_writer(options, schema, overwrite: bool) -> SemelStreamWriter:
     o = parse_options(options)
     cols = check_schema(schema, o.topic)
-    probe(o)
+    o = probe(o)
     return SemelStreamWriter(o, cols)
 
 
@@ -499,5 +541,5 @@ def make_batch_writer(options, schema, overwrite: bool) -> SemelBatchWriter:
     opts.setdefault(QUERY_ID, f"batch-{job}")
     o = parse_options(opts)
     cols = check_schema(schema, o.topic)
-    probe(o)
+    o = probe(o)
     return SemelBatchWriter(o, cols, job)
