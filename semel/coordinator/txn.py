@@ -39,6 +39,7 @@ from ..storage.errors import AppendError, StorageError
 from .producer_ids import ProducerIdManager
 from .txn_states import (
     COMPLETE_OF, COMPLETED, PREPARED, TxnMeta, TxnState, can_transition, decode_value, encode_value,
+    end_txn_outcome,
 )
 
 log = logging.getLogger("semel.txn")
@@ -236,7 +237,7 @@ class TransactionCoordinator:
 
     async def _transition(self, current: TxnMeta | None, new: TxnMeta) -> KafkaError:
         if current is not None:
-            if self.txns.get(current.txn_id) is not current or current.pending:
+            if self.txns.get(current.txn_id) is not current or current.pending is not None:
                 # The caller looked before an await and the state moved on since.
                 return KafkaError.CONCURRENT_TRANSACTIONS
             if not can_transition(current.state, new.state):
@@ -247,7 +248,7 @@ class TransactionCoordinator:
             return err
         finally:
             if current is not None:
-                current.pending = False
+                current.pending = None
 
     # --- InitProducerId ---------------------------------------------------------
 
@@ -267,39 +268,44 @@ class TransactionCoordinator:
             return KafkaError.INVALID_REQUEST, -1, -1
         if not 0 < timeout_ms <= self.config.transaction_max_timeout_ms:
             return KafkaError.INVALID_TRANSACTION_TIMEOUT, -1, -1
-        meta = self.txns.get(txn_id)
-        if meta is None:
-            return await self._init_new(txn_id, timeout_ms)
-        if meta.pending or txn_id in self._initializing:
-            return KafkaError.CONCURRENT_TRANSACTIONS, -1, -1
-        if producer_id != -1 and not self._may_bump(meta, producer_id, producer_epoch):
-            return fenced_error(22, version), -1, -1
-        if txn_id in self._joined:
-            # A new instance of a joined branch (a task re-run after a crash): the
-            # batch it belonged to was not decided, so abort the parent with all its
-            # branches, then fence as usual.
-            if await self._abort_parent_of(txn_id):
-                return KafkaError.CONCURRENT_TRANSACTIONS, -1, -1
+        # Every decision is taken on the state as it is now: when the fence first has
+        # to abort something (an await), the whole check runs again on what that left.
+        for _ in range(3):
             meta = self.txns.get(txn_id)
-            if meta is None or meta.pending or txn_id in self._joined:
-                return KafkaError.CONCURRENT_TRANSACTIONS, -1, -1
-        if meta.state in PREPARED:
-            return KafkaError.CONCURRENT_TRANSACTIONS, -1, -1
-        if meta.state == TxnState.ONGOING:
-            # A new instance fences the old one: abort its transaction under a
-            # bumped epoch (so its in-flight writes are rejected), then bump again.
-            err = await self._abort_with_bump(meta)
+            if meta is None:
+                return await self._init_new(txn_id, timeout_ms)
+            err = self._init_refusal(meta, producer_id, producer_epoch, version)
             if err:
-                return KafkaError.CONCURRENT_TRANSACTIONS, -1, -1
-            meta = self.txns[txn_id]
-            if meta.pending or meta.state != TxnState.COMPLETE_ABORT:
-                return KafkaError.CONCURRENT_TRANSACTIONS, -1, -1
-        pid, epoch = self._bumped(meta)
-        new = meta.copy(producer_id=pid, epoch=epoch, last_producer_id=meta.producer_id,
-                        last_epoch=meta.epoch, timeout_ms=timeout_ms, state=TxnState.EMPTY,
-                        partitions=None, start_ms=-1, update_ms=now_ms())
-        err = await self._transition(meta, new)
-        return (err, -1, -1) if err else (KafkaError.NONE, pid, epoch)
+                return err, -1, -1
+            if txn_id in self._joined:
+                # A new instance of a joined branch (a task re-run after a crash): the
+                # batch it belonged to was not decided, so abort the parent with all its
+                # branches, then fence as usual.
+                if await self._abort_parent_of(txn_id):
+                    return KafkaError.CONCURRENT_TRANSACTIONS, -1, -1
+                continue
+            if meta.state == TxnState.ONGOING:
+                # A new instance fences the old one: abort its transaction under a
+                # bumped epoch (so its in-flight writes are rejected), then bump again.
+                if await self._abort_with_bump(meta):
+                    return KafkaError.CONCURRENT_TRANSACTIONS, -1, -1
+                continue
+            pid, epoch = self._bumped(meta)
+            new = meta.copy(producer_id=pid, epoch=epoch, last_producer_id=meta.producer_id,
+                            last_epoch=meta.epoch, timeout_ms=timeout_ms, state=TxnState.EMPTY,
+                            partitions=None, start_ms=-1, update_ms=now_ms())
+            err = await self._transition(meta, new)
+            return (err, -1, -1) if err else (KafkaError.NONE, pid, epoch)
+        return KafkaError.CONCURRENT_TRANSACTIONS, -1, -1
+
+    def _init_refusal(self, meta: TxnMeta, producer_id: int, producer_epoch: int,
+                      version: int) -> KafkaError:
+        """Why InitProducerId cannot go on from `meta` now (NONE if it can)."""
+        if meta.pending is not None or meta.txn_id in self._initializing or meta.state in PREPARED:
+            return KafkaError.CONCURRENT_TRANSACTIONS
+        if producer_id != -1 and not self._may_bump(meta, producer_id, producer_epoch):
+            return fenced_error(22, version)
+        return KafkaError.NONE
 
     async def _init_new(self, txn_id: str, timeout_ms: int) -> tuple[KafkaError, int, int]:
         if txn_id in self._initializing:
@@ -315,7 +321,7 @@ class TransactionCoordinator:
 
     async def _abort_parent_of(self, branch: str) -> KafkaError:
         parent = self.txns.get(self._joined[branch])
-        if parent is None or parent.pending or parent.state != TxnState.ONGOING:
+        if parent is None or parent.pending is not None or parent.state != TxnState.ONGOING:
             return KafkaError.CONCURRENT_TRANSACTIONS   # being decided: the caller retries
         log.info("aborting %s: its branch %s is initialised again", parent.txn_id, branch)
         return await self._abort_with_bump(parent)
@@ -344,7 +350,7 @@ class TransactionCoordinator:
             return None, KafkaError.INVALID_PRODUCER_ID_MAPPING
         if epoch != meta.epoch:
             return None, fenced_error(api_key, version)
-        if meta.pending or meta.state in PREPARED or txn_id in self._joined:
+        if meta.pending is not None or meta.state in PREPARED or txn_id in self._joined:
             return None, KafkaError.CONCURRENT_TRANSACTIONS
         return meta, KafkaError.NONE
 
@@ -388,7 +394,7 @@ class TransactionCoordinator:
         if (b == parent.txn_id or parent.txn_id in self._joined or b in self._joined or branch is None
                 or any(branch_of(x) is not None for x in branch.parts())):
             return KafkaError.INVALID_TXN_STATE
-        if branch.pending:
+        if branch.pending is not None:
             return KafkaError.CONCURRENT_TRANSACTIONS
         # Only an ongoing branch holds data to decide; an aborted one (timeout) must
         # fail the join, never be committed as if it were whole.
@@ -435,15 +441,11 @@ class TransactionCoordinator:
             return KafkaError.INVALID_PRODUCER_ID_MAPPING
         if epoch != meta.epoch:
             return fenced_error(26, version)
-        if meta.pending or meta.state in PREPARED or txn_id in self._joined:
+        if meta.pending is not None or txn_id in self._joined:
             return KafkaError.CONCURRENT_TRANSACTIONS   # a joined branch ends with its parent
-        if meta.state == TxnState.COMPLETE_COMMIT:  # a retry of a commit that went through
-            return KafkaError.NONE if commit else KafkaError.INVALID_TXN_STATE
-        if meta.state == TxnState.COMPLETE_ABORT:
-            return KafkaError.NONE if not commit else KafkaError.INVALID_TXN_STATE
-        if meta.state != TxnState.ONGOING:
-            return KafkaError.INVALID_TXN_STATE
-        target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+        target = end_txn_outcome(meta.state, commit)
+        if isinstance(target, KafkaError):
+            return target
         prepared = meta.copy(state=target, update_ms=now_ms())
         err = await self._transition(meta, prepared)
         await self._complete_if_prepared(txn_id)
@@ -458,7 +460,7 @@ class TransactionCoordinator:
     async def _complete_if_prepared(self, txn_id: str) -> None:
         """A Prepare record in the log is the decision even when its fsync failed."""
         meta = self.txns.get(txn_id)
-        if meta is not None and meta.state in PREPARED and not meta.pending:
+        if meta is not None and meta.state in PREPARED and meta.pending is None:
             await self._complete(meta)
 
     async def _abort_with_bump(self, meta: TxnMeta) -> KafkaError:
@@ -558,17 +560,17 @@ class TransactionCoordinator:
             if commit and meta is not None and meta.state == TxnState.COMPLETE_ABORT:
                 log.error("branch %s of committed %s was aborted: the batch is incomplete", branch, parent)
             return
-        if meta.pending:
+        if meta.pending is not None:
             raise AppendError(KafkaError.CONCURRENT_TRANSACTIONS, f"branch {branch} is busy")
         target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
         if meta.state == TxnState.ONGOING:
             await self._transition(meta, meta.copy(state=target, update_ms=now_ms()))
             meta = self.txns.get(branch)
-            if meta is None or meta.pending or meta.state not in PREPARED:
+            if meta is None or meta.pending is not None or meta.state not in PREPARED:
                 raise AppendError(KafkaError.COORDINATOR_NOT_AVAILABLE, f"branch {branch} not prepared")
         meta.pending = COMPLETE_OF[meta.state]
         if not await self._try_complete(meta, set()):
-            meta.pending = False
+            meta.pending = None
             raise AppendError(KafkaError.COORDINATOR_NOT_AVAILABLE, f"branch {branch} not completed")
 
     def _spawn(self, coro) -> None:
@@ -602,7 +604,7 @@ class TransactionCoordinator:
         threshold = max(self.config.transaction_log_compact_records, 4 * len(self.txns))
         if self._records_since_compaction < threshold:
             return False
-        if self._unapplied or self._initializing or any(m.pending for m in self.txns.values()):
+        if self._unapplied or self._initializing or any(m.pending is not None for m in self.txns.values()):
             return False
         start = self.log.log_end_offset
         live = [(m.txn_id.encode(), encode_value(m)) for m in self.txns.values()]
@@ -626,7 +628,7 @@ class TransactionCoordinator:
         written (full disk?); say so instead of leaving clients to time out silently."""
         cutoff = now_ms() - after_ms
         for meta in self.txns.values():
-            if meta.pending and meta.update_ms < cutoff:
+            if meta.pending is not None and meta.update_ms < cutoff:
                 log.warning("%s has been completing %s for %d s", meta.txn_id, TxnState(meta.pending).name,
                             (now_ms() - meta.update_ms) // 1000)
 
@@ -634,10 +636,10 @@ class TransactionCoordinator:
         now = now_ms()
         # A joined branch is timed by its parent (the parent's abort ends it too).
         expired = [m for m in self.txns.values()
-                   if m.state == TxnState.ONGOING and not m.pending and m.start_ms + m.timeout_ms < now
+                   if m.state == TxnState.ONGOING and m.pending is None and m.start_ms + m.timeout_ms < now
                    and m.txn_id not in self._joined]
         for meta in expired:
-            if self.txns.get(meta.txn_id) is not meta or meta.pending or meta.txn_id in self._joined:
+            if self.txns.get(meta.txn_id) is not meta or meta.pending is not None or meta.txn_id in self._joined:
                 continue  # the client ended it (or a parent joined it) while an earlier abort was logged
             log.info("aborting %s: transaction timed out after %d ms", meta.txn_id, meta.timeout_ms)
             if not await self._abort_with_bump(meta):
@@ -647,12 +649,12 @@ class TransactionCoordinator:
     async def expire_idle(self) -> int:
         cutoff = now_ms() - self.config.transactional_id_expiration_ms
         idle = [m for m in self.txns.values()
-                if m.state in COMPLETED and not m.pending and m.update_ms < cutoff]
+                if m.state in COMPLETED and m.pending is None and m.update_ms < cutoff]
         for meta in idle:
-            if self.txns.get(meta.txn_id) is not meta or meta.pending:
+            if self.txns.get(meta.txn_id) is not meta or meta.pending is not None:
                 continue  # used again while an earlier tombstone was being logged
             meta.pending = TxnState.DEAD
             _, applied = await self._log_state(meta, tombstone=True)
             if not applied:
-                meta.pending = False
+                meta.pending = None
         return len(idle)

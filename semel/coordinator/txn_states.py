@@ -4,6 +4,8 @@ from __future__ import annotations
 import struct
 from enum import IntEnum
 
+from ..protocol.errors import KafkaError
+
 
 class TxnState(IntEnum):
     EMPTY = 0
@@ -38,6 +40,29 @@ def can_transition(src: TxnState, dst: TxnState) -> bool:
     return src in VALID_PREVIOUS[dst]
 
 
+# EndTxn, decided by the state it finds once the producer id/epoch matched and no
+# transition is pending: (state, commit?) -> the Prepare state to log, or the answer
+# to give at once. A retry of a decision already carried out at this epoch is NONE
+# (the Spark sink re-sends commits); the opposite decision is INVALID_TXN_STATE.
+END_TXN: dict[tuple[TxnState, bool], TxnState | KafkaError] = {
+    (S.ONGOING, True): S.PREPARE_COMMIT,
+    (S.ONGOING, False): S.PREPARE_ABORT,
+    (S.PREPARE_COMMIT, True): KafkaError.CONCURRENT_TRANSACTIONS,
+    (S.PREPARE_COMMIT, False): KafkaError.CONCURRENT_TRANSACTIONS,
+    (S.PREPARE_ABORT, True): KafkaError.CONCURRENT_TRANSACTIONS,
+    (S.PREPARE_ABORT, False): KafkaError.CONCURRENT_TRANSACTIONS,
+    (S.COMPLETE_COMMIT, True): KafkaError.NONE,
+    (S.COMPLETE_COMMIT, False): KafkaError.INVALID_TXN_STATE,
+    (S.COMPLETE_ABORT, True): KafkaError.INVALID_TXN_STATE,
+    (S.COMPLETE_ABORT, False): KafkaError.NONE,
+}
+
+
+def end_txn_outcome(state: TxnState, commit: bool) -> TxnState | KafkaError:
+    """What EndTxn does from `state` (states not in the table: INVALID_TXN_STATE)."""
+    return END_TXN.get((state, commit), KafkaError.INVALID_TXN_STATE)
+
+
 class TxnMeta:
     """One transactional id. Kept small: 100k idle ids must fit in ~50 MB."""
     __slots__ = ("txn_id", "producer_id", "epoch", "last_producer_id", "last_epoch", "timeout_ms",
@@ -55,7 +80,10 @@ class TxnMeta:
         self.partitions = partitions  # frozenset[(topic, partition)] or None when empty
         self.start_ms = start_ms
         self.update_ms = update_ms
-        self.pending = False          # a transition is being logged or completed
+        # Target state of the transition being logged or completed, None when idle.
+        # Always compared with None: the target of an InitProducerId bump is EMPTY == 0,
+        # and a falsy pending once let two instances of one id be initialised together.
+        self.pending: TxnState | None = None
 
     def copy(self, **changes) -> "TxnMeta":
         fields = {k: getattr(self, k) for k in self.__slots__ if k != "pending"}
