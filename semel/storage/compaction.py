@@ -1,15 +1,36 @@
-"""Key-compacted topics (cleanup.policy=compact): what they accept.
+"""Key-compacted topics (cleanup.policy=compact): what they accept, and the cleaner.
 
 Kafka refuses a record without a key on a compacted topic (there is nothing to
 compact it by); the check reads every record's key, so compressed batches are
-decompressed with aiokafka's record codec."""
+decompressed with aiokafka's record codec.
+
+The cleaner keeps, below the cleanable end (the active segment's base or the LSO,
+whichever is lower: records of open transactions are never touched), only the
+newest record of each key among committed data. What it keeps and why:
+- every batch keeps its base offset and last offset delta, so offsets stay
+  continuous for recovery and readers (a batch left without records stays as an
+  empty batch, as Kafka does; it also keeps the producer's sequence for dedup);
+- records of aborted transactions go; transaction markers all stay, so a
+  read_committed reader's view never changes (Kafka removes markers later, once
+  no record of their transaction is left: not done here);
+- tombstones (null values) stay (Kafka drops them after delete.retention.ms: not
+  done here);
+- a rewritten batch is stored uncompressed.
+"""
 from __future__ import annotations
 
+import struct
+from dataclasses import dataclass
+
+import crc32c
 from aiokafka.errors import CorruptRecordException, UnsupportedCodecError
 from aiokafka.record.default_records import DefaultRecordBatch
 
 from semel.protocol.errors import KafkaError
-from semel.protocol.records import BatchHeader
+from semel.protocol.records import (ATTR_COMPRESSION_MASK, CONTROL_ABORT, HEADER_SIZE, BatchHeader,
+                                    _write_bytes, control_type, iter_batches, write_varint)
+
+_COUNT = struct.Struct(">i")
 
 
 def is_compacted(cleanup_policy: str) -> bool:
@@ -29,3 +50,114 @@ def check_keys(data, batches: list[tuple[int, BatchHeader]]) -> KafkaError:
         except (CorruptRecordException, UnsupportedCodecError, ValueError):
             return KafkaError.CORRUPT_MESSAGE
     return KafkaError.NONE
+
+
+@dataclass
+class CleanResult:
+    segments_rewritten: int = 0
+    records_removed: int = 0
+
+
+def clean(plog) -> CleanResult:
+    """One cleaning pass over `plog` (a PartitionLog of a compacted topic)."""
+    end = plog.cleanable_end()
+    segments = plog.closed_segments_below(end)
+    if not segments:
+        return CleanResult()
+    batches = [(base, data) for base, data in ((b, plog.segment_bytes(b)) for b in segments)]
+    aborted = _aborted_batches(plog, batches)
+    latest = _latest_offsets(batches, aborted)
+    result = CleanResult()
+    for base, data in batches:
+        new, removed = _rewrite(data, latest, aborted)
+        if removed:
+            plog.replace_segment(base, new)
+            result.segments_rewritten += 1
+            result.records_removed += removed
+    return result
+
+
+def _aborted_batches(plog, batches) -> set[int]:
+    """Base offsets of transactional data batches whose transaction aborted. The
+    marker may lie after the cleaned segments, so the rest of the log's headers are
+    walked too (transactions open at the LSO are above the cleanable end)."""
+    open_txn: dict[int, list[int]] = {}
+    aborted: set[int] = set()
+
+    def walk(data):
+        for pos, hdr in iter_batches(data):
+            if not hdr.is_transactional:
+                continue
+            if hdr.is_control:
+                bases = open_txn.pop(hdr.producer_id, [])
+                if control_type(data, pos) == CONTROL_ABORT:
+                    aborted.update(bases)
+            else:
+                open_txn.setdefault(hdr.producer_id, []).append(hdr.base_offset)
+
+    for _, data in batches:
+        walk(data)
+    if open_txn:
+        walk(plog.bytes_after(batches[-1][0]))
+    return aborted
+
+
+def _records(data, pos: int, hdr: BatchHeader):
+    return DefaultRecordBatch(bytes(memoryview(data)[pos:pos + hdr.size]))
+
+
+def _latest_offsets(batches, aborted: set[int]) -> dict[bytes, int]:
+    latest: dict[bytes, int] = {}
+    for _, data in batches:
+        for pos, hdr in iter_batches(data):
+            if hdr.is_control or hdr.base_offset in aborted:
+                continue
+            for rec in _records(data, pos, hdr):
+                if rec.key is not None:
+                    latest[bytes(rec.key)] = rec.offset
+    return latest
+
+
+def _rewrite(data, latest: dict[bytes, int], aborted: set[int]) -> tuple[bytes, int]:
+    """(segment bytes with superseded and aborted records removed, how many removed)."""
+    out = bytearray()
+    removed = 0
+    for pos, hdr in iter_batches(data):
+        raw = memoryview(data)[pos:pos + hdr.size]
+        if hdr.is_control:
+            out += raw
+            continue
+        records = list(_records(data, pos, hdr))
+        keep = [] if hdr.base_offset in aborted else [
+            r for r in records if r.key is None or latest.get(bytes(r.key)) == r.offset]
+        if len(keep) == len(records):
+            out += raw
+            continue
+        removed += len(records) - len(keep)
+        out += _rebuild(raw, hdr, keep)
+    return bytes(out), removed
+
+
+def _rebuild(raw, hdr: BatchHeader, keep) -> bytes:
+    """The batch with only `keep`, uncompressed, same offsets/producer fields, new CRC."""
+    body = bytearray()
+    for rec in keep:
+        r = bytearray(b"\x00")
+        write_varint(r, rec.timestamp - hdr.base_timestamp)
+        write_varint(r, rec.offset - hdr.base_offset)
+        _write_bytes(r, None if rec.key is None else bytes(rec.key))
+        _write_bytes(r, None if rec.value is None else bytes(rec.value))
+        write_varint(r, len(rec.headers))
+        for hk, hv in rec.headers:
+            _write_bytes(r, hk.encode() if isinstance(hk, str) else hk)
+            _write_bytes(r, hv)
+        write_varint(body, len(r))
+        body += r
+    head = bytearray(raw[:HEADER_SIZE])
+    struct.pack_into(">i", head, 8, HEADER_SIZE - 12 + len(body))       # batch length
+    attrs = struct.unpack_from(">h", head, 21)[0] & ~ATTR_COMPRESSION_MASK
+    struct.pack_into(">h", head, 21, attrs)
+    _COUNT.pack_into(head, 57, len(keep))
+    buf = head + body
+    struct.pack_into(">I", buf, 17, crc32c.crc32c(memoryview(buf)[21:]))
+    return bytes(buf)

@@ -27,14 +27,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from array import array
 from bisect import bisect_right
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from semel.protocol.errors import KafkaError
 from semel.protocol.records import (
-    CONTROL_ABORT, CONTROL_COMMIT, BatchHeader, build_control_batch, iter_records, set_base_offset, split_batches,
-    verified_prefix,
+    CONTROL_ABORT, CONTROL_COMMIT, BatchHeader, build_control_batch, iter_batches, iter_records, set_base_offset,
+    split_batches, verified_prefix,
 )
 
 from . import checkpoint as cpfile
@@ -42,7 +43,8 @@ from .errors import AppendError, CorruptLogError, OffsetOutOfRange, ProducerStat
 from .fs import FileSystem
 from .producer_state import ProducerStateManager, load_latest_snapshot, prune_snapshots, write_snapshot
 from .segment import (
-    INDEX_SUFFIXES, LOG_SUFFIX, MAX_RELATIVE_OFFSET, Segment, parse_segment_file, scan_valid, segment_name,
+    INDEX_SUFFIX, INDEX_SUFFIXES, LOG_SUFFIX, MAX_RELATIVE_OFFSET, TIMEINDEX_SUFFIX, Segment, parse_segment_file,
+    scan_valid, segment_name,
 )
 from .txn_index import AbortedTxn
 from .types import AppendInfo
@@ -707,6 +709,61 @@ class PartitionLog:
             except (OSError, StorageError) as exc:
                 raise StorageError(f"deleting records in {self.directory} failed: {exc}") from exc
             return self.log_start_offset
+
+    # ================================================================ compaction support
+    def cleanable_end(self) -> int:
+        """Where a compaction may stop: the active segment and anything at or above the
+        LSO (open transactions) are never cleaned."""
+        return min(self._segments[-1].base, self.last_stable_offset)
+
+    def closed_segments_below(self, offset: int) -> list[int]:
+        """Bases of the non-active segments that end at or below `offset`."""
+        return [seg.base for seg in self._segments[:-1] if seg.next_offset <= offset]
+
+    def _segment(self, base: int) -> Segment:
+        i = bisect_right(self._bases, base) - 1
+        if i < 0 or self._bases[i] != base:
+            raise StorageError(f"{self.directory}: no segment at {base}")
+        return self._segments[i]
+
+    def segment_bytes(self, base: int) -> bytes:
+        seg = self._segment(base)
+        try:
+            return self.fs.pread(seg.log, seg.size, 0)
+        except OSError as exc:
+            raise StorageError(f"read of {seg.path(LOG_SUFFIX)} failed: {exc}") from exc
+
+    def bytes_after(self, base: int) -> bytes:
+        """Every batch of the segments after the one at `base` (for walking headers)."""
+        i = self._bases.index(base) + 1
+        return b"".join(self.fs.pread(seg.log, seg.size, 0) for seg in self._segments[i:])
+
+    def replace_segment(self, base: int, data: bytes) -> None:
+        """Swap a closed segment's contents for `data` (same offsets, fewer records).
+        Crash-safe: the offset/time index files are emptied first (an empty sparse
+        index is valid for either content), then the log file is replaced atomically,
+        then the indexes are rebuilt. The aborted-transaction index is kept."""
+        with self._io_lock:
+            self._check_writable()
+            seg = self._segment(base)
+            if seg is self._segments[-1]:
+                raise StorageError(f"{self.directory}: the active segment is never rewritten")
+            try:
+                for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX):
+                    self.fs.write_atomic(seg.path(suffix), b"", sync_dir=False)
+                with self._lock:
+                    seg.close()
+                    self.fs.write_atomic(seg.path(LOG_SUFFIX), data, sync_dir=True)
+                    seg.idx_rel, seg.idx_pos, seg.idx_persisted = array("I"), array("I"), 0
+                    seg.tidx_ts, seg.tidx_rel, seg.tidx_persisted = array("q"), array("q"), 0
+                    seg.max_ts, seg.max_ts_offset = -1, -1
+                    for pos, hdr in iter_batches(data):
+                        seg.note_batch(pos, hdr.base_offset, hdr, self.config.index_interval_bytes)
+                    seg.seal_time_index()
+                seg.persist_indexes(sync=True)
+            except OSError as exc:
+                self._failed = f"rewriting segment {base} failed: {exc}"
+                raise StorageError(f"{self.directory}: {self._failed}") from exc
 
     # ================================================================ lifecycle
     def close(self) -> None:

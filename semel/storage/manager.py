@@ -26,6 +26,7 @@ import crc32c
 
 from semel.protocol.errors import KafkaError
 
+from . import compaction
 from .errors import StorageError
 from .fs import FileSystem
 from .log import LogConfig, PartitionLog
@@ -172,6 +173,7 @@ class LogManager:
         self.fs = fs or FileSystem()
         self._topics: dict[str, TopicInfo] = {}
         self._logs: dict[tuple[str, int], PartitionLog] = {}
+        self._cleaned_upto: dict[Path, int] = {}   # log end offset at the last compaction pass
         self.last_error_message = ""
         try:
             self.fs.makedirs(self.data_dir)
@@ -383,18 +385,30 @@ class LogManager:
         return iter(list(self._logs.items()))
 
     def enforce_retention(self, now_ms: int) -> int:
-        """Apply retention to every log whose topic deletes old data; returns segments deleted.
-        Compacted topics keep everything (compaction is not implemented)."""
+        """Apply retention to every log whose topic deletes old data, and clean the logs
+        of compacted topics; returns segments deleted."""
         deleted = 0
         for (topic, _), plog in self.all_logs():
             info = self._topics.get(topic)
-            if info is None or "delete" not in info.cleanup_policy.split(","):
-                continue
+            policy = info.cleanup_policy.split(",") if info is not None else []
             try:
-                deleted += plog.enforce_retention(now_ms)
+                if "compact" in policy and not info.internal:
+                    self._clean(plog)
+                if "delete" in policy:
+                    deleted += plog.enforce_retention(now_ms)
             except StorageError as exc:
                 log.warning("retention of %s failed: %s", plog.directory, exc)
         return deleted
+
+    def _clean(self, plog: PartitionLog) -> None:
+        """Compact when something was written since the last pass (a pass reads the log)."""
+        if self._cleaned_upto.get(plog.directory) == plog.log_end_offset:
+            return
+        result = compaction.clean(plog)
+        self._cleaned_upto[plog.directory] = plog.log_end_offset
+        if result.records_removed:
+            log.info("compacted %s: %d records removed from %d segments", plog.directory,
+                     result.records_removed, result.segments_rewritten)
 
     def close(self) -> None:
         """Close every log (flush + clean checkpoint). Raises StorageError if any failed."""
