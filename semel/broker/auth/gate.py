@@ -60,8 +60,24 @@ def _group(op: Op):
     return _single(op, Rt.GROUP, lambda b: b.group_id, E.GROUP_AUTHORIZATION_FAILED)
 
 
+def _acl_change(req_list: str, resp_list: str):
+    """CreateAcls / DeleteAcls: Alter on the cluster, else each entry denied."""
+    async def rule(ctx, body, fn):
+        if ctx.authorize(Op.ALTER, Rt.CLUSTER, CLUSTER_NAME):
+            return await fn(ctx, body)
+        R = _entry_class(ctx.cls(), resp_list)
+        return ctx.response(**{resp_list: [R(error_code=E.CLUSTER_AUTHORIZATION_FAILED, error_message="denied")
+                                           for _ in getattr(body, req_list) or ()]})
+    return rule
+
+
 def _cluster(op: Op):
-    return _single(op, Rt.CLUSTER, lambda b: CLUSTER_NAME, E.CLUSTER_AUTHORIZATION_FAILED)
+    """DescribeAcls, DescribeCluster: top-level error and message."""
+    async def rule(ctx, body, fn):
+        if not ctx.authorize(op, Rt.CLUSTER, CLUSTER_NAME):
+            return _deny(ctx, E.CLUSTER_AUTHORIZATION_FAILED, error_message="Cluster authorization failed.")
+        return await fn(ctx, body)
+    return rule
 
 
 async def _init_producer_id(ctx, body, fn):
@@ -120,7 +136,8 @@ class TopicShape:
 
 def _entry_class(owner_cls, field_name: str):
     field = next(f for f in owner_cls._struct._fields if f.name == field_name)
-    return field.array_of.data_class
+    # The entry class is the owner's attribute named after the field's type ("[]AclDescription").
+    return getattr(owner_cls, field.type_str.lstrip("[]"))
 
 
 def _denied_entry(ctx, shape: TopicShape, topic, code: KafkaError):
@@ -299,22 +316,29 @@ def _deny_offset_fetch_groups(ctx, body):
                                   else E.OPERATION_NOT_ATTEMPTED) for g in body.groups])
 
 
-async def _describe_configs(ctx, body, fn):
-    resources = body.resources or []
-    # resource_type 2 = topic, 4 = broker (Kafka's ConfigResource types)
-    denied = [r for r in resources if not (
-        ctx.authorize(Op.DESCRIBE_CONFIGS, Rt.TOPIC, r.resource_name) if r.resource_type == 2
-        else ctx.authorize(Op.DESCRIBE_CONFIGS, Rt.CLUSTER, CLUSTER_NAME))]
-    if not denied:
-        return await fn(ctx, body)
-    body.resources = [r for r in resources if r not in denied]
-    result = await fn(ctx, body) if body.resources else ctx.response(results=[])
-    R = _entry_class(ctx.cls(), "results")
-    result.results = list(result.results) + [
-        R(error_code=E.TOPIC_AUTHORIZATION_FAILED if r.resource_type == 2 else E.CLUSTER_AUTHORIZATION_FAILED,
-          error_message="denied", resource_type=r.resource_type, resource_name=r.resource_name, configs=[])
-        for r in denied]
-    return result
+def _configs(op: Op, resp_list: str, **extra):
+    """DescribeConfigs / AlterConfigs / IncrementalAlterConfigs: `op` on the topic
+    (ConfigResource type 2) or on the cluster (a broker, type 4), per resource."""
+    def allowed(ctx, r) -> bool:
+        if r.resource_type == 2:
+            return ctx.authorize(op, Rt.TOPIC, r.resource_name)
+        return ctx.authorize(op, Rt.CLUSTER, CLUSTER_NAME)
+
+    async def rule(ctx, body, fn):
+        resources = body.resources or []
+        denied = [r for r in resources if not allowed(ctx, r)]
+        if not denied:
+            return await fn(ctx, body)
+        gone = {id(r) for r in denied}
+        body.resources = [r for r in resources if id(r) not in gone]
+        result = await fn(ctx, body) if body.resources else ctx.response(**{resp_list: []})
+        R = _entry_class(ctx.cls(), resp_list)
+        setattr(result, resp_list, list(getattr(result, resp_list)) + [
+            R(error_code=E.TOPIC_AUTHORIZATION_FAILED if r.resource_type == 2 else E.CLUSTER_AUTHORIZATION_FAILED,
+              error_message="denied", resource_type=r.resource_type, resource_name=r.resource_name, **extra)
+            for r in denied])
+        return result
+    return rule
 
 
 _PRODUCE = TopicShape("topic_data", "name", "partition_data", "index",
@@ -372,11 +396,12 @@ RULES = {
                 E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
     28: _topics(Op.READ, _OFFSET_COMMIT, whole=_txn_offset_commit),
     29: _cluster(Op.DESCRIBE),
-    30: _cluster(Op.ALTER),
-    31: _cluster(Op.ALTER),
-    32: _describe_configs,
+    30: _acl_change("creations", "results"),
+    31: _acl_change("filters", "filter_results"),
+    32: _configs(Op.DESCRIBE_CONFIGS, "results", configs=[]),
+    33: _configs(Op.ALTER_CONFIGS, "responses"),
     37: _topics(Op.ALTER, _CREATE_PARTITIONS),
     42: _delete_groups,
-    44: _cluster(Op.ALTER_CONFIGS),
+    44: _configs(Op.ALTER_CONFIGS, "responses"),
     60: _cluster(Op.DESCRIBE),
 }

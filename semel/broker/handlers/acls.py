@@ -48,7 +48,7 @@ async def describe_acls(ctx, body):
     for b in found:
         grouped.setdefault((b.resource_type, b.name, b.pattern), []).append(b)
     R = cls.DescribeAclsResource
-    D = next(f for f in R._struct._fields if f.name == "acls").array_of.data_class
+    D = R.AclDescription
     resources = [R(resource_type=rt, resource_name=name, pattern_type=pt,
                    acls=[D(principal=b.principal, host=b.host, operation=b.operation,
                            permission_type=b.permission) for b in bs])
@@ -59,7 +59,7 @@ async def describe_acls(ctx, body):
 @handler(31, 0, 3)
 async def delete_acls(ctx, body):
     F = ctx.cls().DeleteAclsFilterResult
-    M = next(f for f in F._struct._fields if f.name == "matching_acls").array_of.data_class
+    M = F.DeleteAclsMatchingAcl
     results = []
     for f in body.filters or []:
         gone = ctx.broker.acls.remove(_filter(f))

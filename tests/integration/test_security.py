@@ -1,0 +1,375 @@
+"""Issue 12, security: SASL (PLAIN, SCRAM-SHA-256/512), a TLS listener, SCRAM users
+managed by `semel user` while the broker runs, Kafka's ACLs on every operation.
+
+One broker for the module: the --port listener is SASL_PLAINTEXT (kafka-python,
+PLAIN), a second listener is SASL_SSL with a throwaway CA (confluent-kafka, SCRAM).
+Each denied case is read back as the super user: logs and offsets unchanged."""
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import os
+import socket
+import subprocess
+import sys
+import urllib.request
+
+import confluent_kafka as ck
+import pytest
+from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient,
+                                   NewTopic, ResourcePatternType, ResourceType)
+from kafka import KafkaConsumer, KafkaProducer
+from kafka.errors import KafkaError as KPError
+
+from semel.cli.process import SemelBroker, free_port
+from semel.protocol.errors import KafkaError
+from tests.support import wait, wire
+
+PASSWORDS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
+
+
+def semel(*args, env=None, data_dir=None):
+    return subprocess.run([sys.executable, "-m", "semel", *args, *(["--data-dir", str(data_dir)] if data_dir else [])],
+                          capture_output=True, text=True, env=dict(os.environ, **(env or {})), timeout=120)
+
+
+def add_user(data_dir, name, password):
+    r = semel("user", "add", name, "--password-env", "SEMEL_PW", env={"SEMEL_PW": password}, data_dir=data_dir)
+    assert r.returncode == 0, r.stderr
+
+
+def make_certs(d):
+    """A CA and a server certificate for 127.0.0.1 signed by it (PEM files)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "semel test CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+          .not_valid_after(now + datetime.timedelta(days=2))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=2))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                           critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    pem = serialization.Encoding.PEM
+    (d / "ca.pem").write_bytes(ca.public_bytes(pem))
+    (d / "server.pem").write_bytes(cert.public_bytes(pem))
+    (d / "server.key").write_bytes(key.private_bytes(pem, serialization.PrivateFormat.PKCS8,
+                                                     serialization.NoEncryption()))
+    return d / "ca.pem", d / "server.pem", d / "server.key"
+
+
+class Secured:
+    def __init__(self, broker: SemelBroker, tls_port: int, ca, metrics_port: int):
+        self.broker, self.tls_port, self.ca, self.metrics_port = broker, tls_port, ca, metrics_port
+        self.data_dir = broker.data_dir
+        self._admins: dict[str, AdminClient] = {}
+
+    def scram(self, user, mechanism="SCRAM-SHA-256", password=None, **extra):
+        """confluent-kafka config for SASL/SCRAM over TLS."""
+        return {"bootstrap.servers": f"127.0.0.1:{self.tls_port}", "security.protocol": "SASL_SSL",
+                "ssl.ca.location": str(self.ca), "sasl.mechanism": mechanism, "sasl.username": user,
+                "sasl.password": password or PASSWORDS[user], **extra}
+
+    def plain(self, user, password=None):
+        """kafka-python settings for SASL/PLAIN on the plaintext listener."""
+        return dict(bootstrap_servers=self.broker.bootstrap, security_protocol="SASL_PLAINTEXT",
+                    sasl_mechanism="PLAIN", sasl_plain_username=user,
+                    sasl_plain_password=password or PASSWORDS[user])
+
+    def admin(self, user="admin"):
+        # kept: a future of a destroyed AdminClient fails with _DESTROY
+        if user not in self._admins:
+            self._admins[user] = AdminClient(self.scram(user))
+        return self._admins[user]
+
+    def metric(self, name: str, **labels) -> float:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10).read().decode()
+        want = ",".join(f'{k}="{v}"' for k, v in labels.items())
+        total = 0.0
+        for line in text.splitlines():
+            if line.startswith(name) and (not want or f"{{{want}}}" in line):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    def acl(self, *args):
+        r = semel("acl", "add", *args, data_dir=self.data_dir)
+        assert r.returncode == 0, r.stderr
+
+    def end_offset(self, topic, partition=0) -> int:
+        c = ck.Consumer(self.scram("admin", **{"group.id": "admin-reader"}))
+        try:
+            return c.get_watermark_offsets(ck.TopicPartition(topic, partition), timeout=30)[1]
+        finally:
+            c.close()
+
+    def committed(self, group, topic) -> int:
+        c = ck.Consumer(self.scram("admin", **{"group.id": group}))
+        try:
+            return c.committed([ck.TopicPartition(topic, 0)], timeout=30)[0].offset
+        finally:
+            c.close()
+
+
+@pytest.fixture(scope="module")
+def sec(tmp_path_factory):
+    d = tmp_path_factory.mktemp("security")
+    data = d / "data"
+    data.mkdir()
+    for name, pw in PASSWORDS.items():
+        add_user(data, name, pw)
+    ca, cert, key = make_certs(d)
+    tls_port, metrics_port = free_port(), free_port()
+    b = SemelBroker(data, log_path=d / "broker.log", extra_args=[
+        "--security-protocol", "SASL_PLAINTEXT", "--listener", f"SASL_SSL://127.0.0.1:{tls_port}",
+        "--ssl-certfile", str(cert), "--ssl-keyfile", str(key), "--super-user", "User:admin",
+        "--metrics-port", str(metrics_port), "--group-initial-rebalance-delay-ms", "0",
+        "--group-min-session-timeout-ms", "1000"])
+    b.start()
+    try:
+        wait.until(lambda: _listening(tls_port), "the SASL_SSL listener accepts connections")
+        s = Secured(b, tls_port, ca, metrics_port)
+        fs = s.admin().create_topics([NewTopic(t, 1) for t in ("paid", "secret", "txn-out")])
+        for f in fs.values():
+            f.result(30)
+        yield s
+    finally:
+        b.close()
+
+
+def _listening(port) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def produce(conf, topic, value=b"v", timeout=30):
+    p = ck.Producer({"message.timeout.ms": 15000, **conf})
+    out = []
+    p.produce(topic, value, on_delivery=lambda err, msg: out.append(err))
+    try:
+        p.flush(timeout)
+    except (ck.KafkaException, SystemError) as exc:   # a fatal error (idempotence refused) surfaces here
+        cause = exc if isinstance(exc, ck.KafkaException) else exc.__cause__
+        return cause.args[0]
+    return out[0] if out else "not delivered"
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_scram_over_tls_produce_allowed_and_denied(sec, mechanism):
+    sec.acl("--allow", "User:alice", "--operation", "write", "--topic", "paid")
+    before_paid, before_secret = sec.end_offset("paid"), sec.end_offset("secret")
+    assert produce(sec.scram("alice", mechanism), "paid") is None
+    err = produce(sec.scram("alice", mechanism), "secret")
+    assert err is not None and err.code() == ck.KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert sec.end_offset("paid") == before_paid + 1
+    assert sec.end_offset("secret") == before_secret
+
+
+def test_acl_apis_on_the_wire(sec):
+    binding = AclBinding(ResourceType.TOPIC, "wire-", ResourcePatternType.PREFIXED, "User:bob", "*",
+                         AclOperation.READ, AclPermissionType.ALLOW)
+    sec.admin().create_acls([binding])[binding].result(30)
+    filt = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, "User:bob", None,
+                            AclOperation.ANY, AclPermissionType.ANY)
+    assert binding in sec.admin().describe_acls(filt).result(30)
+    # alice holds no Alter/Describe on the cluster: CLUSTER_AUTHORIZATION_FAILED, nothing stored
+    other = AclBinding(ResourceType.TOPIC, "x", ResourcePatternType.LITERAL, "User:alice", "*",
+                       AclOperation.ALL, AclPermissionType.ALLOW)
+    with pytest.raises(ck.KafkaException) as denied:
+        sec.admin("alice").create_acls([other])[other].result(30)
+    assert denied.value.args[0].code() == ck.KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    # DescribeAcls denied: librdkafka shows the refusal as an empty result; nothing is revealed
+    denials = sec.metric("semel_authorization_denials_total", operation="DESCRIBE", resource_type="CLUSTER")
+    assert sec.admin("alice").describe_acls(filt).result(30) == []
+    assert sec.metric("semel_authorization_denials_total", operation="DESCRIBE", resource_type="CLUSTER") \
+        == denials + 1
+    assert other not in sec.admin().describe_acls(AclBindingFilter(
+        ResourceType.ANY, None, ResourcePatternType.ANY, "User:alice", None, AclOperation.ANY,
+        AclPermissionType.ANY)).result(30)
+    deleted = sec.admin().delete_acls([filt])[filt].result(30)
+    assert deleted == [binding]
+    assert sec.admin().describe_acls(filt).result(30) == []
+
+
+def test_topic_create_and_delete(sec):
+    fs = sec.admin("bob").create_topics([NewTopic("bob-made", 1)])
+    with pytest.raises(ck.KafkaException) as denied:
+        fs["bob-made"].result(30)
+    assert denied.value.args[0].code() == ck.KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert "bob-made" not in sec.admin().list_topics(timeout=30).topics
+    sec.acl("--allow", "User:bob", "--operation", "create", "--topic", "bob-", "--prefixed")
+    sec.admin("bob").create_topics([NewTopic("bob-made", 1)])["bob-made"].result(30)
+    fs = sec.admin("bob").delete_topics(["bob-made"])
+    with pytest.raises(ck.KafkaException) as denied:
+        fs["bob-made"].result(30)
+    assert denied.value.args[0].code() == ck.KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert "bob-made" in sec.admin().list_topics(timeout=30).topics
+    sec.acl("--allow", "User:bob", "--operation", "delete", "--topic", "bob-made")
+    sec.admin("bob").delete_topics(["bob-made"])["bob-made"].result(30)
+
+
+def test_metadata_hides_topics_without_describe(sec):
+    md = sec.admin("bob").list_topics(timeout=30)
+    assert "secret" not in md.topics and "paid" not in md.topics
+    sec.acl("--allow", "User:bob", "--operation", "describe", "--topic", "paid")
+    md = sec.admin("bob").list_topics(timeout=30)
+    assert "paid" in md.topics and "secret" not in md.topics
+    named = sec.admin("bob").list_topics("secret", timeout=30).topics["secret"]
+    assert named.error is not None and named.error.code() == ck.KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def test_plain_consumer_group_read_allowed_and_denied(sec):
+    p = KafkaProducer(**sec.plain("admin"))
+    for i in range(3):
+        p.send("paid", b"m%d" % i).get(timeout=30)
+    p.close()
+    sec.acl("--allow", "User:bob", "--operation", "read", "--topic", "paid")
+    sec.acl("--allow", "User:bob", "--operation", "read", "--group", "bob-group")
+    c = KafkaConsumer("paid", group_id="bob-group", auto_offset_reset="earliest", enable_auto_commit=False,
+                      consumer_timeout_ms=20000, **sec.plain("bob"))
+    got = [m for m in c][:3]
+    assert len(got) >= 3
+    c.commit()
+    c.close()
+    end = sec.end_offset("paid")
+    assert sec.committed("bob-group", "paid") == end
+    # a group bob may not use: the commit is refused and nothing is stored
+    c = KafkaConsumer(group_id="other-group", enable_auto_commit=False, **sec.plain("bob"))
+    from kafka import TopicPartition
+    from kafka.structs import OffsetAndMetadata
+    with pytest.raises(KPError) as denied:
+        c.commit({TopicPartition("paid", 0): OffsetAndMetadata(1, "", -1)})
+    assert "GroupAuthorizationFailed" in type(denied.value).__name__
+    c.close()
+    assert sec.committed("other-group", "paid") < 0
+    # a topic bob may see (Describe) but not read: the fetch is refused with TOPIC_AUTHORIZATION_FAILED
+    sec.admin().create_topics([NewTopic("seen-not-read", 1)])["seen-not-read"].result(30)
+    p = KafkaProducer(**sec.plain("admin"))
+    p.send("seen-not-read", b"hidden").get(timeout=30)
+    p.close()
+    sec.acl("--allow", "User:bob", "--operation", "describe", "--topic", "seen-not-read")
+    c = ck.Consumer(sec.scram("bob", **{"group.id": "bob-group", "enable.auto.commit": False}))
+    c.assign([ck.TopicPartition("seen-not-read", 0, 0)])
+
+    def refused():
+        msg = c.poll(1)
+        assert msg is None or msg.error() is not None, "bob read a record he may not read"
+        return msg is not None and msg.error().code()
+    try:
+        assert wait.until(refused, "bob's fetch of secret is answered") == ck.KafkaError.TOPIC_AUTHORIZATION_FAILED
+    finally:
+        c.close()
+
+
+def test_transactions_need_write_on_their_id(sec):
+    sec.acl("--allow", "User:alice", "--operation", "write", "--transactional-id", "alice-tx")
+    sec.acl("--allow", "User:alice", "--operation", "write", "--topic", "txn-out")
+    before = sec.end_offset("txn-out")
+    p = ck.Producer(sec.scram("alice", **{"transactional.id": "alice-tx"}))
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce("txn-out", b"committed")
+    p.commit_transaction(30)
+    assert sec.end_offset("txn-out") == before + 2   # the record and the commit marker
+    denied = ck.Producer(sec.scram("alice", **{"transactional.id": "bob-tx"}))
+    with pytest.raises(ck.KafkaException) as exc:
+        denied.init_transactions(30)
+    assert exc.value.args[0].code() == ck.KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert sec.end_offset("txn-out") == before + 2
+
+
+def test_idempotent_producer_needs_idempotent_write_or_a_txn_id(sec):
+    # bob: Write on the topic but nothing on the cluster or any transactional id
+    sec.acl("--allow", "User:bob", "--operation", "write", "--topic", "bob-idem")
+    sec.admin().create_topics([NewTopic("bob-idem", 1)])["bob-idem"].result(30)
+    err = produce(sec.scram("bob", **{"enable.idempotence": True}), "bob-idem")
+    assert err is not None and err.code() == ck.KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    assert sec.end_offset("bob-idem") == 0
+    sec.acl("--allow", "User:bob", "--operation", "idempotent-write", "--cluster")
+    assert produce(sec.scram("bob", **{"enable.idempotence": True}), "bob-idem") is None
+    assert sec.end_offset("bob-idem") == 1
+
+
+def test_deny_wins_over_allow(sec):
+    sec.acl("--allow", "User:*", "--operation", "write", "--topic", "deny-", "--prefixed")
+    sec.acl("--deny", "User:alice", "--operation", "write", "--topic", "deny-x")
+    sec.admin().create_topics([NewTopic("deny-x", 1)])["deny-x"].result(30)
+    err = produce(sec.scram("alice"), "deny-x")
+    assert err is not None and err.code() == ck.KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert produce(sec.scram("bob"), "deny-x") is None
+    assert sec.end_offset("deny-x") == 1
+
+
+def test_wrong_password_is_refused_logged_and_counted(sec):
+    before = sec.metric("semel_failed_logins_total", mechanism="PLAIN")
+    with pytest.raises(KPError):
+        KafkaProducer(**sec.plain("alice", password="wrong"), max_block_ms=5000)
+    wait.until(lambda: sec.metric("semel_failed_logins_total", mechanism="PLAIN") > before,
+               "the failed login is counted")
+    log = sec.broker.log_path.read_text()
+    assert "failed login" in log and "'alice'" in log and "wrong" not in log.split("failed login")[-1][:200]
+
+
+def _sasl_handshake(sock, mechanism):
+    return wire.call(sock, 17, 1, mechanism=mechanism)
+
+
+def test_unknown_mechanism_gets_its_code_and_the_connection_closed(sec):
+    sock = wire.connect(sec.broker.bootstrap)
+    resp = _sasl_handshake(sock, "GSSAPI")
+    assert resp.error_code == KafkaError.UNSUPPORTED_SASL_MECHANISM
+    assert "SCRAM-SHA-512" in resp.mechanisms
+    assert wire.closed_by_peer(sock)
+
+
+def test_request_before_authentication_closes_the_connection(sec):
+    sock = wire.connect(sec.broker.bootstrap)
+    assert wire.call(sock, 18, 3, client_software_name="t", client_software_version="1").error_code == 0
+    before = sec.end_offset("secret")
+    assert wire.call(sock, 3, 1, topics=None) is None
+    assert wire.closed_by_peer(sock)
+    assert sec.end_offset("secret") == before
+
+
+def test_scram_wrong_password_and_bad_token(sec):
+    err = produce(sec.scram("alice", "SCRAM-SHA-512", password="nope", **{"message.timeout.ms": 3000}), "paid")
+    assert err is not None
+    sock = wire.connect(sec.broker.bootstrap)
+    assert _sasl_handshake(sock, "SCRAM-SHA-256").error_code == 0
+    resp = wire.call(sock, 36, 2, auth_bytes=b"\xff\xfe garbage")
+    assert resp.error_code == KafkaError.SASL_AUTHENTICATION_FAILED
+    assert wire.closed_by_peer(sock)
+
+
+def test_users_change_without_restart(sec):
+    assert produce(sec.scram("carol", password="carol-pw", **{"message.timeout.ms": 3000}), "paid") is not None
+    add_user(sec.data_dir, "carol", "carol-pw")
+    sec.acl("--allow", "User:carol", "--operation", "write", "--topic", "paid")
+    assert produce(sec.scram("carol", password="carol-pw"), "paid") is None
+    r = semel("user", "list", data_dir=sec.data_dir)
+    assert "carol\tSCRAM-SHA-256,SCRAM-SHA-512" in r.stdout
+    assert "carol-pw" not in (sec.data_dir / "__users.json").read_text()
+    assert semel("user", "delete", "carol", data_dir=sec.data_dir).returncode == 0
+    assert produce(sec.scram("carol", password="carol-pw", **{"message.timeout.ms": 3000}), "paid") is not None
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--allow", "alice", "--topic", "t"], "principal must look like User:NAME"),
+    (["--allow", "User:a", "--operation", "fly", "--topic", "t"], "unknown operation 'fly'"),
+    (["--allow", "User:a", "--operation", "read", "--cluster"], "does not apply to CLUSTER"),
+])
+def test_malformed_acl_spec_is_one_line(sec, args, says):
+    r = semel("acl", "add", *args, data_dir=sec.data_dir)
+    assert r.returncode == 2
+    assert says in r.stderr and len(r.stderr.strip().splitlines()) == 1
