@@ -1,0 +1,158 @@
+"""Exactly-once external sinks from Spark: `foreach_batch` runs every micro-batch as
+one commit cycle of the eos runtime (semel.eos.cycle), for the two-phase-commit
+sinks of semel.eos.sinks (PostgreSQL, filesystem, S3, Iceberg, Delta, HTTP):
+
+    beginTxn -> flush -> commitOffsets -> preCommit2PC -> commitTxn -> commit2PC -> storeCommit
+
+    fn = foreach_batch(rows, sinks=[PostgresSink(uri, "t", ["k", "v"])],
+                       bootstrap="host:9092", checkpoint="/ck/q1")
+    df.writeStream.foreachBatch(fn).option("checkpointLocation", "/ck/q1").start()
+
+`rows(df, batch_id)` turns the batch DataFrame into rows per sink name
+({"postgres": [...]}); those rows travel through the driver (collect), so this
+path suits outputs a driver can hold per batch. Kafka output belongs in
+`format("semel")` instead, whose rows never leave the executors.
+
+The broker transaction of cycle c = batch_id + 1 is the query's parent
+transaction P = "semel-spark-{group}" (InitProducerId fences a zombie run), and
+it commits the batch's source end offsets (the checkpoint's offset log) under the
+query's group with the eos ledger ("semel-eos/1 t=P c=<cycle> h=<hold>") as
+metadata: that commit is the decision. Sinks prepare before it and commit after
+it under the stable id "{app}-{instance}-{cycle}". At the first batch of a process
+(a start or restart) eos recovery decides every prepared sink transaction from
+the ledger: commit the one the broker committed, abort the rest. A batch whose
+cycle the ledger already holds (Spark replays it after a crash between the
+decision and its commit log) is not run again. Any failure fails the query with
+the cycle's outcome; a restart replays the batch.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Callable, Mapping, Sequence
+
+from semel.client import txn as wire
+from semel.eos.coordinator import CoordinatorError, EosCoordinator
+from semel.eos.cycle import CycleParts, run_commit_cycle
+from semel.eos.ledger import Ledger
+from semel.eos.outcomes import CommitSucceeded
+from semel.eos.recovery import recover
+from semel.eos.sink import SinkGuard
+from semel.eos.txnid import SinkTxnId
+from semel.protocol.errors import KafkaError
+from semel.spark import sink as spark_sink
+
+Rows = Callable[[Any, int], Mapping[str, Sequence[Any]]]
+
+
+class BatchFailed(Exception):
+    """A micro-batch's commit cycle did not commit; the message is the cycle's outcome."""
+
+
+class SparkBatchCoordinator(EosCoordinator):
+    """The cycle's broker side over the query's parent transaction (standard Kafka APIs)."""
+
+    def __init__(self, o: spark_sink.SinkOptions):
+        self.o = o
+        self.transactional_id = o.parent
+        self.batch = 0
+        self._st: wire.TxnState | None = None
+
+    def _client(self):
+        return spark_sink._connect(self.o)
+
+    def _marks(self) -> tuple[dict, list]:
+        offsets = spark_sink.batch_offsets(self.o, self.batch)
+        parts = spark_sink.decision_partitions(self.o, offsets)
+        return offsets, parts
+
+    def init(self) -> None:
+        pass  # InitProducerId at every beginTxn: each batch's commit() may run in a new worker
+
+    def read_ledger(self) -> Ledger | None:
+        _, parts = self._marks()
+        with self._client() as c:
+            got = wire.committed_with_metadata(c, self.o.group, parts)
+        if all(off < 0 for off, _ in got.values()):
+            return Ledger(0)
+        ledgers = [Ledger.decode(meta, self.o.parent) for off, meta in got.values() if off >= 0]
+        found = [x for x in ledgers if x is not None]
+        return max(found, key=lambda x: x.committed) if found else None
+
+    def begin_txn(self, cycle: int) -> None:
+        with self._client() as c:
+            err, st = wire.init_producer_id(c, self.o.parent, self.o.restart_window_ms)
+        self._check("beginTxn", err)
+        self._st = st
+
+    def flush(self, cycle: int) -> None:
+        pass  # nothing is produced on the broker side: the rows go to the external sinks
+
+    def commit_offsets(self, cycle: int, ledger: Ledger) -> None:
+        offsets, parts = self._marks()
+        marks = offsets or {tp: cycle for tp in parts}
+        with self._client() as c:
+            self._check("commitOffsets", wire.add_offsets(c, self._st, self.o.group))
+            errs = wire.txn_offset_commit(c, self._st, self.o.group, marks, ledger.encode(self.o.parent))
+        for err in errs.values():
+            self._check("commitOffsets", err)
+
+    def commit_txn(self, cycle: int) -> None:
+        self._end(True)
+
+    def abort_txn(self, cycle: int) -> None:
+        self._end(False)
+
+    def _end(self, commit: bool) -> None:
+        st = self._st
+        with self._client() as c:
+            err = spark_sink._retrying(self.o, "EndTxn", lambda: wire.end_txn(c, st.txn_id, st.pid, st.epoch, commit))
+        self._check("commitTxn" if commit else "abortTxn", err)
+
+    @staticmethod
+    def _check(op: str, err: KafkaError) -> None:
+        if err != KafkaError.NONE:
+            raise CoordinatorError(op, err.name, code=err)
+
+
+def app_name(group: str) -> str:
+    """An eos app id (letters, digits, '_', '.') for the query's group."""
+    return "spark_" + hashlib.sha256(group.encode()).hexdigest()[:16]
+
+
+def foreach_batch(rows: Rows, *, sinks: Sequence[Any], bootstrap: str, checkpoint: str | None = None,
+                  query_id: str | None = None, topic: str | None = None, app_id: str | None = None,
+                  instance_id: str = "0", restart_window_ms: int = spark_sink.DEFAULT_RESTART_WINDOW_MS,
+                  request_timeout_ms: int = 30_000) -> Callable[[Any, int], None]:
+    """The function for `writeStream.foreachBatch(...)`. `checkpoint`: the query's
+    checkpointLocation (identity and the batch's source offsets); `query_id` when
+    there is none; `topic`: a partition to record the decision on when the query
+    has no semel source."""
+    options = {"kafka.bootstrap.servers": bootstrap, "semel.restartWindowMs": str(restart_window_ms),
+               "kafka.request.timeout.ms": str(request_timeout_ms)}
+    for name, value in (("checkpointLocation", checkpoint), ("semel.query.id", query_id), ("topic", topic)):
+        if value:
+            options[name] = value
+    o = spark_sink.parse_options(options)
+    coordinator = SparkBatchCoordinator(o)
+    guards = [SinkGuard(s) for s in sinks]
+    app = app_id or app_name(o.group)
+    state: dict[str, Any] = {}
+
+    def run(df, batch_id: int) -> None:
+        batch_id = int(batch_id)
+        coordinator.batch = batch_id
+        cycle = batch_id + 1  # cycle 0 means "none ever" in the ledger
+        ledger = coordinator.read_ledger()
+        if "hold" not in state:  # the first batch of this process: resolve what a crash left prepared
+            state["hold"] = recover(app, instance_id, ledger, guards).hold
+        if ledger is not None and ledger.committed >= cycle:
+            return  # decided before a crash: Spark replays it, the sinks already have it
+        batch_rows = rows(df, batch_id)
+        txn_id = str(SinkTxnId(app, instance_id, cycle))
+        parts = CycleParts(coordinator=coordinator, sinks=guards, hold=state["hold"],
+                           rows_for=lambda _txn, name: batch_rows.get(name, ()))
+        outcome = run_commit_cycle(cycle, txn_id, parts)
+        if not isinstance(outcome, CommitSucceeded):
+            raise BatchFailed(f"semel foreach_batch: batch {batch_id} did not commit: {outcome}")
+
+    return run
