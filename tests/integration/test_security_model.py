@@ -1,0 +1,132 @@
+"""Model checks of the security layer without a broker: the SASL exchange's state
+machine (hypothesis stateful, invariants after every step) and the authorizer's
+decision against a direct reading of Kafka's rules on random ACL sets."""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import scramp
+from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from semel.broker.auth.acl import (AclBinding, AclStore, Authorizer, Operation, PatternType, Permission,
+                                   ResourceType)
+from semel.broker.auth.sasl import AuthFailed, IllegalState, SaslSession, State
+from semel.broker.auth.users import UserStore
+
+_DIR = Path(tempfile.mkdtemp(prefix="semel-sasl-model-"))
+USERS = UserStore(_DIR)
+USERS.add("ann", "ann-pw")
+MECHS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+class SaslModel(RuleBasedStateMachine):
+    def __init__(self):
+        super().__init__()
+        self.s = SaslSession(USERS, MECHS)
+        self.failed = False           # model: once failed, nothing succeeds again
+        self.proved: str | None = None
+        self.client = None
+
+    def _expect_illegal(self, fn) -> None:
+        try:
+            fn()
+        except IllegalState:
+            return
+        except AuthFailed:
+            pass
+        raise AssertionError(f"allowed in state {self.s.state}")
+
+    @rule(mech=st.sampled_from(MECHS + ("GSSAPI", "")))
+    def handshake(self, mech):
+        if self.s.state is not State.START:
+            return self._expect_illegal(lambda: self.s.handshake(mech))
+        try:
+            self.s.handshake(mech)
+        except LookupError:
+            assert mech not in MECHS
+            self.failed = True
+            return
+        assert mech in MECHS
+
+    @rule(user=st.sampled_from(["ann", "bob"]), pw=st.sampled_from(["ann-pw", "nope"]),
+          junk=st.binary(max_size=12))
+    def authenticate(self, user, pw, junk):
+        state = self.s.state
+        if state not in (State.MECHANISM, State.SCRAM_CHALLENGED):
+            return self._expect_illegal(lambda: self.s.authenticate(junk))
+        if self.s.mechanism == "PLAIN":
+            token = f"\0{user}\0{pw}".encode()
+        elif state is State.MECHANISM:
+            self.client = scramp.ScramClient([self.s.mechanism], user, pw)
+            token = self.client.get_client_first().encode()
+        else:
+            token = self.client.get_client_final().encode()
+        try:
+            out = self.s.authenticate(token)
+        except AuthFailed:
+            self.failed = True
+            assert not (user == "ann" and pw == "ann-pw" and self.s.mechanism == "PLAIN")
+            return
+        if self.s.mechanism != "PLAIN" and state is State.MECHANISM:
+            self.client.set_server_first(out.decode())
+        if self.s.state is State.AUTHENTICATED:
+            self.proved = self.s.user
+
+    @invariant()
+    def consistent(self):
+        assert (self.s.principal is not None) == (self.s.state is State.AUTHENTICATED)
+        if self.failed:
+            assert self.s.state is State.FAILED and self.s.principal is None
+        if self.s.principal is not None:
+            assert self.s.principal == "User:ann" == f"User:{self.proved}"
+
+
+TestSaslModel = SaslModel.TestCase
+TestSaslModel.settings = settings(max_examples=60, stateful_step_count=8, deadline=None,
+                                  suppress_health_check=[HealthCheck.too_slow])
+
+NAMES = ["pay", "payments", "payroll", "other", "*"]
+PRINCIPALS = ["User:ann", "User:bob", "User:*"]
+OPS = [Operation.READ, Operation.WRITE, Operation.DESCRIBE, Operation.ALL, Operation.ALTER]
+bindings = st.builds(AclBinding, st.just(ResourceType.TOPIC), st.sampled_from(NAMES),
+                     st.sampled_from([PatternType.LITERAL, PatternType.PREFIXED]), st.sampled_from(PRINCIPALS),
+                     st.sampled_from(["*", "10.0.0.1"]), st.sampled_from(OPS),
+                     st.sampled_from([Permission.ALLOW, Permission.DENY]))
+
+
+def reference(acls, principal, host, op, name, allow_if_none) -> bool:
+    def on_resource(b):
+        if b.pattern is PatternType.LITERAL:
+            return b.name in (name, "*")
+        return name.startswith(b.name)
+    matching = [b for b in acls if on_resource(b)]
+    if not matching:
+        return allow_if_none
+    mine = [b for b in matching if b.principal in (principal, "User:*") and b.host in (host, "*")]
+    if any(b.permission is Permission.DENY and b.operation in (op, Operation.ALL) for b in mine):
+        return False
+    implied = {op, Operation.ALL}
+    if op is Operation.DESCRIBE:
+        implied |= {Operation.READ, Operation.WRITE, Operation.DELETE, Operation.ALTER}
+    return any(b.permission is Permission.ALLOW and b.operation in implied for b in mine)
+
+
+@settings(max_examples=200, deadline=None)
+@given(acls=st.lists(bindings, max_size=6), principal=st.sampled_from(["User:ann", "User:bob", "User:root"]),
+       host=st.sampled_from(["10.0.0.1", "10.0.0.2"]), op=st.sampled_from(OPS[:3] + [Operation.ALTER]),
+       name=st.sampled_from(["pay", "payments", "other", "x"]), allow_if_none=st.booleans())
+def test_authorizer_follows_kafkas_rules(acls, principal, host, op, name, allow_if_none):
+    store = AclStore(Path(tempfile.mkdtemp(dir=_DIR)))
+    store.add(acls)
+    auth = Authorizer(store, True, {"User:root"}, allow_if_none)
+    got = auth.authorize(principal, host, op, ResourceType.TOPIC, name)
+    if principal == "User:root":
+        assert got
+    else:
+        assert got == reference(set(acls), principal, host, op, name, allow_if_none)
+    # deny wins: a matching DENY for this principal always refuses
+    auth.allow_if_no_acl = True
+    store.add([AclBinding(ResourceType.TOPIC, name, PatternType.LITERAL, principal, "*", op, Permission.DENY)])
+    assert auth.authorize(principal, host, op, ResourceType.TOPIC, name) == (principal == "User:root")
