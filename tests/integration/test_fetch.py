@@ -45,3 +45,21 @@ def test_long_poll_wakes_on_append(broker):
     t.join(15)
     assert not t.is_alive(), "the waiting fetch was not woken by the append"
     assert [r.value for r in records.iter_records(result["f"].records)] == [b"wake"]
+
+
+def test_min_bytes_zero_is_answered_at_once(broker):
+    """Kafka answers a Fetch with min_bytes=0 at once even when nothing is there; the
+    broker used to treat 0 like 1 and hold it for max_wait_ms (here ~24 days)."""
+    with Client(broker.bootstrap) as c:
+        c.create_topic("zero-wait", 1)
+    result = {}
+
+    def fetcher():
+        with Client(broker.bootstrap) as c:
+            result["f"] = c.fetch("zero-wait", 0, 0, max_wait_ms=2**31 - 1, min_bytes=0)
+
+    t = threading.Thread(target=fetcher, daemon=True)
+    t.start()
+    t.join(60)
+    assert not t.is_alive(), "an empty Fetch with min_bytes=0 waited for max_wait_ms"
+    assert result["f"].error == KafkaError.NONE and result["f"].records == b""

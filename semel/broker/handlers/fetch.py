@@ -3,7 +3,8 @@
 read_uncommitted reads up to the high watermark; read_committed up to the last
 stable offset, with the aborted transactions that overlap the returned range so
 the client can drop their batches. Fetch long-polls: it waits (without holding
-anything) until min_bytes are available or max_wait_ms passes.
+anything) until min_bytes are available or max_wait_ms passes; min_bytes=0
+is answered at once, as Kafka does.
 """
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ async def fetch(ctx, req):
         remaining = deadline - time.monotonic()
         # Nothing to wait on (no partitions: Kafka answers at once) is an answer too;
         # waiting for an append that cannot come once spun the loop until the deadline.
-        if not keys or total >= max(req.min_bytes, 1) or remaining <= 0 or _has_error(topics):
+        # min_bytes <= 0 is satisfied by an empty response: Kafka answers it at once.
+        if not keys or total >= req.min_bytes or remaining <= 0 or _has_error(topics):
             return ctx.response(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
         await broker.notifier.wait_any(keys, remaining)
 
