@@ -203,6 +203,13 @@ def _group_read(ctx, body):
     return None if ctx.authorize(Op.READ, Rt.GROUP, body.group_id) else E.GROUP_AUTHORIZATION_FAILED
 
 
+async def _offset_delete(ctx, body, fn):
+    """OffsetDelete: Delete on the group (else a top-level error), Read on each topic."""
+    if not ctx.authorize(Op.DELETE, Rt.GROUP, body.group_id):
+        return _deny(ctx, E.GROUP_AUTHORIZATION_FAILED, topics=[])
+    return await _topics(Op.READ, _OFFSET_COMMIT)(ctx, body, fn)
+
+
 def _txn_offset_commit(ctx, body):
     if not ctx.authorize(Op.WRITE, Rt.TRANSACTIONAL_ID, body.transactional_id):
         return E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
@@ -349,6 +356,8 @@ _LIST_OFFSETS = TopicShape("topics", "name", "partitions", "partition_index",
                            "topics", "name", "partitions", "partition_index")
 _OFFSET_COMMIT = TopicShape("topics", "name", "partitions", "partition_index",
                             "topics", "name", "partitions", "partition_index")
+_LEADER_EPOCH = TopicShape("topics", "topic", "partitions", "partition",
+                           "topics", "topic", "partitions", "partition")
 _CREATE = TopicShape("topics", "name", None, None, "topics", "name", None, None)
 _DELETE = TopicShape("topic_names", "", None, None, "responses", "name", None, None)
 _CREATE_PARTITIONS = TopicShape("topics", "name", None, None, "results", "name", None, None)
@@ -390,6 +399,7 @@ RULES = {
     20: _delete_topics,
     21: _topics(Op.DELETE, _LIST_OFFSETS),
     22: _init_producer_id,
+    23: _topics(Op.DESCRIBE, _LEADER_EPOCH),
     24: _add_partitions_to_txn,
     25: _add_offsets_to_txn,
     26: _single(Op.WRITE, Rt.TRANSACTIONAL_ID, lambda b: b.transactional_id,
@@ -402,6 +412,7 @@ RULES = {
     33: _configs(Op.ALTER_CONFIGS, "responses"),
     37: _topics(Op.ALTER, _CREATE_PARTITIONS),
     42: _delete_groups,
+    47: _offset_delete,
     44: _configs(Op.ALTER_CONFIGS, "responses"),
     60: _cluster(Op.DESCRIBE),
 }
