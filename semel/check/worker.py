@@ -147,6 +147,11 @@ class ProducerWorker:
         self.reader.assign(list(range(cfg["keys"])), from_beginning=False)
 
     def start(self) -> None:
+        # Instances of one transactional id started together (the zombie slots) all
+        # initialise at this wall-clock moment, so their InitProducerIds coincide.
+        wait = self.cfg.get("start_at", 0) - time.time()
+        if wait > 0:
+            time.sleep(min(wait, 10.0))
         self.producer.init_transactions(self.timeout)
 
     def run_txn(self, cmd: dict) -> dict:
@@ -219,6 +224,10 @@ class ProducerWorker:
             return self._recover(exc, results)
         except BufferError as exc:
             return self._abort(results, f"local queue full: {exc}")
+        except SystemError as exc:
+            # confluent-kafka's binding, once fenced (fatal), can raise this from flush
+            # instead of a KafkaException; the outcome is as unknown as after a fatal error.
+            return {"type": "info", "value": results, "error": f"client failed: {exc}", "exit": True}
 
     def _commit(self) -> None:
         # Bounded so that a reply always reaches the controller before it gives up on us.

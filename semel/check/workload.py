@@ -4,7 +4,10 @@ injects faults, writing every operation to the history.
 Shape of a run:
   setup    create the topic (one partition per key)
   main     producers run transactions (sends to several partitions, sometimes
-           a poll inside; commit or abort at random); consumers poll by
+           a poll inside; commit or abort at random); zombie instances (two or
+           more processes with one transactional id) are started together again
+           and again, so their InitProducerIds coincide and the broker must fence
+           all but the last; consumers poll by
            assignment and by group subscription at both isolation levels;
            the nemesis kills and pauses clients and, when check runs the
            broker itself, kills/restarts it and gives it a full or slow disk
@@ -96,6 +99,7 @@ class WorkloadConfig:
     faults: tuple = ()
     keys: int = 4
     producers: int = 3
+    zombies: int = 2                 # processes sharing one transactional id (0: none)
     topic: str | None = None
     broker: ManagedBroker | None = None
     fault_interval_s: tuple = (2.0, 6.0)
@@ -118,6 +122,8 @@ class WorkloadConfig:
                                 "(--broker-cmd or --spawn-semel)")
         if self.keys < 1 or self.producers < 1:
             raise WorkloadError("need at least one key and one producer")
+        if self.zombies == 1 or self.zombies < 0:
+            raise WorkloadError("zombie instances come in twos or more (0: none)")
         if self.duration_s <= 0:
             raise WorkloadError("duration must be positive")
 
@@ -149,6 +155,7 @@ class Workload:
         self.next_value = 0
         self.nemesis_rng = random.Random(f"{cfg.seed}/nemesis")
         self.slots: list[Slot] = []
+        self.zombies: list[Slot] = []   # also in slots; driven together by drive_zombies
         self.notes: list[str] = []
         self.drained: dict = {}
 
@@ -174,16 +181,23 @@ class Workload:
             name = f"producer-{i}"
             wcfg = dict(self._base_cfg(), role="producer", txn_id=f"{self.topic}-{name}")
             self.slots.append(Slot(name, "producer", wcfg, random.Random(f"{self.cfg.seed}/{name}")))
+        for i in range(self.cfg.zombies):
+            name = f"zombie-{i}"
+            wcfg = dict(self._base_cfg(), role="producer", txn_id=f"{self.topic}-zombie")
+            self.zombies.append(Slot(name, "producer", wcfg, random.Random(f"{self.cfg.seed}/{name}")))
+        self.slots += self.zombies
         for name, mode, iso, group in CONSUMER_SLOTS:
             wcfg = dict(self._base_cfg(), role="consumer", mode=mode, isolation=iso,
                         group=f"{self.topic}-{group}" if group else None)
             self.slots.append(Slot(name, "consumer", wcfg, random.Random(f"{self.cfg.seed}/{name}")))
 
-    async def spawn(self, slot: Slot, ready_timeout_s: float | None = None) -> bool:
+    async def spawn(self, slot: Slot, ready_timeout_s: float | None = None, start_at: float | None = None) -> bool:
         self.next_process += 1
         slot.process = self.next_process
         slot.paused = False
         wcfg = dict(slot.wcfg, client_id=f"semel-check-{slot.name}-{slot.process}")
+        if start_at is not None:
+            wcfg["start_at"] = start_at
         slot.proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "semel.check.worker", json.dumps(wcfg),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=self.worker_log,
@@ -293,6 +307,42 @@ class Workload:
             # for, so it goes; its op stays open in the history (an unknown outcome).
             await self.reap(slot)
             raise
+
+    async def drive_zombies(self) -> None:
+        """Rounds of all zombie instances started at one moment: each round kills the
+        survivors, starts every instance with one InitProducerId instant, and lets
+        them run transactions for a few seconds. A broker that hands two of them the
+        same producer id/epoch lets both commit and drops one's records as
+        duplicates (a lost write in the analysis); a correct one fences all but one."""
+        rng = random.Random(f"{self.cfg.seed}/zombies")
+        try:
+            while not self.stop.is_set():
+                for slot in self.zombies:
+                    await self.reap(slot)
+                start_at = time.time() + 1.0 + 0.5 * len(self.zombies)   # all connected by then
+                await asyncio.gather(*(self.spawn(s, start_at=start_at) for s in self.zombies))
+                running = [s for s in self.zombies if s.proc is not None]
+                if not running:
+                    await asyncio.sleep(0.5)
+                    continue
+                over = asyncio.Event()
+                loops = [asyncio.create_task(self._zombie_round(s, over)) for s in running]
+                try:
+                    await asyncio.wait_for(self.stop.wait(), rng.uniform(1.0, 4.0))
+                except asyncio.TimeoutError:
+                    pass
+                over.set()
+                await asyncio.gather(*loops)
+        except asyncio.CancelledError:
+            for slot in self.zombies:
+                await self.reap(slot)
+            raise
+
+    async def _zombie_round(self, slot: Slot, over: asyncio.Event) -> None:
+        while not over.is_set() and slot.proc is not None:
+            cmd, invoke = self.next_op(slot)
+            await self.run_op(slot, cmd, invoke)
+            await asyncio.sleep(slot.rng.uniform(0, 0.02))
 
     # ------------------------------------------------------------------ nemesis
 
@@ -420,7 +470,8 @@ class Workload:
             raise WorkloadError(f"cannot create topic {self.topic} on {self.cfg.bootstrap}: {err}")
         self.note("setup", topic=self.topic, keys=self.cfg.keys, seed=self.cfg.seed,
                   faults=list(self.cfg.faults), bootstrap=self.cfg.bootstrap, duration_s=self.cfg.duration_s,
-                  fault_interval_s=list(self.cfg.fault_interval_s), producers=self.cfg.producers)
+                  fault_interval_s=list(self.cfg.fault_interval_s), producers=self.cfg.producers,
+                  zombies=self.cfg.zombies)
 
     async def fence(self) -> None:
         """Initialise every transactional id once more: a killed producer's open
@@ -492,7 +543,9 @@ class Workload:
         try:
             await self.setup_topic()
             self.build_slots()
-            drivers = [asyncio.create_task(self.drive(s)) for s in self.slots]
+            drivers = [asyncio.create_task(self.drive(s)) for s in self.slots if s not in self.zombies]
+            if self.zombies:
+                drivers.append(asyncio.create_task(self.drive_zombies()))
             nemesis = asyncio.create_task(self.nemesis())
             try:
                 await asyncio.wait_for(self.stop.wait(), self.cfg.duration_s)

@@ -47,6 +47,9 @@ def add_parser(sub) -> None:
                         "or none / all")
     p.add_argument("--keys", type=int, default=4, help="partitions of the check topic (default 4)")
     p.add_argument("--producers", type=int, default=3, help="transactional producer slots (default 3)")
+    p.add_argument("--zombies", type=int, default=2,
+                   help="processes sharing one more transactional id, started together again and again "
+                        "so their InitProducerIds coincide (default 2; 0: none)")
     p.add_argument("--out", type=Path, help="output directory (default ./semel-check-<time>)")
     p.add_argument("--data-dir", type=Path, help="broker data directory when check starts it "
                                                  "(default OUT/broker-data)")
@@ -157,7 +160,7 @@ def run(args) -> int:
     print(f"semel check: seed {seed}, {args.mode} mode, {duration:.0f}s, faults {','.join(faults) or 'none'}, "
           f"broker {bootstrap}; writing {out}", flush=True)
     cfg = WorkloadConfig(bootstrap=bootstrap, out_dir=out, seed=seed, duration_s=duration, faults=faults,
-                         keys=args.keys, producers=args.producers, broker=broker,
+                         keys=args.keys, producers=args.producers, zombies=args.zombies, broker=broker,
                          fault_interval_s=(lo, hi), setup_timeout_s=setup, finish_timeout_s=finish,
                          fence_timeout_s=fence, drain_timeout_s=drain)
     # SIGTERM unwinds like Ctrl-C, so the broker and workers we started are stopped.
