@@ -69,6 +69,9 @@ DEFAULT_RESTART_WINDOW_MS = 15 * 60 * 1000  # Kafka's default transaction.max.ti
 # (the driver and its JVM) and the calling worker at that step of that batch.
 KILL_ENV = "SEMEL_SPARK_SINK_KILL_AT"
 KILL_PGID_ENV = "SEMEL_SPARK_SINK_KILL_PGID"
+# Test-only: a task's first attempt raises after producing all its rows (a loser
+# with data in its branch, which Spark retries).
+FAIL_FIRST_ATTEMPT_ENV = "SEMEL_SPARK_SINK_FAIL_FIRST_ATTEMPT"
 STEPS = ("write:produced", "commit:parent-offsets", "commit:decided", "commit:branch")
 
 _VALUE_TYPES = ("binary", "string")
@@ -349,6 +352,8 @@ def write_branch(o: SinkOptions, cols: dict[str, int], rows: Iterator, batch: in
             producer.add(topic, p, (key, value, headers))
         producer.flush()
         _kill_if("write:produced", batch)
+        if attempt == 0 and os.environ.get(FAIL_FIRST_ATTEMPT_ENV):
+            raise SinkError("semel sink: injected failure of a first task attempt (test hook)")
         return BranchMessage(partition, attempt, st.pid, st.epoch, producer.total,
                              counts={f"{t}:{p}": n for (t, p), n in producer.counts.items()})
 
