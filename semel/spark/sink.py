@@ -258,6 +258,7 @@ def read_decision(c: Client, o: SinkOptions, parts: list[TP]) -> dict | None:
                 raise SinkError(f"semel sink: {exc}") from None
             _fence(c, o, o.parent)
     best = None
+    run = checkpoint_query(o)
     for off, meta in got.values():
         if off < 0 or not meta:
             continue
@@ -265,9 +266,25 @@ def read_decision(c: Client, o: SinkOptions, parts: list[TP]) -> dict | None:
             doc = json.loads(meta)
         except ValueError:
             continue
-        if isinstance(doc, dict) and doc.get("semel-spark") == 1 and (best is None or doc["batch"] > best["batch"]):
+        if not isinstance(doc, dict) or doc.get("semel-spark") != 1:
+            continue
+        if doc.get("query") is not None and doc["query"] != run:
+            continue  # an earlier checkpoint's batch numbers: not decisions about this run's batches
+        if best is None or doc["batch"] > best["batch"]:
             best = doc
     return best
+
+
+def checkpoint_query(o: SinkOptions) -> str | None:
+    """Spark's query id from `<checkpoint>/metadata`: the lineage the batch numbers
+    belong to. A lost checkpoint gives a new id, and its batches start at 0 again."""
+    if o.checkpoint is None:
+        return None
+    try:
+        with open(os.path.join(o.checkpoint, "metadata"), encoding="utf-8") as f:
+            return json.load(f).get("id")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def branch_id(o: SinkOptions, batch: int, partition: int, attempt: int) -> str:
@@ -431,8 +448,8 @@ def commit_batch(o: SinkOptions, messages, batch: int) -> None:
         _ok(err, f"InitProducerId {o.parent}")
         _join(c, o, st, [branch_id(o, batch, m.partition, m.attempt) for m in winners])
         _ok(_retrying(o, "AddOffsetsToTxn", lambda: wire.add_offsets(c, st, o.group)), "AddOffsetsToTxn")
-        meta = json.dumps({"semel-spark": 1, "batch": batch, "branches": branches, "atomic": o.atomic},
-                          separators=(",", ":"))
+        meta = json.dumps({"semel-spark": 1, "batch": batch, "branches": branches, "atomic": o.atomic,
+                           "query": checkpoint_query(o)}, separators=(",", ":"))
         marks = offsets or {tp: batch for tp in parts}
         errs = wire.txn_offset_commit(c, st, o.group, marks, meta)
         bad = {tp: e for tp, e in errs.items() if e != KafkaError.NONE}

@@ -1,0 +1,61 @@
+"""The semel sink after a lost checkpoint, and with a zombie run: real local Spark, a
+real semel broker, an independent confluent-kafka read_committed consumer."""
+from __future__ import annotations
+
+import shutil
+
+from semel.client import Client
+from semel.client import txn as wire
+from semel.protocol.errors import KafkaError
+from semel.spark import sink
+from tests.spark.test_source import create, produce
+from tests.support.consume import read_values
+
+
+def query(spark, bs, ck, group, mode):
+    df = (spark.readStream.format("semel").option("kafka.bootstrap.servers", bs).option("subscribe", "rs-in")
+          .option("startingOffsets", "committed").option("kafka.group.id", group).load())
+    q = (df.selectExpr("key", "value").writeStream.format("semel").option("kafka.bootstrap.servers", bs)
+         .option("topic", "rs-out").option("kafka.group.id", group).option("semel.atomicBatches", mode)
+         .option("checkpointLocation", str(ck)).trigger(availableNow=True).start())
+    q.awaitTermination(120)
+    return q.exception()
+
+
+def test_checkpoint_loss_resumes_from_the_offsets_on_the_broker(spark, spark_broker, tmp_path):
+    """A new checkpoint numbers its batches from 0 again: the decisions the old one
+    left on the broker must not make the new run's batches look committed."""
+    bs = spark_broker.bootstrap
+    create(bs, "rs-in", 2)
+    create(bs, "rs-out", 2)
+    produce(bs, "rs-in", [f"a{i}" for i in range(20)], partition=0)
+    produce(bs, "rs-in", [f"b{i}" for i in range(10)], partition=1)
+    assert query(spark, bs, tmp_path / "ck1", "rs-group", "false") is None
+    assert query(spark, bs, tmp_path / "ck1", "rs-group", "false") is None  # a second, empty run
+    shutil.rmtree(tmp_path / "ck1")
+    produce(bs, "rs-in", [f"c{i}" for i in range(5)], partition=0)
+    assert query(spark, bs, tmp_path / "ck2", "rs-group", "auto") is None
+    got = read_values(bs, "rs-out", 2, want=35)
+    assert sorted(got) == sorted([f"a{i}" for i in range(20)] + [f"b{i}" for i in range(10)]
+                                 + [f"c{i}" for i in range(5)])
+
+
+def test_zombie_parent_is_fenced(spark_broker):
+    """A previous run's commit() still holding the parent open (a zombie driver
+    worker) is fenced by the new run's commit(): its EndTxn fails, the batch is the
+    new run's alone."""
+    bs = spark_broker.bootstrap
+    create(bs, "zb-out", 1)
+    o = sink.parse_options({"kafka.bootstrap.servers": bs, "semel.query.id": "zb", "topic": "zb-out",
+                            "semel.atomicBatches": "false"})
+    with Client(bs) as c:
+        err, zombie = wire.init_producer_id(c, o.parent, o.restart_window_ms)
+        assert err == KafkaError.NONE
+        assert wire.add_offsets(c, zombie, o.group) == KafkaError.NONE
+        assert wire.txn_offset_commit(c, zombie, o.group, {("zb-out", 0): 0}, "zombie") == {
+            ("zb-out", 0): KafkaError.NONE}
+        msg = sink.write_branch(o, {"value": 0}, iter([(b"fresh",)]), 0, 0, 0)
+        sink.commit_batch(o, [msg], 0)
+        assert wire.end_txn(c, o.parent, zombie.pid, zombie.epoch, True) in (
+            KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
+    assert read_values(bs, "zb-out", 1, want=1) == ["fresh"]
