@@ -1,0 +1,111 @@
+"""What the produce/fetch hot path skips, and what still guards it (issue 11).
+
+The broker reads only batch headers: records are never decoded, the client's bytes
+are stored with just the base offset patched in, and Fetch serves them as they lie
+in the segment file. So the CRC-32C over the batch is the only check of record
+bytes on produce, and recovery's scan is the only check of a torn tail. These tests
+run against real broker processes.
+"""
+from __future__ import annotations
+
+import pytest
+
+from semel.client import Client
+from semel.protocol import records
+from semel.protocol.errors import KafkaError
+
+CRC_START = 21            # the CRC-32C covers bytes 21.. of a batch (attributes onwards)
+
+
+@pytest.fixture(scope="module")
+def hot_broker(tmp_path_factory):
+    from semel.cli.process import SemelBroker
+    d = tmp_path_factory.mktemp("hotpath")
+    b = SemelBroker(d / "data", log_path=d / "broker.log")
+    b.start()
+    yield b
+    b.close()
+
+
+def _batch(values, **kw) -> bytes:
+    return records.build_batch([(None, v) for v in values], timestamp_ms=1_700_000_000_000, **kw)
+
+
+def _patched(payload: bytes, first_offset: int) -> bytes:
+    """The client's payload with each batch's base offset set as the broker assigns it."""
+    out = bytearray(payload)
+    offset = first_offset
+    for pos, hdr in records.iter_batches(payload):
+        records.set_base_offset(out, pos, offset)
+        offset = hdr.next_offset - hdr.base_offset + offset
+    return bytes(out)
+
+
+def test_stored_bytes_are_the_clients_bytes_with_only_the_offset_patched(hot_broker):
+    with Client(hot_broker.bootstrap) as c:
+        assert c.create_topic("asis", 1) == KafkaError.NONE
+        assert c.produce("asis", 0, _batch([b"first"]))[0] == KafkaError.NONE
+        # Two batches in one payload, with a base offset the client made up (777):
+        # both are rewritten to the log's offsets, nothing else changes.
+        payload = _batch([b"a", b"bb", b"ccc"], base_offset=777) + _batch([b"d" * 3000], base_offset=9)
+        err, base = c.produce("asis", 0, payload)
+        assert (err, base) == (KafkaError.NONE, 1)
+        served = c.fetch("asis", 0, 1, max_bytes=1 << 20).records
+        assert served == _patched(payload, 1)
+        # The CRC was not recomputed and still holds: the patched bytes lie outside it.
+        for pos, hdr in records.iter_batches(served):
+            assert records.crc_ok(served, pos, hdr.size)
+        assert [r.offset for pos, _ in records.iter_batches(served)
+                for r in records.iter_records(served, pos)] == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("where", ["attributes", "record value", "last byte"])
+def test_a_flipped_byte_under_the_crc_is_corrupt_message_and_nothing_is_stored(hot_broker, where):
+    topic = f"flip-{where.replace(' ', '-')}"
+    with Client(hot_broker.bootstrap) as c:
+        assert c.create_topic(topic, 1) == KafkaError.NONE
+        good = _batch([b"keep"])
+        bad = bytearray(_batch([b"value-" + b"v" * 100]))
+        at = {"attributes": CRC_START, "record value": len(bad) - 40, "last byte": len(bad) - 1}[where]
+        bad[at] ^= 0x01
+        # A good batch ahead of the bad one in the same payload is refused with it:
+        # a partition's payload is all-or-nothing.
+        err, _ = c.produce(topic, 0, good + bytes(bad))
+        assert err == KafkaError.CORRUPT_MESSAGE
+        assert c.list_offset(topic, 0, -1) == 0
+        assert c.fetch(topic, 0, 0).records == b""
+        assert c.produce(topic, 0, good) == (KafkaError.NONE, 0)
+
+
+def test_batch_length_pointing_past_the_payload_is_corrupt_message(hot_broker):
+    with Client(hot_broker.bootstrap) as c:
+        assert c.create_topic("lenpast", 1) == KafkaError.NONE
+        bad = bytearray(_batch([b"x" * 50]))
+        bad[8:12] = (len(bad) + 100).to_bytes(4, "big")     # batchLength beyond the bytes sent
+        assert c.produce("lenpast", 0, bytes(bad))[0] == KafkaError.CORRUPT_MESSAGE
+        assert c.list_offset("lenpast", 0, -1) == 0
+
+
+def test_a_torn_tail_is_cut_on_restart_after_sigkill(start_broker, tmp_path):
+    """SIGKILL, then the end of the active segment holds half a batch (a write the
+    kill tore): the restarted broker cuts it, serves the acknowledged records as
+    they were, and the next append takes the next offset."""
+    b = start_broker(data_dir=tmp_path / "torn")
+    with Client(b.bootstrap) as c:
+        assert c.create_topic("torn", 1) == KafkaError.NONE
+        for i in range(20):
+            assert c.produce("torn", 0, _batch([b"r%d" % i] * 3))[0] == KafkaError.NONE
+        before = c.fetch("torn", 0, 0, max_bytes=1 << 20).records
+    b.kill()
+    seg = sorted((tmp_path / "torn" / "torn-0").glob("*.log"))[-1]
+    size = seg.stat().st_size
+    half = _patched(_batch([b"torn" * 100]), 60)
+    with open(seg, "ab") as f:
+        f.write(half[: len(half) // 2])
+    b.start()
+    with Client(b.bootstrap) as c:
+        assert c.list_offset("torn", 0, -1) == 60
+        assert c.fetch("torn", 0, 0, max_bytes=1 << 20).records == before
+        assert c.produce("torn", 0, _batch([b"after"])) == (KafkaError.NONE, 60)
+        assert [r.value for r in records.iter_records(c.fetch("torn", 0, 60).records)] == [b"after"]
+    assert seg.stat().st_size == size + len(_patched(_batch([b"after"]), 60))
