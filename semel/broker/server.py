@@ -63,6 +63,9 @@ class Broker:
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         self.logs = LogManager(self.config.data_dir, self.config.log, self.fs)
         await self._start_coordinators()
+        # A damaged users/ACL file stops the start here, naming it (ValueError -> one line).
+        self.users.store.read()
+        self.acls.bindings()
         listeners = self.config.all_listeners()
         self._server = await self._listen(listeners[0])
         if self.config.port == 0:

@@ -373,3 +373,28 @@ def test_malformed_acl_spec_is_one_line(sec, args, says):
     r = semel("acl", "add", *args, data_dir=sec.data_dir)
     assert r.returncode == 2
     assert says in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_damaged_acl_file_keeps_the_last_good_acls(sec):
+    path = sec.data_dir / "__acls.json"
+    sec.acl("--allow", "User:alice", "--operation", "write", "--topic", "paid")
+    good = path.read_text()
+    assert produce(sec.scram("alice"), "paid") is None    # the broker has read this version
+    try:
+        path.write_text("[{not json")
+        # failing open would allow everything, failing shut would refuse alice: neither
+        assert produce(sec.scram("alice"), "paid") is None
+        err = produce(sec.scram("alice"), "secret")
+        assert err is not None and err.code() == ck.KafkaError.TOPIC_AUTHORIZATION_FAILED
+        r = semel("acl", "list", data_dir=sec.data_dir)
+        assert r.returncode == 2 and "__acls.json" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    finally:
+        path.write_text(good)
+    assert "cannot be read; keeping the previous contents" in sec.broker.log_path.read_text()
+
+
+def test_damaged_users_file_stops_the_start_in_one_line(tmp_path):
+    (tmp_path / "__users.json").write_text('{"a": {"SCRAM-SHA-256": {}}}')
+    r = semel("broker", "start", "--port", "0", "--security-protocol", "SASL_PLAINTEXT", data_dir=tmp_path)
+    assert r.returncode == 2
+    assert "__users.json" in r.stderr and r.stderr.count("semel broker:") == 1 and "Traceback" not in r.stderr

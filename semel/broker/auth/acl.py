@@ -162,7 +162,8 @@ class AclFilter:
 
 class AclStore:
     def __init__(self, data_dir: Path):
-        self.store = JsonStore(Path(data_dir) / FILE_NAME, list)
+        self.store = JsonStore(Path(data_dir) / FILE_NAME, list,
+                               check=lambda doc: [AclBinding.from_json(d) for d in doc])
         self._cache: tuple[int, list[AclBinding]] = (0, [])
 
     def bindings(self) -> list[AclBinding]:

@@ -6,18 +6,23 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable
 
+log = logging.getLogger("semel.broker.auth")
+
 
 class JsonStore:
-    def __init__(self, path: Path, empty: Callable[[], Any]):
+    def __init__(self, path: Path, empty: Callable[[], Any], check: Callable[[Any], Any] | None = None):
         self.path = Path(path)
         self._empty = empty
+        self._check = check   # raises on a document of the wrong shape
         self._stamp: tuple | None = None
         self._doc: Any = empty()
+        self._loaded = False
 
     def _current_stamp(self) -> tuple | None:
         try:
@@ -30,15 +35,28 @@ class JsonStore:
         """The document, re-read only when the file changed since the last read."""
         stamp = self._current_stamp()
         if stamp != self._stamp:
-            self._doc = self._load() if stamp is not None else self._empty()
-            self._stamp = stamp
+            try:
+                doc = self._load() if stamp is not None else self._empty()
+            except ValueError:
+                if not self._loaded:
+                    raise   # at start: the broker refuses to run on it (one line naming the file)
+                # Running: keep the last good users/ACLs (failing open would drop every ACL).
+                log.error("%s changed but cannot be read; keeping the previous contents", self.path)
+                self._stamp = stamp
+                return self._doc
+            self._doc, self._stamp, self._loaded = doc, stamp, True
         return self._doc
 
     def _load(self) -> Any:
         try:
-            return json.loads(self.path.read_text())
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"{self.path}: unreadable security file ({exc})") from None
+            doc = json.loads(self.path.read_text())
+            if not isinstance(doc, type(self._empty())):
+                raise ValueError(f"expected a JSON {type(self._empty()).__name__}")
+            if self._check is not None:
+                self._check(doc)
+            return doc
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"{self.path}: unreadable security file ({exc!r})") from None
 
     @contextmanager
     def update(self):

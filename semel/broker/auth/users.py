@@ -24,9 +24,15 @@ def _unb64(s: str) -> bytes:
     return base64.b64decode(s)
 
 
+def _check_users(doc: dict) -> None:
+    for creds in doc.values():
+        for cred in creds.values():
+            _unb64(cred["salt"]), _unb64(cred["stored_key"]), _unb64(cred["server_key"]), int(cred["iterations"])
+
+
 class UserStore:
     def __init__(self, data_dir: Path):
-        self.store = JsonStore(Path(data_dir) / FILE_NAME, dict)
+        self.store = JsonStore(Path(data_dir) / FILE_NAME, dict, check=_check_users)
 
     def add(self, name: str, password: str, mechanisms=MECHANISMS) -> None:
         if not name or not password:
