@@ -1,5 +1,10 @@
-"""`semel demo`: start a broker, run a produce/consume round trip and a pair of
-transactions, and print what a reader sees under each isolation level."""
+"""`semel demo`: the crash-proof Spark pipeline (semel.demo): an embedded broker
+(or `--bootstrap`), numbers 1..N doubled by a Spark job into demo-output, a
+PostgreSQL table and a filesystem sink, the job SIGKILLed `--crashes` times and
+restarted, and a read_committed verifier; exit 1 on any duplicate or loss.
+
+`semel demo --broker-only`: the broker round trip and a pair of transactions,
+showing what a reader sees under each isolation level."""
 from __future__ import annotations
 
 import tempfile
@@ -14,9 +19,18 @@ from .process import SemelBroker
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("demo", help="start a broker and show a produce/consume round trip and transactions")
-    p.add_argument("--records", type=int, default=12, help="how many records the round trip sends")
-    p.add_argument("--data-dir", type=Path, default=None, help="broker data dir (default: a temp dir)")
+    p = sub.add_parser("demo", help="exactly-once Spark pipeline surviving SIGKILLs, checked end to end")
+    p.add_argument("--records", type=int, default=None,
+                   help="input numbers 1..N (default 3000; 12 with --broker-only)")
+    p.add_argument("--crashes", type=int, default=3, help="how many times the Spark job is SIGKILLed")
+    p.add_argument("--rate", type=float, default=60.0, help="input records per second")
+    p.add_argument("--seed", type=int, default=None, help="seed for the crash moments")
+    p.add_argument("--bootstrap", default=None, help="use this broker (HOST:PORT) instead of an embedded one")
+    p.add_argument("--postgres", default=None, help="PostgreSQL URL (default: an embedded pgserver)")
+    p.add_argument("--master", default="local[2]", help="Spark master of the job (e.g. spark://HOST:7077)")
+    p.add_argument("--data-dir", type=Path, default=None, help="work dir (default: a temp dir)")
+    p.add_argument("--broker-only", action="store_true",
+                   help="only the broker round trip and a committed/aborted transaction, no Spark")
     p.set_defaults(func=run)
 
 
@@ -85,6 +99,14 @@ def _transactions(console, bootstrap) -> bool:
 
 
 def run(args) -> int:
+    if args.broker_only:
+        return run_broker_only(args)
+    from .spark_demo import run_spark_demo
+    return run_spark_demo(args)
+
+
+def run_broker_only(args) -> int:
+    args.records = 12 if args.records is None else args.records
     if args.records < 1:
         raise CliError("--records must be at least 1")
     console = Console()
