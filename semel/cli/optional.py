@@ -4,9 +4,10 @@ work, so a user never loses a long run to a ModuleNotFoundError at the end.
 The base install (`pip install semel`) runs the broker and every command; extras
 add what only some paths need (README, "Install and extras"):
 
-    spark   pyspark, pandas, pyarrow         semel.spark (format('semel')), the Spark demo
+    spark   pyspark, pandas, pyarrow, cramjam      semel.spark (format('semel')), the Spark demo
     sinks   psycopg, boto3, pyiceberg, deltalake   semel.eos.sinks.postgres / s3 / iceberg / delta
-    dev     pytest, hypothesis, ..., matplotlib    the test-suite; PNG plots of check and bench
+    plots   matplotlib                             PNG plots of check and bench
+    dev     pytest, hypothesis, pgserver, ...      the test-suite
 """
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from .main import CliError
 
 # module -> the extra that installs it
 EXTRA_OF = {
-    "matplotlib": "dev",
-    "pyspark": "spark", "pandas": "spark", "pyarrow": "spark",
+    "matplotlib": "plots",
+    "pyspark": "spark", "pandas": "spark", "pyarrow": "spark", "cramjam": "spark",
     "psycopg": "sinks", "boto3": "sinks", "pyiceberg": "sinks", "deltalake": "sinks",
 }
 

@@ -10,7 +10,7 @@ import sys
 
 from semel.cli.main import SUBCOMMANDS
 
-# every module an extra of pyproject.toml brings (spark, sinks, and dev's matplotlib)
+# every module an extra of pyproject.toml brings (spark, sinks, plots)
 EXTRAS_MODULES = ["pyspark", "pandas", "pyarrow", "matplotlib", "psycopg", "boto3", "pyiceberg", "deltalake",
                   "hypothesis", "pgserver", "moto"]
 
