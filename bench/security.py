@@ -25,7 +25,7 @@ PASSWORD = "bench-secret"
 
 
 def _certs(d: Path) -> tuple[Path, Path, Path]:
-    from tests.integration.test_security import make_certs
+    from tests.support.certs import make_certs
     return make_certs(d)
 
 

@@ -9,14 +9,12 @@ resource with no ACL at all is allowed only with allow_everyone_if_no_acl_found.
 """
 from __future__ import annotations
 
-import logging
 from dataclasses import asdict, dataclass
 from enum import IntEnum
 from pathlib import Path
 
 from .store import JsonStore
 
-log = logging.getLogger("semel.broker.auth")
 FILE_NAME = "__acls.json"
 
 

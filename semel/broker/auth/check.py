@@ -22,6 +22,7 @@ def authorize(ctx, operation, resource_type, name: str) -> bool:
     op = operation if isinstance(operation, Operation) else Operation[str(operation).upper()]
     rtype = resource_type if isinstance(resource_type, ResourceType) else ResourceType[str(resource_type).upper()]
     principal, host = principal_of(ctx)
+    name = name or ""   # (a topic named only by id, a null name: matches wildcard/empty-prefix ACLs only)
     if authorizer.authorize(principal, host, op, rtype, name):
         return True
     _denied(ctx, principal, op, rtype, name)

@@ -359,7 +359,6 @@ _OFFSET_COMMIT = TopicShape("topics", "name", "partitions", "partition_index",
 _LEADER_EPOCH = TopicShape("topics", "topic", "partitions", "partition",
                            "topics", "topic", "partitions", "partition")
 _CREATE = TopicShape("topics", "name", None, None, "topics", "name", None, None)
-_DELETE = TopicShape("topic_names", "", None, None, "responses", "name", None, None)
 _CREATE_PARTITIONS = TopicShape("topics", "name", None, None, "results", "name", None, None)
 
 

@@ -9,7 +9,7 @@ from enum import Enum
 
 import scramp
 
-from .users import MECHANISMS as SCRAM_MECHANISMS, UserStore
+from .users import UserStore
 
 
 class State(Enum):
@@ -123,6 +123,3 @@ class SaslSession:
     @property
     def principal(self) -> str | None:
         return f"User:{self.user}" if self.state is State.AUTHENTICATED else None
-
-
-__all__ = ["SaslSession", "State", "TRANSITIONS", "AuthFailed", "IllegalState", "SCRAM_MECHANISMS"]
