@@ -28,9 +28,11 @@ the cycle's outcome; a restart replays the batch.
 from __future__ import annotations
 
 import hashlib
+import time
 from typing import Any, Callable, Mapping, Sequence
 
 from semel.client import txn as wire
+from semel.client.client import ClientError
 from semel.eos.coordinator import CoordinatorError, EosCoordinator
 from semel.eos.cycle import CycleParts, run_commit_cycle
 from semel.eos.ledger import Ledger
@@ -69,9 +71,21 @@ class SparkBatchCoordinator(EosCoordinator):
         pass  # InitProducerId at every beginTxn: each batch's commit() may run in a new worker
 
     def read_ledger(self) -> Ledger | None:
+        """UNSTABLE_OFFSET_COMMIT: a parent transaction of a crashed run is open (none of
+        ours is, between cycles). It never got its decision, so fence it (the broker
+        aborts it) rather than wait out its timeout (semel.restartWindowMs)."""
         _, parts = self._marks()
+        deadline = time.monotonic() + self.o.request_timeout_ms / 1000
         with self._client() as c:
-            got = wire.committed_with_metadata(c, self.o.group, parts)
+            while True:
+                try:
+                    got = wire.committed_with_metadata(c, self.o.group, parts)
+                    break
+                except ClientError as exc:
+                    if exc.error != KafkaError.UNSTABLE_OFFSET_COMMIT or time.monotonic() > deadline:
+                        raise
+                    wire.init_producer_id(c, self.o.parent, self.o.restart_window_ms)
+                    time.sleep(0.05)
         if all(off < 0 for off, _ in got.values()):
             return Ledger(0)
         ledgers = [Ledger.decode(meta, self.o.parent) for off, meta in got.values() if off >= 0]

@@ -11,6 +11,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from semel.eos.ledger import Ledger
 from semel.eos.outcomes import Retryable
 from semel.eos.sinks.postgres import PostgresSink
 from semel.spark.foreach import foreach_batch
@@ -81,3 +82,25 @@ def test_failure_then_restart_is_exactly_once_in_postgres(spark, spark_broker, p
     assert table_rows(pg_uri, table) == sorted((f"k{i}", f"v{i}") for i in range(30))
     with psycopg.connect(pg_uri) as conn:   # nothing left prepared
         assert conn.execute("SELECT count(*) FROM pg_prepared_xacts").fetchone()[0] == 0
+
+
+def test_parent_left_open_by_a_crash_is_fenced_at_restart(spark, spark_broker, pg_uri, tmp_path):
+    """A driver killed between commitOffsets and commitTxn leaves the parent open (its
+    offsets unstable); the restarted query fences it instead of waiting out its
+    timeout, aborts what was prepared and commits the batch again."""
+    from semel.spark.foreach import SparkBatchCoordinator
+    from semel.spark.sink import parse_options
+    bs = spark_broker.bootstrap
+    with psycopg.connect(pg_uri, autocommit=True) as conn:
+        conn.execute("CREATE TABLE fe_open (k text, v text, PRIMARY KEY (k, v))")
+    create(bs, "fe-open", 1)
+    produce(bs, "fe-open", [f"v{i}" for i in range(10)])
+    ck = str(tmp_path / "ck")
+    assert run(spark, bs, "fe-open", ck, PostgresSink(pg_uri, "fe_open", ["k", "v"])) is None
+    produce(bs, "fe-open", [f"w{i}" for i in range(5)])
+    crashed = SparkBatchCoordinator(parse_options({"kafka.bootstrap.servers": bs, "checkpointLocation": ck}))
+    crashed.batch = 0
+    crashed.begin_txn(2)
+    crashed.commit_offsets(2, Ledger(2))  # ... and the process died here
+    assert run(spark, bs, "fe-open", ck, PostgresSink(pg_uri, "fe_open", ["k", "v"])) is None
+    assert len(table_rows(pg_uri, "fe_open")) == 15
