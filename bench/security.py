@@ -14,11 +14,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from bench.common import RESULTS, main, write_result
-from bench.throughput_bench import PRODUCER
+from bench.throughput_bench import produce
 from semel.cli.process import SemelBroker, free_port, wait_for_port
 
 PASSWORD = "bench-secret"
@@ -36,27 +35,7 @@ def _semel(*args, data_dir: Path, env=None) -> None:
 
 
 def _produce(conf: dict, topic: str, size: int, count: int) -> float:
-    from confluent_kafka import Producer
-    p = Producer({**PRODUCER, **conf})
-    value = b"x" * size
-    errors = []
-    cb = lambda err, msg: errors.append(err) if err else None  # noqa: E731
-    t0 = time.perf_counter()
-    for i in range(count):
-        while True:
-            try:
-                p.produce(topic, value=value, on_delivery=cb)
-                break
-            except BufferError:
-                p.poll(0.001)
-        if i % 1000 == 0:
-            p.poll(0)
-    if p.flush(300):
-        raise RuntimeError("produce did not finish")
-    elapsed = time.perf_counter() - t0
-    if errors:
-        raise RuntimeError(f"{len(errors)} delivery errors, first: {errors[0]}")
-    return elapsed
+    return produce(conf["bootstrap.servers"], topic, 1, size, count, conf)
 
 
 def _create(conf: dict, topic: str) -> None:

@@ -25,9 +25,10 @@ def _create(bootstrap, topic, partitions):
     admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
 
 
-def produce(bootstrap, topic, partitions, size, count) -> float:
+def produce(bootstrap, topic, partitions, size, count, conf: dict | None = None) -> float:
+    """`conf`: more producer settings (bench.security passes its SASL/TLS ones)."""
     from confluent_kafka import Producer
-    p = Producer({"bootstrap.servers": bootstrap, **PRODUCER})
+    p = Producer({"bootstrap.servers": bootstrap, **PRODUCER, **(conf or {})})
     value = b"x" * size
     errors = []
     cb = lambda err, msg: errors.append(err) if err else None  # noqa: E731

@@ -12,6 +12,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable
 
+from ...storage.fs import FileSystem
+
 log = logging.getLogger("semel.broker.auth")
 
 
@@ -66,15 +68,6 @@ class JsonStore:
             fcntl.flock(lock, fcntl.LOCK_EX)
             doc = self._load() if self.path.exists() else self._empty()
             yield doc
-            tmp = self.path.with_suffix(".tmp")
-            with open(tmp, "w") as f:
-                json.dump(doc, f, indent=1, sort_keys=True)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-            dfd = os.open(self.path.parent, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
+            data = json.dumps(doc, indent=1, sort_keys=True).encode()
+            FileSystem().write_atomic(self.path, data)   # tmp + fsync + rename + dir fsync
         self._stamp = None
