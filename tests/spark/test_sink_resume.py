@@ -59,3 +59,42 @@ def test_zombie_parent_is_fenced(spark_broker):
         assert wire.end_txn(c, o.parent, zombie.pid, zombie.epoch, True) in (
             KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
     assert read_values(bs, "zb-out", 1, want=1) == ["fresh"]
+
+
+def test_broker_outage_fails_the_query_without_partial_output(spark, start_broker, tmp_path):
+    """The broker dies mid-query: bounded retries (kafka.request.timeout.ms), then the
+    query fails; no batch is visible in part; a restart from the checkpoint once the
+    broker is back writes every row exactly once."""
+    from tests.support.wait import until
+    b = start_broker("--group-initial-rebalance-delay-ms", "0")
+    bs = b.bootstrap
+    create(bs, "ou-in", 2)
+    create(bs, "ou-out", 2)
+    produce(bs, "ou-in", [f"a{i}" for i in range(200)], partition=0)
+    produce(bs, "ou-in", [f"b{i}" for i in range(200)], partition=1)
+    ck = str(tmp_path / "ck")
+
+    def start(trigger):
+        df = (spark.readStream.format("semel").option("kafka.bootstrap.servers", bs).option("subscribe", "ou-in")
+              .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "20")
+              .option("kafka.request.timeout.ms", "3000").load())
+        return (df.selectExpr("key", "value").writeStream.format("semel").option("kafka.bootstrap.servers", bs)
+                .option("topic", "ou-out").option("kafka.request.timeout.ms", "3000")
+                .option("checkpointLocation", ck).trigger(**trigger).start())
+
+    q = start({"processingTime": "100 milliseconds"})
+    until(lambda: len(read_values(bs, "ou-out", 2, idle_s=0.3)) >= 20, "a first batch committed", 120)
+    b.kill()
+    try:
+        assert q.awaitTermination(180), "the query kept running with its broker down"
+    except Exception:  # noqa: BLE001 - the failure is the expected end
+        pass
+    assert q.exception() is not None
+    b.start()
+    got = read_values(bs, "ou-out", 2, idle_s=1.0)
+    assert len(got) % 20 == 0 and len(set(got)) == len(got)   # whole batches only
+    q = start({"availableNow": True})
+    q.awaitTermination(180)
+    assert q.exception() is None
+    got = read_values(bs, "ou-out", 2, want=400)
+    assert sorted(got) == sorted([f"a{i}" for i in range(200)] + [f"b{i}" for i in range(200)])
