@@ -241,13 +241,15 @@ def decision_partitions(o: SinkOptions, offsets: dict[TP, int]) -> list[TP]:
     return [(o.topic, 0)]  # a query without a semel source: record the decision on the output
 
 
-def read_decision(c: Client, o: SinkOptions, parts: list[TP]) -> dict | None:
+def read_decision(c: Client, o: SinkOptions, parts: list[TP], fence_open: bool = True) -> dict | None:
     """The newest decision the query's committed offsets record, or None.
 
-    UNSTABLE_OFFSET_COMMIT means a parent transaction is open: one a killed (or
-    zombie) run began. No commit() of this run can be in flight while its tasks
-    write or before its own commit() decides, so that transaction is never ours
-    to wait for: fence it (the broker aborts it), then read the settled state."""
+    UNSTABLE_OFFSET_COMMIT means a parent transaction is open. In commit() (the
+    only decider of this run, fence_open) it is a killed or zombie run's: fence it
+    (the broker aborts it), then read the settled state. A task (not fence_open)
+    must not fence it: a speculative copy still writing while this run's commit()
+    decides would abort that commit. For a task an open parent means "not decided
+    yet" (None): it cannot include the task's branch, whose message is not sent."""
     deadline = time.monotonic() + o.request_timeout_ms / 1000
     while True:
         try:
@@ -256,6 +258,8 @@ def read_decision(c: Client, o: SinkOptions, parts: list[TP]) -> dict | None:
         except ClientError as exc:
             if exc.error != KafkaError.UNSTABLE_OFFSET_COMMIT or time.monotonic() > deadline:
                 raise SinkError(f"semel sink: {exc}") from None
+            if not fence_open:
+                return None
             _fence(c, o, o.parent)
     best = None
     run = checkpoint_query(o)
@@ -346,18 +350,22 @@ class _Partitioner:
         return self.next % n
 
 
+def _decided(c: Client, o: SinkOptions, batch: int) -> bool:
+    """Task side: whether `batch` is decided (an open parent counts as not yet)."""
+    done = read_decision(c, o, decision_partitions(o, batch_offsets(o, batch)), fence_open=False)
+    return done is not None and done["batch"] >= batch
+
+
 def write_branch(o: SinkOptions, cols: dict[str, int], rows: Iterator, batch: int, partition: int,
                  attempt: int, check: bool = True) -> BranchMessage:
     with _connect(o) as c:
         if check:
             # A replay of a decided batch must not InitProducerId its recorded
             # branches (that would abort them before commit() rolls them forward).
-            done = read_decision(c, o, decision_partitions(o, batch_offsets(o, batch)))
-            if done is not None and done["batch"] >= batch:
+            if _decided(c, o, batch):
                 return BranchMessage(partition, attempt, skipped=True)
         bid = branch_id(o, batch, partition, attempt)
-        err, st = wire.init_producer_id(c, bid, o.restart_window_ms)
-        _ok(err, f"InitProducerId {bid}")
+        st = _init(c, o, bid)
         producer = _BranchProducer(o, c, st)
         part = _Partitioner(c, partition)
         for row in rows:
@@ -369,6 +377,12 @@ def write_branch(o: SinkOptions, cols: dict[str, int], rows: Iterator, batch: in
             producer.add(topic, p, (key, value, headers))
         producer.flush()
         _kill_if("write:produced", batch)
+        if check and _decided(c, o, batch):
+            # Decided while we wrote (a speculative copy or a zombie run lost the
+            # race): commit() fenced only the attempt numbers it knew of, so end
+            # our own branch now rather than leave it open for the restart window.
+            _retrying(o, "EndTxn", lambda: wire.end_txn(c, bid, st.pid, st.epoch, False))
+            return BranchMessage(partition, attempt, skipped=True)
         if attempt == 0 and os.environ.get(FAIL_FIRST_ATTEMPT_ENV):
             raise SinkError("semel sink: injected failure of a first task attempt (test hook)")
         return BranchMessage(partition, attempt, st.pid, st.epoch, producer.total,
@@ -419,10 +433,21 @@ def _winners(messages) -> list[BranchMessage]:
     return [m for m in messages if isinstance(m, BranchMessage) and not m.skipped and m.pid >= 0]
 
 
+def _init(c: Client, o: SinkOptions, txn_id: str) -> wire.TxnState:
+    """InitProducerId, retried while the broker is still ending the id's previous
+    transaction (CONCURRENT_TRANSACTIONS) within the request timeout."""
+    box: dict = {}
+
+    def call() -> KafkaError:
+        err, box["st"] = wire.init_producer_id(c, txn_id, o.restart_window_ms)
+        return err
+    _ok(_retrying(o, "InitProducerId", call), f"InitProducerId {txn_id}")
+    return box["st"]
+
+
 def _fence(c: Client, o: SinkOptions, txn_id: str) -> None:
     """InitProducerId on a branch id: the broker aborts what it left open."""
-    err = _retrying(o, "InitProducerId", lambda: wire.init_producer_id(c, txn_id, o.restart_window_ms)[0])
-    _ok(err, f"fencing {txn_id}")
+    _init(c, o, txn_id)
 
 
 def _end_branch(c: Client, o: SinkOptions, batch: int, b: list) -> None:
@@ -444,8 +469,7 @@ def commit_batch(o: SinkOptions, messages, batch: int) -> None:
             _roll_forward(c, o, done, batch, winners)
             return
         branches = [[m.partition, m.attempt, m.pid, m.epoch] for m in winners]
-        err, st = wire.init_producer_id(c, o.parent, o.restart_window_ms)
-        _ok(err, f"InitProducerId {o.parent}")
+        st = _init(c, o, o.parent)
         _join(c, o, st, [branch_id(o, batch, m.partition, m.attempt) for m in winners])
         _ok(_retrying(o, "AddOffsetsToTxn", lambda: wire.add_offsets(c, st, o.group)), "AddOffsetsToTxn")
         meta = json.dumps({"semel-spark": 1, "batch": batch, "branches": branches, "atomic": o.atomic,

@@ -111,3 +111,45 @@ def test_batch_write(spark, spark_broker):
     df = spark.createDataFrame([(f"k{i}", f"v{i}") for i in range(40)], "key string, value string").repartition(3)
     df.write.mode("append").format("semel").option("kafka.bootstrap.servers", bs).option("topic", "bw-out").save()
     assert sorted(read_values(bs, "bw-out", 2, want=40)) == sorted(f"v{i}" for i in range(40))
+
+
+def test_attempt_that_finishes_after_the_decision_ends_its_own_branch(spark_broker):
+    """A speculative copy (attempt 3, beyond what commit() fences) that finishes
+    writing after the batch was decided aborts its own branch: never visible, and
+    it does not hold the partition's last stable offset back."""
+    bs = spark_broker.bootstrap
+    create(bs, "late-out", 1)
+    o = sink.parse_options({"kafka.bootstrap.servers": bs, "semel.query.id": "late", "topic": "late-out",
+                            "semel.atomicBatches": "false"})
+    cols = {"value": 0}
+    win = sink.write_branch(o, cols, iter([(b"won",)]), 0, 0, 0)
+
+    def rows_then_decide():
+        yield (b"late",)
+        sink.commit_batch(o, [win], 0)  # the decision lands while attempt 3 is writing
+    late = sink.write_branch(o, cols, rows_then_decide(), 0, 0, 3)
+    assert late.skipped
+    assert read_values(bs, "late-out", 1, want=1) == ["won"]
+    with Client(bs) as raw:
+        stable = raw.list_offset("late-out", 0, -1, isolation=1)
+    assert stable == raw_end(bs, "late-out")  # nothing left open: LSO == log end
+
+
+def test_zombie_commit_after_the_new_run_decided_adds_nothing(spark_broker):
+    """A zombie run's commit() of a batch the new run already committed rolls the
+    new run's decision forward and commits none of its own rows."""
+    bs = spark_broker.bootstrap
+    create(bs, "zc-out", 1)
+    o = sink.parse_options({"kafka.bootstrap.servers": bs, "semel.query.id": "zc", "topic": "zc-out",
+                            "semel.atomicBatches": "false"})
+    cols = {"value": 0}
+    zombie = sink.write_branch(o, cols, iter([(b"zombie",)]), 0, 0, 1)
+    new = sink.write_branch(o, cols, iter([(b"new",)]), 0, 0, 0)
+    sink.commit_batch(o, [new], 0)
+    sink.commit_batch(o, [zombie], 0)
+    assert read_values(bs, "zc-out", 1, want=1) == ["new"]
+
+
+def raw_end(bs: str, topic: str) -> int:
+    with Client(bs) as raw:
+        return raw.list_offset(topic, 0, -1, isolation=0)
