@@ -118,9 +118,7 @@ def test_attempt_that_finishes_after_the_decision_ends_its_own_branch(spark_brok
     writing after the batch was decided aborts its own branch: never visible, and
     it does not hold the partition's last stable offset back."""
     bs = spark_broker.bootstrap
-    create(bs, "late-out", 1)
-    o = sink.parse_options({"kafka.bootstrap.servers": bs, "semel.query.id": "late", "topic": "late-out",
-                            "semel.atomicBatches": "false"})
+    o = mode_b(bs, "late", "late-out")
     cols = {"value": 0}
     win = sink.write_branch(o, cols, iter([(b"won",)]), 0, 0, 0)
 
@@ -139,15 +137,20 @@ def test_zombie_commit_after_the_new_run_decided_adds_nothing(spark_broker):
     """A zombie run's commit() of a batch the new run already committed rolls the
     new run's decision forward and commits none of its own rows."""
     bs = spark_broker.bootstrap
-    create(bs, "zc-out", 1)
-    o = sink.parse_options({"kafka.bootstrap.servers": bs, "semel.query.id": "zc", "topic": "zc-out",
-                            "semel.atomicBatches": "false"})
+    o = mode_b(bs, "zc", "zc-out")
     cols = {"value": 0}
     zombie = sink.write_branch(o, cols, iter([(b"zombie",)]), 0, 0, 1)
     new = sink.write_branch(o, cols, iter([(b"new",)]), 0, 0, 0)
     sink.commit_batch(o, [new], 0)
     sink.commit_batch(o, [zombie], 0)
     assert read_values(bs, "zc-out", 1, want=1) == ["new"]
+
+
+def mode_b(bs: str, query: str, topic: str) -> sink.SinkOptions:
+    """Mode (b) options of a query writing to a new one-partition topic."""
+    create(bs, topic, 1)
+    return sink.parse_options({"kafka.bootstrap.servers": bs, "semel.query.id": query, "topic": topic,
+                               "semel.atomicBatches": "false"})
 
 
 def raw_end(bs: str, topic: str) -> int:
