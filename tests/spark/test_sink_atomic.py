@@ -3,14 +3,11 @@ extension (semel/coordinator/txn.py), against real semel/Tansu brokers and local
 Spark, read back by an independent confluent-kafka read_committed consumer."""
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from semel.client import Client
 from semel.client import txn as wire
 from semel.spark import sink
-from tests.spark.test_sink import stream
 from tests.spark.test_source import create, produce
 from tests.support.consume import read_values
 
@@ -70,25 +67,6 @@ def test_undecided_batch_is_aborted_whole_when_a_task_reruns(spark_broker):
     again = two_branches(o, 0)   # Spark replays batch 0 after the restart: attempt numbers start at 0 again
     sink.commit_batch(o, again, 0)
     assert sorted(read_values(bs, "am-rerun", 2, want=6)) == sorted(f"p{p}-{i}" for p in (0, 1) for i in range(3))
-
-
-def test_stream_in_mode_a_exactly_once(spark, spark_broker, tmp_path):
-    bs = spark_broker.bootstrap
-    create(bs, "am-in", 2)
-    create(bs, "am-out", 2)
-    produce(bs, "am-in", [f"a{i}" for i in range(40)], partition=0)
-    produce(bs, "am-in", [f"b{i}" for i in range(40)], partition=1)
-    ck = tmp_path / "ck"
-    q = (stream(spark, bs, "am-in", "am-out", ck, **{"semel.atomicBatches": "true"})
-         .trigger(availableNow=True).start())
-    q.awaitTermination(120)
-    assert q.exception() is None
-    got = read_values(bs, "am-out", 2, want=80)
-    assert sorted(got) == sorted([f"out-a{i}" for i in range(40)] + [f"out-b{i}" for i in range(40)])
-    o = sink.parse_options({"kafka.bootstrap.servers": bs, "checkpointLocation": str(ck)})
-    with Client(bs) as c:
-        meta = wire.committed_with_metadata(c, o.group, [("am-in", 0), ("am-in", 1)])
-    assert json.loads(meta[("am-in", 0)][1])["atomic"] is True
 
 
 def test_batch_write_in_mode_a(spark, spark_broker):

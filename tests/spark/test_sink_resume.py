@@ -2,6 +2,7 @@
 real semel broker, an independent confluent-kafka read_committed consumer."""
 from __future__ import annotations
 
+import json
 import shutil
 
 from semel.client import Client
@@ -22,6 +23,12 @@ def query(spark, bs, ck, group, mode):
     return q.exception()
 
 
+def decision(bs: str) -> dict:
+    with Client(bs) as c:
+        got = wire.committed_with_metadata(c, "rs-group", [("rs-in", 0), ("rs-in", 1)])
+    return json.loads(got[("rs-in", 0)][1])
+
+
 def test_checkpoint_loss_resumes_from_the_offsets_on_the_broker(spark, spark_broker, tmp_path):
     """A new checkpoint numbers its batches from 0 again: the decisions the old one
     left on the broker must not make the new run's batches look committed."""
@@ -32,9 +39,11 @@ def test_checkpoint_loss_resumes_from_the_offsets_on_the_broker(spark, spark_bro
     produce(bs, "rs-in", [f"b{i}" for i in range(10)], partition=1)
     assert query(spark, bs, tmp_path / "ck1", "rs-group", "false") is None
     assert query(spark, bs, tmp_path / "ck1", "rs-group", "false") is None  # a second, empty run
+    assert decision(bs)["atomic"] is False
     shutil.rmtree(tmp_path / "ck1")
     produce(bs, "rs-in", [f"c{i}" for i in range(5)], partition=0)
     assert query(spark, bs, tmp_path / "ck2", "rs-group", "auto") is None
+    assert decision(bs)["atomic"] is True   # auto on a semel broker: mode (a)
     got = read_values(bs, "rs-out", 2, want=35)
     assert sorted(got) == sorted([f"a{i}" for i in range(20)] + [f"b{i}" for i in range(10)]
                                  + [f"c{i}" for i in range(5)])
@@ -98,3 +107,28 @@ def test_broker_outage_fails_the_query_without_partial_output(spark, start_broke
     assert q.exception() is None
     got = read_values(bs, "ou-out", 2, want=400)
     assert sorted(got) == sorted([f"a{i}" for i in range(200)] + [f"b{i}" for i in range(200)])
+
+
+def test_late_speculative_attempt_ends_its_own_branch(spark_broker):
+    """A speculative copy (an attempt number commit() does not fence) still writing
+    when the batch is decided: its rows never become visible and its transaction is
+    not left open (which would hold back read_committed readers for the restart
+    window). Local Spark never launches speculative copies (one host), so the two
+    attempts are driven here directly, interleaved through the rows iterator."""
+    from semel.client.admin import describe_transactions
+    bs = spark_broker.bootstrap
+    create(bs, "sp-out", 1)
+    o = sink.probe(sink.parse_options({"kafka.bootstrap.servers": bs, "semel.query.id": "sp", "topic": "sp-out"}))
+    winner = sink.write_branch(o, {"value": 0}, iter([(b"won",)]), 0, 0, 0)
+
+    def late_rows():
+        yield (b"late-1",)
+        sink.commit_batch(o, [winner], 0)   # the batch is decided while this attempt writes
+        yield (b"late-2",)
+
+    late = sink.write_branch(o, {"value": 0}, late_rows(), 0, 0, 5)
+    assert late.skipped
+    assert read_values(bs, "sp-out", 1, want=1) == ["won"]
+    with Client(bs) as c:
+        [d] = describe_transactions(c, [sink.branch_id(o, 0, 0, 5)])
+    assert d.state == "CompleteAbort"
