@@ -13,18 +13,15 @@ import pytest
 from semel.client import Client
 from semel.protocol import records
 from semel.protocol.errors import KafkaError
+from tests.support.brokers import module_broker
 
 CRC_START = 21            # the CRC-32C covers bytes 21.. of a batch (attributes onwards)
 
 
 @pytest.fixture(scope="module")
 def hot_broker(tmp_path_factory):
-    from semel.cli.process import SemelBroker
-    d = tmp_path_factory.mktemp("hotpath")
-    b = SemelBroker(d / "data", log_path=d / "broker.log")
-    b.start()
-    yield b
-    b.close()
+    with module_broker(tmp_path_factory, "hotpath") as b:
+        yield b
 
 
 def _batch(values, **kw) -> bytes:
