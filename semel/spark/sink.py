@@ -64,6 +64,8 @@ REQUEST_TIMEOUT = "kafka.request.timeout.ms"
 BATCH_ROWS = "semel.batch.rows"
 TOPIC = "topic"
 
+# Kafka's offset.metadata.max.bytes default (semel's too): the decision must fit.
+MAX_DECISION_BYTES = 4096
 DEFAULT_RESTART_WINDOW_MS = 15 * 60 * 1000  # Kafka's default transaction.max.timeout.ms
 # Test-only crash injection: "<step>@<batch>" kills process group KILL_PGID_ENV
 # (the driver and its JVM) and the calling worker at that step of that batch.
@@ -472,8 +474,14 @@ def commit_batch(o: SinkOptions, messages, batch: int) -> None:
         st = _init(c, o, o.parent)
         _join(c, o, st, [branch_id(o, batch, m.partition, m.attempt) for m in winners])
         _ok(_retrying(o, "AddOffsetsToTxn", lambda: wire.add_offsets(c, st, o.group)), "AddOffsetsToTxn")
-        meta = json.dumps({"semel-spark": 1, "batch": batch, "branches": branches, "atomic": o.atomic,
-                           "query": checkpoint_query(o)}, separators=(",", ":"))
+        # Mode (a) records no branches: the parent's decision carries them on the broker,
+        # which keeps the metadata small however many tasks the batch has.
+        meta = json.dumps({"semel-spark": 1, "batch": batch, "branches": [] if o.atomic else branches,
+                           "atomic": o.atomic, "query": checkpoint_query(o)}, separators=(",", ":"))
+        if len(meta) > MAX_DECISION_BYTES:
+            raise SinkError(f"semel sink: batch {batch} has {len(branches)} writing tasks, too many to record in "
+                            f"offset metadata ({len(meta)} > {MAX_DECISION_BYTES} bytes) in mode (b): "
+                            "coalesce the output or use a semel broker (mode a)")
         marks = offsets or {tp: batch for tp in parts}
         errs = wire.txn_offset_commit(c, st, o.group, marks, meta)
         bad = {tp: e for tp, e in errs.items() if e != KafkaError.NONE}

@@ -83,3 +83,23 @@ def test_atomic_true_on_a_broker_without_the_extension_refuses_to_start(tansu):
     with pytest.raises(sink.SinkError, match="does not support atomic batches"):
         opts(tansu.bootstrap, "amt", "am-tansu", "true")
     assert not opts(tansu.bootstrap, "amt", "am-tansu", "auto").atomic
+
+
+@pytest.mark.parametrize("mode", ["true", "false"])
+def test_a_batch_of_many_tasks(spark_broker, mode):
+    """300 writing tasks: mode (a) records no branch list (the parent holds them on the
+    broker) and commits all; mode (b) cannot fit them into 4 KB of offset metadata and
+    says so, before any decision (nothing visible)."""
+    bs = spark_broker.bootstrap
+    topic = f"am-many-{mode}"
+    create(bs, topic, 1)
+    o = opts(bs, f"amm{mode}", topic, mode)
+    msgs = [sink.write_branch(o, {"value": 0}, iter([(f"t{p}".encode(),)]), 0, p, 0) for p in range(300)]
+    if mode == "true":
+        sink.commit_batch(o, msgs, 0)
+        assert sorted(read_values(bs, topic, 1, want=300)) == sorted(f"t{p}" for p in range(300))
+    else:
+        with pytest.raises(sink.SinkError, match="too many to record"):
+            sink.commit_batch(o, msgs, 0)
+        sink.abort_batch(o, msgs, 0)
+        assert read_values(bs, topic, 1, idle_s=0.5) == []
