@@ -1,0 +1,198 @@
+"""Spark pipeline benchmark (issue 10): one run, results in bench/results/spark_pipeline.json.
+
+In one local[2] SparkSession against one semel broker process:
+- throughput of the demo transform (value * 2) over a preloaded topic, trigger availableNow:
+  exactly-once (format("semel") sink) and at-least-once (foreachBatch, each partition written
+  by a plain idempotent confluent-kafka producer: no transaction, no decision);
+- Spark's ceiling here: rate source -> the same transform -> noop sink;
+- latency: a producer paced at --latency-rate stamps each input with its ack time; a
+  read_committed consumer of the output measures ack -> visible, p50/p99, while the
+  exactly-once query runs with a --trigger-ms processing-time trigger. The micro-batch floor
+  is the trigger interval plus the median triggerExecution of the noop-sink query in the
+  same run (the least a micro-batch pipeline can take to show a record);
+- commit-cycle cost per batch: median addBatch of the exactly-once minus the at-least-once query.
+
+    .venv/bin/python -m bench.spark_pipeline [--records 20000]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from bench.common import RESULTS, write_result
+from semel.cli.process import SemelBroker
+from semel.demo.job import session
+
+TRANSFORM = ("key", "cast(cast(cast(value as string) as bigint) * 2 as string) as value")
+
+
+def preload(bootstrap: str, topic: str, n: int, partitions: int = 2) -> None:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the futures resolve
+    for f in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+        f.result(30)
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20})
+    for i in range(n):
+        p.produce(topic, key=str(i % 64).encode(), value=str(i).encode())
+        if i % 10000 == 0:
+            p.poll(0)
+    assert p.flush(120) == 0
+
+
+def source(spark, bootstrap, topic, per_trigger):
+    return (spark.readStream.format("semel").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+            .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", str(per_trigger)).load()
+            .selectExpr(*TRANSFORM))
+
+
+def alo_writer(bootstrap: str, topic: str):
+    def write_partition(rows):
+        from confluent_kafka import Producer
+        p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+        for r in rows:
+            p.produce(topic, key=bytes(r.key) if r.key is not None else None, value=r.value.encode())
+            p.poll(0)
+        assert p.flush(60) == 0
+
+    def batch(df, _batch_id):
+        df.foreachPartition(write_partition)
+    return batch
+
+
+def progress_stats(q) -> dict:
+    ps = [p for p in q.recentProgress if p["numInputRows"] > 0]
+    rows = sum(p["numInputRows"] for p in ps)
+    return {"batches": len(ps), "rows": rows,
+            "add_batch_ms_p50": statistics.median(p["durationMs"].get("addBatch", 0) for p in ps) if ps else None,
+            "trigger_ms_p50": statistics.median(p["durationMs"]["triggerExecution"] for p in ps) if ps else None}
+
+
+def timed(q, n: int) -> dict:
+    t0 = time.perf_counter()
+    q.awaitTermination()
+    secs = time.perf_counter() - t0
+    st = progress_stats(q)
+    busy_s = sum(p["durationMs"]["triggerExecution"] for p in q.recentProgress if p["numInputRows"] > 0) / 1000
+    return {**st, "seconds": round(secs, 2), "rows_per_s": round(st["rows"] / secs, 1),
+            "busy_rows_per_s": round(st["rows"] / busy_s, 1) if busy_s else None, "expected_rows": n}
+
+
+def throughput(spark, bs, work, n, per_trigger) -> dict:
+    preload(bs, "bench-in", n)
+    for name in ("bench-eos", "bench-alo"):
+        preload(bs, name, 0)
+    # warm-up: the first query of a session pays JVM/Python-worker start-up; neither measured one should
+    (source(spark, bs, "bench-in", per_trigger).writeStream.format("noop")
+     .option("checkpointLocation", str(work / "ck-warm")).trigger(availableNow=True).start().awaitTermination())
+    eos = (source(spark, bs, "bench-in", per_trigger).writeStream.format("semel")
+           .option("kafka.bootstrap.servers", bs).option("topic", "bench-eos")
+           .option("checkpointLocation", str(work / "ck-eos")).trigger(availableNow=True).start())
+    r_eos = timed(eos, n)
+    alo = (source(spark, bs, "bench-in", per_trigger).writeStream.foreachBatch(alo_writer(bs, "bench-alo"))
+           .option("checkpointLocation", str(work / "ck-alo")).trigger(availableNow=True).start())
+    r_alo = timed(alo, n)
+    return {"exactly_once": r_eos, "at_least_once": r_alo}
+
+
+def ceiling(spark, work, seconds: float, rate: int) -> dict:
+    q = (spark.readStream.format("rate").option("rowsPerSecond", str(rate)).load()
+         .selectExpr("cast(value % 64 as string) as key", "cast(value as string) as value").selectExpr(*TRANSFORM)
+         .writeStream.format("noop").option("checkpointLocation", str(work / "ck-noop")).start())
+    time.sleep(seconds)  # the measured window itself
+    q.stop()
+    ps = [p for p in q.recentProgress if p["numInputRows"] > 0]
+    rows = sum(p["numInputRows"] for p in ps)
+    busy_s = sum(p["durationMs"]["triggerExecution"] for p in ps) / 1000
+    return {"rows": rows, "busy_seconds": round(busy_s, 2),
+            "trigger_ms_p50": statistics.median(p["durationMs"]["triggerExecution"] for p in ps) if ps else 0, "rows_per_s": round(rows / busy_s, 1) if busy_s else None,
+            "offered_rows_per_s": rate}
+
+
+def latency(spark, bs, work, n: int, rate: float, trigger_ms: int) -> dict:
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    preload(bs, "lat-in", 0)
+    preload(bs, "lat-out", 0)
+    acked: dict[str, float] = {}
+    q = (source(spark, bs, "lat-in", 100000).writeStream.format("semel").option("kafka.bootstrap.servers", bs)
+         .option("topic", "lat-out").option("checkpointLocation", str(work / "ck-lat"))
+         .trigger(processingTime=f"{trigger_ms} milliseconds").start())
+    c = Consumer({"bootstrap.servers": bs, "group.id": "bench-lat", "isolation.level": "read_committed",
+                  "enable.auto.commit": False})
+    c.assign([TopicPartition("lat-out", p, 0) for p in range(2)])
+    lat: list[float] = []
+
+    def feed():
+        p = Producer({"bootstrap.servers": bs, "enable.idempotence": True, "linger.ms": 0})
+        t0 = time.monotonic()
+        for i in range(n):
+            def ack(err, _m, v=str(i)):
+                acked[str(2 * int(v))] = time.monotonic()
+            p.produce("lat-in", key=str(i % 64).encode(), value=str(i).encode(), on_delivery=ack)
+            p.poll(0)
+            delay = t0 + (i + 1) / rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)  # pacing the offered load
+        p.flush(60)
+    t = threading.Thread(target=feed)
+    t.start()
+    deadline = time.monotonic() + n / rate + 120
+    while len(lat) < n and time.monotonic() < deadline:
+        for m in c.consume(1000, 0.2):
+            if m.error() is None and m.value().decode() in acked:
+                lat.append(time.monotonic() - acked[m.value().decode()])
+    t.join()
+    c.close()
+    q.stop()
+    lat.sort()
+    pick = (lambda f: round(lat[min(len(lat) - 1, int(f * len(lat)))] * 1000, 1)) if lat else (lambda f: None)
+    return {"records": n, "seen": len(lat), "offered_rows_per_s": rate, "trigger_ms": trigger_ms,
+            "p50_ms": pick(0.5), "p99_ms": pick(0.99), "max_ms": round(lat[-1] * 1000, 1) if lat else None}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records", type=int, default=20000)
+    ap.add_argument("--per-trigger", type=int, default=5000)
+    ap.add_argument("--latency-records", type=int, default=600)
+    ap.add_argument("--latency-rate", type=float, default=30)
+    ap.add_argument("--trigger-ms", type=int, default=500)
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    a = ap.parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="semel-spark-bench-"))
+    with SemelBroker(work / "data", log_path=work / "broker.log") as broker:
+        spark = session("local[2]", work)  # the demo job's session settings
+        tp = throughput(spark, broker.bootstrap, work, a.records, a.per_trigger)
+        ceil = ceiling(spark, work, 20, 100000)
+        lat = latency(spark, broker.bootstrap, work, a.latency_records, a.latency_rate, a.trigger_ms)
+        spark.stop()
+    eos, alo = tp["exactly_once"], tp["at_least_once"]
+    # the least time a micro-batch pipeline here needs to show a record: one trigger interval
+    # plus the median micro-batch of the transform into the noop sink
+    floor_ms = a.trigger_ms + ceil["trigger_ms_p50"]
+    result = {
+        "throughput": tp, "ceiling_noop": ceil, "latency": lat,
+        "micro_batch_floor_ms": floor_ms,
+        "notes": "rows_per_s: wall time of an availableNow query after a warm-up query (includes query start-up "
+                 "and, for exactly-once, the sink's broker probe); busy_rows_per_s: rows over the summed "
+                 "micro-batch times",
+        "commit_cycle_cost_ms_per_batch": (eos["add_batch_ms_p50"] - alo["add_batch_ms_p50"])
+        if eos["add_batch_ms_p50"] is not None and alo["add_batch_ms_p50"] is not None else None,
+        "targets": {
+            "eos_vs_alo": round(eos["rows_per_s"] / alo["rows_per_s"], 3), "eos_vs_alo_target": 0.9,
+            "eos_vs_ceiling": round(eos["rows_per_s"] / ceil["rows_per_s"], 3) if ceil["rows_per_s"] else None,
+            "eos_vs_ceiling_target": 0.8,
+            "p99_vs_floor": round(lat["p99_ms"] / floor_ms, 2) if lat["p99_ms"] else None, "p99_vs_floor_target": 2.0},
+    }
+    path = write_result(a.out, "spark_pipeline", result)
+    print(path.read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
