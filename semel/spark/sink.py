@@ -431,6 +431,12 @@ class _BranchProducer:
 
 # --- driver-side commit -------------------------------------------------------------
 
+def _written(winners: list[BranchMessage]) -> list[BranchMessage]:
+    """Branches with rows. A task that wrote nothing (an empty partition) left its
+    branch Empty: no transaction to join or commit (EndTxn would be INVALID_TXN_STATE)."""
+    return [m for m in winners if m.rows > 0]
+
+
 def _winners(messages) -> list[BranchMessage]:
     return [m for m in messages if isinstance(m, BranchMessage) and not m.skipped and m.pid >= 0]
 
@@ -470,9 +476,10 @@ def commit_batch(o: SinkOptions, messages, batch: int) -> None:
         if done is not None and done["batch"] >= batch:
             _roll_forward(c, o, done, batch, winners)
             return
-        branches = [[m.partition, m.attempt, m.pid, m.epoch] for m in winners]
+        written = _written(winners)
+        branches = [[m.partition, m.attempt, m.pid, m.epoch] for m in written]
         st = _init(c, o, o.parent)
-        _join(c, o, st, [branch_id(o, batch, m.partition, m.attempt) for m in winners])
+        _join(c, o, st, [branch_id(o, batch, m.partition, m.attempt) for m in written])
         _ok(_retrying(o, "AddOffsetsToTxn", lambda: wire.add_offsets(c, st, o.group)), "AddOffsetsToTxn")
         # Mode (a) records no branches: the parent's decision carries them on the broker,
         # which keeps the metadata small however many tasks the batch has.
@@ -568,13 +575,14 @@ class SemelBatchWriter(DataSourceWriter):
     def commit(self, messages) -> None:
         with _connect(self.o) as c:
             winners = _winners(messages)
-            if self.o.atomic:  # one parent decides every task's branch at once
+            if self.o.atomic and _written(winners):  # one parent decides every task's branch at once
                 err, st = wire.init_producer_id(c, self.o.parent, self.o.restart_window_ms)
                 _ok(err, f"InitProducerId {self.o.parent}")
-                _join(c, self.o, st, [branch_id(self.o, self.job, m.partition, m.attempt) for m in winners])
+                _join(c, self.o, st, [branch_id(self.o, self.job, m.partition, m.attempt)
+                                      for m in _written(winners)])
                 _ok(_retrying(self.o, "EndTxn", lambda: wire.end_txn(c, self.o.parent, st.pid, st.epoch, True)),
                     f"EndTxn {self.o.parent}")
-            for m in winners:
+            for m in _written(winners):
                 _end_branch(c, self.o, self.job, [m.partition, m.attempt, m.pid, m.epoch])
             _fence_losers(c, self.o, self.job, winners)
 

@@ -103,3 +103,21 @@ def test_a_batch_of_many_tasks(spark_broker, mode):
             sink.commit_batch(o, msgs, 0)
         sink.abort_batch(o, msgs, 0)
         assert read_values(bs, topic, 1, idle_s=0.5) == []
+
+
+@pytest.mark.parametrize("mode", ["true", "false"])
+def test_tasks_that_wrote_nothing(spark, spark_broker, mode):
+    """An empty partition's task leaves an empty branch (no transaction): the batch
+    still commits in both modes, streaming and batch."""
+    bs = spark_broker.bootstrap
+    topic = f"am-empty-{mode}"
+    create(bs, topic, 1)
+    o = opts(bs, f"ame{mode}", topic, mode)
+    full = sink.write_branch(o, {"value": 0}, iter([(b"x",)]), 0, 0, 0)
+    empty = sink.write_branch(o, {"value": 0}, iter([]), 0, 1, 0)
+    sink.commit_batch(o, [full, empty], 0)
+    assert read_values(bs, topic, 1, want=1) == ["x"]
+    df = spark.createDataFrame([("v",)], "value string").repartition(3)   # two of three tasks empty
+    (df.write.mode("append").format("semel").option("kafka.bootstrap.servers", bs).option("topic", topic)
+     .option("semel.atomicBatches", mode).save())
+    assert sorted(read_values(bs, topic, 1, want=2)) == ["v", "x"]
