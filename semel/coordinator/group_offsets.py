@@ -1,0 +1,323 @@
+"""Committed offsets of the group coordinator: OffsetCommit/OffsetFetch,
+transactional offsets (KIP-447 fencing, markers), OffsetDelete, retention of
+offsets of empty groups, and compaction of __consumer_offsets by rewrite."""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Callable
+
+from ..protocol import records as rb
+from ..protocol.errors import KafkaError
+from ..storage.errors import StorageError
+from .group_model import MAX_RECORDS_PER_BATCH, FetchedOffset, Group
+from .group_states import COMMIT_RESULT, GroupState
+from .group_write_queue import done_future
+from .offsets import CommittedOffset, TopicPartition, group_key, group_value, offset_key, offset_value
+
+log = logging.getLogger("semel.coordinator.group")
+
+S = GroupState
+
+
+def _as_committed(value) -> CommittedOffset:
+    if isinstance(value, CommittedOffset):
+        return CommittedOffset(value.offset, value.leader_epoch, value.metadata)
+    offset, *rest = value
+    return CommittedOffset(int(offset), *rest[:2])
+
+
+class GroupOffsetsMixin:
+    """Mixin of GroupCoordinator: committed offsets, expiry, compaction."""
+
+    def commit_offsets(self, group_id: str, generation: int, member_id: str,
+                       offsets: dict[TopicPartition, Any], *,
+                       group_instance_id: str | None = None
+                       ) -> "asyncio.Future[dict[TopicPartition, KafkaError]]":
+        """Commit `{(topic, partition): CommittedOffset(offset, leader_epoch, metadata)}`
+        (plain (offset, leader_epoch, metadata) tuples work too). Generation -1 with
+        an empty member id commits for a group without members (manual assignment)."""
+        err = self._ready_error()
+        group = self._groups.get(group_id) if not err else None
+        if not err:
+            err = self._check_commit(group, generation, member_id, group_instance_id)
+        if err:
+            return done_future({tp: err for tp in offsets})
+        if group is not None and member_id in group.members:
+            self._arm_heartbeat(group, group.members[member_id])   # a commit is a sign of life
+        return self._write_offsets(group_id, offsets, producer_id=-1, producer_epoch=-1)
+
+    def _check_commit(self, group: Group | None, generation: int, member_id: str,
+                      group_instance_id: str | None) -> KafkaError:
+        if group is None:
+            # No such group: only a commit outside group management is meaningful.
+            return KafkaError.NONE if generation < 0 else KafkaError.ILLEGAL_GENERATION
+        if group.state is S.DEAD:
+            return KafkaError.COORDINATOR_NOT_AVAILABLE
+        if group.static_fenced(group_instance_id, member_id):
+            return KafkaError.FENCED_INSTANCE_ID
+        if generation < 0 and group.state is S.EMPTY:
+            return KafkaError.NONE
+        if group.state is S.COMPLETING_REBALANCE:
+            return KafkaError.REBALANCE_IN_PROGRESS
+        if member_id not in group.members:
+            return KafkaError.UNKNOWN_MEMBER_ID
+        if generation != group.generation:
+            return KafkaError.ILLEGAL_GENERATION
+        return COMMIT_RESULT[group.state]
+
+    def _write_offsets(self, group_id: str, offsets: dict[TopicPartition, Any], *,
+                       producer_id: int, producer_epoch: int):
+        results: dict[TopicPartition, KafkaError] = {}
+        now = self.clock()
+        accepted: list[tuple[TopicPartition, CommittedOffset]] = []
+        for tp, raw in offsets.items():
+            value = _as_committed(raw)
+            meta = value.metadata or ""
+            if len(meta.encode("utf-8")) > self.config.max_metadata_bytes:
+                results[tp] = KafkaError.OFFSET_METADATA_TOO_LARGE
+                continue
+            accepted.append(((tp[0], int(tp[1])), value._replace(commit_ts=now)))
+        if not accepted:
+            return done_future(results)
+        transactional = producer_id >= 0
+
+        def append():
+            pairs = [(offset_key(group_id, t, p), offset_value(v)) for (t, p), v in accepted]
+            return self._append_records(pairs, producer_id=producer_id, producer_epoch=producer_epoch)
+
+        def apply(info) -> dict[TopicPartition, KafkaError]:
+            for i, (tp, value) in enumerate(accepted):
+                if transactional:
+                    self._apply_pending(producer_id, group_id, tp, value, info.first_offset + i)
+                else:
+                    self._apply_offset(group_id, tp, value, info.first_offset + i)
+                results[tp] = KafkaError.NONE
+            return results
+
+        def fail(error: KafkaError) -> dict[TopicPartition, KafkaError]:
+            results.update({tp: error for tp, _ in accepted})
+            return results
+
+        return self._write(append, apply, fail)
+
+    def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None,
+                      require_stable: bool = False) -> tuple[KafkaError, list[FetchedOffset]]:
+        """Committed offsets of `partitions` (all committed ones when None). With
+        `require_stable`, a partition with a transactional offset still pending
+        answers UNSTABLE_OFFSET_COMMIT instead of a possibly stale value."""
+        err = self._ready_error()
+        if err:
+            return err, []
+        group = self._groups.get(group_id)
+        if partitions is None:
+            if group is None:
+                return KafkaError.NONE, []
+            partitions = list(group.offsets.committed)
+        out = []
+        for topic, part in partitions:
+            tp = (topic, part)
+            if group is not None and require_stable and group.offsets.has_pending(tp):
+                out.append(FetchedOffset(topic, part, -1, -1, "", KafkaError.UNSTABLE_OFFSET_COMMIT))
+                continue
+            value = group.offsets.committed.get(tp) if group is not None else None
+            if value is None:
+                out.append(FetchedOffset(topic, part, -1, -1, "", KafkaError.NONE))
+            else:
+                out.append(FetchedOffset(topic, part, value.offset, value.leader_epoch,
+                                         value.metadata, KafkaError.NONE))
+        return KafkaError.NONE, out
+
+    # --- transactional offsets (called by the transaction side) --------------------------------
+
+    def txn_commit_offsets(self, producer_id: int, producer_epoch: int, group_id: str,
+                           generation: int, member_id: str, group_instance_id: str | None,
+                           offsets: dict[TopicPartition, Any]
+                           ) -> "asyncio.Future[dict[TopicPartition, KafkaError]]":
+        """TxnOffsetCommit: append a transactional batch of offsets under the
+        producer's id/epoch; they stay pending (invisible to OffsetFetch) until
+        `complete_txn`. KIP-447: member and generation are checked when given."""
+        err = self._ready_error()
+        if not err:
+            err = self._check_txn_commit(self._groups.get(group_id), generation, member_id,
+                                         group_instance_id)
+        if err:
+            return done_future({tp: err for tp in offsets})
+        return self._write_offsets(group_id, offsets, producer_id=producer_id,
+                                   producer_epoch=producer_epoch)
+
+    def _check_txn_commit(self, group: Group | None, generation: int, member_id: str,
+                          group_instance_id: str | None) -> KafkaError:
+        if group is None:
+            # Treated as a new empty group (generation 0, no members).
+            if member_id:
+                return KafkaError.UNKNOWN_MEMBER_ID
+            return KafkaError.ILLEGAL_GENERATION if generation > 0 else KafkaError.NONE
+        if group.state is S.DEAD:
+            return KafkaError.COORDINATOR_NOT_AVAILABLE
+        if group.static_fenced(group_instance_id, member_id):
+            return KafkaError.FENCED_INSTANCE_ID
+        if member_id and member_id not in group.members:
+            return KafkaError.UNKNOWN_MEMBER_ID
+        if generation >= 0 and generation != group.generation:
+            return KafkaError.ILLEGAL_GENERATION
+        return KafkaError.NONE
+
+    def complete_txn(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                     commit: bool) -> "asyncio.Future[KafkaError]":
+        """Write the producer's COMMIT/ABORT marker to __consumer_offsets, then make
+        its pending offsets committed (or drop them). Storage errors come back as
+        KAFKA_STORAGE_ERROR, fencing by storage as its error (INVALID_PRODUCER_EPOCH)."""
+        err = self._ready_error()
+        if err:
+            return done_future(err)
+        kind = rb.CONTROL_COMMIT if commit else rb.CONTROL_ABORT
+
+        def apply(info) -> KafkaError:
+            self._apply_marker(producer_id, commit)
+            return KafkaError.NONE
+
+        return self._write(
+            lambda: self._log.append_control(kind, producer_id, producer_epoch, coordinator_epoch),
+            apply, lambda error: error, storage_error=KafkaError.KAFKA_STORAGE_ERROR)
+
+    def has_pending_offsets(self, producer_id: int) -> bool:
+        return bool(self._producer_groups.get(producer_id))
+
+    def delete_offsets(self, group_id: str, partitions: list[TopicPartition],
+                       subscribed: Callable[[bytes], set[str]]
+                       ) -> "asyncio.Future[tuple[KafkaError, dict[TopicPartition, KafkaError]]]":
+        """OffsetDelete: tombstones for the committed offsets of `partitions`. As in
+        Kafka, a consumer group keeps the offsets of topics its members subscribe to
+        (GROUP_SUBSCRIBED_TO_TOPIC); `subscribed` reads the topics out of a member's
+        protocol metadata. Decided and appended without an await in between."""
+        err = self._ready_error() or (KafkaError.NONE if group_id else KafkaError.INVALID_GROUP_ID)
+        group = self._groups.get(group_id) if not err else None
+        if not err and (group is None or group.state is S.DEAD):
+            err = KafkaError.GROUP_ID_NOT_FOUND
+        if not err and group.state is not S.EMPTY and group.protocol_type != "consumer":
+            err = KafkaError.NON_EMPTY_GROUP
+        if err:
+            return done_future((err, {}))
+        busy: set[str] = set()
+        if group.state is not S.EMPTY:
+            for member in group.members.values():
+                busy |= subscribed(member.metadata(group.protocol))
+        results = {tp: KafkaError.GROUP_SUBSCRIBED_TO_TOPIC if tp[0] in busy else KafkaError.NONE
+                   for tp in partitions}
+        doomed = [tp for tp, e in results.items() if not e and tp in group.offsets.committed]
+        if not doomed:
+            return done_future((KafkaError.NONE, results))
+
+        def apply(info):
+            for i, tp in enumerate(doomed):
+                self._apply_offset(group_id, tp, None, info.first_offset + i)
+            return KafkaError.NONE, results
+
+        def fail(error: KafkaError):
+            return error, {}
+
+        pairs = [(offset_key(group_id, t, p), None) for t, p in doomed]
+        return self._write(lambda: self._append_records(pairs), apply, fail)
+
+    # --- retention of offsets of empty groups ----------------------------------------------------
+
+    def _expire_offsets(self) -> None:
+        """Tombstone offsets of empty groups older than the retention, and forget
+        groups left with nothing, so memory stays bounded."""
+        self.timers.set("expire-offsets", self.config.offsets_retention_check_interval_ms,
+                        self._expire_offsets)
+        if self._ready_error():
+            return
+        now = self.clock()
+        plan: list[tuple[Group, list[TopicPartition], bool]] = []
+        for group in list(self._groups.values()):
+            if group.state is not S.EMPTY or not group.is_empty() or group.offsets.pending:
+                continue
+            since = group.state_ts if group.protocol_type else None
+            expired = group.offsets.expired(now, self.config.offsets_retention_ms, since)
+            drop = len(expired) == len(group.offsets.committed)
+            if drop and not group.persisted and not expired:
+                self._maybe_forget(group)   # nothing in the log to tombstone
+                continue
+            if expired or drop:
+                plan.append((group, expired, drop))
+        for chunk in _chunks(plan, MAX_RECORDS_PER_BATCH):
+            self._write_expiry(chunk)
+
+    def _maybe_compact(self) -> None:
+        """Compaction by rewrite, so start-up replay follows the live state, not the
+        history: append every group record and committed offset as they stand, and
+        once that is durable (applied in log order, like any write) drop the
+        segments entirely before it.
+
+        Only at a quiet moment: no write in flight (memory is then exactly what the
+        log says), and no pending transactional offsets — their values win over a
+        committed one by log position, so they must never sit behind a rewrite."""
+        self.timers.set("compact", self.config.compact_check_interval_ms, self._maybe_compact)
+        live = sum(len(g.offsets.committed) + 1 for g in self._groups.values())
+        if self._ready_error() or self._records_since_compaction < max(self.config.compact_records, 4 * live):
+            return
+        if self._inflight or self._producer_groups or any(g.offsets.pending for g in self._groups.values()):
+            return
+        start = self._log.log_end_offset
+        pairs: list[tuple[bytes, bytes | None]] = []
+        rewritten: list[tuple[Group, TopicPartition | None, Any]] = []   # in record order
+        for group in self._groups.values():
+            if group.persisted:
+                pairs.append((group_key(group.group_id), group_value(self._group_record(group))))
+                rewritten.append((group, None, None))
+            for (t, p), v in group.offsets.committed.items():
+                pairs.append((offset_key(group.group_id, t, p), offset_value(v)))
+                rewritten.append((group, (t, p), v))
+        if not pairs:
+            return
+
+        def apply(info) -> None:
+            # The rewritten values now sit at new log positions, as a replay will see them.
+            for at, (group, tp, value) in enumerate(rewritten, start=info.first_offset):
+                if tp is not None and group.offsets.committed.get(tp) is value:
+                    group.offsets.committed[tp] = value._replace(log_offset=at)
+            try:
+                dropped = self._log.delete_segments_before(start)
+            except StorageError as exc:   # nothing lost: the old segments simply stay
+                log.warning("compacting %s failed: %s", self.config.offsets_topic, exc)
+                return
+            self._records_since_compaction = len(pairs)
+            log.info("compacted %s: %d record(s) rewritten at offset %d, %d old segment(s) dropped",
+                     self.config.offsets_topic, len(pairs), start, dropped)
+
+        self._write(lambda: self._append_records(pairs), apply, lambda error: None)
+
+    def _write_expiry(self, plan: list[tuple[Group, list[TopicPartition], bool]]) -> None:
+        pairs: list[tuple[bytes, bytes | None]] = []
+        for group, tps, drop in plan:
+            pairs += [(offset_key(group.group_id, t, p), None) for t, p in tps]
+            if drop:
+                pairs.append((group_key(group.group_id), None))
+
+        def apply(info) -> None:
+            at = info.first_offset
+            for group, tps, drop in plan:
+                for tp in tps:
+                    self._apply_offset(group.group_id, tp, None, at)
+                    at += 1
+                if drop:
+                    if group.state is S.EMPTY and group.is_empty():
+                        self._apply_group_record(group.group_id, None)
+                    at += 1
+
+        self._write(lambda: self._append_records(pairs), apply, lambda error: None)
+
+
+def _chunks(plan, limit: int):
+    chunk, size = [], 0
+    for item in plan:
+        n = len(item[1]) + 1
+        if chunk and size + n > limit:
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(item)
+        size += n
+    if chunk:
+        yield chunk
