@@ -55,3 +55,20 @@ def rss_kb(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     return 0
+
+
+def produce_all(producer, topic: str, partitions: int, value: bytes, count: int, on_delivery,
+                every_record=None) -> None:
+    """confluent-kafka: send count records round-robin over partitions, waiting out a full
+    local queue; every_record(i) runs after record i (a transaction commit, say)."""
+    for i in range(count):
+        while True:
+            try:
+                producer.produce(topic, value=value, partition=i % partitions, on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.001)
+        if i % 1000 == 0:
+            producer.poll(0)
+        if every_record is not None:
+            every_record(i)

@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import RESULTS, main, write_result
+from bench.common import RESULTS, main, produce_all, write_result
 from semel.cli.process import SemelBroker, TansuBroker
 
 PRODUCER = {"acks": "all", "linger.ms": 5, "batch.size": 1_000_000, "queue.buffering.max.messages": 1_000_000,
@@ -33,15 +33,7 @@ def produce(bootstrap, topic, partitions, size, count, conf: dict | None = None)
     errors = []
     cb = lambda err, msg: errors.append(err) if err else None  # noqa: E731
     t0 = time.perf_counter()
-    for i in range(count):
-        while True:
-            try:
-                p.produce(topic, value=value, partition=i % partitions, on_delivery=cb)
-                break
-            except BufferError:
-                p.poll(0.001)
-        if i % 1000 == 0:
-            p.poll(0)
+    produce_all(p, topic, partitions, value, count, cb)
     if p.flush(300):
         raise RuntimeError("produce did not finish")
     elapsed = time.perf_counter() - t0

@@ -12,6 +12,7 @@ from .main import CliError
 # module under bench/ -> what it measures
 BENCHMARKS = {
     "throughput_bench": "produce/consume throughput, semel (fsync) vs Tansu (memory)",
+    "hotpath_bench": "broker hot path: 1x1/4x8 idempotent and transactional vs Tansu, CPU s/GB, py-spy profile",
     "txn_bench": "transactional overhead, read_committed overhead, memory per transactional id",
     "restart_bench": "partition log recovery time against log size",
     "broker_restart_bench": "broker process restart time against log size (clean stop and SIGKILL)",

@@ -1,0 +1,268 @@
+"""Broker hot path (issue 11): semel (fsync on) and Tansu (memory) side by side.
+
+One run, brokers alternated per round, the same confluent-kafka client for both:
+1 producer x 1 partition and 4 x 8 at 1 KiB, 4 x 8 at 100 B, idempotent, plus
+4 x 8 at 1 KiB transactional; acks=all. Per case: produce MB/s, consume records/s
+(one consumer over every partition) and the broker's CPU seconds per GB produced
+and consumed, from utime+stime in /proc/PID/stat. A py-spy profile of the semel
+broker during a 1 x 1 produce gives the top functions (self samples).
+
+`--before DIR` also runs a semel source tree at DIR (e.g. a `git worktree add` of the
+commit before a change) as a third broker, so before/after come from the same run.
+
+    python -m bench.hotpath_bench [--quick] [--before /tmp/semel-before]
+"""
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from bench.common import RESULTS, produce_all, write_result
+from semel.cli.process import SemelBroker, TansuBroker
+
+PRODUCER = {"acks": "all", "enable.idempotence": True, "linger.ms": 5, "batch.size": 1_000_000,
+            "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1_048_576,
+            "compression.type": "none"}
+TXN_EVERY = 5_000          # records per transaction in the transactional case
+TICKS = os.sysconf("SC_CLK_TCK")
+
+# (name, record bytes, producers, partitions, records per producer, transactional)
+CASES = [("1x1 1KiB idempotent", 1024, 1, 1, 60_000, False),
+         ("4x8 1KiB idempotent", 1024, 4, 8, 15_000, False),
+         ("4x8 100B idempotent", 100, 4, 8, 100_000, False),
+         ("4x8 1KiB transactional", 1024, 4, 8, 15_000, True)]
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS   # utime, stime (fields 14, 15)
+
+
+def _create(bootstrap, topic, partitions):
+    from confluent_kafka.admin import AdminClient, NewTopic
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive the future
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(60)
+
+
+def _produce_worker(bootstrap, topic, partitions, size, count, txn_id, start_at, q):
+    """One producer process: waits for start_at so all producers start together."""
+    from confluent_kafka import Producer
+    conf = dict(PRODUCER, **{"bootstrap.servers": bootstrap})
+    if txn_id:
+        conf["transactional.id"] = txn_id
+    p = Producer(conf)
+    if txn_id:
+        p.init_transactions(60)
+    value = b"x" * size
+    errors = []
+    cb = lambda err, msg: errors.append(err) if err else None  # noqa: E731
+    time.sleep(max(0.0, start_at - time.time()))
+    def commit_now_and_then(i):
+        if (i + 1) % TXN_EVERY == 0:
+            p.commit_transaction(120)
+            if i + 1 < count:
+                p.begin_transaction()
+
+    if txn_id:
+        p.begin_transaction()
+    produce_all(p, topic, partitions, value, count, cb, commit_now_and_then if txn_id else None)
+    if txn_id and count % TXN_EVERY:
+        p.commit_transaction(120)
+    left = p.flush(300)
+    q.put((time.time(), len(errors) + left, repr(errors[:1])))
+
+
+def produce(bootstrap, topic, partitions, size, producers, count, txn) -> float:
+    ctx = multiprocessing.get_context("spawn")
+    q = ctx.Queue()
+    start_at = time.time() + 3.0     # spawning and InitProducerId happen before the clock starts
+    procs = [ctx.Process(target=_produce_worker,
+                         args=(bootstrap, topic, partitions, size, count,
+                               f"{topic}-txn-{i}" if txn else None, start_at, q)) for i in range(producers)]
+    for pr in procs:
+        pr.start()
+    done = [q.get(timeout=600) for _ in procs]
+    for pr in procs:
+        pr.join(60)
+    failed = [d for d in done if d[1]]
+    if failed:
+        raise RuntimeError(f"delivery errors: {failed}")
+    return max(d[0] for d in done) - start_at
+
+
+def consume(bootstrap, topic, partitions, total, txn) -> float:
+    from confluent_kafka import Consumer, TopicPartition
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
+                  "fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 10_485_760,
+                  "isolation.level": "read_committed" if txn else "read_uncommitted"})
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    got, t0 = 0, None
+    deadline = time.perf_counter() + 300
+    while got < total and time.perf_counter() < deadline:
+        for m in c.consume(num_messages=10000, timeout=1.0):
+            if not m.error():
+                # The clock starts at the first record: connecting and the first
+                # metadata round trip are client start-up, not broker throughput.
+                t0 = t0 or time.perf_counter()
+                got += 1
+    elapsed = time.perf_counter() - (t0 or deadline)
+    c.close()
+    if got < total:
+        raise RuntimeError(f"consumed {got}/{total}")
+    return elapsed
+
+
+def measure(broker, label, case, round_no) -> dict:
+    name, size, producers, partitions, count, txn = case
+    topic = f"hp-{round_no}-{size}-{producers}x{partitions}{'-txn' if txn else ''}"
+    _create(broker.bootstrap, topic, partitions)
+    total = producers * count
+    gb = total * size / 1e9
+    c0 = cpu_seconds(broker.pid)
+    pt = produce(broker.bootstrap, topic, partitions, size, producers, count, txn)
+    c1 = cpu_seconds(broker.pid)
+    ct = consume(broker.bootstrap, topic, partitions, total, txn)
+    c2 = cpu_seconds(broker.pid)
+    row = {"broker": label, "case": name, "round": round_no, "records": total,
+           "produce_mb_s": round(total * size / pt / 1e6, 2), "produce_rec_s": round(total / pt),
+           "consume_rec_s": round(total / ct), "consume_mb_s": round(total * size / ct / 1e6, 2),
+           "cpu_s_per_gb_produce": round((c1 - c0) / gb, 1), "cpu_s_per_gb_consume": round((c2 - c1) / gb, 1)}
+    print(row, flush=True)
+    return row
+
+
+def profile(broker, seconds: float, quick: bool) -> dict:
+    """py-spy over a 1 x 1 1 KiB produce then a consume of it; top frames by self samples."""
+    count = 20_000 if quick else 60_000
+    out = {}
+    for phase in ("produce", "consume"):
+        topic = "hp-profile"
+        if phase == "produce":
+            _create(broker.bootstrap, topic, 1)
+        raw = Path(tempfile.mkdtemp(prefix="semel-prof-")) / f"{phase}.txt"
+        spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(broker.pid),
+                                "--duration", str(int(seconds)), "--rate", "200", "--format", "raw",
+                                "-o", str(raw), "--nonblocking"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1.0)
+        try:
+            if phase == "produce":
+                produce(broker.bootstrap, topic, 1, 1024, 1, count, False)
+            else:
+                consume(broker.bootstrap, topic, 1, count, False)
+        finally:
+            spy.wait(seconds + 60)
+        out[phase] = top_frames(raw)
+    return out
+
+
+# Thread-pool workers parked on their queue: py-spy reports them (the GIL is released
+# in a C wait) but they burn no CPU, so they are left out of the percentages.
+IDLE = ("Condition.wait (", "_worker (")
+
+
+def top_frames(raw: Path, n: int = 15) -> list[dict]:
+    """Self and inclusive samples per function from py-spy's collapsed stacks.
+    "Runner.run" self time is the native event loop (socket reads and writes)."""
+    own, incl, total, idle = Counter(), Counter(), 0, 0
+    if not raw.exists():
+        return []
+    for line in raw.read_text().splitlines():
+        stack, _, num = line.rpartition(" ")
+        if not stack or not num.isdigit():
+            continue
+        k = int(num)
+        frames = [f.split(" (")[0] + " (" + f.split(" (")[-1].rsplit(":", 1)[0].split("/")[-1] + ")"
+                  for f in stack.split(";")]
+        if frames[-1].startswith(IDLE):
+            idle += k
+            continue
+        total += k
+        own[frames[-1]] += k
+        for f in set(frames):
+            incl[f] += k
+    top = [{"function": f, "self_pct": round(100 * v / max(total, 1), 1),
+            "inclusive_pct": round(100 * incl[f] / max(total, 1), 1)} for f, v in own.most_common(n)]
+    return top + [{"busy_samples": total, "idle_worker_samples_left_out": idle}]
+
+
+def summarise(rows, labels) -> list[dict]:
+    out = []
+    for case in dict.fromkeys(r["case"] for r in rows):
+        med = {}
+        for label in labels:
+            rs = [r for r in rows if r["case"] == case and r["broker"] == label]
+            if rs:
+                med[label] = {k: statistics.median(r[k] for r in rs)
+                              for k in ("produce_mb_s", "produce_rec_s", "consume_rec_s",
+                                        "cpu_s_per_gb_produce", "cpu_s_per_gb_consume")}
+        entry = {"case": case, "median": med}
+        s, t = med.get("semel (fsync)"), med.get("tansu (memory)")
+        if s and t:
+            entry["produce_semel_over_tansu"] = round(s["produce_mb_s"] / t["produce_mb_s"], 2)
+            entry["consume_semel_over_tansu"] = round(s["consume_rec_s"] / t["consume_rec_s"], 2)
+        b = med.get("semel before (fsync)")
+        if s and b:
+            entry["produce_after_over_before"] = round(s["produce_mb_s"] / b["produce_mb_s"], 2)
+            entry["consume_after_over_before"] = round(s["consume_rec_s"] / b["consume_rec_s"], 2)
+            entry["cpu_per_gb_produce_after_over_before"] = round(
+                s["cpu_s_per_gb_produce"] / max(b["cpu_s_per_gb_produce"], 1e-9), 2)
+        out.append(entry)
+    return out
+
+
+def run(out_dir: Path = RESULTS, quick: bool = False, before: Path | None = None, rounds: int | None = None,
+        cases: list[str] | None = None) -> dict:
+    rounds = rounds or (1 if quick else 5)
+    scale = 0.25 if quick else 1.0
+    chosen = [(n, s, p, k, int(c * scale), t) for n, s, p, k, c, t in CASES if not cases or n in cases]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="semel-hotpath-") as tmp:
+        brokers = {"semel (fsync)": SemelBroker(Path(tmp) / "after", log_path=Path(tmp) / "after.log"),
+                   "tansu (memory)": TansuBroker()}
+        if before:
+            env = {"PYTHONPATH": str(before)}
+            brokers["semel before (fsync)"] = SemelBroker(Path(tmp) / "before", log_path=Path(tmp) / "before.log",
+                                                          env=env)
+        try:
+            for b in brokers.values():
+                b.start()
+            for r in range(rounds):
+                for case in chosen:
+                    order = list(brokers.items())
+                    if r % 2:
+                        order.reverse()      # alternate who goes first: page cache, CPU boost, neighbours
+                    for label, b in order:
+                        rows.append(measure(b, label, case, r))
+            prof = profile(brokers["semel (fsync)"], 8 if quick else 15, quick)
+        finally:
+            for b in brokers.values():
+                b.close()
+    result = {"client": "confluent-kafka (librdkafka), one process per producer", "settings": PRODUCER,
+              "txn_records_per_commit": TXN_EVERY, "rounds": rounds, "quick": quick,
+              "note": ("2-core shared machine: client processes and broker share both cores, so ratios are "
+                       "what this box shows, not a capacity figure. The 16-core run is pending (no 16-core "
+                       "device machine in this session)."),
+              "summary": summarise(rows, list(brokers)), "rows": rows, "semel_profile_top": prof}
+    write_result(out_dir, "hotpath", result)
+    return result
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--before", type=Path, default=None, help="a semel source tree to run as 'before'")
+    ap.add_argument("--rounds", type=int, default=None)
+    ap.add_argument("--case", action="append", default=None, help="only this case (repeatable)")
+    a = ap.parse_args()
+    run(a.out, a.quick, a.before, a.rounds, a.case)
