@@ -27,7 +27,8 @@ retention) are deadlines in `Timers`, driven by a clock the tests replace.
 The coordinator is assembled from modules by concern:
   group_timers       named deadlines
   group_model        config, members, groups, answer values
-  group_write_queue  append -> fsync -> apply in log order
+  group_write_queue  the group's writes through coordinator_log (append -> fsync ->
+                     apply in log order, compaction by rewrite; shared with txn)
   group_replay       the apply functions shared with the start-up replay
   group_membership   join/sync/heartbeat/leave, rebalancing, describe/list/delete
   group_offsets      offset commit/fetch, transactional offsets, delete, expiry, compaction
@@ -37,7 +38,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
 from typing import Callable
 
 from ..protocol.errors import KafkaError
@@ -49,7 +49,8 @@ from .group_model import (
 from .group_offsets import GroupOffsetsMixin
 from .group_replay import GroupReplay
 from .group_timers import Timers, wall_clock_ms
-from .group_write_queue import GroupWriteQueue, InFlightWrite, resolve_future
+from .coordinator_log import CoordinatorLog, resolve_future
+from .group_write_queue import GroupWriteQueue
 from .offsets import CommittedOffset, OffsetsLogError
 
 log = logging.getLogger("semel.coordinator.group")
@@ -76,11 +77,11 @@ class GroupCoordinator(GroupMembership, GroupOffsetsMixin, GroupReplay, GroupWri
         self._producer_groups: dict[int, set[str]] = {}   # producer id -> groups with pending offsets
         self._log = None
         self._status = "new"
-        self._inflight: deque[InFlightWrite] = deque()
         self._tasks: set[asyncio.Task] = set()
         self._timer_task: asyncio.Task | None = None
         self._wake: asyncio.Event | None = None
-        self._records_since_compaction = 0
+        self._clog = CoordinatorLog(self.config.offsets_topic, flusher, self._spawn,
+                                    sync_writes=self.config.sync_writes)
 
     @classmethod
     def from_broker(cls, broker) -> "GroupCoordinator":
@@ -100,7 +101,7 @@ class GroupCoordinator(GroupMembership, GroupOffsetsMixin, GroupReplay, GroupWri
     async def start(self) -> None:
         """Open (or create) __consumer_offsets and rebuild every group from it."""
         self._status = "loading"
-        self._log = self._open_offsets_log()
+        self._log = self._clog.plog = self._open_offsets_log()
         started = time.monotonic()
         self._load()
         log.info("loaded %d groups from %s in %.3fs", len(self._groups),
@@ -128,9 +129,7 @@ class GroupCoordinator(GroupMembership, GroupOffsetsMixin, GroupReplay, GroupWri
             for m in group.members.values():
                 resolve_future(m.join_future, JoinResult(KafkaError.NOT_COORDINATOR, m.member_id))
                 resolve_future(m.sync_future, SyncResult(KafkaError.NOT_COORDINATOR))
-        while self._inflight:
-            entry = self._inflight.popleft()
-            resolve_future(entry.future, entry.fail(KafkaError.NOT_COORDINATOR))
+        self._clog.fail_all(KafkaError.NOT_COORDINATOR)
         self._groups.clear()
         self._producer_groups.clear()
 

@@ -15,7 +15,7 @@ from .group_model import (
     SyncResult, JoinRequest,
 )
 from .group_states import HEARTBEAT_RESULT, STATE_BY_NAME, SYNC_RESULT, Event, GroupState
-from .group_write_queue import done_future, resolve_future
+from .coordinator_log import done_future, resolve_future
 from .offsets import GroupRecord, MemberRecord, TopicPartition, group_key, group_value, offset_key
 
 log = logging.getLogger("semel.coordinator.group")

@@ -9,10 +9,9 @@ from typing import Any, Callable
 
 from ..protocol import records as rb
 from ..protocol.errors import KafkaError
-from ..storage.errors import StorageError
 from .group_model import MAX_RECORDS_PER_BATCH, FetchedOffset, Group
 from .group_states import COMMIT_RESULT, GroupState
-from .group_write_queue import done_future
+from .coordinator_log import done_future
 from .offsets import CommittedOffset, TopicPartition, group_key, group_value, offset_key, offset_value
 
 log = logging.getLogger("semel.coordinator.group")
@@ -256,11 +255,10 @@ class GroupOffsetsMixin:
         committed one by log position, so they must never sit behind a rewrite."""
         self.timers.set("compact", self.config.compact_check_interval_ms, self._maybe_compact)
         live = sum(len(g.offsets.committed) + 1 for g in self._groups.values())
-        if self._ready_error() or self._records_since_compaction < max(self.config.compact_records, 4 * live):
+        if self._ready_error() or self._clog.records_since_compaction < max(self.config.compact_records, 4 * live):
             return
         if self._inflight or self._producer_groups or any(g.offsets.pending for g in self._groups.values()):
             return
-        start = self._log.log_end_offset
         pairs: list[tuple[bytes, bytes | None]] = []
         rewritten: list[tuple[Group, TopicPartition | None, Any]] = []   # in record order
         for group in self._groups.values():
@@ -278,16 +276,8 @@ class GroupOffsetsMixin:
             for at, (group, tp, value) in enumerate(rewritten, start=info.first_offset):
                 if tp is not None and group.offsets.committed.get(tp) is value:
                     group.offsets.committed[tp] = value._replace(log_offset=at)
-            try:
-                dropped = self._log.delete_segments_before(start)
-            except StorageError as exc:   # nothing lost: the old segments simply stay
-                log.warning("compacting %s failed: %s", self.config.offsets_topic, exc)
-                return
-            self._records_since_compaction = len(pairs)
-            log.info("compacted %s: %d record(s) rewritten at offset %d, %d old segment(s) dropped",
-                     self.config.offsets_topic, len(pairs), start, dropped)
 
-        self._write(lambda: self._append_records(pairs), apply, lambda error: None)
+        self._clog.rewrite(self._batch(pairs), len(pairs), apply)
 
     def _write_expiry(self, plan: list[tuple[Group, list[TopicPartition], bool]]) -> None:
         pairs: list[tuple[bytes, bytes | None]] = []

@@ -82,9 +82,9 @@ class GroupReplay:
         group.state = S.STABLE if group.members else S.EMPTY
 
     def _load(self) -> None:
-        self._records_since_compaction = 0
+        self._clog.records_since_compaction = 0
         for buf, pos, hdr in scan_log(self._log):
-            self._records_since_compaction += hdr.record_count
+            self._clog.records_since_compaction += hdr.record_count
             if hdr.is_control:
                 self._apply_marker(hdr.producer_id, rb.control_type(buf, pos) == rb.CONTROL_COMMIT)
                 continue

@@ -36,6 +36,7 @@ import time
 from ..protocol import records
 from ..protocol.errors import KafkaError
 from ..storage.errors import AppendError, StorageError
+from .coordinator_log import CoordinatorLog
 from .producer_ids import ProducerIdManager
 from .txn_states import (
     COMPLETE_OF, COMPLETED, PREPARED, TxnMeta, TxnState, can_transition, decode_value, encode_value,
@@ -108,9 +109,8 @@ class TransactionCoordinator:
         self._initializing: set[str] = set()
         # branch transactional id -> the parent it is joined to (ongoing or prepared parents only)
         self._joined: dict[str, str] = {}
-        self._unapplied = 0          # records appended whose apply still waits for their fsync
-        self._records_since_compaction = 0
         self._background: set[asyncio.Task] = set()
+        self._clog = CoordinatorLog(TXN_TOPIC, flusher, self._spawn)
         self._tasks: list[asyncio.Task] = []
 
     @classmethod
@@ -132,7 +132,7 @@ class TransactionCoordinator:
             self.logs.create_topic(TXN_TOPIC, 1, {"retention.ms": "-1", "retention.bytes": "-1",
                                                   "segment.bytes": str(self.config.transaction_log_segment_bytes)},
                                    internal=True)
-        self.log = self.logs.get(TXN_TOPIC, 0)
+        self.log = self._clog.plog = self.logs.get(TXN_TOPIC, 0)
         self._replay()
         await self._roll_forward_prepared()
         self._tasks.append(asyncio.create_task(self._housekeeping_loop(), name="txn-housekeeping"))
@@ -141,6 +141,8 @@ class TransactionCoordinator:
         for task in self._tasks + list(self._background):
             task.cancel()
         await asyncio.gather(*self._tasks, *self._background, return_exceptions=True)
+        # Writes whose fsync wait was just cancelled: their waiters must not hang.
+        self._clog.fail_all(KafkaError.NOT_COORDINATOR)
 
     def _replay(self) -> None:
         """Memory := the last state of every transactional id in the log."""
@@ -161,7 +163,7 @@ class TransactionCoordinator:
                         self._apply_record(rec.key, rec.value)
                         replayed += 1
                 offset = hdr.next_offset
-        self._records_since_compaction = replayed
+        self._clog.records_since_compaction = replayed
         log.info("transaction coordinator loaded %d transactional id(s) (coordinator epoch %d)",
                  len(self.txns), self.coordinator_epoch)
 
@@ -203,37 +205,36 @@ class TransactionCoordinator:
 
     async def _log_state(self, meta: TxnMeta, tombstone: bool = False,
                          durable: bool = True) -> tuple[KafkaError, bool]:
-        """(error, applied): append, fsync, then apply. applied is False only when
+        """(error, applied): append, fsync, then apply in log order (coordinator_log,
+        shared with the group coordinator). applied is False only when
         nothing reached the log; after a failed fsync the record is in the log and
         memory follows it (replaying the whole log instead would swap the objects
         that in-flight transitions hold, and a stale one could later overwrite
         newer state)."""
         value = None if tombstone else encode_value(meta)
         batch = records.build_batch([(meta.txn_id.encode(), value)])
-        batches, _ = records.split_batches(batch)
-        try:
-            info = self.log.append(batch, batches)
-        except StorageError as exc:
-            log.error("transaction log append failed for %s: %s", meta.txn_id, exc)
-            return KafkaError.COORDINATOR_NOT_AVAILABLE, False
-        self._records_since_compaction += 1
-        err = KafkaError.NONE
-        self._unapplied += 1
-        try:
-            if durable:
-                await self.flusher.sync(self.log, info.last_offset + 1)
-        except StorageError as exc:
-            log.error("transaction log fsync failed for %s: %s; the record stays in the log", meta.txn_id, exc)
-            err = KafkaError.COORDINATOR_NOT_AVAILABLE
-        finally:
-            self._unapplied -= 1
-        previous = self.txns.get(meta.txn_id)
-        if tombstone:
-            self.txns.pop(meta.txn_id, None)
-        else:
-            self._apply(meta)
-            self.stats.txn_transition(previous.state if previous is not None else None, meta.state)
-        return err, True
+
+        def apply(_info=None) -> tuple[KafkaError, bool]:
+            previous = self.txns.get(meta.txn_id)
+            if tombstone:
+                self.txns.pop(meta.txn_id, None)
+            else:
+                self._apply(meta)
+                self.stats.txn_transition(previous.state if previous is not None else None, meta.state)
+            return KafkaError.NONE, True
+
+        def unsynced(error: KafkaError) -> tuple[KafkaError, bool]:
+            log.error("transaction log fsync failed for %s; the record stays in the log", meta.txn_id)
+            apply()
+            return error, True
+
+        return await self._clog.write(lambda: self._clog.append(batch), apply, lambda error: (error, False),
+                                      unsynced=unsynced, durable=durable)
+
+    @property
+    def _unapplied(self) -> int:
+        """Records appended whose apply still waits for their fsync."""
+        return len(self._clog.inflight)
 
     async def _transition(self, current: TxnMeta | None, new: TxnMeta) -> KafkaError:
         if current is not None:
@@ -602,26 +603,13 @@ class TransactionCoordinator:
         record still waits for its fsync and apply; compaction waits for such a
         moment (and for no transition in flight), then copies memory synchronously."""
         threshold = max(self.config.transaction_log_compact_records, 4 * len(self.txns))
-        if self._records_since_compaction < threshold:
+        if self._clog.records_since_compaction < threshold:
             return False
         if self._unapplied or self._initializing or any(m.pending is not None for m in self.txns.values()):
             return False
-        start = self.log.log_end_offset
         live = [(m.txn_id.encode(), encode_value(m)) for m in self.txns.values()]
         data = b"".join(records.build_batch(live[i:i + 500]) for i in range(0, len(live), 500))
-        try:
-            if data:
-                batches, _ = records.split_batches(data)
-                info = self.log.append(data, batches)
-                await self.flusher.sync(self.log, info.last_offset + 1)
-            dropped = self.log.delete_segments_before(start)
-        except StorageError as exc:   # nothing lost: the old records are still there
-            log.warning("transaction log compaction failed: %s", exc)
-            return False
-        self._records_since_compaction = len(live)
-        log.info("compacted %s: %d live id(s) rewritten at offset %d, %d old segment(s) dropped",
-                 TXN_TOPIC, len(live), start, dropped)
-        return True
+        return await self._clog.rewrite(data, len(live))
 
     def _warn_stuck(self, after_ms: int = 30_000) -> None:
         """A transition that has been completing for long means markers cannot be

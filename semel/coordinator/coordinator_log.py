@@ -1,0 +1,166 @@
+"""The coordinator log, shared by the transaction and group coordinators.
+
+Every transition of coordinator state takes the same path:
+
+  append the transition record now (synchronously, so log order is the order
+  requests were decided in)  ->  fsync it through the group-commit flusher
+  ->  apply it to memory (or fail it) strictly in log order.
+
+The coordinators replay their log at start through the same apply functions,
+so memory is the replay of the log. Compaction is a rewrite: append every live
+record as it stands and, once that is applied like any write, drop the
+segments entirely before it.
+
+What happens when a record reached the log but its fsync failed is the
+coordinator's choice (`unsynced`): the group coordinator answers with an error
+and leaves memory as it was; the transaction coordinator lets memory follow
+the log, since in-flight transitions hold its state objects.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from typing import Any, Callable, TypeVar
+
+from ..protocol import records as rb
+from ..protocol.errors import KafkaError
+from ..storage.errors import AppendError, StorageError
+
+log = logging.getLogger("semel.coordinator.log")
+
+T = TypeVar("T")
+
+_WAITING, _SYNCED, _FAILED = 0, 1, 2
+
+
+class InFlightWrite:
+    """A record appended to the log and not yet applied to memory."""
+    __slots__ = ("info", "apply", "fail", "unsynced", "future", "state", "error")
+
+    def __init__(self, info, apply, fail, unsynced, future, error):
+        self.info, self.apply, self.fail, self.future = info, apply, fail, future
+        self.unsynced = unsynced
+        self.state, self.error = _WAITING, error
+
+
+def done_future(value: T) -> "asyncio.Future[T]":
+    fut = asyncio.get_running_loop().create_future()
+    fut.set_result(value)
+    return fut
+
+
+def resolve_future(fut: asyncio.Future | None, value: Any) -> None:
+    if fut is not None and not fut.done():
+        fut.set_result(value)
+
+
+class CoordinatorLog:
+    """Append -> fsync -> apply in log order, on one coordinator partition.
+
+    `spawn` runs the background fsync waits (the coordinator owns its tasks, so
+    it can wait for or cancel them); `plog` is set once the coordinator opened
+    its partition."""
+
+    def __init__(self, topic: str, flusher, spawn: Callable[[Any], Any], *, sync_writes: bool = True):
+        self.topic = topic
+        self.flusher = flusher
+        self.sync_writes = sync_writes
+        self._spawn = spawn
+        self.plog = None
+        self.inflight: deque[InFlightWrite] = deque()
+        self.records_since_compaction = 0
+
+    def append(self, data: bytes):
+        """Append well-formed batches (built by the coordinator) now; returns the append info."""
+        batches, _ = rb.split_batches(data)
+        info = self.plog.append(data, batches)
+        self.records_since_compaction += sum(hdr.record_count for _, hdr in batches)
+        return info
+
+    def write(self, append: Callable[[], Any], apply: Callable[[Any], T],
+              fail: Callable[[KafkaError], T],
+              storage_error: KafkaError = KafkaError.COORDINATOR_NOT_AVAILABLE, *,
+              unsynced: Callable[[KafkaError], T] | None = None,
+              durable: bool = True) -> "asyncio.Future[T]":
+        """Append now; apply (or fail) once durable, in log order. Returns the future
+        of what `apply`/`fail`/`unsynced` return. `fail` answers a record that never
+        reached the log, `unsynced` (default `fail`) one whose fsync failed."""
+        fut = asyncio.get_running_loop().create_future()
+        try:
+            info = append()
+        except StorageError as exc:
+            log.error("append to %s failed: %s", self.topic, exc)
+            fut.set_result(fail(storage_error))
+            return fut
+        except AppendError as exc:   # producer fencing (ProducerStateError) and the like
+            fut.set_result(fail(exc.error))
+            return fut
+        except ValueError as exc:  # a name that cannot be encoded
+            log.warning("refused a write to %s: %s", self.topic, exc)
+            fut.set_result(fail(KafkaError.INVALID_REQUEST))
+            return fut
+        entry = InFlightWrite(info, apply, fail, unsynced or fail, fut, storage_error)
+        self.inflight.append(entry)
+        if not durable or self.flusher is None or not self.sync_writes:
+            entry.state = _SYNCED
+            self._drain()
+        else:
+            self._spawn(self._await_durable(entry))
+        return fut
+
+    async def _await_durable(self, entry: InFlightWrite) -> None:
+        try:
+            await self.flusher.sync(self.plog, entry.info.last_offset + 1)
+            entry.state = _SYNCED
+        except Exception as exc:
+            log.error("fsync of %s failed: %s", self.topic, exc)
+            entry.state = _FAILED
+        self._drain()
+
+    def _drain(self) -> None:
+        """Apply finished writes from the head of the queue: log order is apply order."""
+        while self.inflight and self.inflight[0].state != _WAITING:
+            entry = self.inflight.popleft()
+            try:
+                if entry.state == _SYNCED:
+                    result = entry.apply(entry.info)
+                else:
+                    result = entry.unsynced(entry.error)
+            except Exception as exc:  # a bug: report it to the waiter, keep draining
+                log.exception("applying a write to %s failed", self.topic)
+                if not entry.future.done():
+                    entry.future.set_exception(exc)
+                continue
+            resolve_future(entry.future, result)
+
+    def fail_all(self, error: KafkaError) -> None:
+        """Answer every write still waiting (the coordinator is stopping)."""
+        while self.inflight:
+            entry = self.inflight.popleft()
+            resolve_future(entry.future, entry.fail(error))
+
+    def rewrite(self, data: bytes, live_records: int,
+                apply: Callable[[Any], None] | None = None) -> "asyncio.Future[bool]":
+        """Compaction by rewrite: append `data` (every live record as it stands);
+        once it is applied in log order (`apply` moves memory to the new
+        positions), drop the segments entirely before it. Only call at a quiet
+        moment (no write in flight), so memory is exactly what the log says."""
+        start = self.plog.log_end_offset
+
+        def done(info) -> bool:
+            if apply is not None and info is not None:
+                apply(info)
+            try:
+                dropped = self.plog.delete_segments_before(start)
+            except StorageError as exc:   # nothing lost: the old segments simply stay
+                log.warning("compacting %s failed: %s", self.topic, exc)
+                return False
+            self.records_since_compaction = live_records
+            log.info("compacted %s: %d record(s) rewritten at offset %d, %d old segment(s) dropped",
+                     self.topic, live_records, start, dropped)
+            return True
+
+        if not data:
+            return done_future(done(None))
+        return self.write(lambda: self.append(data), done, lambda error: False)
