@@ -521,8 +521,16 @@ def test_abort_at_exhausted_epoch_keeps_the_producer_id_of_the_data(start_broker
             while lso(c, "out", 0) < leo(c, "out", 0):
                 assert time.monotonic() < deadline, "the timed-out transaction was never aborted"
                 time.sleep(0.05)
-            r = call(c, 22, 4, transactional_id="exhausted", transaction_timeout_ms=30_000,
-                     producer_id=old.pid, producer_epoch=32766)        # KIP-360 resume
+            # The LSO moves with the markers, a moment before the Complete record is
+            # applied: an InitProducerId in that gap is rightly CONCURRENT_TRANSACTIONS,
+            # which clients retry.
+            while True:
+                r = call(c, 22, 4, transactional_id="exhausted", transaction_timeout_ms=30_000,
+                         producer_id=old.pid, producer_epoch=32766)    # KIP-360 resume
+                if r.error_code != E.CONCURRENT_TRANSACTIONS:
+                    break
+                assert time.monotonic() < deadline, "the timed-out abort never completed"
+                time.sleep(0.05)
             assert r.error_code == E.NONE
             new.pid, new.epoch = r.producer_id, r.producer_epoch
         assert (new.pid != old.pid, new.epoch) == (True, 0)             # a fresh producer id from here on
