@@ -137,10 +137,11 @@ class Processor:
 
 
 def next_batch(work: Path) -> int:
-    """The next batch the Kafka query runs: one past its last committed one (a
-    replay of an undecided batch or the first new one, either way with input)."""
-    commits = work / "ck" / "kafka" / "commits"
-    done = [int(f.name) for f in commits.iterdir() if f.name.isdigit()] if commits.is_dir() else []
+    """The first batch the restarted Kafka query plans anew: one past the last in its
+    offset log. (The last one itself may be a replay of a batch decided before the
+    crash, which the sink only rolls forward, so a hook armed there would never fire.)"""
+    planned = work / "ck" / "kafka" / "offsets"
+    done = [int(f.name) for f in planned.iterdir() if f.name.isdigit()] if planned.is_dir() else []
     return max(done, default=-1) + 1
 
 
