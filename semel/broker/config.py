@@ -56,6 +56,10 @@ class BrokerConfig:
     # (or the connection closed for APIs without a per-partition error). Bounds the CPU one
     # request takes; far above what any client sends.
     max_partitions_per_request: int = 10_000
+    # Where the broker decompresses a batch (compacted topics read every key), its
+    # records may expand to at most this; more is MESSAGE_TOO_LARGE, refused before
+    # the memory is taken (a 1 MiB batch of zeros can expand to gigabytes).
+    max_decompressed_batch_bytes: int = 32 * 1024 * 1024
     # Event loop watchdog: log the holder past warn, log STALL_MARKER past stall.
     loop_lag_warn_ms: int = 200
     loop_stall_ms: int = 2_000

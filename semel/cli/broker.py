@@ -53,6 +53,9 @@ def add_parser(sub) -> None:
                    help="drop a connection whose request stopped arriving half-way after this (default 30000)")
     s.add_argument("--max-partitions-per-request", type=int, default=None,
                    help="close a connection whose request names more partitions (default 10000)")
+    s.add_argument("--max-decompressed-batch-bytes", type=int, default=None,
+                   help="refuse a batch whose records expand past this where the broker decompresses "
+                        "(compacted topics; default 33554432)")
     s.add_argument("--loop-lag-warn-ms", type=int, default=None,
                    help="log the request that held the event loop longer than this (default 200)")
     s.add_argument("--loop-stall-ms", type=int, default=None,
@@ -84,6 +87,7 @@ _OVERRIDES = {
     "connections_max_idle_ms": "connections_max_idle_ms",
     "request_timeout_ms": "request_timeout_ms",
     "max_partitions_per_request": "max_partitions_per_request",
+    "max_decompressed_batch_bytes": "max_decompressed_batch_bytes",
     "loop_lag_warn_ms": "loop_lag_warn_ms",
     "loop_stall_ms": "loop_stall_ms",
 }

@@ -2,7 +2,8 @@
 
 Kafka refuses a record without a key on a compacted topic (there is nothing to
 compact it by); the check reads every record's key, so compressed batches are
-decompressed with aiokafka's record codec.
+decompressed, bounded (semel.protocol.codecs: a batch that would expand past the
+limit is refused before the memory is taken).
 
 The cleaner keeps, below the cleanable end (the active segment's base or the LSO,
 whichever is lower: records of open transactions are never touched), only the
@@ -23,12 +24,14 @@ import struct
 from dataclasses import dataclass
 
 import crc32c
-from aiokafka.errors import CorruptRecordException, UnsupportedCodecError
-from aiokafka.record.default_records import DefaultRecordBatch
-
+from semel.protocol.codecs import DecodeError, uncompressed_batch
 from semel.protocol.errors import KafkaError
 from semel.protocol.records import (ATTR_COMPRESSION_MASK, CONTROL_ABORT, HEADER_SIZE, BatchHeader,
-                                    _write_bytes, control_type, iter_batches, write_varint)
+                                    _write_bytes, control_type, iter_batches, iter_records, write_varint)
+
+# Most bytes one batch's records may expand to where the broker decompresses them
+# (the broker's --max-decompressed-batch-bytes; the cleaner uses this default).
+MAX_DECOMPRESSED_BATCH_BYTES = 32 * 1024 * 1024
 
 _COUNT = struct.Struct(">i")
 
@@ -37,17 +40,21 @@ def is_compacted(cleanup_policy: str) -> bool:
     return "compact" in cleanup_policy.split(",")
 
 
-def check_keys(data, batches: list[tuple[int, BatchHeader]]) -> KafkaError:
-    """INVALID_RECORD if any data record has no key, CORRUPT_MESSAGE if a batch cannot
-    be decoded; control batches (written by the coordinator) are not checked."""
-    view = memoryview(data)
+def check_keys(data, batches: list[tuple[int, BatchHeader]],
+               limit: int = MAX_DECOMPRESSED_BATCH_BYTES) -> KafkaError:
+    """INVALID_RECORD if any data record has no key; CORRUPT_MESSAGE if a batch cannot
+    be decoded, MESSAGE_TOO_LARGE if its records expand past `limit`,
+    UNSUPPORTED_COMPRESSION_TYPE for a codec this install cannot read; control
+    batches (written by the coordinator) are not checked."""
     for pos, hdr in batches:
         if hdr.is_control:
             continue
         try:
-            if any(rec.key is None for rec in DefaultRecordBatch(bytes(view[pos:pos + hdr.size]))):
+            if any(rec.key is None for rec in _records(data, pos, hdr, limit)):
                 return KafkaError.INVALID_RECORD
-        except (CorruptRecordException, UnsupportedCodecError, ValueError):
+        except DecodeError as exc:
+            return exc.error
+        except ValueError:
             return KafkaError.CORRUPT_MESSAGE
     return KafkaError.NONE
 
@@ -102,8 +109,18 @@ def _aborted_batches(plog, batches) -> set[int]:
     return aborted
 
 
-def _records(data, pos: int, hdr: BatchHeader):
-    return DefaultRecordBatch(bytes(memoryview(data)[pos:pos + hdr.size]))
+def _records(data, pos: int, hdr: BatchHeader, limit: int = MAX_DECOMPRESSED_BATCH_BYTES):
+    return iter_records(uncompressed_batch(memoryview(data)[pos:pos + hdr.size], limit))
+
+
+def _readable(data, pos: int, hdr: BatchHeader):
+    """The batch's records, or None where they cannot be had (a batch stored before the
+    topic became compacted may be too large or in a codec this install lacks): the
+    cleaner then leaves that batch as it is."""
+    try:
+        return list(_records(data, pos, hdr))
+    except (DecodeError, ValueError):
+        return None
 
 
 def _latest_offsets(batches, aborted: set[int]) -> dict[bytes, int]:
@@ -112,7 +129,7 @@ def _latest_offsets(batches, aborted: set[int]) -> dict[bytes, int]:
         for pos, hdr in iter_batches(data):
             if hdr.is_control or hdr.base_offset in aborted:
                 continue
-            for rec in _records(data, pos, hdr):
+            for rec in _readable(data, pos, hdr) or ():
                 if rec.key is not None:
                     latest[bytes(rec.key)] = rec.offset
     return latest
@@ -127,7 +144,10 @@ def _rewrite(data, latest: dict[bytes, int], aborted: set[int]) -> tuple[bytes, 
         if hdr.is_control:
             out += raw
             continue
-        records = list(_records(data, pos, hdr))
+        records = _readable(data, pos, hdr)
+        if records is None:
+            out += raw
+            continue
         keep = [] if hdr.base_offset in aborted else [
             r for r in records if r.key is None or latest.get(bytes(r.key)) == r.offset]
         if len(keep) == len(records):

@@ -96,7 +96,7 @@ def _check_keys(ctx, topic, data, batches) -> KafkaError:
     info = ctx.broker.logs.topics().get(topic)
     if info is None or not compaction.is_compacted(info.cleanup_policy):
         return KafkaError.NONE
-    return compaction.check_keys(data, batches)
+    return compaction.check_keys(data, batches, ctx.broker.config.max_decompressed_batch_bytes)
 
 
 def _check_transactional(ctx, req, topic, partition, batches) -> KafkaError:
