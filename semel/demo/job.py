@@ -63,21 +63,8 @@ def start(spark, bootstrap: str, work: Path, postgres: str, max_per_trigger: int
 
 
 def session(master: str, work: Path):
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    from semel.spark import register
-    spark = (SparkSession.builder.master(master).appName("semel-demo")
-             .config("spark.local.dir", str(work / "spark-local"))
-             .config("spark.ui.enabled", "false")
-             .config("spark.sql.shuffle.partitions", "2")
-             .config("spark.driver.memory", "1g")
-             .config("spark.executor.memory", "1g")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
-    return spark
+    from semel.spark import local_session
+    return local_session(master, "semel-demo", work / "spark-local", **{"spark.executor.memory": "1g"})
 
 
 def main(argv=None) -> int:

@@ -9,5 +9,6 @@ Like the rest of the client side, this package talks to brokers only over the
 Kafka wire protocol, so it works against any Kafka-compatible broker.
 """
 from .datasource import SemelDataSource, register
+from .session import local_session
 
-__all__ = ["SemelDataSource", "register"]
+__all__ = ["SemelDataSource", "local_session", "register"]

@@ -92,14 +92,8 @@ def test_failed_task_attempt_is_retried_and_fenced(spark_broker, tmp_path):
 
 def _driver(bootstrap: str, src: str, dst: str, checkpoint: str, master: str, atomic: str) -> None:
     os.environ[sink.KILL_PGID_ENV] = str(os.getpgid(0))
-    from pyspark.sql import SparkSession
-
-    from semel.spark import register
-    spark = (SparkSession.builder.master(master).appName("semel-sink-crash")
-             .config("spark.local.dir", checkpoint + "-local").config("spark.ui.enabled", "false")
-             .config("spark.sql.shuffle.partitions", "2").config("spark.driver.memory", "1g").getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
+    from semel.spark import local_session
+    spark = local_session(master, "semel-sink-crash", checkpoint + "-local")
     df = (spark.readStream.format("semel").option("kafka.bootstrap.servers", bootstrap).option("subscribe", src)
           .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", str(PER_TRIGGER)).load())
     w = df.selectExpr("key", "concat('out-', cast(value as string)) as value").writeStream.format("semel")

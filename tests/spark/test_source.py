@@ -12,16 +12,16 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from semel.cli.process import free_port
 from semel.spark.source import KAFKA_SCHEMA, KAFKA_SCHEMA_WITH_HEADERS
-from tests.spark.conftest import module_broker
+from tests.spark.conftest import FAST_GROUPS
+from tests.support.brokers import module_broker
 from tests.support import wait
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     """This module's broker: retention checked often, for the data-loss test."""
-    b = module_broker(tmp_path_factory, "source-broker", "--retention-check-interval-ms", "200")
-    yield b
-    b.close()
+    with module_broker(tmp_path_factory, "source-broker", *FAST_GROUPS, "--retention-check-interval-ms", "200") as b:
+        yield b
 
 
 def create(bootstrap: str, topic: str, partitions: int = 1, config: dict | None = None) -> None:
