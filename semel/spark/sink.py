@@ -47,7 +47,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Iterator
 
-from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from semel.client.client import Client, ClientError
 from semel.client import txn as wire
@@ -66,6 +66,8 @@ TOPIC = "topic"
 
 # Kafka's offset.metadata.max.bytes default (semel's too): the decision must fit.
 MAX_DECISION_BYTES = 4096
+# Bytes of records per produce request: under Kafka's default message.max.bytes (1 MiB + 12).
+MAX_REQUEST_BYTES = 1000 * 1000
 DEFAULT_RESTART_WINDOW_MS = 15 * 60 * 1000  # Kafka's default transaction.max.timeout.ms
 # Test-only crash injection: "<step>@<batch>" kills process group KILL_PGID_ENV
 # (the driver and its JVM) and the calling worker at that step of that batch.
@@ -117,7 +119,7 @@ def parse_options(options) -> SinkOptions:
                        topic=opts.get(TOPIC) or None, checkpoint=_local_path(loc) if loc else None,
                        restart_window_ms=_int(opts, RESTART_WINDOW, DEFAULT_RESTART_WINDOW_MS),
                        request_timeout_ms=_int(opts, REQUEST_TIMEOUT, 30_000),
-                       batch_rows=_int(opts, BATCH_ROWS, 5000), atomic_mode=mode)
+                       batch_rows=_int(opts, BATCH_ROWS, 100_000), atomic_mode=mode)
 
 
 def _int(opts: dict, name: str, default: int) -> int:
@@ -162,6 +164,12 @@ def _bytes(v) -> bytes | None:
     if v is None:
         return None
     return v.encode() if isinstance(v, str) else bytes(v)
+
+
+def _header(h) -> tuple:
+    # a Row (key, value) from the row path, a {"key", "value"} dict from Arrow's to_pylist
+    k, v = (h["key"], h["value"]) if isinstance(h, dict) else (h[0], h[1])
+    return k, _bytes(v)
 
 
 # --- broker helpers -----------------------------------------------------------------
@@ -333,6 +341,7 @@ class _Partitioner:
         self.c = c
         self.sizes: dict[str, int] = {}
         self.next = start
+        self.hashes: dict[bytes, int] = {}  # murmur2 per key: keys repeat, the hash is pure Python
 
     def pick(self, topic: str, key: bytes | None, partition) -> int:
         n = self.sizes.get(topic)
@@ -346,8 +355,13 @@ class _Partitioner:
                 raise SinkError(f"semel sink: partition {partition} out of range for topic {topic} ({n})")
             return int(partition)
         if key is not None:
-            from kafka.partitioner.default import murmur2
-            return (murmur2(key) & 0x7FFFFFFF) % n
+            h = self.hashes.get(key)
+            if h is None:
+                if len(self.hashes) > 100_000:
+                    self.hashes.clear()
+                from kafka.partitioner.default import murmur2
+                h = self.hashes[key] = murmur2(key) & 0x7FFFFFFF
+            return h % n
         self.next += 1
         return self.next % n
 
@@ -356,6 +370,19 @@ def _decided(c: Client, o: SinkOptions, batch: int) -> bool:
     """Task side: whether `batch` is decided (an open parent counts as not yet)."""
     done = read_decision(c, o, decision_partitions(o, batch_offsets(o, batch)), fence_open=False)
     return done is not None and done["batch"] >= batch
+
+
+def arrow_rows(batches: Iterator, cols: dict[str, int]) -> Iterator[tuple]:
+    """Rows as tuples in schema order from Arrow record batches, converted a column at a
+    time (Spark's own Row path converts value by value and builds a Row per record)."""
+    import pyarrow as pa
+    for rb in batches:
+        columns = []
+        for i, col in enumerate(rb.columns):
+            if i in (cols.get("key"), cols.get("value")) and pa.types.is_string(col.type):
+                col = col.cast(pa.binary())  # bytes straight from Arrow, no str round trip
+            columns.append(col.to_pylist())
+        yield from zip(*columns)
 
 
 def write_branch(o: SinkOptions, cols: dict[str, int], rows: Iterator, batch: int, partition: int,
@@ -370,13 +397,7 @@ def write_branch(o: SinkOptions, cols: dict[str, int], rows: Iterator, batch: in
         st = _init(c, o, bid)
         producer = _BranchProducer(o, c, st)
         part = _Partitioner(c, partition)
-        for row in rows:
-            topic = row[cols["topic"]] if "topic" in cols and row[cols["topic"]] else o.topic
-            key = _bytes(row[cols["key"]]) if "key" in cols else None
-            value = _bytes(row[cols["value"]])
-            headers = [(h[0], _bytes(h[1])) for h in (row[cols["headers"]] or [])] if "headers" in cols else []
-            p = part.pick(topic, key, row[cols["partition"]] if "partition" in cols else None)
-            producer.add(topic, p, (key, value, headers))
+        _feed(producer, part, cols, rows, o.topic)
         producer.flush()
         _kill_if("write:produced", batch)
         if check and _decided(c, o, batch):
@@ -391,21 +412,38 @@ def write_branch(o: SinkOptions, cols: dict[str, int], rows: Iterator, batch: in
                              counts={f"{t}:{p}": n for (t, p), n in producer.counts.items()})
 
 
+def _feed(producer: "_BranchProducer", part: _Partitioner, cols: dict[str, int], rows: Iterator,
+          topic: str | None) -> None:
+    ki, vi, ti, pi, hi = (cols.get(c) for c in ("key", "value", "topic", "partition", "headers"))
+    for row in rows:
+        t = (row[ti] or topic) if ti is not None else topic
+        key = _bytes(row[ki]) if ki is not None else None
+        value = row[vi]
+        if value is not None and not isinstance(value, bytes):
+            value = _bytes(value)
+        headers = [_header(h) for h in (row[hi] or [])] if hi is not None else []
+        producer.add(t, part.pick(t, key, row[pi] if pi is not None else None), (key, value, headers))
+
+
 class _BranchProducer:
     """Buffers rows per partition and sends them as transactional batches."""
 
     def __init__(self, o: SinkOptions, c: Client, st: wire.TxnState):
         self.o, self.c, self.st = o, c, st
         self.buf: dict[TP, list] = {}
+        self.size: dict[TP, int] = {}  # buffered key + value bytes per partition
         self.added: set[TP] = set()
         self.counts: dict[TP, int] = {}
         self.total = 0
 
     def add(self, topic: str, partition: int, rec: tuple) -> None:
-        rows = self.buf.setdefault((topic, partition), [])
+        tp = (topic, partition)
+        rows = self.buf.setdefault(tp, [])
         rows.append(rec)
-        if len(rows) >= self.o.batch_rows:
-            self._send((topic, partition))
+        size = self.size[tp] = self.size.get(tp, 0) + len(rec[1] or b"") + len(rec[0] or b"") + 16
+        # few large produce requests: each is a round trip (and a log append) on the broker
+        if len(rows) >= self.o.batch_rows or size >= MAX_REQUEST_BYTES:
+            self._send(tp)
 
     def flush(self) -> None:
         for tp in list(self.buf):
@@ -413,6 +451,7 @@ class _BranchProducer:
 
     def _send(self, tp: TP) -> None:
         rows = self.buf.pop(tp, [])
+        self.size.pop(tp, None)
         if not rows:
             return
         if tp not in self.added:
@@ -544,7 +583,9 @@ def abort_batch(o: SinkOptions, messages, batch: int) -> None:
 
 # --- Spark writer classes --------------------------------------------------------------
 
-class SemelStreamWriter(DataSourceStreamWriter):
+class SemelStreamWriter(DataSourceStreamArrowWriter):
+    """Tasks get Arrow record batches (no Row per record); see arrow_rows."""
+
     def __init__(self, o: SinkOptions, cols: dict[str, int]):
         self.o, self.cols = o, cols
 
@@ -552,7 +593,7 @@ class SemelStreamWriter(DataSourceStreamWriter):
         batch, partition, attempt = _task_identity()
         if batch is None:
             raise SinkError("semel sink: the task has no streaming batch id (not a micro-batch query?)")
-        return write_branch(self.o, self.cols, iterator, batch, partition, attempt)
+        return write_branch(self.o, self.cols, arrow_rows(iterator, self.cols), batch, partition, attempt)
 
     def commit(self, messages, batchId: int) -> None:
         commit_batch(self.o, messages, batchId)
@@ -561,7 +602,7 @@ class SemelStreamWriter(DataSourceStreamWriter):
         abort_batch(self.o, messages, batchId)
 
 
-class SemelBatchWriter(DataSourceWriter):
+class SemelBatchWriter(DataSourceArrowWriter):
     """df.write.format("semel"): one branch per task, committed together by the driver
     (no checkpoint, no replay: a failed job aborts its branches)."""
 
@@ -570,7 +611,8 @@ class SemelBatchWriter(DataSourceWriter):
 
     def write(self, iterator):
         _, partition, attempt = _task_identity()
-        return write_branch(self.o, self.cols, iterator, self.job, partition, attempt, check=False)
+        return write_branch(self.o, self.cols, arrow_rows(iterator, self.cols), self.job, partition, attempt,
+                            check=False)
 
     def commit(self, messages) -> None:
         with _connect(self.o) as c:
