@@ -71,8 +71,10 @@ def build_txn_batch(rows: list, pid: int, epoch: int, seq: int) -> bytes:
                                   producer_epoch=epoch, base_sequence=seq, batch_size=(1 << 31) - 1)
     ts = int(time.time() * 1000)
     for i, rec in enumerate(rows):
-        headers = rec[2] if len(rec) > 2 else []
-        b.append(i, ts, rec[0], rec[1], [(k if isinstance(k, str) else k.decode(), v) for k, v in headers])
+        headers = rec[2] if len(rec) > 2 else None
+        if headers:
+            headers = [(k if isinstance(k, str) else k.decode(), v) for k, v in headers]
+        b.append(i, ts, rec[0], rec[1], headers or [])
     return bytes(b.build())
 
 

@@ -379,9 +379,13 @@ def arrow_rows(batches: Iterator, cols: dict[str, int]) -> Iterator[tuple]:
     for rb in batches:
         columns = []
         for i, col in enumerate(rb.columns):
-            if i in (cols.get("key"), cols.get("value")) and pa.types.is_string(col.type):
-                col = col.cast(pa.binary())  # bytes straight from Arrow, no str round trip
-            columns.append(col.to_pylist())
+            if i in (cols.get("key"), cols.get("value")):
+                if pa.types.is_string(col.type):
+                    col = col.cast(pa.binary())  # bytes straight from Arrow, no str round trip
+                # bytes objects via NumPy: about ten times faster than to_pylist's scalars
+                columns.append(col.to_numpy(zero_copy_only=False).tolist())
+            else:
+                columns.append(col.to_pylist())
         yield from zip(*columns)
 
 
