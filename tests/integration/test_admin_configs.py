@@ -127,40 +127,45 @@ def test_configs_survive_sigkill(mbroker):
     assert _overrides(admin, name) == {"retention.ms": "987654", "cleanup.policy": "compact"}
 
 
-@pytest.mark.parametrize("compression", ["none", "gzip", "snappy", "lz4", "zstd"])
-def test_compacted_topic_refuses_records_without_key(mbroker, compression):
-    admin = _admin(mbroker)
+def _compacted_topic(b) -> str:
+    admin = _admin(b)
     name = _topic(admin)
     _incremental(admin, name, ("cleanup.policy", "compact", AlterConfigOpType.SET)).result(30)
-    p = Producer({"bootstrap.servers": mbroker.bootstrap, "compression.type": compression,
-                  "linger.ms": 0, "retries": 0})
+    return name
+
+
+def _produce_each(b, name, conf, *records) -> list:
+    """Each (key, value) sent and flushed on its own: the delivery error codes, in order."""
+    p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0, "retries": 0, **conf})
     errors = []
-    p.produce(name, value=b"no key", partition=0, on_delivery=lambda err, msg: errors.append(err))
-    assert p.flush(30) == 0
-    p.produce(name, key=b"k", value=b"keyed", partition=0, on_delivery=lambda err, msg: errors.append(err))
-    assert p.flush(30) == 0
-    assert [e and e.code() for e in errors] == [CKError.INVALID_RECORD, None]
-    c = Consumer({"bootstrap.servers": mbroker.bootstrap, "group.id": "wm"})
-    assert c.get_watermark_offsets(TopicPartition(name, 0), 30) == (0, 1)  # only the keyed one
-    c.close()
+    for key, value in records:
+        p.produce(name, key=key, value=value, partition=0, on_delivery=lambda err, msg: errors.append(err))
+        assert p.flush(60) == 0
+    return [e and e.code() for e in errors]
+
+
+def _watermarks(b, name) -> tuple[int, int]:
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "wm"})
+    try:
+        return c.get_watermark_offsets(TopicPartition(name, 0), 30)
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip", "snappy", "lz4", "zstd"])
+def test_compacted_topic_refuses_records_without_key(mbroker, compression):
+    name = _compacted_topic(mbroker)
+    codes = _produce_each(mbroker, name, {"compression.type": compression}, (None, b"no key"), (b"k", b"keyed"))
+    assert codes == [CKError.INVALID_RECORD, None]
+    assert _watermarks(mbroker, name) == (0, 1)  # only the keyed one
 
 
 def test_compacted_topic_refuses_a_batch_that_expands_past_the_limit(mbroker):
     """The key check decompresses; 40 MiB of zeros (a few KiB gzipped) would expand past
     the broker's 32 MiB --max-decompressed-batch-bytes: MESSAGE_TOO_LARGE, nothing
     stored, and the broker goes on serving."""
-    admin = _admin(mbroker)
-    name = _topic(admin)
-    _incremental(admin, name, ("cleanup.policy", "compact", AlterConfigOpType.SET)).result(30)
-    p = Producer({"bootstrap.servers": mbroker.bootstrap, "compression.type": "gzip", "linger.ms": 0,
-                  "retries": 0, "message.max.bytes": 100_000_000})
-    errors = []
-    p.produce(name, key=b"bomb", value=bytes(40 << 20), partition=0,
-              on_delivery=lambda err, msg: errors.append(err))
-    assert p.flush(60) == 0
-    p.produce(name, key=b"k", value=b"small", partition=0, on_delivery=lambda err, msg: errors.append(err))
-    assert p.flush(30) == 0
-    assert [e and e.code() for e in errors] == [CKError.MSG_SIZE_TOO_LARGE, None]
-    c = Consumer({"bootstrap.servers": mbroker.bootstrap, "group.id": "wm"})
-    assert c.get_watermark_offsets(TopicPartition(name, 0), 30) == (0, 1)  # only the small one
-    c.close()
+    name = _compacted_topic(mbroker)
+    codes = _produce_each(mbroker, name, {"compression.type": "gzip", "message.max.bytes": 100_000_000},
+                          (b"bomb", bytes(40 << 20)), (b"k", b"small"))
+    assert codes == [CKError.MSG_SIZE_TOO_LARGE, None]
+    assert _watermarks(mbroker, name) == (0, 1)  # only the small one
