@@ -1,0 +1,9 @@
+"""The replicated cluster (issue 13).
+
+state.py      the view a broker has of the cluster: live brokers, per-partition
+              replicas / leader / leader epoch / ISR, producer-id blocks; the
+              contract between the control plane and the replication data plane.
+etcd.py       (control plane) the consensus service: etcd over its v3 JSON gateway.
+controller.py (control plane) the elected controller: assignments and leader election.
+replica.py    (data plane) followers fetching from leaders, ISR, high watermark.
+"""
