@@ -14,8 +14,11 @@ newest record of each key among committed data. What it keeps and why:
 - records of aborted transactions go; transaction markers all stay, so a
   read_committed reader's view never changes (Kafka removes markers later, once
   no record of their transaction is left: not done here);
-- tombstones (null values) stay (Kafka drops them after delete.retention.ms: not
-  done here);
+- a tombstone (null value) that is its key's newest record stays until its
+  batch's newest timestamp is older than delete.retention.ms, so a consumer that
+  reads the topic from the start within that time learns the key was deleted;
+  then it goes too (timestamps decide, as retention.ms does; Kafka's KIP-534
+  keeps a per-batch delete horizon instead);
 - a rewritten batch is stored uncompressed.
 """
 from __future__ import annotations
@@ -63,10 +66,28 @@ def check_keys(data, batches: list[tuple[int, BatchHeader]],
 class CleanResult:
     segments_rewritten: int = 0
     records_removed: int = 0
+    # When the oldest tombstone left behind may go (epoch ms), None if none waits:
+    # a pass is due then even if nothing new was written.
+    next_tombstone_expiry_ms: int | None = None
 
 
-def clean(plog) -> CleanResult:
-    """One cleaning pass over `plog` (a PartitionLog of a compacted topic)."""
+@dataclass(frozen=True)
+class _Tombstones:
+    """Which kept tombstones may go: those whose batch's newest timestamp is below
+    `horizon_ms` (now - delete.retention.ms); None keeps them all."""
+    horizon_ms: int | None
+    retention_ms: int
+
+    def expired(self, hdr: BatchHeader) -> bool:
+        return self.horizon_ms is not None and hdr.max_timestamp < self.horizon_ms
+
+    def expiry(self, hdr: BatchHeader) -> int:
+        return hdr.max_timestamp + self.retention_ms
+
+
+def clean(plog, now_ms: int | None = None, delete_retention_ms: int = 86_400_000) -> CleanResult:
+    """One cleaning pass over `plog` (a PartitionLog of a compacted topic). With
+    `now_ms`, tombstones older than `delete_retention_ms` are removed as well."""
     end = plog.cleanable_end()
     segments = plog.closed_segments_below(end)
     if not segments:
@@ -74,9 +95,10 @@ def clean(plog) -> CleanResult:
     batches = [(base, data) for base, data in ((b, plog.segment_bytes(b)) for b in segments)]
     aborted = _aborted_batches(plog, batches)
     latest = _latest_offsets(batches, aborted)
+    tombs = _Tombstones(None if now_ms is None else now_ms - delete_retention_ms, delete_retention_ms)
     result = CleanResult()
     for base, data in batches:
-        new, removed = _rewrite(data, latest, aborted)
+        new, removed = _rewrite(data, latest, aborted, tombs, result)
         if removed:
             plog.replace_segment(base, new)
             result.segments_rewritten += 1
@@ -135,8 +157,18 @@ def _latest_offsets(batches, aborted: set[int]) -> dict[bytes, int]:
     return latest
 
 
-def _rewrite(data, latest: dict[bytes, int], aborted: set[int]) -> tuple[bytes, int]:
-    """(segment bytes with superseded and aborted records removed, how many removed)."""
+def _keeps(rec, hdr: BatchHeader, latest: dict[bytes, int], tombs: _Tombstones) -> bool:
+    if rec.key is None:
+        return True
+    if latest.get(bytes(rec.key)) != rec.offset:
+        return False                      # superseded by a newer record of its key
+    return rec.value is not None or not tombs.expired(hdr)   # tombstones go once expired
+
+
+def _rewrite(data, latest: dict[bytes, int], aborted: set[int], tombs: _Tombstones,
+             result: CleanResult) -> tuple[bytes, int]:
+    """(segment bytes with superseded, aborted and expired-tombstone records removed,
+    how many removed); notes in `result` when the next kept tombstone expires."""
     out = bytearray()
     removed = 0
     for pos, hdr in iter_batches(data):
@@ -148,8 +180,11 @@ def _rewrite(data, latest: dict[bytes, int], aborted: set[int]) -> tuple[bytes, 
         if records is None:
             out += raw
             continue
-        keep = [] if hdr.base_offset in aborted else [
-            r for r in records if r.key is None or latest.get(bytes(r.key)) == r.offset]
+        keep = [] if hdr.base_offset in aborted else [r for r in records if _keeps(r, hdr, latest, tombs)]
+        if any(r.value is None and r.key is not None for r in keep):
+            due = tombs.expiry(hdr)
+            if result.next_tombstone_expiry_ms is None or due < result.next_tombstone_expiry_ms:
+                result.next_tombstone_expiry_ms = due
         if len(keep) == len(records):
             out += raw
             continue

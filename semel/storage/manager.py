@@ -35,6 +35,8 @@ log = logging.getLogger("semel.storage")
 
 CATALOGUE = "topics.catalogue"
 _HEADER = "semel-catalogue 1 "
+# Kafka's default delete.retention.ms: how long a compacted topic keeps a tombstone.
+DEFAULT_DELETE_RETENTION_MS = 86_400_000
 MAX_TOPIC_NAME = 249  # "<topic>-<partition>" must stay a legal file name
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 
@@ -173,7 +175,8 @@ class LogManager:
         self.fs = fs or FileSystem()
         self._topics: dict[str, TopicInfo] = {}
         self._logs: dict[tuple[str, int], PartitionLog] = {}
-        self._cleaned_upto: dict[Path, int] = {}   # log end offset at the last compaction pass
+        # (log end offset at the last compaction pass, when a tombstone it kept expires)
+        self._cleaned_upto: dict[Path, tuple[int, int | None]] = {}
         self.last_error_message = ""
         try:
             self.fs.makedirs(self.data_dir)
@@ -393,19 +396,22 @@ class LogManager:
             policy = info.cleanup_policy.split(",") if info is not None else []
             try:
                 if "compact" in policy and not info.internal:
-                    self._clean(plog)
+                    self._clean(plog, info, now_ms)
                 if "delete" in policy:
                     deleted += plog.enforce_retention(now_ms)
             except StorageError as exc:
                 log.warning("retention of %s failed: %s", plog.directory, exc)
         return deleted
 
-    def _clean(self, plog: PartitionLog) -> None:
-        """Compact when something was written since the last pass (a pass reads the log)."""
-        if self._cleaned_upto.get(plog.directory) == plog.log_end_offset:
+    def _clean(self, plog: PartitionLog, info: TopicInfo, now_ms: int) -> None:
+        """Compact when something was written since the last pass, or a tombstone the
+        last pass kept has outlived delete.retention.ms (a pass reads the log)."""
+        upto, tombstone_due = self._cleaned_upto.get(plog.directory, (None, None))
+        if upto == plog.log_end_offset and (tombstone_due is None or now_ms < tombstone_due):
             return
-        result = compaction.clean(plog)
-        self._cleaned_upto[plog.directory] = plog.log_end_offset
+        retention = int(info.config.get("delete.retention.ms", DEFAULT_DELETE_RETENTION_MS))
+        result = compaction.clean(plog, now_ms, retention)
+        self._cleaned_upto[plog.directory] = (plog.log_end_offset, result.next_tombstone_expiry_ms)
         if result.records_removed:
             log.info("compacted %s: %d records removed from %d segments", plog.directory,
                      result.records_removed, result.segments_rewritten)

@@ -4,6 +4,7 @@ stays at its offset, markers stay so read_committed views do not change, and
 the compacted log survives a SIGKILL."""
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -100,3 +101,32 @@ def test_compaction_keeps_latest_per_key_and_survives_sigkill(mbroker):
     reopened, hi_reopened = _read(mbroker, name, "read_committed")
     assert hi_reopened == hi and _latest(reopened) == _latest(before)
     assert set(reopened) <= set(before)
+
+
+def test_tombstones_go_after_delete_retention_ms(mbroker):
+    """A tombstone older than delete.retention.ms is removed with every trace of its key;
+    a younger one stays, and goes later on its own (no new write needed for the pass)."""
+    admin = AdminClient({"bootstrap.servers": mbroker.bootstrap})
+    name = "tomb-" + uuid.uuid4().hex[:8]
+    retention_ms = 15_000
+    admin.create_topics([NewTopic(name, 1, 1, config={
+        "segment.bytes": "1024", "cleanup.policy": "compact",
+        "delete.retention.ms": str(retention_ms)})])[name].result(30)
+    p = Producer({"bootstrap.servers": mbroker.bootstrap, "linger.ms": 0})
+    long_ago = int(time.time() * 1000) - 20 * 60_000
+    # one flush each: a batch's newest timestamp decides for all its tombstones
+    for key, value, ts in [(b"old", b"v", long_ago), (b"old", None, long_ago),
+                           (b"young", b"v", 0), (b"young", None, 0)]:
+        p.produce(name, key=key, value=value, partition=0, timestamp=ts)
+        assert p.flush(30) == 0
+    for i in range(60):   # close the segments holding the tombstones
+        p.produce(name, key=b"filler", value=b"%d" % i, partition=0)
+    assert p.flush(30) == 0
+
+    def keys():
+        rows, _ = _read(mbroker, name, "read_uncommitted")
+        return {k: v for _, k, v in rows if k != b"filler"}
+    assert wait.until(lambda: keys() == {b"young": None} or None,
+                      "the old tombstone and its key gone, the young tombstone kept")
+    assert wait.until(lambda: keys() == {} or None, "the young tombstone goes once it is old enough",
+                      timeout_s=retention_ms / 1000 + 30)
