@@ -3,6 +3,9 @@ extension (semel/coordinator/txn.py), against real semel/Tansu brokers and local
 Spark, read back by an independent confluent-kafka read_committed consumer."""
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from semel.client import Client
@@ -121,3 +124,137 @@ def test_tasks_that_wrote_nothing(spark, spark_broker, mode):
     (df.write.mode("append").format("semel").option("kafka.bootstrap.servers", bs).option("topic", topic)
      .option("semel.atomicBatches", mode).save())
     assert sorted(read_values(bs, topic, 1, want=2)) == ["v", "x"]
+
+
+# --- a live read_committed reader against a streaming query in mode (a) ---------------------
+
+def partial_batches(observed, expected: dict[int, set], partitions: int) -> list[str]:
+    """What a reader's history shows of batches seen in part; [] when none.
+
+    observed: (partition, batch, row) in the order the reader received them. The
+    reader has "read past" batch B in partition q once it has read a row of a later
+    batch there (batches are written one after another, so in every partition a
+    later batch's rows lie behind B's). Once it has read past B in every partition it
+    must hold exactly B's expected rows (expected: batch -> row ids, from the input).
+    A row of B arriving after a later batch's row in the same partition is a part of
+    B made visible late. Duplicates are reported too."""
+    problems: list[str] = []
+    last = [-1] * partitions        # newest batch read per partition
+    seen: dict[int, set] = {}
+    checked = -1                    # batches up to this one were complete when read past
+    for q, b, row in observed:
+        if b < last[q]:
+            problems.append(f"row {row} of batch {b} in partition {q} after batch {last[q]}")
+        last[q] = max(last[q], b)
+        if row in seen.setdefault(b, set()):
+            problems.append(f"row {row} of batch {b} read twice")
+        seen[b].add(row)
+        while checked + 1 < min(last):  # read past batch checked+1 in every partition
+            checked += 1
+            missing = expected.get(checked, set()) - seen.get(checked, set())
+            if missing:
+                problems.append(f"batch {checked} read past in every partition without {len(missing)} of its "
+                                f"rows, e.g. {sorted(missing)[:3]}")
+    return problems
+
+
+def test_partial_batches_finds_what_per_partition_atomicity_shows():
+    """The checker used below can fail. Were a batch decided partition by partition
+    (or task by task, as mode b commits its branches one EndTxn at a time), a part
+    could be lost while the rest commits: the driver dies between two parts' commits
+    and the open part is aborted by its timeout. The next batch then commits in every
+    partition, the reader reads past the first one everywhere, and lacks that part.
+    Or the part is committed late, after the reader already saw the next batch there."""
+    expected = {0: {"a", "b", "c"}, 1: {"d", "e"}}
+    lost = [(0, 0, "a"), (0, 0, "b"), (0, 1, "d"), (1, 1, "e")]          # batch 0's part in p1 ("c") aborted
+    assert partial_batches(lost, expected, 2) == \
+        ["batch 0 read past in every partition without 1 of its rows, e.g. ['c']"]
+    late = [(0, 0, "a"), (0, 0, "b"), (1, 1, "e"), (0, 1, "d"), (1, 0, "c")]  # "c" decided after batch 1
+    assert partial_batches(late, expected, 2) == [
+        "batch 0 read past in every partition without 1 of its rows, e.g. ['c']",
+        "row c of batch 0 in partition 1 after batch 1"]
+    whole = [(1, 0, "c"), (0, 0, "a"), (0, 0, "b"), (0, 1, "d"), (1, 1, "e")]
+    assert partial_batches(whole, expected, 2) == []
+    assert partial_batches(whole + [(1, 1, "e")], expected, 2) == ["row e of batch 1 read twice"]
+
+
+class LiveReader(threading.Thread):
+    """An unmodified confluent-kafka read_committed consumer polling a topic from offset
+    0 until stopped: the history of (partition, value, monotonic time) it received."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int):
+        super().__init__(daemon=True)
+        from confluent_kafka import Consumer, TopicPartition
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "live-reader",
+                                  "isolation.level": "read_committed", "enable.auto.commit": False,
+                                  "fetch.wait.max.ms": 10})
+        self.consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        self.history: list[tuple[int, str, float]] = []
+        self.done = threading.Event()
+        self.want = None
+
+    def run(self) -> None:
+        try:
+            while not (self.done.is_set() and len(self.history) >= self.want):
+                m = self.consumer.poll(0.05)
+                if m is not None and not m.error():
+                    self.history.append((m.partition(), m.value().decode(), time.monotonic()))
+        finally:
+            self.consumer.close()
+
+    def finish(self, want: int, timeout_s: float = 60) -> None:
+        self.want = want
+        self.done.set()
+        self.join(timeout_s)
+
+
+def test_live_reader_never_sees_part_of_a_batch(spark, spark_broker, tmp_path):
+    """A streaming query in mode (a): 3 tasks per micro-batch, each writing to all 3
+    output partitions (rows are spread by key), 10 micro-batches; a read_committed
+    reader polls all the while. Each output row names its input (partition:offset),
+    and Spark's offset log says which batch read that input, so every row the reader
+    got is tagged with its batch. The reader never holds part of a batch once it has
+    read past it everywhere, never gets a row late or twice, and ends with every row."""
+    bs = spark_broker.bootstrap
+    create(bs, "ar-in", 3)
+    create(bs, "ar-out", 3)
+    per_partition = 400
+    for p in range(3):
+        produce(bs, "ar-in", [str(i) for i in range(per_partition)], partition=p)
+    ck = tmp_path / "ck"
+    reader = LiveReader(bs, "ar-out", 3)
+    reader.start()
+    q = (spark.readStream.format("semel").option("kafka.bootstrap.servers", bs).option("subscribe", "ar-in")
+         .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "120").load()
+         .selectExpr("concat(partition, ':', offset) as key", "concat(partition, ':', offset) as value")
+         .writeStream.format("semel").option("kafka.bootstrap.servers", bs).option("topic", "ar-out")
+         .option("semel.atomicBatches", "true").option("checkpointLocation", str(ck))
+         .trigger(availableNow=True).start())
+    q.awaitTermination(300)
+    ended = time.monotonic()
+    assert q.exception() is None
+    total = 3 * per_partition
+    reader.finish(total)
+    assert len(reader.history) == total, "the reader did not get every row"
+    # the reader was reading while the query wrote, not only afterwards
+    assert sum(t < ended for _, _, t in reader.history) > total // 2
+
+    o = sink.parse_options({"kafka.bootstrap.servers": bs, "checkpointLocation": str(ck)})
+    ends = {}
+    batch = 0
+    while offsets := sink.batch_offsets(o, batch):
+        ends[batch] = offsets
+        batch += 1
+    assert len(ends) >= 10
+
+    def batch_of(row: str) -> int:
+        p, off = map(int, row.split(":"))
+        return min(b for b, e in ends.items() if e[("ar-in", p)] > off)
+    expected: dict[int, set] = {}
+    for p in range(3):
+        for off in range(per_partition):
+            expected.setdefault(batch_of(f"{p}:{off}"), set()).add(f"{p}:{off}")
+    observed = [(q_, batch_of(v), v) for q_, v, _ in reader.history]
+    assert partial_batches(observed, expected, 3) == []
+    # every batch wrote to every output partition, so each one but the last was checked when read past
+    assert all(len({q_ for q_, b, _ in observed if b == n}) == 3 for n in expected)
