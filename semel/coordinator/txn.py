@@ -116,6 +116,9 @@ class TransactionCoordinator:
     @classmethod
     def from_broker(cls, broker) -> "TransactionCoordinator":
         pids = ProducerIdManager(broker.config.data_dir / "producer_ids")
+        if getattr(broker, "cluster", None) is not None:   # ids from the cluster-wide counter
+            from ..cluster.producer_ids import ClusterProducerIds
+            pids = ClusterProducerIds(pids, broker.cluster)
         return cls(broker.logs, broker.flusher, broker.groups, broker.config, pids, broker.notifier.notify,
                    broker.metrics)
 
@@ -256,8 +259,11 @@ class TransactionCoordinator:
     async def init_producer_id(self, txn_id: str | None, timeout_ms: int, producer_id: int,
                                producer_epoch: int, version: int) -> tuple[KafkaError, int, int]:
         try:
+            reserve = getattr(self.pids, "reserve", None)   # cluster ids: fetched before deciding
+            if reserve is not None:
+                await reserve()
             return await self._init_producer_id(txn_id, timeout_ms, producer_id, producer_epoch, version)
-        except StorageError as exc:   # the producer-id block could not be reserved on disk
+        except (StorageError, ConnectionError) as exc:   # the producer-id block could not be reserved on disk
             log.error("InitProducerId for %r failed: %s", txn_id, exc)
             return KafkaError.COORDINATOR_NOT_AVAILABLE, -1, -1
 

@@ -1,0 +1,136 @@
+"""The cluster controller: replica assignment and leader election.
+
+The decisions are pure functions of (partition state, live brokers) so they can be
+checked exhaustively; `Controller` is the thin shell that runs them on the broker
+holding the controller seat and writes each result by compare-and-set on the
+partition's version. Because every write compares the version it was decided on,
+two controllers acting at once (the old one not yet aware its lease ended, the new
+one just elected) cannot both change a partition from the same state: one CAS wins,
+the other re-reads. Leader epochs therefore only grow and each epoch has one leader.
+
+Election rules (Kafka's, clean election only):
+- a partition whose leader is live keeps it; dead brokers leave its ISR;
+- a partition whose leader is dead (or that has none) gets the first replica, in
+  assignment order, that is live and in the ISR, with leader_epoch + 1;
+- with no live ISR member it becomes leaderless (leader -1, epoch + 1) and keeps
+  its last ISR, so the first of those brokers to return leads again: no unclean
+  election, no data loss of acknowledged writes;
+- a broker coming back does not take leadership back (no needless moves).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from dataclasses import replace
+from typing import Iterable, Sequence
+
+from .etcd import EtcdError
+from .state import NO_LEADER, PartitionState
+
+log = logging.getLogger("semel.cluster.controller")
+
+
+def assign_replicas(brokers: Sequence[int], partitions: int, replication_factor: int,
+                    start: int | None = None, shift: int | None = None) -> list[tuple[int, ...]]:
+    """Kafka's rack-unaware spread: partition p's first replica is broker (start + p) % n,
+    its followers follow at a distance that grows by one every n partitions, so both
+    leaders and followers spread evenly. ValueError when rf exceeds the live brokers."""
+    ids = sorted(brokers)
+    n = len(ids)
+    if replication_factor < 1 or replication_factor > n:
+        raise ValueError(f"replication factor {replication_factor} needs that many live brokers (have {n})")
+    start = random.randrange(n) if start is None else start % n
+    shift = random.randrange(n) if shift is None else shift
+    out = []
+    for p in range(partitions):
+        if p > 0 and p % n == 0:
+            shift += 1
+        first = (start + p) % n
+        replicas = [ids[first]]
+        for j in range(replication_factor - 1):
+            replicas.append(ids[(first + 1 + (shift + j) % (n - 1)) % n])
+        out.append(tuple(replicas))
+    return out
+
+
+def decide(st: PartitionState, live: Iterable[int]) -> PartitionState | None:
+    """The state the controller wants for this partition given the live brokers,
+    or None when it is already right. Never touches version (the CAS does)."""
+    live = set(live)
+    isr_live = tuple(r for r in st.isr if r in live)
+    if st.leader != NO_LEADER and st.leader in live:
+        if isr_live != st.isr and isr_live:
+            return replace(st, isr=isr_live)
+        return None
+    candidates = [r for r in st.replicas if r in isr_live]
+    if candidates:
+        return replace(st, leader=candidates[0], leader_epoch=st.leader_epoch + 1, isr=isr_live)
+    if st.leader != NO_LEADER:
+        # Offline: keep the last ISR so one of them (and only they) may lead again.
+        return replace(st, leader=NO_LEADER, leader_epoch=st.leader_epoch + 1)
+    return None
+
+
+class Controller:
+    """Runs on every broker; acts only while this broker holds the controller seat.
+
+    `view` is an EtcdClusterView (partitions(), brokers(), write_partition(),
+    try_become_controller(), add_change_listener()).
+    """
+
+    def __init__(self, view, poll_s: float = 1.0):
+        self.view = view
+        self.poll_s = poll_s
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        view.add_change_listener(self._wake.set)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="cluster-controller")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    @property
+    def active(self) -> bool:
+        return self.view.controller_id() == self.view.node_id
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.step()
+            except EtcdError as exc:
+                log.warning("controller step failed: %s", exc)
+            except Exception:   # a bug here must not stop elections for good
+                log.exception("controller step failed")
+            try:
+                await asyncio.wait_for(self._wake.wait(), self.poll_s)
+            except asyncio.TimeoutError:
+                pass
+            self._wake.clear()
+
+    async def step(self) -> None:
+        if self.view.controller_id() is None and await self.view.try_become_controller():
+            log.info("broker %d is the controller", self.view.node_id)
+        if self.active:
+            await self.reconcile()
+
+    async def reconcile(self) -> int:
+        """Apply decide() to every partition; the number of partitions changed."""
+        live = set(self.view.brokers())
+        changed = 0
+        for st in self.view.partitions():
+            want = decide(st, live)
+            if want is None:
+                continue
+            stored = await self.view.write_partition(st, want)
+            if stored is None:   # changed under us (a leader's ISR change, another controller)
+                continue         # the watch brings the new state and wakes us again
+            changed += 1
+            if stored.leader != st.leader:
+                log.info("%s-%d: leader %d -> %d, epoch %d, isr %s", st.topic, st.partition,
+                         st.leader, stored.leader, stored.leader_epoch, list(stored.isr))
+        return changed

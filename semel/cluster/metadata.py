@@ -1,0 +1,315 @@
+"""The cluster's metadata in etcd, and `EtcdClusterView`, a broker's live view of it.
+
+Keys, all under /semel/<cluster-id>/ (values are JSON):
+
+  brokers/<node-id>            {"node_id", "host", "port", "rack"}   bound to the broker's lease
+  controller                   {"node_id"}                           bound to the controller's lease
+  topics/<name>                {"partitions", "replication_factor", "configs", "topic_id"}
+  partitions/<topic>/<index>   {"replicas", "leader", "leader_epoch", "isr"}
+  producer_ids                 {"next"}                              the next unallocated producer id
+
+A partition's `version` (PartitionState.version) is the etcd mod_revision of its key,
+and every change of a partition is a transaction comparing it: whoever read an older
+state loses and must re-read. A lease-bound key disappears when its owner stops
+refreshing the lease (killed, paused, cut off), which is how the controller learns a
+broker is gone and how a dead controller's seat falls vacant.
+
+The view holds a cache filled by one range read and kept current by a watch from
+the revision after it; listeners run on the event loop in revision order.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..protocol.errors import KafkaError
+from .etcd import KV, Etcd, EtcdError, mod_equals, put_op
+from .state import BrokerInfo, PartitionListener, PartitionState
+
+log = logging.getLogger("semel.cluster.metadata")
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    name: str
+    partitions: int
+    replication_factor: int
+    configs: dict = field(default_factory=dict)
+    topic_id: str = ""
+
+
+class Keys:
+    """The key schema of one cluster id."""
+
+    def __init__(self, cluster_id: str):
+        self.root = f"/semel/{cluster_id}/"
+        self.brokers = self.root + "brokers/"
+        self.controller = self.root + "controller"
+        self.topics = self.root + "topics/"
+        self.partitions = self.root + "partitions/"
+        self.producer_ids = self.root + "producer_ids"
+
+    def broker(self, node_id: int) -> str:
+        return f"{self.brokers}{node_id}"
+
+    def topic(self, name: str) -> str:
+        return self.topics + name
+
+    def partition(self, topic: str, index: int) -> str:
+        return f"{self.partitions}{topic}/{index}"
+
+
+def encode_partition(st: PartitionState) -> bytes:
+    return json.dumps({"replicas": list(st.replicas), "leader": st.leader,
+                       "leader_epoch": st.leader_epoch, "isr": list(st.isr)}).encode()
+
+
+def decode_partition(topic: str, index: int, kv: KV) -> PartitionState:
+    d = json.loads(kv.value)
+    return PartitionState(topic, index, tuple(d["replicas"]), d["leader"], d["leader_epoch"],
+                          tuple(d["isr"]), kv.mod_revision)
+
+
+ChangeListener = Callable[[], None]
+
+
+class EtcdClusterView:
+    """ClusterView over etcd for broker `node_id` (see semel.cluster.state).
+
+    start() registers the broker under a lease (refreshed every ttl/3) and starts the
+    watch; the broker is live for the others from then until stop() or until it stops
+    refreshing. Beyond the contract: topics(), create_topic(), write_partition() and
+    try_become_controller() for the controller and the admin handlers, and
+    add_change_listener() for anything else that changed (brokers, controller, topics).
+    """
+
+    def __init__(self, etcd: Etcd, cluster_id: str, node_id: int, info: BrokerInfo, lease_ttl_s: int = 6):
+        self.etcd = etcd
+        self.keys = Keys(cluster_id)
+        self.node_id = node_id
+        self.info = info
+        self.lease_ttl_s = max(2, int(lease_ttl_s))
+        self.lease = 0
+        self._brokers: dict[int, BrokerInfo] = {}
+        self._topics: dict[str, TopicInfo] = {}
+        self._parts: dict[tuple[str, int], PartitionState] = {}
+        self._controller: int | None = None
+        self._listeners: list[PartitionListener] = []
+        self._change_listeners: list[ChangeListener] = []
+        self._tasks: list[asyncio.Task] = []
+        self._pid_lock = asyncio.Lock()
+
+    # --- lifecycle -------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self._register()
+        revision = await self._load()
+        self._tasks = [asyncio.create_task(self._watch(revision), name="cluster-watch"),
+                       asyncio.create_task(self._keepalive(), name="cluster-lease")]
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.lease:
+            try:   # our keys (broker, controller) go at once instead of after the TTL
+                await self.etcd.lease_revoke(self.lease)
+            except EtcdError as exc:
+                log.warning("could not revoke lease: %s", exc)
+        await self.etcd.close()
+
+    async def _register(self) -> None:
+        self.lease = await self.etcd.lease_grant(self.lease_ttl_s)
+        body = json.dumps({"node_id": self.node_id, "host": self.info.host, "port": self.info.port,
+                           "rack": self.info.rack}).encode()
+        await self.etcd.put(self.keys.broker(self.node_id), body, lease=self.lease)
+
+    async def _keepalive(self) -> None:
+        while True:
+            await asyncio.sleep(self.lease_ttl_s / 3)
+            try:
+                if await self.etcd.lease_keepalive(self.lease) <= 0:
+                    # Expired while we were stopped or cut off: the cluster saw this broker
+                    # die; come back as a new session (the controller treats it as a return).
+                    log.warning("broker %d lease expired; registering again", self.node_id)
+                    await self._register()
+            except EtcdError as exc:
+                log.warning("lease keepalive failed: %s", exc)
+
+    async def _load(self) -> int:
+        kvs, revision = await self.etcd.get_prefix(self.keys.root)
+        for kv in kvs:
+            self._apply(kv, deleted=False, notify=False)
+        return revision
+
+    async def _watch(self, revision: int) -> None:
+        while True:
+            try:
+                async for events in self.etcd.watch_prefix(self.keys.root, revision + 1):
+                    for ev in events:
+                        self._apply(ev.kv, ev.kind == "DELETE", notify=True)
+                        revision = max(revision, ev.kv.mod_revision)
+                    self._changed()
+            except (EtcdError, OSError, asyncio.TimeoutError, ValueError) as exc:
+                log.warning("cluster watch interrupted (%s); re-reading", exc)
+            except Exception as exc:   # aiohttp's payload errors and the like: same remedy
+                log.warning("cluster watch failed (%r); re-reading", exc)
+            await asyncio.sleep(0.2)
+            try:
+                revision = await self._reload()
+            except EtcdError as exc:
+                log.warning("cluster re-read failed: %s", exc)
+
+    async def _reload(self) -> int:
+        """A fresh snapshot after the watch broke (events may have been missed)."""
+        kvs, revision = await self.etcd.get_prefix(self.keys.root)
+        self._brokers.clear()
+        self._topics.clear()
+        self._controller = None
+        seen = set()
+        for kv in kvs:
+            self._apply(kv, deleted=False, notify=True)
+            if kv.key.startswith(self.keys.partitions):
+                seen.add(kv.key)
+        for (topic, index) in list(self._parts):
+            if self.keys.partition(topic, index) not in seen:
+                del self._parts[(topic, index)]
+        self._changed()
+        return revision
+
+    def _apply(self, kv: KV, deleted: bool, notify: bool) -> None:
+        k = self.keys
+        if kv.key.startswith(k.brokers):
+            node = int(kv.key[len(k.brokers):])
+            if deleted:
+                self._brokers.pop(node, None)
+            else:
+                d = json.loads(kv.value)
+                self._brokers[node] = BrokerInfo(node, d["host"], d["port"], d.get("rack"))
+        elif kv.key == k.controller:
+            self._controller = None if deleted else json.loads(kv.value)["node_id"]
+        elif kv.key.startswith(k.topics):
+            name = kv.key[len(k.topics):]
+            if deleted:
+                self._topics.pop(name, None)
+            else:
+                d = json.loads(kv.value)
+                self._topics[name] = TopicInfo(name, d["partitions"], d["replication_factor"],
+                                               d.get("configs") or {}, d.get("topic_id", ""))
+        elif kv.key.startswith(k.partitions):
+            topic, _, index = kv.key[len(k.partitions):].rpartition("/")
+            if deleted:
+                self._parts.pop((topic, int(index)), None)
+            else:
+                self._cache(decode_partition(topic, int(index), kv), notify)
+
+    def _cache(self, st: PartitionState, notify: bool) -> None:
+        """Keep the newest version only: our own CAS result and the watch both arrive."""
+        cur = self._parts.get((st.topic, st.partition))
+        if cur is not None and cur.version >= st.version:
+            return
+        self._parts[(st.topic, st.partition)] = st
+        if notify:
+            for fn in list(self._listeners):
+                fn(st)
+
+    def _changed(self) -> None:
+        for fn in list(self._change_listeners):
+            fn()
+
+    # --- ClusterView ------------------------------------------------------------
+
+    def brokers(self) -> dict[int, BrokerInfo]:
+        return dict(self._brokers)
+
+    def partition(self, topic: str, partition: int) -> PartitionState | None:
+        return self._parts.get((topic, partition))
+
+    def partitions(self) -> list[PartitionState]:
+        return list(self._parts.values())
+
+    def controller_id(self) -> int | None:
+        return self._controller
+
+    async def alter_isr(self, state: PartitionState, isr: tuple[int, ...]) -> PartitionState | None:
+        if state.leader != self.node_id or not isr or not set(isr) <= set(state.replicas):
+            return None
+        new = PartitionState(state.topic, state.partition, state.replicas, state.leader,
+                             state.leader_epoch, tuple(isr), state.version)
+        return await self.write_partition(state, new)
+
+    async def allocate_producer_ids(self, block_size: int) -> int:
+        """Advance the cluster-wide counter by CAS; retried until this broker wins."""
+        async with self._pid_lock:
+            while True:
+                kv = await self.etcd.get(self.keys.producer_ids)
+                first = json.loads(kv.value)["next"] if kv else 0
+                body = json.dumps({"next": first + block_size}).encode()
+                if await self.etcd.cas(self.keys.producer_ids, body, kv.mod_revision if kv else 0) is not None:
+                    return first
+
+    def add_listener(self, fn: PartitionListener) -> None:
+        self._listeners.append(fn)
+
+    # --- beyond the contract -------------------------------------------------------
+
+    def add_change_listener(self, fn: ChangeListener) -> None:
+        self._change_listeners.append(fn)
+
+    def topics(self) -> dict[str, TopicInfo]:
+        return dict(self._topics)
+
+    def topic_partitions(self, name: str) -> list[PartitionState]:
+        info = self._topics.get(name)
+        if info is None:
+            return []
+        return [p for p in (self._parts.get((name, i)) for i in range(info.partitions)) if p is not None]
+
+    async def write_partition(self, old: PartitionState, new: PartitionState) -> PartitionState | None:
+        """CAS `new` over `old` (compared by version); the stored state or None when it lost."""
+        rev = await self.etcd.cas(self.keys.partition(old.topic, old.partition), encode_partition(new), old.version)
+        if rev is None:
+            return None
+        stored = PartitionState(new.topic, new.partition, new.replicas, new.leader, new.leader_epoch,
+                                new.isr, rev)
+        self._cache(stored, notify=True)
+        return stored
+
+    async def create_topic(self, name: str, assignment: list[tuple[int, ...]], configs: dict) -> KafkaError:
+        """Topic and all its partitions in one transaction, only if the name is free.
+        Each partition starts led by its first replica, epoch 0, ISR = replicas."""
+        info = {"partitions": len(assignment), "replication_factor": len(assignment[0]),
+                "configs": configs, "topic_id": str(uuid.uuid4())}
+        puts = [put_op(self.keys.topic(name), json.dumps(info).encode())]
+        for i, replicas in enumerate(assignment):
+            st = PartitionState(name, i, tuple(replicas), replicas[0], 0, tuple(replicas))
+            puts.append(put_op(self.keys.partition(name, i), encode_partition(st)))
+        ok, _ = await self.etcd.txn([mod_equals(self.keys.topic(name), 0)], puts)
+        if not ok:
+            return KafkaError.TOPIC_ALREADY_EXISTS
+        # Seen by this broker before the answer goes out, whatever the watch's pace.
+        await self._reload_topic(name)
+        return KafkaError.NONE
+
+    async def _reload_topic(self, name: str) -> None:
+        kv = await self.etcd.get(self.keys.topic(name))
+        if kv is not None:
+            self._apply(kv, deleted=False, notify=True)
+        kvs, _ = await self.etcd.get_prefix(self.keys.partitions + name + "/")
+        for kv in kvs:
+            self._apply(kv, deleted=False, notify=True)
+        self._changed()
+
+    async def try_become_controller(self) -> bool:
+        """Take the controller seat if vacant, bound to this broker's lease."""
+        body = json.dumps({"node_id": self.node_id}).encode()
+        ok, _ = await self.etcd.txn([mod_equals(self.keys.controller, 0)],
+                                    [put_op(self.keys.controller, body, self.lease)])
+        if ok:
+            self._controller = self.node_id
+        return ok
+
