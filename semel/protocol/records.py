@@ -37,6 +37,7 @@ NO_SEQUENCE = -1
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _OFFSET = struct.Struct(">q")
 _LENGTH_AT_8 = struct.Struct(">i")
+_EPOCH_AT_12 = struct.Struct(">i")
 
 
 @dataclass(slots=True)
@@ -106,6 +107,11 @@ def crc_ok(buf, pos: int, size: int) -> bool:
 
 def set_base_offset(buf: bytearray, pos: int, base_offset: int) -> None:
     _OFFSET.pack_into(buf, pos, base_offset)
+
+
+def set_leader_epoch(buf: bytearray, pos: int, epoch: int) -> None:
+    """partitionLeaderEpoch of the batch at pos (outside the CRC, like baseOffset)."""
+    _EPOCH_AT_12.pack_into(buf, pos + 12, epoch)
 
 
 def split_batches(data: bytes | bytearray | memoryview) -> tuple[list[tuple[int, BatchHeader]], KafkaError]:

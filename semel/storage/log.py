@@ -35,12 +35,13 @@ from pathlib import Path
 from semel.protocol.errors import KafkaError
 from semel.protocol.records import (
     CONTROL_ABORT, CONTROL_COMMIT, BatchHeader, build_control_batch, iter_batches, iter_records, set_base_offset,
-    split_batches, verified_prefix,
+    set_leader_epoch, split_batches, verified_prefix,
 )
 
 from . import checkpoint as cpfile
 from .errors import AppendError, CorruptLogError, OffsetOutOfRange, ProducerStateError, StorageError
 from .fs import FileSystem
+from .leader_epoch import LeaderEpochCache
 from .producer_state import ProducerStateManager, load_latest_snapshot, prune_snapshots, write_snapshot
 from .segment import (
     INDEX_SUFFIX, INDEX_SUFFIXES, LOG_SUFFIX, MAX_RELATIVE_OFFSET, TIMEINDEX_SUFFIX, Segment, parse_segment_file,
@@ -131,6 +132,11 @@ class PartitionLog:
         self._bytes_since_checkpoint = 0
         self._last_checkpoint = time.monotonic()
         self.last_checkpoint_error: OSError | None = None
+        # Replication (issue 13); both stay None on a single-node broker, where batches
+        # keep the leader epoch their producer wrote and the high watermark is the log end.
+        self.epochs: LeaderEpochCache | None = None   # loaded by open()
+        self.leader_epoch: int | None = None   # set while this broker leads the partition
+        self.replicated_hw: int | None = None  # set by the replica manager
 
     # ================================================================ opening & recovery
     @classmethod
@@ -141,6 +147,8 @@ class PartitionLog:
         started = time.perf_counter()
         try:
             plog._load()
+            plog.epochs = LeaderEpochCache.load(plog.fs, plog.directory)
+            plog.epochs.truncate_from_end(plog.log_end_offset)   # epochs of a tail recovery cut
         except OSError as exc:
             plog._release_files()
             raise StorageError(f"cannot open log {directory}: {exc}") from exc
@@ -363,6 +371,81 @@ class PartitionLog:
         for _, base, hdr in placed:
             self.producers.update(hdr, AppendInfo(base, base + hdr.last_offset_delta))
 
+    def append_replicated(self, data: bytes | bytearray | memoryview) -> AppendInfo:
+        """Follower: append batches fetched from the leader exactly as given (offsets,
+        leader epochs, producer ids and sequences kept; control batches included).
+
+        Producer state, the aborted-transaction index and the leader-epoch cache are
+        built as on the leader, so this replica can take over: deduplicate a retry,
+        keep the LSO and answer read_committed fetches. The first batch must start at
+        the log end and offsets must be contiguous (AppendError otherwise).
+        """
+        self._check_writable()
+        batches, err = split_batches(data)
+        if err is not KafkaError.NONE:
+            raise AppendError(err, f"replicated batches for {self.directory} do not parse: {err.name}")
+        expect = self.log_end_offset
+        for _, hdr in batches:
+            if hdr.base_offset != expect:
+                raise AppendError(KafkaError.OFFSET_OUT_OF_RANGE,
+                                  f"{self.directory}: replicated batch at {hdr.base_offset}, log end {expect}")
+            expect = hdr.next_offset
+        try:
+            for _, hdr in batches:   # before the data: a cache entry past the log end is cut at open
+                self.epochs.assign(hdr.leader_epoch, hdr.base_offset)
+        except OSError as exc:
+            raise StorageError(f"{self.directory}: cannot write the leader-epoch cache: {exc}") from exc
+        return self._write(data, batches, on_success=lambda placed: self._apply_replicated(data, placed),
+                           assign=False)
+
+    def _apply_replicated(self, data, placed) -> None:
+        for pos, base, hdr in placed:
+            if not hdr.is_control:
+                self.producers.update(hdr, AppendInfo(base, base + hdr.last_offset_delta))
+                continue
+            kind, coordinator_epoch = _read_marker(bytes(data[pos:pos + hdr.size]))
+            first = self.producers.complete_txn(hdr.producer_id, hdr.producer_epoch, coordinator_epoch,
+                                                hdr.max_timestamp)
+            if kind == CONTROL_ABORT and first is not None:
+                self._index_abort(self._segments[-1], hdr.producer_id, first, base)
+
+    def truncate_to(self, offset: int) -> int:
+        """Follower: cut the log back to `offset` (KIP-101 truncation) and return the new
+        log end (the start of the batch holding `offset`, as replicas share batch
+        boundaries). Producer state, the aborted-transaction index and the leader-epoch
+        cache go back with it. Crash-safe: a crash midway leaves a checkpoint that no
+        longer matches the segments, so the next open checks the whole log."""
+        with self._io_lock:
+            self._check_writable()
+            if offset >= self.log_end_offset:
+                return self.log_end_offset
+            offset = max(offset, self.log_start_offset)
+            i = max(0, bisect_right(self._bases, offset) - 1)
+            try:
+                with self._lock:
+                    doomed = self._segments[i + 1:]
+                    del self._segments[i + 1:]
+                    del self._bases[i + 1:]
+                    seg = self._segments[i]
+                    seg.truncate_to(offset)
+                    self.log_end_offset = seg.next_offset
+                    self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
+                    self.flushed_offset = min(self.flushed_offset, self.log_end_offset)
+                for old in doomed:
+                    old.delete_files()
+                self.fs.fsync(seg.log)
+                self.flushed_offset = self.log_end_offset
+                self.epochs.truncate_from_end(self.log_end_offset)
+                with self._lock:
+                    self._after_recovery(self.log_end_offset)
+                self._flush_locked(force_checkpoint=True, strict=True)
+            except OSError as exc:
+                self._failed = f"truncation to {offset} failed: {exc}"
+                raise StorageError(f"{self.directory}: {self._failed}") from exc
+            if self.replicated_hw is not None:
+                self.replicated_hw = min(self.replicated_hw, self.log_end_offset)
+            return self.log_end_offset
+
     def append_control(self, kind: int, producer_id: int, producer_epoch: int, coordinator_epoch: int,
                        *, timestamp_ms: int | None = None) -> AppendInfo:
         """Write a COMMIT (1) or ABORT (0) marker for producer_id and end its transaction here.
@@ -404,9 +487,17 @@ class PartitionLog:
         if expect != len(data):
             raise AppendError(KafkaError.CORRUPT_MESSAGE, "payload has bytes after its last batch")
 
-    def _write(self, data, batches: list[tuple[int, BatchHeader]], on_success=None) -> AppendInfo:
-        """Assign offsets, roll if needed, write with one pwrite, then update memory."""
+    def _write(self, data, batches: list[tuple[int, BatchHeader]], on_success=None, assign: bool = True
+               ) -> AppendInfo:
+        """Assign offsets (unless replicating: assign=False keeps them), stamp the leader
+        epoch when leading, roll if needed, write with one pwrite, then update memory."""
         first = self.log_end_offset
+        epoch = self.leader_epoch if assign else None
+        if epoch is not None:
+            try:   # before the data: a cache entry past the log end is cut at open
+                self.epochs.assign(epoch, first)
+            except OSError as exc:
+                raise StorageError(f"{self.directory}: cannot write the leader-epoch cache: {exc}") from exc
         count = sum(h.last_offset_delta + 1 for _, h in batches)
         seg = self._segments[-1]
         if seg.size > 0 and (seg.size + len(data) > self.config.segment_bytes
@@ -417,7 +508,10 @@ class PartitionLog:
         placed = []
         offset = first
         for pos, hdr in batches:
-            set_base_offset(buf, pos, offset)
+            if assign:
+                set_base_offset(buf, pos, offset)
+            if epoch is not None:
+                set_leader_epoch(buf, pos, epoch)
             placed.append((pos, offset, hdr))
             offset += hdr.last_offset_delta + 1
         start = seg.size
@@ -473,7 +567,9 @@ class PartitionLog:
     # ================================================================ reading
     @property
     def high_watermark(self) -> int:
-        return self.log_end_offset
+        """The log end on a single node; in a cluster what the ISR holds (never past the log end)."""
+        hw = self.replicated_hw
+        return self.log_end_offset if hw is None else min(hw, self.log_end_offset)
 
     def read(self, offset: int, max_bytes: int, upper_bound: int | None = None) -> bytes:
         """Whole batches from the one holding offset: at least one if one lies wholly below

@@ -257,6 +257,35 @@ class Segment:
         base, length, _, magic = struct.unpack(">qiib", head)
         return base == offset and magic == MAGIC and length >= _MIN_BATCH_LENGTH
 
+    def truncate_to(self, offset: int) -> None:
+        """Cut the segment before the batch holding `offset` (replica truncation): the
+        data file, the offset and time indexes (in memory and on disk), the running
+        max timestamp and the aborted-transaction index. Raises OSError."""
+        cut_pos, cut_off = self.size, self.next_offset
+        for pos, hdr in self.iter_headers(self.lookup(offset)):
+            if hdr.last_offset >= offset:
+                cut_pos, cut_off = pos, hdr.base_offset
+                break
+        if cut_pos >= self.size:
+            return
+        self.fs.truncate(self.log, cut_pos)
+        self.size, self.next_offset = cut_pos, cut_off
+        keep = bisect_left(self.idx_rel, cut_off - self.base)
+        del self.idx_rel[keep:], self.idx_pos[keep:]
+        if self.idx_persisted > keep:
+            self.idx_persisted = keep
+            self._cut_file(INDEX_SUFFIX, 8 * keep, -1)
+        keep = bisect_left(self.tidx_rel, cut_off - self.base)
+        del self.tidx_ts[keep:], self.tidx_rel[keep:]
+        if self.tidx_persisted > keep:
+            self.tidx_persisted = keep
+            self._cut_file(TIMEINDEX_SUFFIX, 16 * keep, -1)
+        self.max_ts, self.max_ts_offset = -1, -1
+        for _, hdr in self.iter_headers(0):
+            if hdr.max_timestamp > self.max_ts:
+                self.max_ts, self.max_ts_offset = hdr.max_timestamp, hdr.last_offset
+        self.txn.truncate_to(cut_off)
+
     # -- lookups ---------------------------------------------------------------------------
     def lookup(self, offset: int) -> int:
         """Position of a batch start at or before the batch holding offset."""
