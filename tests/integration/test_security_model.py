@@ -3,6 +3,7 @@ machine (hypothesis stateful, invariants after every step) and the authorizer's
 decision against a direct reading of Kafka's rules on random ACL sets."""
 from __future__ import annotations
 
+import itertools
 import tempfile
 from pathlib import Path
 
@@ -10,8 +11,8 @@ import scramp
 from hypothesis import HealthCheck, given, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from semel.broker.auth.acl import (AclBinding, AclStore, Authorizer, Operation, PatternType, Permission,
-                                   ResourceType)
+from semel.broker.auth.acl import (MAX_CACHED_DECISIONS, AclBinding, AclFilter, AclStore, Authorizer, Operation,
+                                   PatternType, Permission, ResourceType)
 from semel.broker.auth.sasl import AuthFailed, IllegalState, SaslSession, State
 from semel.broker.auth.users import UserStore
 
@@ -130,3 +131,55 @@ def test_authorizer_follows_kafkas_rules(acls, principal, host, op, name, allow_
     auth.allow_if_no_acl = True
     store.add([AclBinding(ResourceType.TOPIC, name, PatternType.LITERAL, principal, "*", op, Permission.DENY)])
     assert auth.authorize(principal, host, op, ResourceType.TOPIC, name) == (principal == "User:root")
+
+
+class CachedAuthorizerModel(RuleBasedStateMachine):
+    """The authorizer caches its decisions per version of the ACL file: ACLs added and
+    removed between queries (as `semel acl` does while the broker runs) and a changed
+    allow-if-no-acl must show in the very next decision. Checked against the reference
+    reading of the current ACL set after every step."""
+
+    def __init__(self):
+        super().__init__()
+        self.store = AclStore(Path(tempfile.mkdtemp(dir=_DIR)))
+        self.auth = Authorizer(self.store, True, {"User:root"}, False)
+        self.acls: set[AclBinding] = set()
+
+    @rule(b=bindings)
+    def add(self, b):
+        self.store.add([b])
+        self.acls.add(b)
+
+    @rule(data=st.data())
+    def remove(self, data):
+        if not self.acls:
+            return
+        b = data.draw(st.sampled_from(sorted(self.acls, key=repr)))
+        gone = self.store.remove(AclFilter(b.resource_type, b.name, b.pattern, b.principal, b.host, b.operation,
+                                           b.permission))
+        assert gone == [b]
+        self.acls.discard(b)
+
+    @rule()
+    def toggle_allow_if_no_acl(self):
+        self.auth.allow_if_no_acl = not self.auth.allow_if_no_acl
+
+    @invariant()
+    def every_decision_current(self):
+        # Every question of the small universe, so a stale cached answer is always asked
+        # again; asked twice, the second answer comes from the cache.
+        for principal, host, op, name in itertools.product(
+                ["User:ann", "User:bob"], ["10.0.0.1", "10.0.0.2"], OPS[:3] + [Operation.ALTER],
+                ["pay", "payments", "other"]):
+            want = reference(self.acls, principal, host, op, name, self.auth.allow_if_no_acl)
+            for _ in range(2):
+                assert self.auth.authorize(principal, host, op, ResourceType.TOPIC, name) == want
+
+    @invariant()
+    def cache_bounded(self):
+        assert len(self.auth._decisions) <= MAX_CACHED_DECISIONS
+
+
+TestCachedAuthorizerModel = CachedAuthorizerModel.TestCase
+TestCachedAuthorizerModel.settings = settings(max_examples=40, stateful_step_count=15, deadline=None,
+                                              suppress_health_check=[HealthCheck.too_slow])

@@ -162,12 +162,15 @@ class AclStore:
     def __init__(self, data_dir: Path):
         self.store = JsonStore(Path(data_dir) / FILE_NAME, list,
                                check=lambda doc: [AclBinding.from_json(d) for d in doc])
-        self._cache: tuple[int, list[AclBinding]] = (0, [])
+        self._cache: tuple[object, list[AclBinding]] = (None, [])
 
     def bindings(self) -> list[AclBinding]:
+        """A new list object after each change of the file (Authorizer's decisions key
+        on it). The document itself is kept for the identity test: an id() of a freed
+        document can be reused by the next one."""
         doc = self.store.read()
-        if self._cache[0] != id(doc):   # parse once per change of the file
-            self._cache = (id(doc), [AclBinding.from_json(d) for d in doc])
+        if self._cache[0] is not doc:   # parse once per change of the file
+            self._cache = (doc, [AclBinding.from_json(d) for d in doc])
         return self._cache[1]
 
     def add(self, bindings: list[AclBinding]) -> None:
@@ -189,6 +192,9 @@ class AclStore:
         return [b for b in self.bindings() if filt.matches(b)]
 
 
+MAX_CACHED_DECISIONS = 10_000
+
+
 class Authorizer:
     """`enabled` False: everyone may do everything (a broker without security)."""
 
@@ -197,11 +203,32 @@ class Authorizer:
         self.enabled = enabled
         self.super_users = super_users
         self.allow_if_no_acl = allow_if_no_acl
+        # Decisions per (principal, host, op, type, name), valid for one version of the
+        # ACL list (store.bindings() returns a new list when the file changed). Every
+        # Produce and Fetch asks again; scanning a few hundred bindings each time cost
+        # ~70 us a request (bench/security.py).
+        self._decided_for: list | None = None
+        self._decided_allow: bool | None = None
+        self._decisions: dict[tuple, bool] = {}
 
     def authorize(self, principal: str, host: str, op: Operation, rtype: ResourceType, name: str) -> bool:
         if not self.enabled or principal in self.super_users:
             return True
-        matching = [b for b in self.store.bindings() if b.matches_resource(rtype, name)]
+        bindings = self.store.bindings()
+        if bindings is not self._decided_for or self.allow_if_no_acl is not self._decided_allow:
+            self._decided_for, self._decided_allow, self._decisions = bindings, self.allow_if_no_acl, {}
+        key = (principal, host, op, rtype, name)
+        decision = self._decisions.get(key)
+        if decision is None:
+            decision = self._decide(bindings, principal, host, op, rtype, name)
+            if len(self._decisions) >= MAX_CACHED_DECISIONS:   # bound memory: names come from clients
+                self._decisions.clear()
+            self._decisions[key] = decision
+        return decision
+
+    def _decide(self, bindings: list, principal: str, host: str, op: Operation, rtype: ResourceType,
+                name: str) -> bool:
+        matching = [b for b in bindings if b.matches_resource(rtype, name)]
         if not matching:
             return self.allow_if_no_acl
         mine = [b for b in matching if b.principal in (principal, "User:*") and b.host in (host, WILDCARD)]
