@@ -40,7 +40,10 @@ def daemon(cls: str, args: list[str], log: Path) -> subprocess.Popen:
                                 start_new_session=True)
 
 
-def start_cluster(root: Path, workers: int) -> tuple[str, list[subprocess.Popen]]:
+def start_cluster(root: Path, workers: int, own_hosts: bool = False) -> tuple[str, list[subprocess.Popen]]:
+    """A master and `workers` workers of one core each. own_hosts: worker i binds
+    127.0.0.{i+1}, so Spark takes the workers for different hosts (it never runs a
+    speculative copy of a task on a host that already runs an attempt of it)."""
     port = free_port()
     master_log = root / "master.log"
     procs = [daemon("org.apache.spark.deploy.master.Master",
@@ -49,8 +52,9 @@ def start_cluster(root: Path, workers: int) -> tuple[str, list[subprocess.Popen]
     for i in range(workers):
         work = root / f"worker-{i}"
         work.mkdir(parents=True, exist_ok=True)
+        host = f"127.0.0.{i + 1}" if own_hosts else "127.0.0.1"
         procs.append(daemon("org.apache.spark.deploy.worker.Worker",
-                            ["--host", "127.0.0.1", "--cores", "1", "--memory", "1g", "--work-dir", str(work),
+                            ["--host", host, "--cores", "1", "--memory", "1g", "--work-dir", str(work),
                              "--webui-port", str(free_port()), url], root / f"worker-{i}.log"))
     deadline = time.monotonic() + START_TIMEOUT_S
     while master_log.read_text(errors="replace").count(REGISTERED) < workers:
