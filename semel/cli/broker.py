@@ -61,6 +61,7 @@ def add_parser(sub) -> None:
     s.add_argument("--loop-stall-ms", type=int, default=None,
                    help="log an event-loop stall (error) past this (default 2000)")
     _security_args(s)
+    _cluster_args(s)
     s.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     s.set_defaults(func=run)
 
@@ -91,6 +92,39 @@ _OVERRIDES = {
     "loop_lag_warn_ms": "loop_lag_warn_ms",
     "loop_stall_ms": "loop_stall_ms",
 }
+
+
+def _cluster_args(s) -> None:
+    """A broker of a cluster (docs/cluster.md); without --metadata it is the single node."""
+    g = s.add_argument_group("cluster")
+    g.add_argument("--node-id", type=int, default=0, help="this broker's id in the cluster (default 0)")
+    g.add_argument("--metadata", default=None, metavar="ENDPOINTS",
+                   help="etcd endpoints, HOST:PORT[,HOST:PORT...]: join that cluster")
+    g.add_argument("--cluster-id", default="semel-cluster", help="cluster name (keys under /semel/<id>/ in etcd)")
+    g.add_argument("--lease-ttl-s", type=int, default=6,
+                   help="session length: a dead broker's partitions move after about this long (default 6)")
+    g.add_argument("--default-replication-factor", type=int, default=1,
+                   help="replication factor of topics created with -1 (default 1)")
+
+
+def _apply_cluster(cfg, args) -> None:
+    if args.node_id < 0:
+        raise CliError(f"--node-id must be 0 or more, got {args.node_id}")
+    cfg.node_id, cfg.cluster_id = args.node_id, args.cluster_id
+    if args.metadata is None:
+        return
+    from ..cluster.etcd import parse_endpoints
+    try:
+        parse_endpoints(args.metadata)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    if args.lease_ttl_s < 2:
+        raise CliError("--lease-ttl-s must be at least 2")
+    if args.default_replication_factor < 1:
+        raise CliError("--default-replication-factor must be at least 1")
+    cfg.metadata_endpoints = args.metadata
+    cfg.cluster_lease_ttl_s = args.lease_ttl_s
+    cfg.default_replication_factor = args.default_replication_factor
 
 
 def _security_args(s) -> None:
@@ -161,6 +195,7 @@ def build_config(args):
             target = getattr(target, name)
         setattr(target, leaf, value)
     _apply_security(cfg, args)
+    _apply_cluster(cfg, args)
     try:
         cfg.log.validate()
     except ValueError as exc:

@@ -18,6 +18,7 @@ SUBCOMMANDS = {
     "group": "group",
     "user": "user",
     "acl": "acl",
+    "cluster": "cluster",
 }
 
 

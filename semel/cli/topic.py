@@ -16,6 +16,8 @@ def add_parser(sub) -> None:
     c = tsub.add_parser("create", help="create a topic")
     c.add_argument("name")
     c.add_argument("--partitions", type=int, default=1)
+    c.add_argument("--replication-factor", type=int, default=-1,
+                   help="replicas per partition (default -1: the brokers' default, 1 on a single node)")
     c.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                    help="topic config, e.g. retention.ms=60000 (repeatable)")
     lst = tsub.add_parser("list", help="list topics")
@@ -66,9 +68,12 @@ def _create(client, args) -> int:
         # refuses a later name that differs from this one only there.
         print(f"warning: '.' and '_' collide in metric names: no other topic that differs from "
               f"{args.name!r} only in '.' versus '_' can exist beside it", file=sys.stderr)
-    err = client.create_topic(args.name, args.partitions, configs)
+    if args.replication_factor == 0 or args.replication_factor < -1:
+        raise CliError(f"--replication-factor must be -1 or at least 1, got {args.replication_factor}")
+    err = client.create_topic(args.name, args.partitions, configs, args.replication_factor)
     _check(err, f"create {args.name}")
-    print(f"created topic {args.name} with {args.partitions} partition(s)")
+    rf = "" if args.replication_factor == -1 else f", replication factor {args.replication_factor}"
+    print(f"created topic {args.name} with {args.partitions} partition(s){rf}")
     return 0
 
 
@@ -80,15 +85,38 @@ def _list(client, args) -> int:
 
 
 def _describe(client, args) -> int:
-    n = client.partitions(args.name)
-    print(f"topic {args.name}: {n} partition(s)")
-    print("partition\tlog-start\thigh-watermark\tlast-stable")
-    for p in range(n):
-        start = client.list_offset(args.name, p, -2)
-        hw = client.list_offset(args.name, p, -1)
-        lso = client.list_offset(args.name, p, -1, isolation=1)
-        print(f"{p}\t{start}\t{hw}\t{lso}")
+    """Leader, leader epoch, replicas and ISR from Metadata; offsets from each leader."""
+    md = client.metadata([args.name])
+    t = md.topics[0]
+    _check(KafkaError(t.error_code), f"describe {args.name}")
+    brokers = {b.node_id: f"{b.host}:{b.port}" for b in md.brokers}
+    print(f"topic {args.name}: {len(t.partitions)} partition(s)")
+    print("partition\tlog-start\thigh-watermark\tlast-stable\tleader\tepoch\treplicas\tisr")
+    # A single broker answers for itself on the connection we have; in a cluster each
+    # partition's offsets come from its leader.
+    leaders: dict[int, Client] = {}
+    try:
+        for p in sorted(t.partitions, key=lambda p: p.partition_index):
+            offsets = ["-", "-", "-"]
+            c = client if len(brokers) == 1 else None
+            if c is None and p.leader_id in brokers:
+                if p.leader_id not in leaders:
+                    leaders[p.leader_id] = Client(brokers[p.leader_id])
+                c = leaders[p.leader_id]
+            if c is not None:
+                i = p.partition_index
+                offsets = [c.list_offset(args.name, i, -2), c.list_offset(args.name, i, -1),
+                           c.list_offset(args.name, i, -1, isolation=1)]
+            print("\t".join(str(x) for x in (p.partition_index, *offsets, p.leader_id, p.leader_epoch,
+                                                _ids(p.replica_nodes), _ids(p.isr_nodes))))
+    finally:
+        for c in leaders.values():
+            c.close()
     return 0
+
+
+def _ids(nodes) -> str:
+    return ",".join(str(n) for n in nodes)
 
 
 def _delete(client, args) -> int:

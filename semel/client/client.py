@@ -116,10 +116,11 @@ class Client:
             raise ClientError(f"topic {topic}: {KafkaError(t.error_code).name}", KafkaError(t.error_code))
         return len(t.partitions)
 
-    def create_topic(self, name: str, partitions: int = 1, configs: dict[str, str] | None = None) -> KafkaError:
+    def create_topic(self, name: str, partitions: int = 1, configs: dict[str, str] | None = None,
+                     replication_factor: int = 1) -> KafkaError:
         cls = request_class(19)
         T = cls.CreatableTopic
-        topic = T(name=name, num_partitions=partitions, replication_factor=1, assignments=[],
+        topic = T(name=name, num_partitions=partitions, replication_factor=replication_factor, assignments=[],
                   configs=[T.CreatableTopicConfig(name=k, value=v) for k, v in (configs or {}).items()])
         resp = self.request(19, topics=[topic], timeout_ms=30000, validate_only=False)
         return KafkaError(resp.topics[0].error_code)

@@ -84,12 +84,17 @@ class Controller:
         self.poll_s = poll_s
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
+        self._stopping = False
         view.add_change_listener(self._wake.set)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="cluster-controller")
 
     async def stop(self) -> None:
+        # A flag as well as the cancel: Python 3.11's wait_for can swallow a cancel that
+        # lands as the wake event fires, and the loop would then run on for ever.
+        self._stopping = True
+        self._wake.set()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -99,7 +104,7 @@ class Controller:
         return self.view.controller_id() == self.view.node_id
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
             try:
                 await self.step()
             except EtcdError as exc:

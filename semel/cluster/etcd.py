@@ -115,7 +115,7 @@ class Etcd:
                     return data
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
                 last = exc
-        raise EtcdError(f"no etcd endpoint answered {path} ({', '.join(self.endpoints)}): {last!r}")
+        raise EtcdError(f"no etcd endpoint answered {path} ({', '.join(self.endpoints)}): {last or type(last).__name__}")
 
     # --- keys ----------------------------------------------------------------
 

@@ -101,6 +101,7 @@ class EtcdClusterView:
         self._listeners: list[PartitionListener] = []
         self._change_listeners: list[ChangeListener] = []
         self._tasks: list[asyncio.Task] = []
+        self._stopping = False
         self._pid_lock = asyncio.Lock()
 
     # --- lifecycle -------------------------------------------------------------
@@ -112,6 +113,7 @@ class EtcdClusterView:
                        asyncio.create_task(self._keepalive(), name="cluster-lease")]
 
     async def stop(self) -> None:
+        self._stopping = True   # the loops end on it even where a cancel gets swallowed
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -129,7 +131,7 @@ class EtcdClusterView:
         await self.etcd.put(self.keys.broker(self.node_id), body, lease=self.lease)
 
     async def _keepalive(self) -> None:
-        while True:
+        while not self._stopping:
             await asyncio.sleep(self.lease_ttl_s / 3)
             try:
                 if await self.etcd.lease_keepalive(self.lease) <= 0:
@@ -147,7 +149,7 @@ class EtcdClusterView:
         return revision
 
     async def _watch(self, revision: int) -> None:
-        while True:
+        while not self._stopping:
             try:
                 async for events in self.etcd.watch_prefix(self.keys.root, revision + 1):
                     for ev in events:

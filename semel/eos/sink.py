@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from semel.eos.deadline import DeadlineExceeded, call_with_deadline
 from semel.eos.outcomes import SINK_OUTCOME_TYPES, Fatal, Ok, Retryable, SinkOutcome
 
 log = logging.getLogger("semel.eos")
@@ -70,42 +71,6 @@ class RecoverResult:
     failure: SinkOutcome | None = None
 
 
-class _Timeout(Exception):
-    pass
-
-
-def _call_with_timeout(fn: Callable[[], Any], timeout: float | None,
-                       left_behind: list[threading.Thread] | None = None) -> Any:
-    """Run fn, in a daemon thread when a timeout is set.
-
-    A hung call cannot be cancelled in Python; its thread is left behind as a
-    daemon (and appended to `left_behind`). What it eventually does to the
-    external system is covered by idempotent abort and recovery; what it may
-    still do to the sink object's in-process state is why the runtime will
-    not begin another cycle while such a call is alive.
-    """
-    if timeout is None:
-        return fn()
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - reported to the caller as a value
-            box["error"] = exc
-
-    t = threading.Thread(target=target, name="semel-eos-sink-call", daemon=True)
-    t.start()
-    t.join(timeout)
-    if t.is_alive():
-        if left_behind is not None:
-            left_behind.append(t)
-        raise _Timeout(f"timed out after {timeout:g}s")
-    if "error" in box:
-        raise box["error"]
-    return box.get("value")
-
-
 class SinkGuard:
     """Calls one participant's operations safely and reports them.
 
@@ -141,8 +106,8 @@ class SinkGuard:
 
     def recover(self, step: str = "recover") -> RecoverResult:
         try:
-            value = _call_with_timeout(self.sink.recover, self.timeout, self._left_behind)
-        except _Timeout as exc:
+            value = call_with_deadline(self.sink.recover, self.timeout, self._left_behind, "semel-eos-sink-call")
+        except DeadlineExceeded as exc:
             return self._recover_failed(step, Retryable(str(exc)))
         except Exception as exc:  # noqa: BLE001
             return self._recover_failed(step, Retryable(f"raised {type(exc).__name__}: {exc}"))
@@ -157,8 +122,8 @@ class SinkGuard:
     def _op(self, op: str, step: str, txn_id: str, fn: Callable[[], Any]) -> SinkOutcome:
         started = time.perf_counter()
         try:
-            value = _call_with_timeout(fn, self.timeout, self._left_behind)
-        except _Timeout as exc:
+            value = call_with_deadline(fn, self.timeout, self._left_behind, "semel-eos-sink-call")
+        except DeadlineExceeded as exc:
             outcome: SinkOutcome = Retryable(str(exc))
         except Exception as exc:  # noqa: BLE001 - a sink that raises becomes a value
             outcome = Retryable(f"raised {type(exc).__name__}: {exc}")

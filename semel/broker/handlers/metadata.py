@@ -14,6 +14,8 @@ ZERO_UUID = uuid.UUID(int=0)
 @handler(3, 0, 12)
 async def metadata(ctx, req):
     broker = ctx.broker
+    if broker.cluster is not None:
+        return _cluster_metadata(ctx, req)
     cfg = broker.config
     cls = ctx.cls()
     logs = broker.logs
@@ -67,6 +69,50 @@ def _topic_metadata(cls, logs, name, node_id):
     return T(error_code=0, name=name, topic_id=topic_id, is_internal=info.internal, partitions=parts)
 
 
+def _cluster_metadata(ctx, req):
+    """Metadata from the cluster view: every live broker, each partition's leader,
+    epoch, replicas and ISR (LEADER_NOT_AVAILABLE while a partition has none).
+    Topics are created through CreateTopics only (no auto-creation in a cluster)."""
+    view = ctx.broker.cluster
+    cls = ctx.cls()
+    T = cls.MetadataResponseTopic
+    P = T.MetadataResponsePartition
+    known = view.topics()
+    if req.topics is None or (ctx.api_version == 0 and not req.topics):
+        names = sorted(known)
+    else:
+        names = [_cluster_requested_name(t, known) for t in req.topics]
+    live = view.brokers()
+    topics = []
+    for name in names:
+        info = known.get(name) if isinstance(name, str) else None
+        if info is None:
+            code = KafkaError.UNKNOWN_TOPIC_ID if isinstance(name, uuid.UUID) else KafkaError.UNKNOWN_TOPIC_OR_PARTITION
+            topics.append(T(error_code=code, name=None if isinstance(name, uuid.UUID) else name,
+                            topic_id=name if isinstance(name, uuid.UUID) else ZERO_UUID,
+                            is_internal=False, partitions=[]))
+            continue
+        parts = [P(error_code=KafkaError.NONE if st.has_leader else KafkaError.LEADER_NOT_AVAILABLE,
+                   partition_index=st.partition, leader_id=st.leader, leader_epoch=st.leader_epoch,
+                   replica_nodes=list(st.replicas), isr_nodes=list(st.isr),
+                   offline_replicas=[r for r in st.replicas if r not in live])
+                 for st in view.topic_partitions(name)]
+        topics.append(T(error_code=0, name=name, topic_id=uuid.UUID(info.topic_id), is_internal=False,
+                        partitions=parts))
+    brokers = [cls.MetadataResponseBroker(node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
+               for b in sorted(live.values(), key=lambda b: b.node_id)]
+    controller = view.controller_id()
+    return ctx.response(throttle_time_ms=0, brokers=brokers, cluster_id=ctx.broker.config.cluster_id,
+                        controller_id=-1 if controller is None else controller, topics=topics)
+
+
+def _cluster_requested_name(t, known):
+    topic_id = getattr(t, "topic_id", None)
+    if t.name is None and topic_id not in (None, ZERO_UUID):
+        return next((n for n, i in known.items() if uuid.UUID(i.topic_id) == topic_id), topic_id)
+    return t.name
+
+
 @handler(10, 0, 3)
 async def find_coordinator(ctx, req):
     cfg = ctx.broker.config
@@ -74,5 +120,13 @@ async def find_coordinator(ctx, req):
     if ctx.api_version >= 1 and req.key_type not in (0, 1):
         return ctx.response(error_code=KafkaError.INVALID_REQUEST, error_message="unknown key type",
                             node_id=-1, host="", port=-1)
+    member = ctx.broker.cluster_member
+    if member is not None:   # interim: one coordinator broker for the cluster (docs/cluster.md)
+        node = member.coordinator_id()
+        info = ctx.broker.cluster.brokers().get(node) if node is not None else None
+        if info is None:
+            return ctx.response(error_code=KafkaError.COORDINATOR_NOT_AVAILABLE, error_message=None,
+                                node_id=-1, host="", port=-1)
+        return ctx.response(error_code=0, error_message=None, node_id=info.node_id, host=info.host, port=info.port)
     return ctx.response(error_code=0, error_message=None, node_id=cfg.node_id,
                         host=cfg.advertised, port=ctx.listener_port)

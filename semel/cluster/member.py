@@ -1,0 +1,90 @@
+"""A broker's membership in a cluster: what `Broker` holds when it has a metadata service.
+
+`ClusterMember` owns the EtcdClusterView (`broker.cluster`), the controller shell
+that acts while this broker holds the seat, and the local side of topic creation:
+a topic that appears in etcd gets its partition logs on every broker, so any of
+them can become a replica or leader without another round trip. The handlers ask
+`check_leader` before they touch a partition's log.
+"""
+from __future__ import annotations
+
+import logging
+
+from ..protocol.errors import KafkaError
+from .controller import Controller
+from .etcd import Etcd
+from .metadata import EtcdClusterView
+from .state import BrokerInfo
+
+log = logging.getLogger("semel.cluster.member")
+
+
+class ClusterMember:
+    def __init__(self, broker):
+        cfg = broker.config
+        self.broker = broker
+        self.view = EtcdClusterView(Etcd(cfg.metadata_endpoints), cfg.cluster_id, cfg.node_id,
+                                    BrokerInfo(cfg.node_id, cfg.advertised, cfg.port), cfg.cluster_lease_ttl_s)
+        self.controller = Controller(self.view)
+
+    async def start(self) -> None:
+        """Register (after the listener is bound: the port may have been 0) and follow."""
+        cfg = self.broker.config
+        self.view.info = BrokerInfo(cfg.node_id, cfg.advertised, cfg.port)
+        try:
+            await self.view.start()
+        except BaseException:
+            await self.view.etcd.close()
+            raise
+        self.view.add_change_listener(self.sync_topics)
+        self.sync_topics()
+        self.controller.start()
+        log.info("broker %d joined cluster %s (metadata %s)", cfg.node_id, cfg.cluster_id,
+                 ",".join(self.view.etcd.endpoints))
+
+    async def stop(self) -> None:
+        await self.controller.stop()
+        await self.view.stop()
+
+    def sync_topics(self) -> None:
+        """Create local logs for topics the cluster has and this broker does not yet."""
+        logs = self.broker.logs
+        local = logs.topics()
+        for name, info in self.view.topics().items():
+            if name in local:
+                continue
+            err = logs.create_topic(name, info.partitions, dict(info.configs))
+            if err not in (KafkaError.NONE, KafkaError.TOPIC_ALREADY_EXISTS):
+                log.error("cannot create local logs of %s: %s %s", name, err.name, logs.last_error_message)
+
+    def coordinator_id(self) -> int | None:
+        """Interim coordinator placement: every group and transactional id is coordinated
+        by the controller (or the lowest live broker while the seat is vacant)."""
+        ctl = self.view.controller_id()
+        if ctl is not None and ctl in self.view.brokers():
+            return ctl
+        live = self.view.brokers()
+        return min(live) if live else None
+
+
+def check_leader(broker, topic: str, partition: int, current_leader_epoch: int = -1) -> KafkaError:
+    """May this broker serve the partition as its leader? NONE on a single node.
+
+    Kafka's order: the client's leader epoch first (older = FENCED_LEADER_EPOCH, the
+    client must refresh; newer = UNKNOWN_LEADER_EPOCH, this broker must catch up),
+    then leadership itself (NOT_LEADER_OR_FOLLOWER sends the client to Metadata).
+    """
+    view = broker.cluster
+    if view is None:
+        return KafkaError.NONE
+    st = view.partition(topic, partition)
+    if st is None:
+        return KafkaError.UNKNOWN_TOPIC_OR_PARTITION
+    if current_leader_epoch is not None and current_leader_epoch >= 0:
+        if current_leader_epoch < st.leader_epoch:
+            return KafkaError.FENCED_LEADER_EPOCH
+        if current_leader_epoch > st.leader_epoch:
+            return KafkaError.UNKNOWN_LEADER_EPOCH
+    if st.leader != view.node_id:
+        return KafkaError.NOT_LEADER_OR_FOLLOWER
+    return KafkaError.NONE
