@@ -24,8 +24,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from ..cluster.etcd import EtcdProcess
-    from .process import SemelBroker
+    from ..cluster.local import LocalCluster
     if args.nodes < 1:
         raise CliError("--nodes must be at least 1")
     if not 1 <= args.base_port <= 65535 - args.nodes or not 1 <= args.etcd_port < 65535:
@@ -33,44 +32,35 @@ def run(args) -> int:
     if args.lease_ttl_s < 2:
         raise CliError("--lease-ttl-s must be at least 2")
     try:
-        args.data_dir.mkdir(parents=True, exist_ok=True)
+        cluster = LocalCluster(args.data_dir, args.nodes, args.base_port, args.etcd_port, args.lease_ttl_s,
+                               args.broker_arg)
     except OSError as exc:
         raise CliError(f"cannot use data dir {args.data_dir}: {exc.strerror}") from None
-    etcd = EtcdProcess(args.data_dir / "etcd", args.etcd_port, args.etcd_port + 1,
-                       log_path=args.data_dir / "etcd.log")
-    brokers = [SemelBroker(args.data_dir / f"broker-{n}", args.base_port + n, log_path=args.data_dir / f"broker-{n}.log",
-                           extra_args=["--node-id", str(n), "--metadata", etcd.bootstrap,
-                                       "--lease-ttl-s", str(args.lease_ttl_s), *args.broker_arg])
-               for n in range(args.nodes)]
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        _start(etcd, brokers)
-        print(f"etcd on {etcd.bootstrap} (log {etcd.log_path})", flush=True)
-        for n, b in enumerate(brokers):
+        _start(cluster)
+        print(f"etcd on {cluster.etcd.bootstrap} (log {cluster.etcd.log_path})", flush=True)
+        for n, b in enumerate(cluster.brokers):
             print(f"broker {n} on {b.bootstrap} (data {b.data_dir})", flush=True)
-        print("bootstrap: " + ",".join(b.bootstrap for b in brokers), flush=True)
+        print(f"bootstrap: {cluster.bootstrap}", flush=True)
         while not stop.wait(1):
-            dead = [n for n, b in enumerate(brokers) if not b.alive()]
-            if dead and not etcd.alive():
-                raise CliError("etcd and brokers exited; see the logs under " + str(args.data_dir))
+            if not cluster.etcd.alive():
+                raise CliError(f"etcd exited; see {cluster.etcd.log_path}")
     finally:
-        for b in brokers:    # brokers first: each leaves the cluster (revokes its lease) while etcd is up
-            b.stop()
-            b.close()
-        etcd.stop()
-        etcd.close()
+        cluster.stop()
+        cluster.close()
     print("cluster stopped", flush=True)
     return 0
 
 
-def _start(etcd, brokers) -> None:
+def _start(cluster) -> None:
     try:
-        etcd.start(30)
+        cluster.etcd.start(30)
     except (OSError, RuntimeError, TimeoutError) as exc:
-        raise CliError(f"cannot start etcd on port {etcd.port}: {exc} (see {etcd.log_path})") from None
-    for n, b in enumerate(brokers):
+        raise CliError(f"cannot start etcd on port {cluster.etcd.port}: {exc} (see {cluster.etcd.log_path})") from None
+    for n, b in enumerate(cluster.brokers):
         try:
             b.start(60)
         except (OSError, RuntimeError, TimeoutError) as exc:
