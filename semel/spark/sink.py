@@ -220,6 +220,24 @@ def probe(o: SinkOptions) -> SinkOptions:
             raise SinkError(f"semel sink: {exc}") from None
 
 
+# Spark calls streamWriter() twice per micro-batch (planning, then again in the worker that
+# runs commit()), and its Python workers are reused: probing once per worker and query is
+# enough. A broker that changes meanwhile still refuses what it must (a transaction timeout
+# it no longer grants fails the branch's InitProducerId), so nothing rests on a stale answer.
+PROBE_TTL_S = 60.0
+_probed: dict[tuple, tuple[float, bool]] = {}
+
+
+def probe_cached(o: SinkOptions) -> SinkOptions:
+    key = (o.bootstrap, o.parent, o.topic, o.restart_window_ms, o.atomic_mode)
+    hit = _probed.get(key)
+    if hit is not None and time.monotonic() - hit[0] < PROBE_TTL_S:
+        return replace(o, atomic=hit[1])
+    o = probe(o)  # a refusal raises and is not cached
+    _probed[key] = (time.monotonic(), o.atomic)
+    return o
+
+
 # --- the batch's durable decision -----------------------------------------------------
 
 def batch_offsets(o: SinkOptions, batch: int) -> dict[TP, int]:
@@ -343,13 +361,17 @@ class _Partitioner:
         self.next = start
         self.hashes: dict[bytes, int] = {}  # murmur2 per key: keys repeat, the hash is pure Python
 
-    def pick(self, topic: str, key: bytes | None, partition) -> int:
+    def count(self, topic: str) -> int:
         n = self.sizes.get(topic)
         if n is None:
             try:
                 n = self.sizes[topic] = self.c.partitions(topic)
             except ClientError as exc:
                 raise SinkError(f"semel sink: {exc}") from None
+        return n
+
+    def pick(self, topic: str, key: bytes | None, partition) -> int:
+        n = self.count(topic)
         if partition is not None:
             if not 0 <= int(partition) < n:
                 raise SinkError(f"semel sink: partition {partition} out of range for topic {topic} ({n})")
@@ -357,13 +379,31 @@ class _Partitioner:
         if key is not None:
             h = self.hashes.get(key)
             if h is None:
-                if len(self.hashes) > 100_000:
-                    self.hashes.clear()
-                from kafka.partitioner.default import murmur2
-                h = self.hashes[key] = murmur2(key) & 0x7FFFFFFF
+                self._hash([key])
+                h = self.hashes[key]
             return h % n
         self.next += 1
         return self.next % n
+
+    def pick_many(self, topic: str, keys: list | None, rows: int):
+        """pick() for `rows` rows at once, as a NumPy array, with the same choices: murmur2
+        of each key (`keys`: no nulls), or round robin where there is no key column (None)."""
+        import numpy as np
+        n = self.count(topic)
+        if keys is None:
+            parts = (self.next + 1 + np.arange(rows, dtype=np.int64)) % n
+            self.next += rows
+            return parts
+        self._hash(keys)
+        return np.fromiter(map(self.hashes.__getitem__, keys), dtype=np.int64, count=rows) % n
+
+    def _hash(self, keys) -> None:
+        """Cache murmur2 of the keys not cached yet."""
+        from kafka.partitioner.default import murmur2
+        if len(self.hashes) > 100_000:
+            self.hashes.clear()
+        for key in set(keys).difference(self.hashes):
+            self.hashes[key] = murmur2(key) & 0x7FFFFFFF
 
 
 def _decided(c: Client, o: SinkOptions, batch: int) -> bool:
@@ -387,6 +427,51 @@ def arrow_rows(batches: Iterator, cols: dict[str, int]) -> Iterator[tuple]:
             else:
                 columns.append(col.to_pylist())
         yield from zip(*columns)
+
+
+class ArrowInput:
+    """A task's input as Arrow record batches (what Spark's Arrow writers get): written a
+    column at a time where the batch allows it (see _feed_arrow)."""
+
+    def __init__(self, batches: Iterator):
+        self.batches = batches
+
+
+def _binary_column(rb, i: int):
+    import pyarrow as pa
+    col = rb.column(i)
+    return col.cast(pa.binary()) if pa.types.is_string(col.type) else col
+
+
+def _feed_arrow(producer: "_BranchProducer", part: "_Partitioner", cols: dict[str, int], batches: Iterator,
+                topic: str | None) -> None:
+    """The common case without a Python loop per row: one output topic (the option), keys
+    without nulls or no key column, no partition or headers column. Rows are assigned and
+    grouped per partition with NumPy, keeping their order within a partition; other
+    batches take the row path. Either way the same rows go to the same partitions in the
+    same order and produce requests are cut at the same rows."""
+    import numpy as np
+    import pyarrow.compute as pc
+    ki, vi = cols.get("key"), cols["value"]
+    columnar = topic is not None and not {"topic", "partition", "headers"} & cols.keys()
+    for rb in batches:
+        if not columnar or rb.num_rows == 0 or (ki is not None and rb.column(ki).null_count):
+            _feed(producer, part, cols, arrow_rows([rb], cols), topic)
+            continue
+        values = _binary_column(rb, vi)
+        sizes = pc.fill_null(pc.binary_length(values), 0).to_numpy().astype(np.int64) + 16
+        values = values.to_numpy(zero_copy_only=False)
+        keys = None
+        if ki is not None:
+            key_col = _binary_column(rb, ki)
+            sizes += pc.binary_length(key_col).to_numpy().astype(np.int64)
+            keys = key_col.to_numpy(zero_copy_only=False)
+        parts = part.pick_many(topic, None if keys is None else keys.tolist(), rb.num_rows)
+        for p in np.unique(parts).tolist():
+            idx = np.flatnonzero(parts == p)
+            vs = values[idx].tolist()
+            ks = keys[idx].tolist() if keys is not None else [None] * len(vs)
+            producer.add_many(topic, p, list(zip(ks, vs)), sizes[idx])
 
 
 def write_branch(o: SinkOptions, cols: dict[str, int], rows: Iterator, batch: int, partition: int,
@@ -416,8 +501,11 @@ def write_branch(o: SinkOptions, cols: dict[str, int], rows: Iterator, batch: in
                              counts={f"{t}:{p}": n for (t, p), n in producer.counts.items()})
 
 
-def _feed(producer: "_BranchProducer", part: _Partitioner, cols: dict[str, int], rows: Iterator,
+def _feed(producer: "_BranchProducer", part: _Partitioner, cols: dict[str, int], rows,
           topic: str | None) -> None:
+    if isinstance(rows, ArrowInput):
+        _feed_arrow(producer, part, cols, rows.batches, topic)
+        return
     ki, vi, ti, pi, hi = (cols.get(c) for c in ("key", "value", "topic", "partition", "headers"))
     for row in rows:
         t = (row[ti] or topic) if ti is not None else topic
@@ -448,6 +536,24 @@ class _BranchProducer:
         # few large produce requests: each is a round trip (and a log append) on the broker
         if len(rows) >= self.o.batch_rows or size >= MAX_REQUEST_BYTES:
             self._send(tp)
+
+    def add_many(self, topic: str, partition: int, recs: list, sizes) -> None:
+        """add() of many records of one partition (sizes: NumPy array of each one's
+        add() size), sending at the same records add() would."""
+        import numpy as np
+        tp = (topic, partition)
+        while recs:
+            rows = self.buf.setdefault(tp, [])
+            used = self.size.get(tp, 0)
+            room = self.o.batch_rows - len(rows)
+            # add() sends once the rows or bytes reach the cap, the record that reaches it included
+            reach = np.cumsum(sizes[:room]) + used
+            k = min(int(np.searchsorted(reach, MAX_REQUEST_BYTES, side="left")) + 1, len(reach))
+            rows.extend(recs[:k])
+            self.size[tp] = int(reach[k - 1])
+            recs, sizes = recs[k:], sizes[k:]
+            if len(rows) >= self.o.batch_rows or self.size[tp] >= MAX_REQUEST_BYTES:
+                self._send(tp)
 
     def flush(self) -> None:
         for tp in list(self.buf):
@@ -597,7 +703,7 @@ class SemelStreamWriter(DataSourceStreamArrowWriter):
         batch, partition, attempt = _task_identity()
         if batch is None:
             raise SinkError("semel sink: the task has no streaming batch id (not a micro-batch query?)")
-        return write_branch(self.o, self.cols, arrow_rows(iterator, self.cols), batch, partition, attempt)
+        return write_branch(self.o, self.cols, ArrowInput(iterator), batch, partition, attempt)
 
     def commit(self, messages, batchId: int) -> None:
         commit_batch(self.o, messages, batchId)
@@ -615,7 +721,7 @@ class SemelBatchWriter(DataSourceArrowWriter):
 
     def write(self, iterator):
         _, partition, attempt = _task_identity()
-        return write_branch(self.o, self.cols, arrow_rows(iterator, self.cols), self.job, partition, attempt,
+        return write_branch(self.o, self.cols, ArrowInput(iterator), self.job, partition, attempt,
                             check=False)
 
     def commit(self, messages) -> None:
@@ -639,7 +745,7 @@ class SemelBatchWriter(DataSourceArrowWriter):
 def make_stream_writer(options, schema, overwrite: bool) -> SemelStreamWriter:
     o = parse_options(options)
     cols = check_schema(schema, o.topic)
-    o = probe(o)
+    o = probe_cached(o)
     return SemelStreamWriter(o, cols)
 
 
