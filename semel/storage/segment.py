@@ -308,28 +308,51 @@ class Segment:
             yield pos, hdr
             pos += hdr.size
 
-    def read(self, offset: int, max_bytes: int, upper_bound: int) -> bytes | None:
-        """Whole batches from the one holding offset; None when offset is past this segment."""
-        start = None
-        for pos, hdr in self.iter_headers(self.lookup(offset)):
-            if hdr.last_offset >= offset:
-                if hdr.last_offset >= upper_bound:
-                    return b""
-                start, first_size = pos, hdr.size
-                break
-        if start is None:
+    def read(self, offset: int, max_bytes: int, upper_bound: int) -> bytes | memoryview | None:
+        """Whole batches from the one holding offset; None when offset is past this segment.
+
+        One pread covers the walk from the index entry (less than index_interval_bytes
+        before the wanted batch) and max_bytes after it; the answer is a view of that
+        buffer, so the batches are copied once (kernel to user) on their way to a
+        socket. The buffer is a fresh immutable bytes object: a view of it stays valid
+        whatever happens to the file later (truncation, deletion)."""
+        start = self.lookup(offset)
+        avail = self.size - start
+        if avail < HEADER_SIZE:
             return None
-        want = min(max(max_bytes, first_size), self.size - start)
-        buf = self.fs.pread(self.log, want, start)
-        end, p = first_size, first_size
-        while len(buf) - p >= _PREFIX.size:
-            base, length, _, _, _, _, delta = _PREFIX.unpack_from(buf, p)
-            size = LOG_OVERHEAD + length
-            if p + size > len(buf) or base + delta >= upper_bound:
-                break
-            p += size
-            end = p
-        return buf[:end] if end < len(buf) else buf
+        want = max(max_bytes, 0)
+        buf = self.fs.pread(self.log, min(min(self.next_gap(start), _SCAN_CHUNK) + want, avail), start)
+        first = _first_batch(buf, offset)
+        if first is None and len(buf) < avail:
+            # The wanted batch lies further from its index entry than expected (entries
+            # written under another index interval): find it by walking headers.
+            first = self._walk_to(offset, start)
+            if first is not None:
+                p, size, last = first
+                buf, start = self.fs.pread(self.log, min(max(want, size), self.size - p), p), p
+                first = 0, size, last
+        if first is None:
+            return None            # offset is past this segment's last batch
+        p, size, last = first
+        if last >= upper_bound:
+            return b""
+        if p + size > len(buf):   # one batch bigger than max_bytes: served whole
+            buf, p = self.fs.pread(self.log, size, start + p), 0
+        end = _batches_end(buf, p + size, p + max(want, size), upper_bound)
+        return buf if p == 0 and end == len(buf) else memoryview(buf)[p:end]
+
+    def _walk_to(self, offset: int, start: int) -> tuple[int, int, int] | None:
+        for pos, hdr in self.iter_headers(start):
+            if hdr.last_offset >= offset:
+                return pos, hdr.size, hdr.last_offset
+        return None
+
+    def next_gap(self, pos: int) -> int:
+        """Bytes from index position pos to the next index entry (or the segment end).
+        A batch start with no entry of its own lies less than index_interval_bytes
+        after the entry before it, so the wanted batch usually begins early in this gap."""
+        i = bisect_right(self.idx_pos, pos)
+        return (self.idx_pos[i] if i < len(self.idx_pos) else self.size) - pos
 
     def find_timestamp(self, ts: int, min_offset: int) -> tuple[int, int] | None:
         """(timestamp, offset) of the first record at or after min_offset with timestamp >= ts."""
@@ -384,3 +407,33 @@ def scan_valid(buf, start: int, end: int, expected_offset: int, crc_from: int
         yield pos, hdr
         pos += size
         expected_offset = hdr.next_offset
+
+
+def _first_batch(buf, offset: int) -> tuple[int, int, int] | None:
+    """(position, size, last offset) of the first batch of buf whose last offset is at
+    or after offset; None when buf ends first. Only the fixed prefix of each header
+    is read: no per-batch objects."""
+    p, n = 0, len(buf)
+    while n - p >= _PREFIX.size:
+        base, length, _, _, _, _, delta = _PREFIX.unpack_from(buf, p)
+        size = LOG_OVERHEAD + length
+        if length < _MIN_BATCH_LENGTH:
+            return None     # never in a recovered log; stop rather than loop
+        if base + delta >= offset:
+            return p, size, base + delta
+        p += size
+    return None
+
+
+def _batches_end(buf, p: int, limit: int, upper_bound: int) -> int:
+    """End of the whole batches of buf from p that fit below limit and hold only
+    offsets below upper_bound."""
+    end, n = p, min(len(buf), limit)
+    while n - p >= _PREFIX.size:
+        base, length, _, _, _, _, delta = _PREFIX.unpack_from(buf, p)
+        size = LOG_OVERHEAD + length
+        if p + size > n or base + delta >= upper_bound or length < _MIN_BATCH_LENGTH:
+            break
+        p += size
+        end = p
+    return end
