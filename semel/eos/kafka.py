@@ -22,19 +22,44 @@ the Kafka protocol (through librdkafka).
 
 The consumer group defaults to the transactional id: one group per instance,
 since each instance owns its inputs and its ledger.
+
+Every librdkafka call that can block runs under a deadline (`timeout` plus
+`DEADLINE_GRACE_S`), because librdkafka does not always keep its own timeout:
+after a broker restart its send_offsets_to_transaction can wait for ever
+(docs/librdkafka-restart-hang.md). A call past its deadline is abandoned with
+the producer it was made on ("wedged"); aborting the cycle then replaces the
+producer and calls init_transactions, which fences the old producer and has
+the broker abort its open transaction: a clean abort, and the next cycle runs
+on the new producer. A commit_transaction past its deadline cannot be
+undone that way (it may have committed): abort_txn refuses, the cycle ends
+CommitFatal and recovery at the next start decides from the ledger.
+
+`RESTART_SAFE_CONFIG` is applied to both clients by default: librdkafka's
+re-bootstrap (its default since 2.10) is what strands the group coordinator
+after a single broker restarts.
 """
 from __future__ import annotations
 
+import threading
 import time
-from typing import Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from confluent_kafka import Consumer, KafkaError as CKError, KafkaException, Producer, TopicPartition
 
 from semel.eos.coordinator import CoordinatorError, EosCoordinator, Record
+from semel.eos.deadline import DeadlineExceeded, call_with_deadline
 from semel.eos.ledger import Ledger
 from semel.protocol.errors import KafkaError
 
 DEFAULT_TXN_TIMEOUT_MS = 60_000
+# Seconds a librdkafka call may run past the timeout it was given before it counts as stuck.
+DEADLINE_GRACE_S = 5.0
+# librdkafka >= 2.10 re-bootstraps when every known broker is down (one broker
+# restarting is enough) and forgets those brokers, but its coordinator cache keeps
+# pointing at the forgotten one, so a group coordinator request waits for a broker
+# state change that never comes (librdkafka issues 5456 and 5511). Without
+# re-bootstrap the known broker reconnects and the request goes on.
+RESTART_SAFE_CONFIG = {"metadata.recovery.strategy": "none"}
 
 
 def _error(op: str, err: CKError) -> CoordinatorError:
@@ -76,18 +101,24 @@ class KafkaCoordinator(EosCoordinator):
         self._producer_config = {
             "bootstrap.servers": bootstrap, "transactional.id": transactional_id, "enable.idempotence": True,
             "transaction.timeout.ms": transaction_timeout_ms or DEFAULT_TXN_TIMEOUT_MS, "linger.ms": 5,
-            **(producer_config or {})}
+            **RESTART_SAFE_CONFIG, **(producer_config or {})}
         self._txn_timeout_given = transaction_timeout_ms is not None or "transaction.timeout.ms" in (
             producer_config or {})
         self._consumer_config = {
             "bootstrap.servers": bootstrap, "group.id": self.group_id, "enable.auto.commit": False,
             "isolation.level": "read_committed", "auto.offset.reset": "earliest",
-            "enable.partition.eof": False, **(consumer_config or {})}
+            "enable.partition.eof": False, **RESTART_SAFE_CONFIG, **(consumer_config or {})}
         self._producer: Producer | None = None
         self._consumer: Consumer | None = None
         self._positions: dict[tuple[str, int], int] = {}
         self._begin_positions: dict[tuple[str, int], int] = {}
         self._delivery_error: CKError | None = None
+        # The step whose call on the current producer is stuck past its deadline (None: usable).
+        self._wedged: str | None = None
+        # Producers left with a stuck call, kept referenced until the call ends: destroying a
+        # librdkafka handle while another thread is inside it would crash the process.
+        self._abandoned: list[tuple[Producer, threading.Thread]] = []
+        self._stuck_threads: list[threading.Thread] = []
 
     # ------------------------------------------------------------ start
     def expect_interval(self, seconds: float) -> None:
@@ -105,11 +136,7 @@ class KafkaCoordinator(EosCoordinator):
 
     def init(self) -> None:
         self.close()
-        self._producer = Producer(self._producer_config)
-        try:
-            self._producer.init_transactions(self.timeout)
-        except KafkaException as exc:
-            raise _error("init", _ck(exc)) from None
+        self._new_producer("init")
         self._consumer = Consumer(self._consumer_config)
         committed = self._committed()
         for (t, p), tp in zip(self.inputs, committed):
@@ -139,20 +166,15 @@ class KafkaCoordinator(EosCoordinator):
 
     def _committed(self, with_marker: bool = False) -> list[TopicPartition]:
         parts = [TopicPartition(t, p) for t, p in self.inputs] + (self._marker() if with_marker else [])
-        try:
-            got = self._consumer.committed(parts, timeout=self.timeout)
-        except KafkaException as exc:
-            raise _error("read_ledger", _ck(exc)) from None
+        got = self._bounded("read_ledger", lambda: self._consumer.committed(parts, timeout=self.timeout))
         for tp in got:
             if tp.error is not None:
                 raise _error("read_ledger", tp.error)
         return got
 
     def _low_watermark(self, topic: str, partition: int) -> int:
-        try:
-            low, _high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=self.timeout)
-        except KafkaException as exc:
-            raise _error("init", _ck(exc)) from None
+        tp = TopicPartition(topic, partition)
+        low, _high = self._bounded("init", lambda: self._consumer.get_watermark_offsets(tp, timeout=self.timeout))
         return low
 
     def _assign(self) -> None:
@@ -161,10 +183,7 @@ class KafkaCoordinator(EosCoordinator):
     # ------------------------------------------------------------ the cycle
     def begin_txn(self, cycle: int) -> None:
         self._delivery_error = None
-        try:
-            self._producer.begin_transaction()
-        except KafkaException as exc:
-            raise _error("begin_txn", _ck(exc)) from None
+        self._on_producer("begin_txn", lambda p: p.begin_transaction())
         self._begin_positions = dict(self._positions)
         if self.marker_record:
             self.produce(self.marker_topic, str(cycle).encode(), key=b"semel-eos-cycle", partition=0)
@@ -207,7 +226,7 @@ class KafkaCoordinator(EosCoordinator):
             self._delivery_error = err
 
     def flush(self, cycle: int) -> None:
-        remaining = self._producer.flush(self.timeout)
+        remaining = self._on_producer("flush", lambda p: p.flush(self.timeout))
         if remaining:
             raise CoordinatorError("flush", f"{remaining} records not acknowledged after {self.timeout}s")
         if self._delivery_error is not None:
@@ -217,33 +236,69 @@ class KafkaCoordinator(EosCoordinator):
         meta = ledger.encode(self.transactional_id)
         offsets = [TopicPartition(t, p, off, meta) for (t, p), off in self._positions.items()]
         offsets += self._marker(ledger)
-        try:
-            self._producer.send_offsets_to_transaction(offsets, self._consumer.consumer_group_metadata(),
-                                                       self.timeout)
-        except KafkaException as exc:
-            raise _error("commit_offsets", _ck(exc)) from None
+        group = self._consumer.consumer_group_metadata()
+        self._on_producer("commit_offsets", lambda p: p.send_offsets_to_transaction(offsets, group, self.timeout))
 
     def commit_txn(self, cycle: int) -> None:
         # A retriable error leaves the outcome open; librdkafka resumes the same
         # commit on retry, so retry until it is known rather than guess.
-        self._retrying("commit_txn", self._producer.commit_transaction)
+        self._retrying("commit_txn", lambda p, t: p.commit_transaction(t))
 
     def abort_txn(self, cycle: int) -> None:
-        self._retrying("abort_txn", self._producer.abort_transaction)
+        if self._wedged is None:
+            self._retrying("abort_txn", lambda p, t: p.abort_transaction(t))
+        elif self._wedged == "commit_txn":
+            # The stuck commit may have reached the broker: nothing here may claim an abort.
+            raise CoordinatorError("abort_txn", "commit_txn is still stuck; its outcome is unknown")
+        else:
+            # Fencing the wedged producer is the abort: the broker ends its open transaction.
+            self._new_producer("abort_txn")
         self._positions = dict(self._begin_positions)
         self._assign()
 
-    def _retrying(self, op: str, call) -> None:
+    def _retrying(self, op: str, call: Callable[[Producer, float], Any]) -> None:
         deadline = time.monotonic() + self.timeout
         while True:
-            remaining = deadline - time.monotonic()
+            remaining = max(deadline - time.monotonic(), 0.1)
             try:
-                call(max(remaining, 0.1))
+                self._on_producer(op, lambda p: call(p, remaining))
                 return
-            except KafkaException as exc:
-                err = _ck(exc)
-                if not err.retriable() or time.monotonic() >= deadline:
-                    raise _error(op, err) from None
+            except CoordinatorError as exc:
+                retriable = isinstance(exc.__cause__, KafkaException) and _ck(exc.__cause__).retriable()
+                if not retriable or time.monotonic() >= deadline:
+                    raise
+
+    # ------------------------------------------------------------ deadlines
+    def _bounded(self, op: str, call: Callable[[], Any]) -> Any:
+        """call() under the deadline; librdkafka errors and stuck calls become CoordinatorError."""
+        self._stuck_threads = [t for t in self._stuck_threads if t.is_alive()]
+        try:
+            return call_with_deadline(call, self.timeout + DEADLINE_GRACE_S, self._stuck_threads,
+                                      name=f"semel-eos-{op}")
+        except KafkaException as exc:
+            raise _error(op, _ck(exc)) from exc
+        except DeadlineExceeded as exc:
+            raise CoordinatorError(op, f"no answer from the client library ({exc}); the call is abandoned",
+                                   code=KafkaError.REQUEST_TIMED_OUT) from exc
+
+    def _on_producer(self, op: str, call: Callable[[Producer], Any]) -> Any:
+        """call(producer) under the deadline; a stuck call wedges the producer."""
+        if self._wedged is not None:
+            raise CoordinatorError(op, f"the producer is unusable: {self._wedged} is still stuck in it")
+        producer = self._producer
+        try:
+            return self._bounded(op, lambda: call(producer))
+        except CoordinatorError as exc:
+            if isinstance(exc.__cause__, DeadlineExceeded):
+                self._wedged = op
+                self._abandoned.append((producer, self._stuck_threads[-1]))
+            raise
+
+    def _new_producer(self, op: str) -> None:
+        """A fresh producer, initialised: fences every earlier one of this transactional id."""
+        self._abandoned = [(p, t) for p, t in self._abandoned if t.is_alive()]
+        self._producer, self._wedged = Producer(self._producer_config), None
+        self._on_producer(op, lambda p: p.init_transactions(self.timeout))
 
     @property
     def positions(self) -> dict[tuple[str, int], int]:
