@@ -137,6 +137,9 @@ class PartitionLog:
         self.epochs: LeaderEpochCache | None = None   # loaded by open()
         self.leader_epoch: int | None = None   # set while this broker leads the partition
         self.replicated_hw: int | None = None  # set by the replica manager
+        # A follower's log takes only what append_replicated brings from the leader:
+        # a local write (a coordinator's marker, a stray produce) would fork it.
+        self.is_follower = False
 
     # ================================================================ opening & recovery
     @classmethod
@@ -359,6 +362,7 @@ class PartitionLog:
         Offsets are assigned here. Raises AppendError (bad layout), StorageError (disk).
         """
         self._check_writable()
+        self._check_leading()
         self._check_layout(data, batches)
         err, duplicate = self.producers.check_batches([h for _, h in batches])
         if err is not KafkaError.NONE:
@@ -459,6 +463,7 @@ class PartitionLog:
         if producer_id < 0:
             raise ValueError("a transaction marker needs a producer id")
         self._check_writable()
+        self._check_leading()
         err = self.producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
         if err is not KafkaError.NONE:
             raise ProducerStateError(err, f"{err.name}: marker for producer {producer_id} refused")
@@ -903,6 +908,10 @@ class PartitionLog:
     def _check_readable(self) -> None:
         if self._closed:
             raise StorageError(f"log {self.directory} is closed")
+
+    def _check_leading(self) -> None:
+        if self.is_follower:
+            raise AppendError(KafkaError.NOT_LEADER_OR_FOLLOWER, f"{self.directory} is a follower's replica")
 
     def _check_writable(self) -> None:
         self._check_readable()

@@ -1,7 +1,9 @@
 """Cluster view: DescribeCluster (60) and OffsetForLeaderEpoch (23).
 
-One broker leads every partition at leader epoch LEADER_EPOCH (what Metadata
-advertises), so the epoch lookup has one answer: that epoch ends at the log end."""
+On a single node one broker leads every partition at leader epoch LEADER_EPOCH
+(what Metadata advertises), so the epoch lookup has one answer: that epoch ends
+at the log end. In a cluster the answer comes from the partition's leader-epoch
+cache (KIP-101/KIP-279): followers truncate to it after a leader change."""
 from __future__ import annotations
 
 from ...protocol.errors import KafkaError
@@ -45,6 +47,8 @@ def _epoch_end(ctx, topic: str, p) -> dict:
     plog = ctx.broker.logs.get(topic, p.partition)
     if plog is None:
         return _undefined(KafkaError.UNKNOWN_TOPIC_OR_PARTITION)
+    if ctx.broker.replicas is not None:
+        return _replicated_epoch_end(ctx.broker, topic, p, plog)
     # current_leader_epoch -1 means "do not fence"; Kafka's checks otherwise.
     if p.current_leader_epoch > LEADER_EPOCH:
         return _undefined(KafkaError.UNKNOWN_LEADER_EPOCH)
@@ -54,6 +58,16 @@ def _epoch_end(ctx, topic: str, p) -> dict:
         # No such epoch in this log: Kafka answers "undefined" without an error.
         return _undefined(KafkaError.NONE)
     return {"error_code": KafkaError.NONE, "leader_epoch": LEADER_EPOCH, "end_offset": plog.log_end_offset}
+
+
+def _replicated_epoch_end(broker, topic: str, p, plog) -> dict:
+    """Only the leader answers, at the asker's epoch (KIP-320 fencing); the end of the
+    requested epoch is the start of the next larger one, or the log end for the latest."""
+    err = broker.replicas.leader_error(topic, p.partition, p.current_leader_epoch)
+    if err:
+        return _undefined(err)
+    epoch, end = plog.epochs.end_offset_for(p.leader_epoch, plog.log_end_offset)
+    return {"error_code": KafkaError.NONE, "leader_epoch": epoch, "end_offset": end}
 
 
 def _undefined(err: KafkaError) -> dict:

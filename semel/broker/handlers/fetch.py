@@ -2,7 +2,9 @@
 
 read_uncommitted reads up to the high watermark; read_committed up to the last
 stable offset, with the aborted transactions that overlap the returned range so
-the client can drop their batches. Fetch long-polls: it waits (without holding
+the client can drop their batches. In a cluster the high watermark is the
+replicated one; a follower's fetch (replica_id >= 0) reads to the log end and
+tells the leader where the follower's log ends (semel.cluster.replica). Fetch long-polls: it waits (without holding
 anything) until min_bytes are available or max_wait_ms passes; min_bytes=0
 is answered at once, as Kafka does.
 """
@@ -11,7 +13,6 @@ from __future__ import annotations
 import logging
 import time
 
-from ...cluster.member import check_leader
 from ...protocol.errors import KafkaError
 from ...storage.errors import CorruptLogError, StorageError
 from ...storage.log import OffsetOutOfRange
@@ -33,8 +34,12 @@ async def fetch(ctx, req):
     broker = ctx.broker
     deadline = time.monotonic() + max(req.max_wait_ms, 0) / 1000
     keys = list(dict.fromkeys((t.topic, p.partition) for t in req.topics for p in t.partitions))
+    # A follower's fetch (cluster only): its fetch offsets are its log ends, recorded once
+    # per request; it reads up to the log end, not the high watermark.
+    replica = req.replica_id >= 0 and broker.replicas is not None
+    refused = _replica_progress(broker, req) if replica else {}
     while True:
-        topics, total = _read_all(ctx, req)
+        topics, total = _read_all(ctx, req, replica, refused)
         remaining = deadline - time.monotonic()
         # Nothing to wait on (no partitions: Kafka answers at once) is an answer too;
         # waiting for an append that cannot come once spun the loop until the deadline.
@@ -48,7 +53,18 @@ def _has_error(topics) -> bool:
     return any(p.error_code for t in topics for p in t.partitions)
 
 
-def _read_all(ctx, req):
+def _replica_progress(broker, req) -> dict:
+    refused = {}
+    for t in req.topics:
+        for p in t.partitions:
+            err = broker.replicas.replica_fetch(t.topic, p.partition, req.replica_id, p.fetch_offset,
+                                                p.current_leader_epoch)
+            if err:
+                refused[(t.topic, p.partition)] = err
+    return refused
+
+
+def _read_all(ctx, req, replica=False, refused=None):
     cls = ctx.cls()
     T = cls.FetchableTopicResponse
     # The broker caps a response below what clients ask for (50 MiB by default):
@@ -62,19 +78,18 @@ def _read_all(ctx, req):
         parts = []
         for p in t.partitions:
             part, size = _read_partition(ctx, T.PartitionData, t.topic, p, req.isolation_level,
-                                         budget - total, first=total == 0)
+                                         budget - total, first=total == 0, replica=replica,
+                                         refused=(refused or {}).get((t.topic, p.partition)))
             total += size
             parts.append(part)
         topics.append(T(topic=t.topic, partitions=parts))
     return topics, total
 
 
-def _read_partition(ctx, P, topic, p, isolation, budget, first):
-    # CLUSTER-HOOK: a follower's Fetch (replica_id >= 0) passes the same leadership and
-    # epoch check; the replication data plane records the follower's fetch offset here.
-    err = check_leader(ctx.broker, topic, p.partition, getattr(p, "current_leader_epoch", -1))
-    if err:
-        return _error_partition(P, p.partition, err), 0
+def _read_partition(ctx, P, topic, p, isolation, budget, first, replica=False, refused=None):
+    if refused:
+        return P(partition_index=p.partition, error_code=refused, high_watermark=-1, last_stable_offset=-1,
+                 log_start_offset=-1, aborted_transactions=None, records=b""), 0
     plog = ctx.broker.logs.get(topic, p.partition)
     if plog is None:
         return P(partition_index=p.partition, error_code=KafkaError.UNKNOWN_TOPIC_OR_PARTITION,
@@ -82,7 +97,7 @@ def _read_partition(ctx, P, topic, p, isolation, budget, first):
                  aborted_transactions=None, records=b""), 0
     hw = plog.high_watermark
     lso = plog.last_stable_offset
-    bound = lso if isolation == READ_COMMITTED else hw
+    bound = plog.log_end_offset if replica else lso if isolation == READ_COMMITTED else hw
     # read() returns at least one whole batch even past max_bytes, so the first
     # partition always makes progress (Kafka's rule for oversized batches).
     max_bytes = min(p.partition_max_bytes, budget)
@@ -108,11 +123,6 @@ def _read_partition(ctx, P, topic, p, isolation, budget, first):
              preferred_read_replica=-1, records=data), len(data)
 
 
-def _error_partition(P, index, err):
-    return P(partition_index=index, error_code=err, high_watermark=-1, last_stable_offset=-1,
-             log_start_offset=-1, aborted_transactions=None, records=b"")
-
-
 @handler(2, 1, 7)
 async def list_offsets(ctx, req):
     cls = ctx.cls()
@@ -123,9 +133,7 @@ async def list_offsets(ctx, req):
     for t in req.topics:
         parts = []
         for p in t.partitions:
-            code = check_leader(ctx.broker, t.name, p.partition_index, getattr(p, "current_leader_epoch", -1))
-            code, ts, off = (code, -1, -1) if code else _offset_for(ctx, t.name, p.partition_index,
-                                                                     p.timestamp, isolation)
+            code, ts, off = _offset_for(ctx, t.name, p.partition_index, p.timestamp, isolation)
             parts.append(P(partition_index=p.partition_index, error_code=code, timestamp=ts,
                            offset=off, leader_epoch=0 if code == 0 else -1))
         topics.append(T(name=t.name, partitions=parts))

@@ -4,13 +4,14 @@ Per partition: validate the payload (magic, CRC, sizes) and, for transactional
 batches, that the partition was added to the producer's ongoing transaction
 (KIP-890 part 1) — all before anything is appended. Producer id, epoch and
 sequence checks happen in storage's producer state, also before the write.
-acks=all waits for the group-committed fsync without blocking the connection.
+acks=all waits for the group-committed fsync without blocking the connection and,
+in a cluster, for the high watermark to pass the batch (semel.cluster.replica).
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 
-from ...cluster.member import check_leader
 from ...protocol import records
 from ...protocol.errors import KafkaError
 from ...storage import compaction
@@ -43,8 +44,8 @@ async def produce(ctx, req):
         results.append((topic.name, parts))
     if acks == 0:
         return None
-    if acks == -1 and ctx.broker.config.log.flush_mode == "always":
-        return Deferred(_after_flush(ctx, results))
+    if acks == -1 and (ctx.broker.config.log.flush_mode == "always" or ctx.broker.replicas is not None):
+        return Deferred(_after_flush(ctx, req, results))
     return _response(ctx, results)
 
 
@@ -52,12 +53,13 @@ def _append_partition(ctx, req, topic: str, pdata) -> _PartitionResult:
     broker = ctx.broker
     if topic.startswith("__"):
         return _PartitionResult(pdata.index, KafkaError.INVALID_TOPIC_EXCEPTION, message="internal topic")
-    err = check_leader(broker, topic, pdata.index)   # NONE on a single node
-    if err:
-        return _PartitionResult(pdata.index, err)
     plog, err = lookup(ctx, topic, pdata.index)
     if err:
         return _PartitionResult(pdata.index, err)
+    if broker.replicas is not None:   # cluster: leading here, enough in-sync replicas for acks=all
+        err = broker.replicas.before_append(topic, pdata.index, req.acks)
+        if err:
+            return _PartitionResult(pdata.index, err)
     data = pdata.records
     if not data:
         return _PartitionResult(pdata.index, KafkaError.CORRUPT_MESSAGE, message="no records")
@@ -123,17 +125,24 @@ def _check_transactional(ctx, req, topic, partition, batches) -> KafkaError:
     return KafkaError.NONE
 
 
-async def _after_flush(ctx, results):
-    for _, parts in results:
-        for part in parts:
-            if part.log is None:
-                continue
-            try:
-                await ctx.broker.ensure_durable(part.log, part.upto)
-            except StorageError as exc:
-                log.error("fsync failed: %s", exc)
-                part.error = KafkaError.KAFKA_STORAGE_ERROR
+async def _after_flush(ctx, req, results):
+    waits = [_settle(ctx, req, name, part) for name, parts in results for part in parts if part.log is not None]
+    await asyncio.gather(*waits)
     return _response(ctx, results)
+
+
+async def _settle(ctx, req, topic: str, part: _PartitionResult) -> None:
+    """acks=all: the batch is on disk here (flush policy) and, in a cluster, the high
+    watermark has passed it (every ISR member holds it)."""
+    broker = ctx.broker
+    try:
+        await broker.ensure_durable(part.log, part.upto)
+    except StorageError as exc:
+        log.error("fsync failed: %s", exc)
+        part.error = KafkaError.KAFKA_STORAGE_ERROR
+        return
+    if broker.replicas is not None:
+        part.error = await broker.replicas.wait_for_hw(topic, part.index, part.upto, max(req.timeout_ms, 0) / 1000)
 
 
 def _response(ctx, results):

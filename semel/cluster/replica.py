@@ -1,0 +1,544 @@
+"""Replication data plane (issue 13): followers fetch from leaders, leaders keep the
+ISR and the high watermark, acks=all waits for the high watermark.
+
+Roles follow the ClusterView: a listener call per partition change makes this broker
+the partition's leader (stamp the leader epoch on appends, track every follower's
+log end) or a follower (truncate by leader epoch, then fetch). Kafka's rules:
+
+- Follower: on every leader change, first ask the leader where this replica's latest
+  epoch ends (OffsetForLeaderEpoch, KIP-101/KIP-279) and truncate there, then fetch
+  from the log end (Fetch v12, replica_id = own node id, current leader epoch) and
+  append what comes back as given (PartitionLog.append_replicated). One fetcher, so
+  one connection, per leader broker, batching every partition followed there.
+  Follower high watermark = min(leader's high watermark, own log end).
+- Leader: a follower's fetch offset is its log end; the high watermark is the
+  smallest log end over the ISR and only grows. A follower that has not caught up
+  for replica_lag_time_max_ms leaves the ISR; one that reaches the high watermark
+  joins again; both by compare-and-set (ClusterView.alter_isr), decided by the pure
+  `isr_change`, re-read and decided again when the CAS loses.
+- acks=all completes when the high watermark passes the batch (`wait_for_hw`);
+  NOT_ENOUGH_REPLICAS before the append when the ISR is below min.insync.replicas,
+  NOT_ENOUGH_REPLICAS_AFTER_APPEND when it fell below while waiting.
+
+Followers do not fsync each fetch (Kafka's default): an acknowledged record is on
+every ISR member, and the leader's own flush policy still applies to it.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+from ..protocol.errors import KafkaError
+from ..storage.errors import AppendError, StorageError
+from .peer import PeerConnection, PeerError
+from .state import ClusterView, PartitionState
+
+log = logging.getLogger("semel.cluster.replica")
+
+FETCH_VERSION = 12            # replica_id and current_leader_epoch, topic names
+EPOCH_VERSION = 4             # OffsetForLeaderEpoch with replica_id
+UNDEFINED = -1
+_FENCING = (KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.NOT_LEADER_OR_FOLLOWER,
+            KafkaError.UNKNOWN_TOPIC_OR_PARTITION)
+
+TopicPartition = tuple[str, int]
+
+
+# ================================================================ pure decisions
+@dataclass
+class FollowerProgress:
+    """What a leader knows of one follower: its log end and when it was last caught up."""
+    leo: int = UNDEFINED
+    last_caught_up_ms: float = 0.0
+    last_fetch_ms: float = 0.0
+    last_fetch_leader_leo: int = UNDEFINED
+
+    def on_fetch(self, fetch_offset: int, leader_leo: int, now_ms: float) -> None:
+        """Kafka's rule: caught up now if the fetch reaches the leader's log end; caught up
+        at the previous fetch if it reaches what the log end was then (a follower chasing
+        a busy leader is never exactly at the end, yet keeps up)."""
+        if fetch_offset >= leader_leo:
+            self.last_caught_up_ms = now_ms
+        elif fetch_offset >= self.last_fetch_leader_leo >= 0:
+            self.last_caught_up_ms = max(self.last_caught_up_ms, self.last_fetch_ms)
+        self.leo = fetch_offset
+        self.last_fetch_ms, self.last_fetch_leader_leo = now_ms, leader_leo
+
+
+def high_watermark(current_hw: int, leader: int, leader_leo: int, isr: tuple[int, ...],
+                   progress: dict[int, FollowerProgress]) -> int:
+    """Smallest log end over the ISR; never below the current high watermark."""
+    leos = [leader_leo if r == leader else progress[r].leo if r in progress else UNDEFINED for r in isr]
+    return max(current_hw, min(leos, default=leader_leo))
+
+
+def isr_change(state: PartitionState, leader_leo: int, hw: int, progress: dict[int, FollowerProgress],
+               now_ms: float, lag_max_ms: int, epoch_start: int) -> tuple[int, ...] | None:
+    """The ISR the leader should ask for, or None when it should stay as it is.
+
+    Out: members other than the leader not caught up within lag_max_ms. In: replicas
+    whose log end reached the high watermark and the start of the leader's epoch
+    (Kafka's conditions), caught up within lag_max_ms. The leader always stays, so
+    the ISR is never empty. Order follows the replica list."""
+    def fresh(r: int) -> bool:
+        p = progress.get(r)
+        return p is not None and now_ms - p.last_caught_up_ms <= lag_max_ms
+
+    def joins(r: int) -> bool:
+        p = progress.get(r)
+        return p is not None and p.leo >= max(hw, epoch_start) and fresh(r)
+
+    keep = {r for r in state.isr if r == state.leader or fresh(r)}
+    add = {r for r in state.replicas if r not in state.isr and joins(r)}
+    new = tuple(r for r in state.replicas if r in keep | add | {state.leader})
+    return None if set(new) == set(state.isr) else new
+
+
+# ================================================================ leader side
+@dataclass
+class LeaderState:
+    state: PartitionState
+    plog: object                       # PartitionLog
+    epoch_start: int
+    progress: dict[int, FollowerProgress]
+    waiters: list = field(default_factory=list)    # [upto, min_isr, future]
+    isr_busy: bool = False
+    # While an ISR change is in flight the high watermark counts the members of both
+    # the old and the asked-for ISR (Kafka's "maximal ISR"): a replica about to join
+    # must not find the high watermark already past its log end.
+    pending_isr: tuple[int, ...] = ()
+
+    def hw_isr(self) -> tuple[int, ...]:
+        return tuple(dict.fromkeys(self.state.isr + self.pending_isr))
+
+
+class ReplicaManager:
+    """One per broker in a cluster (broker.replicas); see the module docstring."""
+
+    def __init__(self, broker, view: ClusterView, *, lag_time_max_ms: int | None = None,
+                 fetch_wait_ms: int | None = None, fetch_max_bytes: int | None = None):
+        cfg = broker.config
+        self.broker = broker
+        self.view = view
+        self.node_id = view.node_id
+        self.lag_time_max_ms = lag_time_max_ms or cfg.replica_lag_time_max_ms
+        self.fetch_wait_ms = fetch_wait_ms or cfg.replica_fetch_wait_max_ms
+        self.fetch_max_bytes = fetch_max_bytes or cfg.replica_fetch_max_bytes
+        self.request_timeout_s = cfg.request_timeout_ms / 1000
+        self.leading: dict[TopicPartition, LeaderState] = {}
+        self.following: dict[TopicPartition, tuple[int, int]] = {}   # -> (leader, leader epoch)
+        self.fetchers: dict[int, LeaderFetcher] = {}
+        self._versions: dict[TopicPartition, int] = {}
+        self._task: asyncio.Task | None = None
+        self._running = False
+        # Followers here stop fetching while set: what a stopped (SIGSTOP) follower looks
+        # like to its leaders, without stopping the rest of the broker.
+        self.fetching_paused = False
+
+    # -- lifecycle ------------------------------------------------------------------------
+    async def start(self) -> None:
+        self._running = True
+        self.view.add_listener(self.on_partition)
+        self.resync()
+        self._task = asyncio.create_task(self._isr_loop(), name="replica-isr")
+
+    async def stop(self) -> None:
+        self._running = False
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        for tp in list(self.leading):
+            self._stop_leading(tp)
+        for fetcher in list(self.fetchers.values()):
+            await fetcher.close()
+        self.fetchers.clear()
+        self.following.clear()
+
+    def resync(self) -> None:
+        """Apply every partition's state (at start, and for logs created after their state arrived)."""
+        for st in self.view.partitions():
+            tp = (st.topic, st.partition)
+            if tp not in self.leading and tp not in self.following:
+                self.on_partition(st)
+
+    # -- roles -----------------------------------------------------------------------------
+    def on_partition(self, st: PartitionState) -> None:
+        """ClusterView listener: become leader, follower or neither of one partition."""
+        if not self._running:
+            return
+        tp = (st.topic, st.partition)
+        if st.version < self._versions.get(tp, -1):
+            return     # an older state arriving late (our own alter_isr result raced the watch)
+        plog = self.broker.logs.get(*tp) if self.broker.logs is not None else None
+        if plog is None or self.node_id not in st.replicas:
+            self._stop_leading(tp)
+            self._stop_following(tp)
+            if plog is not None:
+                plog.is_follower = True    # not a replica (any more): nothing may write here
+            return
+        self._versions[tp] = st.version
+        if plog.replicated_hw is None:
+            plog.replicated_hw = plog.log_start_offset   # nothing is known committed until the ISR says so
+        if st.leader == self.node_id:
+            self._stop_following(tp)
+            plog.is_follower = False
+            self._lead(tp, st, plog)
+        else:
+            self._stop_leading(tp)
+            plog.leader_epoch = None
+            plog.is_follower = True
+            if st.has_leader:
+                self._follow(tp, st)
+            else:
+                self._stop_following(tp)
+
+    def _lead(self, tp: TopicPartition, st: PartitionState, plog) -> None:
+        ls = self.leading.get(tp)
+        if ls is None or ls.state.leader_epoch != st.leader_epoch:
+            self._stop_leading(tp)
+            try:
+                plog.epochs.assign(st.leader_epoch, plog.log_end_offset)
+            except OSError as exc:   # appends will try again (PartitionLog._write)
+                log.error("%s-%d: cannot record leader epoch %d: %s", *tp, st.leader_epoch, exc)
+            plog.leader_epoch = st.leader_epoch
+            now = self._now_ms()
+            ls = LeaderState(st, plog, plog.log_end_offset,
+                             {r: FollowerProgress(last_caught_up_ms=now) for r in st.replicas if r != self.node_id})
+            self.leading[tp] = ls
+            log.info("%s-%d: leader at epoch %d (log end %d, isr %s)", *tp, st.leader_epoch,
+                     plog.log_end_offset, list(st.isr))
+        ls.state = st
+        self._advance_hw(tp, ls)
+
+    def _stop_leading(self, tp: TopicPartition) -> None:
+        ls = self.leading.pop(tp, None)
+        if ls is None:
+            return
+        ls.plog.leader_epoch = None
+        for _, _, fut in ls.waiters:
+            if not fut.done():
+                fut.set_result(KafkaError.NOT_LEADER_OR_FOLLOWER)
+
+    def _follow(self, tp: TopicPartition, st: PartitionState) -> None:
+        if self.following.get(tp) == (st.leader, st.leader_epoch):
+            return
+        self._stop_following(tp)
+        self.following[tp] = (st.leader, st.leader_epoch)
+        fetcher = self.fetchers.get(st.leader)
+        if fetcher is None:
+            fetcher = self.fetchers[st.leader] = LeaderFetcher(self, st.leader)
+        fetcher.add(tp, st.leader_epoch)
+
+    def _stop_following(self, tp: TopicPartition) -> None:
+        was = self.following.pop(tp, None)
+        if was is not None and was[0] in self.fetchers:
+            self.fetchers[was[0]].remove(tp)
+
+    # -- leader: followers' fetches, high watermark, ISR -----------------------------------
+    def leader_error(self, topic: str, partition: int, current_leader_epoch: int) -> KafkaError:
+        """NONE when this broker leads the partition at the asker's epoch (-1: any).
+        An older epoch is FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH (KIP-320)."""
+        ls = self.leading.get((topic, partition))
+        st = self.view.partition(topic, partition)
+        known = max(st.leader_epoch if st is not None else UNDEFINED, ls.state.leader_epoch if ls else UNDEFINED)
+        if 0 <= current_leader_epoch < known:
+            return KafkaError.FENCED_LEADER_EPOCH
+        if current_leader_epoch > known:
+            return KafkaError.UNKNOWN_LEADER_EPOCH
+        return KafkaError.NONE if ls is not None else KafkaError.NOT_LEADER_OR_FOLLOWER
+
+    def replica_fetch(self, topic: str, partition: int, replica_id: int, fetch_offset: int,
+                      current_leader_epoch: int) -> KafkaError:
+        """A follower's Fetch for one partition: fence it or record its log end."""
+        tp = (topic, partition)
+        err = self.leader_error(topic, partition, current_leader_epoch)
+        if err:
+            return err
+        ls = self.leading[tp]
+        progress = ls.progress.get(replica_id)
+        if progress is None:
+            return KafkaError.NOT_LEADER_OR_FOLLOWER     # not a replica of this partition
+        progress.on_fetch(fetch_offset, ls.plog.log_end_offset, self._now_ms())
+        self._advance_hw(tp, ls)
+        if replica_id not in ls.state.isr and progress.leo >= ls.plog.high_watermark:
+            self._schedule_isr_check(tp)
+        return KafkaError.NONE
+
+    def _advance_hw(self, tp: TopicPartition, ls: LeaderState) -> None:
+        plog = ls.plog
+        old = plog.high_watermark
+        new = high_watermark(old, self.node_id, plog.log_end_offset, ls.hw_isr(), ls.progress)
+        if new > old:
+            plog.replicated_hw = new
+            self.broker.notifier.notify(*tp)    # read_committed/uncommitted readers wait on it
+        self._settle_waiters(ls)
+
+    def _settle_waiters(self, ls: LeaderState) -> None:
+        hw, isr = ls.plog.high_watermark, len(ls.state.isr)
+        keep = []
+        for w in ls.waiters:
+            upto, min_isr, fut = w
+            if fut.done():
+                continue
+            if hw >= upto:
+                fut.set_result(KafkaError.NONE if isr >= min_isr else KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
+            else:
+                keep.append(w)
+        ls.waiters = keep
+
+    def min_insync(self, topic: str) -> int:
+        info = self.broker.logs.topics().get(topic) if self.broker.logs is not None else None
+        value = info.config.get("min.insync.replicas") if info is not None else None
+        return int(value) if value is not None else self.broker.config.min_insync_replicas
+
+    def before_append(self, topic: str, partition: int, acks: int) -> KafkaError:
+        """Produce, before anything is written: this broker must lead the partition, and
+        acks=all needs at least min.insync.replicas in the ISR."""
+        ls = self.leading.get((topic, partition))
+        if ls is None:
+            return KafkaError.NOT_LEADER_OR_FOLLOWER
+        if acks == -1 and len(ls.state.isr) < self.min_insync(topic):
+            return KafkaError.NOT_ENOUGH_REPLICAS
+        return KafkaError.NONE
+
+    async def wait_for_hw(self, topic: str, partition: int, upto: int, timeout_s: float) -> KafkaError:
+        """acks=all: NONE once the high watermark reaches `upto` (one past the batch)."""
+        ls = self.leading.get((topic, partition))
+        if ls is None:
+            return KafkaError.NOT_LEADER_OR_FOLLOWER
+        fut = asyncio.get_running_loop().create_future()
+        ls.waiters.append([upto, self.min_insync(topic), fut])
+        self._settle_waiters(ls)
+        try:
+            return await asyncio.wait_for(fut, timeout_s)
+        except asyncio.TimeoutError:
+            return KafkaError.REQUEST_TIMED_OUT
+
+    def _schedule_isr_check(self, tp: TopicPartition) -> None:
+        ls = self.leading.get(tp)
+        if ls is not None and not ls.isr_busy:
+            ls.isr_busy = True
+            asyncio.get_running_loop().create_task(self._update_isr(tp, ls))
+
+    async def _update_isr(self, tp: TopicPartition, ls: LeaderState) -> None:
+        try:
+            for _ in range(5):   # each lost CAS: re-read, decide again
+                st = self.view.partition(*tp)
+                if (st is None or self.leading.get(tp) is not ls or st.leader != self.node_id
+                        or st.leader_epoch != ls.state.leader_epoch):
+                    return
+                plog = ls.plog
+                new = isr_change(st, plog.log_end_offset, plog.high_watermark, ls.progress, self._now_ms(),
+                                 self.lag_time_max_ms, ls.epoch_start)
+                if new is None:
+                    return
+                ls.pending_isr = new
+                try:
+                    done = await self.view.alter_isr(st, new)
+                finally:
+                    ls.pending_isr = ()
+                if done is not None:
+                    log.info("%s-%d: isr %s -> %s", *tp, list(st.isr), list(done.isr))
+                    self.on_partition(done)
+                    return
+        finally:
+            ls.isr_busy = False
+
+    async def _isr_loop(self) -> None:
+        interval = max(self.lag_time_max_ms / 4, 20) / 1000
+        while self._running:
+            await asyncio.sleep(interval)
+            try:
+                self.resync()
+                for tp in list(self.leading):
+                    self._schedule_isr_check(tp)
+            except Exception:   # never let the loop die: ISR upkeep is what keeps acks=all going
+                log.exception("ISR upkeep failed")
+
+    @staticmethod
+    def _now_ms() -> float:
+        return time.monotonic() * 1000
+
+
+# ================================================================ follower side
+@dataclass
+class _Followed:
+    epoch: int
+    truncate: bool = True
+
+
+class LeaderFetcher:
+    """Fetches every partition this broker follows on one leader broker, over one connection."""
+
+    def __init__(self, manager: ReplicaManager, leader_id: int):
+        self.m = manager
+        self.leader_id = leader_id
+        self.parts: dict[TopicPartition, _Followed] = {}
+        self._wake = asyncio.Event()
+        self._conn: PeerConnection | None = None
+        self._closing = False
+        self._task = asyncio.create_task(self._run(), name=f"replica-fetcher-{leader_id}")
+
+    def add(self, tp: TopicPartition, epoch: int) -> None:
+        self.parts[tp] = _Followed(epoch)
+        self._wake.set()
+
+    def remove(self, tp: TopicPartition) -> None:
+        self.parts.pop(tp, None)
+
+    async def close(self) -> None:
+        # The flag as well as the cancel: Python 3.11's wait_for can swallow a cancel
+        # that lands just as its inner call completes, and the loop would go on.
+        self._closing = True
+        self.parts.clear()
+        self._wake.set()
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+        if self._conn is not None:
+            self._conn.close()
+
+    async def _run(self) -> None:
+        while not self._closing:
+            if not self.parts:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            info = self.m.view.brokers().get(self.leader_id)
+            if info is None:
+                await asyncio.sleep(0.1)
+                continue
+            try:
+                self._conn = await PeerConnection.open(info.host, info.port, f"semel-replica-{self.m.node_id}")
+                while self.parts:
+                    await self._round()
+            except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, PeerError) as exc:
+                log.info("fetcher %d -> %d: %s; reconnecting", self.m.node_id, self.leader_id, exc or type(exc).__name__)
+                await asyncio.sleep(0.1)
+            finally:
+                if self._conn is not None:
+                    self._conn.close()
+                    self._conn = None
+
+    async def _round(self) -> None:
+        if self.m.fetching_paused:
+            await asyncio.sleep(0.05)
+            return
+        pending = {tp: f for tp, f in self.parts.items() if f.truncate}
+        if pending:
+            if not await self._truncate(pending):
+                await asyncio.sleep(0.05)     # the leader has not taken over yet
+            return
+        if not await self._fetch():
+            await asyncio.sleep(0.05)
+
+    def _log(self, tp: TopicPartition):
+        return self.m.broker.logs.get(*tp)
+
+    async def _truncate(self, pending: dict[TopicPartition, _Followed]) -> bool:
+        """One OffsetForLeaderEpoch round for the partitions that must truncate; True on progress."""
+        cls = _request_class(23)
+        T = cls.OffsetForLeaderTopic
+        by_topic: dict[str, list] = {}
+        for (topic, p), f in pending.items():
+            plog = self._log((topic, p))
+            if plog is None:
+                continue
+            by_topic.setdefault(topic, []).append(T.OffsetForLeaderPartition(
+                partition=p, current_leader_epoch=f.epoch, leader_epoch=plog.epochs.latest_epoch))
+        resp = await self._conn.call(23, EPOCH_VERSION, self.m.request_timeout_s, replica_id=self.m.node_id,
+                                     topics=[T(topic=t, partitions=ps) for t, ps in by_topic.items()])
+        progress = False
+        for t in resp.topics:
+            for r in t.partitions:
+                tp = (t.topic, r.partition)
+                f = self.parts.get(tp)
+                if f is None or tp not in pending or f is not pending[tp] or r.error_code:
+                    continue
+                progress = True
+                f.truncate = not self._truncate_one(tp, r.leader_epoch, r.end_offset)
+        return progress
+
+    def _truncate_one(self, tp: TopicPartition, leader_epoch: int, end_offset: int) -> bool:
+        """Cut the local log where the leader's answer says it diverges; True when done
+        (False: the answer named an epoch this replica lacks, ask again with the now
+        latest local epoch, KIP-279)."""
+        plog = self._log(tp)
+        if plog is None:
+            return True
+        if leader_epoch == UNDEFINED or end_offset == UNDEFINED:
+            target, done = plog.high_watermark, True     # no common epoch known: keep what is committed
+        else:
+            mine, my_end = plog.epochs.end_offset_for(leader_epoch, plog.log_end_offset)
+            done = mine == leader_epoch or mine == UNDEFINED
+            target = min(end_offset, plog.log_end_offset if mine == UNDEFINED else my_end)
+        if target < plog.log_end_offset:
+            before = plog.log_end_offset
+            plog.truncate_to(target)
+            log.info("%s-%d: truncated %d -> %d (leader %d epoch %d ends at %d)", *tp, before,
+                     plog.log_end_offset, self.leader_id, leader_epoch, end_offset)
+        return done
+
+    async def _fetch(self) -> bool:
+        """One Fetch for every followed partition; True when nothing went wrong."""
+        cls = _request_class(1)
+        T = cls.FetchTopic
+        sent: dict[TopicPartition, _Followed] = {}
+        by_topic: dict[str, list] = {}
+        for tp, f in self.parts.items():
+            plog = self._log(tp)
+            if plog is None:
+                continue
+            sent[tp] = f
+            by_topic.setdefault(tp[0], []).append(T.FetchPartition(
+                partition=tp[1], current_leader_epoch=f.epoch, fetch_offset=plog.log_end_offset,
+                last_fetched_epoch=plog.epochs.latest_epoch, log_start_offset=plog.log_start_offset,
+                partition_max_bytes=self.m.fetch_max_bytes))
+        if not sent:
+            return False
+        resp = await self._conn.call(
+            1, FETCH_VERSION, self.m.request_timeout_s + self.m.fetch_wait_ms / 1000,
+            replica_id=self.m.node_id, max_wait_ms=self.m.fetch_wait_ms, min_bytes=1,
+            max_bytes=self.m.fetch_max_bytes * 8, isolation_level=0, session_id=0, session_epoch=-1,
+            topics=[T(topic=t, partitions=ps) for t, ps in by_topic.items()], forgotten_topics_data=[],
+            rack_id="")
+        if self.m.fetching_paused:
+            return True       # paused while the fetch was out: as if the answer never came
+        ok = True
+        for t in resp.responses:
+            for r in t.partitions:
+                tp = (t.topic, r.partition_index)
+                f = self.parts.get(tp)
+                if f is None or f is not sent.get(tp):
+                    continue          # leadership moved while the fetch was out
+                ok = self._apply(tp, f, r) and ok
+        return ok
+
+    def _apply(self, tp: TopicPartition, f: _Followed, r) -> bool:
+        plog = self._log(tp)
+        err = KafkaError(r.error_code)
+        if err is KafkaError.OFFSET_OUT_OF_RANGE:
+            f.truncate = True
+            return False
+        if err is not KafkaError.NONE:
+            if err not in _FENCING:
+                log.warning("%s-%d: fetch from leader %d: %s", *tp, self.leader_id, err.name)
+            return False
+        if r.records:
+            try:
+                plog.append_replicated(r.records)
+            except StorageError as exc:
+                log.error("%s-%d: replicated append failed: %s", *tp, exc)
+                return False
+            except AppendError as exc:    # does not continue the local log: find out where we diverged
+                log.warning("%s-%d: %s; truncating again", *tp, exc)
+                f.truncate = True
+                return False
+        plog.replicated_hw = max(plog.log_start_offset, min(r.high_watermark, plog.log_end_offset))
+        return True
+
+
+def _request_class(api_key: int):
+    from ..protocol.messages import request_class
+    return request_class(api_key)

@@ -1,0 +1,177 @@
+"""Several Broker objects in one process sharing a MemoryClusterView table: the
+replication data plane's test bed (no consensus service needed).
+
+The brokers run on one event loop in a background thread, so unmodified clients
+(confluent-kafka's blocking calls, semel.client.Client) can talk to them from the
+test thread. Elections are done by hand on the table, as the controller would.
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from pathlib import Path
+
+from semel.broker.config import BrokerConfig
+from semel.broker.server import Broker
+from semel.cluster.state import BrokerInfo, MemoryClusterView
+from semel.protocol.records import iter_batches
+
+from .wait import until
+
+
+class _Topic:
+    def __init__(self, name: str, partitions: int, topic_id: str):
+        self.name, self.partitions, self.topic_id = name, partitions, topic_id
+
+
+class TableView(MemoryClusterView):
+    """MemoryClusterView plus the topic catalogue the cluster Metadata handler reads."""
+
+    def __init__(self, table, node_id: int, topics: dict):
+        super().__init__(table, node_id)
+        self._topics = topics
+
+    def topics(self) -> dict:
+        return dict(self._topics)
+
+    def topic_partitions(self, name: str):
+        return sorted((st for st in self.partitions() if st.topic == name), key=lambda st: st.partition)
+
+
+class _FixedCoordinator:
+    """Stands in for the control plane's ClusterMember where only its coordinator
+    placement is needed: every group and transaction is coordinated by one broker."""
+
+    def __init__(self, node_id: int):
+        self.node_id = node_id
+
+    def coordinator_id(self) -> int:
+        return self.node_id
+
+    async def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
+
+
+class MemCluster:
+    def __init__(self, base: Path, nodes: int = 3, coordinator: int = 0, **config):
+        self.base = Path(base)
+        self.n = nodes
+        self.coordinator = coordinator
+        self.config = {"replica_lag_time_max_ms": 30_000, "replica_fetch_wait_max_ms": 100, **config}
+        self.table = MemoryClusterView.table()
+        self.topics: dict[str, _Topic] = {}
+        self.brokers: dict[int, Broker] = {}
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="memcluster", daemon=True)
+        self._thread.start()
+
+    # -- running things on the brokers' loop ------------------------------------------
+    def run(self, coro_or_fn, timeout: float = 60.0):
+        """Await a coroutine (or call a function) on the brokers' loop; returns its result."""
+        async def call():
+            res = coro_or_fn() if callable(coro_or_fn) else coro_or_fn
+            return await res if asyncio.iscoroutine(res) else res
+        return asyncio.run_coroutine_threadsafe(call(), self.loop).result(timeout)
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def start(self) -> "MemCluster":
+        for i in range(self.n):
+            self.start_broker(i)
+        return self
+
+    def start_broker(self, i: int) -> Broker:
+        cfg = BrokerConfig(data_dir=self.base / f"broker-{i}", port=0, node_id=i, **self.config)
+        broker = Broker(cfg)
+        broker.cluster = TableView(self.table, i, self.topics)
+        broker.cluster_member = _FixedCoordinator(self.coordinator)
+
+        async def go():
+            await broker.start()
+            self.table.brokers[i] = BrokerInfo(i, "127.0.0.1", cfg.port)
+            for name in self.topics:   # a restarted broker keeps its logs; a new one needs them
+                if name not in broker.logs.topics():
+                    broker.logs.create_topic(name, self.topics[name].partitions)
+            broker.replicas.resync()
+        self.run(go)
+        self.brokers[i] = broker
+        return broker
+
+    def stop_broker(self, i: int) -> None:
+        """Take broker i away as a crash would look to its peers: its session ends (the
+        controller drops it from every ISR), its connections drop; then it shuts down."""
+        broker = self.brokers.pop(i)
+
+        async def go():
+            self.table.brokers.pop(i, None)
+            for st in list(self.table.parts.values()):   # the controller drops a dead broker from ISRs
+                if i in st.isr and len(st.isr) > 1:
+                    self.table.set_isr(st.topic, st.partition, tuple(r for r in st.isr if r != i))
+            for conn in list(broker.limits.open):
+                conn.transport.abort()
+            await broker.stop()
+        self.run(go)
+
+    def close(self) -> None:
+        for i in list(self.brokers):
+            try:
+                self.stop_broker(i)
+            except Exception:   # keep closing the others
+                pass
+        async def drain():   # connections the clients left open end with the loop
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        self.run(drain)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        self.loop.close()
+
+    # -- the controller's part, by hand -------------------------------------------------------
+    def create_topic(self, name: str, assignment: list[tuple[int, ...]], config: dict | None = None) -> None:
+        def go():
+            self.topics[name] = _Topic(name, len(assignment), str(uuid.uuid4()))
+            for b in self.brokers.values():
+                b.logs.create_topic(name, len(assignment), config or {})
+            self.table.create_topic(name, assignment)
+        self.run(go)
+
+    def set_leader(self, topic: str, partition: int, leader: int):
+        return self.run(lambda: self.table.set_leader(topic, partition, leader))
+
+    def set_isr(self, topic: str, partition: int, isr: tuple[int, ...]):
+        return self.run(lambda: self.table.set_isr(topic, partition, isr))
+
+    def state(self, topic: str, partition: int = 0):
+        return self.table.parts[(topic, partition)]
+
+    # -- looking at replicas --------------------------------------------------------------------
+    def bootstrap(self, i: int | None = None) -> str:
+        ids = [i] if i is not None else sorted(self.brokers)
+        return ",".join(f"127.0.0.1:{self.brokers[j].config.port}" for j in ids)
+
+    def log(self, i: int, topic: str, partition: int = 0):
+        return self.brokers[i].logs.get(topic, partition)
+
+    def log_bytes(self, i: int, topic: str, partition: int = 0) -> bytes:
+        """Every byte of replica i's log from its start (read on the brokers' loop)."""
+        def go():
+            plog = self.log(i, topic, partition)
+            out, offset = bytearray(), plog.log_start_offset
+            while offset < plog.log_end_offset:
+                data = plog.read(offset, 1 << 20)
+                last = None
+                for _, hdr in iter_batches(data):
+                    last = hdr
+                out += data
+                offset = last.next_offset
+            return bytes(out)
+        return self.run(go)
+
+    def wait(self, predicate, what: str, timeout_s: float = 20.0):
+        """predicate() (run on the brokers' loop) once truthy; fails naming `what`."""
+        return until(lambda: self.run(predicate), what, timeout_s)
