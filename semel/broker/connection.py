@@ -26,7 +26,7 @@ from typing import Any, Awaitable
 from ..protocol.errors import ProtocolError
 from ..protocol.frame import FrameDecoder
 from ..protocol.messages import (
-    API_VERSIONS_KEY, UnsupportedVersion, decode_request, encode_response, partition_count,
+    API_VERSIONS_KEY, UnsupportedVersion, decode_request, encode_response_parts, partition_count,
     unsupported_api_versions_response,
 )
 from .auth.gate import authenticated_enough, guarded
@@ -218,7 +218,8 @@ async def _serve(broker, conn: Connection, reader: asyncio.StreamReader, writer:
 
 
 async def _dispatch(broker, conn: Connection, frame: bytes):
-    """Returns bytes, a (ctx, Deferred) pair, or None (no response).
+    """Returns the response's pieces (a list of bytes-like), a (ctx, Deferred, started)
+    tuple, or None (no response).
 
     The names `req` and `peer` are read by the loop watchdog (broker.watchdog) to
     say which request held the loop: keep them."""
@@ -231,7 +232,7 @@ async def _dispatch(broker, conn: Connection, frame: bytes):
             req = decode_request(frame, supported)
     except UnsupportedVersion as exc:
         if exc.api_key == API_VERSIONS_KEY:
-            return unsupported_api_versions_response(exc.correlation_id, supported)
+            return [unsupported_api_versions_response(exc.correlation_id, supported)]
         bad_input_log.warning("closing %s: %s", peer, exc)
         raise _Close() from None
     limit = broker.config.max_partitions_per_request
@@ -261,7 +262,7 @@ async def _dispatch(broker, conn: Connection, frame: bytes):
         return ctx, result, started
     broker.metrics.request_seconds.labels(api).observe(time.perf_counter() - started)
     try:
-        return encode_response(ctx.api_key, ctx.api_version, ctx.correlation_id, result)
+        return encode_response_parts(ctx.api_key, ctx.api_version, ctx.correlation_id, result)
     except Exception:  # a response we cannot encode is our bug: say so, then close
         log.exception("cannot encode %s v%d response for %s; closing the connection", api, ctx.api_version, peer)
         raise _Close() from None
@@ -283,13 +284,16 @@ async def _write_loop(writer: asyncio.StreamWriter, queue: asyncio.Queue, peer: 
             ctx.broker.metrics.request_seconds.labels(ROUTES[ctx.api_key].fn.__name__).observe(
                 time.perf_counter() - started)
             try:
-                item = encode_response(ctx.api_key, ctx.api_version, ctx.correlation_id, body)
+                item = encode_response_parts(ctx.api_key, ctx.api_version, ctx.correlation_id, body)
             except Exception:
                 log.exception("cannot encode a deferred response for %s; closing", peer)
                 writer.close()
                 return
-        writer.write(item)
-        metrics.bytes_out.inc(len(item))
+        # Piece by piece: a Fetch's records go out as the buffers storage read them
+        # into (uvloop queues the pieces and sends them with one writev, no copy).
+        for piece in item:
+            writer.write(piece)
+        metrics.bytes_out.inc(sum(len(piece) for piece in item))
         try:
             await writer.drain()
         except ConnectionError:

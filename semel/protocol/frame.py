@@ -21,19 +21,32 @@ class FrameDecoder:
         self._buf = bytearray()
 
     def feed(self, data: bytes) -> list[bytes]:
-        self._buf += data
-        frames: list[bytes] = []
+        """Complete frames (payloads, as bytes) from what is buffered plus `data`.
+
+        Each payload is copied once, straight out of `data` when nothing was
+        buffered (the common case: whole requests per read), and only an
+        incomplete tail is kept."""
         buf = self._buf
+        if buf:
+            buf += data
+            src = buf
+        else:
+            src = data
+        frames: list[bytes] = []
         pos = 0
-        while len(buf) - pos >= 4:
-            (size,) = _SIZE.unpack_from(buf, pos)
-            if size < 0 or size > self.max_frame_bytes:
-                raise ProtocolError(f"frame size {size} outside 0..{self.max_frame_bytes}")
-            if len(buf) - pos - 4 < size:
-                break
-            frames.append(bytes(buf[pos + 4:pos + 4 + size]))
-            pos += 4 + size
-        if pos:
+        with memoryview(src) as view:
+            end = len(view)
+            while end - pos >= 4:
+                (size,) = _SIZE.unpack_from(view, pos)
+                if size < 0 or size > self.max_frame_bytes:
+                    raise ProtocolError(f"frame size {size} outside 0..{self.max_frame_bytes}")
+                if end - pos - 4 < size:
+                    break
+                frames.append(bytes(view[pos + 4:pos + 4 + size]))
+                pos += 4 + size
+            if src is not buf:
+                buf += view[pos:]
+        if src is buf and pos:
             del buf[:pos]
         return frames
 

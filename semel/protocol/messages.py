@@ -17,6 +17,7 @@ from kafka.protocol.api_header import RequestHeader, ResponseHeader
 from kafka.protocol.api_message import ApiMessage
 
 from .errors import KafkaError, ProtocolError
+from .fetch_response import encode_fetch
 
 
 def _collect(kind: str) -> dict[int, type[ApiMessage]]:
@@ -33,6 +34,7 @@ def _collect(kind: str) -> dict[int, type[ApiMessage]]:
 REQUEST_CLASSES = _collect("request")
 RESPONSE_CLASSES = _collect("response")
 API_VERSIONS_KEY = 18
+FETCH_KEY = 1
 _HEAD = struct.Struct(">hhi")
 
 
@@ -141,6 +143,16 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, body: A
     return b"".join((struct.pack(">i", len(head) + len(payload)), head, payload))
 
 
+def encode_response_parts(api_key: int, api_version: int, correlation_id: int, body: Any) -> list:
+    """encode_response as pieces to write in order. A Fetch response keeps each
+    partition's records as the buffer storage read them into (fetch_response.py)."""
+    if api_key == FETCH_KEY:
+        pieces = encode_fetch(api_version, correlation_id, body)
+        if pieces is not None:
+            return pieces
+    return [encode_response(api_key, api_version, correlation_id, body)]
+
+
 def unsupported_api_versions_response(correlation_id: int, supported: dict[int, tuple[int, int]]) -> bytes:
     """Kafka's answer to a too-new ApiVersions request: header v0, body v0,
     UNSUPPORTED_VERSION plus our ranges, so the client retries lower."""
@@ -206,7 +218,8 @@ def encode_request(api_key: int, api_version: int, correlation_id: int, client_i
 
 
 __all__ = [
-    "Request", "UnsupportedVersion", "decode_request", "encode_response", "decode_response",
+    "Request", "UnsupportedVersion", "decode_request", "encode_response", "encode_response_parts",
+    "decode_response",
     "encode_request", "unsupported_api_versions_response", "response_class", "request_class",
     "peek_header", "spec_max_version", "RequestHeader", "partition_count",
 ]
