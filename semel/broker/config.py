@@ -81,6 +81,15 @@ class BrokerConfig:
     # Kafka's allow.everyone.if.no.acl.found: off, so a resource nobody granted is closed.
     allow_everyone_if_no_acl_found: bool = False
 
+    # --- cluster (issue 13; docs/cluster.md) ---
+    # etcd endpoints ("host:port,host:port"); None = the embedded single node, no cluster.
+    metadata_endpoints: str | None = None
+    # This broker's session in etcd lasts this long without a refresh: a killed broker's
+    # partitions get new leaders after about this long.
+    cluster_lease_ttl_s: int = 6
+    # Replication factor of a topic created with -1 (Kafka's default.replication.factor).
+    default_replication_factor: int = 1
+
     # --- replication (issue 13; semel.cluster.replica) ---
     # acks=all needs this many in-sync replicas (topic config min.insync.replicas overrides).
     min_insync_replicas: int = 1

@@ -52,6 +52,10 @@ class Broker:
         self.authorizer = Authorizer(
             self.acls, authenticating if config.authorizer_enabled is None else config.authorizer_enabled,
             set(config.super_users), config.allow_everyone_if_no_acl_found)
+        # The cluster view (semel.cluster.state.ClusterView) when a metadata service is
+        # configured; None on the embedded single node, where every handler behaves as before.
+        self.cluster = None
+        self.cluster_member = None
         # Replication data plane (semel.cluster.replica.ReplicaManager), started when
         # `cluster` is set; None on a single node.
         self.replicas = None
@@ -65,6 +69,10 @@ class Broker:
         t0 = time.monotonic()
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         self.logs = LogManager(self.config.data_dir, self.config.log, self.fs)
+        if self.config.metadata_endpoints:
+            from ..cluster.member import ClusterMember   # needs the cluster extra
+            self.cluster_member = ClusterMember(self)
+            self.cluster = self.cluster_member.view
         await self._start_coordinators()
         # A damaged users/ACL file stops the start here, naming it (ValueError -> one line).
         self.users.store.read()
@@ -75,6 +83,8 @@ class Broker:
             self.config.port = self._server.sockets[0].getsockname()[1]
         for lst in listeners[1:]:
             self._extra_servers.append(await self._listen(lst))
+        if self.cluster_member is not None:   # registers with the bound port
+            await self.cluster_member.start()
         if getattr(self, "cluster", None) is not None:
             from ..cluster.replica import ReplicaManager
             self.replicas = ReplicaManager(self, self.cluster)
@@ -118,6 +128,8 @@ class Broker:
     async def stop(self) -> None:
         if self.replicas is not None:   # no more fetching or ISR changes from here on
             await self.replicas.stop()
+        if self.cluster_member is not None:   # leave first: others take over without waiting out the lease
+            await self.cluster_member.stop()
         if self._server is not None:
             self._server.close()
         for server in self._extra_servers:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 
+from ...cluster.member import check_leader
 from ...protocol.errors import KafkaError
 from ...storage.errors import CorruptLogError, StorageError
 from ...storage.log import OffsetOutOfRange
@@ -90,6 +91,11 @@ def _read_partition(ctx, P, topic, p, isolation, budget, first, replica=False, r
     if refused:
         return P(partition_index=p.partition, error_code=refused, high_watermark=-1, last_stable_offset=-1,
                  log_start_offset=-1, aborted_transactions=None, records=b""), 0
+    # CLUSTER-HOOK: a follower's Fetch (replica_id >= 0) passes the same leadership and
+    # epoch check; the replication data plane records the follower's fetch offset here.
+    err = check_leader(ctx.broker, topic, p.partition, getattr(p, "current_leader_epoch", -1))
+    if err:
+        return _error_partition(P, p.partition, err), 0
     plog = ctx.broker.logs.get(topic, p.partition)
     if plog is None:
         return P(partition_index=p.partition, error_code=KafkaError.UNKNOWN_TOPIC_OR_PARTITION,
@@ -123,6 +129,11 @@ def _read_partition(ctx, P, topic, p, isolation, budget, first, replica=False, r
              preferred_read_replica=-1, records=data), len(data)
 
 
+def _error_partition(P, index, err):
+    return P(partition_index=index, error_code=err, high_watermark=-1, last_stable_offset=-1,
+             log_start_offset=-1, aborted_transactions=None, records=b"")
+
+
 @handler(2, 1, 7)
 async def list_offsets(ctx, req):
     cls = ctx.cls()
@@ -133,7 +144,9 @@ async def list_offsets(ctx, req):
     for t in req.topics:
         parts = []
         for p in t.partitions:
-            code, ts, off = _offset_for(ctx, t.name, p.partition_index, p.timestamp, isolation)
+            code = check_leader(ctx.broker, t.name, p.partition_index, getattr(p, "current_leader_epoch", -1))
+            code, ts, off = (code, -1, -1) if code else _offset_for(ctx, t.name, p.partition_index,
+                                                                     p.timestamp, isolation)
             parts.append(P(partition_index=p.partition_index, error_code=code, timestamp=ts,
                            offset=off, leader_epoch=0 if code == 0 else -1))
         topics.append(T(name=t.name, partitions=parts))

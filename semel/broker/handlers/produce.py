@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from ...cluster.member import check_leader
 from ...protocol import records
 from ...protocol.errors import KafkaError
 from ...storage import compaction
@@ -53,6 +54,9 @@ def _append_partition(ctx, req, topic: str, pdata) -> _PartitionResult:
     broker = ctx.broker
     if topic.startswith("__"):
         return _PartitionResult(pdata.index, KafkaError.INVALID_TOPIC_EXCEPTION, message="internal topic")
+    err = check_leader(broker, topic, pdata.index)   # NONE on a single node
+    if err:
+        return _PartitionResult(pdata.index, err)
     plog, err = lookup(ctx, topic, pdata.index)
     if err:
         return _PartitionResult(pdata.index, err)
