@@ -2,11 +2,11 @@
 
 read_uncommitted reads up to the high watermark; read_committed up to the last
 stable offset, with the aborted transactions that overlap the returned range so
-the client can drop their batches. In a cluster the high watermark is the
-replicated one; a follower's fetch (replica_id >= 0) reads to the log end and
-tells the leader where the follower's log ends (semel.cluster.replica). Fetch long-polls: it waits (without holding
+the client can drop their batches. Fetch long-polls: it waits (without holding
 anything) until min_bytes are available or max_wait_ms passes; min_bytes=0
-is answered at once, as Kafka does.
+is answered at once, as Kafka does. In a cluster the high watermark is the
+replicated one; a follower's fetch (replica_id >= 0) reads to the log end and
+tells the leader where the follower's log ends (semel.cluster.replica).
 """
 from __future__ import annotations
 
