@@ -91,6 +91,9 @@ _OVERRIDES = {
     "max_decompressed_batch_bytes": "max_decompressed_batch_bytes",
     "loop_lag_warn_ms": "loop_lag_warn_ms",
     "loop_stall_ms": "loop_stall_ms",
+    "min_insync_replicas": "min_insync_replicas",
+    "replica_lag_time_max_ms": "replica_lag_time_max_ms",
+    "replica_fetch_wait_max_ms": "replica_fetch_wait_max_ms",
 }
 
 
@@ -105,6 +108,12 @@ def _cluster_args(s) -> None:
                    help="session length: a dead broker's partitions move after about this long (default 6)")
     g.add_argument("--default-replication-factor", type=int, default=1,
                    help="replication factor of topics created with -1 (default 1)")
+    g.add_argument("--min-insync-replicas", type=int, default=None,
+                   help="acks=all needs this many in-sync replicas unless the topic says (default 1)")
+    g.add_argument("--replica-lag-time-max-ms", type=int, default=None,
+                   help="a follower not caught up this long leaves the ISR (default 30000)")
+    g.add_argument("--replica-fetch-wait-max-ms", type=int, default=None,
+                   help="longest wait of a follower's fetch for new data (default 500)")
 
 
 def _apply_cluster(cfg, args) -> None:
