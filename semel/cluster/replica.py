@@ -237,6 +237,13 @@ class ReplicaManager:
             self.fetchers[was[0]].remove(tp)
 
     # -- leader: followers' fetches, high watermark, ISR -----------------------------------
+    def appended(self, topic: str, partition: int) -> None:
+        """After a local append: with no follower in the ISR (replication factor 1, or an
+        ISR shrunk to the leader) no fetch would ever move the high watermark."""
+        ls = self.leading.get((topic, partition))
+        if ls is not None:
+            self._advance_hw((topic, partition), ls)
+
     def leader_error(self, topic: str, partition: int, current_leader_epoch: int) -> KafkaError:
         """NONE when this broker leads the partition at the asker's epoch (-1: any).
         An older epoch is FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH (KIP-320)."""
