@@ -50,12 +50,19 @@ class ClusterMember:
         """Create local logs for topics the cluster has and this broker does not yet."""
         logs = self.broker.logs
         local = logs.topics()
+        created = False
         for name, info in self.view.topics().items():
             if name in local:
                 continue
             err = logs.create_topic(name, info.partitions, dict(info.configs))
             if err not in (KafkaError.NONE, KafkaError.TOPIC_ALREADY_EXISTS):
                 log.error("cannot create local logs of %s: %s %s", name, err.name, logs.last_error_message)
+            created = True
+        replicas = getattr(self.broker, "replicas", None)
+        if created and replicas is not None:
+            # The partitions' states reached the replication data plane before their logs
+            # existed (one etcd transaction carries both): let it take its roles now.
+            replicas.resync()
 
     def coordinator_id(self) -> int | None:
         """Interim coordinator placement: every group and transactional id is coordinated

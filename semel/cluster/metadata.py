@@ -142,9 +142,14 @@ class EtcdClusterView:
             except EtcdError as exc:
                 log.warning("lease keepalive failed: %s", exc)
 
+    def _topics_first(self, kvs: list[KV]) -> list[KV]:
+        """A range read returns keys sorted, partitions/ before topics/: listeners should
+        hear of a topic before its partitions, as a watch delivers a create."""
+        return sorted(kvs, key=lambda kv: kv.key.startswith(self.keys.partitions))
+
     async def _load(self) -> int:
         kvs, revision = await self.etcd.get_prefix(self.keys.root)
-        for kv in kvs:
+        for kv in self._topics_first(kvs):
             self._apply(kv, deleted=False, notify=False)
         return revision
 
@@ -173,7 +178,7 @@ class EtcdClusterView:
         self._topics.clear()
         self._controller = None
         seen = set()
-        for kv in kvs:
+        for kv in self._topics_first(kvs):
             self._apply(kv, deleted=False, notify=True)
             if kv.key.startswith(self.keys.partitions):
                 seen.add(kv.key)

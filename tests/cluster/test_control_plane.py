@@ -1,0 +1,259 @@
+"""The control plane on real processes: etcd and three semel brokers (one set for the
+module, lease TTL 2 s), driven by unmodified confluent-kafka, kafka-python and aiokafka.
+
+Metadata lists the brokers and spreads leaders; clients reach each partition's leader;
+other brokers refuse it; a SIGKILLed broker's partitions get new leaders from the ISR
+with a new epoch and stale epochs are fenced; the controller seat moves when its broker
+dies; producer ids stay unique across brokers and a full restart.
+
+The tests run in file order and leave the cluster whole (every broker restarted).
+"""
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import Counter
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from semel.client.client import Client
+from semel.protocol.errors import KafkaError
+from semel.protocol.messages import request_class
+from semel.protocol.records import build_batch
+from tests.support.admin import error_code
+from tests.support.cluster import metadata, module_cluster, partitions, wait_brokers
+from tests.support.consume import read_values
+from tests.support.wait import until
+
+RF3, RF1 = "spread3", "single1"
+PIDS: list[int] = []     # every producer id handed out in this module
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with module_cluster(tmp_path_factory, "cluster") as c:
+        admin = AdminClient({"bootstrap.servers": c.bootstrap})
+        futures = admin.create_topics([NewTopic(RF3, 6, 3), NewTopic(RF1, 3, 1)])
+        assert {t: error_code(f) for t, f in futures.items()} == {RF3: 0, RF1: 0}
+        until(lambda: all(len(partitions(c, t)) == n for t, n in ((RF3, 6), (RF1, 3))), "topics visible")
+        yield c
+
+
+def test_metadata_lists_every_broker_and_spreads_leaders(cluster):
+    md = metadata(cluster)
+    assert sorted(b.node_id for b in md.brokers) == [0, 1, 2]
+    assert {b.port for b in md.brokers} == {b.port for b in cluster.brokers}
+    assert md.controller_id in (0, 1, 2)
+    rf3 = partitions(cluster, RF3)
+    assert Counter(leader for leader, _, _, _ in rf3.values()) == {0: 2, 1: 2, 2: 2}
+    for leader, epoch, replicas, isr in rf3.values():
+        assert sorted(replicas) == [0, 1, 2] and replicas[0] == leader and epoch == 0
+        assert sorted(isr) == [0, 1, 2]
+    assert sorted(leader for leader, _, _, _ in partitions(cluster, RF1).values()) == [0, 1, 2]
+
+
+def test_create_topics_checks_replication_factor(cluster):
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    (fut,) = admin.create_topics([NewTopic("too-many", 1, 4)]).values()
+    assert error_code(fut) == KafkaError.INVALID_REPLICATION_FACTOR
+    (fut,) = admin.create_topics([NewTopic(RF1, 1, 1)]).values()
+    assert error_code(fut) == KafkaError.TOPIC_ALREADY_EXISTS
+
+
+def _produce_confluent(bootstrap, topic, n, tag):
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    for i in range(n):
+        p.produce(topic, value=f"{tag}-{i}".encode(), partition=i % 3)
+    assert p.flush(60) == 0
+
+
+def _produce_kafka_python(bootstrap, topic, n, tag):
+    from kafka import KafkaProducer
+    p = KafkaProducer(bootstrap_servers=bootstrap.split(","), acks="all")
+    for i in range(n):
+        p.send(topic, value=f"{tag}-{i}".encode(), partition=i % 3).get(timeout=60)
+    p.close()
+
+
+async def _produce_aiokafka(bootstrap, topic, n, tag):
+    from aiokafka import AIOKafkaProducer
+    p = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await p.start()
+    try:
+        for i in range(n):
+            await p.send_and_wait(topic, f"{tag}-{i}".encode(), partition=i % 3)
+    finally:
+        await p.stop()
+
+
+def _consume_kafka_python(bootstrap, topic, want):
+    from kafka import KafkaConsumer, TopicPartition
+    c = KafkaConsumer(bootstrap_servers=bootstrap.split(","), enable_auto_commit=False,
+                      auto_offset_reset="earliest", consumer_timeout_ms=3000)
+    c.assign([TopicPartition(topic, p) for p in range(3)])
+    got = []
+    for m in c:
+        got.append(m.value.decode())
+        if len(got) >= want:
+            break
+    c.close()
+    return got
+
+
+async def _consume_aiokafka(bootstrap, topic, want):
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka.structs import TopicPartition
+    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest")
+    await c.start()
+    try:
+        c.assign([TopicPartition(topic, p) for p in range(3)])
+        got = []
+        while len(got) < want:
+            batch = await asyncio.wait_for(c.getmany(timeout_ms=500), 60)
+            got += [m.value.decode() for ms in batch.values() for m in ms]
+        return got
+    finally:
+        await c.stop()
+
+
+@pytest.mark.parametrize("topic", [RF1, RF3])
+def test_unmodified_clients_produce_and_consume_through_the_leaders(cluster, topic):
+    topic_name = f"{topic}-clients"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    (fut,) = admin.create_topics([NewTopic(topic_name, 3, 3 if topic == RF3 else 1)]).values()
+    assert error_code(fut) == 0
+    until(lambda: len(partitions(cluster, topic_name)) == 3, "topic visible")
+    _produce_confluent(cluster.bootstrap, topic_name, 30, "ck")
+    _produce_kafka_python(cluster.bootstrap, topic_name, 30, "kp")
+    asyncio.run(_produce_aiokafka(cluster.bootstrap, topic_name, 30, "aio"))
+    want = sorted(f"{tag}-{i}" for tag in ("ck", "kp", "aio") for i in range(30))
+    assert sorted(read_values(cluster.bootstrap, topic_name, 3, want=90)) == want
+    assert sorted(_consume_kafka_python(cluster.bootstrap, topic_name, 90)) == want
+    assert sorted(asyncio.run(_consume_aiokafka(cluster.bootstrap, topic_name, 90))) == want
+
+
+def _produce_raw(client, topic, partition):
+    T = request_class(0).TopicProduceData
+    data = T(name=topic, partition_data=[T.PartitionProduceData(index=partition, records=build_batch([(None, b"x")]))])
+    resp = client.request(0, transactional_id=None, acks=1, timeout_ms=10_000, topic_data=[data])
+    return KafkaError(resp.responses[0].partition_responses[0].error_code)
+
+
+def _list_offsets(client, topic, partition, leader_epoch):
+    T = request_class(2).ListOffsetsTopic
+    resp = client.request(2, replica_id=-1, isolation_level=0, topics=[T(
+        name=topic, partitions=[T.ListOffsetsPartition(partition_index=partition, current_leader_epoch=leader_epoch,
+                                                      timestamp=-1)])])
+    return KafkaError(resp.topics[0].partitions[0].error_code)
+
+
+def _fetch(client, topic, partition, leader_epoch):
+    T = request_class(1).FetchTopic
+    resp = client.request(1, replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0,
+                          session_id=0, session_epoch=-1, forgotten_topics_data=[], rack_id="",
+                          topics=[T(topic=topic, partitions=[T.FetchPartition(
+                              partition=partition, current_leader_epoch=leader_epoch, fetch_offset=0,
+                              last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20)])])
+    return KafkaError(resp.responses[0].partitions[0].error_code)
+
+
+def test_brokers_refuse_partitions_they_do_not_lead_and_wrong_epochs(cluster):
+    leader, epoch, _, _ = partitions(cluster, RF1)[0]
+    other = (leader + 1) % 3
+    with Client(cluster.brokers[other].bootstrap) as c:
+        assert _produce_raw(c, RF1, 0) == KafkaError.NOT_LEADER_OR_FOLLOWER
+        assert _fetch(c, RF1, 0, -1) == KafkaError.NOT_LEADER_OR_FOLLOWER
+        assert _list_offsets(c, RF1, 0, -1) == KafkaError.NOT_LEADER_OR_FOLLOWER
+    with Client(cluster.brokers[leader].bootstrap) as c:
+        assert _produce_raw(c, RF1, 0) == KafkaError.NONE
+        assert _fetch(c, RF1, 0, epoch) == KafkaError.NONE
+        assert _fetch(c, RF1, 0, epoch + 1) == KafkaError.UNKNOWN_LEADER_EPOCH
+        assert _list_offsets(c, RF1, 0, epoch + 1) == KafkaError.UNKNOWN_LEADER_EPOCH
+
+
+def _init_pids(cluster, per_broker=3) -> list[int]:
+    out = []
+    for b in cluster.brokers:
+        with Client(b.bootstrap) as c:
+            for _ in range(per_broker):
+                r = c.request(22, transactional_id=None, transaction_timeout_ms=60_000, producer_id=-1,
+                              producer_epoch=-1)
+                assert r.error_code == 0
+                out.append(r.producer_id)
+    PIDS.extend(out)
+    return out
+
+
+def test_producer_ids_are_unique_across_brokers(cluster):
+    got = _init_pids(cluster)
+    assert len(set(got)) == len(got) == 9
+
+
+def _controller(cluster):
+    return metadata(cluster).controller_id
+
+
+def test_sigkilled_broker_loses_leadership_to_the_isr_and_gets_its_own_back(cluster):
+    victim = next(n for n in range(3) if n != _controller(cluster))
+    before3, before1 = partitions(cluster, RF3), partitions(cluster, RF1)
+    cluster.brokers[victim].kill()
+    wait_brokers(cluster, {0, 1, 2} - {victim})
+
+    def elected():
+        now = partitions(cluster, RF3)
+        return all(leader != victim and victim not in isr for leader, _, _, isr in now.values()) and now
+    after3 = until(elected, f"partitions led by {victim} re-elected")
+    for p, (leader, epoch, replicas, isr) in after3.items():
+        old_leader, old_epoch, _, old_isr = before3[p]
+        if old_leader == victim:
+            assert leader in old_isr and epoch == old_epoch + 1
+        else:   # leaders that did not die stay where they are, epoch unchanged
+            assert (leader, epoch) == (old_leader, old_epoch)
+    (lost,) = [p for p, st in before1.items() if st[0] == victim]
+    after1 = until(lambda: partitions(cluster, RF1)[lost][0] == -1 and partitions(cluster, RF1), "offline")
+    assert after1[lost][1] == before1[lost][1] + 1 and after1[lost][3] == (victim,)   # no unclean election
+
+    # A client still on the old epoch is fenced at the new leader; clients move on.
+    moved = next(p for p, st in before3.items() if st[0] == victim)
+    new_leader, new_epoch = after3[moved][0], after3[moved][1]
+    with Client(cluster.brokers[new_leader].bootstrap) as c:
+        assert _fetch(c, RF3, moved, new_epoch - 1) == KafkaError.FENCED_LEADER_EPOCH
+        assert _list_offsets(c, RF3, moved, new_epoch - 1) == KafkaError.FENCED_LEADER_EPOCH
+        assert _list_offsets(c, RF3, moved, new_epoch) == KafkaError.NONE
+    tag = uuid.uuid4().hex[:6]
+    live = ",".join(b.bootstrap for b in cluster.brokers if b.alive())
+    p = Producer({"bootstrap.servers": live, "acks": "1"})
+    for i in range(6):
+        p.produce(RF3, value=f"{tag}-{i}".encode(), partition=i)
+    assert p.flush(60) == 0
+
+    cluster.brokers[victim].start()
+    wait_brokers(cluster, {0, 1, 2})
+    back = until(lambda: partitions(cluster, RF1)[lost][0] == victim and partitions(cluster, RF1), "back")
+    assert back[lost][1] == after1[lost][1] + 1
+    assert {p: st[:2] for p, st in partitions(cluster, RF3).items()} == {p: st[:2] for p, st in after3.items()}
+
+
+def test_controller_failover(cluster):
+    old = _controller(cluster)
+    led = {p for p, st in partitions(cluster, RF3).items() if st[0] == old}
+    cluster.brokers[old].kill()
+    new = until(lambda: (c := _controller(cluster)) not in (None, -1, old) and c, "another broker takes the seat")
+    assert new in {0, 1, 2} - {old}
+    until(lambda: all(partitions(cluster, RF3)[p][0] not in (old, -1) for p in led),
+          "the new controller re-elects the old one's partitions")
+    cluster.brokers[old].start()
+    wait_brokers(cluster, {0, 1, 2})
+    assert _controller(cluster) == new    # a returning broker does not take the seat back
+
+
+def test_producer_ids_stay_unique_across_a_full_restart(cluster):
+    before = set(PIDS) | set(_init_pids(cluster))
+    cluster.stop()
+    cluster.start()
+    wait_brokers(cluster, {0, 1, 2})
+    after = _init_pids(cluster)
+    assert len(set(after)) == len(after) and not set(after) & before
+    assert min(after) > max(before)

@@ -1,0 +1,55 @@
+"""A local cluster (etcd + broker processes) for a whole test module, and reading
+its state over the wire as clients see it."""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from semel.client.client import Client, ClientError
+
+from .wait import until
+
+
+@contextmanager
+def module_cluster(tmp_path_factory, name: str, nodes: int = 3, lease_ttl_s: int = 2, *broker_args: str):
+    """A started LocalCluster whose brokers all see each other; stopped and removed after."""
+    from semel.cluster.local import LocalCluster
+    c = LocalCluster(tmp_path_factory.mktemp(name), nodes, lease_ttl_s=lease_ttl_s, broker_args=list(broker_args))
+    try:
+        c.start()
+        wait_brokers(c, set(range(nodes)))
+        yield c
+    finally:
+        c.stop()
+        c.close()
+
+
+def metadata(cluster, topics=None):
+    """Metadata from the first live broker that answers."""
+    for b in cluster.brokers:
+        if not b.alive():
+            continue
+        try:
+            with Client(b.bootstrap, timeout_s=5) as c:
+                return c.metadata(topics)
+        except (ClientError, OSError):
+            continue
+    raise AssertionError("no broker answers Metadata")
+
+
+def partitions(cluster, topic: str) -> dict[int, tuple]:
+    """{partition: (leader, leader_epoch, replicas, isr)} as Metadata reports them."""
+    (t,) = metadata(cluster, [topic]).topics
+    return {p.partition_index: (p.leader_id, p.leader_epoch, tuple(p.replica_nodes), tuple(p.isr_nodes))
+            for p in t.partitions}
+
+
+def wait_brokers(cluster, nodes: set[int]) -> None:
+    """Until every live broker lists exactly `nodes` (registration and expiry are asynchronous)."""
+    def agreed():
+        for b in cluster.brokers:
+            if b.alive():
+                with Client(b.bootstrap, timeout_s=5) as c:
+                    if {x.node_id for x in c.metadata([]).brokers} != nodes:
+                        return False
+        return True
+    until(agreed, f"brokers {sorted(nodes)} registered and seen by all")
