@@ -15,8 +15,10 @@ def add_parser(sub) -> None:
     s = csub.add_parser("start", help="start etcd and --nodes brokers in the foreground; Ctrl-C stops them all")
     s.add_argument("--nodes", type=int, default=3, help="number of brokers (default 3)")
     s.add_argument("--data-dir", required=True, type=Path, help="etcd/ and broker-N/ go under here")
-    s.add_argument("--base-port", type=int, default=9092, help="broker N listens on base-port + N (default 9092)")
-    s.add_argument("--etcd-port", type=int, default=2379, help="etcd client port (peer port is this + 1)")
+    s.add_argument("--base-port", type=int, default=9092,
+                   help="broker N listens on base-port + N (default 9092; 0 = free ports)")
+    s.add_argument("--etcd-port", type=int, default=2379,
+                   help="etcd client port, peer port this + 1 (default 2379; 0 = free ports)")
     s.add_argument("--lease-ttl-s", type=int, default=6, help="broker session length in etcd (default 6)")
     s.add_argument("--broker-arg", action="append", default=[], metavar="ARG",
                    help="extra argument for every `semel broker start` (repeatable, e.g. --broker-arg=--flush-mode=never)")
@@ -27,7 +29,7 @@ def run(args) -> int:
     from ..cluster.local import LocalCluster
     if args.nodes < 1:
         raise CliError("--nodes must be at least 1")
-    if not 1 <= args.base_port <= 65535 - args.nodes or not 1 <= args.etcd_port < 65535:
+    if not 0 <= args.base_port <= 65535 - args.nodes or not 0 <= args.etcd_port < 65535:
         raise CliError("--base-port/--etcd-port out of range")
     if args.lease_ttl_s < 2:
         raise CliError("--lease-ttl-s must be at least 2")
