@@ -134,6 +134,41 @@ def test_unmodified_clients_produce_and_consume_through_the_leaders(cluster, top
     assert sorted(asyncio.run(_consume_aiokafka(cluster.bootstrap, topic_name, 90))) == want
 
 
+def test_consumer_group_commits_at_the_coordinator_broker(cluster):
+    from confluent_kafka import Consumer, TopicPartition
+    topic = "grouped"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})   # kept: its futures die with it
+    (fut,) = admin.create_topics([NewTopic(topic, 3, 1)]).values()
+    assert error_code(fut) == 0
+    until(lambda: len(partitions(cluster, topic)) == 3, "topic visible")
+    _produce_confluent(cluster.bootstrap, topic, 30, "g")
+    # Interim placement: every broker names the controller as coordinator.
+    controller = _controller(cluster)
+    for b in cluster.brokers:
+        with Client(b.bootstrap) as c:
+            r = c.request(10, key="g-cluster", key_type=0)
+            assert (r.error_code, r.node_id) == (0, controller)
+    conf = {"bootstrap.servers": cluster.bootstrap, "group.id": "g-cluster", "auto.offset.reset": "earliest",
+            "enable.auto.commit": False}
+    c = Consumer(conf)
+    c.subscribe([topic])
+    got = []
+
+    def polled():
+        m = c.poll(0.5)
+        if m is not None and not m.error():
+            got.append(m.value().decode())
+        return len(got) >= 30
+    until(polled, "30 records through the group")
+    c.commit(asynchronous=False)
+    c.close()
+    assert sorted(got) == sorted(f"g-{i}" for i in range(30))
+    c = Consumer(conf)
+    committed = c.committed([TopicPartition(topic, p) for p in range(3)], timeout=30)
+    c.close()
+    assert sum(tp.offset for tp in committed) == 30
+
+
 def _produce_raw(client, topic, partition):
     T = request_class(0).TopicProduceData
     data = T(name=topic, partition_data=[T.PartitionProduceData(index=partition, records=build_batch([(None, b"x")]))])
