@@ -50,6 +50,7 @@ from typing import Iterator
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from semel.client.client import Client, ClientError
+from semel.client import admin
 from semel.client import txn as wire
 from semel.protocol.errors import KafkaError
 from semel.spark import atomic
@@ -647,7 +648,9 @@ def commit_batch(o: SinkOptions, messages, batch: int) -> None:
         _ok(_retrying(o, "EndTxn", lambda: wire.end_txn(c, o.parent, st.pid, st.epoch, True)),
             f"EndTxn {o.parent}")
         _kill_if("commit:decided", batch)
-        for i, b in enumerate(branches):
+        # Mode (a): the parent's EndTxn has completed every joined branch already (the
+        # broker's own doing, crash or not), so there is nothing to end one by one.
+        for i, b in enumerate([] if o.atomic else branches):
             _end_branch(c, o, batch, b)
             if i == 0:
                 _kill_if("commit:branch", batch)
@@ -678,10 +681,18 @@ def _roll_forward(c: Client, o: SinkOptions, done: dict, batch: int, winners: li
 def _fence_losers(c: Client, o: SinkOptions, batch: int, winners: list[BranchMessage]) -> None:
     """Failed and speculative attempts wrote under other attempt numbers: abort them.
     One attempt number past the highest winner covers a speculative copy that lost."""
-    for m in winners:
-        for attempt in range(0, m.attempt + 2):
-            if attempt != m.attempt:
-                _fence(c, o, branch_id(o, batch, m.partition, attempt))
+    ids = [branch_id(o, batch, m.partition, attempt) for m in winners
+           for attempt in range(0, m.attempt + 2) if attempt != m.attempt]
+    if o.atomic and ids:
+        # A semel broker answers DescribeTransactions: an id it has never seen holds no rows,
+        # and fencing it would only add a coordinator record. (A copy that starts after this
+        # look is no different from one that starts after a fence: it finds the batch
+        # decided and ends its own branch.) Mode (b) keeps to the APIs every broker has.
+        unknown = {d.transactional_id for d in admin.describe_transactions(c, ids)
+                   if d.error == KafkaError.TRANSACTIONAL_ID_NOT_FOUND}
+        ids = [i for i in ids if i not in unknown]
+    for txn_id in ids:
+        _fence(c, o, txn_id)
 
 
 def abort_batch(o: SinkOptions, messages, batch: int) -> None:

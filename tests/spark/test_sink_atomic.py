@@ -8,8 +8,9 @@ import time
 
 import pytest
 
-from semel.client import Client
+from semel.client import Client, admin
 from semel.client import txn as wire
+from semel.protocol.errors import KafkaError
 from semel.spark import sink
 from tests.spark.test_source import create, produce
 from tests.support.consume import read_values
@@ -70,6 +71,24 @@ def test_undecided_batch_is_aborted_whole_when_a_task_reruns(spark_broker):
     again = two_branches(o, 0)   # Spark replays batch 0 after the restart: attempt numbers start at 0 again
     sink.commit_batch(o, again, 0)
     assert sorted(read_values(bs, "am-rerun", 2, want=6)) == sorted(f"p{p}-{i}" for p in (0, 1) for i in range(3))
+
+
+def test_losing_attempts_are_fenced_in_mode_a(spark_broker):
+    """Attempt 0 wrote and lost to attempt 1 (a retry), attempt 2 never ran: commit() finds
+    the attempts the broker knows (DescribeTransactions) and fences them; nothing stays
+    open (the last stable offset reaches the log end) and only the winner is visible."""
+    bs = spark_broker.bootstrap
+    create(bs, "am-lose", 1)
+    o = opts(bs, "aml", "am-lose", "true")
+    sink.write_branch(o, {"value": 0}, iter([(b"lost",)]), 0, 0, 0)
+    win = sink.write_branch(o, {"value": 0}, iter([(b"won",)]), 0, 0, 1)
+    sink.commit_batch(o, [win], 0)
+    assert read_values(bs, "am-lose", 1, want=1) == ["won"]
+    with Client(bs) as c:
+        assert c.list_offset("am-lose", 0, -1, isolation=1) == c.list_offset("am-lose", 0, -1, isolation=0)
+        described = {d.transactional_id: d.error for d in admin.describe_transactions(
+            c, [sink.branch_id(o, 0, 0, a) for a in range(3)])}
+    assert described[sink.branch_id(o, 0, 0, 2)] == KafkaError.TRANSACTIONAL_ID_NOT_FOUND  # not created by a fence
 
 
 def test_batch_write_in_mode_a(spark, spark_broker):
