@@ -176,12 +176,15 @@ def _produce_raw(client, topic, partition):
     return KafkaError(resp.responses[0].partition_responses[0].error_code)
 
 
-def _list_offsets(client, topic, partition, leader_epoch):
+def _list_offsets(client, topic, partition, leader_epoch, answer_epoch=None):
     T = request_class(2).ListOffsetsTopic
     resp = client.request(2, replica_id=-1, isolation_level=0, topics=[T(
         name=topic, partitions=[T.ListOffsetsPartition(partition_index=partition, current_leader_epoch=leader_epoch,
                                                       timestamp=-1)])])
-    return KafkaError(resp.topics[0].partitions[0].error_code)
+    p = resp.topics[0].partitions[0]
+    if answer_epoch is not None:
+        assert p.leader_epoch == answer_epoch
+    return KafkaError(p.error_code)
 
 
 def _fetch(client, topic, partition, leader_epoch):
@@ -256,7 +259,7 @@ def test_sigkilled_broker_loses_leadership_to_the_isr_and_gets_its_own_back(clus
     with Client(cluster.brokers[new_leader].bootstrap) as c:
         assert _fetch(c, RF3, moved, new_epoch - 1) == KafkaError.FENCED_LEADER_EPOCH
         assert _list_offsets(c, RF3, moved, new_epoch - 1) == KafkaError.FENCED_LEADER_EPOCH
-        assert _list_offsets(c, RF3, moved, new_epoch) == KafkaError.NONE
+        assert _list_offsets(c, RF3, moved, new_epoch, answer_epoch=new_epoch) == KafkaError.NONE
     tag = uuid.uuid4().hex[:6]
     live = ",".join(b.bootstrap for b in cluster.brokers if b.alive())
     p = Producer({"bootstrap.servers": live, "acks": "1"})

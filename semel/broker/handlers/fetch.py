@@ -148,9 +148,17 @@ async def list_offsets(ctx, req):
             code, ts, off = (code, -1, -1) if code else _offset_for(ctx, t.name, p.partition_index,
                                                                      p.timestamp, isolation)
             parts.append(P(partition_index=p.partition_index, error_code=code, timestamp=ts,
-                           offset=off, leader_epoch=0 if code == 0 else -1))
+                           offset=off, leader_epoch=_leader_epoch(ctx.broker, t.name, p.partition_index)
+                           if code == 0 else -1))
         topics.append(T(name=t.name, partitions=parts))
     return ctx.response(throttle_time_ms=0, topics=topics)
+
+
+def _leader_epoch(broker, topic, partition) -> int:
+    """The epoch clients should validate offsets against: the partition's current
+    leader epoch in a cluster (this broker leads it), 0 on a single node."""
+    st = broker.cluster.partition(topic, partition) if broker.cluster is not None else None
+    return st.leader_epoch if st is not None else 0
 
 
 def _offset_for(ctx, topic, partition, timestamp, isolation):
