@@ -131,6 +131,7 @@ class ReplicaManager:
         self.following: dict[TopicPartition, tuple[int, int]] = {}   # -> (leader, leader epoch)
         self.fetchers: dict[int, LeaderFetcher] = {}
         self._versions: dict[TopicPartition, int] = {}
+        self._seen: set[TopicPartition] = set()
         self._task: asyncio.Task | None = None
         self._running = False
         # Followers here stop fetching while set: what a stopped (SIGSTOP) follower looks
@@ -179,8 +180,11 @@ class ReplicaManager:
                 plog.is_follower = True    # not a replica (any more): nothing may write here
             return
         self._versions[tp] = st.version
-        if plog.replicated_hw is None:
-            plog.replicated_hw = plog.log_start_offset   # nothing is known committed until the ISR says so
+        if tp not in self._seen:
+            # Nothing is known committed at start until the ISR says so (Kafka would read
+            # its high-watermark checkpoint; a leader alone moves it to its log end below).
+            self._seen.add(tp)
+            plog.replicated_hw = plog.log_start_offset
         if st.leader == self.node_id:
             self._stop_following(tp)
             plog.is_follower = False
@@ -216,6 +220,7 @@ class ReplicaManager:
         ls = self.leading.pop(tp, None)
         if ls is None:
             return
+        ls.plog.replicated_hw = ls.plog.high_watermark   # a follower's is a number, not the log end
         ls.plog.leader_epoch = None
         for _, _, fut in ls.waiters:
             if not fut.done():
@@ -276,9 +281,15 @@ class ReplicaManager:
     def _advance_hw(self, tp: TopicPartition, ls: LeaderState) -> None:
         plog = ls.plog
         old = plog.high_watermark
-        new = high_watermark(old, self.node_id, plog.log_end_offset, ls.hw_isr(), ls.progress)
-        if new > old:
-            plog.replicated_hw = new
+        if ls.hw_isr() == (self.node_id,):
+            # Alone in the ISR: every append is committed as it lands, as on a single node
+            # (no follower fetch would come to move a number).
+            plog.replicated_hw = None
+        else:
+            if plog.replicated_hw is None:
+                plog.replicated_hw = old       # what the leader alone had committed: its log end now
+            plog.replicated_hw = high_watermark(old, self.node_id, plog.log_end_offset, ls.hw_isr(), ls.progress)
+        if plog.high_watermark > old:
             self.broker.notifier.notify(*tp)    # read_committed/uncommitted readers wait on it
         self._settle_waiters(ls)
 
@@ -342,10 +353,13 @@ class ReplicaManager:
                 if new is None:
                     return
                 ls.pending_isr = new
+                self._advance_hw(tp, ls)      # a joining replica fixes the high watermark from now on
                 try:
                     done = await self.view.alter_isr(st, new)
                 finally:
                     ls.pending_isr = ()
+                    if self.leading.get(tp) is ls:
+                        self._advance_hw(tp, ls)     # a lost CAS may leave the leader alone again
                 if done is not None:
                     log.info("%s-%d: isr %s -> %s", *tp, list(st.isr), list(done.isr))
                     self.on_partition(done)

@@ -70,6 +70,20 @@ def test_rf3_acks_all_is_on_all_three_logs_byte_for_byte(cluster):
     assert c.run(lambda: c.log(2, "t").epochs.entries) == [(0, 0)]
 
 
+def test_a_leader_alone_in_the_isr_commits_at_once(cluster):
+    c = cluster()
+    c.create_topic("one", [(1,)])
+    c.create_topic("t", [(0, 1, 2)])
+    reports = produce_all(c.bootstrap(), "one", [b"r%d" % i for i in range(20)])
+    assert [off for _, off in reports] == list(range(20))
+    assert read_values(c.bootstrap(), "one", 1, "read_uncommitted", idle_s=1.0, want=20) == [
+        "r%d" % i for i in range(20)]
+    c.set_isr("t", 0, (0,))      # the controller took both followers out
+    with Client(c.bootstrap(0)) as cl:
+        assert cl.produce("t", 0, build_batch([(None, b"x")], timestamp_ms=1), acks=-1) == (KafkaError.NONE, 0)
+        assert cl.list_offset("t", 0, LATEST) == 1
+
+
 def test_follower_that_stops_fetching_leaves_the_isr_and_rejoins(cluster):
     c = cluster(replica_lag_time_max_ms=600)
     c.create_topic("t", [(0, 1, 2)])
