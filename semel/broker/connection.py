@@ -23,6 +23,7 @@ import time
 from collections import Counter
 from typing import Any, Awaitable
 
+from ..cluster.member import coordinator_guard
 from ..protocol.errors import ProtocolError
 from ..protocol.frame import FrameDecoder
 from ..protocol.messages import (
@@ -252,7 +253,7 @@ async def _dispatch(broker, conn: Connection, frame: bytes):
     try:
         # ACL checks (auth.gate): a denied request or resource is answered with its
         # *_AUTHORIZATION_FAILED code there and never reaches the handler.
-        result = await guarded(ctx, req.body, route.fn)
+        result = await guarded(ctx, req.body, coordinator_guard(broker, route.fn))
     except Exception:
         log.exception("handler %s failed for %s; closing the connection", api, peer)
         raise _Close() from None

@@ -24,6 +24,7 @@ from semel.protocol.messages import request_class
 from semel.protocol.records import build_batch
 from tests.support.admin import error_code
 from tests.support.cluster import metadata, module_cluster, partitions, wait_brokers
+from tests.support import wire
 from tests.support.consume import read_values
 from tests.support.wait import until
 
@@ -148,6 +149,18 @@ def test_consumer_group_commits_at_the_coordinator_broker(cluster):
         with Client(b.bootstrap) as c:
             r = c.request(10, key="g-cluster", key_type=0)
             assert (r.error_code, r.node_id) == (0, controller)
+    # A broker that does not coordinate refuses coordinator requests, so a client with a
+    # stale coordinator finds the current one instead of splitting the group.
+    def heartbeat(broker):
+        with wire.connect(broker.bootstrap) as sock:
+            r = wire.call(sock, 12, 4, group_id="g-cluster", generation_id=1, member_id="m", group_instance_id=None)
+            return KafkaError(r.error_code)
+    assert heartbeat(cluster.brokers[(controller + 1) % 3]) == KafkaError.NOT_COORDINATOR
+    assert heartbeat(cluster.brokers[controller]) == KafkaError.UNKNOWN_MEMBER_ID
+    with Client(cluster.brokers[(controller + 1) % 3].bootstrap) as c:
+        r = c.request(22, transactional_id="t-cluster", transaction_timeout_ms=60_000, producer_id=-1,
+                      producer_epoch=-1)
+        assert r.error_code == KafkaError.NOT_COORDINATOR
     conf = {"bootstrap.servers": cluster.bootstrap, "group.id": "g-cluster", "auto.offset.reset": "earliest",
             "enable.auto.commit": False}
     c = Consumer(conf)
