@@ -509,7 +509,7 @@ class PartitionLog:
                              or first + count - 1 - seg.base > MAX_RELATIVE_OFFSET):
             self._roll(first)
             seg = self._segments[-1]
-        buf = bytearray(data)
+        buf = bytearray(data) if assign else data    # a follower writes the leader's bytes untouched
         placed = []
         offset = first
         for pos, hdr in batches:
