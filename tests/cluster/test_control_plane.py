@@ -11,7 +11,6 @@ The tests run in file order and leave the cluster whole (every broker restarted)
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections import Counter
 
 import pytest
@@ -246,9 +245,20 @@ def _controller(cluster):
     return metadata(cluster).controller_id
 
 
+def _produce_each_partition(bootstrap, tag) -> list[str]:
+    """Two records per RF3 partition with acks=all; the values acknowledged."""
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
+    values = [f"{tag}-{i}" for i in range(12)]
+    for i, v in enumerate(values):
+        p.produce(RF3, value=v.encode(), partition=i % 6)
+    assert p.flush(60) == 0
+    return values
+
+
 def test_sigkilled_broker_loses_leadership_to_the_isr_and_gets_its_own_back(cluster):
     victim = next(n for n in range(3) if n != _controller(cluster))
     before3, before1 = partitions(cluster, RF3), partitions(cluster, RF1)
+    acked = _produce_each_partition(cluster.bootstrap, "before")    # acks=all: on every ISR member
     cluster.brokers[victim].kill()
     wait_brokers(cluster, {0, 1, 2} - {victim})
 
@@ -273,12 +283,10 @@ def test_sigkilled_broker_loses_leadership_to_the_isr_and_gets_its_own_back(clus
         assert _fetch(c, RF3, moved, new_epoch - 1) == KafkaError.FENCED_LEADER_EPOCH
         assert _list_offsets(c, RF3, moved, new_epoch - 1) == KafkaError.FENCED_LEADER_EPOCH
         assert _list_offsets(c, RF3, moved, new_epoch, answer_epoch=new_epoch) == KafkaError.NONE
-    tag = uuid.uuid4().hex[:6]
     live = ",".join(b.bootstrap for b in cluster.brokers if b.alive())
-    p = Producer({"bootstrap.servers": live, "acks": "1"})
-    for i in range(6):
-        p.produce(RF3, value=f"{tag}-{i}".encode(), partition=i)
-    assert p.flush(60) == 0
+    acked += _produce_each_partition(live, "after")
+    # Everything acknowledged before and after the failover, once, from the new leaders.
+    assert sorted(read_values(live, RF3, 6, want=len(acked))) == sorted(acked)
 
     cluster.brokers[victim].start()
     wait_brokers(cluster, {0, 1, 2})
@@ -308,3 +316,6 @@ def test_producer_ids_stay_unique_across_a_full_restart(cluster):
     after = _init_pids(cluster)
     assert len(set(after)) == len(after) and not set(after) & before
     assert min(after) > max(before)
+    # Each broker left cleanly (lease revoked); back together, every partition has a leader again.
+    until(lambda: all(st[0] in (0, 1, 2) for t in (RF3, RF1) for st in partitions(cluster, t).values()),
+          "every partition led after the restart")
