@@ -432,10 +432,12 @@ def arrow_rows(batches: Iterator, cols: dict[str, int]) -> Iterator[tuple]:
 
 class ArrowInput:
     """A task's input as Arrow record batches (what Spark's Arrow writers get): written a
-    column at a time where the batch allows it (see _feed_arrow)."""
+    column at a time where the batch allows it (see _feed_arrow; columnar=False: always
+    row by row, the reference the columnar path is tested against)."""
 
-    def __init__(self, batches: Iterator):
+    def __init__(self, batches: Iterator, columnar: bool = True):
         self.batches = batches
+        self.columnar = columnar
 
 
 def _binary_column(rb, i: int):
@@ -444,20 +446,25 @@ def _binary_column(rb, i: int):
     return col.cast(pa.binary()) if pa.types.is_string(col.type) else col
 
 
-def _feed_arrow(producer: "_BranchProducer", part: "_Partitioner", cols: dict[str, int], batches: Iterator,
+def _feed_arrow(producer: "_BranchProducer", part: "_Partitioner", cols: dict[str, int], data: ArrowInput,
                 topic: str | None) -> None:
-    """The common case without a Python loop per row: one output topic (the option), keys
-    without nulls or no key column, no partition or headers column. Rows are assigned and
-    grouped per partition with NumPy, keeping their order within a partition; other
+    """Each Arrow batch's rows are sent before the next batch is taken: Spark's JVM keeps
+    preparing the next one meanwhile, so little is left to send once the input ends (the
+    task's tail, on the batch's critical path).
+
+    The common case goes without a Python loop per row: one output topic (the option),
+    keys without nulls or no key column, no partition or headers column. Rows are assigned
+    and grouped per partition with NumPy, keeping their order within a partition; other
     batches take the row path. Either way the same rows go to the same partitions in the
     same order and produce requests are cut at the same rows."""
     import numpy as np
     import pyarrow.compute as pc
     ki, vi = cols.get("key"), cols["value"]
-    columnar = topic is not None and not {"topic", "partition", "headers"} & cols.keys()
-    for rb in batches:
+    columnar = data.columnar and topic is not None and not {"topic", "partition", "headers"} & cols.keys()
+    for rb in data.batches:
         if not columnar or rb.num_rows == 0 or (ki is not None and rb.column(ki).null_count):
             _feed(producer, part, cols, arrow_rows([rb], cols), topic)
+            producer.flush()
             continue
         values = _binary_column(rb, vi)
         sizes = pc.fill_null(pc.binary_length(values), 0).to_numpy().astype(np.int64) + 16
@@ -473,6 +480,7 @@ def _feed_arrow(producer: "_BranchProducer", part: "_Partitioner", cols: dict[st
             vs = values[idx].tolist()
             ks = keys[idx].tolist() if keys is not None else [None] * len(vs)
             producer.add_many(topic, p, list(zip(ks, vs)), sizes[idx])
+        producer.flush()
 
 
 def write_branch(o: SinkOptions, cols: dict[str, int], rows: Iterator, batch: int, partition: int,
@@ -505,7 +513,7 @@ def write_branch(o: SinkOptions, cols: dict[str, int], rows: Iterator, batch: in
 def _feed(producer: "_BranchProducer", part: _Partitioner, cols: dict[str, int], rows,
           topic: str | None) -> None:
     if isinstance(rows, ArrowInput):
-        _feed_arrow(producer, part, cols, rows.batches, topic)
+        _feed_arrow(producer, part, cols, rows, topic)
         return
     ki, vi, ti, pi, hi = (cols.get(c) for c in ("key", "value", "topic", "partition", "headers"))
     for row in rows:

@@ -1,6 +1,7 @@
 """The sink's columnar write path (_feed_arrow) against its row path: for any Arrow input,
 the same records go to the same partitions in the same order, cut into the same produce
-requests (rows per request and the 1 MB cap). No broker: the producer records its sends."""
+requests (rows per request, the 1 MB cap, a flush after each Arrow batch). No broker:
+the producer records its sends."""
 from __future__ import annotations
 
 import random
@@ -62,7 +63,7 @@ def test_columnar_path_sends_what_the_row_path_sends(seed):
         batches = [pa.record_batch([b.column(1)], names=["value"]) for b in batches]
     cols = {"key": 0, "value": 1} if with_key else {"value": 0}
     start = rng.randint(0, 5)
-    by_rows = run(o, cols, sink.arrow_rows(iter(batches), cols), start)
+    by_rows = run(o, cols, sink.ArrowInput(iter(batches), columnar=False), start)
     by_columns = run(o, cols, sink.ArrowInput(iter(batches)), start)
     assert by_columns == by_rows
     assert sum(len(rows) for reqs in by_rows.values() for rows in reqs) == sum(b.num_rows for b in batches)
