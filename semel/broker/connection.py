@@ -23,7 +23,7 @@ import time
 from collections import Counter
 from typing import Any, Awaitable
 
-from ..cluster.member import coordinator_guard
+from ..cluster.coordinator_gate import coordinator_guard
 from ..protocol.errors import ProtocolError
 from ..protocol.frame import FrameDecoder
 from ..protocol.messages import (

@@ -74,28 +74,6 @@ class ClusterMember:
         return min(live) if live else None
 
 
-# Coordinator APIs whose response carries one top-level error code: answered
-# NOT_COORDINATOR on a broker that does not coordinate (clients then FindCoordinator
-# again). InitProducerId only with a transactional id: idempotent ids come from any broker.
-_COORDINATOR_APIS = {11: "JoinGroup", 12: "Heartbeat", 13: "LeaveGroup", 14: "SyncGroup",
-                     22: "InitProducerId", 25: "AddOffsetsToTxn", 26: "EndTxn"}
-
-
-def coordinator_guard(broker, fn):
-    """The handler `fn`, refusing coordinator requests this broker must not serve."""
-    member = broker.cluster_member
-    if member is None:
-        return fn
-
-    async def guarded(ctx, body):
-        if (ctx.api_key in _COORDINATOR_APIS and member.coordinator_id() != broker.config.node_id
-                and (ctx.api_key != 22 or body.transactional_id is not None)):
-            return ctx.response(error_code=KafkaError.NOT_COORDINATOR)
-        return await fn(ctx, body)
-    guarded.__name__ = fn.__name__
-    return guarded
-
-
 def check_leader(broker, topic: str, partition: int, current_leader_epoch: int = -1) -> KafkaError:
     """May this broker serve the partition as its leader? NONE on a single node.
 

@@ -17,7 +17,9 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from semel.client.client import Client
+from semel.client import admin as admin_ops, txn
+from semel.client.client import Client, ClientError
+from semel.client.txn import TxnState
 from semel.protocol.errors import KafkaError
 from semel.protocol.messages import request_class
 from semel.protocol.records import build_batch
@@ -157,9 +159,14 @@ def test_consumer_group_commits_at_the_coordinator_broker(cluster):
     assert heartbeat(cluster.brokers[(controller + 1) % 3]) == KafkaError.NOT_COORDINATOR
     assert heartbeat(cluster.brokers[controller]) == KafkaError.UNKNOWN_MEMBER_ID
     with Client(cluster.brokers[(controller + 1) % 3].bootstrap) as c:
-        r = c.request(22, transactional_id="t-cluster", transaction_timeout_ms=60_000, producer_id=-1,
-                      producer_epoch=-1)
-        assert r.error_code == KafkaError.NOT_COORDINATOR
+        err, st = txn.init_producer_id(c, "t-cluster", 60_000)
+        assert err == KafkaError.NOT_COORDINATOR
+        tps = [(topic, 0), (topic, 1)]
+        assert set(txn.add_partitions(c, TxnState("t-cluster", 5, 0), tps).values()) == {KafkaError.NOT_COORDINATOR}
+        assert set(admin_ops.commit_offsets(c, "g-cluster", {tp: 1 for tp in tps}).values()) == {
+            KafkaError.NOT_COORDINATOR}
+        with pytest.raises(ClientError, match="NOT_COORDINATOR"):
+            admin_ops.fetch_offsets(c, "g-cluster")
     conf = {"bootstrap.servers": cluster.bootstrap, "group.id": "g-cluster", "auto.offset.reset": "earliest",
             "enable.auto.commit": False}
     c = Consumer(conf)

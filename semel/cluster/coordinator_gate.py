@@ -1,0 +1,78 @@
+"""NOT_COORDINATOR from brokers that do not coordinate (the interim placement: every
+group and transactional id on one broker, ClusterMember.coordinator_id()).
+
+Without this a client still holding an old coordinator (one that lost the controller
+seat while alive, say after a long pause) would be served by it, splitting a group or
+a transactional id across two brokers. Refused, the client runs FindCoordinator again.
+Each refusal has its API's response shape: one top-level error code, or the error on
+every partition the request named. A no-op on a single node.
+"""
+from __future__ import annotations
+
+from ..protocol.errors import KafkaError
+
+E = KafkaError.NOT_COORDINATOR
+
+
+def by_topic(pairs, make):
+    # Imported here: the handlers package imports broker.connection, which imports us.
+    from ..broker.handlers.common import by_topic as grouped
+    return grouped(pairs, make)
+
+
+def _top_level(ctx, body):
+    return ctx.response(error_code=E)
+
+
+def _offset_commit(ctx, body):
+    T = ctx.cls().OffsetCommitResponseTopic
+    grouped = by_topic((((t.name, p.partition_index), E) for t in body.topics or () for p in t.partitions or ()),
+                       lambda p, err: T.OffsetCommitResponsePartition(partition_index=p, error_code=err))
+    return ctx.response(topics=[T(name=n, partitions=ps) for n, ps in grouped.items()])
+
+
+def _offset_fetch(ctx, body):
+    T = ctx.cls().OffsetFetchResponseTopic
+    wanted = (((t.name, p), E) for t in body.topics or () for p in t.partition_indexes or ())
+    grouped = by_topic(wanted, lambda p, err: T.OffsetFetchResponsePartition(
+        partition_index=p, committed_offset=-1, committed_leader_epoch=-1, metadata="", error_code=err))
+    return ctx.response(topics=[T(name=n, partitions=ps) for n, ps in grouped.items()], error_code=E)
+
+
+def _add_partitions(ctx, body):
+    T = ctx.cls().AddPartitionsToTxnTopicResult
+    grouped = by_topic((((t.name, p), E) for t in body.v3_and_below_topics for p in t.partitions),
+                       lambda p, err: T.AddPartitionsToTxnPartitionResult(partition_index=p,
+                                                                          partition_error_code=err))
+    return ctx.response(throttle_time_ms=0,
+                        results_by_topic_v3_and_below=[T(name=n, results_by_partition=ps) for n, ps in grouped.items()])
+
+
+def _txn_offset_commit(ctx, body):
+    T = ctx.cls().TxnOffsetCommitResponseTopic
+    grouped = by_topic((((t.name, p.partition_index), E) for t in body.topics for p in t.partitions),
+                       lambda p, err: T.TxnOffsetCommitResponsePartition(partition_index=p, error_code=err))
+    return ctx.response(throttle_time_ms=0, topics=[T(name=n, partitions=ps) for n, ps in grouped.items()])
+
+
+# api key -> refusal. InitProducerId (22) only with a transactional id: idempotent
+# producer ids come from any broker.
+REFUSALS = {8: _offset_commit, 9: _offset_fetch, 11: _top_level, 12: _top_level, 13: _top_level,
+            14: _top_level, 22: _top_level, 24: _add_partitions, 25: _top_level, 26: _top_level,
+            28: _txn_offset_commit}
+
+
+def coordinator_guard(broker, fn):
+    """The handler `fn`, refusing the coordinator requests this broker must not serve."""
+    member = broker.cluster_member
+    if member is None:
+        return fn
+
+    async def guarded(ctx, body):
+        refuse = REFUSALS.get(ctx.api_key)
+        if (refuse is not None and member.coordinator_id() != broker.config.node_id
+                and (ctx.api_key != 22 or body.transactional_id is not None)):
+            return refuse(ctx, body)
+        return await fn(ctx, body)
+    guarded.__name__ = fn.__name__
+    return guarded
