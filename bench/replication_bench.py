@@ -1,0 +1,97 @@
+"""Produce throughput of a replicated topic: RF3 with acks=all against RF1 with acks=1.
+
+One local cluster (etcd + three broker processes, semel.cluster.local), two topics
+created through CreateTopics: `rf3` (replication factor 3, min.insync.replicas 2)
+and `rf1` (replication factor 1). The same confluent-kafka producer settings write
+1 KiB records to one partition of each, alternating which goes first each round;
+the ratio is of the medians of one run (with RF1 acks=all and RF3 acks=1 beside
+them to split the gap). Target (issue 13): RF3 acks=all at least
+0.7 of RF1 acks=1. Every broker keeps its default flush policy (acks=all also waits
+for the leader's fsync; acks=1 waits for nothing but the append).
+
+    python -m bench.replication_bench [--quick]
+"""
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from bench.common import RESULTS, main, write_result
+from bench.throughput_bench import produce
+
+SIZE = 1024
+TOPICS = {"rf3": (3, {"min.insync.replicas": "2"}), "rf1": (1, {})}
+# (topic, acks): the two the target compares, then the two that split the gap into
+# what replication costs (rf3 vs rf1 at acks=all) and what the leader's fsync costs.
+CASES = [("rf3", "all"), ("rf1", "1"), ("rf1", "all"), ("rf3", "1")]
+
+
+def _create_topics(bootstrap: str) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(name, 1, rf, config=cfg) for name, (rf, cfg) in TOPICS.items()])
+    for f in futures.values():
+        f.result(30)
+
+
+def _leaders_ready(cluster) -> None:
+    from tests.support.cluster import partitions
+    from tests.support.wait import until
+    until(lambda: all(partitions(cluster, t)[0][0] >= 0 and len(partitions(cluster, t)[0][3]) == rf
+                      for t, (rf, _) in TOPICS.items()), "leaders elected and ISRs full")
+
+
+def run(out_dir: Path = RESULTS, quick: bool = False) -> dict:
+    from semel.cluster.local import LocalCluster
+    from tests.support.cluster import wait_brokers
+    count = 5_000 if quick else 100_000
+    rounds = 1 if quick else 5
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="semel-replication-") as tmp:
+        cluster = LocalCluster(Path(tmp), 3, lease_ttl_s=6)
+        try:
+            cluster.start()
+            wait_brokers(cluster, {0, 1, 2})
+            _create_topics(cluster.bootstrap)
+            _leaders_ready(cluster)
+            produce(cluster.bootstrap, "rf3", 1, SIZE, 1000, {"acks": "all"})   # warm-up: connections, caches
+            produce(cluster.bootstrap, "rf1", 1, SIZE, 1000, {"acks": "1"})
+            for r in range(rounds):
+                order = CASES if r % 2 == 0 else list(reversed(CASES))
+                for topic, acks in order:
+                    elapsed = produce(cluster.bootstrap, topic, 1, SIZE, count, {"acks": acks})
+                    rows.append({"round": r, "topic": topic, "replication_factor": TOPICS[topic][0], "acks": acks,
+                                 "records": count, "seconds": round(elapsed, 3),
+                                 "mb_per_s": round(count * SIZE / elapsed / 1e6, 2)})
+                    print(rows[-1], flush=True)
+        finally:
+            cluster.stop()
+            cluster.close()
+    med = {f"{t}_acks_{a}": statistics.median(x["mb_per_s"] for x in rows if (x["topic"], x["acks"]) == (t, a))
+           for t, a in CASES}
+    ratio = round(med["rf3_acks_all"] / med["rf1_acks_1"], 3)
+    result = {
+        "what": "produce MB/s, 1 KiB records, one partition, confluent-kafka; RF3 acks=all vs RF1 acks=1",
+        "cluster": "etcd + 3 semel broker processes on this machine (semel.cluster.local)",
+        "settings": {"record_bytes": SIZE, "records_per_run": count, "rounds": rounds, "quick": quick,
+                     "rf3_topic": "min.insync.replicas=2", "flush_mode": "always (leader fsync before acks=all)"},
+        "median_mb_per_s": med,
+        "ratio_rf3_acks_all_to_rf1_acks_1": ratio, "target": 0.7, "target_met": ratio >= 0.7,
+        "ratio_rf3_to_rf1_both_acks_all": round(med["rf3_acks_all"] / med["rf1_acks_all"], 3),
+        "ratio_rf1_acks_all_to_acks_1": round(med["rf1_acks_all"] / med["rf1_acks_1"], 3),
+        "machine_name": "the 2-core shared development VM of this project (other sessions' tests ran meanwhile)",
+        "note": ("Three broker processes, etcd and the client share both cores, so the followers' work "
+                 "competes with the leader's; ratios of medians from one run on this box. acks=all also waits "
+                 "for the leader's fsync (semel's flush policy), which acks=1 never does: the rf1 acks=all row "
+                 "shows that part of the gap, rf3 vs rf1 at acks=all the part replication adds."),
+        "rows": rows, "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    write_result(out_dir, "replication", result)
+    print(f"medians {med}, RF3 acks=all / RF1 acks=1 = {ratio}")
+    return result
+
+
+if __name__ == "__main__":
+    main(run)
