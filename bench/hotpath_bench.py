@@ -3,7 +3,7 @@
 One run, brokers alternated per round, the same confluent-kafka client for both:
 1 producer x 1 partition and 4 x 8 at 1 KiB, 4 x 8 at 100 B, idempotent, plus
 4 x 8 at 1 KiB transactional; acks=all. Per case: produce MB/s, consume records/s
-(one consumer over every partition) and the broker's CPU seconds per GB produced
+(one consumer over every partition, reading the topic CONSUME_PASSES times) and the broker's CPU seconds per GB produced
 and consumed, from utime+stime in /proc/PID/stat. A py-spy profile of the semel
 broker during a 1 x 1 produce gives the top functions (self samples).
 
@@ -32,6 +32,9 @@ PRODUCER = {"acks": "all", "enable.idempotence": True, "linger.ms": 5, "batch.si
             "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1_048_576,
             "compression.type": "none"}
 TXN_EVERY = 5_000          # records per transaction in the transactional case
+# The topic is read this many times per measurement: one pass of 60 MB takes ~0.1 s,
+# a few clock ticks of broker CPU (/proc counts in 10 ms ticks) and a noisy rate.
+CONSUME_PASSES = 3
 TICKS = os.sysconf("SC_CLK_TCK")
 
 # (name, record bytes, producers, partitions, records per producer, transactional)
@@ -132,12 +135,14 @@ def measure(broker, label, case, round_no) -> dict:
     c0 = cpu_seconds(broker.pid)
     pt = produce(broker.bootstrap, topic, partitions, size, producers, count, txn)
     c1 = cpu_seconds(broker.pid)
-    ct = consume(broker.bootstrap, topic, partitions, total, txn)
+    ct = sum(consume(broker.bootstrap, topic, partitions, total, txn) for _ in range(CONSUME_PASSES))
     c2 = cpu_seconds(broker.pid)
+    read = total * CONSUME_PASSES
     row = {"broker": label, "case": name, "round": round_no, "records": total,
            "produce_mb_s": round(total * size / pt / 1e6, 2), "produce_rec_s": round(total / pt),
-           "consume_rec_s": round(total / ct), "consume_mb_s": round(total * size / ct / 1e6, 2),
-           "cpu_s_per_gb_produce": round((c1 - c0) / gb, 1), "cpu_s_per_gb_consume": round((c2 - c1) / gb, 1)}
+           "consume_rec_s": round(read / ct), "consume_mb_s": round(read * size / ct / 1e6, 2),
+           "cpu_s_per_gb_produce": round((c1 - c0) / gb, 2),
+           "cpu_s_per_gb_consume": round((c2 - c1) / (gb * CONSUME_PASSES), 2)}
     print(row, flush=True)
     return row
 
@@ -160,7 +165,10 @@ def profile(broker, seconds: float, quick: bool) -> dict:
             if phase == "produce":
                 produce(broker.bootstrap, topic, 1, 1024, 1, count, False)
             else:
-                consume(broker.bootstrap, topic, 1, count, False)
+                # Reading back until py-spy stops: one pass is over in a fraction of a second.
+                end = time.monotonic() + seconds - 2
+                while time.monotonic() < end:
+                    consume(broker.bootstrap, topic, 1, count, False)
         finally:
             spy.wait(seconds + 60)
         out[phase] = top_frames(raw)
@@ -232,7 +240,9 @@ def run(out_dir: Path = RESULTS, quick: bool = False, before: Path | None = None
         brokers = {"semel (fsync)": SemelBroker(Path(tmp) / "after", log_path=Path(tmp) / "after.log"),
                    "tansu (memory)": TansuBroker()}
         if before:
-            env = {"PYTHONPATH": str(before)}
+            # `python -m` puts the working directory first on sys.path, ahead of
+            # PYTHONPATH: without PYTHONSAFEPATH the "before" broker ran this tree's code.
+            env = {"PYTHONPATH": str(before), "PYTHONSAFEPATH": "1"}
             brokers["semel before (fsync)"] = SemelBroker(Path(tmp) / "before", log_path=Path(tmp) / "before.log",
                                                           env=env)
         try:
@@ -250,7 +260,7 @@ def run(out_dir: Path = RESULTS, quick: bool = False, before: Path | None = None
             for b in brokers.values():
                 b.close()
     result = {"client": "confluent-kafka (librdkafka), one process per producer", "settings": PRODUCER,
-              "txn_records_per_commit": TXN_EVERY, "rounds": rounds, "quick": quick,
+              "txn_records_per_commit": TXN_EVERY, "consume_passes": CONSUME_PASSES, "rounds": rounds, "quick": quick,
               "note": ("2-core shared machine: client processes and broker share both cores, so ratios are "
                        "what this box shows, not a capacity figure. The 16-core run is pending (no 16-core "
                        "device machine in this session)."),
