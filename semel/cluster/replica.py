@@ -96,6 +96,23 @@ def isr_change(state: PartitionState, leader_leo: int, hw: int, progress: dict[i
     return None if set(new) == set(state.isr) else new
 
 
+def truncation_point(epochs, log_end: int, hw: int, leader_epoch: int, end_offset: int) -> tuple[int, bool]:
+    """Where a follower cuts its log, given the leader's answer (leader_epoch, end_offset)
+    to "where does my latest epoch end?", and whether it is done (KIP-279).
+
+    The answer names the largest epoch the leader has at or below the one asked; the
+    follower keeps what both agree on: up to the smaller of the two ends of that epoch.
+    When the follower lacks that epoch itself, it cuts to where its own history above
+    it begins and asks again with its then latest epoch. No common epoch at all (an
+    undefined answer): keep what is committed, the high watermark (Kafka's fallback)."""
+    if leader_epoch == UNDEFINED or end_offset == UNDEFINED:
+        return min(hw, log_end), True
+    mine, my_end = epochs.end_offset_for(leader_epoch, log_end)
+    if mine == UNDEFINED:
+        return min(end_offset, log_end), True
+    return min(end_offset, my_end), mine == leader_epoch
+
+
 # ================================================================ leader side
 @dataclass
 class LeaderState:
@@ -482,21 +499,15 @@ class LeaderFetcher:
         return progress
 
     def _truncate_one(self, tp: TopicPartition, leader_epoch: int, end_offset: int) -> bool:
-        """Cut the local log where the leader's answer says it diverges; True when done
-        (False: the answer named an epoch this replica lacks, ask again with the now
-        latest local epoch, KIP-279)."""
+        """Cut the local log where the leader's answer says it diverges; True when done."""
         plog = self._log(tp)
         if plog is None:
             return True
-        if leader_epoch == UNDEFINED or end_offset == UNDEFINED:
-            target, done = plog.high_watermark, True     # no common epoch known: keep what is committed
-        else:
-            mine, my_end = plog.epochs.end_offset_for(leader_epoch, plog.log_end_offset)
-            done = mine == leader_epoch or mine == UNDEFINED
-            target = min(end_offset, plog.log_end_offset if mine == UNDEFINED else my_end)
-        if target < plog.log_end_offset:
-            before = plog.log_end_offset
-            plog.truncate_to(target)
+        target, done = truncation_point(plog.epochs, plog.log_end_offset, plog.high_watermark, leader_epoch,
+                                        end_offset)
+        before = plog.log_end_offset
+        plog.truncate_to(target)             # also drops epochs beginning at the cut, records or not
+        if plog.log_end_offset < before:
             log.info("%s-%d: truncated %d -> %d (leader %d epoch %d ends at %d)", *tp, before,
                      plog.log_end_offset, self.leader_id, leader_epoch, end_offset)
         return done

@@ -422,6 +422,12 @@ class PartitionLog:
         with self._io_lock:
             self._check_writable()
             if offset >= self.log_end_offset:
+                # No record to cut, but an epoch may begin right at the log end (a leader
+                # that wrote nothing in it): it is history the new leader does not share.
+                try:
+                    self.epochs.truncate_from_end(offset)
+                except OSError as exc:
+                    raise StorageError(f"{self.directory}: cannot write the leader-epoch cache: {exc}") from exc
                 return self.log_end_offset
             offset = max(offset, self.log_start_offset)
             i = max(0, bisect_right(self._bases, offset) - 1)

@@ -151,6 +151,8 @@ def test_truncate_cuts_segments_state_and_epochs_and_survives_reopen(open_log, t
     log.leader_epoch = None
     again = build_batch([(None, b"e1-12")], timestamp_ms=1000, producer_id=9, producer_epoch=0, base_sequence=12)
     assert log.append(again, split_batches(again)[0]).first_offset == 12   # no longer a duplicate
+    log.epochs.assign(7, 13)                 # led epoch 7 and wrote nothing in it
+    assert log.truncate_to(13) == 13 and log.epochs.entries == [(1, 0)]
     log.close()
     reopened = open_log("replica")
     assert reopened.log_end_offset == 13

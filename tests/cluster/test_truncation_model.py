@@ -1,0 +1,145 @@
+"""Model test of follower truncation by leader epoch (KIP-101/KIP-279) on real logs:
+three PartitionLogs, a leader appending with its epoch stamped, followers replicating
+a few batches at a time through append_replicated, and elections at random moments
+(each replica holds everything committed, as the ISR guarantees). A follower that
+must truncate asks the leader's epoch cache (end_offset_for) and cuts where
+`truncation_point` says, round after round, as the fetcher does.
+
+Invariants after every step:
+- committed records (below the highest high watermark reached) are on every replica,
+  unchanged;
+- a follower that finished truncating holds a prefix of the leader's log, byte for byte;
+- in the end, once everyone caught up, the three logs are identical.
+"""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from semel.cluster.replica import truncation_point
+from semel.protocol.records import build_batch, iter_batches, split_batches
+from semel.storage import LogConfig, PartitionLog
+
+CFG = LogConfig(segment_bytes=900, index_interval_bytes=64)
+
+
+def everything(plog: PartitionLog) -> bytes:
+    out, offset = bytearray(), plog.log_start_offset
+    while offset < plog.log_end_offset:
+        data = plog.read(offset, 1 << 20)
+        out += data
+        offset = list(iter_batches(data))[-1][1].next_offset
+    return bytes(out)
+
+
+class Cluster:
+    def __init__(self, tmp_path, seed: int):
+        self.rng = random.Random(seed)
+        self.logs = [PartitionLog.open(tmp_path / f"r{i}", CFG) for i in range(3)]
+        self.leader, self.epoch = 0, 0
+        self.pending = {1, 2}              # followers that must truncate before fetching
+        self.committed = b""               # bytes below the highest high watermark reached
+        self.next_id = 0
+        self._lead()
+
+    def _lead(self) -> None:
+        lead = self.logs[self.leader]
+        lead.epochs.assign(self.epoch, lead.log_end_offset)
+        lead.leader_epoch = self.epoch
+
+    def append(self) -> None:
+        lead = self.logs[self.leader]
+        for _ in range(self.rng.randint(1, 3)):
+            data = build_batch([(None, b"r%d" % self.next_id)], timestamp_ms=1000 + self.next_id)
+            self.next_id += 1
+            lead.append(data, split_batches(data)[0])
+
+    def truncate(self, f: int) -> None:
+        me, lead = self.logs[f], self.logs[self.leader]
+        for _ in range(10):
+            epoch, end = lead.epochs.end_offset_for(me.epochs.latest_epoch, lead.log_end_offset)
+            target, done = truncation_point(me.epochs, me.log_end_offset, me.high_watermark, epoch, end)
+            me.truncate_to(target)
+            if done:
+                self.pending.discard(f)
+                return
+        raise AssertionError(f"replica {f} never finished truncating")
+
+    def replicate(self, f: int) -> None:
+        if f == self.leader:
+            return
+        if f in self.pending:
+            self.truncate(f)
+        me, lead = self.logs[f], self.logs[self.leader]
+        if me.log_end_offset < lead.log_end_offset:
+            me.append_replicated(lead.read(me.log_end_offset, self.rng.choice([60, 200, 1000])))
+        self._advance_hw()
+
+    def _advance_hw(self) -> None:
+        """High watermark: the longest prefix of the leader's log that every replica holds."""
+        lead = everything(self.logs[self.leader])
+        common = min(len(self._shared(lead, everything(p))) for p in self.logs)
+        if common > len(self.committed):
+            self.committed = lead[:common]
+        for p in self.logs:
+            p.replicated_hw = max(p.replicated_hw or 0, _offset_at(lead, common))
+
+    @staticmethod
+    def _shared(a: bytes, b: bytes) -> bytes:
+        """The whole batches a and b share from the start."""
+        n = 0
+        for pos, hdr in iter_batches(b):
+            end = pos + hdr.size
+            if a[pos:end] != b[pos:end]:
+                break
+            n = end
+        return b[:n]
+
+    def elect(self) -> None:
+        old = self.logs[self.leader]
+        old.leader_epoch = None
+        self.leader = self.rng.choice([i for i in range(3) if i != self.leader])
+        self.epoch += 1
+        self.pending = {i for i in range(3) if i != self.leader}
+        self._lead()
+
+    def check(self) -> None:
+        lead = everything(self.logs[self.leader])
+        for i, p in enumerate(self.logs):
+            data = everything(p)
+            assert data[:len(self.committed)] == self.committed, f"replica {i} lost committed records"
+            if i != self.leader and i not in self.pending:
+                assert lead[:len(data)] == data, f"replica {i} diverges from the leader after truncating"
+
+
+def _offset_at(data: bytes, length: int) -> int:
+    """Offset of the first batch at or after byte `length` of a log's bytes."""
+    for pos, hdr in iter_batches(data):
+        if pos >= length:
+            return hdr.base_offset
+    return list(iter_batches(data))[-1][1].next_offset if data else 0
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_followers_truncate_to_the_leader_and_never_lose_committed_records(tmp_path, seed):
+    c = Cluster(tmp_path, seed)
+    try:
+        for _ in range(120):
+            action = c.rng.choices(["append", "replicate", "elect"], weights=[4, 6, 1])[0]
+            if action == "append":
+                c.append()
+            elif action == "replicate":
+                c.replicate(c.rng.randrange(3))
+            else:
+                c.elect()
+            c.check()
+        for _ in range(200):                  # let everyone catch up with the last leader
+            for f in range(3):
+                c.replicate(f)
+        logs = [everything(p) for p in c.logs]
+        assert logs[0] == logs[1] == logs[2]
+        assert c.epoch > 0 and len(c.committed) > 0
+    finally:
+        for p in c.logs:
+            p.close()
