@@ -60,7 +60,8 @@ def test_a_tagged_field_or_another_version_goes_to_the_generic_codec():
     leader = P.LeaderIdAndEpoch(leader_id=2, leader_epoch=7)
     part = P(partition_index=0, error_code=6, high_watermark=-1, last_stable_offset=-1, log_start_offset=-1,
              aborted_transactions=None, records=b"", current_leader=leader)
-    body = FETCH(version=12, throttle_time_ms=0, error_code=0, session_id=0, responses=[T(topic="t", partitions=[part])])
+    body = FETCH(version=12, throttle_time_ms=0, error_code=0, session_id=0,
+                 responses=[T(topic="t", partitions=[part])])
     assert encode_fetch(12, 5, body) is None
     assert encode_response_parts(1, 12, 5, body) == [encode_response(1, 12, 5, body)]
     old = FETCH(version=3, throttle_time_ms=0, responses=[])
