@@ -454,6 +454,9 @@ class LeaderFetcher:
             except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, PeerError) as exc:
                 log.info("fetcher %d -> %d: %s; reconnecting", self.m.node_id, self.leader_id, exc or type(exc).__name__)
                 await asyncio.sleep(0.1)
+            except Exception:     # a disk failure, a bug: keep the fetcher alive, retry slowly
+                log.exception("fetcher %d -> %d failed; retrying", self.m.node_id, self.leader_id)
+                await asyncio.sleep(1)
             finally:
                 if self._conn is not None:
                     self._conn.close()
@@ -551,7 +554,13 @@ class LeaderFetcher:
         plog = self._log(tp)
         err = KafkaError(r.error_code)
         if err is KafkaError.OFFSET_OUT_OF_RANGE:
-            f.truncate = True
+            if r.log_start_offset > plog.log_end_offset:
+                # The leader no longer has what comes next here: start over at its log start.
+                log.warning("%s-%d: log end %d is below leader %d's log start %d; starting over there",
+                            *tp, plog.log_end_offset, self.leader_id, r.log_start_offset)
+                plog.reset_to(r.log_start_offset)
+            else:
+                f.truncate = True
             return False
         if err is not KafkaError.NONE:
             if err not in _FENCING:

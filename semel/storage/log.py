@@ -388,6 +388,9 @@ class PartitionLog:
         batches, err = split_batches(data)
         if err is not KafkaError.NONE:
             raise AppendError(err, f"replicated batches for {self.directory} do not parse: {err.name}")
+        first = batches[0][1]
+        if first.base_offset < self.log_end_offset <= first.last_offset and self.size_bytes() == 0:
+            self._rebase_empty(first.base_offset)    # after reset_to: the leader's first batch straddles its start
         expect = self.log_end_offset
         for _, hdr in batches:
             if hdr.base_offset != expect:
@@ -401,6 +404,54 @@ class PartitionLog:
             raise StorageError(f"{self.directory}: cannot write the leader-epoch cache: {exc}") from exc
         return self._write(data, batches, on_success=lambda placed: self._apply_replicated(data, placed),
                            assign=False)
+
+    def reset_to(self, offset: int) -> None:
+        """Follower: the leader's log now starts past this replica's end (retention or
+        DeleteRecords while it was away), so nothing here can be continued: drop every
+        record and start empty at `offset`. Producer state and epochs go too (the
+        leader's batches from `offset` on rebuild what is still relevant)."""
+        with self._io_lock:
+            self._check_writable()
+            if offset <= self.log_end_offset:
+                raise ValueError(f"reset_to({offset}) on a log ending at {self.log_end_offset}")
+            new = Segment(self.fs, self.directory, offset)
+            try:
+                # New segment first: a crash before the old ones are gone leaves a gap that
+                # the next open cuts at, which drops the new segment, not the old data.
+                new.create_files()
+                self.fs.fsync_dir(self.directory)
+                with self._lock:
+                    doomed = self._segments
+                    self._install([new])
+                    self.log_start_offset = self.flushed_offset = offset
+                    self.producers = ProducerStateManager()
+                for seg in doomed:
+                    seg.delete_files()
+                prune_snapshots(self.fs, self.directory, keep=0)
+                self.epochs.truncate_from_end(0)
+                self._flush_locked(force_checkpoint=True, strict=True)
+            except OSError as exc:
+                self._failed = f"reset to {offset} failed: {exc}"
+                raise StorageError(f"{self.directory}: {self._failed}") from exc
+            if self.replicated_hw is not None:
+                self.replicated_hw = offset
+
+    def _rebase_empty(self, base: int) -> None:
+        """An empty log (just reset) starts its segment at `base` instead, below its log
+        start, so the leader's batch holding the log start can be stored whole; reads
+        below the log start stay refused, as on the leader."""
+        with self._io_lock:
+            new = Segment(self.fs, self.directory, base)
+            try:
+                new.create_files()
+                with self._lock:
+                    old = self._segments
+                    self._install([new])
+                for seg in old:
+                    seg.delete_files()
+                self.fs.fsync_dir(self.directory)
+            except OSError as exc:
+                raise StorageError(f"{self.directory}: cannot start the log at {base}: {exc}") from exc
 
     def _apply_replicated(self, data, placed) -> None:
         for pos, base, hdr in placed:

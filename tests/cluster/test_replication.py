@@ -99,6 +99,23 @@ def test_follower_that_stops_fetching_leaves_the_isr_and_rejoins(cluster):
     assert c.log_bytes(2, "t") == c.log_bytes(0, "t")
 
 
+def test_follower_behind_the_leaders_log_start_starts_over_there(cluster):
+    c = cluster(replica_lag_time_max_ms=400)
+    c.create_topic("t", [(0, 1, 2)])
+    c.run(lambda: setattr(c.brokers[2].replicas, "fetching_paused", True))
+    assert all(err is None for err, _ in produce_all(c.bootstrap(), "t", [b"r%d" % i for i in range(30)]))
+    c.wait(lambda: c.state("t").isr == (0, 1), "broker 2 out of the ISR")
+    assert c.run(lambda: c.log(0, "t").delete_records_before(20)) == 20   # DeleteRecords past broker 2's end
+    c.run(lambda: setattr(c.brokers[2].replicas, "fetching_paused", False))
+    c.wait(same_log_end(c, "t"), "broker 2 caught up from the leader's log start")
+    follower = c.log(2, "t")
+    assert follower.log_start_offset == 20
+    # The leader's batch holding offset 20 may begin below it: both keep it whole.
+    assert c.log_bytes(2, "t") == c.log_bytes(0, "t")
+    assert record_values(c.log_bytes(2, "t"))[-10:] == [b"r%d" % i for i in range(20, 30)]
+    c.wait(lambda: c.state("t").isr == (0, 1, 2), "broker 2 back in the ISR")
+
+
 def test_acks_all_below_min_insync_is_refused_and_nothing_acknowledged_is_lost(cluster):
     c = cluster(replica_lag_time_max_ms=400)
     c.create_topic("t", [(0, 1, 2)], {"min.insync.replicas": "2"})

@@ -182,3 +182,26 @@ def test_high_watermark_is_the_replicated_one_in_a_cluster(open_log):
     log.replicated_hw = 3
     assert log.high_watermark == 3 and log.last_stable_offset == 3
     assert len(list(iter_batches(log.read(0, 1 << 20, log.high_watermark)))) == 3
+
+
+def test_reset_starts_over_at_the_leaders_log_start_and_survives_reopen(open_log):
+    leader, follower = open_log("leader"), open_log("follower")
+    put(follower, b"old", producer_id=3, producer_epoch=0, base_sequence=0)
+    follower.epochs.assign(0, 0)
+    leader.leader_epoch = 1
+    data = build_batch([(None, b"a"), (None, b"b"), (None, b"c")], timestamp_ms=1)
+    leader.append(data, split_batches(data)[0])              # offsets 0..2 in one batch
+    put(leader, b"d")
+    leader.replicated_hw = leader.log_end_offset
+    assert leader.delete_records_before(2) == 2
+    follower.reset_to(2)
+    assert (follower.log_start_offset, follower.log_end_offset) == (2, 2)
+    assert follower.producers.entry(3) is None and follower.epochs.entries == []
+    replicate(leader, follower)                              # the batch at 0..2 straddles the start: kept whole
+    assert follower.read(2, 1 << 20) == leader.read(2, 1 << 20)
+    follower.close()
+    again = open_log("follower")
+    assert (again.log_start_offset, again.log_end_offset) == (2, 4)
+    assert again.epochs.entries == [(1, 0)]
+    with pytest.raises(ValueError):
+        again.reset_to(3)                                     # never backwards over records it holds
