@@ -17,6 +17,7 @@ BENCHMARKS = {
     "restart_bench": "partition log recovery time against log size",
     "broker_restart_bench": "broker process restart time against log size (clean stop and SIGKILL)",
     "eos_bench": "commit-cycle overhead per sink",
+    "failover_bench": "cluster: leader SIGKILL to the producer's next acknowledged write, per lease TTL",
 }
 
 
