@@ -154,9 +154,11 @@ class EtcdClusterView:
         return revision
 
     async def _watch(self, revision: int) -> None:
+        pause = 0.2   # grows while etcd stays away, so an outage is not a busy loop of warnings
         while not self._stopping:
             try:
                 async for events in self.etcd.watch_prefix(self.keys.root, revision + 1):
+                    pause = 0.2
                     for ev in events:
                         self._apply(ev.kv, ev.kind == "DELETE", notify=True)
                         revision = max(revision, ev.kv.mod_revision)
@@ -165,7 +167,8 @@ class EtcdClusterView:
                 log.warning("cluster watch interrupted (%s); re-reading", exc)
             except Exception as exc:   # aiohttp's payload errors and the like: same remedy
                 log.warning("cluster watch failed (%r); re-reading", exc)
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 2.0)
             try:
                 revision = await self._reload()
             except EtcdError as exc:

@@ -315,6 +315,23 @@ def test_controller_failover(cluster):
     assert _controller(cluster) == new    # a returning broker does not take the seat back
 
 
+def test_brokers_ride_out_an_etcd_restart(cluster):
+    """etcd SIGKILLed and restarted on its data: sessions survive (etcd renews leases on
+    start), every broker's watch resumes and new metadata reaches all of them."""
+    leaders = {p: st[:2] for p, st in partitions(cluster, RF3).items()}
+    cluster.etcd.kill()
+    cluster.etcd.start()
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    (fut,) = admin.create_topics([NewTopic("after-etcd", 3, 2)]).values()
+    assert error_code(fut) == 0
+    for b in cluster.brokers:
+        with Client(b.bootstrap) as c:
+            until(lambda: [t.error_code for t in c.metadata(["after-etcd"]).topics] == [0],
+                  f"broker at {b.bootstrap} sees the new topic")
+    wait_brokers(cluster, {0, 1, 2})
+    assert {p: st[:2] for p, st in partitions(cluster, RF3).items()} == leaders
+
+
 def test_producer_ids_stay_unique_across_a_full_restart(cluster):
     before = set(PIDS) | set(_init_pids(cluster))
     cluster.stop()
