@@ -23,7 +23,6 @@ answering within its request timeout instead of waiting.
 """
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
@@ -35,7 +34,7 @@ from semel.eos.kafka import KafkaCoordinator
 from semel.eos.sinks.memory import MemorySink, MemorySinkState
 from semel.protocol import records
 from tests.support.consume import read_values
-from tests.support.restart_txn import RESUME_BOUND_S, cases, run_case
+from tests.support.restart_txn import RESUME_BOUND_S, BackgroundRestart, cases, run_case
 
 SEED = 16
 
@@ -51,24 +50,16 @@ def test_next_transaction_commits_after_a_broker_restart(tmp_path, client, point
 N = 12
 
 
-class Restarter:
-    """SIGKILL + restart of the broker from inside a cycle (an on_event hook), once."""
+class Restarter(BackgroundRestart):
+    """The broker SIGKILLed and restarted from inside a cycle (an on_event hook), once."""
 
     def __init__(self, broker: SemelBroker, event: str, delay_ms: int):
-        self.broker, self.event, self.delay_ms = broker, event, delay_ms
-        self.thread: threading.Thread | None = None
-        self.restarted_at: float | None = None
+        super().__init__(broker)
+        self.event, self.delay_ms = event, delay_ms
 
     def __call__(self, event: str) -> None:
-        if event == self.event and self.thread is None:
-            self.thread = threading.Thread(target=self._run, daemon=True)
-            self.thread.start()
-
-    def _run(self) -> None:
-        time.sleep(self.delay_ms / 1000)
-        self.broker.kill()
-        self.broker.start()
-        self.restarted_at = time.monotonic()
+        if event == self.event:
+            self.arm(self.delay_ms)
 
 
 def _eos_broker(tmp_path) -> SemelBroker:
@@ -144,8 +135,7 @@ def test_runtime_cycles_resume_after_a_broker_restart(tmp_path, event, delay_ms)
         assert resumed is not None and resumed < RESUME_BOUND_S, outcomes
         _assert_exact(b, state)
     finally:
-        if hook.thread is not None:
-            hook.thread.join(120)   # a restart still under way would outlive close()
+        hook.join()
         b.close()
 
 

@@ -208,7 +208,7 @@ APPS = {"ck": CkApp, "kp": KpApp, "aio": AioApp}
 
 # --- the scenario --------------------------------------------------------------------
 
-class _Chaos:
+class BackgroundRestart:
     """SIGKILL the broker after a delay and restart it at once, in the background."""
 
     def __init__(self, broker: SemelBroker):
@@ -217,6 +217,10 @@ class _Chaos:
         self.thread: threading.Thread | None = None
 
     def arm(self, delay_ms: int) -> None:
+        """Once: the kill comes delay_ms from now."""
+        if self.thread is not None:
+            return
+
         def run():
             time.sleep(delay_ms / 1000)
             self.broker.kill()
@@ -225,8 +229,13 @@ class _Chaos:
         self.thread = threading.Thread(target=run, name="restart-chaos", daemon=True)
         self.thread.start()
 
+    def join(self) -> None:
+        """Wait for a restart under way (one must not outlive the test's broker.close())."""
+        if self.thread is not None:
+            self.thread.join(120)
+
     def wait(self) -> float:
-        self.thread.join(120)
+        self.join()
         assert self.restarted_at is not None, "the broker did not come back"
         return self.restarted_at
 
@@ -276,10 +285,10 @@ def run_case(client: str, point: str, delay_ms: int, workdir: Path) -> CaseResul
         app.init()
         for i in range(BEFORE):
             _transaction(app, f"v{i}", i + 1)
-        chaos = _Chaos(broker)
+        chaos = BackgroundRestart(broker)
 
         def after(step: str) -> None:
-            if step == point and chaos.thread is None:
+            if step == point:
                 chaos.arm(delay_ms)
         try:
             _transaction(app, "victim", BEFORE + 1, after)
@@ -314,8 +323,8 @@ def run_case(client: str, point: str, delay_ms: int, workdir: Path) -> CaseResul
                 app.close()
             except Exception:  # noqa: BLE001
                 pass
-        if chaos is not None and chaos.thread is not None:
-            chaos.thread.join(120)   # a restart still under way would outlive close()
+        if chaos is not None:
+            chaos.join()
         broker.close()
     return result
 
