@@ -112,6 +112,9 @@ class TransactionCoordinator:
         self._background: set[asyncio.Task] = set()
         self._clog = CoordinatorLog(TXN_TOPIC, flusher, self._spawn)
         self._tasks: list[asyncio.Task] = []
+        # In a cluster, the broker's ReplicaManager (None on a single node); read when a
+        # marker is written, as replication starts after the coordinators.
+        self.replication = lambda: None
 
     @classmethod
     def from_broker(cls, broker) -> "TransactionCoordinator":
@@ -119,8 +122,10 @@ class TransactionCoordinator:
         if getattr(broker, "cluster", None) is not None:   # ids from the cluster-wide counter
             from ..cluster.producer_ids import ClusterProducerIds
             pids = ClusterProducerIds(pids, broker.cluster)
-        return cls(broker.logs, broker.flusher, broker.groups, broker.config, pids, broker.notifier.notify,
-                   broker.metrics)
+        coordinator = cls(broker.logs, broker.flusher, broker.groups, broker.config, pids,
+                          broker.notifier.notify, broker.metrics)
+        coordinator.replication = lambda: getattr(broker, "replicas", None)
+        return coordinator
 
     @property
     def coordinator_epoch(self) -> int:
@@ -556,6 +561,13 @@ class TransactionCoordinator:
             return
         info = plog.append_control(kind, meta.producer_id, meta.epoch, self.coordinator_epoch)
         await self.flusher.sync(plog, info.last_offset + 1)
+        replicas = self.replication()
+        if replicas is not None:
+            # Kafka writes markers with acks=all: the transaction is complete only once
+            # every in-sync replica holds its marker, or a new leader would keep it open.
+            err = await replicas.wait_for_hw(*tp, info.last_offset + 1, self.config.request_timeout_ms / 1000)
+            if err:
+                raise AppendError(err, f"marker for {meta.txn_id} on {tp[0]}-{tp[1]} not replicated: {err.name}")
         self.on_marker(*tp)
 
     async def _complete_branch(self, branch: str, commit: bool, parent: str) -> None:

@@ -7,6 +7,8 @@ the clients are unmodified confluent-kafka and semel's own wire client.
 """
 from __future__ import annotations
 
+import threading
+
 import pytest
 from confluent_kafka import KafkaException, Producer
 
@@ -228,6 +230,32 @@ def test_new_leader_keeps_lso_and_aborted_ranges(cluster):
         p.abort_transaction(1)
     except KafkaException:
         pass   # its coordinator (broker 0) is gone; only the test's tidy-up
+
+
+def test_a_transaction_completes_only_once_its_markers_are_replicated(cluster):
+    from semel.coordinator.txn_states import TxnState
+    c = cluster()
+    c.create_topic("t", [(0, 1, 2)])
+    p = Producer({"bootstrap.servers": c.bootstrap(0), "transactional.id": "tx-m", "acks": "all"})
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce("t", value=b"v", partition=0)
+    p.flush(30)
+    for i in (1, 2):
+        c.run(lambda i=i: setattr(c.brokers[i].replicas, "fetching_paused", True))
+    outcome = []
+    committing = threading.Thread(target=lambda: outcome.append(p.commit_transaction(60)))
+    committing.start()
+    state = lambda: c.brokers[0].txns.txns["tx-m"].state   # noqa: E731
+    c.wait(lambda: c.log(0, "t").producers.ongoing_first_offsets() == {}, "marker appended on the leader")
+    assert c.run(state) == TxnState.PREPARE_COMMIT   # not complete: the followers lack the marker
+    assert committing.is_alive()
+    for i in (1, 2):
+        c.run(lambda i=i: setattr(c.brokers[i].replicas, "fetching_paused", False))
+    committing.join(60)
+    assert outcome == [None] and c.run(state) == TxnState.COMPLETE_COMMIT
+    for i in (1, 2):
+        assert c.run(lambda i=i: c.log(i, "t").producers.ongoing_first_offsets()) == {}
 
 
 def test_diverged_follower_truncates_to_the_new_leader_and_converges(cluster):
