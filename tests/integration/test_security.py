@@ -6,6 +6,7 @@ PLAIN), a second listener is SASL_SSL with a throwaway CA (confluent-kafka, SCRA
 Each denied case is read back as the super user: logs and offsets unchanged."""
 from __future__ import annotations
 
+import gc
 import os
 import socket
 import subprocess
@@ -61,6 +62,13 @@ class Secured:
             self._admins[user] = AdminClient(self.scram(user))
         return self._admins[user]
 
+    def close_clients(self) -> None:
+        """Destroys the kept admin clients while the broker still runs: left to the end
+        of the session they went on reconnecting to the stopped listener and logging
+        after pytest's summary."""
+        self._admins.clear()
+        gc.collect()   # librdkafka handles are destroyed (threads joined) when collected
+
     def metric(self, name: str, **labels) -> float:
         text = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10).read().decode()
         want = ",".join(f'{k}="{v}"' for k, v in labels.items())
@@ -103,7 +111,9 @@ def sec(tmp_path_factory):
         "--ssl-certfile", str(cert), "--ssl-keyfile", str(key), "--super-user", "User:admin",
         "--metrics-port", str(metrics_port), "--group-initial-rebalance-delay-ms", "0",
         "--group-min-session-timeout-ms", "1000"])
+    threads_before = _os_threads()
     b.start()
+    s = None
     try:
         wait.until(lambda: _listening(tls_port), "the SASL_SSL listener accepts connections")
         s = Secured(b, tls_port, ca, metrics_port)
@@ -112,7 +122,15 @@ def sec(tmp_path_factory):
             f.result(30)
         yield s
     finally:
+        if s is not None:
+            s.close_clients()
         b.close()
+    # Every client the tests made is gone with its threads (librdkafka's and kafka-python's).
+    wait.until(lambda: _os_threads() <= threads_before, f"client threads end (had {threads_before})")
+
+
+def _os_threads() -> int:
+    return len(os.listdir("/proc/self/task"))
 
 
 def _listening(port) -> bool:
@@ -124,14 +142,21 @@ def _listening(port) -> bool:
 
 
 def produce(conf, topic, value=b"v", timeout=30):
+    """One record: None when delivered, else the KafkaError (or "not delivered")."""
     p = ck.Producer({"message.timeout.ms": 15000, **conf})
     out = []
     p.produce(topic, value, on_delivery=lambda err, msg: out.append(err))
     try:
         p.flush(timeout)
     except (ck.KafkaException, SystemError) as exc:   # a fatal error (idempotence refused) surfaces here
-        cause = exc if isinstance(exc, ck.KafkaException) else exc.__cause__
-        return cause.args[0]
+        fatal = exc if isinstance(exc, ck.KafkaException) else exc.__cause__
+        # The exception outlives this call (confluent-kafka keeps a reference to it when
+        # the fatal error is raised inside a delivery callback): its traceback would keep
+        # this frame, and so the producer, alive after the test, logging reconnects.
+        for e in (exc, exc.__cause__, exc.__context__):
+            if e is not None:
+                e.__traceback__ = None
+        return fatal.args[0]
     return out[0] if out else "not delivered"
 
 
