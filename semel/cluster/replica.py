@@ -31,6 +31,8 @@ import time
 from dataclasses import dataclass, field
 
 from ..protocol.errors import KafkaError
+from ..protocol.messages import request_class
+from ..storage import checked_file
 from ..storage.errors import AppendError, StorageError
 from .peer import PeerConnection, PeerError
 from .state import ClusterView, PartitionState
@@ -44,6 +46,29 @@ _FENCING = (KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH, Kaf
             KafkaError.UNKNOWN_TOPIC_OR_PARTITION)
 
 TopicPartition = tuple[str, int]
+
+# Every partition's high watermark, saved now and then in the data directory (Kafka's
+# replication-offset-checkpoint), so a restarted broker does not start from zero.
+HW_FILE = "replication-offset.checkpoint"
+_HW_HEADER = "semel-hw 1 "
+HW_SAVE_INTERVAL_S = 5.0
+
+
+def encode_hws(hws: dict[TopicPartition, int]) -> bytes:
+    return checked_file.encode(_HW_HEADER, "".join(f"{t} {p} {hw}\n" for (t, p), hw in sorted(hws.items())).encode())
+
+
+def decode_hws(data: bytes) -> dict[TopicPartition, int]:
+    """The saved high watermarks; {} when the file is damaged (they are only a head start)."""
+    body = checked_file.decode(_HW_HEADER, data)
+    out: dict[TopicPartition, int] = {}
+    try:
+        for line in (body or b"").decode("ascii").splitlines():
+            t, p, hw = line.split()
+            out[(t, int(p))] = int(hw)
+    except ValueError:
+        return {}
+    return out
 
 
 # ================================================================ pure decisions
@@ -149,6 +174,8 @@ class ReplicaManager:
         self.fetchers: dict[int, LeaderFetcher] = {}
         self._versions: dict[TopicPartition, int] = {}
         self._seen: set[TopicPartition] = set()
+        self._saved_hws: dict[TopicPartition, int] = {}
+        self._last_hw_save = 0.0
         self._task: asyncio.Task | None = None
         self._running = False
         # Followers here stop fetching while set: what a stopped (SIGSTOP) follower looks
@@ -157,6 +184,7 @@ class ReplicaManager:
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
+        self._saved_hws = self._load_hws()
         self._running = True
         self.view.add_listener(self.on_partition)
         self.resync()
@@ -167,6 +195,7 @@ class ReplicaManager:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        self._save_hws()
         for tp in list(self.leading):
             self._stop_leading(tp)
         for fetcher in list(self.fetchers.values()):
@@ -198,10 +227,11 @@ class ReplicaManager:
             return
         self._versions[tp] = st.version
         if tp not in self._seen:
-            # Nothing is known committed at start until the ISR says so (Kafka would read
-            # its high-watermark checkpoint; a leader alone moves it to its log end below).
+            # At start, what the last saved checkpoint vouches for (never past the log
+            # end recovery kept); a leader alone moves it to its log end below.
             self._seen.add(tp)
-            plog.replicated_hw = plog.log_start_offset
+            saved = self._saved_hws.get(tp, plog.log_start_offset)
+            plog.replicated_hw = max(plog.log_start_offset, min(saved, plog.log_end_offset))
         if st.leader == self.node_id:
             self._stop_following(tp)
             plog.is_follower = False
@@ -392,8 +422,33 @@ class ReplicaManager:
                 self.resync()
                 for tp in list(self.leading):
                     self._schedule_isr_check(tp)
+                if time.monotonic() - self._last_hw_save >= HW_SAVE_INTERVAL_S:
+                    self._save_hws()
             except Exception:   # never let the loop die: ISR upkeep is what keeps acks=all going
                 log.exception("ISR upkeep failed")
+
+    def _hw_path(self):
+        return self.broker.config.data_dir / HW_FILE
+
+    def _load_hws(self) -> dict[TopicPartition, int]:
+        try:
+            return decode_hws(self.broker.fs.read_file(self._hw_path()))
+        except FileNotFoundError:
+            return {}
+
+    def _save_hws(self) -> None:
+        """Atomically (temp file, fsync, rename); a failure only costs restart time."""
+        self._last_hw_save = time.monotonic()
+        hws = dict(self._saved_hws)
+        for tp in list(self.leading) + list(self.following):
+            plog = self.broker.logs.get(*tp)
+            if plog is not None and not plog.closed:
+                hws[tp] = plog.high_watermark
+        try:
+            self.broker.fs.write_atomic(self._hw_path(), encode_hws(hws), sync_dir=True)
+            self._saved_hws = hws
+        except OSError as exc:
+            log.warning("cannot save high watermarks: %s", exc)
 
     @staticmethod
     def _now_ms() -> float:
@@ -479,7 +534,7 @@ class LeaderFetcher:
 
     async def _truncate(self, pending: dict[TopicPartition, _Followed]) -> bool:
         """One OffsetForLeaderEpoch round for the partitions that must truncate; True on progress."""
-        cls = _request_class(23)
+        cls = request_class(23)
         T = cls.OffsetForLeaderTopic
         by_topic: dict[str, list] = {}
         for (topic, p), f in pending.items():
@@ -517,7 +572,7 @@ class LeaderFetcher:
 
     async def _fetch(self) -> bool:
         """One Fetch for every followed partition; True when nothing went wrong."""
-        cls = _request_class(1)
+        cls = request_class(1)
         T = cls.FetchTopic
         sent: dict[TopicPartition, _Followed] = {}
         by_topic: dict[str, list] = {}
@@ -579,7 +634,3 @@ class LeaderFetcher:
         plog.replicated_hw = max(plog.log_start_offset, min(r.high_watermark, plog.log_end_offset))
         return True
 
-
-def _request_class(api_key: int):
-    from ..protocol.messages import request_class
-    return request_class(api_key)

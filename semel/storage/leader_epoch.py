@@ -21,8 +21,7 @@ import logging
 from bisect import bisect_right
 from pathlib import Path
 
-import crc32c
-
+from . import checked_file
 from .fs import FileSystem
 
 log = logging.getLogger("semel.storage")
@@ -109,15 +108,13 @@ class LeaderEpochCache:
 
 
 def encode(entries: list[tuple[int, int]]) -> bytes:
-    body = "".join(f"{e} {s}\n" for e, s in entries).encode()
-    return f"{_HEADER}{crc32c.crc32c(body):08x}\n".encode() + body
+    return checked_file.encode(_HEADER, "".join(f"{e} {s}\n" for e, s in entries).encode())
 
 
 def decode(data: bytes) -> list[tuple[int, int]] | None:
     """The entries in data, or None when the file is damaged or not increasing."""
-    head, sep, body = data.partition(b"\n")
-    text = head.decode("ascii", "replace")
-    if not sep or not text.startswith(_HEADER) or text[len(_HEADER):] != f"{crc32c.crc32c(body):08x}":
+    body = checked_file.decode(_HEADER, data)
+    if body is None:
         return None
     out: list[tuple[int, int]] = []
     try:

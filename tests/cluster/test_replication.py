@@ -86,6 +86,17 @@ def test_a_leader_alone_in_the_isr_commits_at_once(cluster):
         assert cl.list_offset("t", 0, LATEST) == 1
 
 
+def test_a_restarted_replica_keeps_its_high_watermark(cluster):
+    c = cluster()
+    c.create_topic("t", [(0, 1, 2)])
+    assert all(err is None for err, _ in produce_all(c.bootstrap(), "t", [b"h%d" % i for i in range(10)]))
+    c.wait(lambda: c.log(2, "t").high_watermark == 10, "the follower learned the high watermark")
+    for i in (0, 1, 2):
+        c.stop_broker(i)
+    c.start_broker(2)                 # its leader is gone: nothing to fetch, only the checkpoint
+    assert c.log(2, "t").high_watermark == 10
+
+
 def test_follower_that_stops_fetching_leaves_the_isr_and_rejoins(cluster):
     c = cluster(replica_lag_time_max_ms=600)
     c.create_topic("t", [(0, 1, 2)])
