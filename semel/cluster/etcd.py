@@ -159,6 +159,11 @@ class Etcd:
         data = await self.call("/v3/lease/keepalive", {"ID": str(lease_id)})
         return int((data.get("result") or {}).get("TTL", 0))
 
+    async def lease_granted_ttl(self, lease_id: int) -> int:
+        """The TTL a lease was granted with (-1 once it has expired)."""
+        data = await self.call("/v3/lease/timetolive", {"ID": str(lease_id)})
+        return int(data.get("grantedTTL", -1)) if int(data.get("TTL", -1)) >= 0 else -1
+
     async def lease_revoke(self, lease_id: int) -> None:
         try:
             await self.call("/v3/lease/revoke", {"ID": str(lease_id)})

@@ -107,6 +107,7 @@ class EtcdClusterView:
     # --- lifecycle -------------------------------------------------------------
 
     async def start(self) -> None:
+        await self._await_previous_session()
         await self._register()
         revision = await self._load()
         self._tasks = [asyncio.create_task(self._watch(revision), name="cluster-watch"),
@@ -123,6 +124,28 @@ class EtcdClusterView:
             except EtcdError as exc:
                 log.warning("could not revoke lease: %s", exc)
         await self.etcd.close()
+
+    async def _await_previous_session(self) -> None:
+        """Register only once this node id's previous session has ended (Kafka's rule for
+        broker registration). A broker SIGKILLed and restarted within its TTL would
+        otherwise slip back in unseen, and the controller would never move the leadership
+        it lost with its memory; a second live broker configured with the same node id is
+        refused (ValueError: the start fails in one line) instead of the two fighting."""
+        key = self.keys.broker(self.node_id)
+        kv = await self.etcd.get(key)
+        if kv is None:
+            return
+        granted = await self.etcd.lease_granted_ttl(kv.lease) if kv.lease else -1
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(granted, 0) + 2
+        log.info("node id %d still registered (lease %x, ttl %ds): waiting for that session to end",
+                 self.node_id, kv.lease, granted)
+        while (kv := await self.etcd.get(key)) is not None:
+            if loop.time() > deadline:
+                d = json.loads(kv.value)
+                raise ValueError(f"node id {self.node_id} is registered by a live broker at "
+                                 f"{d.get('host')}:{d.get('port')}; give each broker its own --node-id")
+            await asyncio.sleep(0.2)
 
     async def _register(self) -> None:
         self.lease = await self.etcd.lease_grant(self.lease_ttl_s)

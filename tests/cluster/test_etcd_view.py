@@ -124,3 +124,49 @@ def test_unreachable_etcd_is_an_error_value_not_a_hang(etcd):
         finally:
             await client.close()
     asyncio.run(body())
+
+
+def _view(etcd, cluster_id, node, ttl=2):
+    return EtcdClusterView(Etcd(etcd.endpoint), cluster_id, node, BrokerInfo(node, "127.0.0.1", 9000 + node), ttl)
+
+
+def test_a_restart_within_the_ttl_waits_for_the_old_session_to_end(etcd):
+    """Kafka's registration rule: the others see the old session end (and elect) first."""
+    cluster_id = f"view-test-{next(_ids)}"
+
+    async def go():
+        old, watcher = _view(etcd, cluster_id, 0), _view(etcd, cluster_id, 1)
+        await old.start()
+        await watcher.start()
+        seen = []
+        watcher.add_change_listener(lambda: seen.append(set(watcher.brokers())))
+        await settle(lambda: set(watcher.brokers()) == {0, 1}, "both registered")
+        for t in old._tasks:     # SIGKILLed: no more keepalives, the lease still runs
+            t.cancel()
+        new = _view(etcd, cluster_id, 0)
+        await new.start()        # returns only once the old session is gone
+        try:
+            await settle(lambda: set(watcher.brokers()) == {0, 1}, "the new session registered")
+            assert {1} in seen   # the watcher saw broker 0 leave before it came back
+            assert (await new.etcd.get(new.keys.broker(0))).lease == new.lease
+        finally:
+            await new.stop()
+            await watcher.stop()
+            await old.etcd.close()
+    asyncio.run(go())
+
+
+def test_a_second_live_broker_with_the_same_node_id_is_refused(etcd):
+    cluster_id = f"view-test-{next(_ids)}"
+
+    async def go():
+        first, second = _view(etcd, cluster_id, 0), _view(etcd, cluster_id, 0)
+        await first.start()
+        try:
+            with pytest.raises(ValueError, match="node id 0 is registered by a live broker"):
+                await second.start()
+            assert set(first.brokers()) == {0}
+        finally:
+            await second.etcd.close()
+            await first.stop()
+    asyncio.run(go())
