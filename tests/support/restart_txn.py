@@ -54,6 +54,7 @@ class CaseResult:
     victim_error: str = ""
     resume_s: float | None = None           # restart finished -> next transaction committed
     attempts: int = 0
+    next_error: str = ""                    # why the last failed attempt at the next transaction failed
     hung: str = ""                          # the call that outlived its deadline, if any
     values: list[str] = field(default_factory=list)
     committed_offset: int = -1
@@ -308,7 +309,8 @@ def run_case(client: str, point: str, delay_ms: int, workdir: Path) -> CaseResul
                 break
             except Hung:
                 raise
-            except Exception:  # noqa: BLE001 - retried as an application would
+            except Exception as exc:  # noqa: BLE001 - retried as an application would
+                result.next_error = f"{type(exc).__name__}: {exc}"[:300]
                 time.sleep(0.1)
                 app = _recover(app, make)
         result.values = read_values(broker.bootstrap, OUT, 1, want=BEFORE + 2)
