@@ -19,6 +19,7 @@ from ..storage.fs import fs_from_env
 from ..storage.errors import StorageError
 from ..storage.manager import LogManager
 from . import handlers  # noqa: F401  (registers every route)
+from .allocator import tune_allocator
 from .auth.acl import AclStore, Authorizer
 from .auth.users import UserStore
 from .config import BrokerConfig, Listener
@@ -177,6 +178,7 @@ class BrokerStartError(Exception):
 
 def run_broker(config: BrokerConfig) -> None:
     """Run in the foreground until SIGTERM/SIGINT."""
+    tune_allocator()   # before the big buffers come: see allocator.py
     try:
         import uvloop
         uvloop.install()
