@@ -54,6 +54,10 @@ def test_metadata_lists_every_broker_and_spreads_leaders(cluster):
         assert sorted(replicas) == [0, 1, 2] and replicas[0] == leader and epoch == 0
         assert sorted(isr) == [0, 1, 2]
     assert sorted(leader for leader, _, _, _ in partitions(cluster, RF1).values()) == [0, 1, 2]
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})   # kept: its futures die with it
+    described = admin.describe_cluster().result(30)
+    assert sorted(n.id for n in described.nodes) == [0, 1, 2]
+    assert described.controller.id == md.controller_id
 
 
 def test_create_topics_checks_replication_factor(cluster):

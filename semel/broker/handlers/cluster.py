@@ -26,10 +26,19 @@ async def describe_cluster(ctx, req):
         return ctx.response(throttle_time_ms=0, error_code=err, error_message=err.name,
                             endpoint_type=endpoint, cluster_id=cfg.cluster_id, controller_id=-1,
                             brokers=[], authorized_operations=NO_OPERATIONS)
-    brokers = [cls.DescribeClusterBroker(broker_id=cfg.node_id, host=cfg.advertised, port=cfg.port,
-                                         rack=None, is_fenced=False)]
+    view = ctx.broker.cluster
+    if view is None:
+        brokers = [cls.DescribeClusterBroker(broker_id=cfg.node_id, host=cfg.advertised, port=cfg.port,
+                                             rack=None, is_fenced=False)]
+        controller = cfg.node_id
+    else:   # every live broker and the controller, as Metadata lists them
+        brokers = [cls.DescribeClusterBroker(broker_id=b.node_id, host=b.host, port=b.port, rack=b.rack,
+                                             is_fenced=False)
+                   for b in sorted(view.brokers().values(), key=lambda b: b.node_id)]
+        controller = view.controller_id()
+        controller = -1 if controller is None else controller
     return ctx.response(throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=endpoint,
-                        cluster_id=cfg.cluster_id, controller_id=cfg.node_id, brokers=brokers,
+                        cluster_id=cfg.cluster_id, controller_id=controller, brokers=brokers,
                         authorized_operations=NO_OPERATIONS)
 
 
