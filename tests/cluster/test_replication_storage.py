@@ -10,6 +10,7 @@ from semel.protocol.records import CONTROL_ABORT, CONTROL_COMMIT, build_batch, i
 from semel.storage import FaultyFileSystem, LogConfig, PartitionLog
 from semel.storage.errors import AppendError
 from semel.storage.leader_epoch import FILE_NAME, LeaderEpochCache, decode, encode
+from tests.support.memcluster import all_bytes
 
 CFG = LogConfig(segment_bytes=1024, index_interval_bytes=64)
 
@@ -36,15 +37,6 @@ def open_log(tmp_path, fs):
 def put(plog: PartitionLog, value: bytes, **kw) -> int:
     data = build_batch([(None, value)], timestamp_ms=kw.pop("ts", 1000), **kw)
     return plog.append(data, split_batches(data)[0]).first_offset
-
-
-def everything(plog: PartitionLog) -> bytes:
-    out, offset = bytearray(), plog.log_start_offset
-    while offset < plog.log_end_offset:
-        data = plog.read(offset, 1 << 20)
-        out += data
-        offset = list(iter_batches(data))[-1][1].next_offset
-    return bytes(out)
 
 
 def replicate(src: PartitionLog, dst: PartitionLog) -> None:
@@ -94,9 +86,9 @@ def test_leader_stamps_its_epoch_and_follower_keeps_bytes_and_producer_state(ope
         put(leader, b"v%d" % seq, producer_id=7, producer_epoch=0, base_sequence=seq)
     assert leader.epochs.entries == [(4, 1)]
     replicate(leader, follower)
-    assert everything(follower) == everything(leader)
+    assert all_bytes(follower) == all_bytes(leader)
     assert len(follower.segment_bases) > 1                        # rolled like the leader
-    assert [h.leader_epoch for _, h in iter_batches(everything(follower))][1:] == [4] * 30
+    assert [h.leader_epoch for _, h in iter_batches(all_bytes(follower))][1:] == [4] * 30
     assert follower.epochs.entries == [(4, 1)]
     # The follower recognises a retry as the leader would (it may lead next).
     retry = build_batch([(None, b"v29")], timestamp_ms=1000, producer_id=7, producer_epoch=0, base_sequence=29)
@@ -141,9 +133,9 @@ def test_truncate_cuts_segments_state_and_epochs_and_survives_reopen(open_log, t
         put(log, b"e2-%d" % seq, producer_id=9, producer_epoch=0, base_sequence=seq)
     log.flush(checkpoint=True)
     assert log.epochs.entries == [(1, 0), (2, 22)]
-    kept = everything(log)
+    kept = all_bytes(log)
     assert log.truncate_to(12) == 12
-    assert everything(log) == kept[:len(everything(log))]
+    assert all_bytes(log) == kept[:len(all_bytes(log))]
     assert log.epochs.entries == [(1, 0)]
     assert log.producers.entry(9).batches[-1][1] == 11        # sequence state back at offset 11
     assert log.aborted_transactions(0, 100) == []

@@ -20,17 +20,9 @@ import pytest
 from semel.cluster.replica import truncation_point
 from semel.protocol.records import build_batch, iter_batches, split_batches
 from semel.storage import LogConfig, PartitionLog
+from tests.support.memcluster import all_bytes
 
 CFG = LogConfig(segment_bytes=900, index_interval_bytes=64)
-
-
-def everything(plog: PartitionLog) -> bytes:
-    out, offset = bytearray(), plog.log_start_offset
-    while offset < plog.log_end_offset:
-        data = plog.read(offset, 1 << 20)
-        out += data
-        offset = list(iter_batches(data))[-1][1].next_offset
-    return bytes(out)
 
 
 class Cluster:
@@ -78,8 +70,8 @@ class Cluster:
 
     def _advance_hw(self) -> None:
         """High watermark: the longest prefix of the leader's log that every replica holds."""
-        lead = everything(self.logs[self.leader])
-        common = min(len(self._shared(lead, everything(p))) for p in self.logs)
+        lead = all_bytes(self.logs[self.leader])
+        common = min(len(self._shared(lead, all_bytes(p))) for p in self.logs)
         if common > len(self.committed):
             self.committed = lead[:common]
         for p in self.logs:
@@ -105,9 +97,9 @@ class Cluster:
         self._lead()
 
     def check(self) -> None:
-        lead = everything(self.logs[self.leader])
+        lead = all_bytes(self.logs[self.leader])
         for i, p in enumerate(self.logs):
-            data = everything(p)
+            data = all_bytes(p)
             assert data[:len(self.committed)] == self.committed, f"replica {i} lost committed records"
             if i != self.leader and i not in self.pending:
                 assert lead[:len(data)] == data, f"replica {i} diverges from the leader after truncating"
@@ -137,7 +129,7 @@ def test_followers_truncate_to_the_leader_and_never_lose_committed_records(tmp_p
         for _ in range(200):                  # let everyone catch up with the last leader
             for f in range(3):
                 c.replicate(f)
-        logs = [everything(p) for p in c.logs]
+        logs = [all_bytes(p) for p in c.logs]
         assert logs[0] == logs[1] == logs[2]
         assert c.epoch > 0 and len(c.committed) > 0
     finally:

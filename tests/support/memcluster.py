@@ -20,6 +20,16 @@ from semel.protocol.records import iter_batches
 from .wait import until
 
 
+def all_bytes(plog) -> bytes:
+    """Every batch of a PartitionLog from its log start to its end, as stored."""
+    out, offset = bytearray(), plog.log_start_offset
+    while offset < plog.log_end_offset:
+        data = plog.read(offset, 1 << 20)
+        out += data
+        offset = list(iter_batches(data))[-1][1].next_offset
+    return bytes(out)
+
+
 class _Topic:
     def __init__(self, name: str, partitions: int, topic_id: str):
         self.name, self.partitions, self.topic_id = name, partitions, topic_id
@@ -159,18 +169,7 @@ class MemCluster:
 
     def log_bytes(self, i: int, topic: str, partition: int = 0) -> bytes:
         """Every byte of replica i's log from its start (read on the brokers' loop)."""
-        def go():
-            plog = self.log(i, topic, partition)
-            out, offset = bytearray(), plog.log_start_offset
-            while offset < plog.log_end_offset:
-                data = plog.read(offset, 1 << 20)
-                last = None
-                for _, hdr in iter_batches(data):
-                    last = hdr
-                out += data
-                offset = last.next_offset
-            return bytes(out)
-        return self.run(go)
+        return self.run(lambda: all_bytes(self.log(i, topic, partition)))
 
     def wait(self, predicate, what: str, timeout_s: float = 20.0):
         """predicate() (run on the brokers' loop) once truthy; fails naming `what`."""
