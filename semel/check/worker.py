@@ -23,6 +23,8 @@ import time
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_STORED, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from semel.eos.kafka import RESTART_SAFE_CONFIG
+
 POLL_BATCH = 200
 SLOW_MS = 2000
 
@@ -57,8 +59,12 @@ def now_ns() -> int:
 
 
 def _client_tuning(cfg: dict) -> dict:
-    """Quick reconnects: brokers are killed and restarted under us."""
+    """Quick reconnects: brokers are killed and restarted under us. No re-bootstrap:
+    librdkafka's strands send_offsets_to_transaction after a restart
+    (docs/librdkafka-restart-hang.md), a client stall the checker would report
+    as the broker's."""
     return {
+        **RESTART_SAFE_CONFIG,
         "bootstrap.servers": cfg["bootstrap"],
         "client.id": cfg.get("client_id", "semel-check"),
         "reconnect.backoff.ms": 50,
