@@ -73,6 +73,11 @@ class BrokerConfig:
     listener_security_protocol_map: dict[str, str] = field(default_factory=dict)
     ssl_certfile: str | None = None     # PEM certificate chain for SSL / SASL_SSL listeners
     ssl_keyfile: str | None = None
+    # Kafka's ssl.client.auth: "none", "requested" or "required" (mTLS). A client's
+    # certificate is checked against ssl_cafile; on an SSL listener its subject is the
+    # principal ("User:CN=alice,OU=payments", RFC 2253 order, as Kafka names it).
+    ssl_client_auth: str = "none"
+    ssl_cafile: str | None = None
     sasl_enabled_mechanisms: tuple[str, ...] = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
     # Principals ("User:admin") that every ACL check lets through (Kafka's super.users).
     super_users: set[str] = field(default_factory=set)
@@ -114,7 +119,9 @@ class BrokerConfig:
 
     @property
     def authenticating(self) -> bool:
-        return any(lst.protocol.startswith("SASL") for lst in self.all_listeners())
+        """SASL on some listener, or client certificates on a TLS one (ACL checks follow)."""
+        mtls = self.ssl_client_auth != "none"
+        return any(lst.sasl or (mtls and lst.tls) for lst in self.all_listeners())
 
     @property
     def advertised(self) -> str:

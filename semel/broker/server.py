@@ -117,6 +117,9 @@ class Broker:
             raise ValueError("an SSL/SASL_SSL listener needs ssl_certfile and ssl_keyfile")
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         ctx.load_cert_chain(self.config.ssl_certfile, self.config.ssl_keyfile)
+        if self.config.ssl_client_auth != "none":   # mTLS: the principal comes from the certificate
+            ctx.load_verify_locations(cafile=self.config.ssl_cafile)
+            ctx.verify_mode = ssl.CERT_REQUIRED if self.config.ssl_client_auth == "required" else ssl.CERT_OPTIONAL
         return ctx
 
     async def _start_coordinators(self) -> None:

@@ -149,12 +149,16 @@ def _security_args(s) -> None:
                    help="Kafka's listener.security.protocol.map, one entry per flag")
     g.add_argument("--ssl-certfile", default=None, help="PEM certificate (chain) for SSL listeners")
     g.add_argument("--ssl-keyfile", default=None, help="PEM private key for SSL listeners")
+    g.add_argument("--ssl-client-auth", choices=["none", "requested", "required"], default="none",
+                   help="client certificates on TLS listeners (Kafka's ssl.client.auth); an SSL listener's "
+                        "principal is the certificate's subject")
+    g.add_argument("--ssl-cafile", default=None, help="PEM CA certificate(s) that client certificates must chain to")
     g.add_argument("--sasl-mechanisms", default="PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
                    help="enabled SASL mechanisms, comma separated")
     g.add_argument("--super-user", action="append", default=[], metavar="User:NAME",
                    help="principal that passes every ACL check (repeatable)")
     g.add_argument("--authorizer", choices=["auto", "on", "off"], default="auto",
-                   help="ACL checks: auto = on when a listener uses SASL")
+                   help="ACL checks: auto = on when a listener uses SASL or client certificates")
     g.add_argument("--allow-everyone-if-no-acl-found", action="store_true",
                    help="a resource without any ACL is open to all (off by default)")
 
@@ -168,6 +172,9 @@ def _apply_security(cfg, args) -> None:
             raise CliError(f"--listener-protocol wants NAME=PROTOCOL, got {item!r}")
         cfg.listener_security_protocol_map[name] = proto
     cfg.ssl_certfile, cfg.ssl_keyfile = args.ssl_certfile, args.ssl_keyfile
+    cfg.ssl_client_auth, cfg.ssl_cafile = args.ssl_client_auth, args.ssl_cafile
+    if cfg.ssl_client_auth != "none" and not cfg.ssl_cafile:
+        raise CliError(f"--ssl-client-auth {cfg.ssl_client_auth} needs --ssl-cafile (the CA of client certificates)")
     cfg.sasl_enabled_mechanisms = tuple(m.strip() for m in args.sasl_mechanisms.split(",") if m.strip())
     bad = [u for u in args.super_user if not u.startswith("User:") or u == "User:"]
     if bad:

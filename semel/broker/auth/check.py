@@ -12,7 +12,39 @@ def principal_of(ctx) -> tuple[str, str]:
     conn = ctx.connection
     if conn is None:
         return ANONYMOUS, "?"
+    if conn.principal is None:
+        conn.principal = certificate_principal(conn)
     return conn.principal or ANONYMOUS, conn.ip
+
+
+# Attribute names as RFC 2253 (and Kafka's default SSL principal builder) writes them.
+_RDN_NAMES = {"commonName": "CN", "organizationalUnitName": "OU", "organizationName": "O", "localityName": "L",
+              "stateOrProvinceName": "ST", "countryName": "C", "streetAddress": "STREET", "domainComponent": "DC",
+              "userId": "UID"}
+
+
+def certificate_principal(conn) -> str | None:
+    """On an SSL listener (TLS without SASL), the client certificate's subject as
+    Kafka names it: "User:CN=alice,OU=payments,O=Example" (RFC 2253: last RDN first).
+    None without a verified certificate (ANONYMOUS) and on SASL listeners, where
+    the SASL login is the principal."""
+    listener = getattr(conn, "listener", None)
+    if listener is None or not listener.tls or listener.sasl:
+        return None
+    cert = conn.transport.get_extra_info("peercert") if conn.transport is not None else None
+    if not cert or not cert.get("subject"):
+        return None
+    return "User:" + ",".join("+".join(f"{_RDN_NAMES.get(k, k)}={_rfc2253_escape(v)}" for k, v in rdn)
+                              for rdn in reversed(cert["subject"]))
+
+
+def _rfc2253_escape(value: str) -> str:
+    out = "".join("\\" + ch if ch in ',+"\\<>;=' else ch for ch in value)
+    if out[:1] in ("#", " "):
+        out = "\\" + out
+    if out.endswith(" "):
+        out = out[:-1] + "\\ "
+    return out
 
 
 def authorize(ctx, operation, resource_type, name: str) -> bool:
