@@ -8,12 +8,18 @@ run against real broker processes.
 """
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
+from confluent_kafka import Producer
 
 from semel.client import Client
 from semel.protocol import records
 from semel.protocol.errors import KafkaError
 from tests.support.brokers import module_broker
+from tests.support.consume import read_values
+from tests.support.wait import until
 
 CRC_START = 21            # the CRC-32C covers bytes 21.. of a batch (attributes onwards)
 
@@ -106,3 +112,46 @@ def test_a_torn_tail_is_cut_on_restart_after_sigkill(start_broker, tmp_path):
         assert c.produce("torn", 0, _batch([b"after"])) == (KafkaError.NONE, 60)
         assert [r.value for r in records.iter_records(c.fetch("torn", 0, 60).records)] == [b"after"]
     assert seg.stat().st_size == size + len(_patched(_batch([b"after"]), 60))
+
+
+def test_large_appends_written_off_the_loop_survive_sigkill_exactly_once(start_broker, tmp_path):
+    """Batches of 64 KiB and more are written by a worker thread (PartitionLog.append_async)
+    while the loop serves others. Three idempotent confluent-kafka producers (acks=all,
+    ~200 KiB batches) write while the broker is SIGKILLed and restarted: every record
+    the broker acknowledged is there after the restart, and no record is there twice."""
+    b = start_broker(data_dir=tmp_path / "offloop")
+    with Client(b.bootstrap) as c:
+        assert c.create_topic("offloop", 2) == KafkaError.NONE
+    acked: list[str] = []
+    stop = threading.Event()
+
+    def run(n: int) -> None:
+        p = Producer({"bootstrap.servers": b.bootstrap, "acks": "all", "enable.idempotence": True,
+                      "linger.ms": 20, "batch.size": 200_000, "message.timeout.ms": 30_000})
+        pad = "x" * 2000
+        i = 0
+        while not stop.is_set():
+            p.produce("offloop", value=f"p{n}-{i:07d}-{pad}".encode(), partition=i % 2,
+                      on_delivery=lambda err, msg: None if err else acked.append(msg.value().decode()))
+            p.poll(0)
+            i += 1
+            if i % 200 == 0:
+                time.sleep(0.005)    # keep the producer's queue bounded
+        p.flush(60)
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        until(lambda: len(acked) >= 3000, "records acknowledged before the kill")
+        b.kill()
+        b.start()
+        before_restart = len(acked)
+        until(lambda: len(acked) >= before_restart + 3000, "records acknowledged after the restart")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(90)
+    stored = read_values(b.bootstrap, "offloop", 2, isolation="read_uncommitted", want=len(acked))
+    assert len(stored) == len(set(stored)), "a record was stored twice"
+    assert set(acked) <= set(stored), f"{len(set(acked) - set(stored))} acknowledged records lost"

@@ -41,7 +41,7 @@ async def produce(ctx, req):
             if acks not in (0, 1, -1):
                 parts.append(_PartitionResult(pdata.index, KafkaError.INVALID_REQUIRED_ACKS))
             else:
-                parts.append(_append_partition(ctx, req, topic.name, pdata))
+                parts.append(await _append_partition(ctx, req, topic.name, pdata))
         results.append((topic.name, parts))
     if acks == 0:
         return None
@@ -50,7 +50,7 @@ async def produce(ctx, req):
     return _response(ctx, results)
 
 
-def _append_partition(ctx, req, topic: str, pdata) -> _PartitionResult:
+async def _append_partition(ctx, req, topic: str, pdata) -> _PartitionResult:
     broker = ctx.broker
     if topic.startswith("__"):
         return _PartitionResult(pdata.index, KafkaError.INVALID_TOPIC_EXCEPTION, message="internal topic")
@@ -72,12 +72,15 @@ def _append_partition(ctx, req, topic: str, pdata) -> _PartitionResult:
     batches, err = records.split_batches(data)
     if err:
         return _PartitionResult(pdata.index, err, message=err.name)
-    err = _check_transactional(ctx, req, topic, pdata.index, batches) or _check_keys(ctx, topic, data, batches)
+    err = _check_keys(ctx, topic, data, batches)
     if err:
         _debug_refusal(req, topic, pdata.index, batches, err)
         return _PartitionResult(pdata.index, err)
     try:
-        info = plog.append(data, batches)
+        # The transaction check runs inside the append, after any wait for the log:
+        # a verdict taken before awaiting could be stale by the time of the write.
+        info = await plog.append_async(data, batches,
+                                       lambda: _check_transactional(ctx, req, topic, pdata.index, batches))
     except AppendError as exc:  # producer-state refusals and disk failures; nothing was written
         if isinstance(exc, StorageError):
             log.error("append to %s-%d failed: %s", topic, pdata.index, exc)
