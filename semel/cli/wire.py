@@ -1,4 +1,4 @@
-"""What the subcommands that talk to one broker share: the --bootstrap and SASL
+"""What the subcommands that talk to one broker share: the --bootstrap, TLS and SASL
 options, and running an action on a connected (and logged-in) client, with client
 errors as one CLI line."""
 from __future__ import annotations
@@ -12,8 +12,13 @@ from .main import CliError
 def add_bootstrap(parsers, run) -> None:
     for sp in parsers:
         sp.add_argument("--bootstrap", default="127.0.0.1:9092", help="HOST:PORT of a broker")
+        sp.add_argument("--ssl", action="store_true", help="connect with TLS (an SSL or SASL_SSL listener)")
+        sp.add_argument("--ssl-cafile", default=None,
+                        help="PEM CA the broker's certificate must chain to (default: the system's CAs); implies --ssl")
+        sp.add_argument("--ssl-certfile", default=None, help="client certificate (PEM) for mTLS; implies --ssl")
+        sp.add_argument("--ssl-keyfile", default=None, help="its private key (PEM)")
         sp.add_argument("--sasl-mechanism", choices=["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"], default=None,
-                        help="log in on a SASL_PLAINTEXT listener")
+                        help="log in on a SASL listener (SASL_SSL with --ssl)")
         sp.add_argument("--sasl-username", default=None)
         sp.add_argument("--sasl-password-env", default="SEMEL_SASL_PASSWORD", metavar="VAR",
                         help="environment variable holding the password (default SEMEL_SASL_PASSWORD)")
@@ -23,11 +28,26 @@ def add_bootstrap(parsers, run) -> None:
 def run_action(args, actions: dict) -> int:
     """actions[args.action](client, args) on a connection to args.bootstrap."""
     try:
-        with Client(args.bootstrap) as client:
+        with Client(args.bootstrap, ssl_context=tls_context(args)) as client:
             _login(client, args)
             return actions[args.action](client, args)
     except ClientError as exc:
         raise CliError(str(exc)) from None
+
+
+def tls_context(args):
+    """The client's TLS settings from the flags; None without any of them."""
+    if not (args.ssl or args.ssl_cafile or args.ssl_certfile):
+        return None
+    import ssl
+    try:
+        ctx = ssl.create_default_context(cafile=args.ssl_cafile)
+        if args.ssl_certfile:
+            ctx.load_cert_chain(args.ssl_certfile, args.ssl_keyfile)
+    except (OSError, ssl.SSLError) as exc:
+        what = f"--ssl-cafile {args.ssl_cafile}" if args.ssl_cafile else f"--ssl-certfile {args.ssl_certfile}"
+        raise CliError(f"cannot load {what}: {getattr(exc, 'strerror', None) or exc}") from None
+    return ctx
 
 
 def _login(client: Client, args) -> None:

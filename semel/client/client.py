@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -37,7 +38,11 @@ class FetchedPartition:
 
 
 class Client:
-    def __init__(self, bootstrap: str, client_id: str = "semel-cli", timeout_s: float = 30.0):
+    """`ssl_context`: talk TLS (an SSL or SASL_SSL listener); the broker's certificate
+    is checked against the context's CAs and the host name in `bootstrap`."""
+
+    def __init__(self, bootstrap: str, client_id: str = "semel-cli", timeout_s: float = 30.0,
+                 ssl_context: ssl.SSLContext | None = None):
         host, _, port = bootstrap.rpartition(":")
         if not host or not port.isdigit():
             raise ClientError(f"bootstrap must be HOST:PORT, got {bootstrap!r}")
@@ -47,6 +52,8 @@ class Client:
         except OSError as exc:
             raise ClientError(f"cannot connect to {bootstrap}: {exc.strerror or exc}") from None
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if ssl_context is not None:
+            self.sock = _tls(self.sock, ssl_context, host, bootstrap)
         self._corr = 0
         self.versions: dict[int, int] = {}
         self._negotiate()
@@ -96,11 +103,21 @@ class Client:
     def _recv(self, n: int) -> bytes:
         buf = bytearray()
         while len(buf) < n:
-            chunk = self.sock.recv(n - len(buf))
+            try:
+                chunk = self.sock.recv(n - len(buf))
+            except ssl.SSLError as exc:   # an alert from the broker (TLS 1.3 sends a refused client cert's here)
+                raise ClientError(f"TLS: the broker ended the session ({exc.reason or exc})") from None
             if not chunk:
-                raise ClientError("broker closed the connection")
+                raise ClientError("broker closed the connection" + self._why_closed())
             buf += chunk
         return bytes(buf)
+
+    def _why_closed(self) -> str:
+        if isinstance(self.sock, ssl.SSLSocket) and self._corr == 1:
+            # TLS 1.3 checks the client's certificate after the handshake: a listener that
+            # wants one closes the connection on the first request
+            return " at the first request over TLS (does the listener want a client certificate?)"
+        return ""
 
     # --- helpers ----------------------------------------------------------------
 
@@ -176,3 +193,19 @@ class Client:
 
 
 __all__ = ["Client", "ClientError", "FetchedPartition"]
+
+
+def _tls(sock: socket.socket, context: ssl.SSLContext, host: str, bootstrap: str) -> ssl.SSLSocket:
+    """The TLS handshake; a failure is one line saying what to check."""
+    try:
+        return context.wrap_socket(sock, server_hostname=host)
+    except ssl.SSLCertVerificationError as exc:
+        sock.close()
+        raise ClientError(f"TLS to {bootstrap}: the broker's certificate was not accepted ({exc.verify_message}); "
+                          f"check the CA file and that the certificate names {host}") from None
+    except (ssl.SSLError, OSError) as exc:
+        sock.close()
+        reason = getattr(exc, "reason", None) or exc.strerror or str(exc)
+        raise ClientError(f"TLS handshake with {bootstrap} failed: {reason} (is it a TLS listener? does it want "
+                          f"a client certificate?)") from None
+

@@ -393,3 +393,14 @@ def test_damaged_users_file_stops_the_start_in_one_line(tmp_path):
     r = semel("broker", "start", "--port", "0", "--security-protocol", "SASL_PLAINTEXT", data_dir=tmp_path)
     assert r.returncode == 2
     assert "__users.json" in r.stderr and r.stderr.count("semel broker:") == 1 and "Traceback" not in r.stderr
+
+
+def test_cli_over_sasl_ssl(sec):
+    base = ["group", "list", "--bootstrap", f"127.0.0.1:{sec.tls_port}", "--sasl-mechanism", "SCRAM-SHA-512",
+            "--sasl-username", "admin"]
+    r = semel(*base, "--ssl-cafile", str(sec.ca), env={"SEMEL_SASL_PASSWORD": PASSWORDS["admin"]})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0] == "group\tstate\tprotocol-type"
+    r = semel(*base, "--sasl-password-env", "NOPE", "--ssl", env={"NOPE": "wrong"})   # system CAs: not ours
+    assert r.returncode == 2 and "certificate was not accepted" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1

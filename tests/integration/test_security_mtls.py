@@ -130,3 +130,29 @@ def test_subject_names_follow_rfc_2253():
     assert certificate_principal(conn(((("commonName", " #x "),),))) == "User:CN=\\ #x\\ "
     assert certificate_principal(conn(subject, "SASL_SSL")) is None   # SASL names the principal there
     assert certificate_principal(conn(())) is None
+
+
+def _cli(mtls, *flags):
+    return semel("txn", "list", "--bootstrap", f"127.0.0.1:{mtls.port}", *flags)
+
+
+def test_the_cli_talks_tls_with_a_client_certificate(mtls):
+    d = mtls.d
+    r = _cli(mtls, "--ssl-cafile", str(d / "ca.pem"), "--ssl-certfile", str(d / "admin.pem"),
+             "--ssl-keyfile", str(d / "admin.key"))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0] == "transactional-id\tproducer-id\tstate"
+
+
+def test_the_cli_says_what_is_wrong_with_tls_in_one_line(mtls, tmp_path):
+    d = mtls.d
+    other_ca = make_certs(tmp_path)[0]   # a CA that did not sign the broker's certificate
+    r = _cli(mtls, "--ssl-cafile", str(other_ca), "--ssl-certfile", str(d / "admin.pem"),
+             "--ssl-keyfile", str(d / "admin.key"))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "broker's certificate was not accepted" in r.stderr and "Traceback" not in r.stderr
+    r = _cli(mtls, "--ssl-cafile", str(d / "ca.pem"))   # no client certificate: the broker refuses
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "TLS" in r.stderr and "Traceback" not in r.stderr
+    r = _cli(mtls, "--ssl-cafile", str(tmp_path / "missing.pem"))
+    assert r.returncode == 2 and "cannot load --ssl-cafile" in r.stderr and len(r.stderr.strip().splitlines()) == 1
