@@ -128,6 +128,7 @@ def test_subject_names_follow_rfc_2253():
                (("commonName", "alice"), ("userId", "7")))
     assert certificate_principal(conn(subject)) == "User:CN=alice+UID=7,O=Pay\\, Inc.,C=DE"
     assert certificate_principal(conn(((("commonName", " #x "),),))) == "User:CN=\\ #x\\ "
+    assert certificate_principal(conn(((("commonName", " "),),))) == "User:CN=\\ "
     assert certificate_principal(conn(subject, "SASL_SSL")) is None   # SASL names the principal there
     assert certificate_principal(conn(())) is None
 

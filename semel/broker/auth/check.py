@@ -39,12 +39,12 @@ def certificate_principal(conn) -> str | None:
 
 
 def _rfc2253_escape(value: str) -> str:
-    out = "".join("\\" + ch if ch in ',+"\\<>;=' else ch for ch in value)
-    if out[:1] in ("#", " "):
-        out = "\\" + out
-    if out.endswith(" "):
-        out = out[:-1] + "\\ "
-    return out
+    chars = ["\\" + ch if ch in ',+"\\<>;=' else ch for ch in value]
+    if chars and chars[0] in ("#", " "):    # a leading '#' or space, and a trailing space
+        chars[0] = "\\" + chars[0]
+    if len(chars) > 1 and chars[-1] == " ":
+        chars[-1] = "\\ "
+    return "".join(chars)
 
 
 def authorize(ctx, operation, resource_type, name: str) -> bool:
