@@ -115,6 +115,13 @@ class TransactionCoordinator:
         # In a cluster, the broker's ReplicaManager (None on a single node); read when a
         # marker is written, as replication starts after the coordinators.
         self.replication = lambda: None
+        # In a cluster, markers for partitions led by other brokers go through this
+        # (semel.cluster.txn_markers.MarkerChannel); None on a single node.
+        self.markers = None
+        # Whether this broker is the transaction coordinator now. Only the coordinator's
+        # state can verify a transactional produce; a leader that is not the coordinator
+        # relies on producer state (epochs, sequences) as Kafka did before KIP-890.
+        self.is_coordinator = lambda: True
 
     @classmethod
     def from_broker(cls, broker) -> "TransactionCoordinator":
@@ -125,6 +132,11 @@ class TransactionCoordinator:
         coordinator = cls(broker.logs, broker.flusher, broker.groups, broker.config, pids,
                           broker.notifier.notify, broker.metrics)
         coordinator.replication = lambda: getattr(broker, "replicas", None)
+        if getattr(broker, "cluster", None) is not None:
+            from ..cluster.txn_markers import MarkerChannel
+            node = broker.config.node_id
+            coordinator.markers = MarkerChannel(broker.cluster, node, broker.config.request_timeout_ms / 1000)
+            coordinator.is_coordinator = lambda: broker.cluster_member.coordinator_id() == node
         return coordinator
 
     @property
@@ -151,6 +163,8 @@ class TransactionCoordinator:
         await asyncio.gather(*self._tasks, *self._background, return_exceptions=True)
         # Writes whose fsync wait was just cancelled: their waiters must not hang.
         self._clog.fail_all(KafkaError.NOT_COORDINATOR)
+        if self.markers is not None:
+            self.markers.close()
 
     def _replay(self) -> None:
         """Memory := the last state of every transactional id in the log."""
@@ -423,6 +437,11 @@ class TransactionCoordinator:
 
     def verify_produce(self, txn_id: str, producer_id: int, epoch: int, topic: str,
                        partition: int) -> KafkaError:
+        if not self.is_coordinator():
+            # A partition leader that is not the coordinator: this broker's transaction
+            # state is not the transaction's (it may be empty or stale), so it decides
+            # nothing; the partition's producer state fences old epochs and checks sequences.
+            return KafkaError.NONE
         return self._verify(txn_id, producer_id, epoch, (topic, partition))
 
     def verify_offsets(self, txn_id: str, producer_id: int, epoch: int, version: int) -> KafkaError:
@@ -556,10 +575,24 @@ class TransactionCoordinator:
             if result:
                 raise StorageError(f"offsets marker for {meta.txn_id}: {KafkaError(result).name}")
             return
+        if self.markers is not None and not self.markers.leads_here(tp):
+            # Led by another broker (or by nobody right now): the current leader writes it.
+            err = await self.markers.write(tp, kind == records.CONTROL_COMMIT, meta.producer_id, meta.epoch,
+                                           self.coordinator_epoch)
+            if err:
+                raise AppendError(err, f"marker for {meta.txn_id} on {tp[0]}-{tp[1]} via its leader: {err.name}")
+            return
+        await self.write_partition_marker(tp, kind, meta.producer_id, meta.epoch, self.coordinator_epoch)
+
+    async def write_partition_marker(self, tp: tuple[str, int], kind: int, producer_id: int, epoch: int,
+                                     coordinator_epoch: int) -> None:
+        """Write one marker into this broker's log of tp (its leader) and wait until it is
+        durable and, in a cluster, replicated. AppendError when refused or not replicated.
+        Also serves WriteTxnMarkers from a coordinator on another broker."""
         plog = self.logs.get(*tp)
         if plog is None:  # the topic was deleted: nothing left to mark
             return
-        info = plog.append_control(kind, meta.producer_id, meta.epoch, self.coordinator_epoch)
+        info = plog.append_control(kind, producer_id, epoch, coordinator_epoch)
         await self.flusher.sync(plog, info.last_offset + 1)
         replicas = self.replication()
         if replicas is not None:
@@ -567,7 +600,8 @@ class TransactionCoordinator:
             # every in-sync replica holds its marker, or a new leader would keep it open.
             err = await replicas.wait_for_hw(*tp, info.last_offset + 1, self.config.request_timeout_ms / 1000)
             if err:
-                raise AppendError(err, f"marker for {meta.txn_id} on {tp[0]}-{tp[1]} not replicated: {err.name}")
+                raise AppendError(err, f"marker of producer {producer_id} on {tp[0]}-{tp[1]} not replicated: "
+                                       f"{err.name}")
         self.on_marker(*tp)
 
     async def _complete_branch(self, branch: str, commit: bool, parent: str) -> None:

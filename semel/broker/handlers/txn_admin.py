@@ -13,10 +13,13 @@ which is guarded so that it can never contradict a coordinator decision.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import time
 
+from ...cluster.member import check_leader
+from ...cluster.txn_markers import is_coordinator_client
 from ...coordinator.txn_states import PREPARED, TxnState
 from ...protocol import records
 from ...protocol.errors import KafkaError
@@ -174,15 +177,40 @@ async def write_txn_markers(ctx, req):
     out = []
     for marker in req.markers or ():
         wanted = [(t.name, p) for t in marker.topics or () for p in t.partition_indexes or ()]
-        errors = []
-        for tp in wanted:
-            err = await _abort_partition(ctx, marker, tp) if allowed else KafkaError.CLUSTER_AUTHORIZATION_FAILED
-            errors.append((tp, err))
+        write = _coordinator_marker if is_coordinator_client(ctx.client_id) else _abort_partition
+        if allowed:
+            # All partitions at once, as the coordinator writes its own: one fsync round.
+            errs = await asyncio.gather(*(write(ctx, marker, tp) for tp in wanted))
+        else:
+            errs = [KafkaError.CLUSTER_AUTHORIZATION_FAILED] * len(wanted)
+        errors = list(zip(wanted, errs))
         grouped = by_topic(errors, lambda p, err: T.WritableTxnMarkerPartitionResult(
             partition_index=p, error_code=err))
         out.append(R(producer_id=marker.producer_id,
                      topics=[T(name=name, partitions=ps) for name, ps in grouped.items()]))
     return ctx.response(markers=out)
+
+
+async def _coordinator_marker(ctx, marker, tp: tuple[str, int]) -> KafkaError:
+    """A marker sent by the transaction coordinator on another broker (Kafka's use of
+    WriteTxnMarkers): written as decided, COMMIT or ABORT, by the partition's leader,
+    answered once durable and replicated. The coordinator retries any error."""
+    topic, partition = tp
+    if topic.startswith("__"):
+        return KafkaError.INVALID_TOPIC_EXCEPTION   # the offsets partition is marked by its own coordinator
+    err = check_leader(ctx.broker, topic, partition)
+    if err:
+        return err
+    kind = records.CONTROL_COMMIT if marker.transaction_result else records.CONTROL_ABORT
+    try:
+        await ctx.broker.txns.write_partition_marker(tp, kind, marker.producer_id, marker.producer_epoch,
+                                                     marker.coordinator_epoch)
+    except StorageError as exc:
+        log.error("marker on %s-%d for producer %d failed: %s", topic, partition, marker.producer_id, exc)
+        return KafkaError.KAFKA_STORAGE_ERROR
+    except AppendError as exc:   # not the leader any more, fenced, or not replicated in time
+        return exc.error
+    return KafkaError.NONE
 
 
 async def _abort_partition(ctx, marker, tp: tuple[str, int]) -> KafkaError:
