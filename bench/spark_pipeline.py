@@ -20,6 +20,7 @@ In one local[2] SparkSession against one semel broker process:
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -106,7 +107,7 @@ def timed(q, n: int) -> dict:
             "busy_rows_per_s": round(st["rows"] / busy_s, 1) if busy_s else None, "expected_rows": n}
 
 
-def throughput(spark, bs, work, n, per_trigger) -> dict:
+def throughput(spark, bs, work, n, per_trigger, rounds: int) -> dict:
     preload(bs, "bench-in", n)
     preload(bs, "bench-warm", 2000)
     for name in ("bench-eos", "bench-alo", "bench-warm-out"):
@@ -120,18 +121,29 @@ def throughput(spark, bs, work, n, per_trigger) -> dict:
      .trigger(availableNow=True).start().awaitTermination())
     (source(spark, bs, "bench-warm", 1000).writeStream.foreachBatch(alo_writer(bs, "bench-warm-out"))
      .option("checkpointLocation", str(work / "ck-warm-alo")).trigger(availableNow=True).start().awaitTermination())
-    # the ceiling with the same input: semel source -> transform -> Spark's noop sink
-    noop = (source(spark, bs, "bench-in", per_trigger).writeStream.format("noop")
-            .option("checkpointLocation", str(work / "ck-noop-same")).trigger(availableNow=True).start())
-    r_noop = timed(noop, n)
-    eos = (source(spark, bs, "bench-in", per_trigger).writeStream.format("semel")
-           .option("kafka.bootstrap.servers", bs).option("topic", "bench-eos")
-           .option("checkpointLocation", str(work / "ck-eos")).trigger(availableNow=True).start())
-    r_eos = timed(eos, n)
-    alo = (source(spark, bs, "bench-in", per_trigger).writeStream.foreachBatch(alo_writer(bs, "bench-alo"))
-           .option("checkpointLocation", str(work / "ck-alo")).trigger(availableNow=True).start())
-    r_alo = timed(alo, n)
-    return {"exactly_once": r_eos, "at_least_once": r_alo, "noop_same_input": r_noop}
+    # Rounds interleave the three writers so that the load of a shared machine, which drifts
+    # over a minute, weighs on each alike; each writer's median round is reported.
+    runs: dict[str, list[dict]] = {"noop_same_input": [], "exactly_once": [], "at_least_once": []}
+    for r in range(rounds):
+        # the ceiling with the same input: semel source -> transform -> Spark's noop sink
+        noop = (source(spark, bs, "bench-in", per_trigger).writeStream.format("noop")
+                .option("checkpointLocation", str(work / f"ck-noop-same-{r}")).trigger(availableNow=True).start())
+        runs["noop_same_input"].append(timed(noop, n))
+        eos = (source(spark, bs, "bench-in", per_trigger).writeStream.format("semel")
+               .option("kafka.bootstrap.servers", bs).option("topic", "bench-eos")
+               .option("checkpointLocation", str(work / f"ck-eos-{r}")).trigger(availableNow=True).start())
+        runs["exactly_once"].append(timed(eos, n))
+        alo = (source(spark, bs, "bench-in", per_trigger).writeStream.foreachBatch(alo_writer(bs, "bench-alo"))
+               .option("checkpointLocation", str(work / f"ck-alo-{r}")).trigger(availableNow=True).start())
+        runs["at_least_once"].append(timed(alo, n))
+    out = {name: median_run(rs) for name, rs in runs.items()}
+    out["rounds_rows_per_s"] = {name: [r["rows_per_s"] for r in rs] for name, rs in runs.items()}
+    return out
+
+
+def median_run(runs: list[dict]) -> dict:
+    """The run with the median rows/s (an odd number of rounds: a real run, not a mean)."""
+    return sorted(runs, key=lambda r: r["rows_per_s"])[len(runs) // 2]
 
 
 def rate_noop(spark, work, seconds: float, rate: int) -> dict:
@@ -196,15 +208,17 @@ def main(argv=None) -> int:
     # sized so that per-query and per-batch fixed costs do not dominate: 4 batches of 50k
     ap.add_argument("--records", type=int, default=200000)
     ap.add_argument("--per-trigger", type=int, default=50000)
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the three writers (odd)")
     ap.add_argument("--latency-records", type=int, default=600)
     ap.add_argument("--latency-rate", type=float, default=30)
     ap.add_argument("--trigger-ms", type=int, default=500)
     ap.add_argument("--out", type=Path, default=RESULTS)
     a = ap.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="semel-spark-bench-"))
+    load_before = os.getloadavg()  # the box is shared: how busy it was says how far to trust the run
     with SemelBroker(work / "data", log_path=work / "broker.log") as broker:
         spark = session("local[2]", work)  # the demo job's session settings
-        tp = throughput(spark, broker.bootstrap, work, a.records, a.per_trigger)
+        tp = throughput(spark, broker.bootstrap, work, a.records, a.per_trigger, a.rounds | 1)
         ceil = rate_noop(spark, work, 20, 100000)
         lat = latency(spark, broker.bootstrap, work, a.latency_records, a.latency_rate, a.trigger_ms)
         spark.stop()
@@ -215,12 +229,16 @@ def main(argv=None) -> int:
     result = {
         "throughput": tp, "rate_noop": ceil, "latency": lat,
         "micro_batch_floor_ms": floor_ms,
+        "load_average_1_5_15": {"before": [round(x, 2) for x in load_before],
+                                "after": [round(x, 2) for x in os.getloadavg()]},
         "notes": "rows_per_s: wall time of an availableNow query after a warm-up query (includes query start-up "
                  "and, for exactly-once, the sink's broker probe); busy_rows_per_s: rows over the summed "
                  "micro-batch times. The ceiling is noop_same_input (the same topic, source, transform and "
                  "batch sizes into Spark's noop sink); at-least-once gets the same Arrow batches per task "
                  "(mapInArrow) and a plain idempotent confluent-kafka producer; rate_noop (no Kafka) only "
-                 "gives the latency floor's micro-batch term",
+                 "gives the latency floor's micro-batch term. Each writer's figures are its median of "
+                 f"{a.rounds | 1} rounds run interleaved (noop, exactly-once, at-least-once, repeated; "
+                 "rounds_rows_per_s lists every round), and the ratios are of those medians",
         "commit_cycle_cost_ms_per_batch": (eos["add_batch_ms_p50"] - alo["add_batch_ms_p50"])
         if eos["add_batch_ms_p50"] is not None and alo["add_batch_ms_p50"] is not None else None,
         "targets": {
