@@ -48,34 +48,59 @@ class MarkerChannel:
         self.node_id = node_id
         self.timeout_s = timeout_s
         self._conns: dict[int, PeerConnection] = {}
-        self._locks: dict[int, asyncio.Lock] = {}
+        # Markers waiting for the next request to each broker, and that broker's sender.
+        self._queued: dict[int, list[tuple[tuple, tuple[str, int], asyncio.Future]]] = {}
+        self._senders: dict[int, asyncio.Task] = {}
 
     def leads_here(self, tp: tuple[str, int]) -> bool:
         return local_leader(self.view, self.node_id, tp)
 
     async def write(self, tp: tuple[str, int], commit: bool, producer_id: int, producer_epoch: int,
                     coordinator_epoch: int) -> KafkaError:
-        """Write one marker through tp's current leader (another broker); NONE once it is replicated."""
+        """Write one marker through tp's current leader (another broker); NONE once it is replicated.
+
+        Markers asked for while a request to the same broker is in flight go together
+        in the next one (Kafka sends one WriteTxnMarkers per broker), so a transaction's
+        partitions on one broker cost one round trip, not one each."""
         st = self.view.partition(*tp)
         if st is None:
             return KafkaError.UNKNOWN_TOPIC_OR_PARTITION
-        info = self.view.brokers().get(st.leader)
-        if st.leader < 0 or info is None:
+        if st.leader < 0 or st.leader not in self.view.brokers():
             return KafkaError.LEADER_NOT_AVAILABLE
-        M = request_class(27).WritableTxnMarker
-        marker = M(producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=commit,
-                   topics=[M.WritableTxnMarkerTopic(name=tp[0], partition_indexes=[tp[1]])],
-                   coordinator_epoch=coordinator_epoch)
-        lock = self._locks.setdefault(st.leader, asyncio.Lock())
-        async with lock:
-            try:
-                conn = await self._connection(st.leader, info)
-                resp = await conn.call(27, _VERSION, self.timeout_s + _SLACK_S, markers=[marker])
-            except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, PeerError) as exc:
-                log.info("markers to broker %d: %s; will retry", st.leader, exc or type(exc).__name__)
-                self._drop(st.leader)
-                return KafkaError.NETWORK_EXCEPTION
-        return _partition_error(resp, tp)
+        done = asyncio.get_running_loop().create_future()
+        self._queued.setdefault(st.leader, []).append(
+            ((producer_id, producer_epoch, commit, coordinator_epoch), tp, done))
+        if st.leader not in self._senders:
+            task = asyncio.create_task(self._send_queued(st.leader), name=f"txn-markers-{st.leader}")
+            self._senders[st.leader] = task
+        return await done
+
+    async def _send_queued(self, node: int) -> None:
+        try:
+            while self._queued.get(node):
+                batch = self._queued.pop(node)
+                errors = await self._send(node, batch)
+                for _, tp, done in batch:
+                    if not done.done():
+                        done.set_result(errors.get(tp, KafkaError.UNKNOWN_SERVER_ERROR))
+        finally:
+            self._senders.pop(node, None)
+            for _, _, done in self._queued.pop(node, ()):   # cancelled: nobody sends these now
+                if not done.done():
+                    done.set_result(KafkaError.NETWORK_EXCEPTION)
+
+    async def _send(self, node: int, batch) -> dict[tuple[str, int], KafkaError]:
+        info = self.view.brokers().get(node)
+        if info is None:
+            return {tp: KafkaError.LEADER_NOT_AVAILABLE for _, tp, _ in batch}
+        try:
+            conn = await self._connection(node, info)
+            resp = await conn.call(27, _VERSION, self.timeout_s + _SLACK_S, markers=_request_markers(batch))
+        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, PeerError) as exc:
+            log.info("markers to broker %d: %s; will retry", node, exc or type(exc).__name__)
+            self._drop(node)
+            return {tp: KafkaError.NETWORK_EXCEPTION for _, tp, _ in batch}
+        return _partition_errors(resp)
 
     async def _connection(self, node: int, info) -> PeerConnection:
         conn = self._conns.get(node)
@@ -90,14 +115,32 @@ class MarkerChannel:
             conn.close()
 
     def close(self) -> None:
+        for task in list(self._senders.values()):
+            task.cancel()
         for node in list(self._conns):
             self._drop(node)
 
 
-def _partition_error(resp, tp: tuple[str, int]) -> KafkaError:
+def _request_markers(batch) -> list:
+    """One WritableTxnMarker per (producer id, epoch, result, coordinator epoch), its partitions by topic."""
+    M = request_class(27).WritableTxnMarker
+    by_marker: dict[tuple, dict[str, list[int]]] = {}
+    for key, (topic, partition), _ in batch:
+        parts = by_marker.setdefault(key, {}).setdefault(topic, [])
+        if partition not in parts:
+            parts.append(partition)
+    return [M(producer_id=pid, producer_epoch=epoch, transaction_result=commit, coordinator_epoch=cepoch,
+              topics=[M.WritableTxnMarkerTopic(name=t, partition_indexes=ps) for t, ps in topics.items()])
+            for (pid, epoch, commit, cepoch), topics in by_marker.items()]
+
+
+def _partition_errors(resp) -> dict[tuple[str, int], KafkaError]:
+    """Per partition, the worst answer (a partition named under two markers of one request)."""
+    out: dict[tuple[str, int], KafkaError] = {}
     for m in resp.markers or ():
         for t in m.topics or ():
             for p in t.partitions or ():
-                if t.name == tp[0] and p.partition_index == tp[1]:
-                    return KafkaError(p.error_code)
-    return KafkaError.UNKNOWN_SERVER_ERROR   # the leader did not answer for tp
+                tp = (t.name, p.partition_index)
+                if not out.get(tp):
+                    out[tp] = KafkaError(p.error_code)
+    return out

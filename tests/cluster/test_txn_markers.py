@@ -1,0 +1,67 @@
+"""MarkerChannel (semel.cluster.txn_markers) without brokers: routing by the partition's
+leader, one WriteTxnMarkers per broker for markers asked for together, errors as values."""
+from __future__ import annotations
+
+import asyncio
+
+from semel.cluster.state import BrokerInfo, MemoryClusterView
+from semel.cluster.txn_markers import MarkerChannel, _partition_errors, _request_markers
+from semel.protocol.errors import KafkaError
+from semel.protocol.messages import response_class
+
+E = KafkaError
+
+
+def channel():
+    table = MemoryClusterView.table()
+    view = MemoryClusterView(table, 0, BrokerInfo(0, "127.0.0.1", 1))
+    table.brokers[1] = BrokerInfo(1, "127.0.0.1", 2)
+    table.create_topic("t", [(1, 0), (1, 0), (0, 1)])
+    return MarkerChannel(view, 0, 1.0), table
+
+
+def test_markers_asked_for_together_go_in_one_request_to_their_leader():
+    ch, _ = channel()
+    sent = []
+
+    async def fake_send(node, batch):
+        sent.append((node, [tp for _, tp, _ in batch]))
+        return {tp: E.NONE for _, tp, _ in batch}
+    ch._send = fake_send
+
+    async def go():
+        return await asyncio.gather(ch.write(("t", 0), True, 7, 1, 0), ch.write(("t", 1), True, 7, 1, 0))
+    assert asyncio.run(go()) == [E.NONE, E.NONE]
+    assert sent == [(1, [("t", 0), ("t", 1)])]
+    assert ch.leads_here(("t", 2)) and not ch.leads_here(("t", 0))
+
+
+def test_a_failed_request_fails_each_of_its_markers_and_unknown_leaders_are_values():
+    ch, table = channel()
+
+    async def fake_send(node, batch):
+        return {tp: E.NOT_LEADER_OR_FOLLOWER for _, tp, _ in batch}
+    ch._send = fake_send
+    assert asyncio.run(ch.write(("t", 0), False, 7, 1, 0)) == E.NOT_LEADER_OR_FOLLOWER
+    assert asyncio.run(ch.write(("nope", 0), False, 7, 1, 0)) == E.UNKNOWN_TOPIC_OR_PARTITION
+    table.brokers.pop(1)
+    assert asyncio.run(ch.write(("t", 0), False, 7, 1, 0)) == E.LEADER_NOT_AVAILABLE
+
+
+def test_request_groups_partitions_per_marker_and_answers_map_back():
+    fut = None
+    batch = [((7, 1, True, 3), ("a", 0), fut), ((7, 1, True, 3), ("a", 1), fut), ((7, 1, True, 3), ("b", 0), fut),
+             ((8, 0, False, 3), ("a", 0), fut)]
+    markers = _request_markers(batch)
+    assert [(m.producer_id, m.transaction_result, [(t.name, t.partition_indexes) for t in m.topics])
+            for m in markers] == [(7, True, [("a", [0, 1]), ("b", [0])]), (8, False, [("a", [0])])]
+    R = response_class(27).WritableTxnMarkerResult
+    T = R.WritableTxnMarkerTopicResult
+    P = T.WritableTxnMarkerPartitionResult
+    resp = response_class(27)(version=1, markers=[
+        R(producer_id=7, topics=[T(name="a", partitions=[P(partition_index=0, error_code=0),
+                                                         P(partition_index=1, error_code=6)])]),
+        R(producer_id=8, topics=[T(name="a", partitions=[P(partition_index=0, error_code=6)])])])
+    # ("a", 0) answered twice: any error wins, so a marker that may be missing is retried.
+    assert _partition_errors(resp) == {("a", 0): E.NOT_LEADER_OR_FOLLOWER,
+                                     ("a", 1): E.NOT_LEADER_OR_FOLLOWER}
