@@ -13,6 +13,8 @@ the transaction's produce under producer-state rules.
 """
 from __future__ import annotations
 
+import threading
+
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -21,7 +23,7 @@ from semel.client.client import Client
 from semel.eos import EosRuntime
 from semel.eos.kafka import KafkaCoordinator
 from semel.eos.sinks.memory import MemorySink, MemorySinkState
-from tests.support.cluster import module_cluster, partitions
+from tests.support.cluster import metadata, module_cluster, partitions, wait_brokers
 from tests.support.consume import read_values
 from tests.support.wait import until
 
@@ -65,10 +67,10 @@ def offsets_by_leader(cluster, topic: str, isolation: int) -> dict[int, int]:
     return out
 
 
-def copy(cluster, src: str, dst: str, txn_id: str, abort_every: int) -> int:
+def copy(cluster, src: str, dst: str, txn_id: str, abort_every: int, on_commit=lambda copied: None) -> int:
     """Copy src to dst in transactions (offsets committed in them); every `abort_every`-th
     transaction also writes 'aborted-*' records to every dst partition and aborts.
-    Returns how many transactions were aborted."""
+    Returns how many transactions were aborted; on_commit(records copied so far) after each commit."""
     consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"g-{txn_id}",
                          "isolation.level": "read_committed", "enable.auto.commit": False,
                          "auto.offset.reset": "earliest"})
@@ -87,17 +89,18 @@ def copy(cluster, src: str, dst: str, txn_id: str, abort_every: int) -> int:
             if rounds % abort_every == 0:
                 for p in range(PARTS):
                     producer.produce(dst, value=f"aborted-{rounds}-{p}".encode(), partition=p)
-                producer.flush(30)
-                producer.abort_transaction(30)
+                producer.flush(60)
+                producer.abort_transaction(60)
                 aborted += 1
                 _rewind(consumer, msgs)      # the next transaction copies these records
                 continue
             for m in msgs:
                 producer.produce(dst, value=m.value(), partition=m.partition())
             producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
-                                                 consumer.consumer_group_metadata(), 30)
-            producer.commit_transaction(30)
+                                                 consumer.consumer_group_metadata(), 60)
+            producer.commit_transaction(60)
             copied += len(msgs)
+            on_commit(copied)
     finally:
         consumer.close()
     return aborted
@@ -126,6 +129,41 @@ def test_consume_transform_produce_across_three_leaders_exactly_once(cluster):
     until(lambda: offsets_by_leader(cluster, "ctp-out", 1) == offsets_by_leader(cluster, "ctp-out", 0),
           "LSO == high watermark on every leader")
     assert all(v > 0 for v in offsets_by_leader(cluster, "ctp-out", 1).values())
+
+
+def test_a_partition_leader_sigkilled_mid_copy_keeps_it_exact(cluster):
+    """Kafka's transactions test with a hard bounce of a partition leader (not the
+    coordinator's broker): produce retries reach the new leader, markers of the
+    transactions under way are written once it is elected, the copy goes on exactly."""
+    create(cluster, "bounce-in", "bounce-out")
+    values = fill(cluster, "bounce-in")
+    coordinator = metadata(cluster).controller_id
+    victim = next(leader for leader, *_ in partitions(cluster, "bounce-out").values() if leader != coordinator)
+    third = threading.Event()
+    errors: list[BaseException] = []
+
+    def run():
+        try:
+            copy(cluster, "bounce-in", "bounce-out", "bounce-copy", abort_every=4,
+                 on_commit=lambda n: n >= N // 3 and third.set())
+        except BaseException as exc:   # re-raised in the test thread
+            errors.append(exc)
+            third.set()
+    worker = threading.Thread(target=run)
+    worker.start()
+    assert third.wait(120)
+    cluster.brokers[victim].kill()
+    worker.join(300)
+    assert not worker.is_alive() and errors == []
+    assert victim not in {leader for leader, *_ in partitions(cluster, "bounce-out").values()}   # failed over
+    cluster.brokers[victim].restart()
+    wait_brokers(cluster, {0, 1, 2})
+    got = read_values(cluster.bootstrap, "bounce-out", PARTS, "read_committed", want=N)
+    assert sorted(got) == values
+    until(lambda: all(len(isr) == 3 for _, _, _, isr in partitions(cluster, "bounce-out").values()),
+          "the bounced broker back in every ISR")
+    until(lambda: offsets_by_leader(cluster, "bounce-out", 1) == offsets_by_leader(cluster, "bounce-out", 0),
+          "LSO == high watermark on every leader")
 
 
 def test_eos_runtime_commits_against_the_cluster(cluster):
