@@ -7,7 +7,7 @@ transactions over random subsets of three RF3 partitions led by different broker
 produced to each partition's current leader, committed or aborted at random while
 leaders move between the replicas (elections as the controller makes them).
 
-Invariants, after every transaction:
+Invariants, after every step (a produce, an election, an ended transaction):
 - no transaction is both committed and aborted: every marker of transaction k, on any
   partition and replica, has the kind the client decided;
 - no marker precedes the decision (a marker closing k exists only once EndTxn was sent);
@@ -108,7 +108,7 @@ def _settled(mc) -> bool:
     return mc.run(lso_is_hw)
 
 
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", range(4))
 def test_markers_race_leader_changes(tmp_path, seed):
     rng = random.Random(seed)
     mc = MemCluster(tmp_path, 3, coordinator=0).start()
@@ -131,6 +131,7 @@ def test_markers_race_leader_changes(tmp_path, seed):
                 raise AssertionError(f"transaction {k}: partitions never added")
             for p in parts:
                 _produce(mc, txn, p, k)
+                _check(mc, decided, settled=False)
             commit = rng.random() < 0.6
             decided[k] = commit
             result: list = []
@@ -138,6 +139,7 @@ def test_markers_race_leader_changes(tmp_path, seed):
             ender.start()
             for _ in range(rng.randint(0, 3)):     # elections while the markers are written
                 _move_leader(mc, rng, rng.randrange(PARTS))
+                _check(mc, decided, settled=False)
                 threading.Event().wait(rng.uniform(0, 0.03))
             ender.join(60)
             assert result == [E.NONE]
