@@ -82,6 +82,10 @@ def text_report(result: dict, run: dict | None = None) -> str:
         for key in ("bootstrap", "topic", "seed", "mode", "duration_s", "faults", "history"):
             if key in run:
                 lines.append(f"  {key:<11} {run[key]}")
+        if run.get("cluster"):
+            c = run["cluster"]
+            lines.append(f"  cluster     {c['nodes']} brokers, controller {c['controller']}, leader epochs "
+                         f"{c['epochs_start']} -> {c['epochs_end']}, episodes {c['episodes']}")
     lines.append(f"  ops         {', '.join(f'{k} {v}' for k, v in st['ops'].items())}")
     lines.append(f"  values      sent {st['values_sent']}, acknowledged {st['values_acknowledged']}, "
                  f"reads rc {st['reads_read_committed']}, ru {st['reads_read_uncommitted']}")
@@ -89,7 +93,7 @@ def text_report(result: dict, run: dict | None = None) -> str:
         lines.append(f"  liveness    longest stretch without a committed transaction: {st['longest_commit_gap_s']}s")
     if st["faults"]:
         lines.append(f"  faults      {', '.join(f'{k} {v}' for k, v in st['faults'].items())}")
-    trouble = {k: v for k, v in st.get("controller_events", {}).items() if k not in ("setup", "heal", "end", "fenced")}
+    trouble = {k: v for k, v in st.get("controller_events", {}).items() if k not in ("setup", "heal", "end", "fenced", "cluster-view")}
     if trouble:
         lines.append(f"  trouble     {', '.join(f'{k} {v}' for k, v in trouble.items())}")
     lines.append("")
@@ -136,7 +140,8 @@ def write_outputs(result: dict, out_dir: Path, run: dict | None = None, plot: bo
 
 MAX_KEYS_PLOTTED = 8
 FAULT_COLORS = {"kill-broker": "#d62728", "disk-full": "#8c564b", "slow-fsync": "#bcbd22",
-                "kill-client": "#9467bd", "pause-client": "#17becf"}
+                "kill-client": "#9467bd", "pause-client": "#17becf",
+                "kill-leader": "#e377c2", "kill-follower": "#ff7f0e", "pause-broker": "#7f7f7f"}
 
 
 def _anomaly_points(result: dict) -> list:

@@ -34,10 +34,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .cluster import CLUSTER_FAULTS, CheckCluster
 from .history import NEMESIS, HistoryWriter
 from .target import BrokerStartError, ManagedBroker
 
-FAULTS = ("client-kill", "client-pause", "broker-kill", "disk-full", "slow-fsync")
+FAULTS = ("client-kill", "client-pause", "broker-kill", "disk-full", "slow-fsync") + CLUSTER_FAULTS
 BROKER_FAULTS = frozenset({"broker-kill", "disk-full", "slow-fsync"})
 CONSUMER_SLOTS = (
     # name, mode, isolation, group suffix
@@ -102,6 +103,9 @@ class WorkloadConfig:
     zombies: int = 2                 # processes sharing one transactional id (0: none)
     topic: str | None = None
     broker: ManagedBroker | None = None
+    cluster: CheckCluster | None = None   # --cluster: the nemesis kills and pauses its brokers
+    replication_factor: int = 1
+    topic_config: dict | None = None
     fault_interval_s: tuple = (2.0, 6.0)
     op_timeout_s: float = 45.0
     ready_timeout_s: float = 45.0
@@ -120,6 +124,8 @@ class WorkloadConfig:
         if BROKER_FAULTS & set(self.faults) and self.broker is None:
             raise WorkloadError("broker faults need a broker that check starts itself "
                                 "(--broker-cmd or --spawn-semel)")
+        if set(CLUSTER_FAULTS) & set(self.faults) and self.cluster is None:
+            raise WorkloadError("cluster faults (leader-kill, follower-kill, broker-pause) need --cluster")
         if self.keys < 1 or self.producers < 1:
             raise WorkloadError("need at least one key and one producer")
         if self.zombies == 1 or self.zombies < 0:
@@ -360,7 +366,10 @@ class Workload:
             except asyncio.TimeoutError:
                 pass
             fault = rng.choice(faults)
-            await getattr(self, "fault_" + fault.replace("-", "_"))(rng)
+            if fault in CLUSTER_FAULTS:
+                await self.cfg.cluster.fault(fault, rng, self)
+            else:
+                await getattr(self, "fault_" + fault.replace("-", "_"))(rng)
 
     async def fault_client_kill(self, rng: random.Random) -> None:
         live = self.live_slots()
@@ -448,7 +457,9 @@ class Workload:
             last = "no answer"
             while time.monotonic() < deadline:
                 wait = max(1.0, min(10.0, deadline - time.monotonic()))
-                fut = admin.create_topics([NewTopic(self.topic, self.cfg.keys, 1)],
+                new = NewTopic(self.topic, self.cfg.keys, self.cfg.replication_factor,
+                               config=dict(self.cfg.topic_config or {}))
+                fut = admin.create_topics([new],
                                           operation_timeout=wait, request_timeout=wait)[self.topic]
                 try:
                     fut.result(wait + 5)
@@ -468,10 +479,18 @@ class Workload:
         err = await blocking(create)
         if err is not None:
             raise WorkloadError(f"cannot create topic {self.topic} on {self.cfg.bootstrap}: {err}")
+        view = None
+        if self.cfg.cluster is not None:
+            view = await blocking(self.cfg.cluster.topic_ready, self.topic)
+            if view is None:
+                raise WorkloadError(f"topic {self.topic}: partitions without a leader or a full ISR")
         self.note("setup", topic=self.topic, keys=self.cfg.keys, seed=self.cfg.seed,
                   faults=list(self.cfg.faults), bootstrap=self.cfg.bootstrap, duration_s=self.cfg.duration_s,
                   fault_interval_s=list(self.cfg.fault_interval_s), producers=self.cfg.producers,
                   zombies=self.cfg.zombies)
+        if view is not None:   # after setup: the history's first line must be the setup
+            self.note("cluster-view", controller=view.controller, epochs=view.epochs(),
+                      leaders={p: leader for p, (leader, _, _) in view.partitions.items()})
 
     async def fence(self) -> None:
         """Initialise every transactional id once more: a killed producer's open

@@ -20,6 +20,7 @@ MODES = {
 DEFAULT_FAULTS_MANAGED = {"ci": "broker-kill,client-kill,client-pause",
                           "long": "broker-kill,client-kill,client-pause,disk-full,slow-fsync"}
 DEFAULT_FAULTS_REMOTE = "client-kill,client-pause"
+DEFAULT_FAULTS_CLUSTER = "leader-kill,follower-kill,broker-pause,client-kill,client-pause"
 
 
 def add_parser(sub) -> None:
@@ -37,14 +38,23 @@ def add_parser(sub) -> None:
                              "--data-dir {data} --port {port}')")
     target.add_argument("--analyze", metavar="HISTORY", type=Path,
                         help="only check an existing history.jsonl")
+    target.add_argument("--cluster", action="store_true",
+                        help="start a local semel cluster (etcd and --nodes brokers) and check it with "
+                             "RF3 topics, min.insync.replicas 2, partition leaders killed and brokers paused")
+    p.add_argument("--nodes", type=int, default=3, help="brokers of the --cluster (default 3)")
+    p.add_argument("--lease-ttl-s", type=int, default=3,
+                   help="--cluster brokers' session length; half the pauses outlast it (default 3)")
+    p.add_argument("--nemesis-coordinator", action="store_true",
+                   help="--cluster: let the nemesis kill and pause the coordinators' broker too "
+                        "(expected to fail until coordinator state is replicated)")
     p.add_argument("--mode", choices=sorted(MODES), default="ci",
                    help="ci: 60 s of workload, the whole run within 3 minutes (default); "
                         "long: 30 minutes unless --duration says otherwise")
     p.add_argument("--duration", type=float, metavar="S", help="seconds of workload before heal and drain")
     p.add_argument("--seed", type=int, default=None, help="seed for the schedule (default: time based, printed)")
     p.add_argument("--faults", metavar="LIST",
-                   help="comma list of client-kill, client-pause, broker-kill, disk-full, slow-fsync; "
-                        "or none / all")
+                   help="comma list of client-kill, client-pause, broker-kill, disk-full, slow-fsync, "
+                        "leader-kill, follower-kill, broker-pause (--cluster); or none / all")
     p.add_argument("--keys", type=int, default=4, help="partitions of the check topic (default 4)")
     p.add_argument("--producers", type=int, default=3, help="transactional producer slots (default 3)")
     p.add_argument("--zombies", type=int, default=2,
@@ -60,22 +70,28 @@ def add_parser(sub) -> None:
 
 
 def _faults(args, managed: bool) -> tuple:
-    from ..check.workload import BROKER_FAULTS, FAULTS
+    from ..check.workload import BROKER_FAULTS, CLUSTER_FAULTS, FAULTS
     spec = args.faults
     if spec is None:
-        spec = DEFAULT_FAULTS_MANAGED[args.mode] if managed else DEFAULT_FAULTS_REMOTE
+        spec = (DEFAULT_FAULTS_CLUSTER if args.cluster else
+                DEFAULT_FAULTS_MANAGED[args.mode] if managed else DEFAULT_FAULTS_REMOTE)
     spec = spec.strip()
     if spec == "none":
         return ()
     if spec == "all":
-        return tuple(f for f in FAULTS if managed or f not in BROKER_FAULTS)
+        allowed = set(CLUSTER_FAULTS) if args.cluster else set(BROKER_FAULTS) if managed else set()
+        return tuple(f for f in FAULTS if f in allowed or f not in BROKER_FAULTS | set(CLUSTER_FAULTS))
     faults = tuple(dict.fromkeys(f.strip() for f in spec.split(",") if f.strip()))
     unknown = [f for f in faults if f not in FAULTS]
     if unknown:
         raise CliError(f"unknown fault {unknown[0]!r}; known: {', '.join(FAULTS)}, none, all")
+    if args.cluster and BROKER_FAULTS & set(faults):
+        raise CliError("with --cluster the broker faults are leader-kill, follower-kill and broker-pause")
     if not managed and BROKER_FAULTS & set(faults):
         raise CliError("broker faults (broker-kill, disk-full, slow-fsync) need --broker-cmd or --spawn-semel: "
                        "check must run the broker to kill it")
+    if not args.cluster and set(CLUSTER_FAULTS) & set(faults):
+        raise CliError("cluster faults (leader-kill, follower-kill, broker-pause) need --cluster")
     return faults
 
 
@@ -125,8 +141,15 @@ def run(args) -> int:
         run_info = dict(_setup_of(args.analyze), history=str(args.analyze))
         return _report(result, _out_dir(args), run_info, not args.no_plot)
 
-    if not (args.bootstrap or args.broker_cmd or args.spawn_semel):
-        raise CliError("say where the broker is: --bootstrap HOST:PORT, --broker-cmd TEMPLATE or --spawn-semel")
+    if not (args.bootstrap or args.broker_cmd or args.spawn_semel or args.cluster):
+        raise CliError("say where the broker is: --bootstrap HOST:PORT, --broker-cmd TEMPLATE, --spawn-semel "
+                       "or --cluster")
+    if args.cluster and args.nodes < 3:
+        raise CliError("--cluster needs --nodes 3 or more (its topics have replication factor 3)")
+    if args.cluster and args.lease_ttl_s < 1:
+        raise CliError("--lease-ttl-s must be at least 1")
+    if not args.cluster and args.nemesis_coordinator:
+        raise CliError("--nemesis-coordinator goes with --cluster")
     if args.keys < 1 or args.producers < 1:
         raise CliError("--keys and --producers must be at least 1")
     lo, hi = args.fault_interval
@@ -141,9 +164,12 @@ def run(args) -> int:
     from ..check.target import SEMEL_TEMPLATE, BrokerStartError, ManagedBroker
     from ..check.workload import WorkloadConfig, WorkloadError, run_workload
 
-    broker = None
+    broker = cluster = None
     bootstrap = args.bootstrap
-    if managed:
+    if args.cluster:
+        cluster = _start_cluster(args, out)
+        bootstrap = cluster.bootstrap
+    elif managed:
         template = args.broker_cmd or SEMEL_TEMPLATE
         try:
             broker = ManagedBroker(template, args.data_dir or out / "broker-data", out / "broker.log")
@@ -161,6 +187,8 @@ def run(args) -> int:
           f"broker {bootstrap}; writing {out}", flush=True)
     cfg = WorkloadConfig(bootstrap=bootstrap, out_dir=out, seed=seed, duration_s=duration, faults=faults,
                          keys=args.keys, producers=args.producers, zombies=args.zombies, broker=broker,
+                         cluster=cluster, replication_factor=3 if cluster else 1,
+                         topic_config={"min.insync.replicas": "2"} if cluster else None,
                          fault_interval_s=(lo, hi), setup_timeout_s=setup, finish_timeout_s=finish,
                          fence_timeout_s=fence, drain_timeout_s=drain)
     # SIGTERM unwinds like Ctrl-C, so the broker and workers we started are stopped.
@@ -172,14 +200,31 @@ def run(args) -> int:
     except BaseException:
         if broker is not None:
             broker.kill()  # interrupted: no time for a clean stop
+        if cluster is not None:
+            cluster.close()
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)
         if broker is not None:
             broker.stop(timeout_s=10)
+        if cluster is not None:
+            run_info["cluster"] = cluster.summary()
+            cluster.stop()
+            cluster.close()
     result = analyze(history)
     run_info["topic"] = _setup_of(history).get("topic")
     return _report(result, out, run_info, not args.no_plot)
+
+
+def _start_cluster(args, out: Path):
+    from ..check.cluster import CheckCluster, ClusterStartError
+    try:
+        cluster = CheckCluster(args.data_dir or out / "cluster", args.nodes, args.lease_ttl_s,
+                               args.nemesis_coordinator)
+        cluster.start()
+    except ClusterStartError as exc:
+        raise CliError(str(exc)) from None
+    return cluster
 
 
 def _terminate(signum, frame):

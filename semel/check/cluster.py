@@ -1,0 +1,251 @@
+"""`semel check --cluster`: a local semel cluster (etcd and N brokers) that check
+starts itself, and the nemesis that kills and pauses its brokers.
+
+The nemesis aims at the roles replication must survive:
+  leader-kill    SIGKILL the leader of a check-topic partition, restart it on the
+                 same port and data after a short outage
+  follower-kill  SIGKILL a broker that follows some partition (in its ISR)
+  broker-pause   SIGSTOP a broker, SIGCONT it later; half the pauses outlast the
+                 lease TTL, so its session expires and its partitions elect anew
+After each episode the nemesis waits (bounded) for every partition to have a
+leader and a full ISR again, so one fault never stacks on the last one's
+shrunken ISR: with RF3 and min.insync.replicas 2 that would only refuse writes.
+
+The group and transaction coordinators live on the controller broker and their
+state is not replicated yet (docs/cluster.md, "Interim"), so that broker is left
+alone unless `nemesis_coordinator` is set; with it, transactions lose liveness
+until the broker returns, and the run is expected to end incomplete.
+
+Each episode draws the same random numbers whatever the cluster looks like (the
+victim is picked with one rng.random()), so with cluster faults only, a seed fixes
+the sequence of fault kinds and their timings.
+"""
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .history import NEMESIS
+
+CLUSTER_FAULTS = ("leader-kill", "follower-kill", "broker-pause")
+REPLICA_LAG_MS = 5000        # a paused follower leaves the ISR after this (the broker's default is 30 s)
+SETTLE_TIMEOUT_S = 30.0
+SESSION_SLACK_S = 1.0        # etcd expires leases a little after their TTL      # for leaders and full ISRs after an episode
+RESTART_ATTEMPTS = 5
+
+
+class ClusterStartError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class View:
+    """The cluster as Metadata shows it: the controller (where the coordinators
+    live) and {partition: (leader, leader_epoch, isr)} of the check topic."""
+
+    controller: int
+    partitions: dict
+
+    def epochs(self) -> dict:
+        return {p: epoch for p, (_, epoch, _) in self.partitions.items()}
+
+    def settled(self, nodes: int) -> bool:
+        return bool(self.partitions) and all(leader >= 0 and len(isr) == nodes
+                                             for leader, _, isr in self.partitions.values())
+
+
+def pick(x: float, candidates: list):
+    """The candidate at x in [0, 1): one draw whatever the number of candidates
+    (None when there are none)."""
+    return candidates[int(x * len(candidates))] if candidates else None
+
+
+class CheckCluster:
+    """A LocalCluster under data_dir whose brokers the nemesis may kill and pause."""
+
+    def __init__(self, data_dir: Path, nodes: int = 3, lease_ttl_s: int = 3, nemesis_coordinator: bool = False):
+        from ..cluster.local import LocalCluster
+        if nodes < 3:
+            raise ClusterStartError("--cluster needs at least 3 nodes (replication factor 3)")
+        self.nodes = nodes
+        self.lease_ttl_s = lease_ttl_s
+        self.nemesis_coordinator = nemesis_coordinator
+        self.local = LocalCluster(Path(data_dir), nodes, lease_ttl_s=lease_ttl_s,
+                                  broker_args=["--replica-lag-time-max-ms", str(REPLICA_LAG_MS),
+                                               "--group-initial-rebalance-delay-ms", "0"])
+        self.paused: set[int] = set()
+        self.topic: str | None = None
+        self.first_view: View | None = None
+        self.episodes: dict[str, int] = {}
+
+    @property
+    def bootstrap(self) -> str:
+        return self.local.bootstrap
+
+    def start(self, timeout_s: float = 60.0) -> None:
+        try:
+            self.local.start(timeout_s)
+        except (RuntimeError, TimeoutError, OSError) as exc:
+            self.close()
+            raise ClusterStartError(f"cannot start the local cluster under {self.local.data_dir}: {exc}") from None
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._registered() == set(range(self.nodes)):
+                return
+            time.sleep(0.2)
+        self.close()
+        raise ClusterStartError(f"brokers did not all register within {timeout_s:.0f}s "
+                                f"(logs under {self.local.data_dir})")
+
+    def stop(self) -> None:
+        for n in sorted(self.paused):
+            self.local.brokers[n].resume()
+        self.paused.clear()
+        self.local.stop()
+
+    def close(self) -> None:
+        self.local.close()
+
+    # ------------------------------------------------------------ reading state
+
+    def _metadata(self, topics):
+        from ..client.client import Client, ClientError
+        for n, b in enumerate(self.local.brokers):
+            if n in self.paused or not b.alive():
+                continue
+            try:
+                with Client(b.bootstrap, timeout_s=5) as c:
+                    return c.metadata(topics)
+            except (ClientError, OSError):
+                continue
+        return None
+
+    def _registered(self) -> set[int]:
+        md = self._metadata([])
+        return {b.node_id for b in md.brokers} if md is not None else set()
+
+    def view(self) -> View | None:
+        md = self._metadata([self.topic])
+        if md is None or not md.topics or md.topics[0].error_code:
+            return None
+        return View(md.controller_id, {p.partition_index: (p.leader_id, p.leader_epoch, tuple(p.isr_nodes))
+                                       for p in md.topics[0].partitions})
+
+    def wait_settled(self, timeout_s: float = SETTLE_TIMEOUT_S) -> View | None:
+        """The view once every partition has a leader and a full ISR; None after timeout_s."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            v = self.view()
+            if v is not None and v.settled(self.nodes):
+                return v
+            time.sleep(0.2)
+        return None
+
+    def topic_ready(self, topic: str) -> View | None:
+        """Called once the workload created its topic: the starting view, kept for the report."""
+        self.topic = topic
+        self.first_view = self.wait_settled()
+        return self.first_view
+
+    def summary(self) -> dict:
+        """Epochs at the start and now, the controller, episodes: for summary.json."""
+        last = self.view() if self.topic else None
+        return {"nodes": self.nodes, "lease_ttl_s": self.lease_ttl_s,
+                "nemesis_coordinator": self.nemesis_coordinator,
+                "controller": last.controller if last else None,
+                "epochs_start": self.first_view.epochs() if self.first_view else None,
+                "epochs_end": last.epochs() if last else None,
+                "episodes": dict(sorted(self.episodes.items()))}
+
+    # ------------------------------------------------------------ victims
+
+    def _spared(self, v: View) -> set[int]:
+        return set() if self.nemesis_coordinator else {v.controller}
+
+    def leaders(self, v: View) -> list[tuple[int, int]]:
+        """(partition, leader) pairs whose leader the nemesis may take down."""
+        spared = self._spared(v)
+        return [(p, leader) for p, (leader, _, _) in sorted(v.partitions.items())
+                if leader >= 0 and leader not in spared]
+
+    def followers(self, v: View) -> list[int]:
+        spared = self._spared(v)
+        return sorted({r for leader, _, isr in v.partitions.values() for r in isr if r != leader} - spared)
+
+    def pausable(self, v: View) -> list[int]:
+        return sorted(set(range(self.nodes)) - self._spared(v))
+
+    # ------------------------------------------------------------ episodes
+
+    async def fault(self, name: str, rng: random.Random, wl) -> None:
+        """Run one nemesis episode of kind `name`, recorded in the workload's history."""
+        from .workload import blocking
+        x, hold = rng.random(), self._hold(name, rng)   # drawn first: the schedule does not depend on the cluster
+        v = await blocking(self.view)
+        if v is None:
+            wl.note("cluster-no-view", fault=name)
+            return
+        if name == "leader-kill":
+            choice = pick(x, self.leaders(v))
+            victim, partition = (choice[1], choice[0]) if choice else (None, None)
+        elif name == "follower-kill":
+            victim, partition = pick(x, self.followers(v)), None
+        else:
+            victim, partition = pick(x, self.pausable(v)), None
+        if victim is None:
+            wl.note("cluster-no-victim", fault=name, controller=v.controller)
+            return
+        f = {"leader-kill": "kill-leader", "follower-kill": "kill-follower", "broker-pause": "pause-broker"}[name]
+        led = sorted(p for p, (leader, _, _) in v.partitions.items() if leader == victim)
+        wl.record({"process": NEMESIS, "type": "invoke", "f": f,
+                   "value": {"node": victim, "partition": partition, "leads": led, "hold_s": hold,
+                             "controller": v.controller, "epochs": v.epochs()}})
+        if name == "broker-pause":
+            await self._pause(victim, hold)
+        else:
+            await self._bounce(victim, hold)
+        self.episodes[f] = self.episodes.get(f, 0) + 1
+        after = await blocking(self.wait_settled)
+        wl.note(f, node=victim, hold_s=hold, settled=after is not None,
+                epochs=after.epochs() if after else None, controller=after.controller if after else None)
+
+    def _hold(self, name: str, rng: random.Random) -> float:
+        """Outage length: kills 0.1-1.5 s; pauses either within the lease TTL or
+        past it (1.5-2.5 TTL), half each, so some pauses end the broker's session."""
+        if name != "broker-pause":
+            return round(rng.uniform(0.1, 1.5), 2)
+        ttl = self.lease_ttl_s
+        short, long_ = rng.uniform(0.3, 0.8 * ttl), rng.uniform(1.5 * ttl, 2.5 * ttl)
+        return round(short if rng.random() < 0.5 else long_, 2)
+
+    async def _pause(self, node: int, seconds: float) -> None:
+        b = self.local.brokers[node]
+        self.paused.add(node)
+        try:
+            b.pause()
+            await asyncio.sleep(seconds)
+        finally:
+            b.resume()
+            self.paused.discard(node)
+
+    async def _bounce(self, node: int, down_s: float) -> None:
+        from .workload import WorkloadError, blocking
+        b = self.local.brokers[node]
+        await blocking(b.kill)
+        session_over = time.monotonic() + self.lease_ttl_s + SESSION_SLACK_S
+        await asyncio.sleep(down_s)
+        for _ in range(RESTART_ATTEMPTS):
+            try:
+                await blocking(b.start, 60)
+                break
+            except (RuntimeError, TimeoutError, OSError):
+                await asyncio.sleep(1.0)
+        else:
+            raise WorkloadError(f"broker {node} did not come back after a kill (log: {b.log_path})")
+        # The restarted broker listens at once but registers only when its old session
+        # has expired, and only then does the controller move what it led: until then
+        # Metadata still shows the old leaders and ISRs, which would pass for settled.
+        await asyncio.sleep(max(0.0, session_over - time.monotonic()))
