@@ -142,16 +142,25 @@ async def _after_flush(ctx, req, results):
 
 async def _settle(ctx, req, topic: str, part: _PartitionResult) -> None:
     """acks=all: the batch is on disk here (flush policy) and, in a cluster, the high
-    watermark has passed it (every ISR member holds it)."""
+    watermark has passed it (every ISR member holds it). The two waits run together:
+    followers fetch from the page cache while the leader's fsync is under way."""
     broker = ctx.broker
+    if broker.replicas is None:
+        part.error = await _durable(broker, part)
+        return
+    durable, replicated = await asyncio.gather(
+        _durable(broker, part),
+        broker.replicas.wait_for_hw(topic, part.index, part.upto, max(req.timeout_ms, 0) / 1000))
+    part.error = durable or replicated
+
+
+async def _durable(broker, part: _PartitionResult) -> KafkaError:
     try:
         await broker.ensure_durable(part.log, part.upto)
     except StorageError as exc:
         log.error("fsync failed: %s", exc)
-        part.error = KafkaError.KAFKA_STORAGE_ERROR
-        return
-    if broker.replicas is not None:
-        part.error = await broker.replicas.wait_for_hw(topic, part.index, part.upto, max(req.timeout_ms, 0) / 1000)
+        return KafkaError.KAFKA_STORAGE_ERROR
+    return KafkaError.NONE
 
 
 def _response(ctx, results):
