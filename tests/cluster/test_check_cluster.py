@@ -51,7 +51,6 @@ def test_semel_cluster_passes_check_under_leader_kills_and_pauses(tmp_path):
     for invoke, done in nemesis_events(out, "pause-broker"):
         assert invoke["value"]["node"] != invoke["value"]["controller"] and done["value"]["settled"] is True
     assert sum(cluster["epochs_end"].values()) > sum(cluster["epochs_start"].values())
-    assert summary["stats"]["controller_events"].get("cluster-no-victim", 0) == 0
 
     ops = summary["stats"]["ops"]
     assert ops.get("txn:ok", 0) > 20 and ops.get("txn:fail", 0) > 3, explain(proc)
