@@ -112,16 +112,7 @@ class CheckCluster:
     # ------------------------------------------------------------ reading state
 
     def _metadata(self, topics):
-        from ..client.client import Client, ClientError
-        for n, b in enumerate(self.local.brokers):
-            if n in self.paused or not b.alive():
-                continue
-            try:
-                with Client(b.bootstrap, timeout_s=5) as c:
-                    return c.metadata(topics)
-            except (ClientError, OSError):
-                continue
-        return None
+        return self.local.metadata(topics, skip=self.paused)
 
     def _registered(self) -> set[int]:
         md = self._metadata([])

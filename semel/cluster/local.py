@@ -50,6 +50,20 @@ class LocalCluster:
             b.close()
         self.etcd.close()
 
+    def metadata(self, topics=None, skip=frozenset()):
+        """Metadata from the first live broker (node ids in `skip` aside) that answers,
+        None when none does."""
+        from ..client.client import Client, ClientError
+        for n, b in enumerate(self.brokers):
+            if n in skip or not b.alive():
+                continue
+            try:
+                with Client(b.bootstrap, timeout_s=5) as c:
+                    return c.metadata(topics)
+            except (ClientError, OSError):
+                continue
+        return None
+
     def __enter__(self) -> "LocalCluster":
         return self.start()
 
