@@ -37,8 +37,11 @@ def main(argv=None) -> int:
         "isolation.level": "read_committed", "enable.auto.commit": False,
         "auto.offset.reset": "earliest", "session.timeout.ms": 3000, "heartbeat.interval.ms": 500,
     })
+    # metadata.recovery.strategy=none: librdkafka's re-bootstrap after a broker restart
+    # strands send_offsets_to_transaction (docs/librdkafka-restart-hang.md).
     producer = Producer({"bootstrap.servers": args.bootstrap, "transactional.id": args.transactional_id,
-                         "transaction.timeout.ms": 30000, "linger.ms": 5})
+                         "transaction.timeout.ms": 30000, "linger.ms": 5,
+                         "metadata.recovery.strategy": "none"})
     producer.init_transactions(30)
     consumer.subscribe([args.input])
     idle_since = time.monotonic()
