@@ -289,13 +289,6 @@ class ReplicaManager:
             self.fetchers[was[0]].remove(tp)
 
     # -- leader: followers' fetches, high watermark, ISR -----------------------------------
-    def appended(self, topic: str, partition: int) -> None:
-        """After a local append: with no follower in the ISR (replication factor 1, or an
-        ISR shrunk to the leader) no fetch would ever move the high watermark."""
-        ls = self.leading.get((topic, partition))
-        if ls is not None:
-            self._advance_hw((topic, partition), ls)
-
     def leader_error(self, topic: str, partition: int, current_leader_epoch: int) -> KafkaError:
         """NONE when this broker leads the partition at the asker's epoch (-1: any).
         An older epoch is FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH (KIP-320)."""
@@ -330,7 +323,9 @@ class ReplicaManager:
         old = plog.high_watermark
         if ls.hw_isr() == (self.node_id,):
             # Alone in the ISR: every append is committed as it lands, as on a single node
-            # (no follower fetch would come to move a number).
+            # (no follower fetch would come to move a number). This is the only path for it:
+            # with no number set, PartitionLog.high_watermark is the log end, so produce,
+            # markers and coordinator appends need no call after each write.
             plog.replicated_hw = None
         else:
             if plog.replicated_hw is None:

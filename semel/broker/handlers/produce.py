@@ -92,8 +92,6 @@ async def _append_partition(ctx, req, topic: str, pdata) -> _PartitionResult:
     else:
         broker.metrics.produced_bytes.inc(len(data))
         broker.notifier.notify(topic, pdata.index)
-        if broker.replicas is not None:   # an ISR of the leader alone: the HW follows its log end
-            broker.replicas.appended(topic, pdata.index)
     return _PartitionResult(pdata.index, base_offset=info.first_offset, plog=plog, upto=info.last_offset + 1)
 
 
