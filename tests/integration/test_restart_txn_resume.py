@@ -23,20 +23,23 @@ answering within its request timeout instead of waiting.
 """
 from __future__ import annotations
 
-import time
+import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from semel.cli.process import SemelBroker
 from semel.client import Client
-from semel.eos import CommitAborted, CommitFatal, CommitSucceeded, EosRuntime, RuntimeFailed, Step
-from semel.eos.kafka import KafkaCoordinator
-from semel.eos.sinks.memory import MemorySink, MemorySinkState
-from semel.protocol import records
+from semel.eos import Step
+from semel.eos.sinks.memory import MemorySinkState
 from tests.support.consume import read_values
+from tests.support.restart_eos import N, fill_input, run_until_done, runtime
 from tests.support.restart_txn import RESUME_BOUND_S, BackgroundRestart, cases, run_case
 
 SEED = 16
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("client,point,delay_ms", cases(SEED, per_client=7))
@@ -46,8 +49,6 @@ def test_next_transaction_commits_after_a_broker_restart(tmp_path, client, point
 
 
 # --- the exactly-once runtime ---------------------------------------------------------
-
-N = 12
 
 
 class Restarter(BackgroundRestart):
@@ -66,58 +67,12 @@ def _eos_broker(tmp_path) -> SemelBroker:
     b = SemelBroker(tmp_path / "data", log_path=tmp_path / "broker.log",
                     extra_args=["--group-initial-rebalance-delay-ms", "0"])
     b.start()
-    with Client(b.bootstrap) as c:
-        c.create_topic("in", 1)
-        c.create_topic("out", 1)
-        err, _ = c.produce("in", 0, records.build_batch([(None, str(i).encode()) for i in range(N)]))
-        assert not err
+    fill_input(b.bootstrap)
     return b
 
 
-def _runtime(b: SemelBroker, state: MemorySinkState, hook=None, **coordinator_kw) -> EosRuntime:
-    coord = KafkaCoordinator(b.bootstrap, "rs-0", [("in", 0)], **coordinator_kw)
-    rt = EosRuntime("rs", "0", coord, [MemorySink("m", state)], commit_interval=0.3, on_event=hook)
-    rt.start()
-    return rt
-
-
-def _process(rec, ctx):
-    ctx.send("out", rec.value)
-    ctx.stage("m", int(rec.value))
-
-
-def _cycle(rt: EosRuntime):
-    try:
-        return rt.run(_process, max_cycles=1)
-    except RuntimeFailed as exc:
-        return exc.outcome
-
-
-def _run_until_done(b: SemelBroker, rt: EosRuntime, state: MemorySinkState, restarted, bound_s: float = 90):
-    """Cycles until every input committed and a cycle committed after the restart
-    (restarted() is when it finished, None before). A CommitFatal restarts the
-    application (a fresh runtime, whose start() recovers), as the process would
-    be restarted. Returns the outcomes and the seconds from the restart to the
-    first cycle committed after it."""
-    outcomes, resumed = [], None
-    deadline = time.monotonic() + bound_s
-    while time.monotonic() < deadline:
-        outcome = _cycle(rt)
-        outcomes.append(outcome)
-        at = restarted()
-        if at is not None and resumed is None and isinstance(outcome, CommitSucceeded):
-            resumed = time.monotonic() - at
-        if resumed is not None and len(state.committed_rows()) >= N:
-            break
-        if isinstance(outcome, CommitFatal):
-            rt.close()
-            rt = _runtime(b, state, timeout=10)
-    rt.close()
-    return outcomes, resumed
-
-
-def _assert_exact(b: SemelBroker, state: MemorySinkState) -> None:
-    assert state.committed_rows() == list(range(N))
+def _assert_exact(b: SemelBroker, committed: list[int]) -> None:
+    assert committed == list(range(N))
     assert sorted(read_values(b.bootstrap, "out", 1, want=N), key=int) == [str(i) for i in range(N)]
 
 
@@ -129,11 +84,11 @@ def test_runtime_cycles_resume_after_a_broker_restart(tmp_path, event, delay_ms)
     hook = Restarter(b, event, delay_ms)
     try:
         state = MemorySinkState()
-        rt = _runtime(b, state, hook, timeout=10)
-        outcomes, resumed = _run_until_done(b, rt, state, lambda: hook.restarted_at)
+        rt = runtime(b.bootstrap, state, hook, timeout=10)
+        outcomes, resumed = run_until_done(b.bootstrap, rt, state, lambda: hook.restarted_at)
         # Live: a cycle commits after the restart (aborted and fatal ones allowed before it).
         assert resumed is not None and resumed < RESUME_BOUND_S, outcomes
-        _assert_exact(b, state)
+        _assert_exact(b, state.committed_rows())
     finally:
         hook.join()
         b.close()
@@ -142,23 +97,31 @@ def test_runtime_cycles_resume_after_a_broker_restart(tmp_path, event, delay_ms)
 def test_a_client_call_stuck_past_its_deadline_becomes_an_aborted_cycle(tmp_path):
     """librdkafka's own default (re-bootstrap) strands send_offsets_to_transaction
     after the restart; the deadline abandons the call, the abort replaces the
-    producer (fencing the stuck one) and the next cycle commits."""
+    producer (fencing the stuck one) and the next cycle commits. The application
+    runs in a child process (tests/support/restart_eos.py) that ends, stuck
+    thread and all, before the broker stops."""
     b = _eos_broker(tmp_path)
+    config = json.dumps({"metadata.recovery.strategy": "rebootstrap"})
+    app = subprocess.Popen([sys.executable, "-m", "tests.support.restart_eos", b.bootstrap, "3", config],
+                           cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
-        state = MemorySinkState()
-        rt = _runtime(b, state, timeout=3, producer_config={"metadata.recovery.strategy": "rebootstrap"})
-        assert isinstance(_cycle(rt), CommitSucceeded)
+        assert json.loads(app.stdout.readline())["kind"] == "succeeded"
         b.kill()
         b.start()
-        restarted = time.monotonic()
-        outcomes, resumed = _run_until_done(b, rt, state, lambda: restarted)
-        assert resumed is not None, outcomes
-        stuck = [o for o in outcomes if "abandoned" in getattr(o, "reason", "")]
+        out, _ = app.communicate("restarted\n", timeout=180)
+        assert app.returncode == 0, out
+        report = json.loads(out.splitlines()[-1])
+        outcomes = report["outcomes"]
+        assert report["resumed"] is not None, outcomes
+        stuck = [o for o in outcomes if "abandoned" in o["reason"]]
         assert stuck, f"the hang did not happen, so the deadline was not shown: {outcomes}"
-        assert all(isinstance(o, CommitAborted) and o.step is Step.COMMIT_OFFSETS for o in stuck), outcomes
-        assert not any(isinstance(o, CommitFatal) for o in outcomes), outcomes
-        _assert_exact(b, state)
+        assert all(o["kind"] == "aborted" and o["step"] == Step.COMMIT_OFFSETS.value for o in stuck), outcomes
+        assert not any(o["kind"] == "fatal" for o in outcomes), outcomes
+        _assert_exact(b, report["committed"])
     finally:
+        if app.poll() is None:
+            app.kill()
+            app.communicate()
         b.close()
 
 
