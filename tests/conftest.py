@@ -5,6 +5,7 @@ import pytest
 
 from semel.broker.watchdog import STALL_MARKER
 from semel.cli.process import SemelBroker, TansuBroker
+from tests.support.services import pg_uri, s3_endpoint  # noqa: F401 - session fixtures, one server each per run
 
 _stall_read_upto: dict = {}
 

@@ -4,10 +4,6 @@ Failures at prepare (before the decision) and at commit (after it) fail the quer
 a restart from the checkpoint ends with every input row exactly once in the table."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import psycopg
 import pytest
 
@@ -16,14 +12,6 @@ from semel.eos.outcomes import Retryable
 from semel.eos.sinks.postgres import PostgresSink
 from semel.spark.foreach import foreach_batch
 from tests.spark.test_source import create, produce
-
-_NAME = "semel_eos_test_fixtures"
-if _NAME not in sys.modules:
-    _spec = importlib.util.spec_from_file_location(
-        _NAME, Path(__file__).parents[1] / "integration" / "eos" / "eos_fixtures.py")
-    sys.modules[_NAME] = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(sys.modules[_NAME])
-pg_uri = sys.modules[_NAME].pg_uri
 
 
 class FailOnce(PostgresSink):
