@@ -54,6 +54,14 @@ def assign_replicas(brokers: Sequence[int], partitions: int, replication_factor:
     return out
 
 
+def assign_new_partitions(brokers: Sequence[int], existing: int, total: int,
+                          replication_factor: int) -> list[tuple[int, ...]]:
+    """Replicas for the partitions a topic gains (existing .. total-1), round-robin over the
+    live brokers as assign_replicas spreads a topic of `total` partitions, so the new
+    leaders spread evenly. ValueError when rf exceeds the live brokers."""
+    return assign_replicas(brokers, total, replication_factor)[existing:]
+
+
 def decide(st: PartitionState, live: Iterable[int]) -> PartitionState | None:
     """The state the controller wants for this partition given the live brokers,
     or None when it is already right. Never touches version (the CAS does)."""

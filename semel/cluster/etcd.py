@@ -68,6 +68,11 @@ def put_op(key: str, value: bytes, lease: int = 0) -> dict:
     return {"request_put": op}
 
 
+def delete_prefix_op(prefix: str) -> dict:
+    """A transaction operation deleting every key under prefix."""
+    return {"request_delete_range": {"key": _b64(prefix), "range_end": prefix_end(prefix)}}
+
+
 def mod_equals(key: str, mod_revision: int) -> dict:
     """Compare: the key's mod_revision is still this (0 = the key does not exist)."""
     if mod_revision == 0:

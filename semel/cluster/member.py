@@ -15,6 +15,7 @@ from .controller import Controller
 from .etcd import Etcd
 from .metadata import EtcdClusterView
 from .state import BrokerInfo
+from .topic_sync import sync_local_topics
 
 log = logging.getLogger("semel.cluster.member")
 
@@ -47,22 +48,9 @@ class ClusterMember:
         await self.view.stop()
 
     def sync_topics(self) -> None:
-        """Create local logs for topics the cluster has and this broker does not yet."""
-        logs = self.broker.logs
-        local = logs.topics()
-        created = False
-        for name, info in self.view.topics().items():
-            if name in local:
-                continue
-            err = logs.create_topic(name, info.partitions, dict(info.configs))
-            if err not in (KafkaError.NONE, KafkaError.TOPIC_ALREADY_EXISTS):
-                log.error("cannot create local logs of %s: %s %s", name, err.name, logs.last_error_message)
-            created = True
-        replicas = getattr(self.broker, "replicas", None)
-        if created and replicas is not None:
-            # The partitions' states reached the replication data plane before their logs
-            # existed (one etcd transaction carries both): let it take its roles now.
-            replicas.resync()
+        """Local logs follow the cluster's topics: created, grown, and removed when deleted
+        (semel.cluster.topic_sync; internal topics are created like any other)."""
+        sync_local_topics(self.broker, self.view)
 
     def coordinator_id(self) -> int | None:
         """Interim coordinator placement: every group and transactional id is coordinated

@@ -4,7 +4,8 @@ Keys, all under /semel/<cluster-id>/ (values are JSON):
 
   brokers/<node-id>            {"node_id", "host", "port", "rack"}   bound to the broker's lease
   controller                   {"node_id"}                           bound to the controller's lease
-  topics/<name>                {"partitions", "replication_factor", "configs", "topic_id"}
+  topics/<name>                {"partitions", "replication_factor", "configs", "topic_id",
+                                "deleted", "retired_ids"}            deleted: kept as a marker
   partitions/<topic>/<index>   {"replicas", "leader", "leader_epoch", "isr"}
   producer_ids                 {"next"}                              the next unallocated producer id
 
@@ -23,11 +24,11 @@ import asyncio
 import json
 import logging
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from ..protocol.errors import KafkaError
-from .etcd import KV, Etcd, EtcdError, mod_equals, put_op
+from .etcd import KV, Etcd, EtcdError, delete_prefix_op, mod_equals, put_op
 from .state import BrokerInfo, PartitionListener, PartitionState
 
 log = logging.getLogger("semel.cluster.metadata")
@@ -40,6 +41,34 @@ class TopicInfo:
     replication_factor: int
     configs: dict = field(default_factory=dict)
     topic_id: str = ""
+    version: int = 0                    # mod_revision of topics/<name>: what a CAS compares
+    # A deleted topic stays as a marker (its partitions are gone) until the name is
+    # created again; the ids the name had before, each deleted, travel with it so a
+    # broker that missed a deletion recognises its local logs as stale (ClusterMember).
+    deleted: bool = False
+    retired_ids: tuple[str, ...] = ()
+
+
+# Ids of earlier incarnations kept per name: a broker away across more delete/create
+# cycles of one name than this keeps the (unrecognised) logs it has.
+RETIRED_IDS_KEPT = 256
+
+
+def encode_topic(info: TopicInfo) -> bytes:
+    d = {"partitions": info.partitions, "replication_factor": info.replication_factor,
+         "configs": info.configs, "topic_id": info.topic_id}
+    if info.deleted:
+        d["deleted"] = True
+    if info.retired_ids:
+        d["retired_ids"] = list(info.retired_ids)
+    return json.dumps(d).encode()
+
+
+def decode_topic(name: str, kv: KV) -> TopicInfo:
+    d = json.loads(kv.value)
+    return TopicInfo(name, d["partitions"], d["replication_factor"], d.get("configs") or {},
+                     d.get("topic_id", ""), kv.mod_revision, bool(d.get("deleted", False)),
+                     tuple(d.get("retired_ids") or ()))
 
 
 class Keys:
@@ -96,6 +125,7 @@ class EtcdClusterView:
         self.lease = 0
         self._brokers: dict[int, BrokerInfo] = {}
         self._topics: dict[str, TopicInfo] = {}
+        self._deleted: dict[str, TopicInfo] = {}     # deletion markers, by name
         self._parts: dict[tuple[str, int], PartitionState] = {}
         self._controller: int | None = None
         self._listeners: list[PartitionListener] = []
@@ -202,6 +232,7 @@ class EtcdClusterView:
         kvs, revision = await self.etcd.get_prefix(self.keys.root)
         self._brokers.clear()
         self._topics.clear()
+        self._deleted.clear()
         self._controller = None
         seen = set()
         for kv in self._topics_first(kvs):
@@ -226,19 +257,32 @@ class EtcdClusterView:
         elif kv.key == k.controller:
             self._controller = None if deleted else json.loads(kv.value)["node_id"]
         elif kv.key.startswith(k.topics):
-            name = kv.key[len(k.topics):]
-            if deleted:
-                self._topics.pop(name, None)
-            else:
-                d = json.loads(kv.value)
-                self._topics[name] = TopicInfo(name, d["partitions"], d["replication_factor"],
-                                               d.get("configs") or {}, d.get("topic_id", ""))
+            self._apply_topic(kv.key[len(k.topics):], kv, deleted)
         elif kv.key.startswith(k.partitions):
             topic, _, index = kv.key[len(k.partitions):].rpartition("/")
+            tp = (topic, int(index))
+            marker = self._deleted.get(topic)
             if deleted:
-                self._parts.pop((topic, int(index)), None)
-            else:
+                cur = self._parts.get(tp)
+                if cur is not None and cur.version < kv.mod_revision:   # not a newer incarnation's
+                    del self._parts[tp]
+            elif marker is None or kv.mod_revision > marker.version:     # not a deleted topic's, late
                 self._cache(decode_partition(topic, int(index), kv), notify)
+
+    def _apply_topic(self, name: str, kv: KV, deleted: bool) -> None:
+        """Newest version wins: our own reads after a write and the watch both arrive."""
+        cur = self._topics.get(name) or self._deleted.get(name)
+        if cur is not None and cur.version > kv.mod_revision:
+            return
+        self._topics.pop(name, None)
+        self._deleted.pop(name, None)
+        if deleted:
+            return
+        info = decode_topic(name, kv)
+        (self._deleted if info.deleted else self._topics)[name] = info
+        if info.deleted:   # its partitions went in the same transaction
+            for tp in [tp for tp in self._parts if tp[0] == name]:
+                del self._parts[tp]
 
     def _cache(self, st: PartitionState, notify: bool) -> None:
         """Keep the newest version only: our own CAS result and the watch both arrive."""
@@ -294,7 +338,12 @@ class EtcdClusterView:
         self._change_listeners.append(fn)
 
     def topics(self) -> dict[str, TopicInfo]:
+        """Live topics (deleted ones are in deleted_topics())."""
         return dict(self._topics)
+
+    def deleted_topics(self) -> dict[str, TopicInfo]:
+        """Deletion markers by name: topics deleted and not created again since."""
+        return dict(self._deleted)
 
     def topic_partitions(self, name: str) -> list[PartitionState]:
         info = self._topics.get(name)
@@ -312,21 +361,75 @@ class EtcdClusterView:
         self._cache(stored, notify=True)
         return stored
 
+    async def read_topic(self, name: str) -> TopicInfo | None:
+        """The topic as etcd holds it now (live or a deletion marker), None if never created."""
+        kv = await self.etcd.get(self.keys.topic(name))
+        return decode_topic(name, kv) if kv is not None else None
+
     async def create_topic(self, name: str, assignment: list[tuple[int, ...]], configs: dict) -> KafkaError:
-        """Topic and all its partitions in one transaction, only if the name is free.
-        Each partition starts led by its first replica, epoch 0, ISR = replicas."""
-        info = {"partitions": len(assignment), "replication_factor": len(assignment[0]),
-                "configs": configs, "topic_id": str(uuid.uuid4())}
-        puts = [put_op(self.keys.topic(name), json.dumps(info).encode())]
-        for i, replicas in enumerate(assignment):
-            st = PartitionState(name, i, tuple(replicas), replicas[0], 0, tuple(replicas))
-            puts.append(put_op(self.keys.partition(name, i), encode_partition(st)))
-        ok, _ = await self.etcd.txn([mod_equals(self.keys.topic(name), 0)], puts)
-        if not ok:
-            return KafkaError.TOPIC_ALREADY_EXISTS
-        # Seen by this broker before the answer goes out, whatever the watch's pace.
-        await self._reload_topic(name)
-        return KafkaError.NONE
+        """Topic and all its partitions in one transaction, only if the name is free (never
+        used, or deleted: compared on the marker's version, so of two creators one wins).
+        A new topic id; each partition starts led by its first replica, epoch 0, ISR =
+        replicas, whatever an earlier topic of that name had reached."""
+        while True:
+            old = await self.read_topic(name)
+            if old is not None and not old.deleted:
+                return KafkaError.TOPIC_ALREADY_EXISTS
+            retired = (old.retired_ids + (old.topic_id,))[-RETIRED_IDS_KEPT:] if old is not None else ()
+            info = TopicInfo(name, len(assignment), len(assignment[0]), configs, str(uuid.uuid4()),
+                             retired_ids=retired)
+            ok, _ = await self.etcd.txn([mod_equals(self.keys.topic(name), old.version if old else 0)],
+                                        [put_op(self.keys.topic(name), encode_topic(info)),
+                                         *self._partition_puts(name, 0, assignment)])
+            if ok:
+                # Seen by this broker before the answer goes out, whatever the watch's pace.
+                await self._reload_topic(name)
+                return KafkaError.NONE
+
+    def _partition_puts(self, name: str, first: int, assignment: list[tuple[int, ...]]) -> list[dict]:
+        """New partitions first, first+1, ...: led by their first replica, epoch 0, ISR = replicas."""
+        return [put_op(self.keys.partition(name, first + i),
+                       encode_partition(PartitionState(name, first + i, tuple(r), r[0], 0, tuple(r))))
+                for i, r in enumerate(assignment)]
+
+    async def delete_topic(self, name: str, topic_id: str | None = None) -> KafkaError:
+        """Mark the topic deleted and remove its partitions in one transaction compared on
+        the topic's version: of two deleters one wins (the other finds no topic), and a
+        controller's or leader's CAS on a partition fails from then on (its key is gone).
+        UNKNOWN_TOPIC_OR_PARTITION without a live topic of that name (UNKNOWN_TOPIC_ID
+        when `topic_id` is given and the name now has another)."""
+        while True:
+            info = await self.read_topic(name)
+            if info is None or info.deleted:
+                return KafkaError.UNKNOWN_TOPIC_ID if topic_id else KafkaError.UNKNOWN_TOPIC_OR_PARTITION
+            if topic_id and info.topic_id != topic_id:
+                return KafkaError.UNKNOWN_TOPIC_ID
+            ok, _ = await self.etcd.txn([mod_equals(self.keys.topic(name), info.version)],
+                                        [put_op(self.keys.topic(name), encode_topic(replace(info, deleted=True))),
+                                         delete_prefix_op(self.keys.partitions + name + "/")])
+            if ok:
+                await self._reload_topic(name)   # local logs go before the answer (ClusterMember)
+                return KafkaError.NONE
+            # Lost: the topic changed (grown, deleted, created again): read it and decide again.
+
+    async def add_partitions(self, name: str, decide) -> tuple[KafkaError, str]:
+        """Grow a topic: `decide(info)` gives (error, message, replica lists of the new
+        partitions) from the topic as etcd holds it; the new count and partitions are written
+        in one transaction compared on the topic's version, and decided again if it lost."""
+        while True:
+            info = await self.read_topic(name)
+            if info is None or info.deleted:
+                return KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist"
+            err, msg, assignment = decide(info)
+            if err:
+                return err, msg
+            grown = replace(info, partitions=info.partitions + len(assignment))
+            ok, _ = await self.etcd.txn([mod_equals(self.keys.topic(name), info.version)],
+                                        [put_op(self.keys.topic(name), encode_topic(grown)),
+                                         *self._partition_puts(name, info.partitions, assignment)])
+            if ok:
+                await self._reload_topic(name)
+                return KafkaError.NONE, ""
 
     async def _reload_topic(self, name: str) -> None:
         kv = await self.etcd.get(self.keys.topic(name))

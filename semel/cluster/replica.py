@@ -245,6 +245,16 @@ class ReplicaManager:
             else:
                 self._stop_following(tp)
 
+    def forget(self, topic: str, partition: int) -> None:
+        """The partition's topic was deleted (its logs go next): no role, no fetcher, no
+        saved high watermark, so a topic created again under the name starts afresh."""
+        tp = (topic, partition)
+        self._stop_leading(tp)
+        self._stop_following(tp)
+        self._versions.pop(tp, None)
+        self._seen.discard(tp)
+        self._saved_hws.pop(tp, None)
+
     def _lead(self, tp: TopicPartition, st: PartitionState, plog) -> None:
         ls = self.leading.get(tp)
         if ls is None or ls.state.leader_epoch != st.leader_epoch:

@@ -267,7 +267,9 @@ class LogManager:
 
     # -- public API ---------------------------------------------------------------------------
     def create_topic(self, name: str, partitions: int, config: dict[str, str] | None = None, *,
-                     internal: bool = False) -> KafkaError:
+                     internal: bool = False, topic_id: str | None = None) -> KafkaError:
+        """`topic_id`: the cluster's id for the topic (a broker in a cluster keeps it, so it
+        can tell its logs of a deleted topic from those of one created again); new if None."""
         err, msg = validate_topic_name(name, internal=internal)
         if err is KafkaError.NONE:
             if name in self._topics:
@@ -286,7 +288,7 @@ class LogManager:
         self.last_error_message = msg
         if err is not KafkaError.NONE:
             return err
-        info = TopicInfo(name, partitions, config, internal, str(uuid.uuid4()))
+        info = TopicInfo(name, partitions, config, internal, topic_id or str(uuid.uuid4()))
         try:
             self._clear_strays(name, range(partitions))
         except OSError as exc:

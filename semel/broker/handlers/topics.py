@@ -1,5 +1,11 @@
-"""Topic administration: CreateTopics (19), DeleteTopics (20), CreatePartitions (37)."""
+"""Topic administration: CreateTopics (19), DeleteTopics (20), CreatePartitions (37).
+
+In a cluster each is a write to etcd (semel.cluster.metadata), which every broker's
+local logs then follow (semel.cluster.topic_sync)."""
 from __future__ import annotations
+
+import functools
+import uuid
 
 from ...protocol.errors import KafkaError
 from ...storage.manager import validate_topic_config, validate_topic_name
@@ -125,10 +131,14 @@ def _check_brokers(ctx, replica_lists) -> tuple[KafkaError, str]:
 async def delete_topics(ctx, req):
     cls = ctx.cls()
     names = [t.name for t in req.topics] if ctx.api_version >= 6 else list(req.topic_names)
-    if ctx.broker.cluster is not None:   # not yet: deletion must reach every replica (docs/cluster.md)
-        return ctx.response(throttle_time_ms=0, responses=[cls.DeletableTopicResult(
-            name=n, error_code=KafkaError.INVALID_REQUEST,
-            error_message="deleting topics is not supported in a cluster yet") for n in names])
+    if ctx.broker.cluster is not None:
+        ids = [t.topic_id for t in req.topics] if ctx.api_version >= 6 else [None] * len(names)
+        results = []
+        for name, topic_id in zip(names, ids):
+            name, err, msg = await _delete_in_cluster(ctx, name, topic_id)
+            results.append(cls.DeletableTopicResult(name=name, topic_id=topic_id, error_code=err,
+                                                    error_message=msg))
+        return ctx.response(throttle_time_ms=0, responses=results)
     results = []
     for name in names:
         if name is None or name.startswith("__"):
@@ -140,21 +150,92 @@ async def delete_topics(ctx, req):
     return ctx.response(throttle_time_ms=0, responses=results)
 
 
+_ZERO_UUID = uuid.UUID(int=0)
+
+
+async def _delete_in_cluster(ctx, name, topic_id):
+    """(name, error, message): the topic marked deleted in etcd by compare-and-set (its
+    partitions go in the same transaction); this broker's logs are gone before the answer,
+    the others' as their watch delivers it. By name, or by topic id (v6)."""
+    from ...cluster.topic_sync import is_internal
+    view = ctx.broker.cluster
+    by_id = name is None and topic_id not in (None, _ZERO_UUID)
+    if by_id:
+        name = next((n for n, i in view.topics().items() if uuid.UUID(i.topic_id) == topic_id), None)
+        if name is None:
+            return None, KafkaError.UNKNOWN_TOPIC_ID, "no topic has this id"
+    if not name:
+        return name, KafkaError.INVALID_REQUEST, "a topic name or id is required"
+    if is_internal(name):
+        return name, KafkaError.INVALID_REQUEST, f"internal topic {name!r} cannot be deleted"
+    try:
+        err = await view.delete_topic(name, str(topic_id) if by_id else None)
+    except ConnectionError as exc:   # etcd unreachable
+        return name, KafkaError.REQUEST_TIMED_OUT, str(exc)
+    return name, err, None if err == 0 else f"topic {name!r} does not exist"
+
+
 @handler(37, 0, 3)
 async def create_partitions(ctx, req):
     cls = ctx.cls()
     names = [t.name for t in req.topics]
     results = []
     for t in req.topics:
-        if ctx.broker.cluster is not None:   # not yet: new partitions need an assignment in etcd
-            err, msg = KafkaError.INVALID_REQUEST, "adding partitions is not supported in a cluster yet"
-        elif names.count(t.name) > 1:  # Kafka refuses a topic named twice in one request
+        if names.count(t.name) > 1:  # Kafka refuses a topic named twice in one request
             err, msg = KafkaError.INVALID_REQUEST, "topic named more than once in the request"
+        elif ctx.broker.cluster is not None:
+            err, msg = await _grow_in_cluster(ctx, t, req.validate_only)
         else:
             err, msg = _grow_one(ctx, t, req.validate_only)
         results.append(cls.CreatePartitionsTopicResult(
             name=t.name, error_code=err, error_message=None if err == 0 else (msg or err.name)))
     return ctx.response(throttle_time_ms=0, results=results)
+
+
+async def _grow_in_cluster(ctx, t, validate_only: bool) -> tuple[KafkaError, str]:
+    """New partitions written to etcd with the topic's new count in one transaction on the
+    topic's version (decided again when it lost); each led by its first replica at epoch 0
+    with ISR = replicas, like a new topic's; every broker then opens their logs."""
+    from ...cluster.topic_sync import is_internal
+    view = ctx.broker.cluster
+    if is_internal(t.name):
+        return KafkaError.INVALID_REQUEST, f"internal topic {t.name!r} keeps its partition count"
+    decide = functools.partial(_decide_growth, t, sorted(view.brokers()), ctx.broker.config.max_partitions_per_request)
+    if validate_only:
+        info = view.topics().get(t.name)
+        if info is None:
+            return KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"topic {t.name!r} does not exist"
+        err, msg, _ = decide(info)
+        return err, msg
+    try:
+        return await view.add_partitions(t.name, decide)
+    except ConnectionError as exc:   # etcd unreachable
+        return KafkaError.REQUEST_TIMED_OUT, str(exc)
+
+
+def _decide_growth(t, live: list[int], cap: int, info):
+    """(error, message, replica lists of the new partitions) for growing `info` to t.count:
+    the request's assignment if it gives one (one list per new partition, the topic's
+    replication factor of distinct live brokers), else round-robin over the live brokers."""
+    from ...cluster.controller import assign_new_partitions
+    if t.count <= info.partitions:
+        what = "already has" if t.count == info.partitions else "has"
+        return KafkaError.INVALID_PARTITIONS, (
+            f"topic {t.name!r} {what} {info.partitions} partitions; a topic's partition count only grows"), None
+    new = t.count - info.partitions
+    if new > cap:
+        return KafkaError.INVALID_PARTITIONS, f"more than max_partitions_per_request={cap} new partitions", None
+    if t.assignments is None:
+        try:
+            return KafkaError.NONE, "", assign_new_partitions(live, info.partitions, t.count, info.replication_factor)
+        except ValueError as exc:
+            return KafkaError.INVALID_REPLICATION_FACTOR, str(exc), None
+    lists = [tuple(a.broker_ids) for a in t.assignments]
+    if len(lists) != new or any(len(r) != info.replication_factor or len(set(r)) != len(r)
+                                or not set(r) <= set(live) for r in lists):
+        return KafkaError.INVALID_REPLICA_ASSIGNMENT, (
+            f"{new} assignments of {info.replication_factor} distinct live brokers {live} needed"), None
+    return KafkaError.NONE, "", lists
 
 
 def _grow_one(ctx, t, validate_only: bool) -> tuple[KafkaError, str]:
