@@ -126,6 +126,7 @@ class EtcdClusterView:
         self._brokers: dict[int, BrokerInfo] = {}
         self._topics: dict[str, TopicInfo] = {}
         self._deleted: dict[str, TopicInfo] = {}     # deletion markers, by name
+        self._deleted_at: dict[str, int] = {}        # revision of the last deletion seen, by name
         self._parts: dict[tuple[str, int], PartitionState] = {}
         self._controller: int | None = None
         self._listeners: list[PartitionListener] = []
@@ -261,12 +262,15 @@ class EtcdClusterView:
         elif kv.key.startswith(k.partitions):
             topic, _, index = kv.key[len(k.partitions):].rpartition("/")
             tp = (topic, int(index))
-            marker = self._deleted.get(topic)
             if deleted:
                 cur = self._parts.get(tp)
                 if cur is not None and cur.version < kv.mod_revision:   # not a newer incarnation's
                     del self._parts[tp]
-            elif marker is None or kv.mod_revision > marker.version:     # not a deleted topic's, late
+                return
+            # Only partitions of the incarnation this view holds: created with it or since,
+            # not by a later re-creation whose topic has not reached this view yet.
+            info = self._topics.get(topic)
+            if info is not None and kv.create_revision <= info.version:
                 self._cache(decode_partition(topic, int(index), kv), notify)
 
     def _apply_topic(self, name: str, kv: KV, deleted: bool) -> None:
@@ -281,11 +285,15 @@ class EtcdClusterView:
         info = decode_topic(name, kv)
         (self._deleted if info.deleted else self._topics)[name] = info
         if info.deleted:   # its partitions went in the same transaction
+            self._deleted_at[name] = max(self._deleted_at.get(name, 0), info.version)
             for tp in [tp for tp in self._parts if tp[0] == name]:
                 del self._parts[tp]
 
     def _cache(self, st: PartitionState, notify: bool) -> None:
-        """Keep the newest version only: our own CAS result and the watch both arrive."""
+        """Keep the newest version only: our own CAS result and the watch both arrive.
+        Nothing of a deleted incarnation: older than the last deletion this view saw."""
+        if st.topic not in self._topics or st.version <= self._deleted_at.get(st.topic, 0):
+            return
         cur = self._parts.get((st.topic, st.partition))
         if cur is not None and cur.version >= st.version:
             return
