@@ -20,6 +20,7 @@ In one local[2] SparkSession against one semel broker process:
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -31,7 +32,12 @@ from pathlib import Path
 from bench.common import RESULTS, write_result
 from semel.cli.process import SemelBroker
 from semel.demo.job import session
+from semel.spark import sink
 
+LATENCY_QUERY = "bench-latency"
+# The first micro-batches of a query pay its start-up (planning, the Python source's process,
+# first use of each worker): left out of the latency percentiles and, alike, of the floor.
+WARMUP_BATCHES = 5
 TRANSFORM = ("key", "cast(cast(cast(value as string) as bigint) * 2 as string) as value")
 
 
@@ -148,7 +154,8 @@ def median_run(runs: list[dict]) -> dict:
 
 def rate_noop(spark, work, seconds: float, rate: int) -> dict:
     """Spark's rate source -> transform -> noop: no Kafka at all; its median micro-batch
-    is the floor's second term (the least a small micro-batch takes here)."""
+    (past the first WARMUP_BATCHES, as the latency phase counts them) is the floor's second
+    term (the least a small micro-batch takes here)."""
     q = (spark.readStream.format("rate").option("rowsPerSecond", str(rate)).load()
          .selectExpr("cast(value % 64 as string) as key", "cast(value as string) as value").selectExpr(*TRANSFORM)
          .writeStream.format("noop").option("checkpointLocation", str(work / "ck-noop")).start())
@@ -157,50 +164,148 @@ def rate_noop(spark, work, seconds: float, rate: int) -> dict:
     ps = [p for p in q.recentProgress if p["numInputRows"] > 0]
     rows = sum(p["numInputRows"] for p in ps)
     busy_s = sum(p["durationMs"]["triggerExecution"] for p in ps) / 1000
+    steady = [p["durationMs"]["triggerExecution"] for p in ps if p["batchId"] >= WARMUP_BATCHES]
     return {"rows": rows, "busy_seconds": round(busy_s, 2),
-            "trigger_ms_p50": statistics.median(p["durationMs"]["triggerExecution"] for p in ps) if ps else 0, "rows_per_s": round(rows / busy_s, 1) if busy_s else None,
-            "offered_rows_per_s": rate}
+            "trigger_ms_p50": statistics.median(steady) if steady else 0,
+            "trigger_ms_p50_all": statistics.median(p["durationMs"]["triggerExecution"] for p in ps) if ps else 0,
+            "rows_per_s": round(rows / busy_s, 1) if busy_s else None, "offered_rows_per_s": rate}
 
 
-def latency(spark, bs, work, n: int, rate: float, trigger_ms: int) -> dict:
+def latency(spark, bs, work, n: int, rate: float, trigger_ms: int, trace: Path) -> dict:
+    """ack -> visible under read_committed for n paced records, and a breakdown of every
+    micro-batch (Spark's durationMs, the sink's own phases from `trace`, the records' latency).
+    The percentiles count the records of batches WARMUP_BATCHES on (the query's start-up is
+    not a steady-state micro-batch; the floor's median skips the same batches); `all` counts
+    every record."""
     from confluent_kafka import Consumer, Producer, TopicPartition
     preload(bs, "lat-in", 0)
     preload(bs, "lat-out", 0)
-    acked: dict[str, float] = {}
+    acked: dict[str, tuple[float, int, int]] = {}  # output value -> (ack time, input partition, offset)
+    visible: dict[str, float] = {}                # output value -> when the reader got it
+    spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", str(10 * n))  # keep every batch's
     q = (source(spark, bs, "lat-in", 100000).writeStream.format("semel").option("kafka.bootstrap.servers", bs)
          .option("topic", "lat-out").option("checkpointLocation", str(work / "ck-lat"))
+         .option("semel.query.id", LATENCY_QUERY)  # names its lines in the sink's trace
          .trigger(processingTime=f"{trigger_ms} milliseconds").start())
     c = Consumer({"bootstrap.servers": bs, "group.id": "bench-lat", "isolation.level": "read_committed",
                   "enable.auto.commit": False})
     c.assign([TopicPartition("lat-out", p, 0) for p in range(2)])
-    lat: list[float] = []
 
     def feed():
         p = Producer({"bootstrap.servers": bs, "enable.idempotence": True, "linger.ms": 0})
         t0 = time.monotonic()
         for i in range(n):
-            def ack(err, _m, v=str(i)):
-                acked[str(2 * int(v))] = time.monotonic()
+            def ack(err, m, v=str(2 * i)):
+                if err is None:
+                    acked[v] = (time.time(), m.partition(), m.offset())
             p.produce("lat-in", key=str(i % 64).encode(), value=str(i).encode(), on_delivery=ack)
-            p.poll(0)
-            delay = t0 + (i + 1) / rate - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)  # pacing the offered load
+            # pacing the offered load; poll() serves each ack as it arrives (a sleep here
+            # would stamp it up to one interval late, understating the latency)
+            while (delay := t0 + (i + 1) / rate - time.monotonic()) > 0:
+                p.poll(delay)
         p.flush(60)
     t = threading.Thread(target=feed)
     t.start()
     deadline = time.monotonic() + n / rate + 120
-    while len(lat) < n and time.monotonic() < deadline:
-        for m in c.consume(1000, 0.2):
-            if m.error() is None and m.value().decode() in acked:
-                lat.append(time.monotonic() - acked[m.value().decode()])
+    while len(visible) < n and time.monotonic() < deadline:
+        # poll() hands over each record as soon as it is fetched; consume(k, t) would hold
+        # a partial batch until t passed, adding up to t to every latency
+        m = c.poll(0.2)
+        if m is not None and m.error() is None:
+            visible.setdefault(m.value().decode(), time.time())
     t.join()
     c.close()
     q.stop()
-    lat.sort()
-    pick = (lambda f: round(lat[min(len(lat) - 1, int(f * len(lat)))] * 1000, 1)) if lat else (lambda f: None)
-    return {"records": n, "seen": len(lat), "offered_rows_per_s": rate, "trigger_ms": trigger_ms,
-            "p50_ms": pick(0.5), "p99_ms": pick(0.99), "max_ms": round(lat[-1] * 1000, 1) if lat else None}
+    batches = batch_breakdown([json.loads(p.json) for p in q.recentProgress], acked, visible, trace)
+    steady = [v for b in batches if b["batch"] >= WARMUP_BATCHES for v in b.pop("values")]
+    for b in batches:
+        b.pop("values", None)
+    lat = lambda vs: sorted(visible[v] - acked[v][0] for v in vs if v in visible and v in acked)  # noqa: E731
+    measured = [b for b in batches if b["batch"] >= WARMUP_BATCHES]
+    return {"records": n, "seen": len(visible), "offered_rows_per_s": rate, "trigger_ms": trigger_ms,
+            "warmup_batches": WARMUP_BATCHES, "records_measured": len(steady), "batches_measured": len(measured),
+            **percentiles(lat(steady)), "all": percentiles(lat(acked)),
+            "phases_ms": phase_summary(measured), "batches": batches}
+
+
+def percentiles(lat: list[float]) -> dict:
+    """p50/p99/max in ms of sorted latencies in seconds (the p-th value, no interpolation)."""
+    if not lat:
+        return {"p50_ms": None, "p99_ms": None, "max_ms": None}
+    pick = lambda f: round(lat[min(len(lat) - 1, int(f * len(lat)))] * 1000, 1)  # noqa: E731
+    return {"p50_ms": pick(0.5), "p99_ms": pick(0.99), "max_ms": round(lat[-1] * 1000, 1)}
+
+
+def batch_breakdown(progress: list[dict], acked: dict, visible: dict, trace: Path) -> list[dict]:
+    """One entry per micro-batch that read rows: Spark's durationMs, the sink's phases (the
+    slowest task's and commit()'s, in ms), when commit() started after the last task ended,
+    when the reader first saw the batch's output after commit() returned, and the batch's
+    records' latency (each record assigned to its batch by its input offset)."""
+    sink = sink_phases(trace)
+    out = []
+    for p in progress:
+        if not p["numInputRows"]:
+            continue
+        src = p["sources"][0]
+        lo, hi = (offsets_of(src[k]) for k in ("startOffset", "endOffset"))
+        mine = [v for v, (_, part, off) in acked.items() if v in visible and lo.get(part, 0) <= off < hi.get(part, 0)]
+        entry = {"batch": p["batchId"], "values": mine, "rows": p["numInputRows"], "durationMs": p["durationMs"],
+                 "latency_max_ms": round(max(visible[v] - acked[v][0] for v in mine) * 1000, 1) if mine else None}
+        phases = sink.pop(p["batchId"], {})
+        end = phases.pop("commit_end", None)
+        if mine and end is not None:
+            entry["visible_after_commit_ms"] = round((min(visible[v] for v in mine) - end) * 1000, 1)
+        entry.update(phases)
+        out.append(entry)
+    return out
+
+
+def phase_summary(batches: list[dict]) -> dict:
+    """p50 / p99 / max over the batches of each phase: Spark's durationMs, the slowest task's
+    and commit()'s sink phases, and the batch's records' worst latency."""
+    series: dict[str, list[float]] = {}
+    for b in batches:
+        for k, v in b["durationMs"].items():
+            series.setdefault(f"spark.{k}", []).append(v)
+        for k, v in b.get("task_max_ms", {}).items():
+            series.setdefault(f"task.{k}", []).append(v)
+        for k, v in b.get("commit_ms", {}).items():
+            series.setdefault(f"commit.{k}", []).append(v)
+        for k in ("commit_start_after_tasks_ms", "visible_after_commit_ms", "latency_max_ms"):
+            if b.get(k) is not None:
+                series.setdefault(k, []).append(b[k])
+    out = {}
+    for k, vs in sorted(series.items()):
+        vs.sort()
+        out[k] = {"p50": vs[len(vs) // 2], "p99": vs[min(len(vs) - 1, int(0.99 * len(vs)))], "max": vs[-1]}
+    return out
+
+
+def offsets_of(doc) -> dict[int, int]:
+    doc = json.loads(doc) if isinstance(doc, str) else (doc or {})
+    return {int(part): off for parts in doc.values() for part, off in parts.items()}
+
+
+def sink_phases(trace: Path) -> dict[int, dict]:
+    """batch -> the sink's phases, from the lines the sink wrote to `trace` (SEMEL_SPARK_SINK_TRACE)
+    for the latency query (its checkpoint's group)."""
+    lines = [json.loads(x) for x in trace.read_text().splitlines()] if trace.exists() else []
+    lines = [d for d in lines if d["query"] == LATENCY_QUERY]
+    out: dict[int, dict] = {}
+    for b in sorted({d["batch"] for d in lines}):
+        tasks = [d for d in lines if d["batch"] == b and d["where"].startswith("write")]
+        commit = next((d for d in lines if d["batch"] == b and d["where"] == "commit"), None)
+        skip = {"query", "where", "batch", "pid", "start", "end", "rows", "branches"}
+        entry: dict = {"tasks": len(tasks)}
+        if tasks:
+            entry["task_max_ms"] = {k: max(d.get(k, 0) for d in tasks) for k in tasks[0] if k not in skip}
+        if commit:
+            entry["commit_ms"] = {k: v for k, v in commit.items() if k not in skip}
+            entry["commit_end"] = commit["end"]
+            if tasks:
+                entry["commit_start_after_tasks_ms"] = round((commit["start"] - max(d["end"] for d in tasks)) * 1000, 1)
+        out[b] = entry
+    return out
 
 
 def main(argv=None) -> int:
@@ -209,18 +314,24 @@ def main(argv=None) -> int:
     ap.add_argument("--records", type=int, default=200000)
     ap.add_argument("--per-trigger", type=int, default=50000)
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the three writers (odd)")
-    ap.add_argument("--latency-records", type=int, default=600)
-    ap.add_argument("--latency-rate", type=float, default=30)
+    # ~240 triggers of 500 ms: a p99 over hundreds of batches, not the worst of a few dozen
+    ap.add_argument("--latency-records", type=int, default=6000)
+    ap.add_argument("--latency-rate", type=float, default=50)
     ap.add_argument("--trigger-ms", type=int, default=500)
     ap.add_argument("--out", type=Path, default=RESULTS)
     a = ap.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="semel-spark-bench-"))
-    load_before = os.getloadavg()  # the box is shared: how busy it was says how far to trust the run
+    trace = work / "sink-trace.jsonl"
+    os.environ[sink.TRACE_ENV] = str(trace)  # before the session: its Python workers inherit it
+    loads = {"start": os.getloadavg()}
     with SemelBroker(work / "data", log_path=work / "broker.log") as broker:
         spark = session("local[2]", work)  # the demo job's session settings
         tp = throughput(spark, broker.bootstrap, work, a.records, a.per_trigger, a.rounds | 1)
+        loads["after_throughput"] = os.getloadavg()
         ceil = rate_noop(spark, work, 20, 100000)
-        lat = latency(spark, broker.bootstrap, work, a.latency_records, a.latency_rate, a.trigger_ms)
+        loads["after_floor"] = os.getloadavg()
+        lat = latency(spark, broker.bootstrap, work, a.latency_records, a.latency_rate, a.trigger_ms, trace)
+        loads["after_latency"] = os.getloadavg()
         spark.stop()
     eos, alo, same = tp["exactly_once"], tp["at_least_once"], tp["noop_same_input"]
     # the least time a micro-batch pipeline here needs to show a record: one trigger interval
@@ -229,8 +340,7 @@ def main(argv=None) -> int:
     result = {
         "throughput": tp, "rate_noop": ceil, "latency": lat,
         "micro_batch_floor_ms": floor_ms,
-        "load_average_1_5_15": {"before": [round(x, 2) for x in load_before],
-                                "after": [round(x, 2) for x in os.getloadavg()]},
+        "load_average_1_5_15": {k: [round(x, 2) for x in v] for k, v in loads.items()},
         "notes": "rows_per_s: wall time of an availableNow query after a warm-up query (includes query start-up "
                  "and, for exactly-once, the sink's broker probe); busy_rows_per_s: rows over the summed "
                  "micro-batch times. The ceiling is noop_same_input (the same topic, source, transform and "

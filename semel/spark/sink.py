@@ -78,6 +78,9 @@ KILL_PGID_ENV = "SEMEL_SPARK_SINK_KILL_PGID"
 # with data in its branch, which Spark retries).
 FAIL_FIRST_ATTEMPT_ENV = "SEMEL_SPARK_SINK_FAIL_FIRST_ATTEMPT"
 STEPS = ("write:produced", "commit:parent-offsets", "commit:decided", "commit:branch")
+# Diagnostics (the benchmark's per-batch breakdown): a file that gets one JSON line of
+# phase timings per write() and per commit(). Unset: nothing is timed or written.
+TRACE_ENV = "SEMEL_SPARK_SINK_TRACE"
 
 _VALUE_TYPES = ("binary", "string")
 
@@ -229,8 +232,12 @@ PROBE_TTL_S = 60.0
 _probed: dict[tuple, tuple[float, bool]] = {}
 
 
+def _probe_key(o: SinkOptions) -> tuple:
+    return (o.bootstrap, o.parent, o.topic, o.restart_window_ms, o.atomic_mode)
+
+
 def probe_cached(o: SinkOptions) -> SinkOptions:
-    key = (o.bootstrap, o.parent, o.topic, o.restart_window_ms, o.atomic_mode)
+    key = _probe_key(o)
     hit = _probed.get(key)
     if hit is not None and time.monotonic() - hit[0] < PROBE_TTL_S:
         return replace(o, atomic=hit[1])
@@ -322,6 +329,29 @@ def checkpoint_query(o: SinkOptions) -> str | None:
 
 def branch_id(o: SinkOptions, batch: int, partition: int, attempt: int) -> str:
     return f"{o.parent}.b{batch}.p{partition}.a{attempt}"
+
+
+class _Phases:
+    """Wall time of each phase of one write() or commit() (ms since the previous mark),
+    appended as one JSON line to the file TRACE_ENV names; does nothing when it is unset."""
+
+    def __init__(self, o: SinkOptions, where: str, batch: int):
+        self.path = os.environ.get(TRACE_ENV)
+        self.doc: dict = {"query": o.group, "where": where, "batch": batch, "pid": os.getpid(), "start": time.time()}
+        self.t = time.perf_counter()
+
+    def mark(self, phase: str) -> None:
+        if self.path:
+            now = time.perf_counter()
+            self.doc[phase] = round((now - self.t) * 1000, 2)
+            self.t = now
+
+    def done(self, **extra) -> None:
+        if self.path:
+            self.doc.update(extra, end=time.time())
+            # one write() of one short line to an O_APPEND file: lines of concurrent tasks do not mix
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(self.doc) + "\n")
 
 
 def _kill_if(step: str, batch: int) -> None:
@@ -485,20 +515,28 @@ def _feed_arrow(producer: "_BranchProducer", part: "_Partitioner", cols: dict[st
 
 def write_branch(o: SinkOptions, cols: dict[str, int], rows: Iterator, batch: int, partition: int,
                  attempt: int, check: bool = True) -> BranchMessage:
+    ph = _Phases(o, f"write p{partition} a{attempt}", batch)
     with _connect(o) as c:
+        ph.mark("connect")
         if check:
             # A replay of a decided batch must not InitProducerId its recorded
             # branches (that would abort them before commit() rolls them forward).
             if _decided(c, o, batch):
                 return BranchMessage(partition, attempt, skipped=True)
+        ph.mark("check")
         bid = branch_id(o, batch, partition, attempt)
         st = _init(c, o, bid)
+        ph.mark("init_producer_id")
         producer = _BranchProducer(o, c, st)
         part = _Partitioner(c, partition)
         _feed(producer, part, cols, rows, o.topic)
         producer.flush()
+        ph.mark("input_and_produce")
         _kill_if("write:produced", batch)
-        if check and _decided(c, o, batch):
+        recheck = check and _decided(c, o, batch)
+        ph.mark("recheck")
+        ph.done(rows=producer.total, produce_ms=round(producer.send_s * 1000, 2))
+        if recheck:
             # Decided while we wrote (a speculative copy or a zombie run lost the
             # race): commit() fenced only the attempt numbers it knew of, so end
             # our own branch now rather than leave it open for the restart window.
@@ -536,6 +574,7 @@ class _BranchProducer:
         self.added: set[TP] = set()
         self.counts: dict[TP, int] = {}
         self.total = 0
+        self.send_s = 0.0  # time in AddPartitionsToTxn and Produce round trips
 
     def add(self, topic: str, partition: int, rec: tuple) -> None:
         tp = (topic, partition)
@@ -573,6 +612,7 @@ class _BranchProducer:
         self.size.pop(tp, None)
         if not rows:
             return
+        t0 = time.perf_counter()
         if tp not in self.added:
             errs = {}
 
@@ -585,6 +625,7 @@ class _BranchProducer:
         _ok(err, f"Produce {tp[0]}-{tp[1]}")
         self.counts[tp] = self.counts.get(tp, 0) + len(rows)
         self.total += len(rows)
+        self.send_s += time.perf_counter() - t0
 
 
 # --- driver-side commit -------------------------------------------------------------
@@ -629,15 +670,20 @@ def commit_batch(o: SinkOptions, messages, batch: int) -> None:
     offsets = batch_offsets(o, batch)
     parts = decision_partitions(o, offsets)
     winners = _winners(messages)
+    ph = _Phases(o, "commit", batch)
     with _connect(o) as c:
+        ph.mark("connect")
         done = read_decision(c, o, parts)
+        ph.mark("read_decision")
         if done is not None and done["batch"] >= batch:
             _roll_forward(c, o, done, batch, winners)
             return
         written = _written(winners)
         branches = [[m.partition, m.attempt, m.pid, m.epoch] for m in written]
         st = _init(c, o, o.parent)
+        ph.mark("init_producer_id")
         _join(c, o, st, [branch_id(o, batch, m.partition, m.attempt) for m in written])
+        ph.mark("join")
         _ok(_retrying(o, "AddOffsetsToTxn", lambda: wire.add_offsets(c, st, o.group)), "AddOffsetsToTxn")
         # Mode (a) records no branches: the parent's decision carries them on the broker,
         # which keeps the metadata small however many tasks the batch has.
@@ -652,9 +698,11 @@ def commit_batch(o: SinkOptions, messages, batch: int) -> None:
         bad = {tp: e for tp, e in errs.items() if e != KafkaError.NONE}
         if bad:
             raise SinkError(f"semel sink: TxnOffsetCommit: {', '.join(f'{t}-{p} {e.name}' for (t, p), e in bad.items())}")
+        ph.mark("offsets")
         _kill_if("commit:parent-offsets", batch)
         _ok(_retrying(o, "EndTxn", lambda: wire.end_txn(c, o.parent, st.pid, st.epoch, True)),
             f"EndTxn {o.parent}")
+        ph.mark("end_txn")
         _kill_if("commit:decided", batch)
         # Mode (a): the parent's EndTxn has completed every joined branch already (the
         # broker's own doing, crash or not), so there is nothing to end one by one.
@@ -662,7 +710,10 @@ def commit_batch(o: SinkOptions, messages, batch: int) -> None:
             _end_branch(c, o, batch, b)
             if i == 0:
                 _kill_if("commit:branch", batch)
+        ph.mark("end_branches")
         _fence_losers(c, o, batch, winners)
+        ph.mark("fence_losers")
+        ph.done(branches=len(written))
 
 
 def _join(c: Client, o: SinkOptions, st: wire.TxnState, branch_ids: list[str]) -> None:
@@ -764,7 +815,11 @@ class SemelBatchWriter(DataSourceArrowWriter):
 def make_stream_writer(options, schema, overwrite: bool) -> SemelStreamWriter:
     o = parse_options(options)
     cols = check_schema(schema, o.topic)
+    ph = _Phases(o, "streamWriter", -1)
+    hit = _probe_key(o) in _probed
     o = probe_cached(o)
+    ph.mark("probe")
+    ph.done(cached=hit)
     return SemelStreamWriter(o, cols)
 
 
