@@ -5,11 +5,14 @@ Roles follow the ClusterView: a listener call per partition change makes this br
 the partition's leader (stamp the leader epoch on appends, track every follower's
 log end) or a follower (truncate by leader epoch, then fetch). Kafka's rules:
 
-- Follower: on every leader change, first ask the leader where this replica's latest
-  epoch ends (OffsetForLeaderEpoch, KIP-101/KIP-279) and truncate there, then fetch
-  from the log end (Fetch v12, replica_id = own node id, current leader epoch) and
-  append what comes back as given (PartitionLog.append_replicated). One fetcher, so
-  one connection, per leader broker, batching every partition followed there.
+- Follower: fetch from the log end (Fetch v12, replica_id = own node id, current
+  leader epoch, last fetched epoch) and append what comes back as given
+  (PartitionLog.append_replicated). The leader checks the last fetched epoch against
+  its own history and, where the logs diverged (a leader change), answers a
+  diverging epoch instead of records (KIP-320/KIP-595); the follower truncates by it
+  (`truncation_point`) and fetches again, so no OffsetForLeaderEpoch round trip.
+  A log with records but no epochs asks OffsetForLeaderEpoch first (KIP-101/KIP-279).
+  One fetcher, so one connection, per leader broker, batching every partition there.
   Follower high watermark = min(leader's high watermark, own log end).
 - Leader: a follower's fetch offset is its log end; the high watermark is the
   smallest log end over the ISR and only grows. A follower that has not caught up
@@ -136,6 +139,24 @@ def truncation_point(epochs, log_end: int, hw: int, leader_epoch: int, end_offse
     if mine == UNDEFINED:
         return min(end_offset, log_end), True
     return min(end_offset, my_end), mine == leader_epoch
+
+
+def diverging_epoch(epochs, log_start: int, log_end: int, fetch_offset: int,
+                    last_fetched_epoch: int) -> tuple[int, int] | KafkaError | None:
+    """The leader's check of a follower's fetch (KIP-320/KIP-595): None when the follower's
+    log up to fetch_offset can continue the leader's; else (epoch, end offset), the
+    largest epoch the leader has at or below the follower's last one and where it ends
+    here, for the follower to truncate by; OFFSET_OUT_OF_RANGE when the leader knows no
+    such epoch. No epoch given (an empty log) or an offset below the log start: the
+    read decides, as before."""
+    if last_fetched_epoch < 0 or fetch_offset < log_start:
+        return None
+    epoch, end = epochs.end_offset_for(last_fetched_epoch, log_end)
+    if epoch == UNDEFINED or end == UNDEFINED:
+        return KafkaError.OFFSET_OUT_OF_RANGE
+    if epoch < last_fetched_epoch or end < fetch_offset:
+        return epoch, end
+    return None
 
 
 # ================================================================ leader side
@@ -312,8 +333,10 @@ class ReplicaManager:
         return KafkaError.NONE if ls is not None else KafkaError.NOT_LEADER_OR_FOLLOWER
 
     def replica_fetch(self, topic: str, partition: int, replica_id: int, fetch_offset: int,
-                      current_leader_epoch: int) -> KafkaError:
-        """A follower's Fetch for one partition: fence it or record its log end."""
+                      current_leader_epoch: int, last_fetched_epoch: int = UNDEFINED
+                      ) -> KafkaError | tuple[int, int]:
+        """A follower's Fetch for one partition: fence it, tell it where its log diverged
+        ((epoch, end offset), see `diverging_epoch`), or record its log end."""
         tp = (topic, partition)
         err = self.leader_error(topic, partition, current_leader_epoch)
         if err:
@@ -322,6 +345,11 @@ class ReplicaManager:
         progress = ls.progress.get(replica_id)
         if progress is None:
             return KafkaError.NOT_LEADER_OR_FOLLOWER     # not a replica of this partition
+        plog = ls.plog
+        diverged = diverging_epoch(plog.epochs, plog.log_start_offset, plog.log_end_offset, fetch_offset,
+                                   last_fetched_epoch)
+        if diverged is not None:
+            return diverged      # its log end is not a position in our log: not progress
         progress.on_fetch(fetch_offset, ls.plog.log_end_offset, self._now_ms())
         self._advance_hw(tp, ls)
         if replica_id not in ls.state.isr and progress.leo >= ls.plog.high_watermark:
@@ -480,7 +508,12 @@ class LeaderFetcher:
         self._task = asyncio.create_task(self._run(), name=f"replica-fetcher-{leader_id}")
 
     def add(self, tp: TopicPartition, epoch: int) -> None:
-        self.parts[tp] = _Followed(epoch)
+        """Follow tp at a new leader epoch. Fetches carry the last fetched epoch, so the
+        leader tells where the logs diverged; only a log with records but no epochs
+        (nothing to compare) asks OffsetForLeaderEpoch first."""
+        plog = self._log(tp)
+        blind = plog is not None and plog.epochs.latest_epoch == UNDEFINED and plog.log_end_offset > plog.log_start_offset
+        self.parts[tp] = _Followed(epoch, truncate=blind)
         self._wake.set()
 
     def remove(self, tp: TopicPartition) -> None:
@@ -626,6 +659,10 @@ class LeaderFetcher:
             if err not in _FENCING:
                 log.warning("%s-%d: fetch from leader %d: %s", *tp, self.leader_id, err.name)
             return False
+        div = r.diverging_epoch
+        if div is not None and div.epoch >= 0:
+            self._truncate_one(tp, div.epoch, div.end_offset)    # the next fetch checks again
+            return True
         if r.records:
             try:
                 plog.append_replicated(r.records)

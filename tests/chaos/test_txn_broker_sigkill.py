@@ -1,6 +1,6 @@
 """SIGKILL the broker at random moments during concurrent transactions.
 
-Seeded; iterations from SEMEL_CHAOS_ITERATIONS (default 8). After the last
+Seeded (SEMEL_CHAOS_SEED, default 11); iterations from SEMEL_CHAOS_ITERATIONS (default 8). After the last
 restart the verifier checks the invariants of DESIGN.md: every committed
 transaction fully visible, every aborted or unfinished one invisible under
 read_committed, no duplicates, and offsets committed in a transaction moved
@@ -15,8 +15,6 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-
-import pytest
 
 from semel.client import Client
 from tests.support.consume import read_values
@@ -56,8 +54,10 @@ def journal(path):
     return out
 
 
-@pytest.mark.parametrize("seed", [11, 23])
-def test_transactions_survive_broker_sigkill(start_broker, tmp_path, seed):
+def test_transactions_survive_broker_sigkill(start_broker, tmp_path):
+    # One seeded schedule of 8 kills in CI (a second seed re-ran the same code and
+    # checks for another minute); SEMEL_CHAOS_SEED / SEMEL_CHAOS_ITERATIONS explore more.
+    seed = int(os.environ.get("SEMEL_CHAOS_SEED", "11"))
     iterations = int(os.environ.get("SEMEL_CHAOS_ITERATIONS", "8"))
     rng = random.Random(seed)
     broker = start_broker("--transaction-abort-check-interval-ms", "200", "--log-level", "DEBUG")

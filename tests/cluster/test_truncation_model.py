@@ -1,9 +1,12 @@
 """Model test of follower truncation by leader epoch (KIP-101/KIP-279) on real logs:
 three PartitionLogs, a leader appending with its epoch stamped, followers replicating
 a few batches at a time through append_replicated, and elections at random moments
-(each replica holds everything committed, as the ISR guarantees). A follower that
-must truncate asks the leader's epoch cache (end_offset_for) and cuts where
-`truncation_point` says, round after round, as the fetcher does.
+(each replica holds everything committed, as the ISR guarantees). Two ways to find
+where to cut, as the fetcher has them: asking the leader's epoch cache first
+(OffsetForLeaderEpoch, end_offset_for) round after round; or fetching with the last
+fetched epoch, the leader answering a diverging epoch (`diverging_epoch`) instead of
+records until the follower's log continues its own (KIP-320/KIP-595). Either way the
+follower cuts where `truncation_point` says.
 
 Invariants after every step:
 - committed records (below the highest high watermark reached) are on every replica,
@@ -17,7 +20,7 @@ import random
 
 import pytest
 
-from semel.cluster.replica import truncation_point
+from semel.cluster.replica import diverging_epoch, truncation_point
 from semel.protocol.records import build_batch, iter_batches, split_batches
 from semel.storage import LogConfig, PartitionLog
 from tests.support.memcluster import all_bytes
@@ -26,8 +29,9 @@ CFG = LogConfig(segment_bytes=900, index_interval_bytes=64)
 
 
 class Cluster:
-    def __init__(self, tmp_path, seed: int):
+    def __init__(self, tmp_path, seed: int, via_fetch: bool = False):
         self.rng = random.Random(seed)
+        self.via_fetch = via_fetch
         self.logs = [PartitionLog.open(tmp_path / f"r{i}", CFG) for i in range(3)]
         self.leader, self.epoch = 0, 0
         self.pending = {1, 2}              # followers that must truncate before fetching
@@ -61,9 +65,17 @@ class Cluster:
     def replicate(self, f: int) -> None:
         if f == self.leader:
             return
-        if f in self.pending:
-            self.truncate(f)
         me, lead = self.logs[f], self.logs[self.leader]
+        if self.via_fetch:
+            diverged = diverging_epoch(lead.epochs, lead.log_start_offset, lead.log_end_offset,
+                                       me.log_end_offset, me.epochs.latest_epoch)
+            if diverged is not None:
+                assert isinstance(diverged, tuple), diverged
+                me.truncate_to(truncation_point(me.epochs, me.log_end_offset, me.high_watermark, *diverged)[0])
+                return                        # no records with a diverging epoch: fetch again
+            self.pending.discard(f)           # the leader accepted the fetch: a prefix of its log
+        elif f in self.pending:
+            self.truncate(f)
         if me.log_end_offset < lead.log_end_offset:
             me.append_replicated(lead.read(me.log_end_offset, self.rng.choice([60, 200, 1000])))
         self._advance_hw()
@@ -113,9 +125,10 @@ def _offset_at(data: bytes, length: int) -> int:
     return list(iter_batches(data))[-1][1].next_offset if data else 0
 
 
+@pytest.mark.parametrize("via_fetch", [False, True], ids=["offset-for-leader-epoch", "diverging-epoch"])
 @pytest.mark.parametrize("seed", range(12))
-def test_followers_truncate_to_the_leader_and_never_lose_committed_records(tmp_path, seed):
-    c = Cluster(tmp_path, seed)
+def test_followers_truncate_to_the_leader_and_never_lose_committed_records(tmp_path, seed, via_fetch):
+    c = Cluster(tmp_path, seed, via_fetch)
     try:
         for _ in range(120):
             action = c.rng.choices(["append", "replicate", "elect"], weights=[4, 6, 1])[0]

@@ -51,7 +51,8 @@ async def fetch(ctx, req):
 
 
 def _has_error(topics) -> bool:
-    return any(p.error_code for t in topics for p in t.partitions)
+    """An error or a diverging epoch: answered at once, not after the long poll."""
+    return any(p.error_code or p.diverging_epoch is not None for t in topics for p in t.partitions)
 
 
 def _replica_progress(broker, req) -> dict:
@@ -59,8 +60,8 @@ def _replica_progress(broker, req) -> dict:
     for t in req.topics:
         for p in t.partitions:
             err = broker.replicas.replica_fetch(t.topic, p.partition, req.replica_id, p.fetch_offset,
-                                                p.current_leader_epoch)
-            if err:
+                                                p.current_leader_epoch, p.last_fetched_epoch)
+            if err:   # an error, or (epoch, end offset) where the follower's log diverged
                 refused[(t.topic, p.partition)] = err
     return refused
 
@@ -88,6 +89,13 @@ def _read_all(ctx, req, replica=False, refused=None):
 
 
 def _read_partition(ctx, P, topic, p, isolation, budget, first, replica=False, refused=None):
+    if isinstance(refused, tuple):   # KIP-320/KIP-595: no records, where to truncate instead
+        plog = ctx.broker.logs.get(topic, p.partition)
+        epoch, end = refused
+        return P(partition_index=p.partition, error_code=0, high_watermark=plog.high_watermark,
+                 last_stable_offset=plog.last_stable_offset, log_start_offset=plog.log_start_offset,
+                 aborted_transactions=None, diverging_epoch=P.EpochEndOffset(epoch=epoch, end_offset=end),
+                 records=b""), 0
     if refused:
         return P(partition_index=p.partition, error_code=refused, high_watermark=-1, last_stable_offset=-1,
                  log_start_offset=-1, aborted_transactions=None, records=b""), 0
