@@ -85,6 +85,17 @@ class BrokerConfig:
     authorizer_enabled: bool | None = None
     # Kafka's allow.everyone.if.no.acl.found: off, so a resource nobody granted is closed.
     allow_everyone_if_no_acl_found: bool = False
+    # Kafka's connections.max.reauth.ms (KIP-368): a SASL login lasts this long (less when
+    # an OAUTHBEARER token expires sooner); the client logs in again on the connection
+    # in time or the connection is closed at its next request. 0: logins never expire.
+    # Per listener: listener_connections_max_reauth_ms[NAME] (Kafka's listener.name. prefix).
+    connections_max_reauth_ms: int = 0
+    listener_connections_max_reauth_ms: dict[str, int] = field(default_factory=dict)
+    # OAUTHBEARER's unsecured token validator (Kafka's unsecuredValidator* options).
+    sasl_oauthbearer_clock_skew_ms: int = 0
+    sasl_oauthbearer_required_scope: tuple[str, ...] = ()
+    sasl_oauthbearer_principal_claim: str = "sub"
+    sasl_oauthbearer_scope_claim: str = "scope"
 
     # --- cluster (issue 13; docs/cluster.md) ---
     # etcd endpoints ("host:port,host:port"); None = the embedded single node, no cluster.
@@ -116,6 +127,10 @@ class BrokerConfig:
             out.append(Listener(name, host, int(port),
                                 _protocol(self.listener_security_protocol_map.get(name, name))))
         return out
+
+    def max_reauth_ms(self, listener_name: str) -> int:
+        """connections.max.reauth.ms of a listener (its own setting, else the broker's)."""
+        return self.listener_connections_max_reauth_ms.get(listener_name, self.connections_max_reauth_ms)
 
     @property
     def authenticating(self) -> bool:

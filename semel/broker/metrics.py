@@ -24,7 +24,8 @@ loop woke a sleeping task, sampled continuously) and semel_event_loop_lag_max_se
 (the largest lag since start); semel_connections_rejected_total{reason} counts
 connections refused or dropped by a limit (total, per address, idle, stalled frame).
 
-For the security layer: `failed_logins` (semel_failed_logins_total{mechanism}) and
+For the security layer: `failed_logins` (semel_failed_logins_total{mechanism}),
+`reauthentications` (semel_successful_reauthentications_total{mechanism}) and
 `authorization_denials` (semel_authorization_denials_total{operation,resource_type});
 call `.labels(...).inc()` where a login fails or an ACL check denies.
 """
@@ -72,6 +73,9 @@ class BrokerMetrics:
                                     "coordinator because they outlived their timeout", registry=self.registry)
         self.failed_logins = Counter("semel_failed_logins_total", "SASL authentications that failed",
                                      ["mechanism"], registry=self.registry)
+        self.reauthentications = Counter("semel_successful_reauthentications_total", "SASL re-logins on an "
+                                         "authenticated connection (KIP-368)", ["mechanism"],
+                                         registry=self.registry)
         self.authorization_denials = Counter("semel_authorization_denials_total", "Requests or resources "
                                              "denied by ACLs", ["operation", "resource_type"],
                                              registry=self.registry)

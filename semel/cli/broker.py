@@ -154,7 +154,17 @@ def _security_args(s) -> None:
                         "principal is the certificate's subject")
     g.add_argument("--ssl-cafile", default=None, help="PEM CA certificate(s) that client certificates must chain to")
     g.add_argument("--sasl-mechanisms", default="PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
-                   help="enabled SASL mechanisms, comma separated")
+                   help="enabled SASL mechanisms, comma separated (OAUTHBEARER, with unsecured tokens, "
+                        "only when listed)")
+    g.add_argument("--connections-max-reauth-ms", type=int, default=0, metavar="MS",
+                   help="a SASL login lasts this long, then the client re-authenticates or its connection "
+                        "closes (KIP-368; 0: forever)")
+    g.add_argument("--listener-reauth-ms", action="append", default=[], metavar="NAME=MS",
+                   help="connections.max.reauth.ms of one listener (repeatable)")
+    g.add_argument("--oauthbearer-clock-skew-ms", type=int, default=0, metavar="MS",
+                   help="OAUTHBEARER: clock skew allowed when checking a token's exp and iat")
+    g.add_argument("--oauthbearer-required-scope", default="", metavar="SCOPE[,SCOPE]",
+                   help="OAUTHBEARER: scopes every token must carry")
     g.add_argument("--super-user", action="append", default=[], metavar="User:NAME",
                    help="principal that passes every ACL check (repeatable)")
     g.add_argument("--authorizer", choices=["auto", "on", "off"], default="auto",
@@ -176,6 +186,7 @@ def _apply_security(cfg, args) -> None:
     if cfg.ssl_client_auth != "none" and not cfg.ssl_cafile:
         raise CliError(f"--ssl-client-auth {cfg.ssl_client_auth} needs --ssl-cafile (the CA of client certificates)")
     cfg.sasl_enabled_mechanisms = tuple(m.strip() for m in args.sasl_mechanisms.split(",") if m.strip())
+    _apply_sasl_sessions(cfg, args)
     bad = [u for u in args.super_user if not u.startswith("User:") or u == "User:"]
     if bad:
         raise CliError(f"--super-user wants User:NAME, got {bad[0]!r}")
@@ -188,6 +199,20 @@ def _apply_security(cfg, args) -> None:
         raise CliError(str(exc)) from None
     if any(lst.tls for lst in listeners) and not (cfg.ssl_certfile and cfg.ssl_keyfile):
         raise CliError("an SSL or SASL_SSL listener needs --ssl-certfile and --ssl-keyfile")
+
+
+def _apply_sasl_sessions(cfg, args) -> None:
+    """Re-authentication (KIP-368) and the OAUTHBEARER validator's options."""
+    if args.connections_max_reauth_ms < 0 or args.oauthbearer_clock_skew_ms < 0:
+        raise CliError("--connections-max-reauth-ms and --oauthbearer-clock-skew-ms must be >= 0")
+    cfg.connections_max_reauth_ms = args.connections_max_reauth_ms
+    for item in args.listener_reauth_ms:
+        name, sep, ms = item.partition("=")
+        if not sep or not name or not ms.isdigit():
+            raise CliError(f"--listener-reauth-ms wants NAME=MS, got {item!r}")
+        cfg.listener_connections_max_reauth_ms[name] = int(ms)
+    cfg.sasl_oauthbearer_clock_skew_ms = args.oauthbearer_clock_skew_ms
+    cfg.sasl_oauthbearer_required_scope = tuple(s for s in args.oauthbearer_required_scope.split(",") if s)
 
 
 def build_config(args):

@@ -13,21 +13,25 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from semel.broker.auth.acl import (MAX_CACHED_DECISIONS, AclBinding, AclFilter, AclStore, Authorizer, Operation,
                                    PatternType, Permission, ResourceType)
-from semel.broker.auth.sasl import AuthFailed, IllegalState, SaslSession, State
+from semel.broker.auth.sasl import AuthFailed, IllegalState, SaslSession, SaslSettings, State
 from semel.broker.auth.users import UserStore
 
 _DIR = Path(tempfile.mkdtemp(prefix="semel-sasl-model-"))
 USERS = UserStore(_DIR)
 USERS.add("ann", "ann-pw")
+USERS.add("bob", "bob-pw")
+VALID = {("ann", "ann-pw"), ("bob", "bob-pw")}
 MECHS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+REAUTH_MS = 60_000
 
 
 class SaslModel(RuleBasedStateMachine):
     def __init__(self):
         super().__init__()
-        self.s = SaslSession(USERS, MECHS)
+        self.s = SaslSession(USERS, SaslSettings(MECHS, REAUTH_MS))
         self.failed = False           # model: once failed, nothing succeeds again
         self.proved: str | None = None
+        self.reauth_of: str | None = None   # model: the user a re-login (KIP-368) must prove again
         self.client = None
 
     def _expect_illegal(self, fn) -> None:
@@ -41,17 +45,20 @@ class SaslModel(RuleBasedStateMachine):
 
     @rule(mech=st.sampled_from(MECHS + ("GSSAPI", "")))
     def handshake(self, mech):
-        if self.s.state is not State.START:
+        if self.s.state not in (State.START, State.AUTHENTICATED):
             return self._expect_illegal(lambda: self.s.handshake(mech))
+        reauth, before = self.s.state is State.AUTHENTICATED, self.s.mechanism
         try:
             self.s.handshake(mech)
         except LookupError:
-            assert mech not in MECHS
+            assert mech not in MECHS or (reauth and mech != before)
             self.failed = True
             return
-        assert mech in MECHS
+        assert mech in MECHS and (not reauth or mech == before)
+        if reauth:
+            self.reauth_of = self.proved
 
-    @rule(user=st.sampled_from(["ann", "bob"]), pw=st.sampled_from(["ann-pw", "nope"]),
+    @rule(user=st.sampled_from(["ann", "bob", "cid"]), pw=st.sampled_from(["ann-pw", "bob-pw", "nope"]),
           junk=st.binary(max_size=12))
     def authenticate(self, user, pw, junk):
         state = self.s.state
@@ -68,12 +75,14 @@ class SaslModel(RuleBasedStateMachine):
             out = self.s.authenticate(token)
         except AuthFailed:
             self.failed = True
-            assert not (user == "ann" and pw == "ann-pw" and self.s.mechanism == "PLAIN")
+            # only wrong credentials, or a re-login as someone else, fail
+            assert (user, pw) not in VALID or self.reauth_of not in (None, user)
             return
         if self.s.mechanism != "PLAIN" and state is State.MECHANISM:
             self.client.set_server_first(out.decode())
         if self.s.state is State.AUTHENTICATED:
-            self.proved = self.s.user
+            assert (user, pw) in VALID and self.reauth_of in (None, user)
+            self.proved, self.reauth_of = self.s.user, None
 
     @invariant()
     def consistent(self):
@@ -81,7 +90,10 @@ class SaslModel(RuleBasedStateMachine):
         if self.failed:
             assert self.s.state is State.FAILED and self.s.principal is None
         if self.s.principal is not None:
-            assert self.s.principal == "User:ann" == f"User:{self.proved}"
+            assert self.s.principal == f"User:{self.proved}" and self.proved in ("ann", "bob")
+            assert self.s.lifetime_ms == REAUTH_MS and self.s.expires_at is not None
+        if self.reauth_of is not None and not self.failed:   # mid re-login: the old login is kept
+            assert self.s.previous == (f"User:{self.reauth_of}", self.s.mechanism)
 
 
 TestSaslModel = SaslModel.TestCase

@@ -13,17 +13,22 @@ from dataclasses import dataclass
 from ...protocol.errors import KafkaError
 from .acl import CLUSTER_NAME, Operation as Op, ResourceType as Rt
 from .check import authorize_any
+from .sasl import session_expired
 
 # Requests a SASL listener answers before authentication; anything else closes it.
 PRE_AUTH_APIS = {17, 18, 36}
+# Once a login's session expired (KIP-368), only a re-login's requests are answered.
+REAUTH_APIS = {17, 36}
 E = KafkaError
 
 
 def authenticated_enough(ctx) -> bool:
     listener = getattr(ctx.connection, "listener", None)
-    if listener is None or not listener.sasl or ctx.api_key in PRE_AUTH_APIS:
+    if listener is None or not listener.sasl or ctx.api_key in REAUTH_APIS:
         return True
-    return ctx.connection.principal is not None
+    if session_expired(ctx.connection):
+        return False
+    return ctx.api_key in PRE_AUTH_APIS or ctx.connection.principal is not None
 
 
 def _enabled(ctx) -> bool:

@@ -1,16 +1,29 @@
 """SaslHandshake (17) and SaslAuthenticate (36): Kafka's SASL framing on top of
 auth.sasl.SaslSession. Failures answer with Kafka's code and close the connection
-(Connection.closing), and are logged and counted (semel_failed_logins_total)."""
+(Connection.closing), and are logged and counted (semel_failed_logins_total).
+
+A SaslHandshake on an authenticated connection starts a re-authentication
+(KIP-368); SaslAuthenticate v1+ tells the client its session lifetime."""
 from __future__ import annotations
 
 import logging
 
 from ...protocol.errors import KafkaError
-from ..auth.sasl import AuthFailed, IllegalState, SaslSession
+from ..auth import oauth
+from ..auth.sasl import AuthFailed, IllegalState, SaslSession, SaslSettings, State, TokenRefused
 from ..connection import bad_input_log
 from ..router import handler
 
 log = logging.getLogger("semel.broker.auth")
+
+
+def sasl_settings(config, listener) -> SaslSettings:
+    """The SASL rules of a listener, from the broker config."""
+    return SaslSettings(
+        tuple(config.sasl_enabled_mechanisms), config.max_reauth_ms(listener.name),
+        oauth.ValidatorConfig(config.sasl_oauthbearer_principal_claim, config.sasl_oauthbearer_scope_claim,
+                              tuple(config.sasl_oauthbearer_required_scope),
+                              config.sasl_oauthbearer_clock_skew_ms))
 
 
 def _session(ctx) -> SaslSession | None:
@@ -19,7 +32,7 @@ def _session(ctx) -> SaslSession | None:
     if conn is None or listener is None or not listener.sasl:
         return None
     if conn.session is None:
-        conn.session = SaslSession(ctx.broker.users, tuple(ctx.broker.config.sasl_enabled_mechanisms))
+        conn.session = SaslSession(ctx.broker.users, sasl_settings(ctx.broker.config, listener))
     return conn.session
 
 
@@ -29,13 +42,17 @@ async def sasl_handshake(ctx, body):
     session = _session(ctx)
     if session is None:
         return ctx.response(error_code=KafkaError.ILLEGAL_SASL_STATE, mechanisms=[])
+    reauth = session.state is State.AUTHENTICATED
     try:
         session.handshake(body.mechanism)
     except IllegalState:
         ctx.connection.closing = True
         return ctx.response(error_code=KafkaError.ILLEGAL_SASL_STATE, mechanisms=enabled)
     except LookupError:
-        _failed(ctx, str(body.mechanism)[:40], f"unsupported mechanism {str(body.mechanism)[:40]!r}")
+        mech = str(body.mechanism)[:40]
+        why = f"re-authentication with {mech!r} instead of {session.mechanism!r}" if reauth \
+            else f"unsupported mechanism {mech!r}"
+        _failed(ctx, mech, why)
         ctx.connection.closing = True
         return ctx.response(error_code=KafkaError.UNSUPPORTED_SASL_MECHANISM, mechanisms=enabled)
     return ctx.response(error_code=KafkaError.NONE, mechanisms=enabled)
@@ -47,23 +64,35 @@ async def sasl_authenticate(ctx, body):
     if session is None:
         ctx.connection.closing = True
         return _auth_response(ctx, KafkaError.ILLEGAL_SASL_STATE, "not a SASL listener")
+    reauth = session.previous is not None
     try:
         out = session.authenticate(bytes(body.auth_bytes or b""))
     except IllegalState as exc:
         ctx.connection.closing = True
         return _auth_response(ctx, KafkaError.ILLEGAL_SASL_STATE, str(exc))
+    except TokenRefused as exc:   # RFC 7628: the error goes back as a challenge, the client ends it
+        _failed(ctx, session.mechanism, f"token refused: {exc}")
+        return _auth_response(ctx, KafkaError.NONE, None, exc.challenge)
     except AuthFailed as exc:
-        _failed(ctx, session.mechanism, f"user {session.user!r}: {exc.__cause__ or exc}")
+        if not exc.counted:
+            _failed(ctx, session.mechanism, f"user {session.user!r}: {exc.__cause__ or exc}")
         ctx.connection.closing = True
         return _auth_response(ctx, KafkaError.SASL_AUTHENTICATION_FAILED, str(exc))
     if session.principal is not None:
         ctx.connection.principal = session.principal
-        log.info("%s authenticated as %s (%s)", ctx.peer, session.principal, session.mechanism)
-    return _auth_response(ctx, KafkaError.NONE, None, out)
+        if reauth:
+            ctx.broker.metrics.reauthentications.labels(session.mechanism).inc()
+            log.info("%s re-authenticated as %s (%s), session lifetime %d ms", ctx.peer, session.principal,
+                     session.mechanism, session.lifetime_ms)
+        else:
+            log.info("%s authenticated as %s (%s)", ctx.peer, session.principal, session.mechanism)
+    return _auth_response(ctx, KafkaError.NONE, None, out, session.lifetime_ms)
 
 
-def _auth_response(ctx, code: KafkaError, message: str | None, token: bytes = b""):
-    return ctx.response(error_code=code, error_message=message, auth_bytes=token, session_lifetime_ms=0)
+def _auth_response(ctx, code: KafkaError, message: str | None, token: bytes = b"", lifetime_ms: int = 0):
+    # session_lifetime_ms is a v1+ field: a v0 client is not told, its connection just
+    # closes at expiry (KIP-368).
+    return ctx.response(error_code=code, error_message=message, auth_bytes=token, session_lifetime_ms=lifetime_ms)
 
 
 def _failed(ctx, mechanism: str, why: str) -> None:
