@@ -1,6 +1,7 @@
 """Replication data plane on three in-process brokers sharing a MemoryClusterView
 (tests/support/memcluster.py): acks=all, ISR shrink and expansion, min.insync.replicas,
-exactly-once state across a leader change, truncation of a diverged follower.
+exactly-once state across a leader change, truncation of a diverged follower (by the
+diverging epoch a leader answers a follower's Fetch with).
 
 Elections are made by hand on the table (the controller's job in a real cluster);
 the clients are unmodified confluent-kafka and semel's own wire client.
@@ -290,6 +291,11 @@ def test_diverged_follower_truncates_to_the_new_leader_and_converges(cluster):
     assert logs[0] == logs[1] == logs[2]
     assert record_values(logs[0]) == [b"common%d" % i for i in range(10)] + [b"new%d" % i for i in range(5)]
     assert c.run(lambda: c.log(0, "t").epochs.entries) == [(0, 0), (1, 10)]
+    # The old leader learnt where to cut from the diverging epoch in a Fetch answer
+    # (KIP-320/KIP-595), without an OffsetForLeaderEpoch round trip.
+    asked = [c.brokers[i].metrics.registry.get_sample_value("semel_requests_total",
+                                                            {"api": "offset_for_leader_epoch"}) for i in range(3)]
+    assert asked == [None, None, None]
 
 
 def test_followers_refuse_clients_and_stale_epochs_are_fenced(cluster):
