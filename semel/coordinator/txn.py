@@ -135,8 +135,7 @@ class TransactionCoordinator:
         if getattr(broker, "cluster", None) is not None:
             from ..cluster.txn_markers import MarkerChannel
             node = broker.config.node_id
-            coordinator.markers = MarkerChannel(broker.cluster, node, broker.config.request_timeout_ms / 1000,
-                                                getattr(broker, "peer_dialer", None))
+            coordinator.markers = MarkerChannel(broker.cluster, node, broker.config.request_timeout_ms / 1000)
             coordinator.is_coordinator = lambda: broker.cluster_member.coordinator_id() == node
         return coordinator
 
