@@ -116,9 +116,20 @@ class BrokerConfig:
     # Per partition per follower fetch (replica.fetch.max.bytes).
     replica_fetch_max_bytes: int = 1024 * 1024
 
+    # --- between brokers (issue 13; docs/security.md "Between brokers") ---
+    # Kafka's inter.broker.listener.name: the listener of every broker that the others
+    # connect to (follower fetches, transaction markers); None = the --host/--port one.
+    inter_broker_listener_name: str | None = None
+    # Kafka's sasl.mechanism.inter.broker.protocol; None = the strongest enabled mechanism.
+    inter_broker_sasl_mechanism: str | None = None
+    # The login brokers use on a SASL inter-broker listener (a super user, or one granted
+    # ClusterAction on the cluster). The password never goes on a command line.
+    inter_broker_user: str | None = None
+    inter_broker_password: str | None = field(default=None, repr=False)
+
     def all_listeners(self) -> list["Listener"]:
         """The host:port listener first, then `listeners` (ValueError on a bad entry)."""
-        out = [Listener("DEFAULT", self.host, self.port, _protocol(self.security_protocol))]
+        out = [Listener(DEFAULT_LISTENER, self.host, self.port, _protocol(self.security_protocol))]
         for spec in self.listeners:
             name, sep, rest = spec.partition("://")
             host, colon, port = rest.rpartition(":")
@@ -132,6 +143,16 @@ class BrokerConfig:
         """connections.max.reauth.ms of a listener (its own setting, else the broker's)."""
         return self.listener_connections_max_reauth_ms.get(listener_name, self.connections_max_reauth_ms)
 
+    def inter_broker_listener(self) -> "Listener":
+        """The listener peers reach this broker on (ValueError when it names none)."""
+        name = self.inter_broker_listener_name or DEFAULT_LISTENER
+        listeners = self.all_listeners()
+        for lst in listeners:
+            if lst.name == name:
+                return lst
+        raise ValueError(f"inter-broker listener {name!r} is none of this broker's listeners "
+                         f"({', '.join(lst.name for lst in listeners)})")
+
     @property
     def authenticating(self) -> bool:
         """SASL on some listener, or client certificates on a TLS one (ACL checks follow)."""
@@ -143,6 +164,8 @@ class BrokerConfig:
         return self.advertised_host or self.host
 
 
+# The name of the --host/--port listener (the others are named by --listener NAME://...).
+DEFAULT_LISTENER = "DEFAULT"
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 

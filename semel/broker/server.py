@@ -45,6 +45,7 @@ class Broker:
         self.txns = None
         self._server: asyncio.base_events.Server | None = None
         self._extra_servers: list = []   # listeners after the first (config.listeners)
+        self.listeners: list[Listener] = []
         # Security (issue 12): users and ACLs live in files under the data dir, re-read
         # when they change, so `semel user|acl` apply without a restart.
         self.users = UserStore(config.data_dir)
@@ -60,6 +61,8 @@ class Broker:
         # Replication data plane (semel.cluster.replica.ReplicaManager), started when
         # `cluster` is set; None on a single node.
         self.replicas = None
+        # semel.cluster.peer.PeerDialer in a cluster: the inter-broker listener and login.
+        self.peer_dialer = None
         self._tasks: list[asyncio.Task] = []
         self._stopped = asyncio.Event()
         self.started_at = time.monotonic()
@@ -74,11 +77,19 @@ class Broker:
             from ..cluster.member import ClusterMember   # needs the cluster extra
             self.cluster_member = ClusterMember(self)
             self.cluster = self.cluster_member.view
+        if self.cluster is not None:   # how followers and the coordinator reach other brokers
+            from ..cluster.peer import PeerDialer
+            self.peer_dialer = PeerDialer.from_config(self.config)
+            who = self.peer_dialer.principal
+            if who and self.authorizer.enabled and who not in self.config.super_users:
+                log.warning("inter-broker login %s is no --super-user: peers refuse its fetches and "
+                            "markers unless an ACL grants it ClusterAction on the cluster", who)
         await self._start_coordinators()
         # A damaged users/ACL file stops the start here, naming it (ValueError -> one line).
         self.users.store.read()
         self.acls.bindings()
         listeners = self.config.all_listeners()
+        self.listeners = listeners   # with their bound ports: a cluster member advertises them
         self._server = await self._listen(listeners[0])
         if self.config.port == 0:
             self.config.port = self._server.sockets[0].getsockname()[1]

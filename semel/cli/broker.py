@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 from .main import CliError
@@ -136,6 +137,7 @@ def _apply_cluster(cfg, args) -> None:
     cfg.metadata_endpoints = args.metadata
     cfg.cluster_lease_ttl_s = args.lease_ttl_s
     cfg.default_replication_factor = args.default_replication_factor
+    _check_inter_broker(cfg)
 
 
 def _security_args(s) -> None:
@@ -171,6 +173,18 @@ def _security_args(s) -> None:
                    help="ACL checks: auto = on when a listener uses SASL or client certificates")
     g.add_argument("--allow-everyone-if-no-acl-found", action="store_true",
                    help="a resource without any ACL is open to all (off by default)")
+    g.add_argument("--inter-broker-listener", default=None, metavar="NAME",
+                   help="listener other brokers connect to (Kafka's inter.broker.listener.name; "
+                        "default: the --host/--port one, named DEFAULT)")
+    g.add_argument("--inter-broker-sasl-mechanism", default=None, choices=["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"],
+                   help="SASL mechanism between brokers (default: the strongest enabled)")
+    g.add_argument("--inter-broker-user", default=None, metavar="NAME",
+                   help="the login brokers use with each other on a SASL inter-broker listener "
+                        "(make it a --super-user)")
+    g.add_argument("--inter-broker-password-env", default=None, metavar="VAR",
+                   help="environment variable holding --inter-broker-user's password")
+    g.add_argument("--inter-broker-password-file", default=None, metavar="FILE",
+                   help="file holding --inter-broker-user's password (one line)")
 
 
 def _apply_security(cfg, args) -> None:
@@ -199,6 +213,58 @@ def _apply_security(cfg, args) -> None:
         raise CliError(str(exc)) from None
     if any(lst.tls for lst in listeners) and not (cfg.ssl_certfile and cfg.ssl_keyfile):
         raise CliError("an SSL or SASL_SSL listener needs --ssl-certfile and --ssl-keyfile")
+    _apply_inter_broker(cfg, args)
+
+
+def _apply_inter_broker(cfg, args) -> None:
+    """The inter-broker listener, mechanism and login (checked in full once --metadata says
+    this broker has peers: a single node never dials one)."""
+    cfg.inter_broker_listener_name = args.inter_broker_listener
+    cfg.inter_broker_sasl_mechanism = args.inter_broker_sasl_mechanism
+    cfg.inter_broker_user = args.inter_broker_user
+    if args.inter_broker_password_env and args.inter_broker_password_file:
+        raise CliError("give --inter-broker-password-env or --inter-broker-password-file, not both")
+    if args.inter_broker_password_env:
+        cfg.inter_broker_password = os.environ.get(args.inter_broker_password_env)
+        if not cfg.inter_broker_password:
+            raise CliError(f"--inter-broker-password-env: ${args.inter_broker_password_env} is not set")
+    elif args.inter_broker_password_file:
+        try:
+            cfg.inter_broker_password = Path(args.inter_broker_password_file).read_text().rstrip("\r\n")
+        except OSError as exc:
+            raise CliError(f"--inter-broker-password-file {args.inter_broker_password_file}: "
+                           f"{exc.strerror or exc}") from None
+        if not cfg.inter_broker_password:
+            raise CliError(f"--inter-broker-password-file {args.inter_broker_password_file} is empty")
+    if cfg.inter_broker_password is not None and not cfg.inter_broker_user:
+        raise CliError("an inter-broker password needs --inter-broker-user")
+
+
+def _check_inter_broker(cfg) -> None:
+    """A broker with peers must be able to reach them: refused here in one line, not
+    found out at its first follower fetch."""
+    from ..cluster.peer import PeerDialer
+    try:
+        PeerDialer.from_config(cfg)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    except OSError as exc:   # (ssl.SSLError too) the CA file or this broker's certificate
+        raise CliError(f"inter-broker TLS: cannot load --ssl-cafile {cfg.ssl_cafile} or this broker's "
+                       f"certificate: {exc.strerror or exc}") from None
+
+
+def _apply_sasl_sessions(cfg, args) -> None:
+    """Re-authentication (KIP-368) and the OAUTHBEARER validator's options."""
+    if args.connections_max_reauth_ms < 0 or args.oauthbearer_clock_skew_ms < 0:
+        raise CliError("--connections-max-reauth-ms and --oauthbearer-clock-skew-ms must be >= 0")
+    cfg.connections_max_reauth_ms = args.connections_max_reauth_ms
+    for item in args.listener_reauth_ms:
+        name, sep, ms = item.partition("=")
+        if not sep or not name or not ms.isdigit():
+            raise CliError(f"--listener-reauth-ms wants NAME=MS, got {item!r}")
+        cfg.listener_connections_max_reauth_ms[name] = int(ms)
+    cfg.sasl_oauthbearer_clock_skew_ms = args.oauthbearer_clock_skew_ms
+    cfg.sasl_oauthbearer_required_scope = tuple(s for s in args.oauthbearer_required_scope.split(",") if s)
 
 
 def _apply_sasl_sessions(cfg, args) -> None:

@@ -1,6 +1,7 @@
 """`semel cluster start`: etcd and N brokers on this machine, until Ctrl-C/SIGTERM."""
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from pathlib import Path
@@ -22,6 +23,11 @@ def add_parser(sub) -> None:
     s.add_argument("--lease-ttl-s", type=int, default=6, help="broker session length in etcd (default 6)")
     s.add_argument("--broker-arg", action="append", default=[], metavar="ARG",
                    help="extra argument for every `semel broker start` (repeatable, e.g. --broker-arg=--flush-mode=never)")
+    s.add_argument("--inter-broker-user", default=None, metavar="NAME",
+                   help="with SASL listeners (--broker-arg=--security-protocol=SASL_SSL ...): the login brokers "
+                        "use with each other; saved in every broker's user store and made a super user")
+    s.add_argument("--inter-broker-password-env", default=None, metavar="VAR",
+                   help="environment variable holding --inter-broker-user's password")
     s.set_defaults(func=run)
 
 
@@ -36,9 +42,10 @@ def run(args) -> int:
         raise CliError("--base-port/--etcd-port out of range")
     if args.lease_ttl_s < 2:
         raise CliError("--lease-ttl-s must be at least 2")
+    broker_args, users = _inter_broker(args)
     try:
         cluster = LocalCluster(args.data_dir, args.nodes, args.base_port, args.etcd_port, args.lease_ttl_s,
-                               args.broker_arg)
+                               args.broker_arg + broker_args, users=users)
     except OSError as exc:
         raise CliError(f"cannot use data dir {args.data_dir}: {exc.strerror}") from None
     stop = threading.Event()
@@ -58,6 +65,20 @@ def run(args) -> int:
         cluster.close()
     print("cluster stopped", flush=True)
     return 0
+
+
+def _inter_broker(args) -> tuple[list[str], dict[str, str]]:
+    """Broker flags and the user to save for the inter-broker login (none without one)."""
+    if args.inter_broker_user is None and args.inter_broker_password_env is None:
+        return [], {}
+    if not args.inter_broker_user or not args.inter_broker_password_env:
+        raise CliError("--inter-broker-user and --inter-broker-password-env go together")
+    password = os.environ.get(args.inter_broker_password_env)
+    if not password:
+        raise CliError(f"--inter-broker-password-env: ${args.inter_broker_password_env} is not set")
+    flags = ["--inter-broker-user", args.inter_broker_user, "--inter-broker-password-env",
+             args.inter_broker_password_env, "--super-user", f"User:{args.inter_broker_user}"]
+    return flags, {args.inter_broker_user: password}
 
 
 def _start(cluster) -> None:

@@ -17,18 +17,30 @@ def authenticate(c: Client, mechanism: str, username: str, password: str) -> Non
         raise ClientError(f"SASL {mechanism}: {KafkaError(resp.error_code).name} "
                           f"(the broker offers {', '.join(resp.mechanisms or []) or 'none'})",
                           KafkaError(resp.error_code))
-    if mechanism == "PLAIN":
-        _step(c, b"\0" + username.encode() + b"\0" + password.encode())
-        return
-    from scramp import ScramClient, ScramException
-    scram = ScramClient([mechanism], username, password)
+    from scramp import ScramException
+    steps = login_steps(mechanism, username, password)
     try:
-        server_first = _step(c, scram.get_client_first().encode())
-        scram.set_server_first(server_first.decode())
-        server_final = _step(c, scram.get_client_final().encode())
-        scram.set_server_final(server_final.decode())
+        token = next(steps)
+        while True:
+            token = steps.send(_step(c, token))
+    except StopIteration:
+        return
     except ScramException as exc:   # e.g. the server's proof does not match
         raise ClientError(f"SASL {mechanism}: {exc}") from None
+
+
+def login_steps(mechanism: str, username: str, password: str):
+    """The client's side of one SASL login, apart from any connection (the CLI's blocking
+    client and the brokers' asyncio peers drive it): a generator that yields each token to
+    send in a SaslAuthenticate and is sent the server's answer to it. Raises scramp's
+    ScramException when the server's final message does not prove it knows the user."""
+    if mechanism == "PLAIN":
+        yield b"\0" + username.encode() + b"\0" + password.encode()
+        return
+    from scramp import ScramClient
+    scram = ScramClient([mechanism], username, password)
+    scram.set_server_first((yield scram.get_client_first().encode()).decode())
+    scram.set_server_final((yield scram.get_client_final().encode()).decode())
 
 
 def _step(c: Client, data: bytes) -> bytes:

@@ -16,7 +16,11 @@ class LocalCluster:
     """
 
     def __init__(self, data_dir: Path, nodes: int = 3, base_port: int | None = None, etcd_port: int | None = None,
-                 lease_ttl_s: int = 6, broker_args: list[str] = ()):
+                 lease_ttl_s: int = 6, broker_args: list[str] = (), *, env: dict | None = None,
+                 users: dict[str, str] | None = None, connect=None):
+        """`env`: extra environment of every broker (e.g. the inter-broker password's
+        variable); `users`: SCRAM users (name -> password) put in every broker's store;
+        `connect(bootstrap)`: a logged-in semel Client where the listeners want one."""
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.etcd = EtcdProcess(self.data_dir / "etcd", etcd_port, etcd_port + 1 if etcd_port else None,
@@ -25,8 +29,19 @@ class LocalCluster:
             SemelBroker(self.data_dir / f"broker-{n}", base_port + n if base_port else None,
                         log_path=self.data_dir / f"broker-{n}.log",
                         extra_args=["--node-id", str(n), "--metadata", self.etcd.bootstrap,
-                                    "--lease-ttl-s", str(lease_ttl_s), *broker_args])
+                                    "--lease-ttl-s", str(lease_ttl_s), *broker_args], env=env)
             for n in range(nodes)]
+        self.connect = connect or _plain_client
+        self.add_users(users or {})
+
+    def add_users(self, users: dict[str, str]) -> None:
+        """Save SCRAM users in every broker's store: each broker checks logins against its
+        own data dir (users are not kept in etcd), so a cluster-wide login is one per broker."""
+        from ..broker.auth.users import UserStore
+        for b in self.brokers:
+            b.data_dir.mkdir(parents=True, exist_ok=True)
+            for name, password in users.items():
+                UserStore(b.data_dir).add(name, password)
 
     @property
     def bootstrap(self) -> str:
@@ -53,12 +68,12 @@ class LocalCluster:
     def metadata(self, topics=None, skip=frozenset()):
         """Metadata from the first live broker (node ids in `skip` aside) that answers,
         None when none does."""
-        from ..client.client import Client, ClientError
+        from ..client.client import ClientError
         for n, b in enumerate(self.brokers):
             if n in skip or not b.alive():
                 continue
             try:
-                with Client(b.bootstrap, timeout_s=5) as c:
+                with self.connect(b.bootstrap) as c:
                     return c.metadata(topics)
             except (ClientError, OSError):
                 continue
@@ -70,3 +85,8 @@ class LocalCluster:
     def __exit__(self, *exc) -> None:
         self.stop()
         self.close()
+
+
+def _plain_client(bootstrap: str):
+    from ..client.client import Client
+    return Client(bootstrap, timeout_s=5)

@@ -31,7 +31,7 @@ class ClusterMember:
     async def start(self) -> None:
         """Register (after the listener is bound: the port may have been 0) and follow."""
         cfg = self.broker.config
-        self.view.info = BrokerInfo(cfg.node_id, cfg.advertised, cfg.port)
+        self.view.info = BrokerInfo(cfg.node_id, cfg.advertised, cfg.port, endpoints=self._endpoints())
         try:
             await self.view.start()
         except BaseException:
@@ -42,6 +42,13 @@ class ClusterMember:
         self.controller.start()
         log.info("broker %d joined cluster %s (metadata %s)", cfg.node_id, cfg.cluster_id,
                  ",".join(self.view.etcd.endpoints))
+
+    def _endpoints(self) -> tuple[tuple[str, str, int], ...]:
+        """The broker's other listeners as peers reach them (one bound to every address is
+        advertised under the broker's advertised host)."""
+        cfg = self.broker.config
+        return tuple((lst.name, cfg.advertised if lst.host in ("", "0.0.0.0", "::") else lst.host, lst.port)
+                     for lst in getattr(self.broker, "listeners", ())[1:])
 
     async def stop(self) -> None:
         await self.controller.stop()

@@ -2,7 +2,7 @@
 
 Keys, all under /semel/<cluster-id>/ (values are JSON):
 
-  brokers/<node-id>            {"node_id", "host", "port", "rack"}   bound to the broker's lease
+  brokers/<node-id>            {"node_id", "host", "port", "rack", "endpoints"}  bound to the broker's lease
   controller                   {"node_id"}                           bound to the controller's lease
   topics/<name>                {"partitions", "replication_factor", "configs", "topic_id",
                                 "deleted", "retired_ids"}            deleted: kept as a marker
@@ -181,7 +181,7 @@ class EtcdClusterView:
     async def _register(self) -> None:
         self.lease = await self.etcd.lease_grant(self.lease_ttl_s)
         body = json.dumps({"node_id": self.node_id, "host": self.info.host, "port": self.info.port,
-                           "rack": self.info.rack}).encode()
+                           "rack": self.info.rack, "endpoints": [list(e) for e in self.info.endpoints]}).encode()
         await self.etcd.put(self.keys.broker(self.node_id), body, lease=self.lease)
 
     async def _keepalive(self) -> None:
@@ -254,7 +254,8 @@ class EtcdClusterView:
                 self._brokers.pop(node, None)
             else:
                 d = json.loads(kv.value)
-                self._brokers[node] = BrokerInfo(node, d["host"], d["port"], d.get("rack"))
+                self._brokers[node] = BrokerInfo(node, d["host"], d["port"], d.get("rack"),
+                                                 tuple((n, h, p) for n, h, p in d.get("endpoints") or ()))
         elif kv.key == k.controller:
             self._controller = None if deleted else json.loads(kv.value)["node_id"]
         elif kv.key.startswith(k.topics):

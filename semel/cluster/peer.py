@@ -1,23 +1,44 @@
-"""An asyncio connection from one broker to another (follower fetching, OffsetForLeaderEpoch).
+"""An asyncio connection from one broker to another (follower fetching, OffsetForLeaderEpoch,
+transaction markers), and `PeerDialer`, which opens it the way the cluster's security asks.
 
 One request at a time per connection, which is how a replica fetcher uses it: the
 next fetch is built from what the last one appended. Versions are fixed, not
 negotiated: every broker of a cluster runs the same semel.
+
+Like Kafka's inter.broker.listener.name, every broker connects to the same named
+listener of its peers (their addresses come from the cluster view) and speaks that
+listener's protocol from its own configuration: TLS verifying the peer's certificate
+against the CA file and the host name, presenting its own certificate where the
+listener asks for one; SASL (PLAIN or SCRAM) with the inter-broker login.
 """
 from __future__ import annotations
 
 import asyncio
+import logging
+import ssl
 import struct
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
+from ..client.sasl import login_steps
+from ..protocol.errors import KafkaError
 from ..protocol.messages import encode_request, request_class, response_class
+
+log = logging.getLogger("semel.cluster.peer")
 
 _SIZE = struct.Struct(">i")
 _CORR = struct.Struct(">i")
+_SASL_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")   # strongest first
 
 
 class PeerError(Exception):
     """The peer broke the protocol (wrong correlation id, oversized frame)."""
+
+
+class PeerAuthError(PeerError):
+    """The peer refused this broker's login or TLS handshake, or denied it ClusterAction:
+    a configuration problem that retrying soon will not fix (callers back off)."""
 
 
 class PeerConnection:
@@ -58,6 +79,126 @@ class PeerConnection:
 
     def close(self) -> None:
         self._writer.close()
+
+    async def login(self, mechanism: str, username: str, password: str, timeout_s: float) -> None:
+        """SaslHandshake v1 then SaslAuthenticate (KIP-152 framing); PeerAuthError when refused."""
+        resp = await self.call(17, 1, timeout_s, mechanism=mechanism)
+        if resp.error_code:
+            raise PeerAuthError(f"SASL {mechanism}: {KafkaError(resp.error_code).name} "
+                                f"(the peer offers {', '.join(resp.mechanisms or []) or 'none'})")
+        from scramp import ScramException
+        steps = login_steps(mechanism, username, password)
+        try:
+            token = next(steps)
+            while True:
+                token = steps.send(await self._sasl_step(token, timeout_s))
+        except StopIteration:
+            return
+        except ScramException as exc:   # the peer's proof is wrong: it does not know the user
+            raise PeerAuthError(f"SASL {mechanism}: {exc}") from None
+
+    async def _sasl_step(self, data: bytes, timeout_s: float) -> bytes:
+        resp = await self.call(36, 2, timeout_s, auth_bytes=data)
+        if resp.error_code:
+            raise PeerAuthError(f"SASL login refused: {resp.error_message or KafkaError(resp.error_code).name}")
+        return resp.auth_bytes or b""
+
+
+@dataclass
+class PeerDialer:
+    """How this broker connects to its peers: which of their listeners, TLS, SASL.
+
+    The default is the main listener in plain TCP (a cluster without security)."""
+    listener: str = "DEFAULT"
+    ssl_context: ssl.SSLContext | None = None
+    mechanism: str | None = None
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    timeout_s: float = 10.0
+    _warned: dict = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_config(cls, cfg) -> "PeerDialer":
+        """From a BrokerConfig; ValueError (one line naming the flag) when something is missing."""
+        lst = cfg.inter_broker_listener()
+        dialer = cls(listener=lst.name)
+        if lst.tls:
+            dialer.ssl_context = _client_tls(cfg, lst.name)
+        if lst.sasl:
+            dialer.mechanism = _mechanism(cfg, lst.name)
+            if not cfg.inter_broker_user or cfg.inter_broker_password is None:
+                raise ValueError(f"the inter-broker listener {lst.name} is {lst.protocol}: brokers need a login "
+                                 f"(--inter-broker-user and --inter-broker-password-env or -file)")
+            dialer.username, dialer.password = cfg.inter_broker_user, cfg.inter_broker_password
+        return dialer
+
+    @property
+    def principal(self) -> str | None:
+        """The principal peers see this broker as (None: ANONYMOUS or a certificate's subject)."""
+        return f"User:{self.username}" if self.username else None
+
+    async def connect(self, info, client_id: str, max_frame: int = 128 * 1024 * 1024) -> PeerConnection:
+        """A connection to broker `info` (a BrokerInfo), logged in; OSError, asyncio.TimeoutError,
+        PeerError or PeerAuthError otherwise."""
+        addr = info.address(self.listener)
+        if addr is None:
+            raise PeerError(f"broker {info.node_id} advertises no listener {self.listener}")
+        host, port = addr
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(
+                host, port, limit=1 << 20, ssl=self.ssl_context,
+                server_hostname=host if self.ssl_context else None), self.timeout_s)
+        except ssl.SSLError as exc:   # the peer's certificate not accepted, or ours refused
+            raise self.refused(info.node_id, f"TLS to {host}:{port}: {exc.reason or exc}") from None
+        conn = PeerConnection(reader, writer, client_id, max_frame)
+        if self.mechanism:
+            try:
+                await conn.login(self.mechanism, self.username, self.password, self.timeout_s)
+            except PeerAuthError as exc:
+                conn.close()
+                raise self.refused(info.node_id, str(exc)) from None
+            except BaseException:
+                conn.close()
+                raise
+        return conn
+
+    def refused(self, node_id: int, why: str) -> PeerAuthError:
+        """The error for a peer that refused us, logged as a warning at most once a minute
+        per peer (every retry fails the same way until someone fixes the configuration)."""
+        now = time.monotonic()
+        if now - self._warned.get(node_id, -1e9) >= 60:
+            self._warned[node_id] = now
+            log.warning("broker %d refused us (%s): %s", node_id, self.username or "no login", why)
+        return PeerAuthError(why)
+
+
+def _client_tls(cfg, listener: str) -> ssl.SSLContext:
+    """TLS to peers: their certificate must chain to --ssl-cafile and name the host we dial
+    (Kafka's default https endpoint identification); ours goes along for listeners that
+    want a client certificate (mTLS)."""
+    if not cfg.ssl_cafile:
+        raise ValueError(f"the inter-broker listener {listener} uses TLS: brokers need --ssl-cafile "
+                         f"(the CA that signed the brokers' certificates) to check each other")
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=cfg.ssl_cafile)
+    if cfg.ssl_certfile and cfg.ssl_keyfile:
+        ctx.load_cert_chain(cfg.ssl_certfile, cfg.ssl_keyfile)
+    return ctx
+
+
+def _mechanism(cfg, listener: str) -> str:
+    enabled = [m.upper() for m in cfg.sasl_enabled_mechanisms]
+    wanted = cfg.inter_broker_sasl_mechanism
+    if wanted is None:
+        wanted = next((m for m in _SASL_MECHANISMS if m in enabled), None)
+        if wanted is None:
+            raise ValueError(f"the inter-broker listener {listener} uses SASL but no mechanism is enabled")
+    wanted = wanted.upper()
+    if wanted not in _SASL_MECHANISMS:
+        raise ValueError(f"unknown inter-broker SASL mechanism {wanted!r} (one of {', '.join(_SASL_MECHANISMS)})")
+    if wanted not in enabled:
+        raise ValueError(f"inter-broker SASL mechanism {wanted} is not enabled (--sasl-mechanisms "
+                         f"{','.join(enabled)})")
+    return wanted
 
 
 def _uvarint(buf: memoryview, pos: int) -> tuple[int, int]:

@@ -37,7 +37,7 @@ from ..protocol.errors import KafkaError
 from ..protocol.messages import request_class
 from ..storage import checked_file
 from ..storage.errors import AppendError, StorageError
-from .peer import PeerConnection, PeerError
+from .peer import PeerAuthError, PeerConnection, PeerDialer, PeerError
 from .state import ClusterView, PartitionState
 
 log = logging.getLogger("semel.cluster.replica")
@@ -190,6 +190,7 @@ class ReplicaManager:
         self.fetch_wait_ms = fetch_wait_ms or cfg.replica_fetch_wait_max_ms
         self.fetch_max_bytes = fetch_max_bytes or cfg.replica_fetch_max_bytes
         self.request_timeout_s = cfg.request_timeout_ms / 1000
+        self.dialer = getattr(broker, "peer_dialer", None) or PeerDialer()
         self.leading: dict[TopicPartition, LeaderState] = {}
         self.following: dict[TopicPartition, tuple[int, int]] = {}   # -> (leader, leader epoch)
         self.fetchers: dict[int, LeaderFetcher] = {}
@@ -541,9 +542,11 @@ class LeaderFetcher:
                 await asyncio.sleep(0.1)
                 continue
             try:
-                self._conn = await PeerConnection.open(info.host, info.port, f"semel-replica-{self.m.node_id}")
+                self._conn = await self.m.dialer.connect(info, f"semel-replica-{self.m.node_id}")
                 while self.parts:
                     await self._round()
+            except PeerAuthError:     # logged by the dialer; a login refused now is refused in a second
+                await asyncio.sleep(1)
             except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, PeerError) as exc:
                 log.info("fetcher %d -> %d: %s; reconnecting", self.m.node_id, self.leader_id, exc or type(exc).__name__)
                 await asyncio.sleep(0.1)
@@ -631,6 +634,10 @@ class LeaderFetcher:
             max_bytes=self.m.fetch_max_bytes * 8, isolation_level=0, session_id=0, session_epoch=-1,
             topics=[T(topic=t, partitions=ps) for t, ps in by_topic.items()], forgotten_topics_data=[],
             rack_id="")
+        if resp.error_code == KafkaError.CLUSTER_AUTHORIZATION_FAILED:
+            # Our login lacks ClusterAction there: say so once a minute, not per partition per round.
+            raise self.m.dialer.refused(self.leader_id, "fetch denied: the inter-broker principal needs "
+                                                        "ClusterAction on the cluster (a super user)")
         if self.m.fetching_paused:
             return True       # paused while the fetch was out: as if the answer never came
         ok = True

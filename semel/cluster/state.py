@@ -25,6 +25,15 @@ class BrokerInfo:
     host: str
     port: int
     rack: str | None = None
+    # The broker's other listeners as (name, host, port), so peers can reach the one
+    # named as the inter-broker listener (host/port is the main listener, "DEFAULT").
+    endpoints: tuple[tuple[str, str, int], ...] = ()
+
+    def address(self, listener: str) -> tuple[str, int] | None:
+        """Where this broker's listener `listener` is, None when it has none of that name."""
+        if listener == "DEFAULT":
+            return self.host, self.port
+        return next(((h, p) for name, h, p in self.endpoints if name == listener), None)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ returned as a value; the coordinator keeps the transaction pending and retries, 
 Prepare* transaction completes only when every partition holds its marker.
 
 One connection per destination broker (semel.cluster.peer, the data plane's
-inter-broker client), one request at a time on it. The client id names the sender as
+inter-broker client, on the inter-broker listener with its TLS and login), one
+request at a time on it. The client id names the sender as
 a coordinator so the receiving handler takes the coordinator path, not the admin-abort
 one; the request still needs CLUSTER_ACTION like any WriteTxnMarkers.
 """
@@ -21,7 +22,7 @@ import logging
 
 from ..protocol.errors import KafkaError
 from ..protocol.messages import request_class
-from .peer import PeerConnection, PeerError
+from .peer import PeerAuthError, PeerConnection, PeerDialer, PeerError
 
 log = logging.getLogger("semel.cluster.txn_markers")
 
@@ -43,10 +44,11 @@ def local_leader(view, node_id: int, tp: tuple[str, int]) -> bool:
 
 
 class MarkerChannel:
-    def __init__(self, view, node_id: int, timeout_s: float):
+    def __init__(self, view, node_id: int, timeout_s: float, dialer: PeerDialer | None = None):
         self.view = view
         self.node_id = node_id
         self.timeout_s = timeout_s
+        self.dialer = dialer or PeerDialer()   # the inter-broker listener and login
         self._conns: dict[int, PeerConnection] = {}
         # Markers waiting for the next request to each broker, and that broker's sender.
         self._queued: dict[int, list[tuple[tuple, tuple[str, int], asyncio.Future]]] = {}
@@ -97,15 +99,20 @@ class MarkerChannel:
             conn = await self._connection(node, info)
             resp = await conn.call(27, _VERSION, self.timeout_s + _SLACK_S, markers=_request_markers(batch))
         except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, PeerError) as exc:
-            log.info("markers to broker %d: %s; will retry", node, exc or type(exc).__name__)
+            if not isinstance(exc, PeerAuthError):   # (the dialer logs refusals, once a minute)
+                log.info("markers to broker %d: %s; will retry", node, exc or type(exc).__name__)
             self._drop(node)
             return {tp: KafkaError.NETWORK_EXCEPTION for _, tp, _ in batch}
-        return _partition_errors(resp)
+        errors = _partition_errors(resp)
+        if KafkaError.CLUSTER_AUTHORIZATION_FAILED in errors.values():
+            self.dialer.refused(node, "markers denied: the inter-broker principal needs ClusterAction "
+                                      "on the cluster (a super user)")
+        return errors
 
     async def _connection(self, node: int, info) -> PeerConnection:
         conn = self._conns.get(node)
         if conn is None:
-            conn = await PeerConnection.open(info.host, info.port, f"{CLIENT_PREFIX}{self.node_id}")
+            conn = await self.dialer.connect(info, f"{CLIENT_PREFIX}{self.node_id}")
             self._conns[node] = conn
         return conn
 

@@ -135,7 +135,8 @@ class TransactionCoordinator:
         if getattr(broker, "cluster", None) is not None:
             from ..cluster.txn_markers import MarkerChannel
             node = broker.config.node_id
-            coordinator.markers = MarkerChannel(broker.cluster, node, broker.config.request_timeout_ms / 1000)
+            coordinator.markers = MarkerChannel(broker.cluster, node, broker.config.request_timeout_ms / 1000,
+                                                getattr(broker, "peer_dialer", None))
             coordinator.is_coordinator = lambda: broker.cluster_member.coordinator_id() == node
         return coordinator
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from semel.client.client import Client, ClientError
+from semel.client.client import ClientError
 
 from .wait import until
 
@@ -42,7 +42,7 @@ def wait_brokers(cluster, nodes: set[int]) -> None:
     def agreed():
         for b in cluster.brokers:
             if b.alive():
-                with Client(b.bootstrap, timeout_s=5) as c:
+                with cluster.connect(b.bootstrap) as c:
                     if {x.node_id for x in c.metadata([]).brokers} != nodes:
                         return False
         return True

@@ -367,6 +367,41 @@ _CREATE = TopicShape("topics", "name", None, None, "topics", "name", None, None)
 _CREATE_PARTITIONS = TopicShape("topics", "name", None, None, "results", "name", None, None)
 
 
+def _cluster_action(ctx) -> bool:
+    return ctx.authorize(Op.CLUSTER_ACTION, Rt.CLUSTER, CLUSTER_NAME)
+
+
+_CONSUMER_FETCH = _topics(Op.READ, _FETCH)
+
+
+async def _fetch(ctx, body, fn):
+    """A follower's Fetch (replica_id >= 0) needs ClusterAction on the cluster, as in Kafka:
+    it reads past the high watermark and its fetch offsets move the leader's ISR and high
+    watermark, so a client faking one could see uncommitted records or have acks=all
+    answered before the data is replicated. Denied, nothing is read or recorded: the
+    answer is CLUSTER_AUTHORIZATION_FAILED at the top (v7+) and, per partition, Kafka's
+    TOPIC_AUTHORIZATION_FAILED."""
+    if body.replica_id < 0:
+        return await _CONSUMER_FETCH(ctx, body, fn)
+    if _cluster_action(ctx):
+        return await fn(ctx, body)
+    return ctx.response(throttle_time_ms=0, error_code=E.CLUSTER_AUTHORIZATION_FAILED, session_id=0,
+                        responses=[_denied_entry(ctx, _FETCH, t, E.TOPIC_AUTHORIZATION_FAILED)
+                                   for t in body.topics or ()])
+
+
+_DESCRIBE_EPOCHS = _topics(Op.DESCRIBE, _LEADER_EPOCH)
+
+
+async def _offset_for_leader_epoch(ctx, body, fn):
+    """Kafka: ClusterAction on the cluster (a follower) or Describe on each topic (a consumer
+    checking for truncation, KIP-320). Only a request naming a replica is checked for the
+    former, so a consumer's is not counted as a cluster denial."""
+    if getattr(body, "replica_id", -1) >= 0 and _cluster_action(ctx):
+        return await fn(ctx, body)
+    return await _DESCRIBE_EPOCHS(ctx, body, fn)
+
+
 async def _delete_topics(ctx, body, fn):
     names = body.topic_names if ctx.api_version < 6 else [t.name for t in body.topics or []]
     denied = {n for n in names or [] if not ctx.authorize(Op.DELETE, Rt.TOPIC, n)}
@@ -387,7 +422,7 @@ async def _delete_topics(ctx, body, fn):
 
 RULES = {
     0: _topics(Op.WRITE, _PRODUCE, whole=_produce_txn),
-    1: _topics(Op.READ, _FETCH),
+    1: _fetch,
     2: _topics(Op.DESCRIBE, _LIST_OFFSETS),
     3: _metadata,
     8: _topics(Op.READ, _OFFSET_COMMIT, whole=_group_read),
@@ -403,7 +438,7 @@ RULES = {
     20: _delete_topics,
     21: _topics(Op.DELETE, _LIST_OFFSETS),
     22: _init_producer_id,
-    23: _topics(Op.DESCRIBE, _LEADER_EPOCH),
+    23: _offset_for_leader_epoch,
     24: _add_partitions_to_txn,
     25: _add_offsets_to_txn,
     26: _single(Op.WRITE, Rt.TRANSACTIONAL_ID, lambda b: b.transactional_id,
