@@ -139,10 +139,6 @@ class BrokerConfig:
                                 _protocol(self.listener_security_protocol_map.get(name, name))))
         return out
 
-    def max_reauth_ms(self, listener_name: str) -> int:
-        """connections.max.reauth.ms of a listener (its own setting, else the broker's)."""
-        return self.listener_connections_max_reauth_ms.get(listener_name, self.connections_max_reauth_ms)
-
     def inter_broker_listener(self) -> "Listener":
         """The listener peers reach this broker on (ValueError when it names none)."""
         name = self.inter_broker_listener_name or DEFAULT_LISTENER
@@ -152,6 +148,10 @@ class BrokerConfig:
                 return lst
         raise ValueError(f"inter-broker listener {name!r} is none of this broker's listeners "
                          f"({', '.join(lst.name for lst in listeners)})")
+
+    def max_reauth_ms(self, listener_name: str) -> int:
+        """connections.max.reauth.ms of a listener (its own setting, else the broker's)."""
+        return self.listener_connections_max_reauth_ms.get(listener_name, self.connections_max_reauth_ms)
 
     @property
     def authenticating(self) -> bool:

@@ -267,20 +267,6 @@ def _apply_sasl_sessions(cfg, args) -> None:
     cfg.sasl_oauthbearer_required_scope = tuple(s for s in args.oauthbearer_required_scope.split(",") if s)
 
 
-def _apply_sasl_sessions(cfg, args) -> None:
-    """Re-authentication (KIP-368) and the OAUTHBEARER validator's options."""
-    if args.connections_max_reauth_ms < 0 or args.oauthbearer_clock_skew_ms < 0:
-        raise CliError("--connections-max-reauth-ms and --oauthbearer-clock-skew-ms must be >= 0")
-    cfg.connections_max_reauth_ms = args.connections_max_reauth_ms
-    for item in args.listener_reauth_ms:
-        name, sep, ms = item.partition("=")
-        if not sep or not name or not ms.isdigit():
-            raise CliError(f"--listener-reauth-ms wants NAME=MS, got {item!r}")
-        cfg.listener_connections_max_reauth_ms[name] = int(ms)
-    cfg.sasl_oauthbearer_clock_skew_ms = args.oauthbearer_clock_skew_ms
-    cfg.sasl_oauthbearer_required_scope = tuple(s for s in args.oauthbearer_required_scope.split(",") if s)
-
-
 def build_config(args):
     from ..broker.config import BrokerConfig
     if not 0 <= args.port <= 65535:
