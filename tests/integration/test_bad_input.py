@@ -10,12 +10,16 @@ from semel.client import Client
 from semel.protocol import records
 from semel.protocol.errors import KafkaError
 from semel.protocol.messages import decode_response, request_class
+from tests.support.brokers import module_broker
 from tests.support.wire import call, closed_by_peer, connect, recv_frame, request_bytes
 
 
-@pytest.fixture
-def small_broker(start_broker):
-    return start_broker("--max-request-bytes", "65536")
+@pytest.fixture(scope="module")
+def small_broker(tmp_path_factory):
+    """One broker for the module (each test uses its own topics): it must outlive
+    every bad input of every test, which _alive checks after each."""
+    with module_broker(tmp_path_factory, "bad-input", "--max-request-bytes", "65536") as b:
+        yield b
 
 
 def _alive(broker) -> None:
