@@ -1,6 +1,7 @@
 """Client: one connection to one broker, version negotiation, typed helpers."""
 from __future__ import annotations
 
+import select
 import socket
 import ssl
 import struct
@@ -60,6 +61,16 @@ class Client:
 
     def close(self) -> None:
         self.sock.close()
+
+    def idle_open(self) -> bool:
+        """For a connection kept idle between uses: False when the broker closed or reset
+        it meanwhile (an idle connection that reads as ready holds an end of stream or an
+        error, never an answer we wait for)."""
+        try:
+            ready, _, _ = select.select([self.sock], [], [], 0)
+        except (OSError, ValueError):
+            return False
+        return not ready
 
     def __enter__(self) -> "Client":
         return self

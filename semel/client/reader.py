@@ -97,6 +97,14 @@ class Cluster:
             c.close()
         self._conns.clear()
 
+    def drop_closed(self) -> None:
+        """Forget connections the brokers have closed (kept idle between uses, e.g. by a
+        Spark worker between tasks); they are reopened when next needed."""
+        for address, c in list(self._conns.items()):
+            if not c.idle_open():
+                c.close()
+                del self._conns[address]
+
     def __enter__(self) -> "Cluster":
         return self
 

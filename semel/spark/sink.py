@@ -53,7 +53,7 @@ from semel.client.client import Client, ClientError
 from semel.client import admin
 from semel.client import txn as wire
 from semel.protocol.errors import KafkaError
-from semel.spark import atomic
+from semel.spark import atomic, pool
 from semel.spark import options as opt
 
 TP = tuple[str, int]
@@ -178,11 +178,18 @@ def _header(h) -> tuple:
 
 # --- broker helpers -----------------------------------------------------------------
 
-def _connect(o: SinkOptions) -> Client:
+def _open(o: SinkOptions) -> Client:
     try:
         return Client(o.bootstrap, client_id="semel-spark-sink", timeout_s=o.request_timeout_ms / 1000)
     except ClientError as exc:
         raise SinkError(f"semel sink: {exc}") from None
+
+
+def _connect(o: SinkOptions):
+    """A connection to the broker for one write() or commit(), kept by the worker for
+    the next one (semel.spark.pool)."""
+    return pool.borrow(("sink", o.bootstrap, o.request_timeout_ms), lambda: _open(o),
+                       Client.idle_open, Client.close)
 
 
 def _retrying(o: SinkOptions, what: str, call):
@@ -607,20 +614,31 @@ class _BranchProducer:
         for tp in list(self.buf):
             self._send(tp)
 
+    def _add(self, tps: list[TP]) -> None:
+        t0 = time.perf_counter()
+        errs: dict[TP, KafkaError] = {}
+
+        def add() -> KafkaError:
+            errs.update(wire.add_partitions(self.c, self.st, tps))
+            # the cause, not the OPERATION_NOT_ATTEMPTED a broker gives the others of the request
+            bad = sorted((e for e in errs.values() if e != KafkaError.NONE),
+                         key=lambda e: e == KafkaError.OPERATION_NOT_ATTEMPTED)
+            return bad[0] if bad else KafkaError.NONE
+        err = _retrying(self.o, "AddPartitionsToTxn", add)
+        bad = next((tp for tp in tps if errs.get(tp) == err), tps[0])
+        _ok(err, f"AddPartitionsToTxn {bad[0]}-{bad[1]}")
+        self.added.update(tps)
+        self.send_s += time.perf_counter() - t0
+
     def _send(self, tp: TP) -> None:
         rows = self.buf.pop(tp, [])
         self.size.pop(tp, None)
         if not rows:
             return
-        t0 = time.perf_counter()
         if tp not in self.added:
-            errs = {}
-
-            def add() -> KafkaError:
-                errs.update(wire.add_partitions(self.c, self.st, [tp]))
-                return errs[tp]
-            _ok(_retrying(self.o, "AddPartitionsToTxn", add), f"AddPartitionsToTxn {tp[0]}-{tp[1]}")
-            self.added.add(tp)
+            # with every other partition that has rows waiting: one round trip, not one each
+            self._add([tp] + [t for t, waiting in self.buf.items() if waiting and t not in self.added])
+        t0 = time.perf_counter()
         err = _retrying(self.o, "Produce", lambda: wire.produce(self.c, self.st, tp[0], tp[1], rows)[0])
         _ok(err, f"Produce {tp[0]}-{tp[1]}")
         self.counts[tp] = self.counts.get(tp, 0) + len(rows)

@@ -27,6 +27,7 @@ from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, Str
 
 from ..client.reader import EARLIEST, LATEST, Cluster, ReaderError, read_range
 from . import options as opt
+from . import pool
 
 TP = tuple[str, int]
 
@@ -199,15 +200,20 @@ def _read(o: opt.SourceOptions, schema: StructType, part: RangePartition) -> Ite
     from pyspark.sql.pandas.types import to_arrow_schema
 
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
-    cluster = _connect(o, [part.topic])
-    try:
+    # The worker keeps its connections for its next task (semel.spark.pool): a Cluster
+    # learns the metadata of topics it does not know yet when it first needs a leader.
+    with pool.borrow(("source", o.bootstrap, o.request_timeout_ms), lambda: _connect(o, [part.topic]),
+                     _usable, Cluster.close) as cluster:
         with _broker_errors():
             for rows in read_range(cluster, (part.topic, part.partition), part.start, part.end,
                                    read_committed=o.read_committed, include_headers=o.include_headers,
                                    max_bytes=o.fetch_max_bytes, fail_on_data_loss=o.fail_on_data_loss):
                 yield _to_arrow(rows, part, arrow_schema)
-    finally:
-        cluster.close()
+
+
+def _usable(cluster: Cluster) -> bool:
+    cluster.drop_closed()  # reopened on first use
+    return True
 
 
 def _to_arrow(rows, part: RangePartition, arrow_schema):
