@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
 from semel.client import Client
+from tests.support import wait
 from tests.support.consume import read_values
 
 
@@ -107,11 +107,14 @@ def test_transaction_timeout_aborts_and_fences(tbroker):
     p.begin_transaction()
     p.produce("out", value="too-slow")
     p.flush(10)
-    time.sleep(2.5)  # the coordinator aborts it and bumps the epoch
-    with Client(tbroker.bootstrap) as c:
-        lso = [c.list_offset("out", i, -1, isolation=1) for i in range(3)]
-        hw = [c.list_offset("out", i, -1, isolation=0) for i in range(3)]
-    assert lso == hw  # nothing left open
+
+    def nothing_open():
+        with Client(tbroker.bootstrap) as c:
+            lso = [c.list_offset("out", i, -1, isolation=1) for i in range(3)]
+            hw = [c.list_offset("out", i, -1, isolation=0) for i in range(3)]
+        return lso == hw
+    # The coordinator aborts it (and bumps the epoch) once its 1 s timeout passed: polled, not slept.
+    wait.until(nothing_open, "the timed-out transaction aborted (LSO == high watermark)", timeout_s=30)
     with pytest.raises(KafkaException):
         p.commit_transaction(10)
     assert "too-slow" not in read_values(tbroker.bootstrap, "out", 3, "read_committed")
