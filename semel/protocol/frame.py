@@ -20,19 +20,21 @@ class FrameDecoder:
         self.max_frame_bytes = max_frame_bytes
         self._buf = bytearray()
 
-    def feed(self, data: bytes) -> list[bytes]:
-        """Complete frames (payloads, as bytes) from what is buffered plus `data`.
+    def feed(self, data: bytes) -> list[bytearray]:
+        """Complete frames (payloads) from what is buffered plus `data`.
 
         Each payload is copied once, straight out of `data` when nothing was
         buffered (the common case: whole requests per read), and only an
-        incomplete tail is kept."""
+        incomplete tail is kept. Frames are bytearrays that belong to the caller:
+        a produce request's records are views of its frame, and storage patches
+        their offsets in place instead of copying the payload again."""
         buf = self._buf
         if buf:
             buf += data
             src = buf
         else:
             src = data
-        frames: list[bytes] = []
+        frames: list[bytearray] = []
         pos = 0
         with memoryview(src) as view:
             end = len(view)
@@ -42,7 +44,7 @@ class FrameDecoder:
                     raise ProtocolError(f"frame size {size} outside 0..{self.max_frame_bytes}")
                 if end - pos - 4 < size:
                     break
-                frames.append(bytes(view[pos + 4:pos + 4 + size]))
+                frames.append(bytearray(view[pos + 4:pos + 4 + size]))
                 pos += 4 + size
             if src is not buf:
                 buf += view[pos:]

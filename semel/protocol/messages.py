@@ -18,6 +18,8 @@ from kafka.protocol.api_message import ApiMessage
 
 from .errors import KafkaError, ProtocolError
 from .fetch_response import encode_fetch
+from .produce_request import FAST_VERSIONS as FAST_PRODUCE_VERSIONS
+from .produce_request import Cursor, decode_produce
 
 
 def _collect(kind: str) -> dict[int, type[ApiMessage]]:
@@ -34,6 +36,7 @@ def _collect(kind: str) -> dict[int, type[ApiMessage]]:
 REQUEST_CLASSES = _collect("request")
 RESPONSE_CLASSES = _collect("response")
 API_VERSIONS_KEY = 18
+PRODUCE_KEY = 0
 FETCH_KEY = 1
 _HEAD = struct.Struct(">hhi")
 
@@ -73,8 +76,13 @@ def decode_request(frame: bytes, supported: dict[int, tuple[int, int]]) -> Reque
     lo, hi = supported[api_key]
     if not lo <= api_version <= hi:
         raise UnsupportedVersion(api_key, api_version, correlation_id)
+    view = memoryview(frame)
     try:
-        body = cls.decode(frame, version=api_version, header=True)
+        client_id, pos = _read_header(view, cls.flexible_version_q(api_version))
+        if api_key == PRODUCE_KEY and api_version in FAST_PRODUCE_VERSIONS:
+            # Records stay views of the frame (no copy): the produce hot path.
+            return Request(api_key, api_version, correlation_id, client_id, decode_produce(view, pos, api_version))
+        body = cls.decode(view[pos:], version=api_version)
     except Exception as exc:  # any malformed body is the client's fault
         # Bounded: the codec's message may quote the whole bad string (a log line per byte sent).
         raise ProtocolError(f"malformed api {api_key} v{api_version}: {_short(repr(exc))}") from None
@@ -83,8 +91,19 @@ def decode_request(frame: bytes, supported: dict[int, tuple[int, int]]) -> Reque
         # The codec reads length -1 as None for any array or string; Kafka's own parser
         # refuses it where the schema does not allow null, and handlers rely on that.
         raise ProtocolError(f"malformed api {api_key} v{api_version}: null {bad}")
-    hdr = body.header
-    return Request(api_key, api_version, correlation_id, hdr.client_id, body)
+    return Request(api_key, api_version, correlation_id, client_id, body)
+
+
+def _read_header(view: memoryview, flexible: bool) -> tuple[str | None, int]:
+    """(client_id, where the body starts). Read here rather than by the codec, whose
+    header decoder copies the whole frame into a BytesIO first. client_id is a
+    classic nullable string in every header version; v2 (flexible) adds tags."""
+    cur = Cursor(view, _HEAD.size, flexible=False)
+    client_id = cur.string(nullable=True)
+    if flexible:
+        cur.flexible = True
+        cur.skip_tags()
+    return client_id, cur.pos
 
 
 def _short(text: str, limit: int = 200) -> str:

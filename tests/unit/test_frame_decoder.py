@@ -1,5 +1,6 @@
 """FrameDecoder: any split of a byte stream into reads gives back exactly the frames
-sent, in order, with the incomplete tail kept for the next read."""
+sent, in order, with the incomplete tail kept for the next read. Each frame is a
+bytearray of its own (storage patches produce payloads in place)."""
 from __future__ import annotations
 
 import pytest
@@ -21,11 +22,16 @@ def test_any_split_gives_back_the_frames(payloads, cuts, as_view):
     for a, b in zip(points, points[1:]):
         chunk = stream[a:b]
         out = dec.feed(memoryview(chunk) if as_view else chunk)
-        assert all(type(f) is bytes for f in out)
+        assert all(type(f) is bytearray for f in out)
         got.extend(out)
+        for f in out:       # owned by the caller: writing to one leaves the rest alone
+            if f:
+                f[0] ^= 0xFF
+                f[0] ^= 0xFF
         # What is buffered is exactly the part of the stream not yet returned.
         assert dec.buffered == b - sum(4 + len(f) for f in got)
     assert got == payloads and dec.buffered == 0
+    assert len({id(f) for f in got}) == len(got)
 
 
 @pytest.mark.parametrize("size", [-1, 1001])
