@@ -23,6 +23,10 @@ the log, the active segment and the index arrays as one consistent picture.
 Lock order is always _io_lock, then _lock.
 append_async hands a large append's pwrite to a worker thread; memory follows only
 when the write is done, and every synchronous mutator settles such a write first.
+It also rolls a full segment in a worker thread (the old segment's fsync, its
+indexes, the new files, the directory fsync, the checkpoint), under the same
+append lock and settled the same way; the loop closes the old file afterwards,
+since a fetch on the loop may be reading it.
 """
 from __future__ import annotations
 
@@ -154,6 +158,7 @@ class PartitionLog:
         # append_async: one write at a time in a worker thread; memory follows in settle.
         self._append_lock: asyncio.Lock | None = None
         self._pending: _PendingWrite | None = None
+        self._pending_roll = None    # concurrent.futures.Future of a roll in a worker thread
 
     # ================================================================ opening & recovery
     @classmethod
@@ -374,6 +379,7 @@ class PartitionLog:
         """Append a produce payload already validated by split_batches (positions + headers).
 
         Offsets are assigned here. Raises AppendError (bad layout), StorageError (disk).
+        A writable memoryview is taken over: its batches' offsets are patched in place.
         """
         duplicate = self._admit(data, batches)
         if duplicate is not None:
@@ -412,6 +418,9 @@ class PartitionLog:
             _run_precheck(precheck)
             return self.append(data, batches)
         async with lock:
+            if self._roll_due(len(data), batches):
+                await self._roll_off_loop()
+            # Every check from here to the write runs without an await in between.
             _run_precheck(precheck)
             duplicate = self._admit(data, batches)
             if duplicate is not None:
@@ -430,8 +439,36 @@ class PartitionLog:
                 raise w.error
             return w.info
 
+    async def _roll_off_loop(self) -> None:
+        """_roll in a worker thread: its fsyncs no longer stall every connection. The
+        new segment starts at the log end as it is when the roll runs; a synchronous
+        mutator that comes meanwhile waits for the roll first (_settle_pending).
+        Raises StorageError when the roll failed (nothing was appended)."""
+        self._check_writable()
+        self._check_leading()
+        fut = self._pending_roll = _WRITERS.submit(self._roll, self.log_end_offset, False)
+        try:
+            await asyncio.shield(asyncio.wrap_future(fut))
+        except Exception:
+            pass                        # the roll's own error: settling reports it
+        finally:
+            if self._pending_roll is fut:
+                self._settle_roll()
+        fut.result()
+
+    def _settle_roll(self) -> None:
+        """Wait for a roll running in a worker thread; close the segment it sealed."""
+        fut, self._pending_roll = self._pending_roll, None
+        try:
+            old = fut.result()
+        except (StorageError, FutureCancelled):
+            return                      # append_async raises it to its caller
+        old.close()
+
     def _settle_pending(self) -> None:
-        """Wait for the write append_async handed to a thread and apply its outcome."""
+        """Wait for the roll or write append_async handed to a thread and apply its outcome."""
+        if self._pending_roll is not None:
+            self._settle_roll()
         w = self._pending
         if w is None:
             return
@@ -485,6 +522,7 @@ class PartitionLog:
         DeleteRecords while it was away), so nothing here can be continued: drop every
         record and start empty at `offset`. Producer state and epochs go too (the
         leader's batches from `offset` on rebuild what is still relevant)."""
+        self._settle_pending()   # first: a roll in a worker thread waits for _io_lock
         with self._io_lock:
             self._check_writable()
             if offset <= self.log_end_offset:
@@ -515,6 +553,7 @@ class PartitionLog:
         """An empty log (just reset) starts its segment at `base` instead, below its log
         start, so the leader's batch holding the log start can be stored whole; reads
         below the log start stay refused, as on the leader."""
+        self._settle_pending()   # first: a roll in a worker thread waits for _io_lock
         with self._io_lock:
             new = Segment(self.fs, self.directory, base)
             try:
@@ -545,6 +584,7 @@ class PartitionLog:
         boundaries). Producer state, the aborted-transaction index and the leader-epoch
         cache go back with it. Crash-safe: a crash midway leaves a checkpoint that no
         longer matches the segments, so the next open checks the whole log."""
+        self._settle_pending()   # first: a roll in a worker thread waits for _io_lock
         with self._io_lock:
             self._check_writable()
             if offset >= self.log_end_offset:
@@ -645,13 +685,13 @@ class PartitionLog:
                 self.epochs.assign(epoch, first)
             except OSError as exc:
                 raise StorageError(f"{self.directory}: cannot write the leader-epoch cache: {exc}") from exc
-        count = sum(h.last_offset_delta + 1 for _, h in batches)
-        seg = self._segments[-1]
-        if seg.size > 0 and (seg.size + len(data) > self.config.segment_bytes
-                             or first + count - 1 - seg.base > MAX_RELATIVE_OFFSET):
+        if self._roll_due(len(data), batches):
             self._roll(first)
-            seg = self._segments[-1]
-        buf = bytearray(data) if assign else data    # a follower writes the leader's bytes untouched
+        seg = self._segments[-1]
+        # A follower writes the leader's bytes untouched. A leader patches offsets (and
+        # epochs) in a writable view in place: the produce path hands over views of
+        # the request frame it owns (protocol.produce_request); anything else is copied.
+        buf = data if not assign or _writable_view(data) else bytearray(data)
         placed = []
         offset = first
         for pos, hdr in batches:
@@ -662,6 +702,16 @@ class PartitionLog:
             placed.append((pos, offset, hdr))
             offset += hdr.last_offset_delta + 1
         return _PendingWrite(seg, seg.size, buf, placed, first, offset, on_success)
+
+    def _roll_due(self, size: int, batches: list[tuple[int, BatchHeader]]) -> bool:
+        """Would `size` bytes of these batches overflow the active segment (bytes, or
+        offsets relative to its base)?"""
+        seg = self._segments[-1]
+        if seg.size == 0:
+            return False
+        count = sum(h.last_offset_delta + 1 for _, h in batches)
+        return (seg.size + size > self.config.segment_bytes
+                or self.log_end_offset + count - 1 - seg.base > MAX_RELATIVE_OFFSET)
 
     def _finish_write(self, w: "_PendingWrite", failure: BaseException | None) -> AppendInfo:
         """After the pwrite: cut a failed one back, else account for the batches."""
@@ -688,8 +738,9 @@ class PartitionLog:
             self._failed = f"could not undo a failed write ({exc}); reopen the log to recover"
             log.error("%s: %s", self.directory, self._failed)
 
-    def _roll(self, new_base: int) -> None:
-        """Start a new active segment at new_base; the old one is fsynced with its indexes."""
+    def _roll(self, new_base: int, close_old: bool = True) -> Segment:
+        """Start a new active segment at new_base; the old one is fsynced with its indexes.
+        Returns the old segment (closed unless close_old is False: see _roll_off_loop)."""
         with self._io_lock:
             old = self._segments[-1]
             new = Segment(self.fs, self.directory, new_base)
@@ -709,9 +760,11 @@ class PartitionLog:
                 self._segments.append(new)
                 self._bases.append(new_base)
             self.flushed_offset = max(self.flushed_offset, new_base)
-            old.close()
+            if close_old:
+                old.close()
             # checkpoint + producer snapshot at the new base (failure only costs restart time)
             self._flush_locked(force_checkpoint=True)
+            return old
 
     # ================================================================ reading
     @property
@@ -877,6 +930,7 @@ class PartitionLog:
         """Delete whole non-active segments past retention_ms (by their max timestamp) or
         while the log exceeds retention_bytes. Returns how many were deleted."""
         cfg = self.config
+        self._settle_pending()   # first: a roll in a worker thread waits for _io_lock
         with self._io_lock:
             self._check_writable()
             size = self.size_bytes()
@@ -909,6 +963,7 @@ class PartitionLog:
         """Drop whole non-active segments holding only offsets below `offset`; the
         log start moves to the first kept segment. For coordinators that have
         rewritten their live state at or after `offset` (compaction by rewrite)."""
+        self._settle_pending()   # first: a roll in a worker thread waits for _io_lock
         with self._io_lock:
             self._check_writable()
             doomed = []
@@ -935,6 +990,7 @@ class PartitionLog:
         and drop the whole segments below it. Nothing at or above `offset` is touched;
         a batch straddling it stays on disk but reads below the start are refused.
         Returns the log start offset after the call."""
+        self._settle_pending()   # first: a roll in a worker thread waits for _io_lock
         with self._io_lock:
             self._check_writable()
             if not 0 <= offset <= self.high_watermark:
@@ -988,6 +1044,7 @@ class PartitionLog:
         Crash-safe: the offset/time index files are emptied first (an empty sparse
         index is valid for either content), then the log file is replaced atomically,
         then the indexes are rebuilt. The aborted-transaction index is kept."""
+        self._settle_pending()   # first: a roll in a worker thread waits for _io_lock
         with self._io_lock:
             self._check_writable()
             seg = self._segment(base)
@@ -1086,6 +1143,10 @@ def _read_marker(batch: bytes) -> tuple[int | None, int]:
     kind = int.from_bytes(rec.key[2:4], "big", signed=True)
     epoch = int.from_bytes(rec.value[2:6], "big", signed=True) if rec.value and len(rec.value) >= 6 else -1
     return kind, epoch
+
+
+def _writable_view(data) -> bool:
+    return isinstance(data, memoryview) and not data.readonly
 
 
 def _run_precheck(precheck) -> None:

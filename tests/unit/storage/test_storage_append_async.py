@@ -1,8 +1,8 @@
-"""append_async (issue 11): a large append's pwrite runs in a worker thread while the
-event loop goes on. Seeded random interleavings of idempotent producers (with
-retries of their last batch), transaction markers written synchronously in the
-middle of a pending write, group-commit flushes, slow and failing writes, and
-readers; after every step:
+"""append_async (issue 11): a large append's pwrite, and the roll of a full segment
+(its fsyncs), run in a worker thread while the event loop goes on. Seeded random
+interleavings of idempotent producers (with retries of their last batch), transaction
+markers written synchronously in the middle of a pending write or roll, group-commit
+flushes, slow and failing writes, slow fsyncs, and readers; after every step:
 
 - the log reads back as contiguous offsets up to its end, every byte below the end
   is a whole, CRC-correct batch, and nothing is readable at or past the end;
@@ -10,11 +10,14 @@ readers; after every step:
   every append answered before it was called;
 - every acknowledged batch (answered, then flushed) is in the log exactly once at
   the offsets it was given, and a retry of it got those same offsets;
+- acknowledged == durable: when the flush returns, the batch lies wholly within the
+  bytes of its segment file that an fsync covered;
 - flushed offset <= log end; after close and reopen every acknowledged batch is still there.
 """
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import time
 
@@ -32,16 +35,32 @@ CFG = LogConfig(segment_bytes=600_000, index_interval_bytes=4096)
 
 
 class SlowFaultyFS(FaultyFileSystem):
-    """pwrites sleep a random while (in the worker thread) so the loop interleaves."""
+    """pwrites and fsyncs sleep a random while (in worker threads) so the loop
+    interleaves; each fsync of a file records how many of its bytes it covered."""
 
     def __init__(self, rng: random.Random):
         super().__init__()
         self.rng = rng
+        self.synced: dict[str, int] = {}
 
     def pwrite(self, f, data, offset):
         if len(data) >= OFFLOOP_WRITE_BYTES:
             time.sleep(self.rng.random() * 0.004)
         super().pwrite(f, data, offset)
+
+    def fsync(self, f):
+        size = os.fstat(f.fd).st_size
+        time.sleep(self.rng.random() * 0.002)
+        super().fsync(f)
+        self.synced[str(f.path)] = size
+
+
+def durable(fs: SlowFaultyFS, plog: PartitionLog, first: int, last: int) -> bool:
+    """Is the batch first..last wholly inside the fsynced bytes of its segment file?"""
+    path = plog.segment_path(first)
+    with open(path, "rb") as f:
+        data = f.read(fs.synced.get(path, 0))
+    return any(h.base_offset == first and h.last_offset == last for _, h in iter_batches(data))
 
 
 def check_log(plog: PartitionLog) -> dict[int, tuple[int, bytes]]:
@@ -104,6 +123,7 @@ async def scenario(tmp_path, seed: int) -> None:
             assert all(info.first_offset > last for _, last in called_after)
         answered.append((me, info.first_offset, info.last_offset))
         await flusher.sync(plog, info.last_offset + 1)
+        assert durable(fs, plog, info.first_offset, info.last_offset), "acknowledged before durable"
         key = (pid, seq)
         if key in acked:
             assert acked[key] == (info.first_offset, info.last_offset), "a retry got other offsets"
@@ -176,6 +196,82 @@ def test_a_synchronous_append_waits_for_the_pending_write_and_lands_after_it(tmp
             assert info.first_offset == 80   # after the pending write, which settled first
             assert (await task).first_offset == 0
             assert sorted(check_log(plog)) == [0, 80]
+        finally:
+            plog.close()
+    asyncio.run(run())
+
+
+class GatedFS(FaultyFileSystem):
+    """fsyncs of segment files wait on `gate` (in the worker thread doing a roll)."""
+
+    def __init__(self):
+        super().__init__()
+        import threading
+        self.gate = threading.Event()
+        self.gate.set()
+        self.entered = threading.Event()
+
+    def fsync(self, f):
+        if str(f.path).endswith(".log") and not self.gate.is_set():
+            self.entered.set()
+            self.gate.wait(10)
+        super().fsync(f)
+
+
+def _fill(plog: PartitionLog) -> None:
+    """Appends until the next 90 KiB append rolls the segment."""
+    while plog._segments[-1].size + 92_000 <= CFG.segment_bytes:
+        raw = batch([b"f" * 1000] * 60)
+        plog.append(raw, split_batches(raw)[0])
+
+
+def test_a_roll_runs_off_the_loop_and_a_marker_meanwhile_lands_after_it(tmp_path):
+    """While a roll's fsync is held in its worker thread the loop keeps running; a
+    marker written meanwhile waits for the roll, lands first in the new segment, and
+    the append that rolled comes after it."""
+    async def run():
+        fs = GatedFS()
+        plog = PartitionLog.open(tmp_path / "r", CFG, fs)
+        try:
+            _fill(plog)
+            end = plog.log_end_offset
+            fs.gate.clear()
+            big = batch([b"b" * 1000] * 90)
+            task = asyncio.create_task(plog.append_async(big, split_batches(big)[0]))
+            while not fs.entered.is_set():
+                await asyncio.sleep(0.001)    # the loop runs while the roll's fsync waits
+            assert plog._pending_roll is not None and not task.done()
+            txn = batch([b"t"], pid=9, epoch=0, seq=0, txn=True)
+            threading_release = asyncio.get_running_loop().call_later(0.05, fs.gate.set)
+            plog.append(txn, split_batches(txn)[0])      # waits for the roll, then lands
+            marker = plog.append_control(CONTROL_COMMIT, 9, 0, 0)
+            threading_release.cancel()
+            assert plog.segment_bases[-1] == end                 # the new segment starts at the old end
+            assert marker.first_offset == end + 1
+            info = await task
+            assert info.first_offset == end + 2 and plog.flushed_offset >= end
+            check_log(plog)
+        finally:
+            fs.gate.set()
+            plog.close()
+    asyncio.run(run())
+
+
+def test_a_failed_roll_fails_the_append_and_writes_nothing(tmp_path):
+    async def run():
+        fs = FaultyFileSystem()
+        plog = PartitionLog.open(tmp_path / "f", CFG, fs)
+        try:
+            _fill(plog)
+            end, bases = plog.log_end_offset, plog.segment_bases
+            fs.fail_next_fsync(1, ".log")
+            big = batch([b"b" * 1000] * 90)
+            with pytest.raises(AppendError):
+                await plog.append_async(big, split_batches(big)[0])
+            assert plog.log_end_offset == end and plog.segment_bases == bases
+            info = await plog.append_async(big, split_batches(big)[0])    # the next one rolls
+            assert info.first_offset == end and plog.segment_bases == bases + [end]
+            check_log(plog)
         finally:
             plog.close()
     asyncio.run(run())
