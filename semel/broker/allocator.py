@@ -12,7 +12,8 @@ and clear_page were a quarter of the samples before). The cost is memory: up
 to trim_threshold of freed heap stays with the process.
 
 An operator's MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ (glibc's own
-environment settings) win over these; on a libc without mallopt nothing changes.
+environment settings) win over these; SEMEL_MALLOC_TUNING=off leaves glibc's
+defaults (for A/B measurements); on a libc without mallopt nothing changes.
 """
 from __future__ import annotations
 
@@ -30,11 +31,12 @@ M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD_BYTES = 4 * 1024 * 1024
 TRIM_THRESHOLD_BYTES = 32 * 1024 * 1024
 OPERATOR_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
+SWITCH = "SEMEL_MALLOC_TUNING"    # "off": leave glibc's defaults
 
 
 def tune_allocator(mmap_threshold: int = MMAP_THRESHOLD_BYTES, trim_threshold: int = TRIM_THRESHOLD_BYTES) -> bool:
-    """Applies the thresholds; False when left alone (operator settings, no glibc)."""
-    if any(name in os.environ for name in OPERATOR_SETTINGS):
+    """Applies the thresholds; False when left alone (operator settings, switched off, no glibc)."""
+    if any(name in os.environ for name in OPERATOR_SETTINGS) or os.environ.get(SWITCH, "").lower() == "off":
         return False
     mallopt = _mallopt()
     if mallopt is None:

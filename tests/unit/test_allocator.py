@@ -54,3 +54,11 @@ def test_large_buffers_stay_in_the_heap_on_glibc():
 @pytest.mark.parametrize("name", ["MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"])
 def test_an_operators_setting_wins(name):
     assert _probe("tune", **{name: "131072"})[0] == "False"
+
+
+def test_switched_off_leaves_glibcs_defaults():
+    """SEMEL_MALLOC_TUNING=off (the benchmarks' A/B switch): not applied, and the read
+    path faults pages in as with the defaults."""
+    applied, faults = _probe("tune", SEMEL_MALLOC_TUNING="off")
+    assert applied == "False"
+    assert faults > 10_000, faults
