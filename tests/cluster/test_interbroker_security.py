@@ -12,7 +12,8 @@ where anyone is User:ANONYMOUS.
 - a principal that is not a broker (alice, who may read and write the topics, or
   ANONYMOUS) faking a follower's Fetch or the coordinator's WriteTxnMarkers gets
   CLUSTER_AUTHORIZATION_FAILED and nothing is served or written (read back as the
-  super user `admin`); one that never logged in is disconnected;
+  super user `admin`); one that never logged in is disconnected; OffsetForLeaderEpoch
+  takes ClusterAction (carol, by an ACL) or Describe on the topic (alice);
 - a broker that lacks a credential refuses to start, in one line.
 """
 from __future__ import annotations
@@ -40,7 +41,7 @@ from tests.support.txn import call
 from tests.support.wait import until
 
 E = KafkaError
-PASSWORDS = {"broker": "broker-secret", "admin": "admin-secret", "alice": "alice-secret"}
+PASSWORDS = {"broker": "broker-secret", "admin": "admin-secret", "alice": "alice-secret", "carol": "carol-secret"}
 PARTS = 3
 
 
@@ -93,9 +94,11 @@ def secured(tmp_path_factory):
     cluster.brokers[0].extra_args += ["--listener", f"PLAINTEXT://127.0.0.1:{plain_port}"]
     s = Secured(cluster, ca, plain_port)
     cluster.connect = partial(s.client, user="admin")
-    for b in cluster.brokers:   # alice may do anything with the ib- topics, nothing on the cluster
+    for b in cluster.brokers:   # alice: anything with the ib- topics, nothing on the cluster; carol: the reverse
         assert semel_main(["acl", "add", "--data-dir", str(b.data_dir), "--allow", "User:alice",
                            "--operation", "all", "--topic", "ib-", "--prefixed"]) == 0
+        assert semel_main(["acl", "add", "--data-dir", str(b.data_dir), "--allow", "User:carol",
+                           "--operation", "cluster-action", "--cluster"]) == 0
     try:
         cluster.start()
         wait_brokers(cluster, {0, 1, 2})
@@ -127,6 +130,15 @@ def fetch(c: Client, topic: str, partition: int, replica_id: int):
                 topics=[T(topic=topic, partitions=[T.FetchPartition(
                     partition=partition, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1,
                     log_start_offset=-1, partition_max_bytes=1 << 20)])])
+
+
+def epoch_end(c: Client, topic: str, partition: int, replica_id: int):
+    """OffsetForLeaderEpoch v4 for epoch 0 as a follower asks it; (error, end offset)."""
+    T = request_class(23).OffsetForLeaderTopic
+    r = call(c, 23, 4, replica_id=replica_id, topics=[T(topic=topic, partitions=[T.OffsetForLeaderPartition(
+        partition=partition, current_leader_epoch=-1, leader_epoch=0)])])
+    (p,) = r.topics[0].partitions
+    return E(p.error_code), p.end_offset
 
 
 def write_marker(c: Client, topic: str, partition: int, pid: int, epoch: int, commit: bool = True):
@@ -215,6 +227,18 @@ def test_replica_fetch_needs_cluster_action(secured):
     assert (s.offsets("ib-fetch", part), partitions(s.cluster, "ib-fetch")[part]) == before
 
 
+def test_offset_for_leader_epoch_needs_cluster_action_or_describe(secured):
+    s = secured
+    create(s, "ib-epochs")
+    part = led_by(s, "ib-epochs", 0)
+    hw, _ = s.offsets("ib-epochs", part)
+    for user in ("carol", "alice"):   # ClusterAction granted by an ACL; Describe on the topic (KIP-320)
+        with s.client(s.cluster.brokers[0].bootstrap, user) as c:
+            assert epoch_end(c, "ib-epochs", part, 1) == (E.NONE, hw), user
+    with s.anonymous() as c:                                  # neither
+        assert epoch_end(c, "ib-epochs", part, 2)[0] == E.TOPIC_AUTHORIZATION_FAILED
+
+
 def test_fetch_before_login_closes_the_connection(secured):
     s = secured
     with s.client(s.cluster.brokers[0].bootstrap, user=None) as c:
@@ -279,6 +303,18 @@ def test_cluster_start_wants_the_password_with_the_user(tmp_path, capsys, monkey
     assert semel_main(["cluster", "start", "--data-dir", str(tmp_path), "--inter-broker-user", "b",
                        "--inter-broker-password-env", "IB_UNSET"]) == 2
     assert "$IB_UNSET is not set" in capsys.readouterr().err
+
+
+def test_cluster_start_passes_the_login_on(monkeypatch):
+    from types import SimpleNamespace
+
+    from semel.cli.cluster import _inter_broker
+    monkeypatch.setenv("IB_PW", "secret")
+    flags, users = _inter_broker(SimpleNamespace(inter_broker_user="broker", inter_broker_password_env="IB_PW"))
+    assert flags == ["--inter-broker-user", "broker", "--inter-broker-password-env", "IB_PW",
+                     "--super-user", "User:broker"]
+    assert users == {"broker": "secret"}
+    assert _inter_broker(SimpleNamespace(inter_broker_user=None, inter_broker_password_env=None)) == ([], {})
 
 
 def test_dialer_from_config(tmp_path):
