@@ -334,6 +334,58 @@ def test_dialer_from_config(tmp_path):
     assert (plain.listener, plain.mechanism, plain.ssl_context, plain.principal) == ("DEFAULT", None, None, None)
 
 
+# --- TLS between brokers, against one mTLS broker -------------------------------------------
+
+@pytest.fixture(scope="module")
+def mtls(tmp_path_factory):
+    """A broker whose SSL listener wants a client certificate from the test CA."""
+    from tests.support.brokers import module_broker
+    d = tmp_path_factory.mktemp("interbroker-mtls")
+    ca, cert, key = make_certs(d)
+    with module_broker(tmp_path_factory, "interbroker-mtls-broker", "--security-protocol", "SSL",
+                       "--ssl-certfile", str(cert), "--ssl-keyfile", str(key), "--ssl-client-auth", "required",
+                       "--ssl-cafile", str(ca)) as b:
+        yield b, d
+
+
+def _dial(dialer: PeerDialer, host: str, port: int):
+    """ApiVersions over a dialed connection: its error code, or the exception the dial raised."""
+    import asyncio
+
+    async def go():
+        conn = await dialer.connect(BrokerInfo(0, host, port), "semel-replica-1")
+        try:
+            return (await conn.call(18, 0, 10)).error_code
+        finally:
+            conn.close()
+    try:
+        return asyncio.run(go())
+    except Exception as exc:   # what the caller (a fetcher, the marker channel) would see
+        return exc
+
+
+def test_tls_to_a_peer_checks_its_certificate_and_presents_ours(mtls, tmp_path):
+    from semel.cluster.peer import PeerAuthError
+    from tests.support.certs import make_client_cert
+    broker, d = mtls
+    cert, key = make_client_cert(d, "broker-1", unit="brokers")
+
+    def dialer(ca, certfile=None, keyfile=None) -> PeerDialer:
+        return PeerDialer.from_config(BrokerConfig(data_dir=tmp_path, security_protocol="SSL", ssl_cafile=str(ca),
+                                                   ssl_certfile=certfile, ssl_keyfile=keyfile))
+    ok = dialer(d / "ca.pem", str(cert), str(key))
+    assert _dial(ok, "127.0.0.1", broker.port) == 0          # its certificate checked, ours accepted
+    # The peer's certificate names 127.0.0.1, not localhost: refused before any request.
+    assert isinstance(_dial(ok, "localhost", broker.port), PeerAuthError)
+    other = tmp_path / "other"
+    other.mkdir()
+    make_certs(other)                                        # a CA that did not sign the peer
+    assert isinstance(_dial(dialer(other / "ca.pem", str(cert), str(key)), "127.0.0.1", broker.port), PeerAuthError)
+    # Without a certificate of ours the peer ends the session (TLS 1.3: at the first read).
+    refused = _dial(dialer(d / "ca.pem"), "127.0.0.1", broker.port)
+    assert isinstance(refused, (OSError, EOFError)), refused
+
+
 def test_broker_info_addresses():
     info = BrokerInfo(1, "10.0.0.1", 9092, endpoints=(("INTERNAL", "10.0.0.1", 9192),))
     assert info.address("DEFAULT") == ("10.0.0.1", 9092)
