@@ -11,6 +11,16 @@ box with perf: a 200 MiB upload read through the broker's stream path cost
 and clear_page were a quarter of the samples before). The cost is memory: up
 to trim_threshold of freed heap stays with the process.
 
+The threshold must sit above the largest buffer the broker makes routinely. A
+fixed threshold turns off glibc's dynamic one (which rises to the size of any
+mapped chunk freed, up to 32 MiB), so a buffer just above it is mapped and
+faulted in on every use. At 4 MiB that hit every full Fetch: one pread of
+max_fetch_response_bytes (4 MiB) plus the index walk (64 KiB) per response,
+1,041 page faults each, 0.75 s of CPU per GB served more than glibc's defaults
+(measured here; it was the 4x8 100 B consume regression of issue 11). Hence 32
+MiB, glibc's own ceiling, and trimming above 64 MiB; a test keeps the Fetch
+read below it.
+
 An operator's MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ (glibc's own
 environment settings) win over these; SEMEL_MALLOC_TUNING=off leaves glibc's
 defaults (for A/B measurements); on a libc without mallopt nothing changes.
@@ -28,8 +38,8 @@ log = logging.getLogger("semel.broker")
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
 
-MMAP_THRESHOLD_BYTES = 4 * 1024 * 1024
-TRIM_THRESHOLD_BYTES = 32 * 1024 * 1024
+MMAP_THRESHOLD_BYTES = 32 * 1024 * 1024
+TRIM_THRESHOLD_BYTES = 64 * 1024 * 1024
 OPERATOR_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
 SWITCH = "SEMEL_MALLOC_TUNING"    # "off": leave glibc's defaults
 
