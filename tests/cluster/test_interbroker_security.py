@@ -239,6 +239,15 @@ def test_offset_for_leader_epoch_needs_cluster_action_or_describe(secured):
         assert epoch_end(c, "ib-epochs", part, 2)[0] == E.TOPIC_AUTHORIZATION_FAILED
 
 
+def test_metadata_answers_with_the_listener_asked_on(secured):
+    s = secured
+    main = {n: b.port for n, b in enumerate(s.cluster.brokers)}
+    with s.client(s.cluster.brokers[1].bootstrap) as c:
+        assert {b.node_id: b.port for b in c.metadata([]).brokers} == main
+    with s.anonymous() as c:   # only broker 0 has a PLAINTEXT listener: the others answer with their main one
+        assert {b.node_id: b.port for b in c.metadata([]).brokers} == {**main, 0: s.plain_port}
+
+
 def test_fetch_before_login_closes_the_connection(secured):
     s = secured
     with s.client(s.cluster.brokers[0].bootstrap, user=None) as c:

@@ -99,11 +99,19 @@ def _cluster_metadata(ctx, req):
                  for st in view.topic_partitions(name)]
         topics.append(T(error_code=0, name=name, topic_id=uuid.UUID(info.topic_id), is_internal=False,
                         partitions=parts))
-    brokers = [cls.MetadataResponseBroker(node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
-               for b in sorted(live.values(), key=lambda b: b.node_id)]
+    brokers = [cls.MetadataResponseBroker(node_id=b.node_id, host=host, port=port, rack=b.rack)
+               for b in sorted(live.values(), key=lambda b: b.node_id) for host, port in [_address(ctx, b)]]
     controller = view.controller_id()
     return ctx.response(throttle_time_ms=0, brokers=brokers, cluster_id=ctx.broker.config.cluster_id,
                         controller_id=-1 if controller is None else controller, topics=topics)
+
+
+def _address(ctx, info) -> tuple[str, int]:
+    """Where a client on this request's listener reaches broker `info` (a BrokerInfo): that
+    broker's listener of the same name, as Kafka answers per listener, else its main one
+    (a broker that registered no such listener)."""
+    listener = getattr(ctx.connection, "listener", None)
+    return (info.address(listener.name) if listener is not None else None) or (info.host, info.port)
 
 
 def _cluster_requested_name(t, known):
@@ -127,6 +135,7 @@ async def find_coordinator(ctx, req):
         if info is None:
             return ctx.response(error_code=KafkaError.COORDINATOR_NOT_AVAILABLE, error_message=None,
                                 node_id=-1, host="", port=-1)
-        return ctx.response(error_code=0, error_message=None, node_id=info.node_id, host=info.host, port=info.port)
+        host, port = _address(ctx, info)
+        return ctx.response(error_code=0, error_message=None, node_id=info.node_id, host=host, port=port)
     return ctx.response(error_code=0, error_message=None, node_id=cfg.node_id,
                         host=cfg.advertised, port=ctx.listener_port)
