@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.request
 
 import confluent_kafka as ck
 import pytest
@@ -305,3 +306,15 @@ def test_token_within_clock_skew_and_lifetime_capped_by_exp(sec):
     resp = oauth_login(sock, initial_response(token(), authzid="bob"))   # authzid must be the sub
     assert resp.error_code == KafkaError.SASL_AUTHENTICATION_FAILED
     assert wire.closed_by_peer(sock)
+
+
+def test_made_up_mechanisms_share_one_failed_login_series(sec):
+    before = failed_logins(sec, "unsupported")
+    for i in range(5):
+        sock = wire.connect(sec.broker.bootstrap)
+        resp = wire.call(sock, 17, 1, mechanism=f"MADE-UP-{i}")
+        assert resp.error_code == KafkaError.UNSUPPORTED_SASL_MECHANISM
+        assert wire.closed_by_peer(sock)
+    text = urllib.request.urlopen(f"http://127.0.0.1:{sec.metrics_port}/metrics", timeout=10).read().decode()
+    assert "MADE-UP" not in text
+    assert failed_logins(sec, "unsupported") == before + 5

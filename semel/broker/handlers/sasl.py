@@ -96,5 +96,8 @@ def _auth_response(ctx, code: KafkaError, message: str | None, token: bytes = b"
 
 
 def _failed(ctx, mechanism: str, why: str) -> None:
-    ctx.broker.metrics.failed_logins.labels(mechanism or "?").inc()
+    # The label is an enabled mechanism or "unsupported": a client naming made-up
+    # mechanisms must not grow the metric by a series each.
+    label = mechanism if mechanism in ctx.broker.config.sasl_enabled_mechanisms else "unsupported"
+    ctx.broker.metrics.failed_logins.labels(label).inc()
     bad_input_log.warning("failed login from %s (%s): %s", ctx.peer, mechanism, why)
