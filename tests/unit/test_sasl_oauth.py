@@ -172,3 +172,22 @@ def test_deleted_user_fails_the_reauthentication(tmp_path):
     with pytest.raises(AuthFailed):
         plain(s, "alice")
     assert s.state is State.FAILED and s.principal is None
+
+
+# --- property: what a client writes, the broker reads back ------------------------
+
+from hypothesis import given, strategies as st  # noqa: E402
+
+_ascii = st.text(st.characters(min_codepoint=0x02, max_codepoint=0x7F), min_size=1, max_size=20)
+_ext_value = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=20)
+
+
+@given(authzid=st.one_of(st.none(), _ascii),
+       extensions=st.dictionaries(st.from_regex(r"[A-Za-z]{1,8}", fullmatch=True).filter(lambda k: k != "auth"),
+                                  _ext_value, max_size=3),
+       sub=st.text(min_size=1, max_size=30).filter(str.strip), life_s=st.floats(0.002, 1e6))
+def test_any_well_formed_response_round_trips_and_validates(authzid, extensions, sub, life_s):
+    compact = unsecured_token({"sub": sub, "iat": NOW, "exp": NOW + life_s})
+    assert parse_initial_response(initial_response(compact, authzid, **extensions)) == (authzid, compact)
+    t = validate_unsecured(compact, ValidatorConfig(), NOW_MS)
+    assert t.principal == sub and t.expires_ms == int(round((NOW + life_s) * 1000))
