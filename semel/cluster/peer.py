@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import ssl
 import struct
 import time
@@ -30,6 +31,7 @@ log = logging.getLogger("semel.cluster.peer")
 _SIZE = struct.Struct(">i")
 _CORR = struct.Struct(">i")
 _SASL_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")   # strongest first
+_SASL_APIS = (17, 36)   # SaslHandshake, SaslAuthenticate
 
 
 class PeerError(Exception):
@@ -48,6 +50,10 @@ class PeerConnection:
         self.client_id = client_id
         self._max_frame = max_frame
         self._corr = 0
+        # KIP-368: the login to repeat, and when (None: the peer set no session lifetime).
+        self._login: tuple[str, str, str, float] | None = None
+        self._reauth_at: float | None = None
+        self._lifetime_ms = 0
 
     @classmethod
     async def open(cls, host: str, port: int, client_id: str, *, timeout_s: float = 10.0,
@@ -56,7 +62,11 @@ class PeerConnection:
         return cls(reader, writer, client_id, max_frame)
 
     async def call(self, api_key: int, version: int, timeout_s: float, **fields) -> Any:
-        """Send one request and wait for its response (asyncio.TimeoutError past timeout_s)."""
+        """Send one request and wait for its response (asyncio.TimeoutError past timeout_s).
+        A login whose session is about to end is renewed first (KIP-368): the peer would
+        close the connection at the first other request after it ended."""
+        if self._reauth_at is not None and api_key not in _SASL_APIS and time.monotonic() >= self._reauth_at:
+            await self.login(*self._login)
         self._corr += 1
         body = request_class(api_key)(version=version, **fields)
         self._writer.write(encode_request(api_key, version, self._corr, self.client_id, body))
@@ -81,7 +91,10 @@ class PeerConnection:
         self._writer.close()
 
     async def login(self, mechanism: str, username: str, password: str, timeout_s: float) -> None:
-        """SaslHandshake v1 then SaslAuthenticate (KIP-152 framing); PeerAuthError when refused."""
+        """SaslHandshake v1 then SaslAuthenticate (KIP-152 framing); PeerAuthError when refused.
+        Where the peer answers with a session lifetime, `call` logs in again at 85-95% of it
+        (Kafka's client does the same), on this connection, between two requests."""
+        self._reauth_at, self._lifetime_ms = None, 0
         resp = await self.call(17, 1, timeout_s, mechanism=mechanism)
         if resp.error_code:
             raise PeerAuthError(f"SASL {mechanism}: {KafkaError(resp.error_code).name} "
@@ -93,14 +106,18 @@ class PeerConnection:
             while True:
                 token = steps.send(await self._sasl_step(token, timeout_s))
         except StopIteration:
-            return
+            pass
         except ScramException as exc:   # the peer's proof is wrong: it does not know the user
             raise PeerAuthError(f"SASL {mechanism}: {exc}") from None
+        self._login = (mechanism, username, password, timeout_s)
+        if self._lifetime_ms > 0:
+            self._reauth_at = time.monotonic() + self._lifetime_ms / 1000 * random.uniform(0.85, 0.95)
 
     async def _sasl_step(self, data: bytes, timeout_s: float) -> bytes:
         resp = await self.call(36, 2, timeout_s, auth_bytes=data)
         if resp.error_code:
             raise PeerAuthError(f"SASL login refused: {resp.error_message or KafkaError(resp.error_code).name}")
+        self._lifetime_ms = resp.session_lifetime_ms or 0
         return resp.auth_bytes or b""
 
 

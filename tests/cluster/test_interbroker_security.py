@@ -13,7 +13,9 @@ where anyone is User:ANONYMOUS.
   ANONYMOUS) faking a follower's Fetch or the coordinator's WriteTxnMarkers gets
   CLUSTER_AUTHORIZATION_FAILED and nothing is served or written (read back as the
   super user `admin`); one that never logged in is disconnected; OffsetForLeaderEpoch
-  takes ClusterAction (carol, by an ACL) or Describe on the topic (alice);
+  takes ClusterAction (carol, by an ACL) or Describe on the topic (alice); the brokers'
+  logins on INTERNAL last 1.5 s (KIP-368) and are renewed on their connections, never
+  left to expire;
 - a broker that lacks a credential refuses to start, in one line.
 """
 from __future__ import annotations
@@ -43,6 +45,8 @@ from tests.support.wait import until
 E = KafkaError
 PASSWORDS = {"broker": "broker-secret", "admin": "admin-secret", "alice": "alice-secret", "carol": "carol-secret"}
 PARTS = 3
+# Logins on the brokers' listener last this long (KIP-368): their connections must log in again.
+REAUTH_MS = 1500
 
 
 class Secured:
@@ -85,7 +89,8 @@ def secured(tmp_path_factory):
     ca, cert, key = make_certs(d)
     args = ["--security-protocol", "SASL_SSL", "--ssl-certfile", str(cert), "--ssl-keyfile", str(key),
             "--ssl-cafile", str(ca), "--listener", "INTERNAL://127.0.0.1:0", "--listener-protocol",
-            "INTERNAL=SASL_SSL", "--inter-broker-listener", "INTERNAL", "--inter-broker-sasl-mechanism",
+            "INTERNAL=SASL_SSL", "--listener-reauth-ms", f"INTERNAL={REAUTH_MS}",
+            "--inter-broker-listener", "INTERNAL", "--inter-broker-sasl-mechanism",
             "SCRAM-SHA-512", "--inter-broker-user", "broker", "--inter-broker-password-env", "SEMEL_IB_PASSWORD",
             "--super-user", "User:broker", "--super-user", "User:admin", "--group-initial-rebalance-delay-ms", "0"]
     cluster = LocalCluster(d / "cluster", 3, lease_ttl_s=2, broker_args=args,
@@ -106,8 +111,10 @@ def secured(tmp_path_factory):
     finally:
         cluster.stop()
         cluster.close()
-    for b in cluster.brokers:   # the dialer logs every refusal: none may have happened
-        assert "refused us" not in b.log_path.read_text(errors="replace"), b.log_path
+    logs = [b.log_path.read_text(errors="replace") for b in cluster.brokers]
+    for log in logs:   # the dialer logs every refusal, the brokers every session left to expire: none
+        assert "refused us" not in log and "without a re-authentication" not in log, log[-3000:]
+    assert any("re-authenticated as User:broker" in log for log in logs)
 
 
 def create(s: Secured, topic: str) -> None:
