@@ -43,6 +43,19 @@ def local_leader(view, node_id: int, tp: tuple[str, int]) -> bool:
     return st is not None and st.leader == node_id
 
 
+def partition_gone(view, tp: tuple[str, int]) -> bool:
+    """Was tp's topic deleted (or created again with fewer partitions)? Then no marker is
+    left to write there, as Kafka's coordinator drops markers of deleted partitions. A
+    topic the view does not know at all is not gone: the view may only lag."""
+    topics, deleted = getattr(view, "topics", None), getattr(view, "deleted_topics", None)
+    if topics is None or deleted is None:
+        return False
+    live = topics().get(tp[0])
+    if live is not None:
+        return tp[1] >= live.partitions
+    return tp[0] in deleted()
+
+
 class MarkerChannel:
     def __init__(self, view, node_id: int, timeout_s: float, dialer: PeerDialer | None = None):
         self.view = view
@@ -66,7 +79,7 @@ class MarkerChannel:
         partitions on one broker cost one round trip, not one each."""
         st = self.view.partition(*tp)
         if st is None:
-            return KafkaError.UNKNOWN_TOPIC_OR_PARTITION
+            return KafkaError.NONE if partition_gone(self.view, tp) else KafkaError.UNKNOWN_TOPIC_OR_PARTITION
         if st.leader < 0 or st.leader not in self.view.brokers():
             return KafkaError.LEADER_NOT_AVAILABLE
         done = asyncio.get_running_loop().create_future()

@@ -48,6 +48,18 @@ def test_a_failed_request_fails_each_of_its_markers_and_unknown_leaders_are_valu
     assert asyncio.run(ch.write(("t", 0), False, 7, 1, 0)) == E.LEADER_NOT_AVAILABLE
 
 
+def test_markers_of_a_deleted_partition_are_dropped_not_retried_for_ever():
+    from types import SimpleNamespace
+    ch, table = channel()
+    ch._send = None          # nothing may be sent
+    live = {"t": SimpleNamespace(partitions=3), "again": SimpleNamespace(partitions=1)}
+    ch.view.topics = lambda: live
+    ch.view.deleted_topics = lambda: {"gone": SimpleNamespace(partitions=2)}
+    assert asyncio.run(ch.write(("gone", 1), True, 7, 1, 0)) == E.NONE           # deleted
+    assert asyncio.run(ch.write(("again", 2), True, 7, 1, 0)) == E.NONE          # created again, smaller
+    assert asyncio.run(ch.write(("unseen", 0), True, 7, 1, 0)) == E.UNKNOWN_TOPIC_OR_PARTITION   # view lags
+
+
 def test_request_groups_partitions_per_marker_and_answers_map_back():
     fut = None
     batch = [((7, 1, True, 3), ("a", 0), fut), ((7, 1, True, 3), ("a", 1), fut), ((7, 1, True, 3), ("b", 0), fut),
