@@ -159,7 +159,8 @@ class PeerDialer:
         PeerError or PeerAuthError otherwise."""
         addr = info.address(self.listener)
         if addr is None:
-            raise PeerError(f"broker {info.node_id} advertises no listener {self.listener}")
+            # Brokers configured with different listener names: no retry will help soon.
+            raise self.refused(info.node_id, f"it registered no listener named {self.listener}")
         host, port = addr
         try:
             reader, writer = await asyncio.wait_for(asyncio.open_connection(
@@ -180,12 +181,14 @@ class PeerDialer:
         return conn
 
     def refused(self, node_id: int, why: str) -> PeerAuthError:
-        """The error for a peer that refused us, logged as a warning at most once a minute
-        per peer (every retry fails the same way until someone fixes the configuration)."""
+        """The error for a peer we cannot use as configured (it refused the login, the
+        certificate or ClusterAction, or lacks the listener), logged as a warning at most
+        once a minute per peer: every retry fails the same way until someone fixes it."""
         now = time.monotonic()
         if now - self._warned.get(node_id, -1e9) >= 60:
             self._warned[node_id] = now
-            log.warning("broker %d refused us (%s): %s", node_id, self.username or "no login", why)
+            log.warning("cannot use broker %d as inter-broker peer (login %s): %s", node_id,
+                        self.username or "none", why)
         return PeerAuthError(why)
 
 
