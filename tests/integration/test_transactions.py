@@ -2,22 +2,42 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
+from dataclasses import dataclass
 
 import pytest
 
 from semel.client import Client
+from semel.protocol.errors import KafkaError
+from tests.support.brokers import module_broker
 from tests.support import wait
 from tests.support.consume import read_values
 
 
+@pytest.fixture(scope="module")
+def mbroker(tmp_path_factory):
+    with module_broker(tmp_path_factory, "transactions", "--group-initial-rebalance-delay-ms", "0",
+                       "--group-min-session-timeout-ms", "1000", "--transaction-abort-check-interval-ms", "200") as b:
+        yield b
+
+
+@dataclass
+class Txn:
+    """The module's broker and this test's own topics (so exact reads see only this test)."""
+    bootstrap: str
+    src: str
+    out: str
+    other: str
+
+
 @pytest.fixture
-def tbroker(start_broker):
-    b = start_broker("--group-initial-rebalance-delay-ms", "0", "--group-min-session-timeout-ms", "1000",
-                     "--transaction-abort-check-interval-ms", "200")
-    with Client(b.bootstrap) as c:
-        for name, parts in (("in", 2), ("out", 3), ("other", 1)):
-            c.create_topic(name, parts)
-    return b
+def tbroker(mbroker):
+    tag = uuid.uuid4().hex[:8]
+    t = Txn(mbroker.bootstrap, f"in-{tag}", f"out-{tag}", f"other-{tag}")
+    with Client(t.bootstrap) as c:
+        for name, parts in ((t.src, 2), (t.out, 3), (t.other, 1)):
+            assert c.create_topic(name, parts) == KafkaError.NONE
+    return t
 
 
 def ck_producer(bootstrap, txn_id, **extra):
@@ -33,15 +53,15 @@ def test_confluent_commit_and_abort_isolation(tbroker):
     p = ck_producer(tbroker.bootstrap, "ck-1")
     p.begin_transaction()
     for i in range(10):
-        p.produce("out", key=str(i), value=f"c{i}")
+        p.produce(tbroker.out, key=str(i), value=f"c{i}")
     p.commit_transaction(20)
     p.begin_transaction()
     for i in range(10):
-        p.produce("out", key=str(i), value=f"a{i}")
+        p.produce(tbroker.out, key=str(i), value=f"a{i}")
     p.flush(10)
     p.abort_transaction(20)
-    committed = read_values(tbroker.bootstrap, "out", 3, "read_committed")
-    uncommitted = read_values(tbroker.bootstrap, "out", 3, "read_uncommitted")
+    committed = read_values(tbroker.bootstrap, tbroker.out, 3, "read_committed")
+    uncommitted = read_values(tbroker.bootstrap, tbroker.out, 3, "read_uncommitted")
     assert sorted(committed) == sorted(f"c{i}" for i in range(10))
     assert sorted(uncommitted) == sorted([f"c{i}" for i in range(10)] + [f"a{i}" for i in range(10)])
 
@@ -49,18 +69,18 @@ def test_confluent_commit_and_abort_isolation(tbroker):
 def test_open_transaction_holds_back_read_committed(tbroker):
     p = ck_producer(tbroker.bootstrap, "ck-open")
     p.begin_transaction()
-    p.produce("other", value="pending")
+    p.produce(tbroker.other, value="pending")
     p.flush(10)
     with Client(tbroker.bootstrap) as c:
-        assert c.list_offset("other", 0, -1, isolation=0) == 1      # high watermark
-        assert c.list_offset("other", 0, -1, isolation=1) == 0      # last stable offset
-        fetched = c.fetch("other", 0, 0, isolation=1)
+        assert c.list_offset(tbroker.other, 0, -1, isolation=0) == 1      # high watermark
+        assert c.list_offset(tbroker.other, 0, -1, isolation=1) == 0      # last stable offset
+        fetched = c.fetch(tbroker.other, 0, 0, isolation=1)
         assert fetched.records == b"" and fetched.last_stable_offset == 0
-    assert read_values(tbroker.bootstrap, "other", 1, "read_committed", idle_s=0.8) == []
+    assert read_values(tbroker.bootstrap, tbroker.other, 1, "read_committed", idle_s=0.8) == []
     p.commit_transaction(20)
     with Client(tbroker.bootstrap) as c:
-        assert c.list_offset("other", 0, -1, isolation=1) == 2      # record + commit marker
-    assert read_values(tbroker.bootstrap, "other", 1, "read_committed") == ["pending"]
+        assert c.list_offset(tbroker.other, 0, -1, isolation=1) == 2      # record + commit marker
+    assert read_values(tbroker.bootstrap, tbroker.other, 1, "read_committed") == ["pending"]
 
 
 def test_send_offsets_to_transaction_moves_offsets_only_on_commit(tbroker):
@@ -70,15 +90,15 @@ def test_send_offsets_to_transaction_moves_offsets_only_on_commit(tbroker):
     meta = c.consumer_group_metadata()
     p = ck_producer(tbroker.bootstrap, "ck-offsets")
     p.begin_transaction()
-    p.produce("out", value="x")
-    p.send_offsets_to_transaction([TopicPartition("in", 0, 5)], meta, 20)
+    p.produce(tbroker.out, value="x")
+    p.send_offsets_to_transaction([TopicPartition(tbroker.src, 0, 5)], meta, 20)
     p.abort_transaction(20)
-    assert c.committed([TopicPartition("in", 0)], timeout=10)[0].offset < 0
+    assert c.committed([TopicPartition(tbroker.src, 0)], timeout=10)[0].offset < 0
     p.begin_transaction()
-    p.produce("out", value="y")
-    p.send_offsets_to_transaction([TopicPartition("in", 0, 7), TopicPartition("in", 1, 3)], meta, 20)
+    p.produce(tbroker.out, value="y")
+    p.send_offsets_to_transaction([TopicPartition(tbroker.src, 0, 7), TopicPartition(tbroker.src, 1, 3)], meta, 20)
     p.commit_transaction(20)
-    got = c.committed([TopicPartition("in", 0), TopicPartition("in", 1)], timeout=10)
+    got = c.committed([TopicPartition(tbroker.src, 0), TopicPartition(tbroker.src, 1)], timeout=10)
     assert [tp.offset for tp in got] == [7, 3]
     c.close()
 
@@ -87,17 +107,17 @@ def test_second_instance_fences_first_and_aborts_its_transaction(tbroker):
     from confluent_kafka import KafkaException
     old = ck_producer(tbroker.bootstrap, "ck-fence")
     old.begin_transaction()
-    old.produce("out", value="zombie")
+    old.produce(tbroker.out, value="zombie")
     old.flush(10)
     new = ck_producer(tbroker.bootstrap, "ck-fence")     # bumps the epoch, aborts the open txn
     new.begin_transaction()
-    new.produce("out", value="fresh")
+    new.produce(tbroker.out, value="fresh")
     new.commit_transaction(20)
     with pytest.raises(KafkaException) as exc:
-        old.produce("out", value="zombie-2")
+        old.produce(tbroker.out, value="zombie-2")
         old.commit_transaction(10)
     assert exc.value.args[0].fatal() or "fenced" in str(exc.value).lower()
-    values = read_values(tbroker.bootstrap, "out", 3, "read_committed")
+    values = read_values(tbroker.bootstrap, tbroker.out, 3, "read_committed")
     assert "fresh" in values and "zombie" not in values and "zombie-2" not in values
 
 
@@ -105,19 +125,19 @@ def test_transaction_timeout_aborts_and_fences(tbroker):
     from confluent_kafka import KafkaException
     p = ck_producer(tbroker.bootstrap, "ck-timeout", **{"transaction.timeout.ms": 1000})
     p.begin_transaction()
-    p.produce("out", value="too-slow")
+    p.produce(tbroker.out, value="too-slow")
     p.flush(10)
 
     def nothing_open():
         with Client(tbroker.bootstrap) as c:
-            lso = [c.list_offset("out", i, -1, isolation=1) for i in range(3)]
-            hw = [c.list_offset("out", i, -1, isolation=0) for i in range(3)]
+            lso = [c.list_offset(tbroker.out, i, -1, isolation=1) for i in range(3)]
+            hw = [c.list_offset(tbroker.out, i, -1, isolation=0) for i in range(3)]
         return lso == hw
     # The coordinator aborts it (and bumps the epoch) once its 1 s timeout passed: polled, not slept.
     wait.until(nothing_open, "the timed-out transaction aborted (LSO == high watermark)", timeout_s=30)
     with pytest.raises(KafkaException):
         p.commit_transaction(10)
-    assert "too-slow" not in read_values(tbroker.bootstrap, "out", 3, "read_committed")
+    assert "too-slow" not in read_values(tbroker.bootstrap, tbroker.out, 3, "read_committed")
 
 
 def test_kafka_python_transactions(tbroker):
@@ -125,19 +145,19 @@ def test_kafka_python_transactions(tbroker):
     p = KafkaProducer(bootstrap_servers=tbroker.bootstrap, transactional_id="kp-1")
     p.init_transactions()
     p.begin_transaction()
-    p.send("out", b"kp-commit")
-    p.send_offsets_to_transaction({TopicPartition("in", 0): _offset_meta(11)}, "kp-group")
+    p.send(tbroker.out, b"kp-commit")
+    p.send_offsets_to_transaction({TopicPartition(tbroker.src, 0): _offset_meta(11)}, "kp-group")
     p.commit_transaction()
     p.begin_transaction()
-    p.send("out", b"kp-abort")
+    p.send(tbroker.out, b"kp-abort")
     p.flush()
     p.abort_transaction()
     p.close()
-    values = read_values(tbroker.bootstrap, "out", 3, "read_committed")
+    values = read_values(tbroker.bootstrap, tbroker.out, 3, "read_committed")
     assert "kp-commit" in values and "kp-abort" not in values
-    assert "kp-abort" in read_values(tbroker.bootstrap, "out", 3, "read_uncommitted")
+    assert "kp-abort" in read_values(tbroker.bootstrap, tbroker.out, 3, "read_uncommitted")
     c = KafkaConsumer(bootstrap_servers=tbroker.bootstrap, group_id="kp-group", enable_auto_commit=False)
-    assert c.committed(TopicPartition("in", 0)) == 11
+    assert c.committed(TopicPartition(tbroker.src, 0)) == 11
     c.close()
 
 
@@ -150,27 +170,28 @@ def _offset_meta(offset):
 
 
 def test_aiokafka_transactions(tbroker):
-    asyncio.run(_aiokafka_txn(tbroker.bootstrap))
-    values = read_values(tbroker.bootstrap, "out", 3, "read_committed")
+    asyncio.run(_aiokafka_txn(tbroker))
+    values = read_values(tbroker.bootstrap, tbroker.out, 3, "read_committed")
     assert "ak-commit" in values and "ak-abort" not in values
 
 
-async def _aiokafka_txn(bootstrap):
+async def _aiokafka_txn(tbroker):
+    bootstrap = tbroker.bootstrap
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
     p = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id="ak-1")
     await p.start()
     try:
         async with p.transaction():
-            await p.send_and_wait("out", b"ak-commit")
-            await p.send_offsets_to_transaction({TopicPartition("in", 1): 4}, "ak-group")
+            await p.send_and_wait(tbroker.out, b"ak-commit")
+            await p.send_offsets_to_transaction({TopicPartition(tbroker.src, 1): 4}, "ak-group")
         await p.begin_transaction()
-        await p.send_and_wait("out", b"ak-abort")
+        await p.send_and_wait(tbroker.out, b"ak-abort")
         await p.abort_transaction()
     finally:
         await p.stop()
     c = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id="ak-group", enable_auto_commit=False)
     await c.start()
     try:
-        assert await c.committed(TopicPartition("in", 1)) == 4
+        assert await c.committed(TopicPartition(tbroker.src, 1)) == 4
     finally:
         await c.stop()
