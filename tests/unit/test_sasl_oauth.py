@@ -11,7 +11,7 @@ import pytest
 from semel.broker.auth import oauth
 from semel.broker.auth.oauth import (MalformedResponse, TokenRefused, ValidatorConfig, initial_response,
                                      parse_initial_response, unsecured_token, validate_unsecured)
-from semel.broker.auth.sasl import AuthFailed, SaslSession, SaslSettings, State
+from semel.broker.auth.sasl import AuthFailed, IllegalState, SaslSession, SaslSettings, State
 from semel.broker.auth.sasl import TokenRefused as ChallengeRefusal
 from semel.broker.auth.users import UserStore
 
@@ -132,7 +132,8 @@ def test_lifetime_is_reauth_limit_or_token_expiry_whichever_first(tmp_path):
     s = session(tmp_path, max_reauth_ms=60_000)
     s.handshake("OAUTHBEARER")
     s.authenticate(initial_response(unsecured_token({"sub": "alice", "exp": time.time() + 10})))
-    assert s.principal == "User:alice" and 9_000 < s.lifetime_ms <= 10_000
+    # exp rounds to the millisecond, now is truncated to it: 10 s plus at most 1 ms
+    assert s.principal == "User:alice" and 9_000 < s.lifetime_ms <= 10_001
     s = session(tmp_path, max_reauth_ms=5_000)
     plain(s, "alice")
     assert s.lifetime_ms == 5_000 and not s.expired(time.monotonic())
@@ -163,6 +164,13 @@ def test_reauthentication_with_other_principal_or_mechanism_fails(tmp_path):
     with pytest.raises(LookupError):
         s.handshake("OAUTHBEARER")
     assert s.state is State.FAILED
+
+
+def test_second_handshake_without_reauthentication_is_illegal(tmp_path):
+    s = session(tmp_path)   # connections.max.reauth.ms 0: Kafka answers ILLEGAL_SASL_STATE
+    plain(s, "alice")
+    with pytest.raises(IllegalState):
+        s.handshake("PLAIN")
 
 
 def test_deleted_user_fails_the_reauthentication(tmp_path):

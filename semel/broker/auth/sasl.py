@@ -113,6 +113,8 @@ class SaslSession:
         if (self.state, "handshake") not in TRANSITIONS:
             raise IllegalState(f"handshake not allowed in state {self.state.value}")
         reauth = self.state is State.AUTHENTICATED
+        if reauth and self.expires_at is None:   # as Kafka: no re-login where sessions never expire
+            raise IllegalState("re-authentication is not enabled (connections.max.reauth.ms is 0)")
         if mechanism not in self.enabled or (reauth and mechanism != self.mechanism):
             self._move("fail")
             raise LookupError(mechanism)
