@@ -1,0 +1,124 @@
+"""A coordinator driven by its seat on a replicated internal partition (issue 13, item 3,
+step 4): the wiring between the cluster view, `CoordinatorSeat` and a coordinator.
+
+In a cluster the transaction coordinator lives on the leader of `__transaction_state`
+partition 0 and the group coordinator on the leader of `__consumer_offsets` partition 0.
+`SeatedCoordinator` listens to that partition's states and runs what the seat decides:
+
+- leading at a newer epoch: drop whatever is in memory, wait until the high watermark
+  reaches the log end (everything about to be replayed is on every in-sync replica),
+  replay, and serve at that epoch, which is also the coordinator epoch written into
+  markers; the transaction coordinator then rolls Prepare* records forward;
+- anything else (another leader, no leader): drop memory at once, so requests get
+  NOT_COORDINATOR and in-flight writes are answered NOT_COORDINATOR.
+
+The coordinator object offers three calls, none of which awaits between reading the
+log and changing memory: `unload()`, `load(plog, epoch)` (synchronous replay) and
+`serve(epoch)` (start answering; background work such as rolling forward).
+Requests are gated on `error()` (semel.cluster.coordinator_gate).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from ..protocol.errors import KafkaError
+from .coordinator_seat import LOAD, CoordinatorSeat, Seat
+from .internal_topics import PARTITION
+
+log = logging.getLogger("semel.cluster.coordinator_host")
+
+# How long one wait for the high watermark lasts before the load looks again (the seat
+# may have moved on meanwhile); and the pause when replication is not running yet.
+HW_WAIT_S = 1.0
+RETRY_S = 0.1
+
+
+class SeatedCoordinator:
+    def __init__(self, broker, topic: str, coordinator):
+        self.broker = broker
+        self.topic = topic
+        self.coordinator = coordinator
+        self.seat = CoordinatorSeat(broker.config.node_id)
+        self._load_task: asyncio.Task | None = None
+        self._running = False
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def start(self) -> None:
+        """Follow the partition's states (after the replication data plane started, so
+        its listener has taken the partition's role before ours runs)."""
+        self._running = True
+        view = self.broker.cluster
+        view.add_listener(self.on_partition)
+        st = view.partition(self.topic, PARTITION)
+        if st is not None:
+            self.on_partition(st)
+
+    async def stop(self) -> None:
+        self._running = False
+        await self._cancel_load()
+
+    # -- what requests see -------------------------------------------------------------
+    def error(self) -> KafkaError:
+        """NONE while serving; COORDINATOR_LOAD_IN_PROGRESS while loading; else NOT_COORDINATOR."""
+        return self.seat.error()
+
+    def serving(self) -> bool:
+        return self.seat.serving()
+
+    @property
+    def epoch(self) -> int:
+        return self.seat.epoch
+
+    # -- the seat's decisions ------------------------------------------------------------
+    def on_partition(self, st) -> None:
+        """ClusterView listener: runs synchronously, so memory is dropped before any
+        request handled after this state arrived."""
+        if not self._running or (st.topic, st.partition) != (self.topic, PARTITION):
+            return
+        action = self.seat.observe(st)
+        if action is None:
+            return
+        kind, epoch = action
+        if self._load_task is not None:
+            self._load_task.cancel()
+            self._load_task = None
+        self.coordinator.unload()
+        if kind == LOAD:
+            log.info("%s: leader at epoch %d, loading the coordinator", self.topic, epoch)
+            self._load_task = asyncio.get_running_loop().create_task(self._load(epoch),
+                                                                     name=f"load-{self.topic}")
+        else:
+            log.info("%s: not the leader any more (epoch %d), coordinator unloaded", self.topic, epoch)
+
+    def _still_loading(self, epoch: int) -> bool:
+        return self._running and self.seat.state is Seat.LOADING and self.seat.epoch == epoch
+
+    async def _load(self, epoch: int) -> None:
+        while self._still_loading(epoch):
+            plog = self.broker.logs.get(self.topic, PARTITION)
+            replicas = self.broker.replicas
+            if plog is None or replicas is None:
+                await asyncio.sleep(RETRY_S)
+                continue
+            end = plog.log_end_offset
+            # The error is not the point: only whether the high watermark got there.
+            await replicas.wait_for_hw(self.topic, PARTITION, end, HW_WAIT_S)
+            if not self._still_loading(epoch):
+                return
+            if not self.seat.may_finish_load(plog.high_watermark, end) or plog.log_end_offset != end:
+                await asyncio.sleep(RETRY_S)
+                continue
+            self.coordinator.load(plog, epoch)          # no await: the replayed end is `end`
+            if not self.seat.loaded(epoch):
+                self.coordinator.unload()
+                return
+            log.info("%s: coordinator serving at epoch %d (log end %d)", self.topic, epoch, end)
+            self.coordinator.serve(epoch)
+            return
+
+    async def _cancel_load(self) -> None:
+        task, self._load_task = self._load_task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
