@@ -245,7 +245,8 @@ async def _dispatch(broker, conn: Connection, frame: bytes):
     route = ROUTES[req.api_key]
     ctx = RequestContext(broker, req.api_key, req.api_version, req.correlation_id, req.client_id, peer, conn)
     if not authenticated_enough(ctx):
-        bad_input_log.warning("closing %s: api %d before SASL authentication", peer, req.api_key)
+        bad_input_log.warning("closing %s: api %d without a live SASL login (none yet, or its session expired)",
+                              peer, req.api_key)
         raise _Close() from None
     api = route.fn.__name__
     broker.metrics.requests.labels(api).inc()
