@@ -101,6 +101,10 @@ class Broker:
             from ..cluster.replica import ReplicaManager
             self.replicas = ReplicaManager(self, self.cluster)
             await self.replicas.start()
+            # After replication: each partition state reaches the replica manager (which
+            # takes the role) before the coordinator's seat acts on it.
+            self.groups.seat.start()
+            self.txns.seat.start()
         # Watched from the moment clients can connect (loading logs at start holds the
         # loop on purpose: nobody is being served yet).
         self._tasks.append(asyncio.create_task(self.watchdog.run(), name="loop-watchdog"))

@@ -1,17 +1,15 @@
-"""NOT_COORDINATOR from brokers that do not coordinate (the interim placement: every
-group and transactional id on one broker, ClusterMember.coordinator_id()).
+"""NOT_COORDINATOR from brokers that do not coordinate (issue 13, item 3).
 
-Without this a client still holding an old coordinator (one that lost the controller
-seat while alive, say after a long pause) would be served by it, splitting a group or
-a transactional id across two brokers. Refused, the client runs FindCoordinator again.
-Each refusal has its API's response shape: one top-level error code, or the error on
-every partition the request named. A no-op on a single node.
+In a cluster the transaction coordinator is the leader of `__transaction_state` and
+the group coordinator the leader of `__consumer_offsets` (semel.cluster.coordinator_host).
+Each API family is gated on its own coordinator's seat: a broker that does not lead the
+partition answers NOT_COORDINATOR, one still loading it COORDINATOR_LOAD_IN_PROGRESS,
+so a client holding an old coordinator looks it up again instead of splitting a group
+or a transactional id across two brokers. Each refusal has its API's response shape:
+one top-level error code, or the error on every partition the request named. A no-op
+on a single node.
 """
 from __future__ import annotations
-
-from ..protocol.errors import KafkaError
-
-E = KafkaError.NOT_COORDINATOR
 
 
 def by_topic(pairs, make):
@@ -20,18 +18,18 @@ def by_topic(pairs, make):
     return grouped(pairs, make)
 
 
-def _top_level(ctx, body):
+def _top_level(ctx, body, E):
     return ctx.response(error_code=E)
 
 
-def _offset_commit(ctx, body):
+def _offset_commit(ctx, body, E):
     T = ctx.cls().OffsetCommitResponseTopic
     grouped = by_topic((((t.name, p.partition_index), E) for t in body.topics or () for p in t.partitions or ()),
                        lambda p, err: T.OffsetCommitResponsePartition(partition_index=p, error_code=err))
     return ctx.response(topics=[T(name=n, partitions=ps) for n, ps in grouped.items()])
 
 
-def _offset_fetch(ctx, body):
+def _offset_fetch(ctx, body, E):
     T = ctx.cls().OffsetFetchResponseTopic
     wanted = (((t.name, p), E) for t in body.topics or () for p in t.partition_indexes or ())
     grouped = by_topic(wanted, lambda p, err: T.OffsetFetchResponsePartition(
@@ -39,7 +37,7 @@ def _offset_fetch(ctx, body):
     return ctx.response(topics=[T(name=n, partitions=ps) for n, ps in grouped.items()], error_code=E)
 
 
-def _add_partitions(ctx, body):
+def _add_partitions(ctx, body, E):
     T = ctx.cls().AddPartitionsToTxnTopicResult
     grouped = by_topic((((t.name, p), E) for t in body.v3_and_below_topics for p in t.partitions),
                        lambda p, err: T.AddPartitionsToTxnPartitionResult(partition_index=p,
@@ -48,7 +46,7 @@ def _add_partitions(ctx, body):
                         results_by_topic_v3_and_below=[T(name=n, results_by_partition=ps) for n, ps in grouped.items()])
 
 
-def _txn_offset_commit(ctx, body):
+def _txn_offset_commit(ctx, body, E):
     T = ctx.cls().TxnOffsetCommitResponseTopic
     grouped = by_topic((((t.name, p.partition_index), E) for t in body.topics for p in t.partitions),
                        lambda p, err: T.TxnOffsetCommitResponsePartition(partition_index=p, error_code=err))
@@ -62,17 +60,23 @@ REFUSALS = {8: _offset_commit, 9: _offset_fetch, 11: _top_level, 12: _top_level,
             28: _txn_offset_commit}
 
 
+# The transaction coordinator's APIs; every other one above is the group coordinator's
+# (TxnOffsetCommit included: it writes to __consumer_offsets).
+TXN_APIS = frozenset({22, 24, 25, 26})
+
+
 def coordinator_guard(broker, fn):
-    """The handler `fn`, refusing the coordinator requests this broker must not serve."""
-    member = broker.cluster_member
-    if member is None:
+    """The handler `fn`, refusing the coordinator requests this broker must not serve now."""
+    if broker.cluster_member is None:
         return fn
 
     async def guarded(ctx, body):
         refuse = REFUSALS.get(ctx.api_key)
-        if (refuse is not None and member.coordinator_id() != broker.config.node_id
-                and (ctx.api_key != 22 or body.transactional_id is not None)):
-            return refuse(ctx, body)
+        if refuse is not None and (ctx.api_key != 22 or body.transactional_id is not None):
+            coordinator = broker.txns if ctx.api_key in TXN_APIS else broker.groups
+            err = coordinator.seat.error()
+            if err:
+                return refuse(ctx, body, err)
         return await fn(ctx, body)
     guarded.__name__ = fn.__name__
     return guarded

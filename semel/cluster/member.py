@@ -13,6 +13,7 @@ import logging
 from ..protocol.errors import KafkaError
 from .controller import Controller
 from .etcd import Etcd
+from .internal_topics import coordinator_node, ensure_internal_topic
 from .metadata import EtcdClusterView
 from .state import BrokerInfo
 from .topic_sync import sync_local_topics
@@ -59,14 +60,21 @@ class ClusterMember:
         (semel.cluster.topic_sync; internal topics are created like any other)."""
         sync_local_topics(self.broker, self.view)
 
-    def coordinator_id(self) -> int | None:
-        """Interim coordinator placement: every group and transactional id is coordinated
-        by the controller (or the lowest live broker while the seat is vacant)."""
-        ctl = self.view.controller_id()
-        if ctl is not None and ctl in self.view.brokers():
-            return ctl
-        live = self.view.brokers()
-        return min(live) if live else None
+    async def coordinator_for(self, key_type: int) -> int | None:
+        """FindCoordinator: the broker leading the internal partition of `key_type` (0 group,
+        1 transaction), creating the topic in etcd at its first use; None while there is
+        none (COORDINATOR_NOT_AVAILABLE, the client looks again)."""
+        from ..coordinator.group import GroupCoordinator
+        from ..coordinator.txn import OFFSETS_TOPIC, TXN_TOPIC, TransactionCoordinator
+        broker = self.broker
+        if key_type == 1:
+            name, configs = TXN_TOPIC, TransactionCoordinator.log_configs(broker.config)
+        else:
+            name, configs = OFFSETS_TOPIC, GroupCoordinator.log_configs(broker.groups.config)
+        st = await ensure_internal_topic(self.view, name, configs)
+        if isinstance(st, KafkaError):
+            return None
+        return coordinator_node(self.view, name)
 
 
 def check_leader(broker, topic: str, partition: int, current_leader_epoch: int = -1) -> KafkaError:

@@ -82,6 +82,10 @@ class GroupCoordinator(GroupMembership, GroupOffsetsMixin, GroupReplay, GroupWri
         self._wake: asyncio.Event | None = None
         self._clog = CoordinatorLog(self.config.offsets_topic, flusher, self._spawn,
                                     sync_writes=self.config.sync_writes)
+        # In a cluster, the seat on __consumer_offsets (semel.cluster.coordinator_host):
+        # groups are loaded, served and dropped as this broker leads that partition or not.
+        self.seat = None
+        self.epoch: int | None = None    # the leader epoch served at (cluster)
 
     @classmethod
     def from_broker(cls, broker) -> "GroupCoordinator":
@@ -94,19 +98,39 @@ class GroupCoordinator(GroupMembership, GroupOffsetsMixin, GroupReplay, GroupWri
             compact_records=c.offsets_log_compact_records,
             segment_bytes=c.offsets_log_segment_bytes,
         )
-        return cls(broker.logs, broker.flusher, config)
+        coordinator = cls(broker.logs, broker.flusher, config)
+        if getattr(broker, "cluster", None) is not None:
+            coordinator._seat_on(broker)
+        return coordinator
+
+    def _seat_on(self, broker) -> None:
+        """Cluster: coordinate while leading __consumer_offsets. Every write waits for the
+        replicated high watermark (acks=all), whatever sync_writes says about the fsync."""
+        from ..cluster.coordinator_host import SeatedCoordinator
+        from ..cluster.replicated_flusher import ReplicatedFlusher
+        self.seat = SeatedCoordinator(broker, self.config.offsets_topic, self)
+        inner = self.flusher if self.config.sync_writes else None
+        self._clog.flusher = ReplicatedFlusher(inner, lambda: broker.replicas, self.config.offsets_topic, 0,
+                                               broker.config.request_timeout_ms / 1000)
+        self._clog.sync_writes = True
+
+    @staticmethod
+    def log_configs(config: GroupConfig) -> dict[str, str]:
+        # Committed offsets must never age out of the log: no time or size retention,
+        # and "compact", which storage never deletes from (compaction is future work).
+        return {"cleanup.policy": "compact", "retention.ms": "-1", "retention.bytes": "-1",
+                "segment.bytes": str(config.segment_bytes)}
 
     # --- lifecycle ---------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Open (or create) __consumer_offsets and rebuild every group from it."""
-        self._status = "loading"
-        self._log = self._clog.plog = self._open_offsets_log()
-        started = time.monotonic()
-        self._load()
-        log.info("loaded %d groups from %s in %.3fs", len(self._groups),
-                 self.config.offsets_topic, time.monotonic() - started)
-        self._status = "active"
+        """Open (or create) __consumer_offsets and rebuild every group from it; in a
+        cluster, wait for the seat to load it (NOT_COORDINATOR until then)."""
+        if self.seat is None:
+            self.load(self._open_offsets_log(), None)
+            self.serve(None)
+        else:
+            self._status = "stopped"
         self.timers.set("expire-offsets", self.config.offsets_retention_check_interval_ms,
                         self._expire_offsets)
         self.timers.set("compact", self.config.compact_check_interval_ms, self._maybe_compact)
@@ -115,16 +139,28 @@ class GroupCoordinator(GroupMembership, GroupOffsetsMixin, GroupReplay, GroupWri
             self.timers.on_change = self._wake.set
             self._timer_task = asyncio.create_task(self._timer_loop(), name="group-timers")
 
-    async def stop(self) -> None:
-        """Finish in-flight writes (briefly), then answer every waiting member
-        with NOT_COORDINATOR so it looks for the coordinator again."""
+    # --- cluster: the seat loads, serves and drops this coordinator ----------------------
+
+    def load(self, plog, epoch: int | None) -> None:
+        """Rebuild every group from `plog` (synchronously); served once `serve` is called."""
+        self._status = "loading"
+        self.epoch = epoch
+        self._log = self._clog.plog = plog
+        started = time.monotonic()
+        self._load()
+        log.info("loaded %d groups from %s in %.3fs", len(self._groups),
+                 self.config.offsets_topic, time.monotonic() - started)
+
+    def serve(self, epoch: int | None) -> None:
+        self._status = "active"
+
+    def unload(self) -> None:
+        """Not the coordinator (any more): answer every waiting member and write
+        NOT_COORDINATOR, so they look for the coordinator again, and forget every group."""
         self._status = "stopped"
-        if self._timer_task is not None:
-            self._timer_task.cancel()
-            await asyncio.gather(self._timer_task, return_exceptions=True)
-            self._timer_task = None
-        if self._tasks:
-            await asyncio.wait(list(self._tasks), timeout=5)
+        self._drop_groups()
+
+    def _drop_groups(self) -> None:
         for group in self._groups.values():
             for m in group.members.values():
                 resolve_future(m.join_future, JoinResult(KafkaError.NOT_COORDINATOR, m.member_id))
@@ -132,6 +168,21 @@ class GroupCoordinator(GroupMembership, GroupOffsetsMixin, GroupReplay, GroupWri
         self._clog.fail_all(KafkaError.NOT_COORDINATOR)
         self._groups.clear()
         self._producer_groups.clear()
+        self.timers.cancel_if(lambda key: isinstance(key, tuple))   # per-group deadlines
+
+    async def stop(self) -> None:
+        """Finish in-flight writes (briefly), then answer every waiting member
+        with NOT_COORDINATOR so it looks for the coordinator again."""
+        if self.seat is not None:
+            await self.seat.stop()
+        self._status = "stopped"
+        if self._timer_task is not None:
+            self._timer_task.cancel()
+            await asyncio.gather(self._timer_task, return_exceptions=True)
+            self._timer_task = None
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=5)
+        self._drop_groups()
 
     async def idle(self) -> None:
         """Wait until every background write has been applied (for tests)."""
@@ -150,10 +201,7 @@ class GroupCoordinator(GroupMembership, GroupOffsetsMixin, GroupReplay, GroupWri
             return plog
         # Committed offsets must never age out of the log: no time or size retention,
         # and "compact", which storage never deletes from (compaction is future work).
-        err = self.logs.create_topic(name, 1, {"cleanup.policy": "compact", "retention.ms": "-1",
-                                               "retention.bytes": "-1",
-                                               "segment.bytes": str(self.config.segment_bytes)},
-                                     internal=True)
+        err = self.logs.create_topic(name, 1, self.log_configs(self.config), internal=True)
         if err not in (KafkaError.NONE, KafkaError.TOPIC_ALREADY_EXISTS):
             raise RuntimeError(f"cannot create {name}: {KafkaError(err).name}")
         plog = self.logs.get(name, 0)

@@ -41,6 +41,11 @@ class Timers:
     def cancel(self, key: Any) -> None:
         self._live.pop(key, None)
 
+    def cancel_if(self, wanted: Callable[[Any], bool]) -> None:
+        """Cancel every timer whose key `wanted` accepts."""
+        for key in [k for k in self._live if wanted(k)]:
+            del self._live[key]
+
     def active(self, key: Any) -> bool:
         return key in self._live
 

@@ -122,6 +122,12 @@ class TransactionCoordinator:
         # state can verify a transactional produce; a leader that is not the coordinator
         # relies on producer state (epochs, sequences) as Kafka did before KIP-890.
         self.is_coordinator = lambda: True
+        # In a cluster, the seat on __transaction_state (semel.cluster.coordinator_host):
+        # state is loaded, served and dropped as this broker leads that partition or not.
+        # Nothing is appended to the log unless `serving()`.
+        self.seat = None
+        self.serving = lambda: True
+        self._epoch: int | None = None   # the leader epoch served at (cluster), else the local counter
 
     @classmethod
     def from_broker(cls, broker) -> "TransactionCoordinator":
@@ -137,28 +143,67 @@ class TransactionCoordinator:
             node = broker.config.node_id
             coordinator.markers = MarkerChannel(broker.cluster, node, broker.config.request_timeout_ms / 1000,
                                                 getattr(broker, "peer_dialer", None))
-            coordinator.is_coordinator = lambda: broker.cluster_member.coordinator_id() == node
+            coordinator._seat_on(broker)
         return coordinator
+
+    def _seat_on(self, broker) -> None:
+        """Cluster: coordinate while leading __transaction_state, appending with acks=all."""
+        from ..cluster.coordinator_host import SeatedCoordinator
+        from ..cluster.replicated_flusher import ReplicatedFlusher
+        self.seat = SeatedCoordinator(broker, TXN_TOPIC, self)
+        self.is_coordinator = self.serving = self.seat.serving
+        self._clog.flusher = ReplicatedFlusher(broker.flusher, lambda: broker.replicas, TXN_TOPIC, 0,
+                                               self.config.request_timeout_ms / 1000)
+
+    @staticmethod
+    def log_configs(config) -> dict[str, str]:
+        # Coordinator state must never age out: no time or size retention.
+        # Small segments so compaction can hand old ones back (see maybe_compact).
+        return {"retention.ms": "-1", "retention.bytes": "-1",
+                "segment.bytes": str(config.transaction_log_segment_bytes)}
 
     @property
     def coordinator_epoch(self) -> int:
-        return self.pids.coordinator_epoch
+        return self.pids.coordinator_epoch if self._epoch is None else self._epoch
 
     # --- lifecycle -------------------------------------------------------------
 
     async def start(self) -> None:
-        if TXN_TOPIC not in self.logs.topics():
-            # Coordinator state must never age out: no time or size retention.
-            # Small segments so compaction can hand old ones back (see maybe_compact).
-            self.logs.create_topic(TXN_TOPIC, 1, {"retention.ms": "-1", "retention.bytes": "-1",
-                                                  "segment.bytes": str(self.config.transaction_log_segment_bytes)},
-                                   internal=True)
-        self.log = self._clog.plog = self.logs.get(TXN_TOPIC, 0)
-        self._replay()
-        await self._roll_forward_prepared()
+        if self.seat is None:   # single node: this broker's own log, loaded now
+            if TXN_TOPIC not in self.logs.topics():
+                self.logs.create_topic(TXN_TOPIC, 1, self.log_configs(self.config), internal=True)
+            self.log = self._clog.plog = self.logs.get(TXN_TOPIC, 0)
+            self._replay()
+            await self._roll_forward_prepared()
         self._tasks.append(asyncio.create_task(self._housekeeping_loop(), name="txn-housekeeping"))
 
+    # --- cluster: the seat loads, serves and drops this coordinator ----------------------
+
+    def unload(self) -> None:
+        """Not the coordinator (any more): forget every transactional id, stop completing,
+        answer writes still waiting NOT_COORDINATOR. Coroutines of requests in flight find
+        their state objects gone (identity checks) and `serving()` false, so they append
+        nothing more."""
+        for task in list(self._background):
+            task.cancel()
+        self._clog.fail_all(KafkaError.NOT_COORDINATOR)
+        self.txns.clear()
+        self._joined.clear()
+        self._initializing = set()
+
+    def load(self, plog, epoch: int) -> None:
+        """Replay the replicated log (synchronously) as the coordinator at `epoch`."""
+        self.log = self._clog.plog = plog
+        self._epoch = epoch
+        self._replay()
+
+    def serve(self, epoch: int) -> None:
+        """Serving at `epoch`: carry out every decision the log holds, in the background."""
+        self._spawn(self._roll_forward_prepared())
+
     async def stop(self) -> None:
+        if self.seat is not None:
+            await self.seat.stop()
         for task in self._tasks + list(self._background):
             task.cancel()
         await asyncio.gather(*self._tasks, *self._background, return_exceptions=True)
@@ -234,6 +279,9 @@ class TransactionCoordinator:
         memory follows it (replaying the whole log instead would swap the objects
         that in-flight transitions hold, and a stale one could later overwrite
         newer state)."""
+        if not self.serving():
+            # Lost the seat while this transition was being decided: the log is not ours.
+            return KafkaError.NOT_COORDINATOR, False
         value = None if tombstone else encode_value(meta)
         batch = records.build_batch([(meta.txn_id.encode(), value)])
 
@@ -335,15 +383,16 @@ class TransactionCoordinator:
         return KafkaError.NONE
 
     async def _init_new(self, txn_id: str, timeout_ms: int) -> tuple[KafkaError, int, int]:
-        if txn_id in self._initializing:
+        initializing = self._initializing   # unload replaces the set: only ours is cleaned
+        if txn_id in initializing:
             return KafkaError.CONCURRENT_TRANSACTIONS, -1, -1
-        self._initializing.add(txn_id)
+        initializing.add(txn_id)
         try:
             pid = self.pids.next_id()
             new = TxnMeta(txn_id, pid, 0, -1, -1, timeout_ms, TxnState.EMPTY, None, -1, now_ms())
             err = await self._transition(None, new)
         finally:
-            self._initializing.discard(txn_id)
+            initializing.discard(txn_id)
         return (err, -1, -1) if err else (KafkaError.NONE, pid, 0)
 
     async def _abort_parent_of(self, branch: str) -> KafkaError:
@@ -446,6 +495,10 @@ class TransactionCoordinator:
         return self._verify(txn_id, producer_id, epoch, (topic, partition))
 
     def verify_offsets(self, txn_id: str, producer_id: int, epoch: int, version: int) -> KafkaError:
+        if not self.is_coordinator():
+            # The group coordinator on another broker than the transaction's: the offsets
+            # log's producer state fences older epochs (as in Kafka before KIP-890).
+            return KafkaError.NONE
         err = self._verify(txn_id, producer_id, epoch, OFFSETS_PARTITION)
         if err == KafkaError.INVALID_PRODUCER_EPOCH:
             return fenced_error(28, version)
@@ -534,7 +587,7 @@ class TransactionCoordinator:
         try:
             # Markers only for a durable decision: a crash must not leave markers
             # whose Prepare record could still vanish from the coordinator log.
-            await self.flusher.sync(self.log, self.log.log_end_offset)
+            await self._clog.flusher.sync(self.log, self.log.log_end_offset)
         except AppendError as exc:
             log.warning("transaction log fsync before markers for %s failed (%s); will retry", meta.txn_id, exc)
             return False
@@ -554,6 +607,8 @@ class TransactionCoordinator:
                 done.add(tp)
         if failed:
             return False
+        if self.txns.get(meta.txn_id) is not meta:
+            return True   # unloaded while the markers were written: the next coordinator completes it
         final = meta.copy(state=COMPLETE_OF[meta.state], partitions=None, update_ms=now_ms())
         # The Complete record need not wait for its own fsync: every marker is
         # already durable, and if the record is lost the Prepare is replayed and
@@ -568,7 +623,7 @@ class TransactionCoordinator:
         if branch is not None:
             await self._complete_branch(branch, kind == records.CONTROL_COMMIT, meta.txn_id)
             return
-        if tp == OFFSETS_PARTITION:
+        if tp == OFFSETS_PARTITION and (self.markers is None or self.markers.leads_here(tp)):
             result = self.groups.complete_txn(meta.producer_id, meta.epoch, self.coordinator_epoch,
                                               kind == records.CONTROL_COMMIT)
             if inspect.isawaitable(result):
@@ -638,6 +693,8 @@ class TransactionCoordinator:
         interval = self.config.transaction_abort_check_interval_ms / 1000
         while True:
             await asyncio.sleep(interval)
+            if not self.serving():
+                continue   # never compact or time out a log this broker does not coordinate
             try:
                 await self.abort_timed_out()
                 await self.expire_idle()

@@ -148,25 +148,33 @@ def test_consumer_group_commits_at_the_coordinator_broker(cluster):
     assert error_code(fut) == 0
     until(lambda: len(partitions(cluster, topic)) == 3, "topic visible")
     _produce_confluent(cluster.bootstrap, topic, 30, "g")
-    # Interim placement: every broker names the controller as coordinator.
-    controller = _controller(cluster)
-    for b in cluster.brokers:
-        with Client(b.bootstrap) as c:
-            r = c.request(10, key="g-cluster", key_type=0)
-            assert (r.error_code, r.node_id) == (0, controller)
+    # The coordinator of each key type is the leader of its internal partition (created
+    # at the first FindCoordinator), whichever broker is asked.
+    def coordinator(key_type):
+        answers = set()
+        for b in cluster.brokers:
+            with Client(b.bootstrap) as c:
+                r = c.request(10, key="g-cluster", key_type=key_type)
+                answers.add((r.error_code, r.node_id))
+        return answers.pop() if len(answers) == 1 and min(answers)[0] == 0 else None
+    group_coord = until(lambda: coordinator(0), "every broker names one group coordinator")[1]
+    txn_coord = until(lambda: coordinator(1), "every broker names one transaction coordinator")[1]
+    assert group_coord == partitions(cluster, "__consumer_offsets")[0][0]
+    assert txn_coord == partitions(cluster, "__transaction_state")[0][0]
     # A broker that does not coordinate refuses coordinator requests, so a client with a
     # stale coordinator finds the current one instead of splitting the group.
     def heartbeat(broker):
         with wire.connect(broker.bootstrap) as sock:
             r = wire.call(sock, 12, 4, group_id="g-cluster", generation_id=1, member_id="m", group_instance_id=None)
             return KafkaError(r.error_code)
-    assert heartbeat(cluster.brokers[(controller + 1) % 3]) == KafkaError.NOT_COORDINATOR
-    assert heartbeat(cluster.brokers[controller]) == KafkaError.UNKNOWN_MEMBER_ID
-    with Client(cluster.brokers[(controller + 1) % 3].bootstrap) as c:
+    assert heartbeat(cluster.brokers[(group_coord + 1) % 3]) == KafkaError.NOT_COORDINATOR
+    until(lambda: heartbeat(cluster.brokers[group_coord]) == KafkaError.UNKNOWN_MEMBER_ID, "the group coordinator")
+    with Client(cluster.brokers[(txn_coord + 1) % 3].bootstrap) as c:
         err, st = txn.init_producer_id(c, "t-cluster", 60_000)
         assert err == KafkaError.NOT_COORDINATOR
         tps = [(topic, 0), (topic, 1)]
         assert set(txn.add_partitions(c, TxnState("t-cluster", 5, 0), tps).values()) == {KafkaError.NOT_COORDINATOR}
+    with Client(cluster.brokers[(group_coord + 1) % 3].bootstrap) as c:
         assert set(admin_ops.commit_offsets(c, "g-cluster", {tp: 1 for tp in tps}).values()) == {
             KafkaError.NOT_COORDINATOR}
         with pytest.raises(ClientError, match="NOT_COORDINATOR"):

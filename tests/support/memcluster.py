@@ -49,15 +49,20 @@ class TableView(MemoryClusterView):
         return sorted((st for st in self.partitions() if st.topic == name), key=lambda st: st.partition)
 
 
+INTERNAL = ("__transaction_state", "__consumer_offsets")
+
+
 class _FixedCoordinator:
     """Stands in for the control plane's ClusterMember where only its coordinator
-    placement is needed: every group and transaction is coordinated by one broker."""
+    placement is needed: the leader of each internal topic's partition (MemCluster puts
+    both on one broker, alone in their replica set)."""
 
-    def __init__(self, node_id: int):
-        self.node_id = node_id
+    def __init__(self, table):
+        self.table = table
 
-    def coordinator_id(self) -> int:
-        return self.node_id
+    async def coordinator_for(self, key_type: int) -> int | None:
+        st = self.table.parts.get((INTERNAL[0] if key_type == 1 else INTERNAL[1], 0))
+        return st.leader if st is not None and st.leader >= 0 else None
 
     async def start(self) -> None:
         pass
@@ -91,20 +96,26 @@ class MemCluster:
     def start(self) -> "MemCluster":
         for i in range(self.n):
             self.start_broker(i)
+        # The coordinators' partitions, led by `coordinator` alone (no follower: its
+        # writes are committed as they land); served once its seats have loaded them.
+        for name in INTERNAL:
+            self.create_topic(name, [(self.coordinator,)])
+        c = self.brokers[self.coordinator]
+        self.wait(lambda: c.txns.seat.serving() and c.groups.seat.serving(), "the coordinators loaded")
         return self
 
     def start_broker(self, i: int) -> Broker:
         cfg = BrokerConfig(data_dir=self.base / f"broker-{i}", port=0, node_id=i, **self.config)
         broker = Broker(cfg)
         broker.cluster = TableView(self.table, i, self.topics)
-        broker.cluster_member = _FixedCoordinator(self.coordinator)
+        broker.cluster_member = _FixedCoordinator(self.table)
 
         async def go():
             await broker.start()
             self.table.brokers[i] = BrokerInfo(i, "127.0.0.1", cfg.port)
             for name in self.topics:   # a restarted broker keeps its logs; a new one needs them
                 if name not in broker.logs.topics():
-                    broker.logs.create_topic(name, self.topics[name].partitions)
+                    broker.logs.create_topic(name, self.topics[name].partitions, internal=name.startswith("__"))
             broker.replicas.resync()
         self.run(go)
         self.brokers[i] = broker
@@ -146,7 +157,7 @@ class MemCluster:
         def go():
             self.topics[name] = _Topic(name, len(assignment), str(uuid.uuid4()))
             for b in self.brokers.values():
-                b.logs.create_topic(name, len(assignment), config or {})
+                b.logs.create_topic(name, len(assignment), config or {}, internal=name.startswith("__"))
             self.table.create_topic(name, assignment)
         self.run(go)
 

@@ -97,8 +97,8 @@ def _cluster_metadata(ctx, req):
                    replica_nodes=list(st.replicas), isr_nodes=list(st.isr),
                    offline_replicas=[r for r in st.replicas if r not in live])
                  for st in view.topic_partitions(name)]
-        topics.append(T(error_code=0, name=name, topic_id=uuid.UUID(info.topic_id), is_internal=False,
-                        partitions=parts))
+        topics.append(T(error_code=0, name=name, topic_id=uuid.UUID(info.topic_id),
+                        is_internal=name.startswith("__"), partitions=parts))
     brokers = [cls.MetadataResponseBroker(node_id=b.node_id, host=host, port=port, rack=b.rack)
                for b in sorted(live.values(), key=lambda b: b.node_id) for host, port in [_address(ctx, b)]]
     controller = view.controller_id()
@@ -129,8 +129,8 @@ async def find_coordinator(ctx, req):
         return ctx.response(error_code=KafkaError.INVALID_REQUEST, error_message="unknown key type",
                             node_id=-1, host="", port=-1)
     member = ctx.broker.cluster_member
-    if member is not None:   # interim: one coordinator broker for the cluster (docs/cluster.md)
-        node = member.coordinator_id()
+    if member is not None:   # the leader of the key type's internal partition (docs/cluster.md)
+        node = await member.coordinator_for(req.key_type if ctx.api_version >= 1 else 0)
         info = ctx.broker.cluster.brokers().get(node) if node is not None else None
         if info is None:
             return ctx.response(error_code=KafkaError.COORDINATOR_NOT_AVAILABLE, error_message=None,

@@ -20,6 +20,7 @@ import time
 
 from ...cluster.member import check_leader
 from ...cluster.txn_markers import is_coordinator_client
+from ...coordinator.txn import OFFSETS_PARTITION
 from ...coordinator.txn_states import PREPARED, TxnState
 from ...protocol import records
 from ...protocol.errors import KafkaError
@@ -196,12 +197,14 @@ async def _coordinator_marker(ctx, marker, tp: tuple[str, int]) -> KafkaError:
     WriteTxnMarkers): written as decided, COMMIT or ABORT, by the partition's leader,
     answered once durable and replicated. The coordinator retries any error."""
     topic, partition = tp
+    kind = records.CONTROL_COMMIT if marker.transaction_result else records.CONTROL_ABORT
+    if tp == OFFSETS_PARTITION:
+        return await _offsets_marker(ctx, marker)
     if topic.startswith("__"):
-        return KafkaError.INVALID_TOPIC_EXCEPTION   # the offsets partition is marked by its own coordinator
+        return KafkaError.INVALID_TOPIC_EXCEPTION   # no transaction spans the transaction log
     err = check_leader(ctx.broker, topic, partition)
     if err:
         return err
-    kind = records.CONTROL_COMMIT if marker.transaction_result else records.CONTROL_ABORT
     try:
         await ctx.broker.txns.write_partition_marker(tp, kind, marker.producer_id, marker.producer_epoch,
                                                      marker.coordinator_epoch)
@@ -211,6 +214,18 @@ async def _coordinator_marker(ctx, marker, tp: tuple[str, int]) -> KafkaError:
     except AppendError as exc:   # not the leader any more, fenced, or not replicated in time
         return exc.error
     return KafkaError.NONE
+
+
+async def _offsets_marker(ctx, marker) -> KafkaError:
+    """The offsets "marker" of a transaction whose coordinator sits on another broker:
+    the group coordinator here (the leader of __consumer_offsets) writes it and makes the
+    transaction's offsets committed or drops them, answering once replicated."""
+    groups = ctx.broker.groups
+    err = groups.seat.error() if groups.seat is not None else KafkaError.NONE
+    if err:
+        return err
+    return await groups.complete_txn(marker.producer_id, marker.producer_epoch, marker.coordinator_epoch,
+                                      bool(marker.transaction_result))
 
 
 async def _abort_partition(ctx, marker, tp: tuple[str, int]) -> KafkaError:
