@@ -25,12 +25,12 @@ from typing import Any, Awaitable
 
 from ..cluster.coordinator_gate import coordinator_guard
 from ..protocol.errors import ProtocolError
-from ..protocol.frame import FrameDecoder
 from ..protocol.messages import (
     API_VERSIONS_KEY, UnsupportedVersion, decode_request, encode_response_parts, partition_count,
     unsupported_api_versions_response,
 )
 from .auth.gate import authenticated_enough, guarded
+from .frame_reader import FrameReader, StreamFrames
 from .router import ROUTES, RequestContext, supported_versions
 
 log = logging.getLogger("semel.broker.conn")
@@ -91,7 +91,7 @@ class Connection:
     __slots__ = ("peer", "ip", "transport", "decoder", "last_active", "principal", "session", "listener",
                  "closing")
 
-    def __init__(self, peer: str, ip: str, transport, decoder: FrameDecoder):
+    def __init__(self, peer: str, ip: str, transport, decoder: "FrameReader | StreamFrames"):
         self.peer = peer
         self.ip = ip
         self.transport = transport
@@ -166,7 +166,7 @@ class ConnectionLimits:
 
 async def serve(broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, listener=None) -> None:
     peer, ip = _peer(writer)
-    conn = Connection(peer, ip, writer.transport, FrameDecoder(broker.config.max_request_bytes))
+    conn = Connection(peer, ip, writer.transport, _frames(reader, writer, broker.config.max_request_bytes))
     conn.listener = listener
     if not broker.limits.admit(conn):
         writer.transport.abort()
@@ -177,18 +177,26 @@ async def serve(broker, reader: asyncio.StreamReader, writer: asyncio.StreamWrit
         broker.limits.release(conn)
 
 
+def _frames(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, max_frame_bytes: int):
+    """Where the connection's frames come from: plain TCP reads them straight into
+    their buffers (frame_reader.FrameReader); TLS keeps the stream path."""
+    if writer.get_extra_info("ssl_object") is None:
+        return FrameReader.take_over(reader, writer, max_frame_bytes)
+    return StreamFrames(reader, max_frame_bytes)
+
+
 async def _serve(broker, conn: Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    peer, decoder = conn.peer, conn.decoder
+    peer, source = conn.peer, conn.decoder
     queue: asyncio.Queue = asyncio.Queue(MAX_PENDING_RESPONSES)
     writer_task = asyncio.create_task(_write_loop(writer, queue, peer, broker.metrics))
     try:
         while not writer_task.done() and not conn.closing:
-            data = await reader.read(1 << 20)
-            if not data:
+            frames = await source.next()
+            if frames is None:
                 break
             conn.last_active = time.monotonic()
-            broker.metrics.bytes_in.inc(len(data))
-            for frame in decoder.feed(data):
+            broker.metrics.bytes_in.inc(sum(4 + len(f) for f in frames))
+            for frame in frames:
                 item = await _dispatch(broker, conn, frame)
                 if item is not None:
                     await queue.put(item)
