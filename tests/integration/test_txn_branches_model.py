@@ -22,7 +22,7 @@ from semel.client import txn as wire
 from semel.client.admin import describe_transactions
 from semel.protocol.errors import KafkaError as E
 from tests.support.brokers import module_broker
-from tests.support.consume import read_values
+from tests.support.read_end import read_to_end
 from tests.support.wait import until
 
 BRANCHES = [f"m.b{i}" for i in range(4)]
@@ -137,7 +137,7 @@ def check(bs: str, m: Model) -> None:
                 b = topic.split(":", 1)[1]
                 assert st[b][0] == "Ongoing", f"{b} joined to live {p} but {st[b][0]}"
                 assert seen.setdefault(b, p) == p, f"{b} joined to {seen[b]} and {p}"
-    visible = set(read_values(bs, m.topic, 1, idle_s=0.3))
+    visible = set(read_to_end(bs, m.topic, 1))   # settled above: the end is the last stable offset
     assert visible <= m.allowed, f"visible without a commit: {sorted(visible - m.allowed)}"
 
 
