@@ -11,7 +11,7 @@ from semel.client import Client
 from semel.protocol.errors import KafkaError
 from tests.support.brokers import module_broker
 from tests.support import wait
-from tests.support.consume import read_values
+from tests.support.read_end import read_to_end
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +60,8 @@ def test_confluent_commit_and_abort_isolation(tbroker):
         p.produce(tbroker.out, key=str(i), value=f"a{i}")
     p.flush(10)
     p.abort_transaction(20)
-    committed = read_values(tbroker.bootstrap, tbroker.out, 3, "read_committed")
-    uncommitted = read_values(tbroker.bootstrap, tbroker.out, 3, "read_uncommitted")
+    committed = read_to_end(tbroker.bootstrap, tbroker.out, 3, "read_committed")
+    uncommitted = read_to_end(tbroker.bootstrap, tbroker.out, 3, "read_uncommitted")
     assert sorted(committed) == sorted(f"c{i}" for i in range(10))
     assert sorted(uncommitted) == sorted([f"c{i}" for i in range(10)] + [f"a{i}" for i in range(10)])
 
@@ -76,11 +76,11 @@ def test_open_transaction_holds_back_read_committed(tbroker):
         assert c.list_offset(tbroker.other, 0, -1, isolation=1) == 0      # last stable offset
         fetched = c.fetch(tbroker.other, 0, 0, isolation=1)
         assert fetched.records == b"" and fetched.last_stable_offset == 0
-    assert read_values(tbroker.bootstrap, tbroker.other, 1, "read_committed", idle_s=0.8) == []
+    assert read_to_end(tbroker.bootstrap, tbroker.other, 1, "read_committed") == []
     p.commit_transaction(20)
     with Client(tbroker.bootstrap) as c:
         assert c.list_offset(tbroker.other, 0, -1, isolation=1) == 2      # record + commit marker
-    assert read_values(tbroker.bootstrap, tbroker.other, 1, "read_committed") == ["pending"]
+    assert read_to_end(tbroker.bootstrap, tbroker.other, 1, "read_committed") == ["pending"]
 
 
 def test_send_offsets_to_transaction_moves_offsets_only_on_commit(tbroker):
@@ -117,7 +117,7 @@ def test_second_instance_fences_first_and_aborts_its_transaction(tbroker):
         old.produce(tbroker.out, value="zombie-2")
         old.commit_transaction(10)
     assert exc.value.args[0].fatal() or "fenced" in str(exc.value).lower()
-    values = read_values(tbroker.bootstrap, tbroker.out, 3, "read_committed")
+    values = read_to_end(tbroker.bootstrap, tbroker.out, 3, "read_committed")
     assert "fresh" in values and "zombie" not in values and "zombie-2" not in values
 
 
@@ -137,7 +137,7 @@ def test_transaction_timeout_aborts_and_fences(tbroker):
     wait.until(nothing_open, "the timed-out transaction aborted (LSO == high watermark)", timeout_s=30)
     with pytest.raises(KafkaException):
         p.commit_transaction(10)
-    assert "too-slow" not in read_values(tbroker.bootstrap, tbroker.out, 3, "read_committed")
+    assert "too-slow" not in read_to_end(tbroker.bootstrap, tbroker.out, 3, "read_committed")
 
 
 def test_kafka_python_transactions(tbroker):
@@ -153,9 +153,9 @@ def test_kafka_python_transactions(tbroker):
     p.flush()
     p.abort_transaction()
     p.close()
-    values = read_values(tbroker.bootstrap, tbroker.out, 3, "read_committed")
+    values = read_to_end(tbroker.bootstrap, tbroker.out, 3, "read_committed")
     assert "kp-commit" in values and "kp-abort" not in values
-    assert "kp-abort" in read_values(tbroker.bootstrap, tbroker.out, 3, "read_uncommitted")
+    assert "kp-abort" in read_to_end(tbroker.bootstrap, tbroker.out, 3, "read_uncommitted")
     c = KafkaConsumer(bootstrap_servers=tbroker.bootstrap, group_id="kp-group", enable_auto_commit=False)
     assert c.committed(TopicPartition(tbroker.src, 0)) == 11
     c.close()
@@ -171,7 +171,7 @@ def _offset_meta(offset):
 
 def test_aiokafka_transactions(tbroker):
     asyncio.run(_aiokafka_txn(tbroker))
-    values = read_values(tbroker.bootstrap, tbroker.out, 3, "read_committed")
+    values = read_to_end(tbroker.bootstrap, tbroker.out, 3, "read_committed")
     assert "ak-commit" in values and "ak-abort" not in values
 
 
