@@ -191,7 +191,10 @@ class FrameReader(asyncio.BufferedProtocol):
     def eof_received(self) -> bool:
         self._eof = True
         self._wake()
-        return False                        # close the transport (nothing half-open)
+        # Keep the transport open, as the stream protocol did for plain TCP: responses
+        # to what the client sent before shutting its side down still go out, and the
+        # connection closes the writer when they have.
+        return True
 
     def connection_lost(self, exc) -> None:
         self._eof = True

@@ -155,3 +155,59 @@ def test_large_appends_written_off_the_loop_survive_sigkill_exactly_once(start_b
     stored = read_values(b.bootstrap, "offloop", 2, isolation="read_uncommitted", want=len(acked))
     assert len(stored) == len(set(stored)), "a record was stored twice"
     assert set(acked) <= set(stored), f"{len(set(acked) - set(stored))} acknowledged records lost"
+
+
+def _produce_frame(topic: str, payload: bytes, correlation_id: int) -> bytes:
+    """A framed Produce v3 request (acks=-1) for partition 0, as a client sends it."""
+    from kafka.protocol.producer import ProduceRequest
+    T = ProduceRequest.TopicProduceData
+    req = ProduceRequest(version=3, transactional_id=None, acks=-1, timeout_ms=30_000, topic_data=[
+        T(version=3, name=topic, partition_data=[T.PartitionProduceData(version=3, index=0, records=payload)])])
+    req.with_header(correlation_id=correlation_id, client_id="raw")
+    return bytes(req.encode(version=3, header=True, framed=True))
+
+
+def _read_frame(sock) -> bytes:
+    def exactly(n):
+        out = b""
+        while len(out) < n:
+            more = sock.recv(n - len(out))
+            assert more, "connection closed before the response"
+            out += more
+        return out
+    return exactly(int.from_bytes(exactly(4), "big"))
+
+
+def test_a_large_frame_trickling_in_is_stored_as_sent_and_answered(hot_broker):
+    """A produce frame far above the frame reader's scratch buffer, sent in small pieces
+    with a small frame right behind it in the same write: both are answered in order
+    and the big one's bytes are stored as sent, offsets patched."""
+    import socket
+    with Client(hot_broker.bootstrap) as c:
+        assert c.create_topic("trickle", 1) == KafkaError.NONE
+    big = _batch([bytes([i % 251]) * 1000 for i in range(300)])          # ~300 KB
+    small = _batch([b"after"])
+    stream = _produce_frame("trickle", big, 1) + _produce_frame("trickle", small, 2)
+    host, port = hot_broker.bootstrap.split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        for at in range(0, len(stream), 7001):     # the last piece holds the small frame whole
+            sock.sendall(stream[at:at + 7001])
+            time.sleep(0.001)
+        first, second = _read_frame(sock), _read_frame(sock)
+    assert first[:4] == (1).to_bytes(4, "big") and second[:4] == (2).to_bytes(4, "big")
+    with Client(hot_broker.bootstrap) as c:
+        served = c.fetch("trickle", 0, 0, max_bytes=1 << 20).records
+    assert served == _patched(big, 0) + _patched(small, 300)
+
+
+def test_responses_still_go_out_after_the_client_shuts_its_side(hot_broker):
+    """A client that sends a request and then shuts down its writing side (half-close)
+    still gets the answer, as on the stream path."""
+    import socket
+    with Client(hot_broker.bootstrap) as c:
+        assert c.create_topic("halfclose", 1) == KafkaError.NONE
+    host, port = hot_broker.bootstrap.split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(_produce_frame("halfclose", _batch([b"x"]), 5))
+        sock.shutdown(socket.SHUT_WR)
+        assert _read_frame(sock)[:4] == (5).to_bytes(4, "big")
