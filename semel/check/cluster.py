@@ -11,10 +11,10 @@ After each episode the nemesis waits (bounded) for every partition to have a
 leader and a full ISR again, so one fault never stacks on the last one's
 shrunken ISR: with RF3 and min.insync.replicas 2 that would only refuse writes.
 
-The group and transaction coordinators live on the controller broker and their
-state is not replicated yet (docs/cluster.md, "Interim"), so that broker is left
-alone unless `nemesis_coordinator` is set; with it, transactions lose liveness
-until the broker returns, and the run is expected to end incomplete.
+The group and transaction coordinators live on the leaders of `__consumer_offsets`
+and `__transaction_state` (docs/cluster.md, "Coordinators"); their brokers are left
+alone unless `nemesis_coordinator` is set, which aims faults at coordinator failover
+too (the coordinators move with their partitions' leadership).
 
 Each episode draws the same random numbers whatever the cluster looks like (the
 victim is picked with one rng.random()), so with cluster faults only, a seed fixes
@@ -31,6 +31,8 @@ from pathlib import Path
 from .history import NEMESIS
 
 CLUSTER_FAULTS = ("leader-kill", "follower-kill", "broker-pause")
+# Kafka's names of the coordinators' topics: their partitions' leaders are the coordinators.
+INTERNAL_TOPICS = ("__transaction_state", "__consumer_offsets")
 REPLICA_LAG_MS = 5000        # a paused follower leaves the ISR after this (the broker's default is 30 s)
 SETTLE_TIMEOUT_S = 30.0
 SESSION_SLACK_S = 1.0        # etcd expires leases a little after their TTL      # for leaders and full ISRs after an episode
@@ -43,11 +45,13 @@ class ClusterStartError(RuntimeError):
 
 @dataclass(frozen=True)
 class View:
-    """The cluster as Metadata shows it: the controller (where the coordinators
-    live) and {partition: (leader, leader_epoch, isr)} of the check topic."""
+    """The cluster as Metadata shows it: the controller, {partition: (leader,
+    leader_epoch, isr)} of the check topic, and the brokers where the coordinators live
+    (the leaders of the internal topics' partitions, once they exist)."""
 
     controller: int
     partitions: dict
+    coordinators: frozenset = frozenset()
 
     def epochs(self) -> dict:
         return {p: epoch for p, (_, epoch, _) in self.partitions.items()}
@@ -119,11 +123,14 @@ class CheckCluster:
         return {b.node_id for b in md.brokers} if md is not None else set()
 
     def view(self) -> View | None:
-        md = self._metadata([self.topic])
-        if md is None or not md.topics or md.topics[0].error_code:
+        md = self._metadata([self.topic, *INTERNAL_TOPICS])
+        ours = [t for t in md.topics if t.name == self.topic] if md is not None else []
+        if not ours or ours[0].error_code:
             return None
+        coordinators = frozenset(p.leader_id for t in md.topics if t.name in INTERNAL_TOPICS and not t.error_code
+                                 for p in t.partitions if p.leader_id >= 0)
         return View(md.controller_id, {p.partition_index: (p.leader_id, p.leader_epoch, tuple(p.isr_nodes))
-                                       for p in md.topics[0].partitions})
+                                       for p in ours[0].partitions}, coordinators)
 
     def wait_settled(self, timeout_s: float = SETTLE_TIMEOUT_S) -> View | None:
         """The view once every partition has a leader and a full ISR; None after timeout_s."""
@@ -154,7 +161,7 @@ class CheckCluster:
     # ------------------------------------------------------------ victims
 
     def _spared(self, v: View) -> set[int]:
-        return set() if self.nemesis_coordinator else {v.controller}
+        return set() if self.nemesis_coordinator else set(v.coordinators)
 
     def leaders(self, v: View) -> list[tuple[int, int]]:
         """(partition, leader) pairs whose leader the nemesis may take down."""
@@ -193,7 +200,8 @@ class CheckCluster:
         led = sorted(p for p, (leader, _, _) in v.partitions.items() if leader == victim)
         wl.record({"process": NEMESIS, "type": "invoke", "f": f,
                    "value": {"node": victim, "partition": partition, "leads": led, "hold_s": hold,
-                             "controller": v.controller, "epochs": v.epochs()}})
+                             "controller": v.controller, "coordinators": sorted(v.coordinators),
+                             "epochs": v.epochs()}})
         if name == "broker-pause":
             await self._pause(victim, hold)
         else:

@@ -59,17 +59,20 @@ def test_settled_needs_a_leader_and_a_full_isr_everywhere():
 
 
 @pytest.mark.parametrize("coordinator", [False, True])
-def test_victims_spare_the_coordinators_broker_unless_asked(tmp_path, coordinator):
+def test_victims_spare_the_coordinators_brokers_unless_asked(tmp_path, coordinator):
     c = CheckCluster(tmp_path, 3, nemesis_coordinator=coordinator)
-    v = View(0, {0: (0, 1, (0, 1, 2)), 1: (1, 0, (1, 2, 0)), 2: (2, 0, (2, 0)), 3: (0, 0, (0, 1))})
+    # The coordinators live on broker 0 (the controller here is 2: not what is spared).
+    v = View(2, {0: (0, 1, (0, 1, 2)), 1: (1, 0, (1, 2, 0)), 2: (2, 0, (2, 0)), 3: (0, 0, (0, 1))}, frozenset({0}))
     if coordinator:
         assert c.leaders(v) == [(0, 0), (1, 1), (2, 2), (3, 0)]
         assert c.followers(v) == [0, 1, 2] and c.pausable(v) == [0, 1, 2]
     else:
         assert c.leaders(v) == [(1, 1), (2, 2)]
         assert c.followers(v) == [1, 2] and c.pausable(v) == [1, 2]
-    everything_led_by_controller = View(0, {0: (0, 1, (0, 1, 2))})
-    assert (c.leaders(everything_led_by_controller) == []) is not coordinator
+    everything_led_by_a_coordinator = View(2, {0: (0, 1, (0, 1, 2))}, frozenset({0}))
+    assert (c.leaders(everything_led_by_a_coordinator) == []) is not coordinator
+    apart = View(2, {0: (0, 1, (0, 1, 2)), 1: (1, 0, (1, 2, 0)), 2: (2, 0, (2, 0))}, frozenset({0, 1}))
+    assert c.pausable(apart) == ([0, 1, 2] if coordinator else [2])
 
 
 def test_pauses_half_within_half_past_the_lease(tmp_path):
