@@ -33,6 +33,7 @@ class SaslModel(RuleBasedStateMachine):
         self.proved: str | None = None
         self.reauth_of: str | None = None   # model: the user a re-login (KIP-368) must prove again
         self.client = None
+        self.client_creds: tuple[str, str] | None = None   # SCRAM: who began the exchange
 
     def _expect_illegal(self, fn) -> None:
         try:
@@ -68,8 +69,10 @@ class SaslModel(RuleBasedStateMachine):
             token = f"\0{user}\0{pw}".encode()
         elif state is State.MECHANISM:
             self.client = scramp.ScramClient([self.s.mechanism], user, pw)
+            self.client_creds = (user, pw)
             token = self.client.get_client_first().encode()
-        else:
+        else:   # SCRAM's final message proves the credentials its first message began with
+            user, pw = self.client_creds
             token = self.client.get_client_final().encode()
         try:
             out = self.s.authenticate(token)
