@@ -109,7 +109,11 @@ class SeatedCoordinator:
             if not self.seat.may_finish_load(plog.high_watermark, end) or plog.log_end_offset != end:
                 await asyncio.sleep(RETRY_S)
                 continue
-            self.coordinator.load(plog, epoch)          # no await: the replayed end is `end`
+            try:
+                self.coordinator.load(plog, epoch)      # no await: the replayed end is `end`
+            except Exception:   # a damaged log: stay loading (COORDINATOR_LOAD_IN_PROGRESS), say why
+                log.exception("%s: loading the coordinator at epoch %d failed", self.topic, epoch)
+                return
             if not self.seat.loaded(epoch):
                 self.coordinator.unload()
                 return

@@ -291,9 +291,20 @@ def test_committed_offsets_survive_the_group_coordinators_broker(cluster):
 
 def test_a_broker_that_does_not_lead_offsets_refuses_the_group_apis(cluster):
     settle(cluster)
+    create(cluster, "lg-in")
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "lg-group", "enable.auto.commit": False,
+                  **RESTART_SAFE_CONFIG})
+    c.commit(offsets=[TopicPartition("lg-in", 0, 1)], asynchronous=False)
+    c.close()
     gc_node = leader_of(cluster, OFFSETS_TOPIC)
     for n in set(range(3)) - {gc_node}:
         with Client(cluster.brokers[n].bootstrap, timeout_s=10) as c:
             assert c.request(9, group_id="go-plain", topics=None).error_code == KafkaError.NOT_COORDINATOR
             assert call(c, 12, 4, group_id="go-plain", generation_id=1, member_id="m",
                         group_instance_id=None).error_code == KafkaError.NOT_COORDINATOR
+            # ListGroups asks every broker: one that coordinates nothing lists nothing, no error.
+            r = call(c, 16, 4, states_filter=[])
+            assert (r.error_code, r.groups) == (0, [])
+    with Client(cluster.brokers[gc_node].bootstrap, timeout_s=10) as c:
+        listed = until(lambda: (r := call(c, 16, 4, states_filter=[])).error_code == 0 and r.groups, "groups listed")
+        assert "lg-group" in {g.group_id for g in listed}
