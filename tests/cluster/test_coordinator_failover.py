@@ -151,15 +151,21 @@ class _Copier:
         self.consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"g-{txn_id}",
                                   "isolation.level": "read_committed", "enable.auto.commit": False,
                                   "auto.offset.reset": "earliest", **RESTART_SAFE_CONFIG})
-        self.producer = self._producer()
         self.commits = 0
         self.failures: list[str] = []
+        self.producer = self._producer()
 
     def _producer(self) -> Producer:
-        p = Producer({"bootstrap.servers": self.cluster.bootstrap, "transactional.id": self.txn_id,
-                      "transaction.timeout.ms": 60000, **RESTART_SAFE_CONFIG})
-        p.init_transactions(60)
-        return p
+        """A new instance (it fences the old one), initialised again while the coordinator moves."""
+        for _ in range(5):
+            p = Producer({"bootstrap.servers": self.cluster.bootstrap, "transactional.id": self.txn_id,
+                          "transaction.timeout.ms": 60000, **RESTART_SAFE_CONFIG})
+            try:
+                p.init_transactions(60)
+                return p
+            except KafkaException as exc:
+                self.failures.append(f"init_transactions: {exc}")
+        raise AssertionError(f"init_transactions never succeeded: {self.failures[-3:]}")
 
     def run(self, ends: dict[int, int], on_commit) -> None:
         self.consumer.subscribe([self.src])
@@ -173,7 +179,16 @@ class _Copier:
 
     def _done(self, ends: dict[int, int]) -> bool:
         tps = [TopicPartition(self.src, p) for p in ends]
-        return all(tp.offset == ends[tp.partition] for tp in self.consumer.committed(tps, 30))
+        return all(tp.offset == ends[tp.partition] for tp in self._committed(tps))
+
+    def _committed(self, tps) -> list:
+        """The group's committed offsets, asked again while its coordinator moves."""
+        for _ in range(10):
+            try:
+                return self.consumer.committed(tps, 30)
+            except KafkaException as exc:
+                self.failures.append(f"committed: {exc}")
+        raise AssertionError(f"committed offsets unreadable: {self.failures[-3:]}")
 
     def _transaction(self, msgs, on_commit) -> None:
         try:
@@ -198,8 +213,7 @@ class _Copier:
         elif not err.retriable():
             self.producer = self._producer()
         # Whatever the last transaction did, go on from what the group committed.
-        committed = self.consumer.committed(self.consumer.assignment(), 30)
-        for tp in committed:
+        for tp in self._committed(self.consumer.assignment()):
             self.consumer.seek(TopicPartition(tp.topic, tp.partition, max(tp.offset, 0)))
 
 
