@@ -8,7 +8,13 @@ import sys
 import pytest
 
 from semel.cli.main import SUBCOMMANDS
+from tests.support.brokers import module_broker_fixture
 from tests.support.cli_help import check_helps, help_code
+
+# One broker for the module's tests that take `broker` (each uses its own topic names);
+# the SIGTERM and flush-mode tests start their own.
+broker = module_broker_fixture("cli", "--group-initial-rebalance-delay-ms", "0",
+                               "--group-min-session-timeout-ms", "1000")
 
 
 def semel(*args, input=None, timeout=60):

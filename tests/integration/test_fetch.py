@@ -6,6 +6,10 @@ import threading
 from semel.client import Client
 from semel.protocol import records
 from semel.protocol.errors import KafkaError
+from tests.support.brokers import module_broker_fixture
+
+# One broker for the module (each test has its own topic), overriding the per-test one.
+broker = module_broker_fixture("fetch")
 
 BATCH = records.build_batch([(None, b"v" * 1024)] * 64)   # ~66 KiB
 

@@ -16,3 +16,15 @@ def module_broker(tmp_path_factory, name: str, *extra_args: str):
         yield b
     finally:
         b.close()
+
+
+def module_broker_fixture(name: str, *extra_args: str):
+    """A module-scoped pytest fixture that yields module_broker(name, *extra_args); assign it
+    to a fixture name in a test module (`broker = module_broker_fixture("fetch")`)."""
+    import pytest
+
+    @pytest.fixture(scope="module")
+    def fixture(tmp_path_factory):
+        with module_broker(tmp_path_factory, name, *extra_args) as b:
+            yield b
+    return fixture
