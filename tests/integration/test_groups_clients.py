@@ -17,6 +17,13 @@ import uuid
 
 import pytest
 
+from tests.support.brokers import module_broker_fixture
+
+# One broker for the module's tests that take `broker` (every test names its own topic and
+# group); the SIGKILL test starts its own.
+broker = module_broker_fixture("groups-clients", "--group-initial-rebalance-delay-ms", "0",
+                               "--group-min-session-timeout-ms", "1000")
+
 PARTITIONS = 4
 RECORDS = 40          # per partition
 SESSION_MS = 6000
