@@ -9,8 +9,12 @@ broker during a 1 x 1 produce gives the top functions (self samples).
 
 `--before DIR` also runs a semel source tree at DIR (e.g. a `git worktree add` of the
 commit before a change) as a third broker, so before/after come from the same run.
+`--malloc-ab` also runs this tree with glibc's malloc defaults (SEMEL_MALLOC_TUNING=off,
+semel/broker/allocator.py), so the allocator tuning is measured against none in one run;
+`--variant 'LABEL:NAME=VALUE,...'` runs this tree with other environment settings.
+Each row records the load average when it was taken (the box is shared).
 
-    python -m bench.hotpath_bench [--quick] [--before /tmp/semel-before]
+    python -m bench.hotpath_bench [--quick] [--before /tmp/semel-before] [--malloc-ab]
 """
 from __future__ import annotations
 
@@ -139,6 +143,7 @@ def measure(broker, label, case, round_no) -> dict:
     c2 = cpu_seconds(broker.pid)
     read = total * CONSUME_PASSES
     row = {"broker": label, "case": name, "round": round_no, "records": total,
+           "load_average_1m": round(os.getloadavg()[0], 2),
            "produce_mb_s": round(total * size / pt / 1e6, 2), "produce_rec_s": round(total / pt),
            "consume_rec_s": round(read / ct), "consume_mb_s": round(read * size / ct / 1e6, 2),
            "cpu_s_per_gb_produce": round((c1 - c0) / gb, 2),
@@ -220,6 +225,13 @@ def summarise(rows, labels) -> list[dict]:
         if s and t:
             entry["produce_semel_over_tansu"] = round(s["produce_mb_s"] / t["produce_mb_s"], 2)
             entry["consume_semel_over_tansu"] = round(s["consume_rec_s"] / t["consume_rec_s"], 2)
+        for label in labels:
+            m = med.get(label)
+            if s and m and label.startswith("semel,"):     # this tree with other settings
+                entry[f"semel_over_{label}"] = {
+                    "produce": round(s["produce_mb_s"] / m["produce_mb_s"], 2),
+                    "consume": round(s["consume_rec_s"] / m["consume_rec_s"], 2),
+                    "cpu_per_gb_consume": round(s["cpu_s_per_gb_consume"] / max(m["cpu_s_per_gb_consume"], 1e-9), 2)}
         b = med.get("semel before (fsync)")
         if s and b:
             entry["produce_after_over_before"] = round(s["produce_mb_s"] / b["produce_mb_s"], 2)
@@ -230,8 +242,12 @@ def summarise(rows, labels) -> list[dict]:
     return out
 
 
+MALLOC_DEFAULTS = "semel, glibc malloc defaults (fsync)"
+
+
 def run(out_dir: Path = RESULTS, quick: bool = False, before: Path | None = None, rounds: int | None = None,
-        cases: list[str] | None = None) -> dict:
+        cases: list[str] | None = None, malloc_ab: bool = False, name: str = "hotpath",
+        variants: list[str] = (), note: str | None = None) -> dict:
     rounds = rounds or (1 if quick else 5)
     scale = 0.25 if quick else 1.0
     chosen = [(n, s, p, k, int(c * scale), t) for n, s, p, k, c, t in CASES if not cases or n in cases]
@@ -245,6 +261,14 @@ def run(out_dir: Path = RESULTS, quick: bool = False, before: Path | None = None
             env = {"PYTHONPATH": str(before), "PYTHONSAFEPATH": "1"}
             brokers["semel before (fsync)"] = SemelBroker(Path(tmp) / "before", log_path=Path(tmp) / "before.log",
                                                           env=env)
+        if malloc_ab:
+            variants = [f"{MALLOC_DEFAULTS}:SEMEL_MALLOC_TUNING=off", *variants]
+        for k, spec in enumerate(variants):
+            label, _, env = spec.partition(":")
+            label = label if label.startswith("semel,") else f"semel, {label}"
+            brokers[label] = SemelBroker(Path(tmp) / f"variant{k}", log_path=Path(tmp) / f"variant{k}.log",
+                                         env=dict(kv.split("=", 1) for kv in env.split(",") if kv))
+        load_start = [round(x, 2) for x in os.getloadavg()]
         try:
             for b in brokers.values():
                 b.start()
@@ -260,12 +284,13 @@ def run(out_dir: Path = RESULTS, quick: bool = False, before: Path | None = None
             for b in brokers.values():
                 b.close()
     result = {"client": "confluent-kafka (librdkafka), one process per producer", "settings": PRODUCER,
+              "load_average_start": load_start, "load_average_end": [round(x, 2) for x in os.getloadavg()],
               "txn_records_per_commit": TXN_EVERY, "consume_passes": CONSUME_PASSES, "rounds": rounds, "quick": quick,
-              "note": ("2-core shared machine: client processes and broker share both cores, so ratios are "
-                       "what this box shows, not a capacity figure. The 16-core run is pending (no 16-core "
-                       "device machine in this session)."),
+              "note": note or ("2-core shared machine: client processes and broker share both cores, so ratios "
+                               "are what this box shows, not a capacity figure. The 16-core run is pending (no "
+                               "16-core device machine in this session)."),
               "summary": summarise(rows, list(brokers)), "rows": rows, "semel_profile_top": prof}
-    write_result(out_dir, "hotpath", result)
+    write_result(out_dir, name, result)
     return result
 
 
@@ -276,5 +301,10 @@ if __name__ == "__main__":
     ap.add_argument("--before", type=Path, default=None, help="a semel source tree to run as 'before'")
     ap.add_argument("--rounds", type=int, default=None)
     ap.add_argument("--case", action="append", default=None, help="only this case (repeatable)")
+    ap.add_argument("--malloc-ab", action="store_true", help="also run this tree with glibc's malloc defaults")
+    ap.add_argument("--name", default="hotpath", help="results file name (bench/results/NAME.json)")
+    ap.add_argument("--variant", action="append", default=[],
+                    help="'LABEL:NAME=VALUE,...': this tree with these environment settings (repeatable)")
+    ap.add_argument("--note", default=None, help="the results file's note")
     a = ap.parse_args()
-    run(a.out, a.quick, a.before, a.rounds, a.case)
+    run(a.out, a.quick, a.before, a.rounds, a.case, a.malloc_ab, a.name, a.variant, a.note)
