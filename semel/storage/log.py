@@ -414,7 +414,7 @@ class PartitionLog:
         lock = self._append_lock
         if lock is None:
             lock = self._append_lock = asyncio.Lock()
-        if len(data) < OFFLOOP_WRITE_BYTES and not lock.locked():
+        if len(data) < OFFLOOP_WRITE_BYTES and not lock.locked() and not self._roll_due(len(data), batches):
             _run_precheck(precheck)
             return self.append(data, batches)
         async with lock:

@@ -218,25 +218,27 @@ class GatedFS(FaultyFileSystem):
         super().fsync(f)
 
 
-def _fill(plog: PartitionLog) -> None:
-    """Appends until the next 90 KiB append rolls the segment."""
-    while plog._segments[-1].size + 92_000 <= CFG.segment_bytes:
-        raw = batch([b"f" * 1000] * 60)
+def _fill(plog: PartitionLog, next_size: int) -> None:
+    """Appends until an append of next_size bytes rolls the segment."""
+    while plog._segments[-1].size + next_size <= CFG.segment_bytes:
+        left = CFG.segment_bytes - plog._segments[-1].size - next_size
+        raw = batch([b"f" * 1000] * max(1, min(60, left // 1100)))
         plog.append(raw, split_batches(raw)[0])
 
 
-def test_a_roll_runs_off_the_loop_and_a_marker_meanwhile_lands_after_it(tmp_path):
+@pytest.mark.parametrize("records", [90, 1])
+def test_a_roll_runs_off_the_loop_and_a_marker_meanwhile_lands_after_it(tmp_path, records):
     """While a roll's fsync is held in its worker thread the loop keeps running; a
     marker written meanwhile waits for the roll, lands first in the new segment, and
-    the append that rolled comes after it."""
+    the append that rolled comes after it. A small append that rolls goes the same way."""
     async def run():
         fs = GatedFS()
         plog = PartitionLog.open(tmp_path / "r", CFG, fs)
         try:
-            _fill(plog)
+            big = batch([b"b" * 1000] * records)
+            _fill(plog, len(big))
             end = plog.log_end_offset
             fs.gate.clear()
-            big = batch([b"b" * 1000] * 90)
             task = asyncio.create_task(plog.append_async(big, split_batches(big)[0]))
             while not fs.entered.is_set():
                 await asyncio.sleep(0.001)    # the loop runs while the roll's fsync waits
@@ -262,10 +264,10 @@ def test_a_failed_roll_fails_the_append_and_writes_nothing(tmp_path):
         fs = FaultyFileSystem()
         plog = PartitionLog.open(tmp_path / "f", CFG, fs)
         try:
-            _fill(plog)
+            big = batch([b"b" * 1000] * 90)
+            _fill(plog, len(big))
             end, bases = plog.log_end_offset, plog.segment_bases
             fs.fail_next_fsync(1, ".log")
-            big = batch([b"b" * 1000] * 90)
             with pytest.raises(AppendError):
                 await plog.append_async(big, split_batches(big)[0])
             assert plog.log_end_offset == end and plog.segment_bases == bases
