@@ -10,9 +10,16 @@ In one local[2] SparkSession against one semel broker process:
 - rate_noop: Spark's rate source -> the same transform -> noop (no Kafka), for the floor;
 - latency: a producer paced at --latency-rate stamps each input with its ack time; a
   read_committed consumer of the output measures ack -> visible, p50/p99, while the
-  exactly-once query runs with a --trigger-ms processing-time trigger. The micro-batch floor
+  exactly-once query runs with a --trigger-ms processing-time trigger (6000 records at 50/s:
+  ~240 triggers, so p99 is a percentile, not the worst of a few dozen batches). The first
+  WARMUP_BATCHES micro-batches (the query's start-up) are left out of the percentiles
+  (`all` has every record). Every micro-batch's breakdown goes into the results: Spark's
+  durationMs, the sink's phases (SEMEL_SPARK_SINK_TRACE: the slowest task's and commit()'s),
+  when commit() started after the last task, when the reader saw the output after commit();
+  `phases_ms` sums them up (p50/p99/max over the measured batches). The micro-batch floor
   is the trigger interval plus the median triggerExecution of the rate_noop query in the
-  same run (the least a micro-batch pipeline can take to show a record);
+  same run, past its first WARMUP_BATCHES batches too (the least a micro-batch pipeline can
+  take to show a record);
 - commit-cycle cost per batch: median addBatch of the exactly-once minus the at-least-once query.
 
     .venv/bin/python -m bench.spark_pipeline [--records 200000 --per-trigger 50000]
@@ -38,6 +45,7 @@ LATENCY_QUERY = "bench-latency"
 # The first micro-batches of a query pay its start-up (planning, the Python source's process,
 # first use of each worker): left out of the latency percentiles and, alike, of the floor.
 WARMUP_BATCHES = 5
+MIN_BATCHES = 100  # measured batches at least: p99 over batches, not the worst of a few
 TRANSFORM = ("key", "cast(cast(cast(value as string) as bigint) * 2 as string) as value")
 
 
@@ -191,28 +199,43 @@ def latency(spark, bs, work, n: int, rate: float, trigger_ms: int, trace: Path) 
                   "enable.auto.commit": False})
     c.assign([TopicPartition("lat-out", p, 0) for p in range(2)])
 
+    enough = threading.Event()  # the query has run past WARMUP_BATCHES + MIN_BATCHES
+    fed = [0]
+
     def feed():
+        # at least n records, and on until enough batches ran (a busy box runs fewer a
+        # second), at most 3 n
         p = Producer({"bootstrap.servers": bs, "enable.idempotence": True, "linger.ms": 0})
         t0 = time.monotonic()
-        for i in range(n):
+        i = 0
+        while i < n or (not enough.is_set() and i < 3 * n):
             def ack(err, m, v=str(2 * i)):
                 if err is None:
                     acked[v] = (time.time(), m.partition(), m.offset())
             p.produce("lat-in", key=str(i % 64).encode(), value=str(i).encode(), on_delivery=ack)
+            i += 1
             # pacing the offered load; poll() serves each ack as it arrives (a sleep here
             # would stamp it up to one interval late, understating the latency)
-            while (delay := t0 + (i + 1) / rate - time.monotonic()) > 0:
+            while (delay := t0 + i / rate - time.monotonic()) > 0:
                 p.poll(delay)
         p.flush(60)
+        fed[0] = i
     t = threading.Thread(target=feed)
     t.start()
-    deadline = time.monotonic() + n / rate + 120
-    while len(visible) < n and time.monotonic() < deadline:
+    deadline = time.monotonic() + 3 * n / rate + 120
+    looked = 0.0
+    while (t.is_alive() or len(visible) < fed[0]) and time.monotonic() < deadline:
         # poll() hands over each record as soon as it is fetched; consume(k, t) would hold
         # a partial batch until t passed, adding up to t to every latency
         m = c.poll(0.2)
         if m is not None and m.error() is None:
             visible.setdefault(m.value().decode(), time.time())
+        if time.monotonic() - looked > 1:
+            looked = time.monotonic()
+            last = q.lastProgress
+            if last is not None and last["batchId"] >= WARMUP_BATCHES + MIN_BATCHES:
+                enough.set()
+    enough.set()
     t.join()
     c.close()
     q.stop()
@@ -222,7 +245,7 @@ def latency(spark, bs, work, n: int, rate: float, trigger_ms: int, trace: Path) 
         b.pop("values", None)
     lat = lambda vs: sorted(visible[v] - acked[v][0] for v in vs if v in visible and v in acked)  # noqa: E731
     measured = [b for b in batches if b["batch"] >= WARMUP_BATCHES]
-    return {"records": n, "seen": len(visible), "offered_rows_per_s": rate, "trigger_ms": trigger_ms,
+    return {"records": fed[0], "seen": len(visible), "offered_rows_per_s": rate, "trigger_ms": trigger_ms,
             "warmup_batches": WARMUP_BATCHES, "records_measured": len(steady), "batches_measured": len(measured),
             **percentiles(lat(steady)), "all": percentiles(lat(acked)),
             "phases_ms": phase_summary(measured), "batches": batches}
@@ -308,6 +331,23 @@ def sink_phases(trace: Path) -> dict[int, dict]:
     return out
 
 
+LATENCY_NOTE = ("latency: p50/p99/max over the records of batches WARMUP_BATCHES on (all: every record); "
+                "batches: each micro-batch's durationMs, its sink phases (task_max_ms: the slowest task's, "
+                "commit_ms: commit()'s, ms per phase), commit_start_after_tasks_ms (Spark handing the "
+                "messages to its commit worker), visible_after_commit_ms (the reader's first record of the "
+                "batch after commit() returned; negative: seen before the answer reached the worker); "
+                "phases_ms: p50/p99/max of each over the measured batches")
+
+
+def load_note(loads: dict) -> str:
+    """How busy the shared box was: the figures only compare within this run."""
+    one = [v[0] for v in loads.values()]
+    cpus = os.cpu_count() or 1
+    how = "quiet" if max(one) <= cpus else f"up to {max(one) / cpus:.1f} runnable processes per core"
+    return (f"1-minute load average {min(one):.1f} to {max(one):.1f} on {cpus} cores at the phase boundaries "
+            f"({how}; other work shared the cores: Spark's fixed per-batch costs grow with it)")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     # sized so that per-query and per-batch fixed costs do not dominate: 4 batches of 50k
@@ -348,7 +388,8 @@ def main(argv=None) -> int:
                  "(mapInArrow) and a plain idempotent confluent-kafka producer; rate_noop (no Kafka) only "
                  "gives the latency floor's micro-batch term. Each writer's figures are its median of "
                  f"{a.rounds | 1} rounds run interleaved (noop, exactly-once, at-least-once, repeated; "
-                 "rounds_rows_per_s lists every round), and the ratios are of those medians",
+                 "rounds_rows_per_s lists every round), and the ratios are of those medians. " + LATENCY_NOTE,
+        "load": load_note(loads),
         "commit_cycle_cost_ms_per_batch": (eos["add_batch_ms_p50"] - alo["add_batch_ms_p50"])
         if eos["add_batch_ms_p50"] is not None and alo["add_batch_ms_p50"] is not None else None,
         "targets": {
