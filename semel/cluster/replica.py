@@ -82,6 +82,12 @@ class FollowerProgress:
     last_caught_up_ms: float = 0.0
     last_fetch_ms: float = 0.0
     last_fetch_leader_leo: int = UNDEFINED
+    # When it last left the ISR: it may join again only on a fetch made after that, as
+    # in Kafka, where expansion is decided on a fetch. Without it a follower SIGKILLed on
+    # an idle partition still looked caught up (its last fetch reached the log end) and
+    # the leader put it back every ISR check until replica_lag_time_max_ms ran out,
+    # holding the high watermark each time.
+    left_isr_ms: float = 0.0
 
     def on_fetch(self, fetch_offset: int, leader_leo: int, now_ms: float) -> None:
         """Kafka's rule: caught up now if the fetch reaches the leader's log end; caught up
@@ -116,7 +122,8 @@ def isr_change(state: PartitionState, leader_leo: int, hw: int, progress: dict[i
 
     def joins(r: int) -> bool:
         p = progress.get(r)
-        return p is not None and p.leo >= max(hw, epoch_start) and fresh(r)
+        return (p is not None and p.leo >= max(hw, epoch_start) and fresh(r)
+                and p.last_fetch_ms >= p.left_isr_ms)
 
     keep = {r for r in state.isr if r == state.leader or fresh(r)}
     add = {r for r in state.replicas if r not in state.isr and joins(r)}
@@ -292,6 +299,11 @@ class ReplicaManager:
             self.leading[tp] = ls
             log.info("%s-%d: leader at epoch %d (log end %d, isr %s)", *tp, st.leader_epoch,
                      plog.log_end_offset, list(st.isr))
+        else:
+            now = self._now_ms()
+            for r in set(ls.state.isr) - set(st.isr):
+                if r in ls.progress:
+                    ls.progress[r].left_isr_ms = now
         ls.state = st
         self._advance_hw(tp, ls)
 

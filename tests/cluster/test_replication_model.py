@@ -177,6 +177,12 @@ def test_shrink_then_expand_decisions():
     assert isr_change(st, 10, 10, {1: fresh, 2: stale}, 1000, 500, 0) == (0, 1)
     out = PartitionState("t", 0, (0, 1, 2), 0, 3, (0,))
     assert isr_change(out, 10, 10, {1: fresh, 2: stale}, 1000, 500, 0) == (0, 1)
+    # One that left the ISR (here: killed on an idle partition, its last fetch at the log
+    # end) joins again only on a fetch made after it left, not on that old fetch.
+    gone = FollowerProgress(leo=10, last_caught_up_ms=1000, last_fetch_ms=1000, left_isr_ms=1100)
+    assert isr_change(out, 10, 10, {1: gone}, 1200, 500, 0) is None
+    gone.on_fetch(10, 10, now_ms=1300)
+    assert isr_change(out, 10, 10, {1: gone}, 1300, 500, 0) == (0, 1)
     # A follower below the start of the leader's epoch does not join yet (Kafka's rule).
     assert isr_change(out, 12, 8, {1: FollowerProgress(leo=9, last_caught_up_ms=1000)}, 1000, 500, 11) is None
     assert isr_change(st, 10, 10, {1: fresh, 2: FollowerProgress(leo=10, last_caught_up_ms=900)}, 1000, 500, 0) is None
