@@ -25,7 +25,7 @@ from semel.eos.kafka import KafkaCoordinator
 from semel.eos.sinks.memory import MemorySink, MemorySinkState
 from tests.support.cluster import metadata, module_cluster, partitions, wait_brokers
 from tests.support.consume import read_values
-from tests.support.wait import until
+from tests.support.wait import in_background, until
 
 PARTS = 3
 N = 300
@@ -141,17 +141,8 @@ def test_a_partition_leader_sigkilled_mid_copy_keeps_it_exact(cluster):
     coordinators = {partitions(cluster, t)[0][0] for t in ("__transaction_state", "__consumer_offsets")}
     victim = next(leader for leader, *_ in partitions(cluster, "bounce-out").values() if leader not in coordinators)
     third = threading.Event()
-    errors: list[BaseException] = []
-
-    def run():
-        try:
-            copy(cluster, "bounce-in", "bounce-out", "bounce-copy", abort_every=4,
-                 on_commit=lambda n: n >= N // 3 and third.set())
-        except BaseException as exc:   # re-raised in the test thread
-            errors.append(exc)
-            third.set()
-    worker = threading.Thread(target=run)
-    worker.start()
+    worker, errors = in_background(lambda: copy(cluster, "bounce-in", "bounce-out", "bounce-copy", abort_every=4,
+                                                on_commit=lambda n: n >= N // 3 and third.set()), third)
     assert third.wait(120)
     cluster.brokers[victim].kill()
     worker.join(300)

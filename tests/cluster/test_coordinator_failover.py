@@ -28,7 +28,7 @@ from semel.protocol.errors import KafkaError
 from tests.support.cluster import module_cluster, partitions, wait_brokers
 from tests.support.consume import read_values
 from tests.support.txn import RawTxn, call
-from tests.support.wait import until
+from tests.support.wait import in_background, until
 
 TXN_TOPIC, OFFSETS_TOPIC = "__transaction_state", "__consumer_offsets"
 PARTS = 3
@@ -236,16 +236,7 @@ def test_copy_goes_on_exactly_once_when_the_transaction_coordinator_is_bounced(c
     copier = _Copier(cluster, "fo-in", "fo-out", "fo-copy")
     coord = leader_of(cluster, TXN_TOPIC)
     some = threading.Event()
-    errors: list[BaseException] = []
-
-    def run():
-        try:
-            copier.run(ends, lambda commits: commits >= 3 and some.set())
-        except BaseException as exc:   # re-raised in the test thread
-            errors.append(exc)
-            some.set()
-    worker = threading.Thread(target=run)
-    worker.start()
+    worker, errors = in_background(lambda: copier.run(ends, lambda commits: commits >= 3 and some.set()), some)
     assert some.wait(120)
     # A hard bounce (Kafka's transactions_test): SIGKILL, and the broker comes back once
     # the coordinator has moved (leadership does not move back to it).

@@ -109,9 +109,8 @@ def check(host: SeatedCoordinator, coord: FakeCoordinator, view: FakeView) -> No
         assert seat.state in (Seat.LOADING, Seat.LOADED) and seat.epoch == coord.loaded_epoch
 
 
-async def run(seed: int, steps: int = 300) -> None:
-    rng = random.Random(seed)
-    plog = FakeLog()
+def seated(plog):
+    """A started SeatedCoordinator on broker ME over fakes of its view, replicas and log."""
     view = FakeView()
     replicas = FakeReplicas(plog)
     broker = SimpleNamespace(config=SimpleNamespace(node_id=ME), cluster=view, replicas=replicas,
@@ -119,6 +118,13 @@ async def run(seed: int, steps: int = 300) -> None:
     coord = FakeCoordinator(plog)
     host = SeatedCoordinator(broker, TOPIC, coord)
     host.start()
+    return view, replicas, coord, host
+
+
+async def run(seed: int, steps: int = 300) -> None:
+    rng = random.Random(seed)
+    plog = FakeLog()
+    view, replicas, coord, host = seated(plog)
     version = epoch = 0
     history = []
     try:
@@ -173,13 +179,7 @@ def test_a_load_waits_for_the_high_watermark_then_serves():
         plog = FakeLog()
         plog.log_end_offset = 5
         plog.high_watermark = 2
-        view = FakeView()
-        replicas = FakeReplicas(plog)
-        broker = SimpleNamespace(config=SimpleNamespace(node_id=ME), cluster=view, replicas=replicas,
-                                 logs=SimpleNamespace(get=lambda topic, partition: plog))
-        coord = FakeCoordinator(plog)
-        host = SeatedCoordinator(broker, TOPIC, coord)
-        host.start()
+        view, replicas, coord, host = seated(plog)
         view.deliver(PartitionState(TOPIC, 0, (ME, 2), ME, 3, (ME, 2), 1))
         await asyncio.sleep(0.02)
         assert coord.loaded_epoch is None and host.error() == KafkaError.COORDINATOR_LOAD_IN_PROGRESS
