@@ -23,7 +23,7 @@ from semel.client.client import Client
 from semel.eos import EosRuntime
 from semel.eos.kafka import KafkaCoordinator
 from semel.eos.sinks.memory import MemorySink, MemorySinkState
-from tests.support.cluster import metadata, module_cluster, partitions, wait_brokers
+from tests.support.cluster import fill, metadata, module_cluster, partitions, wait_brokers
 from tests.support.consume import read_values
 from tests.support.wait import in_background, until
 
@@ -47,15 +47,6 @@ def create(cluster, *topics: str) -> None:
         until(lambda t=t: all(len(isr) == 3 for _, _, _, isr in partitions(cluster, t).values()),
               f"{t}: leaders and full ISRs")
         assert {leader for leader, *_ in partitions(cluster, t).values()} == {0, 1, 2}
-
-
-def fill(cluster, topic: str) -> list[str]:
-    values = [f"v{i:04d}" for i in range(N)]
-    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True})
-    for i, v in enumerate(values):
-        p.produce(topic, value=v.encode(), partition=i % PARTS)
-    assert p.flush(60) == 0
-    return values
 
 
 def offsets_by_leader(cluster, topic: str, isolation: int) -> dict[int, int]:
@@ -117,7 +108,7 @@ def _rewind(consumer, msgs) -> None:
 
 def test_consume_transform_produce_across_three_leaders_exactly_once(cluster):
     create(cluster, "ctp-in", "ctp-out")
-    values = fill(cluster, "ctp-in")
+    values = fill(cluster, "ctp-in", N, PARTS)
     aborted = copy(cluster, "ctp-in", "ctp-out", "ctp-copy", abort_every=3)
     assert aborted >= 1
     got = read_values(cluster.bootstrap, "ctp-out", PARTS, "read_committed", want=N)
@@ -136,7 +127,7 @@ def test_a_partition_leader_sigkilled_mid_copy_keeps_it_exact(cluster):
     coordinator's broker): produce retries reach the new leader, markers of the
     transactions under way are written once it is elected, the copy goes on exactly."""
     create(cluster, "bounce-in", "bounce-out")
-    values = fill(cluster, "bounce-in")
+    values = fill(cluster, "bounce-in", N, PARTS)
     # The coordinators are the leaders of the internal topics' partitions (created by now).
     coordinators = {partitions(cluster, t)[0][0] for t in ("__transaction_state", "__consumer_offsets")}
     victim = next(leader for leader, *_ in partitions(cluster, "bounce-out").values() if leader not in coordinators)
@@ -160,7 +151,7 @@ def test_a_partition_leader_sigkilled_mid_copy_keeps_it_exact(cluster):
 
 def test_eos_runtime_commits_against_the_cluster(cluster):
     create(cluster, "eos-in", "eos-out")
-    values = fill(cluster, "eos-in")
+    values = fill(cluster, "eos-in", N, PARTS)
     coord = KafkaCoordinator(cluster.bootstrap, "eos_app-0", [("eos-in", p) for p in range(PARTS)], timeout=30)
     state = MemorySinkState()
     rt = EosRuntime("eos_app", "0", coord, [MemorySink("m", state)], commit_interval=0.3)

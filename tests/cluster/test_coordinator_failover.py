@@ -25,7 +25,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from semel.client.client import Client
 from semel.eos.kafka import RESTART_SAFE_CONFIG
 from semel.protocol.errors import KafkaError
-from tests.support.cluster import module_cluster, partitions, wait_brokers
+from tests.support.cluster import fill, module_cluster, partitions, wait_brokers
 from tests.support.consume import read_values
 from tests.support.txn import RawTxn, call
 from tests.support.wait import in_background, until
@@ -218,20 +218,11 @@ class _Copier:
             self.consumer.seek(TopicPartition(tp.topic, tp.partition, max(tp.offset, 0)))
 
 
-def fill(cluster, topic: str) -> list[str]:
-    values = [f"v{i:04d}" for i in range(N)]
-    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True})
-    for i, v in enumerate(values):
-        p.produce(topic, value=v.encode(), partition=i % PARTS)
-    assert p.flush(60) == 0
-    return values
-
-
 def test_copy_goes_on_exactly_once_when_the_transaction_coordinator_is_bounced(cluster):
     settle(cluster)
     create(cluster, "fo-in")
     create(cluster, "fo-out")
-    values = fill(cluster, "fo-in")
+    values = fill(cluster, "fo-in", N, PARTS)
     ends = {p: sum(1 for i in range(N) if i % PARTS == p) for p in range(PARTS)}
     copier = _Copier(cluster, "fo-in", "fo-out", "fo-copy")
     coord = leader_of(cluster, TXN_TOPIC)

@@ -47,3 +47,14 @@ def wait_brokers(cluster, nodes: set[int]) -> None:
                         return False
         return True
     until(agreed, f"brokers {sorted(nodes)} registered and seen by all")
+
+
+def fill(cluster, topic: str, n: int, parts: int) -> list[str]:
+    """n values v0000.. produced acks=all and idempotent, value i to partition i % parts."""
+    from confluent_kafka import Producer
+    values = [f"v{i:04d}" for i in range(n)]
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True})
+    for i, v in enumerate(values):
+        p.produce(topic, value=v.encode(), partition=i % parts)
+    assert p.flush(60) == 0
+    return values
