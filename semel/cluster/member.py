@@ -16,7 +16,7 @@ from .etcd import Etcd
 from .internal_topics import coordinator_node, ensure_internal_topic
 from .metadata import EtcdClusterView
 from .state import BrokerInfo
-from .topic_sync import sync_local_topics
+from .topic_sync import deleted_names, sync_local_topics
 
 log = logging.getLogger("semel.cluster.member")
 
@@ -57,8 +57,14 @@ class ClusterMember:
 
     def sync_topics(self) -> None:
         """Local logs follow the cluster's topics: created, grown, and removed when deleted
-        (semel.cluster.topic_sync; internal topics are created like any other)."""
+        (semel.cluster.topic_sync; internal topics are created like any other); the group
+        coordinator, where it serves, drops the offsets of deleted topics."""
         sync_local_topics(self.broker, self.view)
+        groups = getattr(self.broker, "groups", None)
+        if groups is not None:
+            names = deleted_names(self.view)
+            for coordinator in getattr(groups, "parts", (groups,)):   # one per offsets partition
+                coordinator.follow_deleted_topics(names)
 
     async def coordinator_for(self, key_type: int) -> int | None:
         """FindCoordinator: the broker leading the internal partition of `key_type` (0 group,

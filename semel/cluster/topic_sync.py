@@ -59,6 +59,12 @@ def plan(local: dict, live: dict, deleted: dict) -> Plan:
     return out
 
 
+def deleted_names(view) -> set[str]:
+    """Topics the cluster holds deleted: a deletion marker, not created again since."""
+    live = view.topics()
+    return {name for name in view.deleted_topics() if name not in live}
+
+
 def sync_local_topics(broker, view) -> None:
     """Apply `plan` to broker.logs; the replication data plane forgets a dropped topic's
     partitions first (no role, no fetcher, no saved high watermark) and takes its roles

@@ -86,6 +86,10 @@ class GroupCoordinator(GroupMembership, GroupOffsetsMixin, GroupReplay, GroupWri
         # groups are loaded, served and dropped as this broker leads that partition or not.
         self.seat = None
         self.epoch: int | None = None    # the leader epoch served at (cluster)
+        # Cluster: names of the topics the cluster holds deleted (topic_sync.deleted_names),
+        # and those whose offsets this coordinator has dropped since it loaded.
+        self.deleted_topics: Callable[[], set[str]] | None = None
+        self._topics_dropped: set[str] = set()
 
     @classmethod
     def from_broker(cls, broker) -> "GroupCoordinator":
@@ -108,7 +112,9 @@ class GroupCoordinator(GroupMembership, GroupOffsetsMixin, GroupReplay, GroupWri
         replicated high watermark (acks=all), whatever sync_writes says about the fsync."""
         from ..cluster.coordinator_host import SeatedCoordinator
         from ..cluster.replicated_flusher import ReplicatedFlusher
+        from ..cluster.topic_sync import deleted_names
         self.seat = SeatedCoordinator(broker, self.config.offsets_topic, self)
+        self.deleted_topics = lambda: deleted_names(broker.cluster)
         inner = self.flusher if self.config.sync_writes else None
         self._clog.flusher = ReplicatedFlusher(inner, lambda: broker.replicas, self.config.offsets_topic, 0,
                                                broker.config.request_timeout_ms / 1000)
@@ -146,6 +152,7 @@ class GroupCoordinator(GroupMembership, GroupOffsetsMixin, GroupReplay, GroupWri
         self._status = "loading"
         self.epoch = epoch
         self._log = self._clog.plog = plog
+        self._topics_dropped = set()
         started = time.monotonic()
         self._load()
         log.info("loaded %d groups from %s in %.3fs", len(self._groups),
@@ -153,6 +160,10 @@ class GroupCoordinator(GroupMembership, GroupOffsetsMixin, GroupReplay, GroupWri
 
     def serve(self, epoch: int | None) -> None:
         self._status = "active"
+        if self.deleted_topics is not None:
+            # Topics deleted while another broker coordinated (or before its tombstones
+            # were durable) lose their offsets here.
+            self.follow_deleted_topics(self.deleted_topics())
 
     def unload(self) -> None:
         """Not the coordinator (any more): answer every waiting member and write

@@ -219,6 +219,48 @@ class GroupOffsetsMixin:
         pairs = [(offset_key(group_id, t, p), None) for t, p in doomed]
         return self._write(lambda: self._append_records(pairs), apply, fail)
 
+    # --- offsets of deleted topics ----------------------------------------------------------------
+
+    def drop_topic_offsets(self, topics) -> None:
+        """Kafka forgets every group's offsets of a deleted topic (committed and pending
+        transactional ones): tombstones in __consumer_offsets, so the deletion survives a
+        restart or a move of the coordinator, and OffsetFetch answers -1 afterwards. A
+        group that consumed the old topic then starts a topic created again under the
+        same name from its reset policy, not from the old incarnation's positions."""
+        names = set(topics)
+        if self._ready_error() or not names:
+            return
+        doomed = [(group.group_id, tp) for group in self._groups.values()
+                  for tp in sorted(group.offsets.partitions()) if tp[0] in names]
+        for at in range(0, len(doomed), MAX_RECORDS_PER_BATCH):
+            self._write_topic_tombstones(doomed[at:at + MAX_RECORDS_PER_BATCH])
+
+    def _write_topic_tombstones(self, doomed: list[tuple[str, TopicPartition]]) -> None:
+        def apply(info) -> None:
+            for i, (group_id, tp) in enumerate(doomed):
+                self._apply_offset(group_id, tp, None, info.first_offset + i)
+
+        def fail(error: KafkaError) -> None:
+            # Not written (the seat moved, storage failed): the next coordinator drops
+            # them when it loads (follow_deleted_topics), as this one would have.
+            log.warning("offsets of deleted topics not dropped: %s", KafkaError(error).name)
+            self._topics_dropped.clear()
+
+        pairs = [(offset_key(group_id, t, p), None) for group_id, (t, p) in doomed]
+        self._write(lambda: self._append_records(pairs), apply, fail)
+
+    def follow_deleted_topics(self, deleted) -> None:
+        """Cluster: `deleted` names every topic the cluster view holds deleted (a marker,
+        not created again). Called on every view change and when this coordinator starts
+        serving; only names not yet handled since the load cost a pass over the groups."""
+        if self._ready_error():
+            return
+        deleted = set(deleted)
+        fresh = deleted - self._topics_dropped
+        self._topics_dropped = deleted   # a name created again leaves, so a later deletion counts
+        if fresh:
+            self.drop_topic_offsets(fresh)
+
     # --- retention of offsets of empty groups ----------------------------------------------------
 
     def _expire_offsets(self) -> None:

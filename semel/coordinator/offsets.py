@@ -257,9 +257,25 @@ class GroupOffsets:
             self.committed[tp] = value
 
     def remove(self, tp: TopicPartition, tombstone_offset: int) -> None:
+        """A tombstone drops the partition's committed offset and, as Kafka's
+        removeOffsets does, any transactional one still pending from before it, so a
+        later COMMIT marker cannot bring back an offset deleted meanwhile."""
         cur = self.committed.get(tp)
         if cur is not None and cur.log_offset < tombstone_offset:
             del self.committed[tp]
+        for producer_id, values in list(self.pending.items()):
+            value = values.get(tp)
+            if value is not None and value.log_offset < tombstone_offset:
+                del values[tp]
+                if not values:
+                    del self.pending[producer_id]
+
+    def partitions(self) -> set[TopicPartition]:
+        """Every partition with a committed or a pending offset."""
+        out = set(self.committed)
+        for values in self.pending.values():
+            out.update(values)
+        return out
 
     def add_pending(self, producer_id: int, tp: TopicPartition, value: CommittedOffset) -> None:
         self.pending.setdefault(producer_id, {})[tp] = value

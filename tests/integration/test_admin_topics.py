@@ -6,12 +6,12 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, KafkaError as CKError, Producer, TopicPartition
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError as CKError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from semel.protocol.messages import request_class
 from tests.support import wait, wire
-from tests.support.admin import error_code
+from tests.support.admin import commit_offsets, committed_offsets, error_code
 from tests.support.brokers import module_broker
 
 
@@ -180,3 +180,37 @@ def test_subscribed_consumer_lives_through_recreation(mbroker, admin):
     # it is reset to earliest and reads the new records, as against a Kafka broker.
     read_until(lambda: {f"new{i}".encode() for i in range(5)} <= set(seen), "new records read")
     c.close()
+
+
+def test_deleting_a_topic_drops_the_groups_offsets_of_it(mbroker, admin):
+    """As in Kafka: DeleteTopics removes every group's committed offsets of the topic
+    (tombstones, so a restart replays the deletion); OffsetFetch answers -1 after, and
+    a group that consumed the old topic reads a topic created again from its start."""
+    name, other = _name("od"), _name("keep")
+    for t in (name, other):
+        admin.create_topics([NewTopic(t, 2, 1)])[t].result(30)
+    p = Producer({"bootstrap.servers": mbroker.bootstrap})
+    for i in range(6):
+        p.produce(name, value=f"old{i}".encode(), partition=i % 2)
+    assert p.flush(30) == 0
+    group = _name("g")
+    commit_offsets(mbroker.bootstrap, group, name, {0: 3, 1: 3})
+    commit_offsets(mbroker.bootstrap, group, other, {0: 5})
+    assert committed_offsets(mbroker.bootstrap, group, name, 2) == {0: 3, 1: 3}
+    admin.delete_topics([name])[name].result(30)
+    none = {0: OFFSET_INVALID, 1: OFFSET_INVALID}
+    wait.until(lambda: committed_offsets(mbroker.bootstrap, group, name, 2) == none, "the deleted topic's offsets gone")
+    mbroker.restart()
+    assert committed_offsets(mbroker.bootstrap, group, name, 2) == none
+    assert committed_offsets(mbroker.bootstrap, group, other, 1) == {0: 5}
+    admin.create_topics([NewTopic(name, 2, 1)])[name].result(30)
+    for i in range(10):    # 5 a partition: the old offsets (3) would be in range
+        p.produce(name, value=f"new{i}".encode(), partition=i % 2)
+    assert p.flush(30) == 0
+    c = Consumer({"bootstrap.servers": mbroker.bootstrap, "group.id": group, "auto.offset.reset": "earliest"})
+    c.subscribe([name])
+    got = []
+    wait.until(lambda: got.extend(m.value() for m in c.consume(10, 0.5) if not m.error()) or len(got) >= 10,
+               "the new records read from offset 0, not from the old topic's offsets")
+    c.close()
+    assert sorted(got) == sorted(f"new{i}".encode() for i in range(10))

@@ -145,6 +145,8 @@ async def delete_topics(ctx, req):
             err = KafkaError.INVALID_TOPIC_EXCEPTION if name else KafkaError.UNKNOWN_TOPIC_ID
         else:
             err = ctx.broker.logs.delete_topic(name)
+            if err == KafkaError.NONE:   # as Kafka: the groups' offsets of the topic go with it
+                ctx.broker.groups.drop_topic_offsets([name])
         results.append(cls.DeletableTopicResult(name=name, error_code=err,
                                                 error_message=None if err == 0 else err.name))
     return ctx.response(throttle_time_ms=0, responses=results)

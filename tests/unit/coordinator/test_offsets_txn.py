@@ -1,9 +1,11 @@
 """Transactional offsets (TxnOffsetCommit + markers): pending until the COMMIT
 marker, dropped by ABORT, UNSTABLE_OFFSET_COMMIT for require_stable, KIP-447
 fencing, and replay that reproduces pending/committed state exactly."""
+from types import SimpleNamespace
+
 import pytest
 from test_group_coordinator import complete_initial, join, stable_group
-from test_group_support import async_test, started
+from test_group_support import async_test, settle, started
 
 from semel.protocol.errors import KafkaError
 
@@ -164,3 +166,24 @@ async def test_replay_reproduces_pending_and_committed_state(ending):
     if ending is None:                         # the marker written after the restart completes it
         assert await h2.coord.complete_txn(PID, EPOCH, 0, commit=True) == KafkaError.NONE
         assert fetch(h2, "g", [("t", 0)], stable=True)[("t", 0)] == (10, KafkaError.NONE)
+
+
+@pytest.mark.parametrize("ending", [True, False])
+@async_test
+async def test_deleted_topic_drops_committed_and_pending_offsets_and_replay_agrees(ending):
+    """Kafka drops a deleted topic's offsets in every group, a transactional one still
+    pending included: its COMMIT marker, written after the tombstone, brings nothing
+    back. Other topics' offsets stay; a replay of the log decides the same way."""
+    h = await started()
+    await h.coord.commit_offsets("g", -1, "", {("t", 0): (3, -1, ""), ("keep", 0): (7, -1, "")})
+    await h.coord.commit_offsets("other", -1, "", {("t", 1): (4, -1, "")})
+    await txn_commit(h, {("t", 0): (10, -1, ""), ("t", 2): (12, -1, ""), ("keep", 1): (8, -1, "")})
+    h.coord.drop_topic_offsets(["t"])
+    await settle(h.coord)
+    assert await h.coord.complete_txn(PID, EPOCH, 0, commit=ending) == KafkaError.NONE
+    want_g = {("t", 0): (-1, KafkaError.NONE), ("t", 2): (-1, KafkaError.NONE), ("keep", 0): (7, KafkaError.NONE),
+              ("keep", 1): (8 if ending else -1, KafkaError.NONE)}
+    for coord in (h.coord, (await started(logs=h.logs)).coord):
+        assert fetch(SimpleNamespace(coord=coord), "g", list(want_g), stable=True) == want_g
+        assert fetch(SimpleNamespace(coord=coord), "other") == {}
+        assert "other" not in coord._groups            # nothing left of it: forgotten
