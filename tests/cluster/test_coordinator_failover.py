@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from semel.client.client import Client
@@ -27,6 +27,7 @@ from semel.eos.kafka import RESTART_SAFE_CONFIG
 from semel.protocol.errors import KafkaError
 from tests.support.cluster import fill, module_cluster, partitions, wait_brokers
 from tests.support.consume import read_values
+from tests.support.copier import Copier
 from tests.support.txn import RawTxn, call
 from tests.support.wait import in_background, until
 
@@ -142,89 +143,13 @@ def test_new_coordinator_completes_a_prepared_commit(cluster):
     settle(cluster)
 
 
-class _Copier:
-    """A consume-transform-produce application as a real one is written against a cluster:
-    abortable errors abort and rewind to the committed offsets, fatal ones re-create the
-    producer (same transactional id: the new instance fences the old)."""
-
-    def __init__(self, cluster, src: str, dst: str, txn_id: str):
-        self.cluster, self.src, self.dst, self.txn_id = cluster, src, dst, txn_id
-        self.consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"g-{txn_id}",
-                                  "isolation.level": "read_committed", "enable.auto.commit": False,
-                                  "auto.offset.reset": "earliest", **RESTART_SAFE_CONFIG})
-        self.commits = 0
-        self.failures: list[str] = []
-        self.producer = self._producer()
-
-    def _producer(self) -> Producer:
-        """A new instance (it fences the old one), initialised again while the coordinator moves."""
-        for _ in range(5):
-            p = Producer({"bootstrap.servers": self.cluster.bootstrap, "transactional.id": self.txn_id,
-                          "transaction.timeout.ms": 60000, **RESTART_SAFE_CONFIG})
-            try:
-                p.init_transactions(60)
-                return p
-            except KafkaException as exc:
-                self.failures.append(f"init_transactions: {exc}")
-        raise AssertionError(f"init_transactions never succeeded: {self.failures[-3:]}")
-
-    def run(self, ends: dict[int, int], on_commit) -> None:
-        self.consumer.subscribe([self.src])
-        try:
-            while not self._done(ends):
-                msgs = [m for m in self.consumer.consume(40, 1.0) if not m.error()]
-                if msgs:
-                    self._transaction(msgs, on_commit)
-        finally:
-            self.consumer.close()
-
-    def _done(self, ends: dict[int, int]) -> bool:
-        tps = [TopicPartition(self.src, p) for p in ends]
-        return all(tp.offset == ends[tp.partition] for tp in self._committed(tps))
-
-    def _committed(self, tps) -> list:
-        """The group's committed offsets, asked again while its coordinator moves."""
-        for _ in range(10):
-            try:
-                return self.consumer.committed(tps, 30)
-            except KafkaException as exc:
-                self.failures.append(f"committed: {exc}")
-        raise AssertionError(f"committed offsets unreadable: {self.failures[-3:]}")
-
-    def _transaction(self, msgs, on_commit) -> None:
-        try:
-            self.producer.begin_transaction()
-            for m in msgs:
-                self.producer.produce(self.dst, value=m.value(), partition=m.partition())
-            self.producer.send_offsets_to_transaction(self.consumer.position(self.consumer.assignment()),
-                                                      self.consumer.consumer_group_metadata(), 60)
-            self.producer.commit_transaction(60)
-            self.commits += 1
-            on_commit(self.commits)
-        except KafkaException as exc:
-            self.failures.append(str(exc))
-            self._recover(exc.args[0])
-
-    def _recover(self, err) -> None:
-        if err.txn_requires_abort():
-            try:
-                self.producer.abort_transaction(60)
-            except KafkaException:
-                self.producer = self._producer()
-        elif not err.retriable():
-            self.producer = self._producer()
-        # Whatever the last transaction did, go on from what the group committed.
-        for tp in self._committed(self.consumer.assignment()):
-            self.consumer.seek(TopicPartition(tp.topic, tp.partition, max(tp.offset, 0)))
-
-
 def test_copy_goes_on_exactly_once_when_the_transaction_coordinator_is_bounced(cluster):
     settle(cluster)
     create(cluster, "fo-in")
     create(cluster, "fo-out")
     values = fill(cluster, "fo-in", N, PARTS)
     ends = {p: sum(1 for i in range(N) if i % PARTS == p) for p in range(PARTS)}
-    copier = _Copier(cluster, "fo-in", "fo-out", "fo-copy")
+    copier = Copier(cluster, "fo-in", "fo-out", "fo-copy")
     coord = leader_of(cluster, TXN_TOPIC)
     some = threading.Event()
     worker, errors = in_background(lambda: copier.run(ends, lambda commits: commits >= 3 and some.set()), some)
