@@ -105,6 +105,7 @@ class Broker:
             # takes the role) before the coordinator's seat acts on it.
             self.groups.seat.start()
             self.txns.seat.start()
+            await self._open_doors()
         # Watched from the moment clients can connect (loading logs at start holds the
         # loop on purpose: nobody is being served yet).
         self._tasks.append(asyncio.create_task(self.watchdog.run(), name="loop-watchdog"))
@@ -119,12 +120,25 @@ class Broker:
                  self.config.host, self.config.port, self.config.data_dir, time.monotonic() - t0)
 
     async def _listen(self, lst: Listener):
+        # A cluster member binds its ports first (it registers them) but accepts
+        # connections only once it has joined (`_open_doors`), as a Kafka broker enables
+        # request processing only after catching up with the metadata.
         server = await asyncio.start_server(
             lambda r, w: serve(self, r, w, lst), lst.host, lst.port,
-            reuse_address=True, limit=1 << 20, ssl=self._tls_context() if lst.tls else None)
+            reuse_address=True, limit=1 << 20, ssl=self._tls_context() if lst.tls else None,
+            start_serving=self.cluster is None)
         lst.port = server.sockets[0].getsockname()[1]
         log.info("listener %s %s://%s:%d", lst.name, lst.protocol, lst.host, lst.port)
         return server
+
+    async def _open_doors(self) -> None:
+        """Cluster: start accepting once joined. A broker restarted within its lease's TTL
+        waits there for its old session to end; a Metadata answered meanwhile, from a view
+        not yet loaded, listed no broker and no topic, and librdkafka drops every broker
+        it knows that an answer leaves out: with metadata.recovery.strategy=none it then
+        had none to ask again and a transactional producer stalled (docs/cluster.md)."""
+        for server in (self._server, *self._extra_servers):
+            await server.start_serving()
 
     def _tls_context(self):
         import ssl

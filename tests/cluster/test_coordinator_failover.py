@@ -22,7 +22,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from semel.client.client import Client
+from semel.client.client import Client, ClientError
 from semel.eos.kafka import RESTART_SAFE_CONFIG
 from semel.protocol.errors import KafkaError
 from tests.support.cluster import fill, module_cluster, partitions, wait_brokers
@@ -234,3 +234,39 @@ def test_a_broker_that_does_not_lead_offsets_refuses_the_group_apis(cluster):
     with Client(cluster.brokers[gc_node].bootstrap, timeout_s=10) as c:
         listed = until(lambda: (r := call(c, 16, 4, states_filter=[])).error_code == 0 and r.groups, "groups listed")
         assert "lg-group" in {g.group_id for g in listed}
+
+
+def test_a_restarted_broker_answers_clients_only_once_it_has_joined(cluster):
+    """A broker restarted within its lease's TTL waits for its old session to end before
+    it joins. Meanwhile it must not answer: its view is not loaded, and a Metadata listing
+    no broker makes librdkafka forget every broker it knew (with
+    metadata.recovery.strategy=none for good; the copy above stalled that way in 2 of ~10
+    loaded runs). Every answer its port gives, before the kill and after the restart, lists
+    the broker itself among the live ones."""
+    settle(cluster)
+    node = 2
+    victim = cluster.brokers[node]
+    answers: list[set[int]] = []
+    stop = threading.Event()
+
+    def ask():
+        while not stop.is_set():
+            try:
+                with Client(victim.bootstrap, timeout_s=5) as c:
+                    answers.append({b.node_id for b in c.metadata([]).brokers})
+            except (ClientError, OSError):
+                stop.wait(0.01)
+
+    poller = threading.Thread(target=ask, daemon=True)
+    poller.start()
+    try:
+        until(lambda: answers, "an answer before the kill")
+        victim.kill()
+        before = len(answers)
+        victim.restart()             # returns once its port accepts connections
+        until(lambda: len(answers) > before, "an answer from the restarted broker")
+    finally:
+        stop.set()
+        poller.join(30)
+    assert [a for a in answers if node not in a] == []
+    settle(cluster)
