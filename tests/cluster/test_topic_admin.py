@@ -13,12 +13,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import OFFSET_INVALID, Producer
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from semel.protocol.errors import KafkaError
 from semel.storage.manager import CATALOGUE
-from tests.support.admin import error_code
+from tests.support.admin import commit_offsets, committed_offsets, error_code
 from tests.support.cluster import metadata, module_cluster, partitions, wait_brokers
 from tests.support.consume import read_values
 from tests.support.wait import until
@@ -213,3 +213,39 @@ def test_kafka_python_create_partitions(cluster):
     _produce(cluster, "kp-grow", [f"k-{i}" for i in range(9)], partition_of=lambda i: i % 3)
     assert sorted(read_values(cluster.bootstrap, "kp-grow", 3, want=9)) == sorted(f"k-{i}" for i in range(9))
 
+
+
+def _group_coordinator(cluster, group: str) -> int:
+    def ask():
+        with cluster.connect(cluster.brokers[0].bootstrap if cluster.brokers[0].alive()
+                             else cluster.brokers[1].bootstrap) as c:
+            r = c.request(10, key=group, key_type=0)
+        return (r.node_id,) if r.error_code == KafkaError.NONE else None
+    return until(ask, f"the coordinator of {group}")[0]
+
+
+def test_deleting_a_topic_drops_its_committed_offsets_across_a_coordinator_move(cluster):
+    """Kafka drops every group's offsets of a deleted topic: the group coordinator writes
+    tombstones when it sees the deletion, so OffsetFetch answers -1 (confluent-kafka:
+    OFFSET_INVALID) also after its broker is SIGKILLed and another loads the log; the
+    group's offsets of other topics stay."""
+    _create(cluster, "offs-gone", 2)
+    _create(cluster, "offs-kept", 1)
+    group = "offs-group"
+    commit_offsets(cluster.bootstrap, group, "offs-gone", {0: 3, 1: 4})
+    commit_offsets(cluster.bootstrap, group, "offs-kept", {0: 5})
+    assert committed_offsets(cluster.bootstrap, group, "offs-gone", 2) == {0: 3, 1: 4}
+    admin = _admin(cluster)
+    (fut,) = admin.delete_topics(["offs-gone"]).values()
+    assert error_code(fut) == KafkaError.NONE
+    none = {0: OFFSET_INVALID, 1: OFFSET_INVALID}
+    until(lambda: committed_offsets(cluster.bootstrap, group, "offs-gone", 2) == none, "the offsets dropped")
+    victim = _group_coordinator(cluster, group)
+    cluster.brokers[victim].kill()
+    try:
+        until(lambda: _group_coordinator(cluster, group) != victim, "the group coordinator moved")
+        assert committed_offsets(cluster.bootstrap, group, "offs-gone", 2) == none
+        assert committed_offsets(cluster.bootstrap, group, "offs-kept", 1) == {0: 5}
+    finally:
+        cluster.brokers[victim].restart()
+    wait_brokers(cluster, {0, 1, 2})
