@@ -67,6 +67,19 @@ class Broker:
         self._stopped = asyncio.Event()
         self.started_at = time.monotonic()
 
+    def _use_cluster_security(self) -> None:
+        """In a cluster users and ACLs live in etcd, the same on every broker
+        (semel.cluster.security); files under the data dir are not read."""
+        from ..cluster.security import cluster_stores
+        from .auth.acl import FILE_NAME as ACL_FILE
+        from .auth.users import FILE_NAME as USER_FILE
+        self.users, self.acls = cluster_stores(self.cluster)
+        self.authorizer.store = self.acls
+        for name in (USER_FILE, ACL_FILE):
+            if (self.config.data_dir / name).exists():
+                log.warning("%s is ignored in a cluster: users and ACLs are kept in etcd "
+                            "(semel user|acl --metadata ENDPOINTS)", self.config.data_dir / name)
+
     # --- lifecycle ---------------------------------------------------------
 
     async def start(self) -> None:
@@ -77,6 +90,7 @@ class Broker:
             from ..cluster.member import ClusterMember   # needs the cluster extra
             self.cluster_member = ClusterMember(self)
             self.cluster = self.cluster_member.view
+            self._use_cluster_security()
         if self.cluster is not None:   # how followers and the coordinator reach other brokers
             from ..cluster.peer import PeerDialer
             self.peer_dialer = PeerDialer.from_config(self.config)
@@ -86,7 +100,7 @@ class Broker:
                             "markers unless an ACL grants it ClusterAction on the cluster", who)
         await self._start_coordinators()
         # A damaged users/ACL file stops the start here, naming it (ValueError -> one line).
-        self.users.store.read()
+        self.users.names()
         self.acls.bindings()
         listeners = self.config.all_listeners()
         self.listeners = listeners   # with their bound ports: a cluster member advertises them

@@ -1,15 +1,14 @@
-"""`semel acl add|list|remove`: Kafka's ACLs in the broker's data dir (the same
-store CreateAcls/DescribeAcls/DeleteAcls use; a running broker applies a change
-on its next check).
+"""`semel acl add|list|remove`: Kafka's ACLs in a single node's data dir or, with
+--metadata, in a cluster's etcd (the same store CreateAcls/DescribeAcls/DeleteAcls
+use; running brokers apply a change on their next check).
 
     semel acl add --data-dir D --allow User:alice --operation write --topic payments
     semel acl add --data-dir D --deny User:* --operation all --topic tmp- --prefixed
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 from .main import CliError
+from .security_target import add_target_args, check_data_dir, on_cluster
 
 _RESOURCES = (("topic", "TOPIC"), ("group", "GROUP"), ("transactional_id", "TRANSACTIONAL_ID"))
 
@@ -22,7 +21,7 @@ def add_parser(sub) -> None:
     lst = asub.add_parser("list", help="list ACLs (filters optional)")
     rm = asub.add_parser("remove", help="remove the ACLs matching the filters")
     for sp in (a, lst, rm):
-        sp.add_argument("--data-dir", required=True, type=Path, help="the broker's data directory")
+        add_target_args(sp)
         who = sp.add_mutually_exclusive_group(required=sp is a)
         who.add_argument("--allow", metavar="PRINCIPAL", help="User:NAME (User:* for everyone)")
         who.add_argument("--deny", metavar="PRINCIPAL")
@@ -40,22 +39,32 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from ..broker.auth.acl import AclStore, InvalidAcl
-    if not args.data_dir.is_dir():
-        raise CliError(f"no data directory at {args.data_dir}")
-    store = AclStore(args.data_dir)
+    if args.metadata is None:
+        check_data_dir(args)
+        store = AclStore(args.data_dir)
+        add, remove, listed = store.add, store.remove, lambda filt: store.describe(filt)
+    else:
+        def add(bindings):
+            on_cluster(args, lambda sec: sec.add_acls(bindings))
+
+        def remove(filt):
+            return on_cluster(args, lambda sec: sec.remove_acls(filt))
+
+        def listed(filt):
+            return [b for b in on_cluster(args, lambda sec: sec.acls()) if filt.matches(b)]
     try:
         if args.action == "add":
             binding = _binding(args)
-            store.add([binding])
+            add([binding])
             print(f"added {_show(binding)}")
         elif args.action == "remove":
-            gone = store.remove(_filter(args))
+            gone = remove(_filter(args))
             for b in gone:
                 print(f"removed {_show(b)}")
             if not gone:
                 raise CliError("no ACL matches")
         else:
-            for b in store.describe(_filter(args)):
+            for b in listed(_filter(args)):
                 print(_show(b))
     except InvalidAcl as exc:
         raise CliError(f"invalid ACL: {exc}") from None

@@ -25,7 +25,7 @@ def add_parser(sub) -> None:
                    help="extra argument for every `semel broker start` (repeatable, e.g. --broker-arg=--flush-mode=never)")
     s.add_argument("--inter-broker-user", default=None, metavar="NAME",
                    help="with SASL listeners (--broker-arg=--security-protocol=SASL_SSL ...): the login brokers "
-                        "use with each other; saved in every broker's user store and made a super user")
+                        "use with each other; saved in the cluster's users (etcd) and made a super user")
     s.add_argument("--inter-broker-password-env", default=None, metavar="VAR",
                    help="environment variable holding --inter-broker-user's password")
     s.set_defaults(func=run)

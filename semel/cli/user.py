@@ -1,12 +1,13 @@
-"""`semel user add|list|delete`: SCRAM credentials in the broker's data dir. A
-running broker re-reads the file on the next login, so no restart is needed."""
+"""`semel user add|list|delete`: SCRAM credentials in a single node's data dir (the
+broker re-reads the file on the next login) or, with --metadata, in a cluster's etcd
+(every broker follows it). No restart is needed either way."""
 from __future__ import annotations
 
 import getpass
 import os
-from pathlib import Path
 
 from .main import CliError
+from .security_target import add_target_args, check_data_dir, on_cluster
 
 
 def add_parser(sub) -> None:
@@ -23,14 +24,15 @@ def add_parser(sub) -> None:
     d = usub.add_parser("delete", help="delete a user")
     d.add_argument("name")
     for sp in (a, lst, d):
-        sp.add_argument("--data-dir", required=True, type=Path, help="the broker's data directory")
+        add_target_args(sp)
         sp.set_defaults(func=run)
 
 
 def run(args) -> int:
     from ..broker.auth.users import MECHANISMS, UserStore
-    if not args.data_dir.is_dir():
-        raise CliError(f"no data directory at {args.data_dir}")
+    if args.metadata is not None:
+        return _run_cluster(args)
+    check_data_dir(args)
     users = UserStore(args.data_dir)
     try:
         if args.action == "add":
@@ -46,6 +48,25 @@ def run(args) -> int:
                 print(f"{name}\t{','.join(mechs)}")
     except (ValueError, OSError) as exc:
         raise CliError(str(exc)) from None
+    return 0
+
+
+def _run_cluster(args) -> int:
+    from ..broker.auth.users import MECHANISMS
+    if args.action == "add":
+        password = _password(args)
+        try:
+            on_cluster(args, lambda sec: sec.put_user(args.name, password, tuple(args.mechanism or MECHANISMS)))
+        except ValueError as exc:
+            raise CliError(str(exc)) from None
+        print(f"user {args.name} saved")
+    elif args.action == "delete":
+        if not on_cluster(args, lambda sec: sec.delete_user(args.name)):
+            raise CliError(f"no user {args.name!r}")
+        print(f"user {args.name} deleted")
+    else:
+        for name, creds in sorted(on_cluster(args, lambda sec: sec.users()).items()):
+            print(f"{name}\t{','.join(sorted(creds))}")
     return 0
 
 

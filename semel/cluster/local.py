@@ -19,7 +19,7 @@ class LocalCluster:
                  lease_ttl_s: int = 6, broker_args: list[str] = (), *, env: dict | None = None,
                  users: dict[str, str] | None = None, connect=None):
         """`env`: extra environment of every broker (e.g. the inter-broker password's
-        variable); `users`: SCRAM users (name -> password) put in every broker's store;
+        variable); `users`: SCRAM users (name -> password) saved in etcd at start();
         `connect(bootstrap)`: a logged-in semel Client where the listeners want one."""
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -32,16 +32,29 @@ class LocalCluster:
                                     "--lease-ttl-s", str(lease_ttl_s), *broker_args], env=env)
             for n in range(nodes)]
         self.connect = connect or _plain_client
-        self.add_users(users or {})
+        self.users = dict(users or {})
 
-    def add_users(self, users: dict[str, str]) -> None:
-        """Save SCRAM users in every broker's store: each broker checks logins against its
-        own data dir (users are not kept in etcd), so a cluster-wide login is one per broker."""
-        from ..broker.auth.users import UserStore
-        for b in self.brokers:
-            b.data_dir.mkdir(parents=True, exist_ok=True)
-            for name, password in users.items():
-                UserStore(b.data_dir).add(name, password)
+    def security(self):
+        """semel.cluster.security.EtcdSecurity of this cluster's etcd (started), for a
+        caller that runs its coroutines (asyncio.run)."""
+        from .etcd import Etcd
+        from .security import EtcdSecurity
+        from ..broker.config import BrokerConfig
+        return EtcdSecurity(Etcd(self.etcd.bootstrap), BrokerConfig.cluster_id)
+
+    def save_users(self, users: dict[str, str]) -> None:
+        """SCRAM users in etcd, where every broker of the cluster checks logins."""
+        import asyncio
+
+        async def save():
+            sec = self.security()
+            try:
+                for name, password in users.items():
+                    await sec.put_user(name, password)
+            finally:
+                await sec.etcd.close()
+        if users:
+            asyncio.run(save())
 
     @property
     def bootstrap(self) -> str:
@@ -49,7 +62,9 @@ class LocalCluster:
 
     def start(self, timeout_s: float = 60) -> "LocalCluster":
         """etcd first (EtcdProcess.start waits until it is healthy), then each broker."""
-        self.etcd.start(timeout_s)
+        if not self.etcd.alive():   # a caller may have started it to prepare users and ACLs
+            self.etcd.start(timeout_s)
+        self.save_users(self.users)
         for b in self.brokers:
             b.start(timeout_s)
         return self

@@ -8,6 +8,8 @@ Keys, all under /semel/<cluster-id>/ (values are JSON):
                                 "deleted", "retired_ids"}            deleted: kept as a marker
   partitions/<topic>/<index>   {"replicas", "leader", "leader_epoch", "isr"}
   producer_ids                 {"next"}                              the next unallocated producer id
+  users/<name>                 SCRAM credentials per mechanism       semel.cluster.security
+  acls/<type>/<pattern>/<name> the ACLs of one resource              semel.cluster.security
 
 A partition's `version` (PartitionState.version) is the etcd mod_revision of its key,
 and every change of a partition is a transaction comparing it: whoever read an older
@@ -106,6 +108,43 @@ def decode_partition(topic: str, index: int, kv: KV) -> PartitionState:
 ChangeListener = Callable[[], None]
 
 
+class KeyCache:
+    """The keys under one prefix of the cluster's root (users/, acls/), as the view's
+    watch delivers them: name (the key below the prefix) -> decoded JSON value.
+    `version` grows with every change, so readers can rebuild what they derive once per
+    change. A write of this broker is applied at once (`put`/`drop` with its revision);
+    the watch delivering it later, or anything older, changes nothing."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, object] = {}
+        self.version = 0
+        self._rev: dict[str, int] = {}     # name -> revision of the newest change seen, deletions too
+
+    def apply(self, name: str, kv: KV, deleted: bool) -> None:
+        if deleted:
+            self.drop(name, kv.mod_revision)
+        else:
+            self.put(name, json.loads(kv.value), kv.mod_revision)
+
+    def put(self, name: str, value, revision: int) -> None:
+        if revision > self._rev.get(name, 0):
+            self._rev[name] = revision
+            self.items[name] = value
+            self.version += 1
+
+    def drop(self, name: str, revision: int) -> None:
+        if revision > self._rev.get(name, 0):
+            self._rev[name] = revision
+            if self.items.pop(name, None) is not None:
+                self.version += 1
+
+    def reset(self) -> None:
+        """Before a fresh range read (the watch broke): deletions may have been missed."""
+        self.items.clear()
+        self._rev.clear()
+        self.version += 1
+
+
 class EtcdClusterView:
     """ClusterView over etcd for broker `node_id` (see semel.cluster.state).
 
@@ -134,6 +173,7 @@ class EtcdClusterView:
         self._tasks: list[asyncio.Task] = []
         self._stopping = False
         self._pid_lock = asyncio.Lock()
+        self._caches: dict[str, KeyCache] = {}      # full key prefix -> cache (key_cache)
 
     # --- lifecycle -------------------------------------------------------------
 
@@ -235,6 +275,8 @@ class EtcdClusterView:
         self._topics.clear()
         self._deleted.clear()
         self._controller = None
+        for cache in self._caches.values():
+            cache.reset()
         seen = set()
         for kv in self._topics_first(kvs):
             self._apply(kv, deleted=False, notify=True)
@@ -273,6 +315,11 @@ class EtcdClusterView:
             info = self._topics.get(topic)
             if info is not None and kv.create_revision <= info.version:
                 self._cache(decode_partition(topic, int(index), kv), notify)
+        else:
+            for prefix, cache in self._caches.items():
+                if kv.key.startswith(prefix):
+                    cache.apply(kv.key[len(prefix):], kv, deleted)
+                    break
 
     def _apply_topic(self, name: str, kv: KV, deleted: bool) -> None:
         """Newest version wins: our own reads after a write and the watch both arrive."""
@@ -342,6 +389,11 @@ class EtcdClusterView:
         self._listeners.append(fn)
 
     # --- beyond the contract -------------------------------------------------------
+
+    def key_cache(self, subtree: str) -> KeyCache:
+        """The cache of keys under `<root><subtree>` (e.g. "users/"); register it before
+        start() so the first range read fills it."""
+        return self._caches.setdefault(self.keys.root + subtree, KeyCache())
 
     def add_change_listener(self, fn: ChangeListener) -> None:
         self._change_listeners.append(fn)

@@ -99,12 +99,14 @@ def secured(tmp_path_factory):
     cluster.brokers[0].extra_args += ["--listener", f"PLAINTEXT://127.0.0.1:{plain_port}"]
     s = Secured(cluster, ca, plain_port)
     cluster.connect = partial(s.client, user="admin")
-    for b in cluster.brokers:   # alice: anything with the ib- topics, nothing on the cluster; carol: the reverse
-        assert semel_main(["acl", "add", "--data-dir", str(b.data_dir), "--allow", "User:alice",
-                           "--operation", "all", "--topic", "ib-", "--prefixed"]) == 0
-        assert semel_main(["acl", "add", "--data-dir", str(b.data_dir), "--allow", "User:carol",
-                           "--operation", "cluster-action", "--cluster"]) == 0
     try:
+        cluster.etcd.start()
+        # In etcd, for every broker: alice may do anything with the ib- topics and nothing
+        # on the cluster; carol the reverse.
+        assert semel_main(["acl", "add", "--metadata", cluster.etcd.bootstrap, "--allow", "User:alice",
+                           "--operation", "all", "--topic", "ib-", "--prefixed"]) == 0
+        assert semel_main(["acl", "add", "--metadata", cluster.etcd.bootstrap, "--allow", "User:carol",
+                           "--operation", "cluster-action", "--cluster"]) == 0
         cluster.start()
         wait_brokers(cluster, {0, 1, 2})
         yield s

@@ -191,6 +191,14 @@ class AclStore:
     def describe(self, filt: AclFilter) -> list[AclBinding]:
         return [b for b in self.bindings() if filt.matches(b)]
 
+    # CreateAcls / DeleteAcls await these: a cluster's store writes to etcd
+    # (semel.cluster.security.ClusterAclStore).
+    async def create(self, bindings: list[AclBinding]) -> None:
+        self.add(bindings)
+
+    async def delete(self, filt: AclFilter) -> list[AclBinding]:
+        return self.remove(filt)
+
 
 MAX_CACHED_DECISIONS = 10_000
 

@@ -30,34 +30,34 @@ def _check_users(doc: dict) -> None:
             _unb64(cred["salt"]), _unb64(cred["stored_key"]), _unb64(cred["server_key"]), int(cred["iterations"])
 
 
-class UserStore:
-    def __init__(self, data_dir: Path):
-        self.store = JsonStore(Path(data_dir) / FILE_NAME, dict, check=_check_users)
+def make_credentials(name: str, password: str, mechanisms=MECHANISMS) -> dict:
+    """{mechanism: salted credential} for a new password: what every user store keeps."""
+    if not name or not password:
+        raise ValueError("user name and password must not be empty")
+    creds = {}
+    for mech in mechanisms:
+        if mech not in MECHANISMS:
+            raise ValueError(f"unknown mechanism {mech!r} (known: {', '.join(MECHANISMS)})")
+        salt, stored, server, iters = scramp.ScramMechanism(mech).make_auth_info(
+            password, iteration_count=ITERATIONS)
+        creds[mech] = {"salt": _b64(salt), "stored_key": _b64(stored), "server_key": _b64(server),
+                       "iterations": iters}
+    return creds
 
-    def add(self, name: str, password: str, mechanisms=MECHANISMS) -> None:
-        if not name or not password:
-            raise ValueError("user name and password must not be empty")
-        creds = {}
-        for mech in mechanisms:
-            if mech not in MECHANISMS:
-                raise ValueError(f"unknown mechanism {mech!r} (known: {', '.join(MECHANISMS)})")
-            salt, stored, server, iters = scramp.ScramMechanism(mech).make_auth_info(
-                password, iteration_count=ITERATIONS)
-            creds[mech] = {"salt": _b64(salt), "stored_key": _b64(stored), "server_key": _b64(server),
-                           "iterations": iters}
-        with self.store.update() as doc:
-            doc[name] = creds
 
-    def delete(self, name: str) -> bool:
-        with self.store.update() as doc:
-            return doc.pop(name, None) is not None
+class CredentialReader:
+    """Logins checked against {user: {mechanism: credential}} as `_users()` gives it
+    (a file under the data dir here, etcd in a cluster: semel.cluster.security)."""
+
+    def _users(self) -> dict:
+        raise NotImplementedError
 
     def names(self) -> dict[str, list[str]]:
-        return {name: sorted(creds) for name, creds in sorted(self.store.read().items())}
+        return {name: sorted(creds) for name, creds in sorted(self._users().items())}
 
     def auth_info(self, name: str, mechanism: str):
         """(salt, stored_key, server_key, iterations) for scramp, or None."""
-        cred = self.store.read().get(name, {}).get(mechanism)
+        cred = self._users().get(name, {}).get(mechanism)
         if cred is None:
             return None
         return (_unb64(cred["salt"]), _unb64(cred["stored_key"]), _unb64(cred["server_key"]),
@@ -74,3 +74,20 @@ class UserStore:
                 password, iteration_count=iters, salt=salt)
             return hmac.compare_digest(offered, stored)
         return False
+
+
+class UserStore(CredentialReader):
+    def __init__(self, data_dir: Path):
+        self.store = JsonStore(Path(data_dir) / FILE_NAME, dict, check=_check_users)
+
+    def _users(self) -> dict:
+        return self.store.read()
+
+    def add(self, name: str, password: str, mechanisms=MECHANISMS) -> None:
+        creds = make_credentials(name, password, mechanisms)
+        with self.store.update() as doc:
+            doc[name] = creds
+
+    def delete(self, name: str) -> bool:
+        with self.store.update() as doc:
+            return doc.pop(name, None) is not None

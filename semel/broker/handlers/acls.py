@@ -33,10 +33,12 @@ async def create_acls(ctx, body):
     results = []
     for c in body.creations or []:
         try:
-            ctx.broker.acls.add([_binding(c).validate()])
+            await ctx.broker.acls.create([_binding(c).validate()])
             results.append(R(error_code=KafkaError.NONE, error_message=None))
         except InvalidAcl as exc:
             results.append(R(error_code=KafkaError.INVALID_REQUEST, error_message=str(exc)))
+        except ConnectionError as exc:   # a cluster's etcd unreachable: nothing written
+            results.append(R(error_code=KafkaError.UNKNOWN_SERVER_ERROR, error_message=f"metadata service: {exc}"))
     return ctx.response(throttle_time_ms=0, results=results)
 
 
@@ -62,7 +64,12 @@ async def delete_acls(ctx, body):
     M = F.DeleteAclsMatchingAcl
     results = []
     for f in body.filters or []:
-        gone = ctx.broker.acls.remove(_filter(f))
+        try:
+            gone = await ctx.broker.acls.delete(_filter(f))
+        except ConnectionError as exc:   # a cluster's etcd unreachable (what was removed stays removed)
+            results.append(F(error_code=KafkaError.UNKNOWN_SERVER_ERROR, error_message=f"metadata service: {exc}",
+                             matching_acls=[]))
+            continue
         results.append(F(error_code=KafkaError.NONE, error_message=None, matching_acls=[
             M(error_code=KafkaError.NONE, error_message=None, resource_type=b.resource_type,
               resource_name=b.name, pattern_type=b.pattern, principal=b.principal, host=b.host,
