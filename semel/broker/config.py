@@ -105,6 +105,14 @@ class BrokerConfig:
     cluster_lease_ttl_s: int = 6
     # Replication factor of a topic created with -1 (Kafka's default.replication.factor).
     default_replication_factor: int = 1
+    # Partitions of __transaction_state / __consumer_offsets when this broker creates
+    # them (Kafka's transaction.state.log.num.partitions / offsets.topic.num.partitions,
+    # 50 there). Every broker of a cluster must use the same count: an id's coordinator
+    # is its partition's leader. 6 spreads two coordinator partitions of each kind per
+    # broker over a 3-broker cluster (so a dead broker's share moves to both others)
+    # while keeping the replicas, fetch entries and loads a small box runs few.
+    transaction_state_partitions: int = 6
+    offsets_topic_partitions: int = 6
 
     # --- replication (issue 13; semel.cluster.replica) ---
     # acks=all needs this many in-sync replicas (topic config min.insync.replicas overrides).

@@ -116,9 +116,9 @@ class Broker:
             self.replicas = ReplicaManager(self, self.cluster)
             await self.replicas.start()
             # After replication: each partition state reaches the replica manager (which
-            # takes the role) before the coordinator's seat acts on it.
-            self.groups.seat.start()
-            self.txns.seat.start()
+            # takes the role) before the coordinators' seats act on it.
+            self.groups.start_seats()
+            self.txns.start_seats()
             await self._open_doors()
         # Watched from the moment clients can connect (loading logs at start holds the
         # loop on purpose: nobody is being served yet).

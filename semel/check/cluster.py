@@ -14,7 +14,9 @@ shrunken ISR: with RF3 and min.insync.replicas 2 that would only refuse writes.
 The group and transaction coordinators live on the leaders of `__consumer_offsets`
 and `__transaction_state` (docs/cluster.md, "Coordinators"); their brokers are left
 alone unless `nemesis_coordinator` is set, which aims faults at coordinator failover
-too (the coordinators move with their partitions' leadership).
+too (the coordinators move with their partitions' leadership). Sparing them needs them
+on one broker, so without it the brokers run one partition per internal topic; with it
+they keep the default several, spread over the brokers.
 
 Each episode draws the same random numbers whatever the cluster looks like (the
 victim is picked with one rng.random()), so with cluster faults only, a seed fixes
@@ -77,9 +79,14 @@ class CheckCluster:
         self.nodes = nodes
         self.lease_ttl_s = lease_ttl_s
         self.nemesis_coordinator = nemesis_coordinator
+        # Sparing the coordinators' brokers needs them on one broker: one partition per
+        # internal topic. Aimed at the coordinators, they keep the default partitions,
+        # spread over the brokers, and move as any of them fails.
+        one_coordinator = [] if nemesis_coordinator else ["--transaction-state-partitions", "1",
+                                                          "--offsets-topic-partitions", "1"]
         self.local = LocalCluster(Path(data_dir), nodes, lease_ttl_s=lease_ttl_s,
                                   broker_args=["--replica-lag-time-max-ms", str(REPLICA_LAG_MS),
-                                               "--group-initial-rebalance-delay-ms", "0"])
+                                               "--group-initial-rebalance-delay-ms", "0", *one_coordinator])
         self.paused: set[int] = set()
         self.topic: str | None = None
         self.first_view: View | None = None

@@ -95,6 +95,8 @@ _OVERRIDES = {
     "min_insync_replicas": "min_insync_replicas",
     "replica_lag_time_max_ms": "replica_lag_time_max_ms",
     "replica_fetch_wait_max_ms": "replica_fetch_wait_max_ms",
+    "transaction_state_partitions": "transaction_state_partitions",
+    "offsets_topic_partitions": "offsets_topic_partitions",
 }
 
 
@@ -109,6 +111,12 @@ def _cluster_args(s) -> None:
                    help="session length: a dead broker's partitions move after about this long (default 6)")
     g.add_argument("--default-replication-factor", type=int, default=1,
                    help="replication factor of topics created with -1 (default 1)")
+    g.add_argument("--transaction-state-partitions", type=int, default=None,
+                   help="partitions of __transaction_state when this broker creates it; the same on "
+                        "every broker (Kafka's transaction.state.log.num.partitions; default 6)")
+    g.add_argument("--offsets-topic-partitions", type=int, default=None,
+                   help="partitions of __consumer_offsets when this broker creates it; the same on "
+                        "every broker (Kafka's offsets.topic.num.partitions; default 6)")
     g.add_argument("--min-insync-replicas", type=int, default=None,
                    help="acks=all needs this many in-sync replicas unless the topic says (default 1)")
     g.add_argument("--replica-lag-time-max-ms", type=int, default=None,
@@ -134,6 +142,9 @@ def _apply_cluster(cfg, args) -> None:
         raise CliError("--lease-ttl-s must be at least 2")
     if args.default_replication_factor < 1:
         raise CliError("--default-replication-factor must be at least 1")
+    for name in ("transaction_state_partitions", "offsets_topic_partitions"):
+        if getattr(cfg, name) < 1:
+            raise CliError(f"--{name.replace('_', '-')} must be at least 1")
     cfg.metadata_endpoints = args.metadata
     cfg.cluster_lease_ttl_s = args.lease_ttl_s
     cfg.default_replication_factor = args.default_replication_factor

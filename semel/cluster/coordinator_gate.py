@@ -1,9 +1,10 @@
 """NOT_COORDINATOR from brokers that do not coordinate (issue 13, item 3).
 
-In a cluster the transaction coordinator is the leader of `__transaction_state` and
-the group coordinator the leader of `__consumer_offsets` (semel.cluster.coordinator_host).
-Each API family is gated on its own coordinator's seat: a broker that does not lead the
-partition answers NOT_COORDINATOR, one still loading it COORDINATOR_LOAD_IN_PROGRESS,
+In a cluster the transaction coordinator of a transactional id is the leader of its
+`__transaction_state` partition, the group coordinator of a group id the leader of its
+`__consumer_offsets` partition (semel.cluster.coordinator_partitions). Each request is
+gated on the seat of its id's partition: a broker that does not lead that partition
+answers NOT_COORDINATOR, one still loading it COORDINATOR_LOAD_IN_PROGRESS,
 so a client holding an old coordinator looks it up again instead of splitting a group
 or a transactional id across two brokers. Each refusal has its API's response shape:
 one top-level error code, or the error on every partition the request named. A no-op
@@ -65,6 +66,13 @@ REFUSALS = {8: _offset_commit, 9: _offset_fetch, 11: _top_level, 12: _top_level,
 TXN_APIS = frozenset({22, 24, 25, 26})
 
 
+def coordinator_key(api_key: int, body) -> str | None:
+    """The id whose partition's coordinator must serve the request."""
+    if api_key == 24:
+        return body.v3_and_below_transactional_id
+    return body.transactional_id if api_key in TXN_APIS else body.group_id
+
+
 def coordinator_guard(broker, fn):
     """The handler `fn`, refusing the coordinator requests this broker must not serve now."""
     if broker.cluster_member is None:
@@ -73,8 +81,8 @@ def coordinator_guard(broker, fn):
     async def guarded(ctx, body):
         refuse = REFUSALS.get(ctx.api_key)
         if refuse is not None and (ctx.api_key != 22 or body.transactional_id is not None):
-            coordinator = broker.txns if ctx.api_key in TXN_APIS else broker.groups
-            err = coordinator.seat.error()
+            coordinators = broker.txns if ctx.api_key in TXN_APIS else broker.groups
+            err = coordinators.for_key(coordinator_key(ctx.api_key, body)).seat.error()
             if err:
                 return refuse(ctx, body, err)
         return await fn(ctx, body)

@@ -1,9 +1,10 @@
 """A coordinator driven by its seat on a replicated internal partition (issue 13, item 3,
 step 4): the wiring between the cluster view, `CoordinatorSeat` and a coordinator.
 
-In a cluster the transaction coordinator lives on the leader of `__transaction_state`
-partition 0 and the group coordinator on the leader of `__consumer_offsets` partition 0.
-`SeatedCoordinator` listens to that partition's states and runs what the seat decides:
+In a cluster each partition of `__transaction_state` and `__consumer_offsets` has its
+own coordinator (semel.cluster.coordinator_partitions), living on that partition's
+leader. `SeatedCoordinator` listens to its partition's states and runs what the seat
+decides:
 
 - leading at a newer epoch: drop whatever is in memory, wait until the high watermark
   reaches the log end (everything about to be replayed is on every in-sync replica),
@@ -24,7 +25,7 @@ import logging
 
 from ..protocol.errors import KafkaError
 from .coordinator_seat import LOAD, CoordinatorSeat, Seat
-from .internal_topics import PARTITION
+from .replicated_flusher import ReplicatedFlusher
 
 log = logging.getLogger("semel.cluster.coordinator_host")
 
@@ -34,10 +35,21 @@ HW_WAIT_S = 1.0
 RETRY_S = 0.1
 
 
+def seated(broker, coordinator, topic: str, partition: int, inner_flusher):
+    """A cluster coordinator's two parts for its partition: the seat that loads, serves
+    and drops it, and the flusher that makes its writes wait for the high watermark
+    (after `inner_flusher`'s local fsync; None: no fsync). Returns (seat, flusher)."""
+    seat = SeatedCoordinator(broker, topic, partition, coordinator)
+    flusher = ReplicatedFlusher(inner_flusher, lambda: broker.replicas, topic, partition,
+                                broker.config.request_timeout_ms / 1000)
+    return seat, flusher
+
+
 class SeatedCoordinator:
-    def __init__(self, broker, topic: str, coordinator):
+    def __init__(self, broker, topic: str, partition: int, coordinator):
         self.broker = broker
         self.topic = topic
+        self.partition = partition
         self.coordinator = coordinator
         self.seat = CoordinatorSeat(broker.config.node_id)
         self._load_task: asyncio.Task | None = None
@@ -50,7 +62,7 @@ class SeatedCoordinator:
         self._running = True
         view = self.broker.cluster
         view.add_listener(self.on_partition)
-        st = view.partition(self.topic, PARTITION)
+        st = view.partition(self.topic, self.partition)
         if st is not None:
             self.on_partition(st)
 
@@ -74,7 +86,7 @@ class SeatedCoordinator:
     def on_partition(self, st) -> None:
         """ClusterView listener: runs synchronously, so memory is dropped before any
         request handled after this state arrived."""
-        if not self._running or (st.topic, st.partition) != (self.topic, PARTITION):
+        if not self._running or (st.topic, st.partition) != (self.topic, self.partition):
             return
         action = self.seat.observe(st)
         if action is None:
@@ -85,25 +97,26 @@ class SeatedCoordinator:
             self._load_task = None
         self.coordinator.unload()
         if kind == LOAD:
-            log.info("%s: leader at epoch %d, loading the coordinator", self.topic, epoch)
-            self._load_task = asyncio.get_running_loop().create_task(self._load(epoch),
-                                                                     name=f"load-{self.topic}")
+            log.info("%s-%d: leader at epoch %d, loading the coordinator", self.topic, self.partition, epoch)
+            self._load_task = asyncio.get_running_loop().create_task(
+                self._load(epoch), name=f"load-{self.topic}-{self.partition}")
         else:
-            log.info("%s: not the leader any more (epoch %d), coordinator unloaded", self.topic, epoch)
+            log.info("%s-%d: not the leader any more (epoch %d), coordinator unloaded",
+                     self.topic, self.partition, epoch)
 
     def _still_loading(self, epoch: int) -> bool:
         return self._running and self.seat.state is Seat.LOADING and self.seat.epoch == epoch
 
     async def _load(self, epoch: int) -> None:
         while self._still_loading(epoch):
-            plog = self.broker.logs.get(self.topic, PARTITION)
+            plog = self.broker.logs.get(self.topic, self.partition)
             replicas = self.broker.replicas
             if plog is None or replicas is None:
                 await asyncio.sleep(RETRY_S)
                 continue
             end = plog.log_end_offset
             # The error is not the point: only whether the high watermark got there.
-            await replicas.wait_for_hw(self.topic, PARTITION, end, HW_WAIT_S)
+            await replicas.wait_for_hw(self.topic, self.partition, end, HW_WAIT_S)
             if not self._still_loading(epoch):
                 return
             if not self.seat.may_finish_load(plog.high_watermark, end) or plog.log_end_offset != end:
@@ -112,12 +125,12 @@ class SeatedCoordinator:
             try:
                 self.coordinator.load(plog, epoch)      # no await: the replayed end is `end`
             except Exception:   # a damaged log: stay loading (COORDINATOR_LOAD_IN_PROGRESS), say why
-                log.exception("%s: loading the coordinator at epoch %d failed", self.topic, epoch)
+                log.exception("%s-%d: loading the coordinator at epoch %d failed", self.topic, self.partition, epoch)
                 return
             if not self.seat.loaded(epoch):
                 self.coordinator.unload()
                 return
-            log.info("%s: coordinator serving at epoch %d (log end %d)", self.topic, epoch, end)
+            log.info("%s-%d: coordinator serving at epoch %d (log end %d)", self.topic, self.partition, epoch, end)
             self.coordinator.serve(epoch)
             return
 

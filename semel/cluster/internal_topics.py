@@ -1,11 +1,13 @@
-"""The coordinators' internal topics as cluster topics (issue 13, item 3, step 1; not
-wired yet).
+"""The coordinators' internal topics as cluster topics (issue 13, item 3).
 
 `__transaction_state` and `__consumer_offsets` are created in etcd the first time a
 coordinator is looked for (FindCoordinator), like any topic but with the replication
-factor `internal_replication_factor` picks (min(3, live brokers)) and the coordinators'
-own retention and segment configs. One partition each: the coordinators address a
-single partition. The coordinator of each is the leader of partition 0.
+factor `internal_replication_factor` picks (min(3, live brokers)), the coordinators'
+own retention and segment configs, and the broker's partition count for them
+(`transaction_state_partitions`, `offsets_topic_partitions`; Kafka's
+transaction.state.log.num.partitions and offsets.topic.num.partitions). Their leaders
+spread over the brokers like any topic's (`assign_replicas`). An id's coordinator is
+the leader of its partition (semel.cluster.coordinator_partitions.partition_for).
 """
 from __future__ import annotations
 
@@ -14,31 +16,31 @@ from .controller import assign_replicas
 from .coordinator_seat import internal_replication_factor
 from .state import PartitionState
 
-PARTITION = 0
 
-
-async def ensure_internal_topic(view, name: str, configs: dict) -> PartitionState | KafkaError:
-    """Partition 0 of the internal topic `name`, created first if the cluster has none.
-    COORDINATOR_NOT_AVAILABLE (the client looks again) while no broker is live or a
-    creation by another broker is not yet visible here."""
-    st = view.partition(name, PARTITION)
+async def ensure_internal_topic(view, name: str, configs: dict, partitions: int = 1,
+                                partition: int = 0) -> PartitionState | KafkaError:
+    """Partition `partition` of the internal topic `name`, the topic created first (with
+    `partitions` partitions) if the cluster has none. COORDINATOR_NOT_AVAILABLE (the
+    client looks again) while no broker is live or a creation by another broker is not
+    yet visible here."""
+    st = view.partition(name, partition)
     if st is not None:
         return st
     live = view.brokers()
     if not live:
         return KafkaError.COORDINATOR_NOT_AVAILABLE
-    assignment = assign_replicas(live, 1, internal_replication_factor(len(live)))
+    assignment = assign_replicas(live, partitions, internal_replication_factor(len(live)))
     err = await view.create_topic(name, assignment, dict(configs))
     if err not in (KafkaError.NONE, KafkaError.TOPIC_ALREADY_EXISTS):
         return KafkaError.COORDINATOR_NOT_AVAILABLE
-    st = view.partition(name, PARTITION)
+    st = view.partition(name, partition)
     return st if st is not None else KafkaError.COORDINATOR_NOT_AVAILABLE
 
 
-def coordinator_node(view, name: str) -> int | None:
-    """The broker coordinating for `name`'s keys now: its partition's live leader, or
-    None (offline, not created yet: COORDINATOR_NOT_AVAILABLE for FindCoordinator)."""
-    st = view.partition(name, PARTITION)
+def coordinator_node(view, name: str, partition: int = 0) -> int | None:
+    """The broker coordinating for the keys of `name`'s `partition` now: its live leader,
+    or None (offline, not created yet: COORDINATOR_NOT_AVAILABLE for FindCoordinator)."""
+    st = view.partition(name, partition)
     if st is None or not st.has_leader or st.leader not in view.brokers():
         return None
     return st.leader

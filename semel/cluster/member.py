@@ -66,21 +66,23 @@ class ClusterMember:
             for coordinator in getattr(groups, "parts", (groups,)):   # one per offsets partition
                 coordinator.follow_deleted_topics(names)
 
-    async def coordinator_for(self, key_type: int) -> int | None:
-        """FindCoordinator: the broker leading the internal partition of `key_type` (0 group,
-        1 transaction), creating the topic in etcd at its first use; None while there is
-        none (COORDINATOR_NOT_AVAILABLE, the client looks again)."""
+    async def coordinator_for(self, key_type: int, key: str | None) -> int | None:
+        """FindCoordinator: the broker leading the internal partition of `key` (`key_type`
+        0 a group id, 1 a transactional id), creating the topic in etcd at its first use;
+        None while there is none (COORDINATOR_NOT_AVAILABLE, the client looks again)."""
         from ..coordinator.group import GroupCoordinator
         from ..coordinator.txn import OFFSETS_TOPIC, TXN_TOPIC, TransactionCoordinator
         broker = self.broker
         if key_type == 1:
-            name, configs = TXN_TOPIC, TransactionCoordinator.log_configs(broker.config)
+            name, configs, coordinators = TXN_TOPIC, TransactionCoordinator.log_configs(broker.config), broker.txns
         else:
             name, configs = OFFSETS_TOPIC, GroupCoordinator.log_configs(broker.groups.config)
-        st = await ensure_internal_topic(self.view, name, configs)
+            coordinators = broker.groups
+        partition = coordinators.partition_for(key)
+        st = await ensure_internal_topic(self.view, name, configs, coordinators.partitions, partition)
         if isinstance(st, KafkaError):
             return None
-        return coordinator_node(self.view, name)
+        return coordinator_node(self.view, name, partition)
 
 
 def check_leader(broker, topic: str, partition: int, current_leader_epoch: int = -1) -> KafkaError:

@@ -422,6 +422,12 @@ class ReplicaManager:
         fut = asyncio.get_running_loop().create_future()
         ls.waiters.append([upto, self.min_insync(topic), fut])
         self._settle_waiters(ls)
+        if not fut.done():
+            # Wake the followers' long-polling fetches (Kafka completes delayed fetches on
+            # every leader append). Produce notifies on its own; a coordinator's record is
+            # appended without a request, and its wait lasted until each follower's fetch
+            # ran out its max wait (500 ms per transaction step or offset commit).
+            self.broker.notifier.notify(topic, partition)
         try:
             return await asyncio.wait_for(fut, timeout_s)
         except asyncio.TimeoutError:

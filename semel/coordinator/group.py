@@ -92,7 +92,9 @@ class GroupCoordinator(GroupMembership, GroupOffsetsMixin, GroupReplay, GroupWri
         self._topics_dropped: set[str] = set()
 
     @classmethod
-    def from_broker(cls, broker) -> "GroupCoordinator":
+    def from_broker(cls, broker):
+        """A single node's coordinator; in a cluster one per __consumer_offsets partition
+        (semel.cluster.coordinator_partitions.GroupCoordinators)."""
         c = broker.config
         config = GroupConfig(
             initial_rebalance_delay_ms=c.group_initial_rebalance_delay_ms,
@@ -102,23 +104,34 @@ class GroupCoordinator(GroupMembership, GroupOffsetsMixin, GroupReplay, GroupWri
             compact_records=c.offsets_log_compact_records,
             segment_bytes=c.offsets_log_segment_bytes,
         )
-        coordinator = cls(broker.logs, broker.flusher, config)
-        if getattr(broker, "cluster", None) is not None:
-            coordinator._seat_on(broker)
-        return coordinator
+        if getattr(broker, "cluster", None) is None:
+            return cls(broker.logs, broker.flusher, config)
+        from ..cluster.coordinator_partitions import GroupCoordinators
+        parts = []
+        for partition in range(c.offsets_topic_partitions):
+            coordinator = cls(broker.logs, broker.flusher, config)
+            coordinator._seat_on(broker, partition)
+            parts.append(coordinator)
+        return GroupCoordinators(parts)
 
-    def _seat_on(self, broker) -> None:
-        """Cluster: coordinate while leading __consumer_offsets. Every write waits for the
-        replicated high watermark (acks=all), whatever sync_writes says about the fsync."""
-        from ..cluster.coordinator_host import SeatedCoordinator
-        from ..cluster.replicated_flusher import ReplicatedFlusher
+    def _seat_on(self, broker, partition: int) -> None:
+        """Cluster: coordinate while leading `partition` of __consumer_offsets. Every write
+        waits for the replicated high watermark (acks=all), whatever sync_writes says
+        about the fsync."""
+        from ..cluster.coordinator_host import seated
         from ..cluster.topic_sync import deleted_names
-        self.seat = SeatedCoordinator(broker, self.config.offsets_topic, self)
-        self.deleted_topics = lambda: deleted_names(broker.cluster)
         inner = self.flusher if self.config.sync_writes else None
-        self._clog.flusher = ReplicatedFlusher(inner, lambda: broker.replicas, self.config.offsets_topic, 0,
-                                               broker.config.request_timeout_ms / 1000)
+        self.seat, self._clog.flusher = seated(broker, self, self.config.offsets_topic, partition, inner)
+        self.deleted_topics = lambda: deleted_names(broker.cluster)
         self._clog.sync_writes = True
+
+    # A single node has one __consumer_offsets partition: every group is in it.
+    @staticmethod
+    def partition_for(group_id: str | None) -> int:
+        return 0
+
+    def for_partition(self, partition: int) -> "GroupCoordinator | None":
+        return self if partition == 0 else None
 
     @staticmethod
     def log_configs(config: GroupConfig) -> dict[str, str]:

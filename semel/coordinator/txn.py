@@ -47,7 +47,7 @@ log = logging.getLogger("semel.txn")
 
 TXN_TOPIC = "__transaction_state"
 OFFSETS_TOPIC = "__consumer_offsets"
-OFFSETS_PARTITION = (OFFSETS_TOPIC, 0)
+OFFSETS_PARTITION = (OFFSETS_TOPIC, 0)   # a single node's only one
 MAX_EPOCH = 32767
 BRANCH_PREFIX = "__semel_branch:"
 # From these request versions on, a fenced producer is told PRODUCER_FENCED;
@@ -75,9 +75,9 @@ def branch_of(tp: tuple[str, int]) -> str | None:
 
 def _partition_error(tp: tuple[str, int], logs) -> KafkaError:
     """Why tp cannot join a transaction (NONE if it can). Internal topics other than
-    the offsets partition (which AddOffsetsToTxn adds) are refused: a marker written
+    the offsets partitions (which AddOffsetsToTxn adds) are refused: a marker written
     into the coordinator's own log would make it unreadable at the next start."""
-    if tp == OFFSETS_PARTITION:
+    if tp[0] == OFFSETS_TOPIC and logs.get(*tp) is not None:
         return KafkaError.NONE
     if tp[0].startswith("__"):
         return KafkaError.INVALID_TOPIC_EXCEPTION
@@ -128,32 +128,46 @@ class TransactionCoordinator:
         self.seat = None
         self.serving = lambda: True
         self._epoch: int | None = None   # the leader epoch served at (cluster), else the local counter
+        # Whether a parent may join branches (__semel_branch pseudo-partitions). A parent
+        # and its branches must share one coordinator, which only one partition of
+        # __transaction_state guarantees; with several, branch pseudo-partitions are
+        # refused as a Kafka broker refuses them, and the Spark sink writes without them.
+        self.branches = True
 
     @classmethod
-    def from_broker(cls, broker) -> "TransactionCoordinator":
+    def from_broker(cls, broker):
+        """A single node's coordinator; in a cluster one per __transaction_state partition
+        (semel.cluster.coordinator_partitions.TxnCoordinators), sharing the producer-id
+        pool and the marker channel."""
         pids = ProducerIdManager(broker.config.data_dir / "producer_ids")
-        if getattr(broker, "cluster", None) is not None:   # ids from the cluster-wide counter
-            from ..cluster.producer_ids import ClusterProducerIds
-            pids = ClusterProducerIds(pids, broker.cluster)
-        coordinator = cls(broker.logs, broker.flusher, broker.groups, broker.config, pids,
-                          broker.notifier.notify, broker.metrics)
-        coordinator.replication = lambda: getattr(broker, "replicas", None)
-        if getattr(broker, "cluster", None) is not None:
-            from ..cluster.txn_markers import MarkerChannel
-            node = broker.config.node_id
-            coordinator.markers = MarkerChannel(broker.cluster, node, broker.config.request_timeout_ms / 1000,
-                                                getattr(broker, "peer_dialer", None))
-            coordinator._seat_on(broker)
-        return coordinator
+        if getattr(broker, "cluster", None) is None:
+            coordinator = cls(broker.logs, broker.flusher, broker.groups, broker.config, pids,
+                              broker.notifier.notify, broker.metrics)
+            coordinator.replication = lambda: getattr(broker, "replicas", None)
+            return coordinator
+        from ..cluster.coordinator_partitions import TxnCoordinators
+        from ..cluster.producer_ids import ClusterProducerIds
+        from ..cluster.txn_markers import MarkerChannel
+        pids = ClusterProducerIds(pids, broker.cluster)   # ids from the cluster-wide counter
+        markers = MarkerChannel(broker.cluster, broker.config.node_id, broker.config.request_timeout_ms / 1000,
+                                getattr(broker, "peer_dialer", None))
+        count = broker.config.transaction_state_partitions
+        parts = []
+        for partition in range(count):
+            coordinator = cls(broker.logs, broker.flusher, broker.groups, broker.config, pids,
+                              broker.notifier.notify, broker.metrics)
+            coordinator.replication = lambda: getattr(broker, "replicas", None)
+            coordinator.markers = markers
+            coordinator.branches = count == 1
+            coordinator._seat_on(broker, partition)
+            parts.append(coordinator)
+        return TxnCoordinators(parts)
 
-    def _seat_on(self, broker) -> None:
-        """Cluster: coordinate while leading __transaction_state, appending with acks=all."""
-        from ..cluster.coordinator_host import SeatedCoordinator
-        from ..cluster.replicated_flusher import ReplicatedFlusher
-        self.seat = SeatedCoordinator(broker, TXN_TOPIC, self)
+    def _seat_on(self, broker, partition: int) -> None:
+        """Cluster: coordinate while leading `partition` of __transaction_state, appending with acks=all."""
+        from ..cluster.coordinator_host import seated
+        self.seat, self._clog.flusher = seated(broker, self, TXN_TOPIC, partition, broker.flusher)
         self.is_coordinator = self.serving = self.seat.serving
-        self._clog.flusher = ReplicatedFlusher(broker.flusher, lambda: broker.replicas, TXN_TOPIC, 0,
-                                               self.config.request_timeout_ms / 1000)
 
     @staticmethod
     def log_configs(config) -> dict[str, str]:
@@ -438,6 +452,8 @@ class TransactionCoordinator:
             return {tp: err for tp in partitions}
         refused = {tp: self._join_error(meta, tp) if branch_of(tp) is not None else _partition_error(tp, self.logs)
                    for tp in partitions}
+        if not self.branches:
+            refused.update({tp: KafkaError.INVALID_TOPIC_EXCEPTION for tp in partitions if branch_of(tp) is not None})
         if any(refused.values()):  # all or nothing
             return {tp: err or KafkaError.OPERATION_NOT_ATTEMPTED for tp, err in refused.items()}
         wanted = meta.parts() | frozenset(partitions)
@@ -480,8 +496,14 @@ class TransactionCoordinator:
                           version: int) -> KafkaError:
         if not group_id:
             return KafkaError.INVALID_GROUP_ID
-        result = await self.add_partitions(txn_id, producer_id, epoch, [OFFSETS_PARTITION], version, api_key=25)
-        return result[OFFSETS_PARTITION]
+        tp = self._offsets_partition(group_id)
+        result = await self.add_partitions(txn_id, producer_id, epoch, [tp], version, api_key=25)
+        return result[tp]
+
+    def _offsets_partition(self, group_id: str | None) -> tuple[str, int]:
+        """The __consumer_offsets partition holding `group_id` (Kafka: the group's partition
+        joins the transaction, so its coordinator gets the marker)."""
+        return (OFFSETS_TOPIC, self.groups.partition_for(group_id))
 
     # --- checks used by Produce and TxnOffsetCommit (KIP-890 part 1) -------------------
 
@@ -494,12 +516,13 @@ class TransactionCoordinator:
             return KafkaError.NONE
         return self._verify(txn_id, producer_id, epoch, (topic, partition))
 
-    def verify_offsets(self, txn_id: str, producer_id: int, epoch: int, version: int) -> KafkaError:
+    def verify_offsets(self, txn_id: str, producer_id: int, epoch: int, version: int,
+                       group_id: str | None = None) -> KafkaError:
         if not self.is_coordinator():
             # The group coordinator on another broker than the transaction's: the offsets
             # log's producer state fences older epochs (as in Kafka before KIP-890).
             return KafkaError.NONE
-        err = self._verify(txn_id, producer_id, epoch, OFFSETS_PARTITION)
+        err = self._verify(txn_id, producer_id, epoch, self._offsets_partition(group_id))
         if err == KafkaError.INVALID_PRODUCER_EPOCH:
             return fenced_error(28, version)
         return err
@@ -623,9 +646,12 @@ class TransactionCoordinator:
         if branch is not None:
             await self._complete_branch(branch, kind == records.CONTROL_COMMIT, meta.txn_id)
             return
-        if tp == OFFSETS_PARTITION and (self.markers is None or self.markers.leads_here(tp)):
-            result = self.groups.complete_txn(meta.producer_id, meta.epoch, self.coordinator_epoch,
-                                              kind == records.CONTROL_COMMIT)
+        if tp[0] == OFFSETS_TOPIC and (self.markers is None or self.markers.leads_here(tp)):
+            groups = self.groups.for_partition(tp[1])
+            if groups is None:
+                raise AppendError(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"no group coordinator for {tp}")
+            result = groups.complete_txn(meta.producer_id, meta.epoch, self.coordinator_epoch,
+                                         kind == records.CONTROL_COMMIT)
             if inspect.isawaitable(result):
                 result = await result
             if result:

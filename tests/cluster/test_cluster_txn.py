@@ -23,7 +23,7 @@ from semel.client.client import Client
 from semel.eos import EosRuntime
 from semel.eos.kafka import KafkaCoordinator
 from semel.eos.sinks.memory import MemorySink, MemorySinkState
-from tests.support.cluster import fill, metadata, module_cluster, partitions, wait_brokers
+from tests.support.cluster import fill, key_leader, metadata, module_cluster, partitions, wait_brokers
 from tests.support.consume import read_values
 from tests.support.wait import in_background, until
 
@@ -128,8 +128,9 @@ def test_a_partition_leader_sigkilled_mid_copy_keeps_it_exact(cluster):
     transactions under way are written once it is elected, the copy goes on exactly."""
     create(cluster, "bounce-in", "bounce-out")
     values = fill(cluster, "bounce-in", N, PARTS)
-    # The coordinators are the leaders of the internal topics' partitions (created by now).
-    coordinators = {partitions(cluster, t)[0][0] for t in ("__transaction_state", "__consumer_offsets")}
+    # The copy's coordinators: the leaders of its ids' internal partitions (created by now).
+    coordinators = {key_leader(cluster, "__transaction_state", "bounce-copy"),
+                    key_leader(cluster, "__consumer_offsets", "g-bounce-copy")}
     victim = next(leader for leader, *_ in partitions(cluster, "bounce-out").values() if leader not in coordinators)
     third = threading.Event()
     worker, errors = in_background(lambda: copy(cluster, "bounce-in", "bounce-out", "bounce-copy", abort_every=4,

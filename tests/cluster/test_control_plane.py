@@ -24,7 +24,7 @@ from semel.protocol.errors import KafkaError
 from semel.protocol.messages import request_class
 from semel.protocol.records import build_batch
 from tests.support.admin import error_code
-from tests.support.cluster import metadata, module_cluster, partitions, wait_brokers
+from tests.support.cluster import key_leader, metadata, module_cluster, partitions, wait_brokers
 from tests.support import wire
 from tests.support.consume import read_values
 from tests.support.wait import until
@@ -148,8 +148,8 @@ def test_consumer_group_commits_at_the_coordinator_broker(cluster):
     assert error_code(fut) == 0
     until(lambda: len(partitions(cluster, topic)) == 3, "topic visible")
     _produce_confluent(cluster.bootstrap, topic, 30, "g")
-    # The coordinator of each key type is the leader of its internal partition (created
-    # at the first FindCoordinator), whichever broker is asked.
+    # The coordinator of a key is the leader of the key's internal partition (created at
+    # the first FindCoordinator), whichever broker is asked.
     def coordinator(key_type):
         answers = set()
         for b in cluster.brokers:
@@ -159,8 +159,8 @@ def test_consumer_group_commits_at_the_coordinator_broker(cluster):
         return answers.pop() if len(answers) == 1 and min(answers)[0] == 0 else None
     group_coord = until(lambda: coordinator(0), "every broker names one group coordinator")[1]
     txn_coord = until(lambda: coordinator(1), "every broker names one transaction coordinator")[1]
-    assert group_coord == partitions(cluster, "__consumer_offsets")[0][0]
-    assert txn_coord == partitions(cluster, "__transaction_state")[0][0]
+    assert group_coord == key_leader(cluster, "__consumer_offsets", "g-cluster")
+    assert txn_coord == key_leader(cluster, "__transaction_state", "g-cluster")
     # A broker that does not coordinate refuses coordinator requests, so a client with a
     # stale coordinator finds the current one instead of splitting the group.
     def heartbeat(broker):
@@ -170,10 +170,10 @@ def test_consumer_group_commits_at_the_coordinator_broker(cluster):
     assert heartbeat(cluster.brokers[(group_coord + 1) % 3]) == KafkaError.NOT_COORDINATOR
     until(lambda: heartbeat(cluster.brokers[group_coord]) == KafkaError.UNKNOWN_MEMBER_ID, "the group coordinator")
     with Client(cluster.brokers[(txn_coord + 1) % 3].bootstrap) as c:
-        err, st = txn.init_producer_id(c, "t-cluster", 60_000)
+        err, st = txn.init_producer_id(c, "g-cluster", 60_000)   # txn_coord is this id's coordinator
         assert err == KafkaError.NOT_COORDINATOR
         tps = [(topic, 0), (topic, 1)]
-        assert set(txn.add_partitions(c, TxnState("t-cluster", 5, 0), tps).values()) == {KafkaError.NOT_COORDINATOR}
+        assert set(txn.add_partitions(c, TxnState("g-cluster", 5, 0), tps).values()) == {KafkaError.NOT_COORDINATOR}
     with Client(cluster.brokers[(group_coord + 1) % 3].bootstrap) as c:
         assert set(admin_ops.commit_offsets(c, "g-cluster", {tp: 1 for tp in tps}).values()) == {
             KafkaError.NOT_COORDINATOR}

@@ -38,8 +38,11 @@ N = 300
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
+    # One partition per internal topic: every id has the coordinators these tests move
+    # (several partitions: tests/cluster/test_coordinator_partitions.py).
     with module_cluster(tmp_path_factory, "coord-failover", 3, 2, "--group-initial-rebalance-delay-ms", "0",
-                        "--min-insync-replicas", "2") as c:
+                        "--min-insync-replicas", "2", "--transaction-state-partitions", "1",
+                        "--offsets-topic-partitions", "1") as c:
         yield c
 
 

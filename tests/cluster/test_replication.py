@@ -87,6 +87,27 @@ def test_a_leader_alone_in_the_isr_commits_at_once(cluster):
         assert cl.list_offset("t", 0, LATEST) == 1
 
 
+def test_a_record_appended_without_produce_wakes_the_followers_fetches(cluster):
+    """A coordinator appends its records without a Produce request (which notifies the
+    long-polling fetches itself). Waiting for the high watermark past such a record wakes
+    the followers' fetches: here they would otherwise wait 120 s, four times the wait's
+    own timeout, and the wait would end REQUEST_TIMED_OUT."""
+    c = cluster(replica_fetch_wait_max_ms=120_000)
+    c.create_topic("t", [(0, 1, 2)])
+    progress = lambda: c.brokers[0].replicas.leading[("t", 0)].progress  # noqa: E731
+    c.wait(lambda: all(p.leo == 0 for p in progress().values()), "both followers fetching")   # on the loop
+
+    async def append_and_wait():
+        from semel.protocol.records import split_batches
+        plog = c.log(0, "t")
+        batch = build_batch([(None, b"coordinator record")], timestamp_ms=1)
+        info = plog.append(batch, split_batches(batch)[0])
+        return await c.brokers[0].replicas.wait_for_hw("t", 0, info.last_offset + 1, 30)
+    assert c.run(append_and_wait, timeout=90) == KafkaError.NONE
+    assert c.log(0, "t").high_watermark == 1
+    c.wait(same_log_end(c, "t"), "both followers hold the record")
+
+
 def test_a_restarted_replica_keeps_its_high_watermark(cluster):
     c = cluster()
     c.create_topic("t", [(0, 1, 2)])

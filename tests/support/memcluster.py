@@ -54,13 +54,13 @@ INTERNAL = ("__transaction_state", "__consumer_offsets")
 
 class _FixedCoordinator:
     """Stands in for the control plane's ClusterMember where only its coordinator
-    placement is needed: the leader of each internal topic's partition (MemCluster puts
-    both on one broker, alone in their replica set)."""
+    placement is needed: the leader of each internal topic's one partition (MemCluster
+    puts both on one broker, alone in their replica set)."""
 
     def __init__(self, table):
         self.table = table
 
-    async def coordinator_for(self, key_type: int) -> int | None:
+    async def coordinator_for(self, key_type: int, key: str | None = None) -> int | None:
         st = self.table.parts.get((INTERNAL[0] if key_type == 1 else INTERNAL[1], 0))
         return st.leader if st is not None and st.leader >= 0 else None
 
@@ -76,7 +76,9 @@ class MemCluster:
         self.base = Path(base)
         self.n = nodes
         self.coordinator = coordinator
-        self.config = {"replica_lag_time_max_ms": 30_000, "replica_fetch_wait_max_ms": 100, **config}
+        # One partition per internal topic: every id has the same coordinator here.
+        self.config = {"replica_lag_time_max_ms": 30_000, "replica_fetch_wait_max_ms": 100,
+                       "transaction_state_partitions": 1, "offsets_topic_partitions": 1, **config}
         self.table = MemoryClusterView.table()
         self.topics: dict[str, _Topic] = {}
         self.brokers: dict[int, Broker] = {}
@@ -101,7 +103,8 @@ class MemCluster:
         for name in INTERNAL:
             self.create_topic(name, [(self.coordinator,)])
         c = self.brokers[self.coordinator]
-        self.wait(lambda: c.txns.seat.serving() and c.groups.seat.serving(), "the coordinators loaded")
+        self.wait(lambda: c.txns.parts[0].seat.serving() and c.groups.parts[0].seat.serving(),
+                  "the coordinators loaded")
         return self
 
     def start_broker(self, i: int) -> Broker:

@@ -121,21 +121,38 @@ def _cluster_requested_name(t, known):
     return t.name
 
 
-@handler(10, 0, 3)
+@handler(10, 0, 4)
 async def find_coordinator(ctx, req):
-    cfg = ctx.broker.config
-    # key_type 0 = group, 1 = transaction; this broker coordinates both.
-    if ctx.api_version >= 1 and req.key_type not in (0, 1):
+    # key_type 0 = group, 1 = transaction. v4+ (KIP-699) asks for several keys at once.
+    key_type = req.key_type if ctx.api_version >= 1 else 0
+    if ctx.api_version >= 1 and key_type not in (0, 1):
+        if ctx.api_version >= 4:
+            C = ctx.cls().Coordinator
+            return ctx.response(throttle_time_ms=0, coordinators=[
+                C(key=k, node_id=-1, host="", port=-1, error_code=KafkaError.INVALID_REQUEST,
+                  error_message="unknown key type") for k in req.coordinator_keys or ()])
         return ctx.response(error_code=KafkaError.INVALID_REQUEST, error_message="unknown key type",
                             node_id=-1, host="", port=-1)
+    if ctx.api_version >= 4:
+        C = ctx.cls().Coordinator
+        found = [(k, await _coordinator(ctx, key_type, k)) for k in req.coordinator_keys or ()]
+        return ctx.response(throttle_time_ms=0, coordinators=[
+            C(key=k, node_id=node, host=host, port=port, error_code=err, error_message=None)
+            for k, (err, node, host, port) in found])
+    err, node, host, port = await _coordinator(ctx, key_type, req.key)
+    return ctx.response(error_code=err, error_message=None, node_id=node, host=host, port=port)
+
+
+async def _coordinator(ctx, key_type: int, key: str | None) -> tuple[KafkaError, int, str, int]:
+    """(error, node id, host, port) of the coordinator of `key`: this broker on a single
+    node; in a cluster the leader of the key's internal partition (docs/cluster.md)."""
     member = ctx.broker.cluster_member
-    if member is not None:   # the leader of the key type's internal partition (docs/cluster.md)
-        node = await member.coordinator_for(req.key_type if ctx.api_version >= 1 else 0)
-        info = ctx.broker.cluster.brokers().get(node) if node is not None else None
-        if info is None:
-            return ctx.response(error_code=KafkaError.COORDINATOR_NOT_AVAILABLE, error_message=None,
-                                node_id=-1, host="", port=-1)
-        host, port = _address(ctx, info)
-        return ctx.response(error_code=0, error_message=None, node_id=info.node_id, host=host, port=port)
-    return ctx.response(error_code=0, error_message=None, node_id=cfg.node_id,
-                        host=cfg.advertised, port=ctx.listener_port)
+    if member is None:
+        cfg = ctx.broker.config
+        return KafkaError.NONE, cfg.node_id, cfg.advertised, ctx.listener_port
+    node = await member.coordinator_for(key_type, key)
+    info = ctx.broker.cluster.brokers().get(node) if node is not None else None
+    if info is None:
+        return KafkaError.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+    host, port = _address(ctx, info)
+    return KafkaError.NONE, info.node_id, host, port

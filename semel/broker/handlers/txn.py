@@ -66,7 +66,8 @@ async def txn_offset_commit(ctx, req):
                                              p.committed_leader_epoch if ctx.api_version >= 2 else -1,
                                              p.committed_metadata)
                for t in req.topics for p in t.partitions}
-    err = _txns(ctx).verify_offsets(req.transactional_id, req.producer_id, req.producer_epoch, ctx.api_version)
+    err = _txns(ctx).verify_offsets(req.transactional_id, req.producer_id, req.producer_epoch, ctx.api_version,
+                                    group_id=req.group_id)
     if err:
         result = {tp: err for tp in offsets}
     else:

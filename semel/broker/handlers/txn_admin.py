@@ -20,7 +20,7 @@ import time
 
 from ...cluster.member import check_leader
 from ...cluster.txn_markers import is_coordinator_client
-from ...coordinator.txn import OFFSETS_PARTITION
+from ...coordinator.txn import OFFSETS_TOPIC
 from ...coordinator.txn_states import PREPARED, TxnState
 from ...protocol import records
 from ...protocol.errors import KafkaError
@@ -73,6 +73,11 @@ async def describe_transactions(ctx, req):
 def _describe_one(ctx, T, txn_id: str):
     if not ctx.authorize("DESCRIBE", "TRANSACTIONAL_ID", txn_id):
         return _not_described(T, txn_id, KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if ctx.broker.cluster_member is not None:
+        # Kafka: only the id's coordinator describes it (NOT_COORDINATOR elsewhere).
+        err = ctx.broker.txns.for_key(txn_id).seat.error()
+        if err:
+            return _not_described(T, txn_id, err)
     meta = _find(ctx, txn_id) if txn_id else None
     if meta is None:
         return _not_described(T, txn_id, KafkaError.TRANSACTIONAL_ID_NOT_FOUND)
@@ -198,8 +203,8 @@ async def _coordinator_marker(ctx, marker, tp: tuple[str, int]) -> KafkaError:
     answered once durable and replicated. The coordinator retries any error."""
     topic, partition = tp
     kind = records.CONTROL_COMMIT if marker.transaction_result else records.CONTROL_ABORT
-    if tp == OFFSETS_PARTITION:
-        return await _offsets_marker(ctx, marker)
+    if topic == OFFSETS_TOPIC:
+        return await _offsets_marker(ctx, marker, partition)
     if topic.startswith("__"):
         return KafkaError.INVALID_TOPIC_EXCEPTION   # no transaction spans the transaction log
     err = check_leader(ctx.broker, topic, partition)
@@ -216,11 +221,14 @@ async def _coordinator_marker(ctx, marker, tp: tuple[str, int]) -> KafkaError:
     return KafkaError.NONE
 
 
-async def _offsets_marker(ctx, marker) -> KafkaError:
+async def _offsets_marker(ctx, marker, partition: int) -> KafkaError:
     """The offsets "marker" of a transaction whose coordinator sits on another broker:
-    the group coordinator here (the leader of __consumer_offsets) writes it and makes the
-    transaction's offsets committed or drops them, answering once replicated."""
-    groups = ctx.broker.groups
+    the group coordinator of that __consumer_offsets partition here (its leader) writes
+    it and makes the transaction's offsets committed or drops them, answering once
+    replicated."""
+    groups = ctx.broker.groups.for_partition(partition)
+    if groups is None:
+        return KafkaError.UNKNOWN_TOPIC_OR_PARTITION
     err = groups.seat.error() if groups.seat is not None else KafkaError.NONE
     if err:
         return err

@@ -1,0 +1,199 @@
+"""Coordinators partitioned by key (issue 13, item 3; seed 002).
+
+In a cluster `__transaction_state` and `__consumer_offsets` have several partitions
+each. A transactional id or group id belongs to partition
+abs(String.hashCode(id)) % partitions, Kafka's formula, so Kafka's tooling computes the
+same placement. Each partition is its own coordinator: one TransactionCoordinator or
+GroupCoordinator per partition, seated on it (semel.cluster.coordinator_host), loaded
+when this broker leads that partition and dropped when it stops leading it.
+
+`TxnCoordinators` and `GroupCoordinators` stand where a single node has its one
+coordinator (`broker.txns`, `broker.groups`): every request goes to the coordinator of
+its id's partition, whose seat answers NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS
+when this broker does not serve that partition; listings gather every partition.
+"""
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+
+from ..protocol.errors import KafkaError
+
+_INT_MIN = -(1 << 31)
+
+
+def java_string_hash(s: str) -> int:
+    """Java's String.hashCode: s[0]*31^(n-1) + ... over UTF-16 code units, as a signed int32."""
+    data = s.encode("utf-16-be", "surrogatepass")
+    h = 0
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for(key: str | None, partitions: int) -> int:
+    """Kafka's Utils.abs(key.hashCode) % partitions (Utils.abs maps Integer.MIN_VALUE to 0)."""
+    h = java_string_hash(key or "")
+    return (0 if h == _INT_MIN else abs(h)) % partitions
+
+
+class PartitionedCoordinators:
+    """One coordinator per internal partition, `parts[p]` seated on partition p."""
+
+    def __init__(self, parts: list):
+        if not parts:
+            raise ValueError("at least one coordinator partition")
+        self.parts = parts
+
+    @property
+    def partitions(self) -> int:
+        return len(self.parts)
+
+    def partition_for(self, key: str | None) -> int:
+        return partition_for(key, len(self.parts))
+
+    def for_key(self, key: str | None):
+        return self.parts[self.partition_for(key)]
+
+    def for_partition(self, partition: int):
+        """The coordinator of `partition`, None for one this topic does not have."""
+        return self.parts[partition] if 0 <= partition < len(self.parts) else None
+
+    def start_seats(self) -> None:
+        for c in self.parts:
+            c.seat.start()
+
+    def serving_partitions(self) -> list[int]:
+        return [p for p, c in enumerate(self.parts) if c.seat.serving()]
+
+    async def start(self) -> None:
+        for c in self.parts:
+            await c.start()
+
+    async def stop(self) -> None:
+        for c in self.parts:
+            await c.stop()
+
+
+class _MergedTxns(Mapping):
+    """Every partition's transactional ids as one read-only mapping (the admin APIs and
+    the metrics read them; each id lives only in its own partition's coordinator)."""
+
+    def __init__(self, owner: "TxnCoordinators"):
+        self._owner = owner
+
+    def __getitem__(self, txn_id):
+        return self._owner.for_key(txn_id).txns[txn_id]
+
+    def get(self, txn_id, default=None):
+        return self._owner.for_key(txn_id).txns.get(txn_id, default)
+
+    def __iter__(self):
+        for c in self._owner.parts:
+            yield from list(c.txns)
+
+    def __len__(self):
+        return sum(len(c.txns) for c in self._owner.parts)
+
+    def values(self):
+        return [m for c in self._owner.parts for m in c.txns.values()]
+
+
+class TxnCoordinators(PartitionedCoordinators):
+    """The transaction coordinators of a cluster broker, one per __transaction_state partition."""
+
+    @property
+    def txns(self) -> Mapping:
+        return _MergedTxns(self)
+
+    async def init_producer_id(self, txn_id, *args):
+        return await self.for_key(txn_id).init_producer_id(txn_id, *args)
+
+    async def add_partitions(self, txn_id, *args, **kw):
+        return await self.for_key(txn_id).add_partitions(txn_id, *args, **kw)
+
+    async def add_offsets(self, txn_id, *args):
+        return await self.for_key(txn_id).add_offsets(txn_id, *args)
+
+    async def end_txn(self, txn_id, *args):
+        return await self.for_key(txn_id).end_txn(txn_id, *args)
+
+    def verify_produce(self, txn_id, *args) -> KafkaError:
+        return self.for_key(txn_id).verify_produce(txn_id, *args)
+
+    def verify_offsets(self, txn_id, *args, **kw) -> KafkaError:
+        return self.for_key(txn_id).verify_offsets(txn_id, *args, **kw)
+
+    async def write_partition_marker(self, *args) -> None:
+        # A marker written here as the partition's leader: no coordinator state involved.
+        await self.parts[0].write_partition_marker(*args)
+
+
+class GroupCoordinators(PartitionedCoordinators):
+    """The group coordinators of a cluster broker, one per __consumer_offsets partition."""
+
+    @property
+    def config(self):
+        return self.parts[0].config
+
+    def join_group(self, group_id, *args, **kw):
+        return self.for_key(group_id).join_group(group_id, *args, **kw)
+
+    def sync_group(self, group_id, *args, **kw):
+        return self.for_key(group_id).sync_group(group_id, *args, **kw)
+
+    def heartbeat(self, group_id, *args, **kw):
+        return self.for_key(group_id).heartbeat(group_id, *args, **kw)
+
+    def leave_group(self, group_id, *args, **kw):
+        return self.for_key(group_id).leave_group(group_id, *args, **kw)
+
+    def commit_offsets(self, group_id, *args, **kw):
+        return self.for_key(group_id).commit_offsets(group_id, *args, **kw)
+
+    def fetch_offsets(self, group_id, *args, **kw):
+        return self.for_key(group_id).fetch_offsets(group_id, *args, **kw)
+
+    def delete_offsets(self, group_id, *args, **kw):
+        return self.for_key(group_id).delete_offsets(group_id, *args, **kw)
+
+    def txn_commit_offsets(self, producer_id, producer_epoch, group_id, *args, **kw):
+        return self.for_key(group_id).txn_commit_offsets(producer_id, producer_epoch, group_id, *args, **kw)
+
+    def describe_groups(self, group_ids) -> list:
+        return [s for gid in group_ids for s in self.for_key(gid).describe_groups([gid])]
+
+    def list_groups(self, states=None) -> tuple[KafkaError, list]:
+        """Kafka's ListGroups: the groups of every partition this broker coordinates;
+        COORDINATOR_LOAD_IN_PROGRESS while one of them is still loading."""
+        rows, error = [], KafkaError.NONE
+        for c in self.parts:
+            err, got = c.list_groups(states)
+            rows += got
+            if err and not error:
+                error = err
+        return error, rows
+
+    def delete_groups(self, group_ids) -> "asyncio.Future":
+        by_part: dict[int, list[str]] = {}
+        for gid in group_ids:
+            by_part.setdefault(self.partition_for(gid), []).append(gid)
+
+        async def gather() -> dict:
+            results: dict = {}
+            for got in await asyncio.gather(*(self.parts[p].delete_groups(ids) for p, ids in by_part.items())):
+                results.update(got)
+            return results
+        return asyncio.ensure_future(gather())
+
+    def follow_deleted_topics(self, deleted) -> None:
+        for c in self.parts:
+            c.follow_deleted_topics(deleted)
+
+    def drop_topic_offsets(self, topics) -> None:
+        for c in self.parts:
+            c.drop_topic_offsets(topics)
+
+    async def idle(self) -> None:
+        for c in self.parts:
+            await c.idle()
