@@ -9,16 +9,25 @@ them to split the gap). Target (issue 13): RF3 acks=all at least
 0.7 of RF1 acks=1. Every broker keeps its default flush policy (acks=all also waits
 for the leader's fsync; acks=1 waits for nothing but the append).
 
-    python -m bench.replication_bench [--quick]
+    python -m bench.replication_bench [--quick] [--profile SECONDS]
+
+`--profile S` also records S seconds of py-spy on each of the three brokers (the
+leader and both followers of `rf3`) while RF3 acks=all records are produced, and
+puts each one's top functions in the results ("profile").
 """
 from __future__ import annotations
 
+import argparse
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench.common import RESULTS, main, write_result
+from bench.common import RESULTS, write_result
+from bench.hotpath_bench import top_frames
 from bench.throughput_bench import produce
 
 SIZE = 1024
@@ -43,12 +52,36 @@ def _leaders_ready(cluster) -> None:
                       for t, (rf, _) in TOPICS.items()), "leaders elected and ISRs full")
 
 
-def run(out_dir: Path = RESULTS, quick: bool = False) -> dict:
+def _profile(cluster, seconds: int, count: int) -> dict:
+    """py-spy on every broker at once while RF3 acks=all records are produced; top frames
+    per broker, labelled leader/follower by rf3's partition state."""
+    from tests.support.cluster import partitions
+    leader = partitions(cluster, "rf3")[0][0]
+    spy_bin = str(Path(sys.executable).parent / "py-spy")
+    tmp = Path(tempfile.mkdtemp(prefix="semel-repl-prof-"))
+    spies = {n: subprocess.Popen([spy_bin, "record", "--pid", str(b.pid), "--duration", str(seconds),
+                                  "--rate", "100", "--format", "raw", "-o", str(tmp / f"{n}.txt"), "--nonblocking"],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for n, b in enumerate(cluster.brokers)}
+    time.sleep(1.0)
+    end = time.monotonic() + seconds - 2
+    while time.monotonic() < end:
+        produce(cluster.bootstrap, "rf3", 1, SIZE, count, {"acks": "all"})
+    out = {}
+    for n, spy in spies.items():
+        spy.wait(seconds + 60)
+        out[f"broker {n} ({'leader' if n == leader else 'follower'})"] = top_frames(tmp / f"{n}.txt", 20)
+    return out
+
+
+def run(out_dir: Path = RESULTS, quick: bool = False, profile_s: int = 0) -> dict:
     from semel.cluster.local import LocalCluster
     from tests.support.cluster import wait_brokers
     count = 5_000 if quick else 100_000
     rounds = 1 if quick else 5
     rows = []
+    prof = None
+    load_start = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="semel-replication-") as tmp:
         cluster = LocalCluster(Path(tmp), 3, lease_ttl_s=6)
         try:
@@ -64,8 +97,11 @@ def run(out_dir: Path = RESULTS, quick: bool = False) -> dict:
                     elapsed = produce(cluster.bootstrap, topic, 1, SIZE, count, {"acks": acks})
                     rows.append({"round": r, "topic": topic, "replication_factor": TOPICS[topic][0], "acks": acks,
                                  "records": count, "seconds": round(elapsed, 3),
+                                 "load_average_1m": round(os.getloadavg()[0], 2),
                                  "mb_per_s": round(count * SIZE / elapsed / 1e6, 2)})
                     print(rows[-1], flush=True)
+            if profile_s:
+                prof = _profile(cluster, profile_s, count)
         finally:
             cluster.stop()
             cluster.close()
@@ -86,6 +122,9 @@ def run(out_dir: Path = RESULTS, quick: bool = False) -> dict:
                  "competes with the leader's; ratios of medians from one run on this box. acks=all also waits "
                  "for the leader's fsync (semel's flush policy), which acks=1 never does: the rf1 acks=all row "
                  "shows that part of the gap, rf3 vs rf1 at acks=all the part replication adds."),
+        "load_average_start": [round(x, 2) for x in load_start],
+        "load_average_end": [round(x, 2) for x in os.getloadavg()],
+        **({"profile": prof} if prof else {}),
         "rows": rows, "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     write_result(out_dir, "replication", result)
@@ -94,4 +133,10 @@ def run(out_dir: Path = RESULTS, quick: bool = False) -> dict:
 
 
 if __name__ == "__main__":
-    main(run)
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="smaller sizes, one round")
+    ap.add_argument("--out", type=Path, default=RESULTS, help="results folder")
+    ap.add_argument("--profile", type=int, default=0, metavar="SECONDS",
+                    help="also py-spy every broker for this long during RF3 acks=all produce")
+    a = ap.parse_args()
+    run(a.out, a.quick, a.profile)
