@@ -87,7 +87,17 @@ class BrokerMetrics:
         self.connections_rejected = Counter("semel_connections_rejected_total", "Connections refused or "
                                             "closed by a limit", ["reason"], registry=self.registry)
         self._loop_lag_max = 0.0
+        self._per_api: dict[str, tuple] = {}
         self.registry.register(_BrokerStateCollector(broker))
+
+    def api(self, name: str) -> tuple:
+        """(semel_requests_total, semel_request_seconds) of one API, labelled once:
+        labels() takes a lock and builds its key each time, and every request counts
+        itself in both (issue 11)."""
+        pair = self._per_api.get(name)
+        if pair is None:
+            pair = self._per_api[name] = (self.requests.labels(name), self.request_seconds.labels(name))
+        return pair
 
     def observe_loop_lag(self, lag_s: float) -> None:
         self.loop_lag.observe(lag_s)

@@ -29,6 +29,10 @@ _Topic = ProduceRequest.TopicProduceData
 _Partition = _Topic.PartitionProduceData
 
 
+class DecodeInThread(Exception):
+    """The frame is not one to decode on the event loop (decode_request's loop_partitions)."""
+
+
 class Cursor:
     """A position in a request frame: each read checks it stays inside the frame
     (the request header is read with one too, see messages.decode_request)."""
@@ -91,19 +95,26 @@ class Cursor:
                 self.take(self.uvarint())       # its bytes
 
 
-def decode_produce(view: memoryview, pos: int, version: int) -> ProduceRequest:
+def decode_produce(view: memoryview, pos: int, version: int, max_partitions: int | None = None) -> ProduceRequest:
     """The ProduceRequest body starting at `pos` of the frame `view`; each
     partition's `records` is a view into `view` (None when sent as null).
     Raises ProtocolError on anything malformed (bytes after the body are
-    ignored, as the generic decoder does)."""
+    ignored, as the generic decoder does), DecodeInThread as soon as the topics
+    read so far name more than max_partitions (each array's length is read before
+    its entries are, so no more than that many are decoded before giving up)."""
     r = Cursor(view, pos, version >= FIRST_FLEXIBLE)
+    named = 0
     transactional_id = r.string(nullable=True)
     acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(view, r.take(_ACKS_TIMEOUT.size))
     topics = []
     for _ in range(r.array_length()):
         name = r.string(nullable=False)
         parts = []
-        for _ in range(r.array_length()):
+        count = r.array_length()
+        named += count
+        if max_partitions is not None and named > max_partitions:
+            raise DecodeInThread()
+        for _ in range(count):
             index = r.int32()
             n = r.length()
             records = None if n < 0 else view[r.take(n):r.pos]

@@ -383,6 +383,12 @@ class LogManager:
     def topics(self) -> dict[str, TopicInfo]:
         return {n: t for n, t in self._topics.items() if t.state == LIVE}
 
+    def topic(self, name: str) -> TopicInfo | None:
+        """One live topic's info: what topics()[name] gives, without building the dict
+        of every topic (the produce path asks once per partition it appends to)."""
+        info = self._topics.get(name)
+        return info if info is not None and info.state == LIVE else None
+
     def get(self, topic: str, partition: int) -> PartitionLog | None:
         return self._logs.get((topic, partition))
 

@@ -15,7 +15,7 @@ import semel.broker.server  # noqa: F401  (registers the handlers: supported_ver
 from semel.broker.router import supported_versions
 from semel.protocol.errors import ProtocolError
 from semel.protocol.messages import decode_request
-from semel.protocol.produce_request import FAST_VERSIONS, FIRST_FLEXIBLE
+from semel.protocol.produce_request import FAST_VERSIONS, FIRST_FLEXIBLE, DecodeInThread
 
 SUPPORTED = {**supported_versions(), 0: (FAST_VERSIONS[0], FAST_VERSIONS[-1])}
 T = ProduceRequest.TopicProduceData
@@ -102,3 +102,33 @@ def test_null_topic_array_is_refused(version):
     frame = frame[:-4] + struct.pack(">i", -1) if version < FIRST_FLEXIBLE else frame[:-2] + b"\x00\x00"
     with pytest.raises(ProtocolError, match="null"):
         decode_request(frame, SUPPORTED)
+
+
+# --- decoding a large frame on the event loop (connection.DECODE_ON_LOOP_PARTITIONS) ---------
+
+def test_a_produce_naming_few_partitions_decodes_on_the_loop_as_it_would_anyway():
+    frame = _encode(9, None, -1, 1000, [("a", [(0, b"r" * 300), (1, None)]), ("b", [(0, b"s")])], "c")
+    on_loop = decode_request(frame, SUPPORTED, loop_partitions=3)
+    assert _fields(on_loop.body) == _fields(decode_request(frame, SUPPORTED).body)
+
+
+@pytest.mark.parametrize("version", [FAST_VERSIONS[0], FIRST_FLEXIBLE])
+def test_a_produce_naming_more_partitions_is_left_to_a_thread(version):
+    """Counted over all topics: two topics of two partitions exceed a budget of three."""
+    frame = _encode(version, None, -1, 1000, [("a", [(0, b"r"), (1, b"r")]), ("b", [(0, b"s"), (1, b"s")])], "c")
+    with pytest.raises(DecodeInThread):
+        decode_request(frame, SUPPORTED, loop_partitions=3)
+    assert len(decode_request(frame, SUPPORTED).body.topic_data) == 2
+
+
+def test_other_apis_are_left_to_a_thread_whatever_their_size():
+    metadata_v1 = bytearray(struct.pack(">hhih", 3, 1, 1, 1) + b"c" + struct.pack(">i", -1))  # all topics
+    assert decode_request(metadata_v1, SUPPORTED).api_key == 3
+    with pytest.raises(DecodeInThread):
+        decode_request(metadata_v1, SUPPORTED, loop_partitions=1000)
+
+
+def test_a_malformed_produce_is_still_a_protocol_error_on_the_loop():
+    frame = _encode(9, None, -1, 1000, [("a", [(0, b"r" * 300)])], "c")
+    with pytest.raises(ProtocolError):
+        decode_request(frame[:-40], SUPPORTED, loop_partitions=64)

@@ -106,7 +106,7 @@ def _debug_refusal(req, topic, partition, batches, what, offset=None) -> None:
 
 def _check_keys(ctx, topic, data, batches) -> KafkaError:
     """A compacted topic takes only keyed records (Kafka: INVALID_RECORD)."""
-    info = ctx.broker.logs.topics().get(topic)
+    info = ctx.broker.logs.topic(topic)
     if info is None or not compaction.is_compacted(info.cleanup_policy):
         return KafkaError.NONE
     return compaction.check_keys(data, batches, ctx.broker.config.max_decompressed_batch_bytes)
