@@ -38,9 +38,8 @@ _HEADER = struct.Struct(">qiibIhiqqqhii")
 _OFFSET = struct.Struct(">q")
 _LENGTH_AT_8 = struct.Struct(">i")
 _EPOCH_AT_12 = struct.Struct(">i")
-# verified_prefix reads only baseOffset, batchLength, (epoch), magic, crc and lastOffsetDelta.
-_VERIFY_PREFIX = struct.Struct(">qiibI")
-_DELTA_AT_23 = struct.Struct(">i")
+# verified_prefix reads only the header's first 27 bytes: baseOffset .. lastOffsetDelta.
+_VERIFY_PREFIX = struct.Struct(">qiibIhi")
 _MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
 
 
@@ -304,11 +303,11 @@ def verified_prefix(data: bytes, from_offset: int) -> tuple[bytes, int | None]:
     fields checked are unpacked, no BatchHeader is built (issue 11)."""
     pos, end, expected = 0, len(data), from_offset
     view = memoryview(data)
-    prefix, delta_at, crc = _VERIFY_PREFIX.unpack_from, _DELTA_AT_23.unpack_from, crc32c.crc32c
+    prefix, crc = _VERIFY_PREFIX.unpack_from, crc32c.crc32c
     while end - pos >= HEADER_SIZE:
-        base, length, _, magic, stored = prefix(view, pos)
+        base, length, _, magic, stored, _, delta = prefix(view, pos)
         size = LOG_OVERHEAD + length
-        last = base + delta_at(view, pos + 23)[0]
+        last = base + delta
         if (magic != MAGIC or length < _MIN_BATCH_LENGTH or pos + size > end or last < base
                 or last < expected or (pos and base < expected)
                 or crc(view[pos + 21:pos + size]) != stored):

@@ -64,3 +64,16 @@ def test_corrupt_record_byte_stops_before_its_batch():
     data[second + HEADER_SIZE + 3] ^= 0x40              # inside the second batch's records
     good, bad_at = verified_prefix(bytes(data), 0)
     assert good == bytes(data[:second]) and bad_at == 2
+
+
+def test_a_negative_offset_delta_under_a_correct_crc_is_damage():
+    """lastOffsetDelta lies under the CRC: only a batch written wrong from the start
+    (its CRC computed over the bad field) carries a negative one."""
+    import struct
+
+    import crc32c
+    data = bytearray(log_bytes([2, 2], 10))
+    struct.pack_into(">i", data, 23, -1)    # last offset 9: still past from_offset 0
+    size = parse_header(data, 0).size
+    struct.pack_into(">I", data, 17, crc32c.crc32c(bytes(data[21:size])))
+    assert verified_prefix(bytes(data), 0) == reference(bytes(data), 0) == (b"", 0)
