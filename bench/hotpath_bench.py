@@ -4,11 +4,14 @@ One run, brokers alternated per round, the same confluent-kafka client for both:
 1 producer x 1 partition and 4 x 8 at 1 KiB, 4 x 8 at 100 B, idempotent, plus
 4 x 8 at 1 KiB transactional; acks=all. Per case: produce MB/s, consume records/s
 (one consumer over every partition, reading the topic CONSUME_PASSES times) and the broker's CPU seconds per GB produced
-and consumed, from utime+stime in /proc/PID/stat. A py-spy profile of the semel
-broker during a 1 x 1 produce gives the top functions (self samples).
+and consumed, from utime+stime in /proc/PID/stat (and the two apart: user is Python and
+the libraries, system the kernel's copies, fsyncs and wake-ups). A py-spy --native profile
+of the semel broker during a 1 x 1 produce and during reads of a 4 x 8 100 B topic gives the
+top functions (self samples, idle waits left out).
 
 `--before DIR` also runs a semel source tree at DIR (e.g. a `git worktree add` of the
-commit before a change) as a third broker, so before/after come from the same run.
+commit before a change) as a third broker, so before/after come from the same run;
+`--earliest DIR` likewise runs the first measured tree, for CPU per GB against it.
 `--malloc-ab` also runs this tree with glibc's malloc defaults (SEMEL_MALLOC_TUNING=off,
 semel/broker/allocator.py), so the allocator tuning is measured against none in one run;
 `--variant 'LABEL:NAME=VALUE,...'` runs this tree with other environment settings.
@@ -48,10 +51,17 @@ CASES = [("1x1 1KiB idempotent", 1024, 1, 1, 60_000, False),
          ("4x8 1KiB transactional", 1024, 4, 8, 15_000, True)]
 
 
-def cpu_seconds(pid: int) -> float:
+def cpu_times(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of the process: utime and stime of /proc/PID/stat
+    (fields 14, 15). System time is the kernel's work for it: socket copies, pwrite
+    into the page cache, fsync, futex wake-ups of worker threads."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS   # utime, stime (fields 14, 15)
+    return int(fields[11]) / TICKS, int(fields[12]) / TICKS
+
+
+def cpu_seconds(pid: int) -> float:
+    return sum(cpu_times(pid))
 
 
 def _create(bootstrap, topic, partitions):
@@ -136,78 +146,105 @@ def measure(broker, label, case, round_no) -> dict:
     _create(broker.bootstrap, topic, partitions)
     total = producers * count
     gb = total * size / 1e9
-    c0 = cpu_seconds(broker.pid)
+    (u0, s0) = cpu_times(broker.pid)
     pt = produce(broker.bootstrap, topic, partitions, size, producers, count, txn)
-    c1 = cpu_seconds(broker.pid)
+    (u1, s1) = cpu_times(broker.pid)
     ct = sum(consume(broker.bootstrap, topic, partitions, total, txn) for _ in range(CONSUME_PASSES))
-    c2 = cpu_seconds(broker.pid)
+    (u2, s2) = cpu_times(broker.pid)
+    c0, c1, c2 = u0 + s0, u1 + s1, u2 + s2
     read = total * CONSUME_PASSES
     row = {"broker": label, "case": name, "round": round_no, "records": total,
            "load_average_1m": round(os.getloadavg()[0], 2),
            "produce_mb_s": round(total * size / pt / 1e6, 2), "produce_rec_s": round(total / pt),
            "consume_rec_s": round(read / ct), "consume_mb_s": round(read * size / ct / 1e6, 2),
            "cpu_s_per_gb_produce": round((c1 - c0) / gb, 2),
-           "cpu_s_per_gb_consume": round((c2 - c1) / (gb * CONSUME_PASSES), 2)}
+           "cpu_s_per_gb_consume": round((c2 - c1) / (gb * CONSUME_PASSES), 2),
+           "user_s_per_gb_produce": round((u1 - u0) / gb, 2), "system_s_per_gb_produce": round((s1 - s0) / gb, 2),
+           "user_s_per_gb_consume": round((u2 - u1) / (gb * CONSUME_PASSES), 2),
+           "system_s_per_gb_consume": round((s2 - s1) / (gb * CONSUME_PASSES), 2)}
     print(row, flush=True)
     return row
 
 
 def profile(broker, seconds: float, quick: bool) -> dict:
-    """py-spy over a 1 x 1 1 KiB produce then a consume of it; top frames by self samples."""
-    count = 20_000 if quick else 60_000
+    """py-spy --native over a 1 x 1 1 KiB produce and over reads of a 4 x 8 100 B topic:
+    the top functions by self samples (innermost native frame) and by innermost Python
+    frame (with the native work it called), idle waits left out. py-spy stops the process
+    at each sample, so the run is slower than unprofiled; shares, not rates, are the result."""
+    scale = 0.25 if quick else 1.0
     out = {}
-    for phase in ("produce", "consume"):
-        topic = "hp-profile"
-        if phase == "produce":
-            _create(broker.bootstrap, topic, 1)
-        raw = Path(tempfile.mkdtemp(prefix="semel-prof-")) / f"{phase}.txt"
+    for phase, (topic, size, producers, partitions, count) in (
+            ("produce 1x1 1KiB", ("hp-profile", 1024, 1, 1, int(60_000 * scale))),
+            ("consume 4x8 100B", ("hp-profile-100", 100, 4, 8, int(100_000 * scale)))):
+        _create(broker.bootstrap, topic, partitions)
+        consuming = phase.startswith("consume")
+        if consuming:   # the topic is written before py-spy starts: only the reads are sampled
+            produce(broker.bootstrap, topic, partitions, size, producers, count, False)
+        raw = Path(tempfile.mkdtemp(prefix="semel-prof-")) / "stacks.txt"
         spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(broker.pid),
-                                "--duration", str(int(seconds)), "--rate", "200", "--format", "raw",
-                                "-o", str(raw), "--nonblocking"],
+                                "--duration", str(int(seconds)), "--rate", "100", "--format", "raw",
+                                "--native", "-o", str(raw)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1.0)
         try:
-            if phase == "produce":
-                produce(broker.bootstrap, topic, 1, 1024, 1, count, False)
+            if not consuming:
+                produce(broker.bootstrap, topic, partitions, size, producers, count, False)
             else:
                 # Reading back until py-spy stops: one pass is over in a fraction of a second.
                 end = time.monotonic() + seconds - 2
                 while time.monotonic() < end:
-                    consume(broker.bootstrap, topic, 1, count, False)
+                    consume(broker.bootstrap, topic, partitions, producers * count, False)
         finally:
             spy.wait(seconds + 60)
         out[phase] = top_frames(raw)
     return out
 
 
-# Thread-pool workers parked on their queue: py-spy reports them (the GIL is released
-# in a C wait) but they burn no CPU, so they are left out of the percentages.
-IDLE = ("Condition.wait (", "_worker (")
+# Stacks that wait rather than work: thread-pool workers parked on their queue, the
+# watchdog thread's sleep, the event loop in epoll. py-spy --native samples them (the
+# GIL is released in a C wait) but they burn no CPU, so they are left out.
+IDLE = ("Condition.wait", "_worker", "PyThread_acquire_lock_timed", "pthread_cond_timedwait", "pthread_cond_wait",
+        "epoll_pwait", "epoll_wait", "sem_clockwait", "sem_timedwait", "__futex_abstimed_wait_common")
 
 
-def top_frames(raw: Path, n: int = 15) -> list[dict]:
-    """Self and inclusive samples per function from py-spy's collapsed stacks.
-    "Runner.run" self time is the native event loop (socket reads and writes)."""
-    own, incl, total, idle = Counter(), Counter(), 0, 0
+def _label(frame: str) -> str:
+    """'name (file.py)' from py-spy's 'name (path/file.py:line)'."""
+    name, _, where = frame.partition(" (")
+    return f"{name} ({where.rsplit(':', 1)[0].split('/')[-1].rstrip(')')})"
+
+
+def top_frames(raw: Path, n: int = 15) -> dict:
+    """From py-spy's collapsed native stacks: the innermost frames by self samples
+    (native functions: kernel entry points such as write/fsync/read, memcpy, CRC,
+    the interpreter) and the innermost Python function of each sample, which with
+    its inclusive share says where the Python time goes."""
+    leaf, python, incl, total, idle = Counter(), Counter(), Counter(), 0, 0
     if not raw.exists():
-        return []
+        return {}
     for line in raw.read_text().splitlines():
         stack, _, num = line.rpartition(" ")
         if not stack or not num.isdigit():
             continue
         k = int(num)
-        frames = [f.split(" (")[0] + " (" + f.split(" (")[-1].rsplit(":", 1)[0].split("/")[-1] + ")"
-                  for f in stack.split(";")]
-        if frames[-1].startswith(IDLE):
+        frames = stack.split(";")
+        names = {f.partition(" (")[0] for f in frames}
+        if any(i in names for i in IDLE):
             idle += k
             continue
         total += k
-        own[frames[-1]] += k
-        for f in set(frames):
+        leaf[_label(frames[-1])] += k
+        py = [_label(f) for f in frames if ".py" in f.rpartition(" (")[2]]
+        if py:
+            python[py[-1]] += k
+        for f in set(py):
             incl[f] += k
-    top = [{"function": f, "self_pct": round(100 * v / max(total, 1), 1),
-            "inclusive_pct": round(100 * incl[f] / max(total, 1), 1)} for f, v in own.most_common(n)]
-    return top + [{"busy_samples": total, "idle_worker_samples_left_out": idle}]
+
+    def pct(v):
+        return round(100 * v / max(total, 1), 1)
+    return {"busy_samples": total, "idle_samples_left_out": idle,
+            "native_self": [{"function": f, "self_pct": pct(v)} for f, v in leaf.most_common(n)],
+            "python_innermost": [{"function": f, "self_pct": pct(v), "inclusive_pct": pct(incl[f])}
+                                 for f, v in python.most_common(n)]}
 
 
 def summarise(rows, labels) -> list[dict]:
@@ -219,7 +256,9 @@ def summarise(rows, labels) -> list[dict]:
             if rs:
                 med[label] = {k: statistics.median(r[k] for r in rs)
                               for k in ("produce_mb_s", "produce_rec_s", "consume_rec_s",
-                                        "cpu_s_per_gb_produce", "cpu_s_per_gb_consume")}
+                                        "cpu_s_per_gb_produce", "cpu_s_per_gb_consume",
+                                        "user_s_per_gb_produce", "system_s_per_gb_produce",
+                                        "user_s_per_gb_consume", "system_s_per_gb_consume")}
         entry = {"case": case, "median": med}
         s, t = med.get("semel (fsync)"), med.get("tansu (memory)")
         if s and t:
@@ -232,6 +271,12 @@ def summarise(rows, labels) -> list[dict]:
                     "produce": round(s["produce_mb_s"] / m["produce_mb_s"], 2),
                     "consume": round(s["consume_rec_s"] / m["consume_rec_s"], 2),
                     "cpu_per_gb_consume": round(s["cpu_s_per_gb_consume"] / max(m["cpu_s_per_gb_consume"], 1e-9), 2)}
+        e = med.get(EARLIEST)
+        if s and e:
+            entry["cpu_per_gb_produce_over_earliest"] = round(
+                s["cpu_s_per_gb_produce"] / max(e["cpu_s_per_gb_produce"], 1e-9), 2)
+            entry["cpu_per_gb_consume_over_earliest"] = round(
+                s["cpu_s_per_gb_consume"] / max(e["cpu_s_per_gb_consume"], 1e-9), 2)
         b = med.get("semel before (fsync)")
         if s and b:
             entry["produce_after_over_before"] = round(s["produce_mb_s"] / b["produce_mb_s"], 2)
@@ -243,11 +288,20 @@ def summarise(rows, labels) -> list[dict]:
 
 
 MALLOC_DEFAULTS = "semel, glibc malloc defaults (fsync)"
+EARLIEST = "semel earliest (fsync)"
+
+
+def _tree_broker(tmp: str, name: str, tree: Path) -> SemelBroker:
+    """A semel broker running the source tree at `tree` (a `git worktree add` of a commit)."""
+    # `python -m` puts the working directory first on sys.path, ahead of
+    # PYTHONPATH: without PYTHONSAFEPATH the broker ran this tree's code.
+    env = {"PYTHONPATH": str(tree), "PYTHONSAFEPATH": "1"}
+    return SemelBroker(Path(tmp) / name, log_path=Path(tmp) / f"{name}.log", env=env)
 
 
 def run(out_dir: Path = RESULTS, quick: bool = False, before: Path | None = None, rounds: int | None = None,
         cases: list[str] | None = None, malloc_ab: bool = False, name: str = "hotpath",
-        variants: list[str] = (), note: str | None = None) -> dict:
+        variants: list[str] = (), note: str | None = None, earliest: Path | None = None) -> dict:
     rounds = rounds or (1 if quick else 5)
     scale = 0.25 if quick else 1.0
     chosen = [(n, s, p, k, int(c * scale), t) for n, s, p, k, c, t in CASES if not cases or n in cases]
@@ -256,11 +310,9 @@ def run(out_dir: Path = RESULTS, quick: bool = False, before: Path | None = None
         brokers = {"semel (fsync)": SemelBroker(Path(tmp) / "after", log_path=Path(tmp) / "after.log"),
                    "tansu (memory)": TansuBroker()}
         if before:
-            # `python -m` puts the working directory first on sys.path, ahead of
-            # PYTHONPATH: without PYTHONSAFEPATH the "before" broker ran this tree's code.
-            env = {"PYTHONPATH": str(before), "PYTHONSAFEPATH": "1"}
-            brokers["semel before (fsync)"] = SemelBroker(Path(tmp) / "before", log_path=Path(tmp) / "before.log",
-                                                          env=env)
+            brokers["semel before (fsync)"] = _tree_broker(tmp, "before", before)
+        if earliest:
+            brokers[EARLIEST] = _tree_broker(tmp, "earliest", earliest)
         if malloc_ab:
             variants = [f"{MALLOC_DEFAULTS}:SEMEL_MALLOC_TUNING=off", *variants]
         for k, spec in enumerate(variants):
@@ -299,6 +351,8 @@ if __name__ == "__main__":
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--before", type=Path, default=None, help="a semel source tree to run as 'before'")
+    ap.add_argument("--earliest", type=Path, default=None,
+                    help="a semel source tree to run as 'earliest' (the first measured commit), for CPU/GB ratios")
     ap.add_argument("--rounds", type=int, default=None)
     ap.add_argument("--case", action="append", default=None, help="only this case (repeatable)")
     ap.add_argument("--malloc-ab", action="store_true", help="also run this tree with glibc's malloc defaults")
@@ -307,4 +361,4 @@ if __name__ == "__main__":
                     help="'LABEL:NAME=VALUE,...': this tree with these environment settings (repeatable)")
     ap.add_argument("--note", default=None, help="the results file's note")
     a = ap.parse_args()
-    run(a.out, a.quick, a.before, a.rounds, a.case, a.malloc_ab, a.name, a.variant, a.note)
+    run(a.out, a.quick, a.before, a.rounds, a.case, a.malloc_ab, a.name, a.variant, a.note, a.earliest)
