@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 
 from ..broker.auth.acl import AclBinding, AclFilter, Operation, PatternType, Permission, ResourceType
-from ..broker.auth.users import CredentialReader, make_credentials, MECHANISMS
+from ..broker.auth.users import MECHANISMS, CredentialReader, altered, make_credentials
 from .etcd import Etcd, _b64, mod_equals, put_op
 from .metadata import Keys, KeyCache
 
@@ -64,6 +64,22 @@ class EtcdSecurity:
         if ok:
             self.on_write(USERS, name, None, rev)
         return ok
+
+    async def alter_user(self, name: str, upserts: dict, deletes: set) -> str | None:
+        """Change some of a user's mechanisms by compare-and-set on its key (decided again
+        on what won if another change came first); the error message, or None."""
+        key = self.root + USERS + name
+        while True:
+            kv = await self.etcd.get(key)
+            new, err = altered(json.loads(kv.value) if kv is not None else None, upserts, deletes)
+            if err:
+                return err
+            version = kv.mod_revision if kv is not None else 0
+            op = put_op(key, json.dumps(new).encode()) if new is not None else _delete_op(key)
+            ok, rev = await self.etcd.txn([mod_equals(key, version)], [op])
+            if ok:
+                self.on_write(USERS, name, new, rev)
+                return None
 
     async def users(self) -> dict:
         kvs, _ = await self.etcd.get_prefix(self.root + USERS)
@@ -128,6 +144,13 @@ class ClusterUserStore(CredentialReader):
 
     def _users(self) -> dict:
         return self.cache.items
+
+    def credentials(self) -> dict:
+        return self.cache.items
+
+    async def alter(self, changes: dict[str, tuple[dict, set]]) -> dict[str, str | None]:
+        return {name: await self.writer.alter_user(name, upserts, deletes)
+                for name, (upserts, deletes) in changes.items()}
 
 
 class ClusterAclStore:

@@ -9,7 +9,9 @@ super user `broker`.
 - an ACL created through broker 0 with confluent-kafka's AdminClient (CreateAcls)
   denies on brokers 1 and 2, and deleting it there (DeleteAcls through broker 2) lifts
   the denial on broker 0; DescribeAcls on any broker lists the same;
-- deleting a user cuts its next re-authentication on every broker's open connection.
+- deleting a user cuts its next re-authentication on every broker's open connection;
+- users changed through one broker with the admin API (AlterUserScramCredentials)
+  log in (or stop logging in) on all; DescribeUserScramCredentials lists them.
 """
 from __future__ import annotations
 
@@ -28,7 +30,8 @@ from semel.protocol.errors import KafkaError
 from tests.support.cluster import wait_brokers
 from tests.support.wait import until
 
-PASSWORDS = {"broker": "broker-secret", "admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
+PASSWORDS = {"broker": "broker-secret", "admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret",
+             "carol": "carol-secret"}
 TOPIC = "cs-topic"
 
 
@@ -158,3 +161,45 @@ def test_deleting_a_user_cuts_its_next_reauthentication_on_every_broker(cluster,
         for c in conns:
             c.close()
     assert user(cluster, "delete", "bob") != 0       # one line: no such user
+
+
+def _admin(cluster, node: int, who: str = "admin") -> AdminClient:
+    """confluent-kafka's AdminClient on broker `node` only (keep it while awaiting its futures)."""
+    return AdminClient({"bootstrap.servers": cluster.brokers[node].bootstrap, "security.protocol": "SASL_PLAINTEXT",
+                        "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": who, "sasl.password": PASSWORDS[who]})
+
+
+def test_users_altered_through_one_broker_with_the_admin_api(cluster, monkeypatch):
+    """AlterUserScramCredentials (KIP-554) through broker 1: the client sends a salted
+    password; the user then logs in on brokers 0 and 2, DescribeUserScramCredentials on
+    broker 2 lists its mechanism and iterations, and a deletion through broker 0 refuses
+    it everywhere. A principal without Alter on the cluster changes nothing."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import (ScramCredentialInfo, ScramMechanism, UserScramCredentialDeletion,
+                                       UserScramCredentialUpsertion)
+    monkeypatch.setenv("CS_PW", PASSWORDS["alice"])
+    assert user(cluster, "add", "alice") == 0
+    carol = UserScramCredentialUpsertion("carol", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192),
+                                         PASSWORDS["carol"].encode())
+    until(lambda: logs_in(cluster.brokers[1].bootstrap, "alice"), "alice known on broker 1")
+    as_alice = _admin(cluster, 1, "alice")
+    with pytest.raises(KafkaException, match="CLUSTER_AUTHORIZATION_FAILED"):
+        as_alice.alter_user_scram_credentials([carol])["carol"].result(30)
+    assert "carol" not in stored_users(cluster)
+
+    a1 = _admin(cluster, 1)
+    a1.alter_user_scram_credentials([carol])["carol"].result(30)
+    for b in cluster.brokers:
+        until(lambda b=b: logs_in(b.bootstrap, "carol"), f"carol logs in on {b.bootstrap}")
+    assert not logs_in(cluster.brokers[0].bootstrap, "carol", "SCRAM-SHA-256")   # only the mechanism set
+    a2 = _admin(cluster, 2)
+    (info,) = a2.describe_user_scram_credentials(["carol"])["carol"].result(30).scram_credential_infos
+    assert (info.mechanism, info.iterations) == (ScramMechanism.SCRAM_SHA_512, 8192)
+
+    a0 = _admin(cluster, 0)
+    a0.alter_user_scram_credentials([UserScramCredentialDeletion("carol", ScramMechanism.SCRAM_SHA_512)])[
+        "carol"].result(30)
+    for b in cluster.brokers:
+        until(lambda b=b: not logs_in(b.bootstrap, "carol"), f"carol refused on {b.bootstrap}")
+    with pytest.raises(KafkaException, match="RESOURCE_NOT_FOUND"):
+        a0.describe_user_scram_credentials(["carol"])["carol"].result(30)

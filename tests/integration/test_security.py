@@ -7,6 +7,7 @@ Each denied case is read back as the super user: logs and offsets unchanged."""
 from __future__ import annotations
 
 import gc
+import json
 import os
 import socket
 import subprocess
@@ -404,3 +405,44 @@ def test_cli_over_sasl_ssl(sec):
     r = semel(*base, "--sasl-password-env", "NOPE", "--ssl", env={"NOPE": "wrong"})   # system CAs: not ours
     assert r.returncode == 2 and "certificate was not accepted" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_users_over_the_admin_api_with_kafkas_errors(sec):
+    """AlterUserScramCredentials / DescribeUserScramCredentials (KIP-554) with
+    confluent-kafka's AdminClient on a single node: the user added logs in at once, its
+    credential (from the salted password the client sent) is stored in the data dir's
+    file, bad entries get Kafka's codes and change nothing, a non-super user is denied."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import (ScramCredentialInfo, ScramMechanism, UserScramCredentialDeletion,
+                                       UserScramCredentialUpsertion)
+
+    def upsert(name, iterations=4096, mechanism=ScramMechanism.SCRAM_SHA_256, password=b"frank-secret"):
+        return UserScramCredentialUpsertion(name, ScramCredentialInfo(mechanism, iterations), password)
+
+    def code(fut):
+        try:
+            fut.result(30)
+        except KafkaException as exc:
+            return exc.args[0].name()
+        return "NO_ERROR"
+
+    admin = sec.admin()
+    futs = admin.alter_user_scram_credentials([upsert("frank"), upsert("few", iterations=100),
+                                               upsert("many", iterations=20000)])
+    assert {u: code(f) for u, f in futs.items()} == {"frank": "NO_ERROR", "few": "UNACCEPTABLE_CREDENTIAL",
+                                                     "many": "UNACCEPTABLE_CREDENTIAL"}
+    users = json.loads((sec.broker.data_dir / "__users.json").read_text())
+    assert "few" not in users and "many" not in users and "frank-secret" not in json.dumps(users["frank"])
+    p = ck.Producer(sec.scram("frank", password="frank-secret"))
+    assert p.list_topics(timeout=30).brokers                        # logged in as frank
+    missing = admin.alter_user_scram_credentials([UserScramCredentialDeletion("frank", ScramMechanism.SCRAM_SHA_512)])
+    assert code(missing["frank"]) == "RESOURCE_NOT_FOUND"
+    (info,) = admin.describe_user_scram_credentials(["frank"])["frank"].result(30).scram_credential_infos
+    assert (info.mechanism, info.iterations) == (ScramMechanism.SCRAM_SHA_256, 4096)
+    assert code(admin.describe_user_scram_credentials(["nobody"])["nobody"]) == "RESOURCE_NOT_FOUND"
+    denied = sec.admin("alice").alter_user_scram_credentials([upsert("mallory")])
+    assert code(denied["mallory"]) == "CLUSTER_AUTHORIZATION_FAILED"
+    assert "mallory" not in json.loads((sec.broker.data_dir / "__users.json").read_text())
+    gone = admin.alter_user_scram_credentials([UserScramCredentialDeletion("frank", ScramMechanism.SCRAM_SHA_256)])
+    assert code(gone["frank"]) == "NO_ERROR"
+    assert "frank" not in json.loads((sec.broker.data_dir / "__users.json").read_text())

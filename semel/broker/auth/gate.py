@@ -76,6 +76,17 @@ def _acl_change(req_list: str, resp_list: str):
     return rule
 
 
+async def _alter_scram(ctx, body, fn):
+    """AlterUserScramCredentials: Alter on the cluster, else every user named is denied."""
+    if ctx.authorize(Op.ALTER, Rt.CLUSTER, CLUSTER_NAME):
+        return await fn(ctx, body)
+    R = _entry_class(ctx.cls(), "results")
+    names = dict.fromkeys(e.name for e in [*(body.deletions or []), *(body.upsertions or [])])
+    return ctx.response(throttle_time_ms=0, results=[
+        R(user=n, error_code=E.CLUSTER_AUTHORIZATION_FAILED, error_message="Cluster authorization failed.")
+        for n in names])
+
+
 def _cluster(op: Op):
     """DescribeAcls, DescribeCluster: top-level error and message."""
     async def rule(ctx, body, fn):
@@ -453,5 +464,7 @@ RULES = {
     42: _delete_groups,
     47: _offset_delete,
     44: _configs(Op.ALTER_CONFIGS, "responses"),
+    50: _cluster(Op.DESCRIBE),
+    51: _alter_scram,
     60: _cluster(Op.DESCRIBE),
 }

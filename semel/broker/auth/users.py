@@ -4,6 +4,7 @@ checked against the same salted hash."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import hmac
 from pathlib import Path
 
@@ -13,6 +14,10 @@ from .store import JsonStore
 
 MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 ITERATIONS = 4096   # Kafka's minimum for SCRAM credentials
+MAX_ITERATIONS = 16384   # and its maximum (AlterUserScramCredentials refuses more)
+# AlterUserScramCredentials / DescribeUserScramCredentials name mechanisms by number.
+MECHANISM_CODES = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
+_HASHES = {"SCRAM-SHA-256": hashlib.sha256, "SCRAM-SHA-512": hashlib.sha512}
 FILE_NAME = "__users.json"
 
 
@@ -43,6 +48,29 @@ def make_credentials(name: str, password: str, mechanisms=MECHANISMS) -> dict:
         creds[mech] = {"salt": _b64(salt), "stored_key": _b64(stored), "server_key": _b64(server),
                        "iterations": iters}
     return creds
+
+
+def credential_from_salted(mechanism: str, salt: bytes, salted_password: bytes, iterations: int) -> dict:
+    """The stored credential for a password a client salted itself (RFC 5802:
+    StoredKey = H(HMAC(SaltedPassword, "Client Key")), ServerKey = HMAC(SaltedPassword,
+    "Server Key")): what AlterUserScramCredentials carries, never the password."""
+    h = _HASHES[mechanism]
+    client_key = hmac.new(salted_password, b"Client Key", h).digest()
+    return {"salt": _b64(salt), "stored_key": _b64(h(client_key).digest()),
+            "server_key": _b64(hmac.new(salted_password, b"Server Key", h).digest()), "iterations": iterations}
+
+
+def altered(current: dict | None, upserts: dict, deletes: set) -> tuple[dict | None, str | None]:
+    """A user's credentials after deleting the mechanisms `deletes` and setting `upserts`
+    (None: no credential left, the user is gone), or an error message when a deleted
+    mechanism was not there (Kafka's RESOURCE_NOT_FOUND)."""
+    current = dict(current or {})
+    if any(mech not in current for mech in deletes):
+        return None, "Attempt to delete a user credential that does not exist"
+    for mech in deletes:
+        del current[mech]
+    current.update(upserts)
+    return current or None, None
 
 
 class CredentialReader:
@@ -91,3 +119,20 @@ class UserStore(CredentialReader):
     def delete(self, name: str) -> bool:
         with self.store.update() as doc:
             return doc.pop(name, None) is not None
+
+    async def alter(self, changes: dict[str, tuple[dict, set]]) -> dict[str, str | None]:
+        """AlterUserScramCredentials: per user (upserts, deletes), applied together;
+        per user None or the error message of a change that was refused."""
+        out: dict[str, str | None] = {}
+        with self.store.update() as doc:
+            for name, (upserts, deletes) in changes.items():
+                new, out[name] = altered(doc.get(name), upserts, deletes)
+                if out[name] is None:
+                    if new is None:
+                        doc.pop(name, None)
+                    else:
+                        doc[name] = new
+        return out
+
+    def credentials(self) -> dict:
+        return self._users()
