@@ -99,6 +99,15 @@ class _MergedTxns(Mapping):
         return [m for c in self._owner.parts for m in c.txns.values()]
 
 
+def _by_id(name: str):
+    """A method sending the call to the coordinator of its first argument's partition
+    (the transactional id or group id)."""
+    def call(self, key, *args, **kw):
+        return getattr(self.for_key(key), name)(key, *args, **kw)
+    call.__name__ = name
+    return call
+
+
 class TxnCoordinators(PartitionedCoordinators):
     """The transaction coordinators of a cluster broker, one per __transaction_state partition."""
 
@@ -106,23 +115,12 @@ class TxnCoordinators(PartitionedCoordinators):
     def txns(self) -> Mapping:
         return _MergedTxns(self)
 
-    async def init_producer_id(self, txn_id, *args):
-        return await self.for_key(txn_id).init_producer_id(txn_id, *args)
-
-    async def add_partitions(self, txn_id, *args, **kw):
-        return await self.for_key(txn_id).add_partitions(txn_id, *args, **kw)
-
-    async def add_offsets(self, txn_id, *args):
-        return await self.for_key(txn_id).add_offsets(txn_id, *args)
-
-    async def end_txn(self, txn_id, *args):
-        return await self.for_key(txn_id).end_txn(txn_id, *args)
-
-    def verify_produce(self, txn_id, *args) -> KafkaError:
-        return self.for_key(txn_id).verify_produce(txn_id, *args)
-
-    def verify_offsets(self, txn_id, *args, **kw) -> KafkaError:
-        return self.for_key(txn_id).verify_offsets(txn_id, *args, **kw)
+    init_producer_id = _by_id("init_producer_id")
+    add_partitions = _by_id("add_partitions")
+    add_offsets = _by_id("add_offsets")
+    end_txn = _by_id("end_txn")
+    verify_produce = _by_id("verify_produce")
+    verify_offsets = _by_id("verify_offsets")
 
     async def write_partition_marker(self, *args) -> None:
         # A marker written here as the partition's leader: no coordinator state involved.
@@ -136,26 +134,13 @@ class GroupCoordinators(PartitionedCoordinators):
     def config(self):
         return self.parts[0].config
 
-    def join_group(self, group_id, *args, **kw):
-        return self.for_key(group_id).join_group(group_id, *args, **kw)
-
-    def sync_group(self, group_id, *args, **kw):
-        return self.for_key(group_id).sync_group(group_id, *args, **kw)
-
-    def heartbeat(self, group_id, *args, **kw):
-        return self.for_key(group_id).heartbeat(group_id, *args, **kw)
-
-    def leave_group(self, group_id, *args, **kw):
-        return self.for_key(group_id).leave_group(group_id, *args, **kw)
-
-    def commit_offsets(self, group_id, *args, **kw):
-        return self.for_key(group_id).commit_offsets(group_id, *args, **kw)
-
-    def fetch_offsets(self, group_id, *args, **kw):
-        return self.for_key(group_id).fetch_offsets(group_id, *args, **kw)
-
-    def delete_offsets(self, group_id, *args, **kw):
-        return self.for_key(group_id).delete_offsets(group_id, *args, **kw)
+    join_group = _by_id("join_group")
+    sync_group = _by_id("sync_group")
+    heartbeat = _by_id("heartbeat")
+    leave_group = _by_id("leave_group")
+    commit_offsets = _by_id("commit_offsets")
+    fetch_offsets = _by_id("fetch_offsets")
+    delete_offsets = _by_id("delete_offsets")
 
     def txn_commit_offsets(self, producer_id, producer_epoch, group_id, *args, **kw):
         return self.for_key(group_id).txn_commit_offsets(producer_id, producer_epoch, group_id, *args, **kw)

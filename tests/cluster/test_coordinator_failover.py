@@ -25,7 +25,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from semel.client.client import Client, ClientError
 from semel.eos.kafka import RESTART_SAFE_CONFIG
 from semel.protocol.errors import KafkaError
-from tests.support.cluster import fill, module_cluster, partitions, wait_brokers
+from tests.support.cluster import committed, fill, module_cluster, partitions, wait_brokers
 from tests.support.consume import read_values
 from tests.support.copier import Copier
 from tests.support.txn import RawTxn, call
@@ -172,15 +172,6 @@ def test_copy_goes_on_exactly_once_when_the_transaction_coordinator_is_bounced(c
     until(lambda: lso_is_hw(cluster, "fo-out"), "LSO == high watermark on every leader")
 
 
-def _committed(cluster, group: str, tps) -> dict[int, int]:
-    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "enable.auto.commit": False,
-                  **RESTART_SAFE_CONFIG})
-    try:
-        return {tp.partition: tp.offset for tp in c.committed(tps, 60)}
-    finally:
-        c.close()
-
-
 def test_committed_offsets_survive_the_group_coordinators_broker(cluster):
     settle(cluster)
     create(cluster, "go-in")
@@ -202,20 +193,20 @@ def test_committed_offsets_survive_the_group_coordinators_broker(cluster):
         assert txn.end(True) == KafkaError.NONE
     want_plain = {p: 10 + p for p in range(PARTS)}
     want_txn = {p: 20 + p for p in range(PARTS)}
-    until(lambda: _committed(cluster, "go-txn-group", tps) == want_txn, "the transactional offsets committed")
+    until(lambda: committed(cluster, "go-txn-group", tps) == want_txn, "the transactional offsets committed")
     victim = leader_of(cluster, OFFSETS_TOPIC)
     cluster.brokers[victim].kill()
     try:
         successor = leader_of(cluster, OFFSETS_TOPIC, skip={victim})
         assert successor != victim
-        assert _committed(cluster, "go-plain", tps) == want_plain
-        assert _committed(cluster, "go-txn-group", tps) == want_txn
+        assert committed(cluster, "go-plain", tps) == want_plain
+        assert committed(cluster, "go-txn-group", tps) == want_txn
         for n in set(range(3)) - {victim}:
             assert find_coordinator(cluster, 0, n) == (0, successor)
     finally:
         cluster.brokers[victim].restart()
     settle(cluster)
-    assert _committed(cluster, "go-plain", tps) == want_plain
+    assert committed(cluster, "go-plain", tps) == want_plain
 
 
 def test_a_broker_that_does_not_lead_offsets_refuses_the_group_apis(cluster):

@@ -27,7 +27,7 @@ from semel.client.client import Client
 from semel.cluster.coordinator_partitions import java_string_hash, partition_for
 from semel.eos.kafka import RESTART_SAFE_CONFIG
 from semel.protocol.errors import KafkaError
-from tests.support.cluster import fill, key_leader, module_cluster, partitions, wait_brokers
+from tests.support.cluster import committed, fill, key_leader, module_cluster, partitions, wait_brokers
 from tests.support.consume import read_values
 from tests.support.copier import Copier
 from tests.support.txn import RawTxn, call
@@ -157,15 +157,6 @@ def test_killing_one_coordinators_broker_leaves_the_other_copy_undisturbed(clust
     for name in ("pa-steady", "pa-moved"):
         assert sorted(read_values(cluster.bootstrap, f"{name}-out", PARTS, "read_committed", want=N)) \
             == values[name], (moved.failures, kept.failures)
-
-
-def committed(cluster, group: str, tps) -> dict[int, int]:
-    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "enable.auto.commit": False,
-                  **RESTART_SAFE_CONFIG})
-    try:
-        return {tp.partition: tp.offset for tp in c.committed(tps, 60)}
-    finally:
-        c.close()
 
 
 def listed(cluster, api: int) -> set[str]:

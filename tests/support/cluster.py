@@ -66,3 +66,16 @@ def key_leader(cluster, topic: str, key: str) -> int:
     from semel.cluster.coordinator_partitions import partition_for
     parts = partitions(cluster, topic)
     return parts[partition_for(key, len(parts))][0]
+
+
+def committed(cluster, group: str, tps) -> dict[int, int]:
+    """{partition: committed offset} of `group` for the confluent-kafka TopicPartitions `tps`."""
+    from confluent_kafka import Consumer
+
+    from semel.eos.kafka import RESTART_SAFE_CONFIG
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "enable.auto.commit": False,
+                  **RESTART_SAFE_CONFIG})
+    try:
+        return {tp.partition: tp.offset for tp in c.committed(tps, 60)}
+    finally:
+        c.close()
