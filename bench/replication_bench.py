@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from bench.common import RESULTS, write_result
-from bench.hotpath_bench import top_frames
+from bench.hotpath_bench import cpu_seconds, top_frames
 from bench.throughput_bench import produce
 
 SIZE = 1024
@@ -76,7 +76,7 @@ def _profile(cluster, seconds: int, count: int) -> dict:
 
 def run(out_dir: Path = RESULTS, quick: bool = False, profile_s: int = 0) -> dict:
     from semel.cluster.local import LocalCluster
-    from tests.support.cluster import wait_brokers
+    from tests.support.cluster import partitions, wait_brokers
     count = 5_000 if quick else 100_000
     rounds = 1 if quick else 5
     rows = []
@@ -89,15 +89,21 @@ def run(out_dir: Path = RESULTS, quick: bool = False, profile_s: int = 0) -> dic
             wait_brokers(cluster, {0, 1, 2})
             _create_topics(cluster.bootstrap)
             _leaders_ready(cluster)
+            leaders = {t: partitions(cluster, t)[0][0] for t in TOPICS}
             produce(cluster.bootstrap, "rf3", 1, SIZE, 1000, {"acks": "all"})   # warm-up: connections, caches
             produce(cluster.bootstrap, "rf1", 1, SIZE, 1000, {"acks": "1"})
             for r in range(rounds):
                 order = CASES if r % 2 == 0 else list(reversed(CASES))
                 for topic, acks in order:
+                    before = [cpu_seconds(b.pid) for b in cluster.brokers]
                     elapsed = produce(cluster.bootstrap, topic, 1, SIZE, count, {"acks": acks})
+                    cpu = [round(cpu_seconds(b.pid) - c, 2) for b, c in zip(cluster.brokers, before)]
                     rows.append({"round": r, "topic": topic, "replication_factor": TOPICS[topic][0], "acks": acks,
                                  "records": count, "seconds": round(elapsed, 3),
                                  "load_average_1m": round(os.getloadavg()[0], 2),
+                                 # CPU seconds of each broker process (leader first) during the run
+                                 "broker_cpu_s": [cpu[leaders[topic]]] + [x for n, x in enumerate(cpu)
+                                                                          if n != leaders[topic]],
                                  "mb_per_s": round(count * SIZE / elapsed / 1e6, 2)})
                     print(rows[-1], flush=True)
             if profile_s:
