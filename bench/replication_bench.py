@@ -9,7 +9,7 @@ them to split the gap). Target (issue 13): RF3 acks=all at least
 0.7 of RF1 acks=1. Every broker keeps its default flush policy (acks=all also waits
 for the leader's fsync; acks=1 waits for nothing but the append).
 
-    python -m bench.replication_bench [--quick] [--profile SECONDS]
+    python -m bench.replication_bench [--quick] [--profile SECONDS] [--variant 'LABEL:BROKER ARGS']
 
 `--profile S` also records S seconds of py-spy on each of the three brokers (the
 leader and both followers of `rf3`) while RF3 acks=all records are produced, and
@@ -74,43 +74,66 @@ def _profile(cluster, seconds: int, count: int) -> dict:
     return out
 
 
-def run(out_dir: Path = RESULTS, quick: bool = False, profile_s: int = 0) -> dict:
+def _start(tmp: Path, name: str, broker_args: list[str]):
+    """A started cluster with both topics led and fully in sync; {topic: leader}."""
     from semel.cluster.local import LocalCluster
     from tests.support.cluster import partitions, wait_brokers
+    cluster = LocalCluster(tmp / name, 3, lease_ttl_s=6, broker_args=broker_args)
+    cluster.start()
+    wait_brokers(cluster, {0, 1, 2})
+    _create_topics(cluster.bootstrap)
+    _leaders_ready(cluster)
+    produce(cluster.bootstrap, "rf3", 1, SIZE, 1000, {"acks": "all"})   # warm-up: connections, caches
+    produce(cluster.bootstrap, "rf1", 1, SIZE, 1000, {"acks": "1"})
+    return cluster, {t: partitions(cluster, t)[0][0] for t in TOPICS}
+
+
+def _measure(cluster, leaders: dict, label: str, topic: str, acks: str, r: int, count: int) -> dict:
+    before = [cpu_seconds(b.pid) for b in cluster.brokers]
+    elapsed = produce(cluster.bootstrap, topic, 1, SIZE, count, {"acks": acks})
+    cpu = [round(cpu_seconds(b.pid) - c, 2) for b, c in zip(cluster.brokers, before)]
+    row = {"cluster": label, "round": r, "topic": topic, "replication_factor": TOPICS[topic][0], "acks": acks,
+           "records": count, "seconds": round(elapsed, 3), "load_average_1m": round(os.getloadavg()[0], 2),
+           # CPU seconds of each broker process (leader first) during the run
+           "broker_cpu_s": [cpu[leaders[topic]]] + [x for n, x in enumerate(cpu) if n != leaders[topic]],
+           "mb_per_s": round(count * SIZE / elapsed / 1e6, 2)}
+    print(row, flush=True)
+    return row
+
+
+def run(out_dir: Path = RESULTS, quick: bool = False, profile_s: int = 0, variants: list[str] = ()) -> dict:
+    """`variants`: 'LABEL:BROKER ARGS' clusters (e.g. 'no fsync:--flush-mode never') whose RF3
+    acks=all and RF1 acks=1 cases run in the same rounds as the default cluster's."""
     count = 5_000 if quick else 100_000
     rounds = 1 if quick else 5
     rows = []
     prof = None
     load_start = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="semel-replication-") as tmp:
-        cluster = LocalCluster(Path(tmp), 3, lease_ttl_s=6)
+        clusters = {}
         try:
-            cluster.start()
-            wait_brokers(cluster, {0, 1, 2})
-            _create_topics(cluster.bootstrap)
-            _leaders_ready(cluster)
-            leaders = {t: partitions(cluster, t)[0][0] for t in TOPICS}
-            produce(cluster.bootstrap, "rf3", 1, SIZE, 1000, {"acks": "all"})   # warm-up: connections, caches
-            produce(cluster.bootstrap, "rf1", 1, SIZE, 1000, {"acks": "1"})
+            clusters["default"] = _start(Path(tmp), "default", [])
+            for k, spec in enumerate(variants):
+                label, _, args = spec.partition(":")
+                clusters[label] = _start(Path(tmp), f"variant{k}", args.split())
             for r in range(rounds):
-                order = CASES if r % 2 == 0 else list(reversed(CASES))
-                for topic, acks in order:
-                    before = [cpu_seconds(b.pid) for b in cluster.brokers]
-                    elapsed = produce(cluster.bootstrap, topic, 1, SIZE, count, {"acks": acks})
-                    cpu = [round(cpu_seconds(b.pid) - c, 2) for b, c in zip(cluster.brokers, before)]
-                    rows.append({"round": r, "topic": topic, "replication_factor": TOPICS[topic][0], "acks": acks,
-                                 "records": count, "seconds": round(elapsed, 3),
-                                 "load_average_1m": round(os.getloadavg()[0], 2),
-                                 # CPU seconds of each broker process (leader first) during the run
-                                 "broker_cpu_s": [cpu[leaders[topic]]] + [x for n, x in enumerate(cpu)
-                                                                          if n != leaders[topic]],
-                                 "mb_per_s": round(count * SIZE / elapsed / 1e6, 2)})
-                    print(rows[-1], flush=True)
+                order = [("default", t, a) for t, a in CASES] + [
+                    (label, t, a) for label in clusters if label != "default" for t, a in CASES[:2]]
+                for label, topic, acks in (order if r % 2 == 0 else list(reversed(order))):
+                    rows.append(_measure(*clusters[label], label, topic, acks, r, count))
             if profile_s:
-                prof = _profile(cluster, profile_s, count)
+                prof = _profile(clusters["default"][0], profile_s, count)
         finally:
-            cluster.stop()
-            cluster.close()
+            for cluster, _ in clusters.values():
+                cluster.stop()
+                cluster.close()
+    variant_medians = {}
+    for label in clusters:
+        if label != "default":
+            m = {f"{t}_acks_{a}": statistics.median(x["mb_per_s"] for x in rows if x["cluster"] == label
+                                                    and (x["topic"], x["acks"]) == (t, a)) for t, a in CASES[:2]}
+            variant_medians[label] = {**m, "ratio": round(m["rf3_acks_all"] / m["rf1_acks_1"], 3)}
+    rows_all, rows = rows, [x for x in rows if x["cluster"] == "default"]
     med = {f"{t}_acks_{a}": statistics.median(x["mb_per_s"] for x in rows if (x["topic"], x["acks"]) == (t, a))
            for t, a in CASES}
     ratio = round(med["rf3_acks_all"] / med["rf1_acks_1"], 3)
@@ -131,7 +154,9 @@ def run(out_dir: Path = RESULTS, quick: bool = False, profile_s: int = 0) -> dic
         "load_average_start": [round(x, 2) for x in load_start],
         "load_average_end": [round(x, 2) for x in os.getloadavg()],
         **({"profile": prof} if prof else {}),
-        "rows": rows, "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **({"variants": {spec.partition(":")[0]: spec.partition(":")[2] for spec in variants},
+            "variant_median_mb_per_s": variant_medians} if variants else {}),
+        "rows": rows_all, "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     write_result(out_dir, "replication", result)
     print(f"medians {med}, RF3 acks=all / RF1 acks=1 = {ratio}")
@@ -144,5 +169,7 @@ if __name__ == "__main__":
     ap.add_argument("--out", type=Path, default=RESULTS, help="results folder")
     ap.add_argument("--profile", type=int, default=0, metavar="SECONDS",
                     help="also py-spy every broker for this long during RF3 acks=all produce")
+    ap.add_argument("--variant", action="append", default=[], metavar="'LABEL:BROKER ARGS'",
+                    help="also a cluster with these broker flags, its two target cases in the same rounds")
     a = ap.parse_args()
-    run(a.out, a.quick, a.profile)
+    run(a.out, a.quick, a.profile, a.variant)
