@@ -100,15 +100,35 @@ class Client:
         body = request_class(api_key)(version=version, **fields)
         return self._call(api_key, version, body, expect_response)
 
+    def request_many(self, calls: list[tuple[int, dict]]) -> list[Any]:
+        """Several requests in one write, their responses in order: one round trip.
+        The broker handles a connection's requests one after another in the order
+        sent (Kafka does too), so a later one sees what an earlier one did; each
+        response says whether its request succeeded. A call may carry "_version"."""
+        sent = []
+        frames = []
+        for api_key, fields in calls:
+            fields = dict(fields)
+            version = fields.pop("_version") if "_version" in fields else self.version(api_key)
+            self._corr += 1
+            frames.append(encode_request(api_key, version, self._corr,
+                                         self.client_id, request_class(api_key)(version=version, **fields)))
+            sent.append((api_key, version, self._corr))
+        self.sock.sendall(b"".join(frames))
+        return [self._response(*s) for s in sent]
+
     def _call(self, api_key: int, version: int, body, expect_response: bool = True) -> Any:
         self._corr += 1
         self.sock.sendall(encode_request(api_key, version, self._corr, self.client_id, body))
         if not expect_response:
             return None
+        return self._response(api_key, version, self._corr)
+
+    def _response(self, api_key: int, version: int, corr_sent: int) -> Any:
         size = struct.unpack(">i", self._recv(4))[0]
         corr, resp = decode_response(api_key, version, self._recv(size))
-        if corr != self._corr:
-            raise ClientError(f"correlation id mismatch: sent {self._corr}, got {corr}")
+        if corr != corr_sent:
+            raise ClientError(f"correlation id mismatch: sent {corr_sent}, got {corr}")
         return resp
 
     def _recv(self, n: int) -> bytes:

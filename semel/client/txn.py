@@ -29,28 +29,49 @@ class TxnState:
     seq: dict[TP, int] = field(default_factory=dict)
 
 
+# Each request comes as a pair: `x_call(...)` -> (api_key, fields) and `x_result(response)`,
+# so that several can go in one write (pipelined, Client.request_many); `x(c, ...)` sends
+# one on its own.
+
+Call = tuple[int, dict]
+
+
+def pipelined(c: Client, *calls: tuple[Call, object]) -> list:
+    """[(call, result_fn), ...] in one round trip: each response through its result_fn."""
+    return [fn(r) for r, (_, fn) in zip(c.request_many([call for call, _ in calls]), calls)]
+
+
+def init_producer_id_call(txn_id: str, timeout_ms: int) -> Call:
+    return 22, dict(transactional_id=txn_id, transaction_timeout_ms=timeout_ms, producer_id=-1, producer_epoch=-1)
+
+
+def init_producer_id_result(txn_id: str):
+    return lambda r: (KafkaError(r.error_code), TxnState(txn_id, r.producer_id, r.producer_epoch))
+
+
 def init_producer_id(c: Client, txn_id: str, timeout_ms: int) -> tuple[KafkaError, TxnState]:
     """InitProducerId: fences older users of txn_id and aborts their open transaction."""
-    r = c.request(22, transactional_id=txn_id, transaction_timeout_ms=timeout_ms,
-                  producer_id=-1, producer_epoch=-1)
-    return KafkaError(r.error_code), TxnState(txn_id, r.producer_id, r.producer_epoch)
+    return pipelined(c, (init_producer_id_call(txn_id, timeout_ms), init_producer_id_result(txn_id)))[0]
 
 
-def add_partitions(c: Client, st: TxnState, tps: list[TP]) -> dict[TP, KafkaError]:
+def add_partitions_call(c: Client, st: TxnState, tps: list[TP]) -> Call:
     T = request_class(24).AddPartitionsToTxnTopic
     by_topic: dict[str, list[int]] = {}
     for topic, partition in sorted(set(tps)):
         by_topic.setdefault(topic, []).append(partition)
-    saved = c.versions.get(24)
-    c.versions[24] = min(saved or 3, 3)  # v4+ is the broker-to-broker batched form
-    try:
-        r = c.request(24, v3_and_below_transactional_id=st.txn_id, v3_and_below_producer_id=st.pid,
-                      v3_and_below_producer_epoch=st.epoch,
-                      v3_and_below_topics=[T(name=t, partitions=ps) for t, ps in by_topic.items()])
-    finally:
-        c.versions[24] = saved if saved is not None else c.versions.pop(24)
+    # v4+ is the broker-to-broker batched form
+    return 24, dict(_version=min(c.version(24), 3), v3_and_below_transactional_id=st.txn_id,
+                    v3_and_below_producer_id=st.pid, v3_and_below_producer_epoch=st.epoch,
+                    v3_and_below_topics=[T(name=t, partitions=ps) for t, ps in by_topic.items()])
+
+
+def add_partitions_result(r) -> dict[TP, KafkaError]:
     return {(t.name, p.partition_index): KafkaError(p.partition_error_code)
             for t in r.results_by_topic_v3_and_below for p in t.results_by_partition}
+
+
+def add_partitions(c: Client, st: TxnState, tps: list[TP]) -> dict[TP, KafkaError]:
+    return pipelined(c, (add_partitions_call(c, st, tps), add_partitions_result))[0]
 
 
 def produce(c: Client, st: TxnState, topic: str, partition: int, rows: list) -> tuple[KafkaError, int]:
@@ -61,6 +82,21 @@ def produce(c: Client, st: TxnState, topic: str, partition: int, rows: list) -> 
     if err == KafkaError.NONE:
         st.seq[(topic, partition)] = seq + len(rows)
     return err, base
+
+
+def produce_call(st: TxnState, batches: dict[TP, bytes]) -> Call:
+    """One Produce request with one transactional batch per partition (Kafka takes
+    exactly one batch per partition in a request from an idempotent producer)."""
+    T = request_class(0).TopicProduceData
+    by_topic: dict[str, list] = {}
+    for (topic, partition), data in batches.items():
+        by_topic.setdefault(topic, []).append(T.PartitionProduceData(index=partition, records=data))
+    return 0, dict(transactional_id=st.txn_id, acks=-1, timeout_ms=30000,
+                   topic_data=[T(name=t, partition_data=ps) for t, ps in by_topic.items()])
+
+
+def produce_result(r) -> dict[TP, KafkaError]:
+    return {(t.name, p.index): KafkaError(p.error_code) for t in r.responses for p in t.partition_responses}
 
 
 def build_txn_batch(rows: list, pid: int, epoch: int, seq: int) -> bytes:
@@ -78,13 +114,19 @@ def build_txn_batch(rows: list, pid: int, epoch: int, seq: int) -> bytes:
     return bytes(b.build())
 
 
-def add_offsets(c: Client, st: TxnState, group: str) -> KafkaError:
-    r = c.request(25, transactional_id=st.txn_id, producer_id=st.pid, producer_epoch=st.epoch, group_id=group)
+def add_offsets_call(st: TxnState, group: str) -> Call:
+    return 25, dict(transactional_id=st.txn_id, producer_id=st.pid, producer_epoch=st.epoch, group_id=group)
+
+
+def error_result(r) -> KafkaError:
     return KafkaError(r.error_code)
 
 
-def txn_offset_commit(c: Client, st: TxnState, group: str, offsets: dict[TP, int],
-                      metadata: str) -> dict[TP, KafkaError]:
+def add_offsets(c: Client, st: TxnState, group: str) -> KafkaError:
+    return pipelined(c, (add_offsets_call(st, group), error_result))[0]
+
+
+def txn_offset_commit_call(c: Client, st: TxnState, group: str, offsets: dict[TP, int], metadata: str) -> Call:
     T = request_class(28).TxnOffsetCommitRequestTopic
     by_topic: dict[str, list] = {}
     for (topic, partition), off in sorted(offsets.items()):
@@ -95,34 +137,56 @@ def txn_offset_commit(c: Client, st: TxnState, group: str, offsets: dict[TP, int
                   topics=[T(name=t, partitions=p) for t, p in by_topic.items()])
     if c.version(28) >= 3:
         fields.update(generation_id=-1, member_id="", group_instance_id=None)
-    r = c.request(28, **fields)
+    return 28, fields
+
+
+def txn_offset_commit_result(r) -> dict[TP, KafkaError]:
     return {(t.name, p.partition_index): KafkaError(p.error_code) for t in r.topics for p in t.partitions}
+
+
+def txn_offset_commit(c: Client, st: TxnState, group: str, offsets: dict[TP, int],
+                      metadata: str) -> dict[TP, KafkaError]:
+    return pipelined(c, (txn_offset_commit_call(c, st, group, offsets, metadata), txn_offset_commit_result))[0]
+
+
+def end_txn_call(txn_id: str, pid: int, epoch: int, commit: bool) -> Call:
+    return 26, dict(transactional_id=txn_id, producer_id=pid, producer_epoch=epoch, committed=commit)
 
 
 def end_txn(c: Client, txn_id: str, pid: int, epoch: int, commit: bool) -> KafkaError:
     """EndTxn for (txn_id, pid, epoch): anyone holding the three may end it, which is
     what lets the driver commit the transactions its tasks opened."""
-    r = c.request(26, transactional_id=txn_id, producer_id=pid, producer_epoch=epoch, committed=commit)
-    return KafkaError(r.error_code)
+    return pipelined(c, (end_txn_call(txn_id, pid, epoch, commit), error_result))[0]
 
 
-def committed_with_metadata(c: Client, group: str, tps: list[TP]) -> dict[TP, tuple[int, str | None]]:
-    """The group's stable committed (offset, metadata) per partition; offset -1 where none."""
+def committed_call(group: str, tps: list[TP]) -> Call:
     cls = request_class(9)
     by_topic: dict[str, list[int]] = {}
     for t, p in sorted(set(tps)):
         by_topic.setdefault(t, []).append(p)
-    r = c.request(9, group_id=group, require_stable=True,
-                  topics=[cls.OffsetFetchRequestTopic(name=t, partition_indexes=ps) for t, ps in by_topic.items()])
-    if r.error_code:
-        raise_error(KafkaError(r.error_code), f"OffsetFetch {group}")
-    out: dict[TP, tuple[int, str | None]] = {}
-    for rt in r.topics:
-        for rp in rt.partitions:
-            if rp.error_code:
-                raise_error(KafkaError(rp.error_code), f"OffsetFetch {group} {rt.name}-{rp.partition_index}")
-            out[(rt.name, rp.partition_index)] = (rp.committed_offset, rp.metadata)
-    return out
+    return 9, dict(group_id=group, require_stable=True,
+                   topics=[cls.OffsetFetchRequestTopic(name=t, partition_indexes=ps) for t, ps in by_topic.items()])
+
+
+def committed_result(group: str):
+    """The group's stable committed (offset, metadata) per partition (offset -1 where
+    none); an error (UNSTABLE_OFFSET_COMMIT: a transaction is open) as a ClientError."""
+    def result(r) -> dict[TP, tuple[int, str | None]]:
+        if r.error_code:
+            raise_error(KafkaError(r.error_code), f"OffsetFetch {group}")
+        out: dict[TP, tuple[int, str | None]] = {}
+        for rt in r.topics:
+            for rp in rt.partitions:
+                if rp.error_code:
+                    raise_error(KafkaError(rp.error_code), f"OffsetFetch {group} {rt.name}-{rp.partition_index}")
+                out[(rt.name, rp.partition_index)] = (rp.committed_offset, rp.metadata)
+        return out
+    return result
+
+
+def committed_with_metadata(c: Client, group: str, tps: list[TP]) -> dict[TP, tuple[int, str | None]]:
+    """The group's stable committed (offset, metadata) per partition; offset -1 where none."""
+    return pipelined(c, (committed_call(group, tps), committed_result(group)))[0]
 
 
 def raise_error(err: KafkaError, what: str) -> None:
@@ -130,5 +194,5 @@ def raise_error(err: KafkaError, what: str) -> None:
     raise ClientError(f"{what}: {err.name}", err)
 
 
-__all__ = ["TxnState", "init_producer_id", "add_partitions", "produce", "add_offsets", "txn_offset_commit",
-           "end_txn", "committed_with_metadata"]
+__all__ = ["TxnState", "pipelined", "init_producer_id", "add_partitions", "produce", "add_offsets",
+           "txn_offset_commit", "end_txn", "committed_with_metadata"]

@@ -234,11 +234,20 @@ def build_batch(
             _write_bytes(r, hv)
         write_varint(body, len(r))
         body += r
+    return seal_batch(body, len(records), base_offset=base_offset, timestamp_ms=ts, producer_id=producer_id,
+                      producer_epoch=producer_epoch, base_sequence=base_sequence, transactional=transactional,
+                      control=control)
+
+
+def seal_batch(body: bytes | bytearray, count: int, *, timestamp_ms: int, base_offset: int = 0,
+               producer_id: int = NO_PRODUCER_ID, producer_epoch: int = -1, base_sequence: int = NO_SEQUENCE,
+               transactional: bool = False, control: bool = False) -> bytes:
+    """The batch of `count` encoded records `body` (one timestamp for all): header and CRC."""
     attrs = (ATTR_TRANSACTIONAL if transactional else 0) | (ATTR_CONTROL if control else 0)
-    n = len(records)
+    ts = timestamp_ms
     head = bytearray(_HEADER.pack(base_offset, HEADER_SIZE - LOG_OVERHEAD + len(body), -1, MAGIC, 0,
-                                  attrs, max(n - 1, 0), ts, ts, producer_id, producer_epoch,
-                                  base_sequence, n))
+                                  attrs, max(count - 1, 0), ts, ts, producer_id, producer_epoch,
+                                  base_sequence, count))
     buf = head + body
     struct.pack_into(">I", buf, 17, crc32c.crc32c(memoryview(buf)[21:]))
     return bytes(buf)

@@ -50,10 +50,9 @@ from typing import Iterator
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from semel.client.client import Client, ClientError
-from semel.client import admin
 from semel.client import txn as wire
 from semel.protocol.errors import KafkaError
-from semel.spark import atomic, pool
+from semel.spark import atomic, batches, pool
 from semel.spark import options as opt
 
 TP = tuple[str, int]
@@ -304,6 +303,11 @@ def read_decision(c: Client, o: SinkOptions, parts: list[TP], fence_open: bool =
             if not fence_open:
                 return None
             _fence(c, o, o.parent)
+    return _decision_in(o, got)
+
+
+def _decision_in(o: SinkOptions, got: dict) -> dict | None:
+    """The newest decision of this run among the committed offsets' metadata."""
     best = None
     run = checkpoint_query(o)
     for off, meta in got.values():
@@ -423,17 +427,22 @@ class _Partitioner:
         self.next += 1
         return self.next % n
 
-    def pick_many(self, topic: str, keys: list | None, rows: int):
+    def pick_many(self, topic: str, keys, rows: int):
         """pick() for `rows` rows at once, as a NumPy array, with the same choices: murmur2
-        of each key (`keys`: no nulls), or round robin where there is no key column (None)."""
+        of each key (`keys`: an Arrow binary or string column without nulls), or round
+        robin where there is no key column (None). Each distinct key is hashed once."""
         import numpy as np
+        import pyarrow as pa
         n = self.count(topic)
         if keys is None:
             parts = (self.next + 1 + np.arange(rows, dtype=np.int64)) % n
             self.next += rows
             return parts
-        self._hash(keys)
-        return np.fromiter(map(self.hashes.__getitem__, keys), dtype=np.int64, count=rows) % n
+        enc = keys.dictionary_encode()
+        distinct = enc.dictionary.cast(pa.binary()).to_pylist()
+        self._hash(distinct)
+        hashes = np.fromiter(map(self.hashes.__getitem__, distinct), dtype=np.int64, count=len(distinct))
+        return hashes[enc.indices.to_numpy()] % n
 
     def _hash(self, keys) -> None:
         """Cache murmur2 of the keys not cached yet."""
@@ -448,6 +457,22 @@ def _decided(c: Client, o: SinkOptions, batch: int) -> bool:
     """Task side: whether `batch` is decided (an open parent counts as not yet)."""
     done = read_decision(c, o, decision_partitions(o, batch_offsets(o, batch)), fence_open=False)
     return done is not None and done["batch"] >= batch
+
+
+def _decided_call(o: SinkOptions, batch: int):
+    """_decided() as a (call, result) pair that goes in one write with other requests."""
+    call = wire.committed_call(o.group, decision_partitions(o, batch_offsets(o, batch)))
+    fetched = wire.committed_result(o.group)
+
+    def result(r) -> bool:
+        try:
+            done = _decision_in(o, fetched(r))
+        except ClientError as exc:
+            if exc.error != KafkaError.UNSTABLE_OFFSET_COMMIT:
+                raise SinkError(f"semel sink: {exc}") from None
+            return False  # an open parent: not decided yet (see read_decision)
+        return done is not None and done["batch"] >= batch
+    return call, result
 
 
 def arrow_rows(batches: Iterator, cols: dict[str, int]) -> Iterator[tuple]:
@@ -477,12 +502,6 @@ class ArrowInput:
         self.columnar = columnar
 
 
-def _binary_column(rb, i: int):
-    import pyarrow as pa
-    col = rb.column(i)
-    return col.cast(pa.binary()) if pa.types.is_string(col.type) else col
-
-
 def _feed_arrow(producer: "_BranchProducer", part: "_Partitioner", cols: dict[str, int], data: ArrowInput,
                 topic: str | None) -> None:
     """Each Arrow batch's rows are sent before the next batch is taken: Spark's JVM keeps
@@ -491,11 +510,11 @@ def _feed_arrow(producer: "_BranchProducer", part: "_Partitioner", cols: dict[st
 
     The common case goes without a Python loop per row: one output topic (the option),
     keys without nulls or no key column, no partition or headers column. Rows are assigned
-    and grouped per partition with NumPy, keeping their order within a partition; other
-    batches take the row path. Either way the same rows go to the same partitions in the
-    same order and produce requests are cut at the same rows."""
+    and grouped per partition with NumPy, keeping their order within a partition, and their
+    record batches are encoded from the Arrow buffers (semel.spark.batches); other batches
+    take the row path. Either way the same rows go to the same partitions in the same order
+    and produce requests are cut at the same rows."""
     import numpy as np
-    import pyarrow.compute as pc
     ki, vi = cols.get("key"), cols["value"]
     columnar = data.columnar and topic is not None and not {"topic", "partition", "headers"} & cols.keys()
     for rb in data.batches:
@@ -503,44 +522,39 @@ def _feed_arrow(producer: "_BranchProducer", part: "_Partitioner", cols: dict[st
             _feed(producer, part, cols, arrow_rows([rb], cols), topic)
             producer.flush()
             continue
-        values = _binary_column(rb, vi)
-        sizes = pc.fill_null(pc.binary_length(values), 0).to_numpy().astype(np.int64) + 16
-        values = values.to_numpy(zero_copy_only=False)
+        values = batches.BinaryColumn(rb.column(vi))
+        sizes = values.sizes() + 16  # what add() counts: key + value bytes + 16
         keys = None
         if ki is not None:
-            key_col = _binary_column(rb, ki)
-            sizes += pc.binary_length(key_col).to_numpy().astype(np.int64)
-            keys = key_col.to_numpy(zero_copy_only=False)
-        parts = part.pick_many(topic, None if keys is None else keys.tolist(), rb.num_rows)
+            keys = batches.BinaryColumn(rb.column(ki))
+            sizes += keys.sizes()
+        parts = part.pick_many(topic, rb.column(ki) if ki is not None else None, rb.num_rows)
         for p in np.unique(parts).tolist():
             idx = np.flatnonzero(parts == p)
-            vs = values[idx].tolist()
-            ks = keys[idx].tolist() if keys is not None else [None] * len(vs)
-            producer.add_many(topic, p, list(zip(ks, vs)), sizes[idx])
+            producer.add_columns(topic, p, keys, values, idx, sizes[idx])
         producer.flush()
 
 
 def write_branch(o: SinkOptions, cols: dict[str, int], rows: Iterator, batch: int, partition: int,
                  attempt: int, check: bool = True) -> BranchMessage:
     ph = _Phases(o, f"write p{partition} a{attempt}", batch)
+    bid = branch_id(o, batch, partition, attempt)
     with _connect(o) as c:
         ph.mark("connect")
-        if check:
-            # A replay of a decided batch must not InitProducerId its recorded
-            # branches (that would abort them before commit() rolls them forward).
-            if _decided(c, o, batch):
-                return BranchMessage(partition, attempt, skipped=True)
-        ph.mark("check")
-        bid = branch_id(o, batch, partition, attempt)
-        st = _init(c, o, bid)
-        ph.mark("init_producer_id")
+        decided, st = _check_and_init(c, o, batch, bid, check)
+        ph.mark("check_and_init")
+        if decided:
+            return BranchMessage(partition, attempt, skipped=True)
         producer = _BranchProducer(o, c, st)
         part = _Partitioner(c, partition)
         _feed(producer, part, cols, rows, o.topic)
-        producer.flush()
+        # The re-check rides with the last Produce request (the broker answers it after that
+        # request): no round trip of its own unless nothing was left to send.
+        recheck = producer.flush(_decided_call(o, batch) if check else None)
         ph.mark("input_and_produce")
         _kill_if("write:produced", batch)
-        recheck = check and _decided(c, o, batch)
+        if check and recheck is None:
+            recheck = _decided(c, o, batch)
         ph.mark("recheck")
         ph.done(rows=producer.total, produce_ms=round(producer.send_s * 1000, 2))
         if recheck:
@@ -553,6 +567,29 @@ def write_branch(o: SinkOptions, cols: dict[str, int], rows: Iterator, batch: in
             raise SinkError("semel sink: injected failure of a first task attempt (test hook)")
         return BranchMessage(partition, attempt, st.pid, st.epoch, producer.total,
                              counts={f"{t}:{p}": n for (t, p), n in producer.counts.items()})
+
+
+def _check_and_init(c: Client, o: SinkOptions, batch: int, bid: str, check: bool):
+    """(decided already?, the branch's TxnState). A replay of a decided batch writes
+    nothing. In mode (b) it must not InitProducerId its recorded branches either (that
+    would abort them before commit() rolls them forward), so the check goes first. In
+    mode (a) the broker completed a decided batch's branches itself and an InitProducerId
+    of one changes nothing of it (of a branch of an undecided parent it aborts that parent,
+    wanted either way): the check and the InitProducerId go in one write."""
+    if not check:
+        return False, _init(c, o, bid)
+    if not o.atomic:
+        if _decided(c, o, batch):
+            return True, None
+        return False, _init(c, o, bid)
+    decided, (err, st) = wire.pipelined(c, _decided_call(o, batch),
+                                        (wire.init_producer_id_call(bid, o.restart_window_ms),
+                                         wire.init_producer_id_result(bid)))
+    if decided:
+        return True, None
+    if err != KafkaError.NONE:
+        st = _init(c, o, bid)  # retried as on its own (CONCURRENT_TRANSACTIONS while the broker ends one)
+    return False, st
 
 
 def _feed(producer: "_BranchProducer", part: _Partitioner, cols: dict[str, int], rows,
@@ -571,13 +608,38 @@ def _feed(producer: "_BranchProducer", part: _Partitioner, cols: dict[str, int],
         producer.add(t, part.pick(t, key, row[pi] if pi is not None else None), (key, value, headers))
 
 
+class _Chunk:
+    """Records of one partition that go out as one record batch: rows (the row path,
+    with headers) or row indices into Arrow columns (the columnar path)."""
+    __slots__ = ("rows", "keys", "values", "idx", "count", "nbytes")
+
+    def __init__(self, nbytes: int, rows=None, keys=None, values=None, idx=None):
+        self.rows, self.keys, self.values, self.idx = rows, keys, values, idx
+        self.count = len(rows) if rows is not None else len(idx)
+        self.nbytes = nbytes
+
+    def encode(self, st: wire.TxnState, seq: int) -> bytes:
+        if self.rows is not None:
+            return wire.build_txn_batch(self.rows, st.pid, st.epoch, seq)
+        return batches.encode(self.keys, self.values, self.idx, producer_id=st.pid, producer_epoch=st.epoch,
+                              base_sequence=seq, timestamp_ms=int(time.time() * 1000))
+
+
+# A Produce request carries the next batch of every partition with records waiting, up
+# to this many bytes (each batch is at most about MAX_REQUEST_BYTES).
+MAX_ROUND_BYTES = 4 * MAX_REQUEST_BYTES
+
+
 class _BranchProducer:
-    """Buffers rows per partition and sends them as transactional batches."""
+    """Buffers rows per partition and sends them as transactional batches: one Produce
+    request for all partitions at once, in the same write as the AddPartitionsToTxn of
+    those not in the transaction yet (the broker handles them in order)."""
 
     def __init__(self, o: SinkOptions, c: Client, st: wire.TxnState):
         self.o, self.c, self.st = o, c, st
-        self.buf: dict[TP, list] = {}
-        self.size: dict[TP, int] = {}  # buffered key + value bytes per partition
+        self.buf: dict[TP, list] = {}   # row path: rows not cut into a chunk yet
+        self.size: dict[TP, int] = {}   # buffered key + value bytes per partition
+        self.ready: dict[TP, list[_Chunk]] = {}  # chunks to send, in order per partition
         self.added: set[TP] = set()
         self.counts: dict[TP, int] = {}
         self.total = 0
@@ -590,60 +652,103 @@ class _BranchProducer:
         size = self.size[tp] = self.size.get(tp, 0) + len(rec[1] or b"") + len(rec[0] or b"") + 16
         # few large produce requests: each is a round trip (and a log append) on the broker
         if len(rows) >= self.o.batch_rows or size >= MAX_REQUEST_BYTES:
-            self._send(tp)
+            self._seal(tp)
+            self._send_ready()
 
-    def add_many(self, topic: str, partition: int, recs: list, sizes) -> None:
-        """add() of many records of one partition (sizes: NumPy array of each one's
-        add() size), sending at the same records add() would."""
+    def add_columns(self, topic: str, partition: int, keys, values, idx, sizes) -> None:
+        """add() of the rows `idx` of Arrow columns (sizes: NumPy array of each one's
+        add() size), cut into batches at the same records add() would cut."""
         import numpy as np
         tp = (topic, partition)
-        while recs:
-            rows = self.buf.setdefault(tp, [])
-            used = self.size.get(tp, 0)
-            room = self.o.batch_rows - len(rows)
-            # add() sends once the rows or bytes reach the cap, the record that reaches it included
-            reach = np.cumsum(sizes[:room]) + used
+        self._seal(tp)
+        chunks = self.ready.setdefault(tp, [])
+        while len(idx):
+            # add() cuts once the rows or bytes reach the cap, the record that reaches it included
+            reach = np.cumsum(sizes[:self.o.batch_rows])
             k = min(int(np.searchsorted(reach, MAX_REQUEST_BYTES, side="left")) + 1, len(reach))
-            rows.extend(recs[:k])
-            self.size[tp] = int(reach[k - 1])
-            recs, sizes = recs[k:], sizes[k:]
-            if len(rows) >= self.o.batch_rows or self.size[tp] >= MAX_REQUEST_BYTES:
-                self._send(tp)
+            chunks.append(_Chunk(int(reach[k - 1]), keys=keys, values=values, idx=idx[:k]))
+            idx, sizes = idx[k:], sizes[k:]
 
-    def flush(self) -> None:
+    def flush(self, tail=None):
+        """Send everything. `tail`, a (call, result) pair, goes in the same write as the
+        last Produce request; its result is returned (None when nothing was sent)."""
         for tp in list(self.buf):
-            self._send(tp)
+            self._seal(tp)
+        return self._send_ready(tail)
 
-    def _add(self, tps: list[TP]) -> None:
-        t0 = time.perf_counter()
-        errs: dict[TP, KafkaError] = {}
+    def _seal(self, tp: TP) -> None:
+        rows = self.buf.pop(tp, None)
+        size = self.size.pop(tp, 0)
+        if rows:
+            self.ready.setdefault(tp, []).append(_Chunk(size, rows=rows))
 
-        def add() -> KafkaError:
-            errs.update(wire.add_partitions(self.c, self.st, tps))
-            # the cause, not the OPERATION_NOT_ATTEMPTED a broker gives the others of the request
-            bad = sorted((e for e in errs.values() if e != KafkaError.NONE),
-                         key=lambda e: e == KafkaError.OPERATION_NOT_ATTEMPTED)
-            return bad[0] if bad else KafkaError.NONE
-        err = _retrying(self.o, "AddPartitionsToTxn", add)
-        bad = next((tp for tp in tps if errs.get(tp) == err), tps[0])
-        _ok(err, f"AddPartitionsToTxn {bad[0]}-{bad[1]}")
-        self.added.update(tps)
-        self.send_s += time.perf_counter() - t0
+    def _next_round(self) -> dict[TP, _Chunk]:
+        out: dict[TP, _Chunk] = {}
+        size = 0
+        for tp, chunks in self.ready.items():
+            if chunks and (not out or size < MAX_ROUND_BYTES):
+                out[tp] = chunks[0]
+                size += chunks[0].nbytes
+        return out
 
-    def _send(self, tp: TP) -> None:
-        rows = self.buf.pop(tp, [])
-        self.size.pop(tp, None)
-        if not rows:
-            return
-        if tp not in self.added:
-            # with every other partition that has rows waiting: one round trip, not one each
-            self._add([tp] + [t for t, waiting in self.buf.items() if waiting and t not in self.added])
-        t0 = time.perf_counter()
-        err = _retrying(self.o, "Produce", lambda: wire.produce(self.c, self.st, tp[0], tp[1], rows)[0])
-        _ok(err, f"Produce {tp[0]}-{tp[1]}")
-        self.counts[tp] = self.counts.get(tp, 0) + len(rows)
-        self.total += len(rows)
-        self.send_s += time.perf_counter() - t0
+    def _send_ready(self, tail=None):
+        got = None
+        deadline = time.monotonic() + self.o.request_timeout_ms / 1000
+        delay = 0.05
+        self.ready = {tp: cs for tp, cs in self.ready.items() if cs}
+        while self.ready:
+            t0 = time.perf_counter()
+            chunks = self._next_round()
+            last = len(chunks) == len(self.ready) and all(len(self.ready[tp]) == 1 for tp in chunks)
+            new = sorted(tp for tp in chunks if tp not in self.added)
+            data = {tp: ch.encode(self.st, self.st.seq.get(tp, 0)) for tp, ch in chunks.items()}
+            add_errs, produced, tail_got = self._round(data, new, tail if last else None)
+            self.send_s += time.perf_counter() - t0
+            refused = {tp: e for tp, e in add_errs.items() if e != KafkaError.NONE}
+            if not refused:
+                self.added.update(new)
+            failed: dict[TP, KafkaError] = {}
+            for tp, ch in chunks.items():
+                err = produced.get(tp, KafkaError.UNKNOWN_SERVER_ERROR)
+                if err == KafkaError.NONE:
+                    self.st.seq[tp] = self.st.seq.get(tp, 0) + ch.count
+                    self.counts[tp] = self.counts.get(tp, 0) + ch.count
+                    self.total += ch.count
+                    self.ready[tp].pop(0)
+                    if not self.ready[tp]:
+                        del self.ready[tp]
+                elif not (refused and tp in new):  # not in the transaction: the join's error tells why
+                    failed[tp] = err
+            # the cause, not the OPERATION_NOT_ATTEMPTED a broker gives the others of a request
+            why = sorted(refused.items(), key=lambda kv: kv[1] == KafkaError.OPERATION_NOT_ATTEMPTED)
+            what = "AddPartitionsToTxn"
+            if not why:
+                why, what = sorted(failed.items()), "Produce"
+            if not why:
+                if last:
+                    got = tail_got
+                deadline = time.monotonic() + self.o.request_timeout_ms / 1000
+                delay = 0.05
+                continue
+            (topic, partition), err = why[0]
+            if not err.retriable or time.monotonic() > deadline:
+                raise SinkError(f"semel sink: {what} {topic}-{partition}: {err.name}")
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+        return got
+
+    def _round(self, data: dict[TP, bytes], new: list[TP], tail):
+        """One write: AddPartitionsToTxn of `new` (if any), the Produce of `data`, `tail`.
+        Returns (the join's errors, the produce's errors, the tail's result)."""
+        calls = []
+        if new:
+            calls.append((wire.add_partitions_call(self.c, self.st, new), wire.add_partitions_result))
+        calls.append((wire.produce_call(self.st, data), wire.produce_result))
+        if tail is not None:
+            calls.append(tail)
+        got = wire.pipelined(self.c, *calls)
+        add_errs = got.pop(0) if new else {}
+        return add_errs, got[0], (got[1] if tail is not None else None)
 
 
 # --- driver-side commit -------------------------------------------------------------
@@ -691,18 +796,13 @@ def commit_batch(o: SinkOptions, messages, batch: int) -> None:
     ph = _Phases(o, "commit", batch)
     with _connect(o) as c:
         ph.mark("connect")
-        done = read_decision(c, o, parts)
-        ph.mark("read_decision")
+        st, done = _init_and_read(c, o, parts)
+        ph.mark("init_and_read")
         if done is not None and done["batch"] >= batch:
             _roll_forward(c, o, done, batch, winners)
             return
         written = _written(winners)
         branches = [[m.partition, m.attempt, m.pid, m.epoch] for m in written]
-        st = _init(c, o, o.parent)
-        ph.mark("init_producer_id")
-        _join(c, o, st, [branch_id(o, batch, m.partition, m.attempt) for m in written])
-        ph.mark("join")
-        _ok(_retrying(o, "AddOffsetsToTxn", lambda: wire.add_offsets(c, st, o.group)), "AddOffsetsToTxn")
         # Mode (a) records no branches: the parent's decision carries them on the broker,
         # which keeps the metadata small however many tasks the batch has.
         meta = json.dumps({"semel-spark": 1, "batch": batch, "branches": [] if o.atomic else branches,
@@ -712,14 +812,10 @@ def commit_batch(o: SinkOptions, messages, batch: int) -> None:
                             f"offset metadata ({len(meta)} > {MAX_DECISION_BYTES} bytes) in mode (b): "
                             "coalesce the output or use a semel broker (mode a)")
         marks = offsets or {tp: batch for tp in parts}
-        errs = wire.txn_offset_commit(c, st, o.group, marks, meta)
-        bad = {tp: e for tp, e in errs.items() if e != KafkaError.NONE}
-        if bad:
-            raise SinkError(f"semel sink: TxnOffsetCommit: {', '.join(f'{t}-{p} {e.name}' for (t, p), e in bad.items())}")
-        ph.mark("offsets")
+        _join_and_offsets(c, o, st, [branch_id(o, batch, m.partition, m.attempt) for m in written], marks, meta)
+        ph.mark("join_and_offsets")
         _kill_if("commit:parent-offsets", batch)
-        _ok(_retrying(o, "EndTxn", lambda: wire.end_txn(c, o.parent, st.pid, st.epoch, True)),
-            f"EndTxn {o.parent}")
+        losers = _decide(c, o, st, _loser_ids(o, batch, winners))
         ph.mark("end_txn")
         _kill_if("commit:decided", batch)
         # Mode (a): the parent's EndTxn has completed every joined branch already (the
@@ -729,9 +825,99 @@ def commit_batch(o: SinkOptions, messages, batch: int) -> None:
             if i == 0:
                 _kill_if("commit:branch", batch)
         ph.mark("end_branches")
-        _fence_losers(c, o, batch, winners)
+        for txn_id in losers:
+            _fence(c, o, txn_id)
         ph.mark("fence_losers")
         ph.done(branches=len(written))
+
+
+def _init_and_read(c: Client, o: SinkOptions, parts: list[TP]) -> tuple[wire.TxnState, dict | None]:
+    """InitProducerId of the parent and the decision read, in one write. The
+    InitProducerId goes first: it fences a zombie's parent and aborts one a killed run
+    left open, so the read that follows finds settled offsets; for a batch decided
+    already the new epoch is unused (the next batch's commit() takes another). Where
+    the broker was still ending that parent, both are done again one at a time."""
+    fetched = wire.committed_result(o.group)
+
+    def read(r):
+        try:
+            return fetched(r)
+        except ClientError as exc:
+            return exc
+    (err, st), got = wire.pipelined(c, (wire.init_producer_id_call(o.parent, o.restart_window_ms),
+                                        wire.init_producer_id_result(o.parent)),
+                                    (wire.committed_call(o.group, parts), read))
+    if err != KafkaError.NONE or isinstance(got, ClientError):
+        done = read_decision(c, o, parts)
+        return _init(c, o, o.parent), done
+    return st, _decision_in(o, got)
+
+
+def _join_and_offsets(c: Client, o: SinkOptions, st: wire.TxnState, branch_ids: list[str],
+                      marks: dict[TP, int], meta: str) -> None:
+    """Mode (a): join the branches; then AddOffsetsToTxn and TxnOffsetCommit of the
+    batch's offsets with the decision metadata, all in one write (the broker handles
+    them in order). What failed is done again one at a time, with its retries; nothing
+    here is the decision (EndTxn is), so a failure leaves at most an open parent."""
+    join = o.atomic and bool(branch_ids)
+    calls = [(wire.add_partitions_call(c, st, [atomic.pseudo_partition(b) for b in branch_ids]),
+              wire.add_partitions_result)] if join else []
+    calls += [(wire.add_offsets_call(st, o.group), wire.error_result),
+              (wire.txn_offset_commit_call(c, st, o.group, marks, meta), wire.txn_offset_commit_result)]
+    got = wire.pipelined(c, *calls)
+    joined = got.pop(0) if join else {}
+    if any(e != KafkaError.NONE for e in joined.values()):
+        _join(c, o, st, branch_ids)
+    added, errs = got
+    if added != KafkaError.NONE or any(e != KafkaError.NONE for e in errs.values()):
+        _ok(_retrying(o, "AddOffsetsToTxn", lambda: wire.add_offsets(c, st, o.group)), "AddOffsetsToTxn")
+        errs = wire.txn_offset_commit(c, st, o.group, marks, meta)
+    bad = {tp: e for tp, e in errs.items() if e != KafkaError.NONE}
+    if bad:
+        raise SinkError(f"semel sink: TxnOffsetCommit: {', '.join(f'{t}-{p} {e.name}' for (t, p), e in bad.items())}")
+
+
+def _decide(c: Client, o: SinkOptions, st: wire.TxnState, losers: list[str]) -> list[str]:
+    """EndTxn(commit) of the parent: the batch's durable decision. In mode (a) the look
+    at which losing attempts the broker knows (_known) goes in the same write, answered
+    after the decision as before. Returns the losers to fence."""
+    calls = [(wire.end_txn_call(o.parent, st.pid, st.epoch, True), wire.error_result)]
+    look = o.atomic and bool(losers)
+    if look:
+        calls.append(_known_call(losers))
+    got = wire.pipelined(c, *calls)
+    if got[0] != KafkaError.NONE:
+        _ok(_retrying(o, "EndTxn", lambda: wire.end_txn(c, o.parent, st.pid, st.epoch, True)),
+            f"EndTxn {o.parent}")
+        return _known(c, o, losers)  # look again: the first look came before the decision
+    return got[1] if look else losers
+
+
+def _loser_ids(o: SinkOptions, batch: int, winners: list[BranchMessage]) -> list[str]:
+    """Failed and speculative attempts wrote under other attempt numbers. One attempt
+    number past the highest winner covers a speculative copy that lost."""
+    return [branch_id(o, batch, m.partition, attempt) for m in winners
+            for attempt in range(0, m.attempt + 2) if attempt != m.attempt]
+
+
+def _known_call(ids: list[str]):
+    """DescribeTransactions as a (call, result): the ids the broker knows."""
+    def result(r) -> list[str]:
+        unknown = {t.transactional_id for t in r.transaction_states
+                   if KafkaError(t.error_code) == KafkaError.TRANSACTIONAL_ID_NOT_FOUND}
+        return [i for i in ids if i not in unknown]
+    return (65, dict(transactional_ids=list(ids))), result
+
+
+def _known(c: Client, o: SinkOptions, ids: list[str]) -> list[str]:
+    """The losers worth fencing. A semel broker (mode a) answers DescribeTransactions: an
+    id it has never seen holds no rows, and fencing it would only add a coordinator
+    record. (A copy that starts after this look is no different from one that starts
+    after a fence: it finds the batch decided and ends its own branch.) Mode (b) keeps
+    to the APIs every broker has and fences them all."""
+    if not (o.atomic and ids):
+        return ids
+    return wire.pipelined(c, _known_call(ids))[0]
 
 
 def _join(c: Client, o: SinkOptions, st: wire.TxnState, branch_ids: list[str]) -> None:
@@ -756,19 +942,8 @@ def _roll_forward(c: Client, o: SinkOptions, done: dict, batch: int, winners: li
 
 
 def _fence_losers(c: Client, o: SinkOptions, batch: int, winners: list[BranchMessage]) -> None:
-    """Failed and speculative attempts wrote under other attempt numbers: abort them.
-    One attempt number past the highest winner covers a speculative copy that lost."""
-    ids = [branch_id(o, batch, m.partition, attempt) for m in winners
-           for attempt in range(0, m.attempt + 2) if attempt != m.attempt]
-    if o.atomic and ids:
-        # A semel broker answers DescribeTransactions: an id it has never seen holds no rows,
-        # and fencing it would only add a coordinator record. (A copy that starts after this
-        # look is no different from one that starts after a fence: it finds the batch
-        # decided and ends its own branch.) Mode (b) keeps to the APIs every broker has.
-        unknown = {d.transactional_id for d in admin.describe_transactions(c, ids)
-                   if d.error == KafkaError.TRANSACTIONAL_ID_NOT_FOUND}
-        ids = [i for i in ids if i not in unknown]
-    for txn_id in ids:
+    """Abort what the losing attempts left open (see _loser_ids, _known)."""
+    for txn_id in _known(c, o, _loser_ids(o, batch, winners)):
         _fence(c, o, txn_id)
 
 

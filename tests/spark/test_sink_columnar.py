@@ -1,7 +1,7 @@
 """The sink's columnar write path (_feed_arrow) against its row path: for any Arrow input,
-the same records go to the same partitions in the same order, cut into the same produce
-requests (rows per request, the 1 MB cap, a flush after each Arrow batch). No broker:
-the producer records its sends."""
+the same records go to the same partitions in the same order, cut into the same record
+batches (rows per batch, the 1 MB cap, a flush after each Arrow batch) at the same
+sequence numbers. No broker: the producer records its sends."""
 from __future__ import annotations
 
 import random
@@ -9,19 +9,26 @@ import random
 import pyarrow as pa
 import pytest
 
+from semel.client import txn as wire
+from semel.protocol import records
+from semel.protocol.errors import KafkaError
 from semel.spark import sink
 
 
 class Recorder(sink._BranchProducer):
+    """Answers every request with success and keeps each partition's record batches,
+    decoded: the row path's come from aiokafka's builder, the columnar path's from
+    semel.spark.batches, so this also checks that the two encode the same records."""
+
     def __init__(self, o: sink.SinkOptions):
-        super().__init__(o, None, None)
+        super().__init__(o, None, wire.TxnState("t", 7, 0))
         self.sent: list[tuple[tuple[str, int], list]] = []
 
-    def _send(self, tp) -> None:
-        rows = self.buf.pop(tp, [])
-        self.size.pop(tp, None)
-        if rows:
-            self.sent.append((tp, [(r[0], r[1]) for r in rows]))  # the row path adds an empty header list
+    def _round(self, data, new, tail):
+        for tp, batch in data.items():
+            assert records.parse_header(batch).base_sequence == self.st.seq.get(tp, 0)
+            self.sent.append((tp, [(r.key, r.value) for r in records.iter_records(batch)]))
+        return {tp: KafkaError.NONE for tp in new}, {tp: KafkaError.NONE for tp in data}, None
 
 
 def random_batches(rng: random.Random, key_type, value_type, nulls: bool) -> list:
