@@ -10,9 +10,10 @@ straight into the bytearray that becomes the frame, which the connection owns
 
 It takes over a plain TCP transport from the StreamReaderProtocol that
 `asyncio.start_server` made; that protocol still handles the writing side
-(pause/resume for `drain()`, connection loss), forwarded from here. TLS
-connections keep the stream path (`StreamFrames`): both offer `next()` and
-`buffered`.
+(pause/resume for `drain()`, connection loss), forwarded from here. A TLS
+connection is taken over the same way: the event loop's SSL transport (uvloop's
+SSLProtocol) decrypts straight into the buffer `get_buffer` lends, one TLS record
+per call, so a large frame's plaintext lands in the frame's own bytearray too.
 """
 from __future__ import annotations
 
@@ -21,7 +22,6 @@ import struct
 from collections import deque
 
 from ..protocol.errors import ProtocolError
-from ..protocol.frame import FrameDecoder
 
 _SIZE = struct.Struct(">i")
 # Frames up to this size are assembled in the scratch buffer and copied out; larger
@@ -34,27 +34,8 @@ MAX_READY_FRAMES = 64
 FIRST_DIRECT_BYTES = 4 * 1024 * 1024
 
 
-class StreamFrames:
-    """Frames from an asyncio StreamReader (the TLS path)."""
-
-    def __init__(self, reader: asyncio.StreamReader, max_frame_bytes: int):
-        self.reader = reader
-        self.decoder = FrameDecoder(max_frame_bytes)
-
-    async def next(self) -> list[bytearray] | None:
-        """The frames completed by the next read; None at end of stream."""
-        data = await self.reader.read(1 << 20)
-        if not data:
-            return None
-        return self.decoder.feed(data)
-
-    @property
-    def buffered(self) -> int:
-        return self.decoder.buffered
-
-
 class FrameReader(asyncio.BufferedProtocol):
-    """Frames of a plain TCP connection, read without copies (see module docstring)."""
+    """Frames of a plain TCP or TLS connection, read without copies (see module docstring)."""
 
     def __init__(self, inner: asyncio.StreamReaderProtocol, transport, max_frame_bytes: int,
                  leftover: bytes = b""):
@@ -71,6 +52,9 @@ class FrameReader(asyncio.BufferedProtocol):
         self._eof = False
         self._waiter: asyncio.Future | None = None
         self._paused = False
+        # Plain TCP stays half-open at the client's EOF (see eof_received); an SSL
+        # transport closes itself there whatever the protocol answers (take_over says).
+        self._keep_open_at_eof = True
         if leftover:
             self._take(leftover)
 
@@ -85,6 +69,7 @@ class FrameReader(asyncio.BufferedProtocol):
         me = cls(inner, writer.transport, max_frame_bytes, leftover)
         writer.transport.set_protocol(me)
         me._eof = reader._eof
+        me._keep_open_at_eof = writer.get_extra_info("ssl_object") is None
         return me
 
     # ---------------------------------------------------------------- reading side
@@ -194,7 +179,7 @@ class FrameReader(asyncio.BufferedProtocol):
         # Keep the transport open, as the stream protocol did for plain TCP: responses
         # to what the client sent before shutting its side down still go out, and the
         # connection closes the writer when they have.
-        return True
+        return self._keep_open_at_eof
 
     def connection_lost(self, exc) -> None:
         self._eof = True

@@ -1,0 +1,88 @@
+"""TLS connections read their frames through the same FrameReader as plain TCP
+(issue 12's benchmark work): uvloop's SSL transport decrypts into the buffer the
+reader lends, one TLS record per call. These tests drive a real broker's SSL
+listener with a raw TLS socket, so the record boundaries are the test's own."""
+from __future__ import annotations
+
+import socket
+import ssl
+import time
+
+import pytest
+
+from semel.cli.process import SemelBroker, free_port, wait_for_port
+from semel.client import Client
+from semel.protocol.errors import KafkaError
+from tests.integration.test_hotpath import _batch, _patched, _produce_frame, _read_frame
+from tests.support.certs import make_certs
+
+
+@pytest.fixture(scope="module")
+def tls_broker(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tls-frames")
+    ca, cert, key = make_certs(d)
+    port = free_port()
+    b = SemelBroker(d / "data", log_path=d / "broker.log", extra_args=[
+        "--listener", f"SSL://127.0.0.1:{port}", "--ssl-certfile", str(cert), "--ssl-keyfile", str(key)])
+    b.start()
+    try:
+        wait_for_port("127.0.0.1", port, 60)
+        b.tls_port, b.ca = port, ca
+        yield b
+    finally:
+        b.close()
+
+
+def _tls_socket(b) -> ssl.SSLSocket:
+    ctx = ssl.create_default_context(cafile=str(b.ca))
+    raw = socket.create_connection(("127.0.0.1", b.tls_port), timeout=30)
+    return ctx.wrap_socket(raw, server_hostname="127.0.0.1")
+
+
+def test_a_large_frame_in_small_tls_records_is_stored_as_sent_and_answered(tls_broker):
+    """A ~300 KB produce frame sent as 7 KB TLS records (each sendall is one record),
+    the last record holding the rest of it and a whole small frame: both are answered
+    in order and the big one's bytes are stored as sent, offsets patched."""
+    with Client(tls_broker.bootstrap) as c:
+        assert c.create_topic("tls-trickle", 1) == KafkaError.NONE
+    big = _batch([bytes([i % 251]) * 1000 for i in range(300)])
+    small = _batch([b"after"])
+    stream = _produce_frame("tls-trickle", big, 1) + _produce_frame("tls-trickle", small, 2)
+    with _tls_socket(tls_broker) as sock:
+        for at in range(0, len(stream), 7001):
+            sock.sendall(stream[at:at + 7001])
+            time.sleep(0.001)
+        first, second = _read_frame(sock), _read_frame(sock)
+    assert first[:4] == (1).to_bytes(4, "big") and second[:4] == (2).to_bytes(4, "big")
+    with Client(tls_broker.bootstrap) as c:
+        served = c.fetch("tls-trickle", 0, 0, max_bytes=1 << 20).records
+    assert served == _patched(big, 0) + _patched(small, 300)
+
+
+def test_many_frames_in_one_tls_record_are_answered_in_order(tls_broker):
+    """Forty small frames in a single TLS record: forty answers, in request order."""
+    with Client(tls_broker.bootstrap) as c:
+        assert c.create_topic("tls-many", 1) == KafkaError.NONE
+    stream = b"".join(_produce_frame("tls-many", _batch([b"v%d" % i]), 100 + i) for i in range(40))
+    with _tls_socket(tls_broker) as sock:
+        sock.sendall(stream)
+        ids = [int.from_bytes(_read_frame(sock)[:4], "big") for _ in range(40)]
+    assert ids == list(range(100, 140))
+    with Client(tls_broker.bootstrap) as c:
+        assert c.list_offset("tls-many", 0, -1) == 40
+
+
+def test_a_tls_close_notify_closes_the_connection_quietly(tls_broker):
+    """A client ending its TLS session (close_notify) gets the connection closed, and the
+    broker's log says nothing about it (an SSL transport ignores a protocol's wish to
+    stay half-open, and asyncio logs a warning when one asks, before it answers the
+    close_notify that unwrap() waits for)."""
+    with Client(tls_broker.bootstrap) as c:
+        assert c.create_topic("tls-quiet", 1) == KafkaError.NONE
+    with _tls_socket(tls_broker) as sock:
+        sock.sendall(_produce_frame("tls-quiet", _batch([b"x"]), 7))
+        assert _read_frame(sock)[:4] == (7).to_bytes(4, "big")
+        raw = sock.unwrap()   # sends close_notify and waits for the broker's
+        assert raw.recv(1) == b""
+        raw.close()
+    assert "eof_received" not in tls_broker.log_path.read_text()
