@@ -8,6 +8,14 @@ import time
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
+# What results files call this project's development machine.
+SHARED_BOX = "the 2-core shared development VM of this project (other sessions' tests ran meanwhile)"
+
+
+def load_fields(start: tuple[float, float, float]) -> dict:
+    """The load average at a run's start (os.getloadavg() then) and now: the box is shared."""
+    return {"load_average_start": [round(x, 2) for x in start],
+            "load_average_end": [round(x, 2) for x in os.getloadavg()]}
 
 
 def machine() -> dict:

@@ -29,7 +29,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench.common import RESULTS, main, write_result
+from bench.common import RESULTS, SHARED_BOX, load_fields, main, write_result
 from bench.failover_bench import _percentile
 
 TOPIC = "coord-fo"
@@ -37,7 +37,6 @@ TXN_ID = "bench-coordinator-failover"
 GROUP = "bench-coordinator-failover"
 TXN_KEY, GROUP_KEY = 1, 0           # FindCoordinator key types
 INTERNAL = ("__transaction_state", "__consumer_offsets")
-MACHINE_NAME = "the 2-core shared development VM of this project (other sessions' tests ran meanwhile)"
 
 
 class _Loop:
@@ -258,9 +257,8 @@ def run(out_dir: Path = RESULTS, quick: bool = False) -> dict:
                    "metadata.recovery.strategy none; both running throughout"),
         "settings": {"lease_ttls_s": ttls, "rounds_per_ttl_and_kind": rounds, "quick": quick},
         "summary": summary,
-        "machine_name": MACHINE_NAME,
-        "load_average_start": [round(x, 2) for x in load_start],
-        "load_average_end": [round(x, 2) for x in os.getloadavg()],
+        "machine_name": SHARED_BOX,
+        **load_fields(load_start),
         "note": ("The lease TTL dominates, as for partition leaders: the controller moves the internal "
                  "partition when the killed broker's lease expires; then the new leader loads the "
                  "coordinator's state from its replica (and rolls Prepare* forward), and the client finds "

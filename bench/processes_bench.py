@@ -28,12 +28,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import RESULTS, write_result
+from bench.common import RESULTS, SHARED_BOX, load_fields, write_result
 from bench.hotpath_bench import cpu_seconds
 from bench.hotpath_bench import produce as produce_in_processes
 
 SIZE = 1024
-MACHINE_NAME = "the 2-core shared development VM of this project (other sessions' tests ran meanwhile)"
 
 
 def _create(bootstrap: str, topic: str, partitions: int) -> None:
@@ -148,7 +147,7 @@ def summarise(rows: list[dict], counts: list[int]) -> dict:
 
 
 def run(out_dir: Path = RESULTS, quick: bool = False, counts: list[int] = (1, 2), partitions: int | None = None,
-        producers: int | None = None, rounds: int | None = None, machine_name: str = MACHINE_NAME) -> dict:
+        producers: int | None = None, rounds: int | None = None, machine_name: str = SHARED_BOX) -> dict:
     from semel.cluster.local import LocalCluster
     from tests.support.cluster import wait_brokers
     counts = sorted(counts)
@@ -183,8 +182,7 @@ def run(out_dir: Path = RESULTS, quick: bool = False, counts: list[int] = (1, 2)
                      "quick": quick},
         "command": "python -m bench.processes_bench --processes " + ",".join(map(str, counts)),
         "machine_name": machine_name,
-        "load_average_start": [round(x, 2) for x in load_start],
-        "load_average_end": [round(x, 2) for x in os.getloadavg()],
+        **load_fields(load_start),
         **summarise(rows, counts),
         "note": ("Every count's cluster runs through the whole run and the order alternates per round, so "
                  "the counts see the same load. On a 2-core machine the brokers, etcd and the client "
@@ -206,7 +204,7 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, help="partitions per topic (default 2 x the largest count, >= 4)")
     ap.add_argument("--producers", type=int, help="producer (and consumer) processes (default the largest count, >= 2)")
     ap.add_argument("--rounds", type=int)
-    ap.add_argument("--machine-name", default=MACHINE_NAME)
+    ap.add_argument("--machine-name", default=SHARED_BOX)
     a = ap.parse_args()
     run(a.out, a.quick, [int(x) for x in a.processes.split(",")], a.partitions, a.producers, a.rounds,
         a.machine_name)

@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import RESULTS, write_result
+from bench.common import RESULTS, SHARED_BOX, load_fields, write_result
 from bench.hotpath_bench import cpu_seconds, top_frames
 from bench.throughput_bench import produce
 
@@ -146,13 +146,12 @@ def run(out_dir: Path = RESULTS, quick: bool = False, profile_s: int = 0, varian
         "ratio_rf3_acks_all_to_rf1_acks_1": ratio, "target": 0.7, "target_met": ratio >= 0.7,
         "ratio_rf3_to_rf1_both_acks_all": round(med["rf3_acks_all"] / med["rf1_acks_all"], 3),
         "ratio_rf1_acks_all_to_acks_1": round(med["rf1_acks_all"] / med["rf1_acks_1"], 3),
-        "machine_name": "the 2-core shared development VM of this project (other sessions' tests ran meanwhile)",
+        "machine_name": SHARED_BOX,
         "note": ("Three broker processes, etcd and the client share both cores, so the followers' work "
                  "competes with the leader's; ratios of medians from one run on this box. acks=all also waits "
                  "for the leader's fsync (semel's flush policy), which acks=1 never does: the rf1 acks=all row "
                  "shows that part of the gap, rf3 vs rf1 at acks=all the part replication adds."),
-        "load_average_start": [round(x, 2) for x in load_start],
-        "load_average_end": [round(x, 2) for x in os.getloadavg()],
+        **load_fields(load_start),
         **({"profile": prof} if prof else {}),
         **({"variants": {spec.partition(":")[0]: spec.partition(":")[2] for spec in variants},
             "variant_median_mb_per_s": variant_medians} if variants else {}),
