@@ -20,6 +20,7 @@ from .errors import KafkaError, ProtocolError
 from .fetch_response import encode_fetch
 from .produce_request import FAST_VERSIONS as FAST_PRODUCE_VERSIONS
 from .produce_request import Cursor, DecodeInThread, decode_produce
+from .produce_response import encode_produce
 
 
 def _collect(kind: str) -> dict[int, type[ApiMessage]]:
@@ -182,6 +183,12 @@ def encode_response_parts(api_key: int, api_version: int, correlation_id: int, b
         pieces = encode_fetch(api_version, correlation_id, body)
         if pieces is not None:
             return pieces
+    elif api_key == PRODUCE_KEY:
+        # The handler's plain ProduceAnswer has no generic encoding: it serves v3-v9
+        # and never reports record errors, so encode_produce always takes it.
+        frame = encode_produce(api_version, correlation_id, body)
+        if frame is not None:
+            return [frame]
     return [encode_response(api_key, api_version, correlation_id, body)]
 
 

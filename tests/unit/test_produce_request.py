@@ -52,6 +52,9 @@ def test_same_fields_as_the_generic_decoder(spec):
     assert req.client_id == generic.header.client_id == spec[5]
     assert _fields(req.body) == _fields(generic)
     assert isinstance(req.body, ProduceRequest)
+    # Built without the constructor (produce_request._filled): still the same message.
+    assert req.body.version == spec[0] and req.body.tags is None
+    assert req.body.encode(version=spec[0]) == generic.encode(version=spec[0])
     for topic in req.body.topic_data:
         for p in topic.partition_data:
             if p.records is not None:
