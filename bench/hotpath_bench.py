@@ -174,7 +174,9 @@ def profile(broker, seconds: float, quick: bool) -> dict:
     scale = 0.25 if quick else 1.0
     out = {}
     for phase, (topic, size, producers, partitions, count) in (
-            ("produce 1x1 1KiB", ("hp-profile", 1024, 1, 1, int(60_000 * scale))),
+            # Enough records to keep the broker busy for most of the sampling window
+            # (py-spy slows it down): 60,000 gave 30 busy samples.
+            ("produce 1x1 1KiB", ("hp-profile", 1024, 1, 1, int(300_000 * scale))),
             ("consume 4x8 100B", ("hp-profile-100", 100, 4, 8, int(100_000 * scale)))):
         _create(broker.bootstrap, topic, partitions)
         consuming = phase.startswith("consume")
@@ -182,7 +184,7 @@ def profile(broker, seconds: float, quick: bool) -> dict:
             produce(broker.bootstrap, topic, partitions, size, producers, count, False)
         raw = Path(tempfile.mkdtemp(prefix="semel-prof-")) / "stacks.txt"
         spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(broker.pid),
-                                "--duration", str(int(seconds)), "--rate", "100", "--format", "raw",
+                                "--duration", str(int(seconds)), "--rate", "250", "--format", "raw",
                                 "--native", "-o", str(raw)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1.0)
@@ -331,7 +333,7 @@ def run(out_dir: Path = RESULTS, quick: bool = False, before: Path | None = None
                         order.reverse()      # alternate who goes first: page cache, CPU boost, neighbours
                     for label, b in order:
                         rows.append(measure(b, label, case, r))
-            prof = profile(brokers["semel (fsync)"], 8 if quick else 15, quick)
+            prof = profile(brokers["semel (fsync)"], 8 if quick else 20, quick)
         finally:
             for b in brokers.values():
                 b.close()
