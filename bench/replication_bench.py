@@ -52,13 +52,14 @@ def _leaders_ready(cluster) -> None:
                       for t, (rf, _) in TOPICS.items()), "leaders elected and ISRs full")
 
 
-def _profile(cluster, seconds: int, count: int) -> dict:
+def _profile(cluster, seconds: int, count: int, tmp: Path) -> dict:
     """py-spy on every broker at once while RF3 acks=all records are produced; top frames
     per broker, labelled leader/follower by rf3's partition state."""
     from tests.support.cluster import partitions
     leader = partitions(cluster, "rf3")[0][0]
     spy_bin = str(Path(sys.executable).parent / "py-spy")
-    tmp = Path(tempfile.mkdtemp(prefix="semel-repl-prof-"))
+    tmp = tmp / "profile"     # inside the run's temporary directory: removed with it
+    tmp.mkdir()
     spies = {n: subprocess.Popen([spy_bin, "record", "--pid", str(b.pid), "--duration", str(seconds),
                                   "--rate", "100", "--format", "raw", "-o", str(tmp / f"{n}.txt"), "--nonblocking"],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -122,7 +123,7 @@ def run(out_dir: Path = RESULTS, quick: bool = False, profile_s: int = 0, varian
                 for label, topic, acks in (order if r % 2 == 0 else list(reversed(order))):
                     rows.append(_measure(*clusters[label], label, topic, acks, r, count))
             if profile_s:
-                prof = _profile(clusters["default"][0], profile_s, count)
+                prof = _profile(clusters["default"][0], profile_s, count, Path(tmp))
         finally:
             for cluster, _ in clusters.values():
                 cluster.stop()
