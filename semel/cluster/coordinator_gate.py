@@ -82,7 +82,7 @@ def coordinator_guard(broker, fn):
         refuse = REFUSALS.get(ctx.api_key)
         if refuse is not None and (ctx.api_key != 22 or body.transactional_id is not None):
             coordinators = broker.txns if ctx.api_key in TXN_APIS else broker.groups
-            err = coordinators.for_key(coordinator_key(ctx.api_key, body)).seat.error()
+            err = coordinators.error_for(coordinator_key(ctx.api_key, body))
             if err:
                 return refuse(ctx, body, err)
         return await fn(ctx, body)

@@ -15,9 +15,12 @@ when this broker does not serve that partition; listings gather every partition.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping
 
 from ..protocol.errors import KafkaError
+
+log = logging.getLogger("semel.cluster.coordinator_partitions")
 
 _INT_MIN = -(1 << 31)
 
@@ -37,13 +40,28 @@ def partition_for(key: str | None, partitions: int) -> int:
     return (0 if h == _INT_MIN else abs(h)) % partitions
 
 
-class PartitionedCoordinators:
-    """One coordinator per internal partition, `parts[p]` seated on partition p."""
+def topic_partition_count(view, topic: str) -> int | None:
+    """The partition count of `topic` in a cluster view (None before it exists, or for a
+    view without a topic catalogue)."""
+    topics = getattr(view, "topics", None)
+    info = topics().get(topic) if topics is not None else None
+    return None if info is None else info.partitions
 
-    def __init__(self, parts: list):
+
+class PartitionedCoordinators:
+    """One coordinator per internal partition, `parts[p]` seated on partition p.
+
+    `topic_partitions()` is the internal topic's partition count in the cluster view
+    (None before it exists). A broker configured with another count would place ids on
+    other partitions than its peers, so two brokers could serve one id: it then
+    coordinates nothing (COORDINATOR_NOT_AVAILABLE) and says why."""
+
+    def __init__(self, parts: list, topic_partitions=lambda: None):
         if not parts:
             raise ValueError("at least one coordinator partition")
         self.parts = parts
+        self.topic_partitions = topic_partitions
+        self._warned = False
 
     @property
     def partitions(self) -> int:
@@ -54,6 +72,24 @@ class PartitionedCoordinators:
 
     def for_key(self, key: str | None):
         return self.parts[self.partition_for(key)]
+
+    def misplaced(self) -> bool:
+        """Does the cluster's topic have another partition count than this broker's?"""
+        count = self.topic_partitions()
+        if count is None or count == len(self.parts):
+            return False
+        if not self._warned:
+            self._warned = True
+            log.error("%s has %d partitions in the cluster but this broker is configured with %d: it "
+                      "coordinates nothing until started with the same count", self.parts[0].seat.topic,
+                      count, len(self.parts))
+        return True
+
+    def error_for(self, key: str | None) -> KafkaError:
+        """What a request for `key` gets here now (NONE: its coordinator serves it)."""
+        if self.misplaced():
+            return KafkaError.COORDINATOR_NOT_AVAILABLE
+        return self.for_key(key).seat.error()
 
     def for_partition(self, partition: int):
         """The coordinator of `partition`, None for one this topic does not have."""

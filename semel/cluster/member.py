@@ -80,7 +80,7 @@ class ClusterMember:
             coordinators = broker.groups
         partition = coordinators.partition_for(key)
         st = await ensure_internal_topic(self.view, name, configs, coordinators.partitions, partition)
-        if isinstance(st, KafkaError):
+        if isinstance(st, KafkaError) or coordinators.misplaced():
             return None
         return coordinator_node(self.view, name, partition)
 

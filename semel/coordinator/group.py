@@ -106,13 +106,13 @@ class GroupCoordinator(GroupMembership, GroupOffsetsMixin, GroupReplay, GroupWri
         )
         if getattr(broker, "cluster", None) is None:
             return cls(broker.logs, broker.flusher, config)
-        from ..cluster.coordinator_partitions import GroupCoordinators
+        from ..cluster.coordinator_partitions import GroupCoordinators, topic_partition_count
         parts = []
         for partition in range(c.offsets_topic_partitions):
             coordinator = cls(broker.logs, broker.flusher, config)
             coordinator._seat_on(broker, partition)
             parts.append(coordinator)
-        return GroupCoordinators(parts)
+        return GroupCoordinators(parts, lambda: topic_partition_count(broker.cluster, config.offsets_topic))
 
     def _seat_on(self, broker, partition: int) -> None:
         """Cluster: coordinate while leading `partition` of __consumer_offsets. Every write

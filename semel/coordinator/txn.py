@@ -145,7 +145,7 @@ class TransactionCoordinator:
                               broker.notifier.notify, broker.metrics)
             coordinator.replication = lambda: getattr(broker, "replicas", None)
             return coordinator
-        from ..cluster.coordinator_partitions import TxnCoordinators
+        from ..cluster.coordinator_partitions import TxnCoordinators, topic_partition_count
         from ..cluster.producer_ids import ClusterProducerIds
         from ..cluster.txn_markers import MarkerChannel
         pids = ClusterProducerIds(pids, broker.cluster)   # ids from the cluster-wide counter
@@ -161,7 +161,7 @@ class TransactionCoordinator:
             coordinator.branches = count == 1
             coordinator._seat_on(broker, partition)
             parts.append(coordinator)
-        return TxnCoordinators(parts)
+        return TxnCoordinators(parts, lambda: topic_partition_count(broker.cluster, TXN_TOPIC))
 
     def _seat_on(self, broker, partition: int) -> None:
         """Cluster: coordinate while leading `partition` of __transaction_state, appending with acks=all."""

@@ -204,3 +204,19 @@ def test_groups_on_several_partitions_keep_their_offsets_when_one_coordinator_di
     for g in groups:
         assert committed(cluster, g, tps) == want[g]
     assert set(groups) <= listed(cluster, 16)
+
+
+def test_a_broker_configured_with_another_count_coordinates_nothing():
+    """Its ids would land on other partitions than its peers', so two brokers could serve
+    one id: every id gets COORDINATOR_NOT_AVAILABLE there until the counts agree."""
+    from types import SimpleNamespace
+
+    from semel.cluster.coordinator_partitions import PartitionedCoordinators
+    seat = SimpleNamespace(error=lambda: KafkaError.NONE, topic=TXN_TOPIC)
+    count = {"now": None}
+    coordinators = PartitionedCoordinators([SimpleNamespace(seat=seat) for _ in range(3)], lambda: count["now"])
+    assert coordinators.error_for("a") == KafkaError.NONE              # topic not created yet
+    count["now"] = 3
+    assert coordinators.error_for("a") == KafkaError.NONE
+    count["now"] = 6
+    assert coordinators.misplaced() and coordinators.error_for("a") == KafkaError.COORDINATOR_NOT_AVAILABLE

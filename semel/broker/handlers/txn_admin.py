@@ -75,7 +75,7 @@ def _describe_one(ctx, T, txn_id: str):
         return _not_described(T, txn_id, KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     if ctx.broker.cluster_member is not None:
         # Kafka: only the id's coordinator describes it (NOT_COORDINATOR elsewhere).
-        err = ctx.broker.txns.for_key(txn_id).seat.error()
+        err = ctx.broker.txns.error_for(txn_id)
         if err:
             return _not_described(T, txn_id, err)
     meta = _find(ctx, txn_id) if txn_id else None
