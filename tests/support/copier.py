@@ -5,13 +5,19 @@ from __future__ import annotations
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from semel.eos.kafka import RESTART_SAFE_CONFIG
+from semel.eos.deadline import DeadlineExceeded, call_with_deadline
+from semel.eos.kafka import DEADLINE_GRACE_S, RESTART_SAFE_CONFIG
 
 
 class Copier:
     """A consume-transform-produce application as a real one is written against a cluster:
     abortable errors abort and rewind to the committed offsets, fatal ones re-create the
-    producer (same transactional id: the new instance fences the old)."""
+    producer (same transactional id: the new instance fences the old). A call still
+    running past its timeout is abandoned with its producer, as the eos runtime does:
+    librdkafka can wait for ever in send_offsets_to_transaction once it has dropped the
+    group coordinator's broker (issue 5511, docs/cluster.md). The new producer's
+    init_transactions ends the stuck one's transaction, so rewinding to the committed
+    offsets is right whichever way it ended."""
 
     def __init__(self, cluster, src: str, dst: str, txn_id: str):
         self.cluster, self.src, self.dst, self.txn_id = cluster, src, dst, txn_id
@@ -20,6 +26,7 @@ class Copier:
                                   "auto.offset.reset": "earliest", **RESTART_SAFE_CONFIG})
         self.commits = 0
         self.failures: list[str] = []
+        self.abandoned: list = []   # stuck producers and their threads, kept from collection
         self.producer = self._producer()
 
     def _producer(self) -> Producer:
@@ -62,14 +69,23 @@ class Copier:
             self.producer.begin_transaction()
             for m in msgs:
                 self.producer.produce(self.dst, value=m.value(), partition=m.partition())
-            self.producer.send_offsets_to_transaction(self.consumer.position(self.consumer.assignment()),
-                                                      self.consumer.consumer_group_metadata(), 60)
-            self.producer.commit_transaction(60)
+            offsets, meta, p = self.consumer.position(self.consumer.assignment()), \
+                self.consumer.consumer_group_metadata(), self.producer
+            self._call(lambda: p.send_offsets_to_transaction(offsets, meta, 60), 60)
+            self._call(lambda: p.commit_transaction(60), 60)
             self.commits += 1
             on_commit(self.commits)
         except KafkaException as exc:
             self.failures.append(str(exc))
             self._recover(exc.args[0])
+        except DeadlineExceeded as exc:
+            self.failures.append(f"librdkafka call stuck: {exc}")
+            self.abandoned.append(self.producer)
+            self.producer = self._producer()
+            self._rewind()
+
+    def _call(self, fn, timeout_s: float):
+        return call_with_deadline(fn, timeout_s + DEADLINE_GRACE_S, self.abandoned, name="copier-call")
 
     def _recover(self, err) -> None:
         if err.txn_requires_abort():
@@ -79,6 +95,9 @@ class Copier:
                 self.producer = self._producer()
         elif not err.retriable():
             self.producer = self._producer()
-        # Whatever the last transaction did, go on from what the group committed.
+        self._rewind()
+
+    def _rewind(self) -> None:
+        """Whatever the last transaction did, go on from what the group committed."""
         for tp in self._committed(self.consumer.assignment()):
             self.consumer.seek(TopicPartition(tp.topic, tp.partition, max(tp.offset, 0)))
