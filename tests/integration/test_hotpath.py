@@ -178,26 +178,34 @@ def _read_frame(sock) -> bytes:
     return exactly(int.from_bytes(exactly(4), "big"))
 
 
-def test_a_large_frame_trickling_in_is_stored_as_sent_and_answered(hot_broker):
-    """A produce frame far above the frame reader's scratch buffer, sent in small pieces
-    with a small frame right behind it in the same write: both are answered in order
-    and the big one's bytes are stored as sent, offsets patched."""
-    import socket
-    with Client(hot_broker.bootstrap) as c:
-        assert c.create_topic("trickle", 1) == KafkaError.NONE
+def trickle_and_check(bootstrap: str, topic: str, connect) -> None:
+    """A ~300 KB produce frame sent in 7 KB pieces over `connect()`'s socket, the last
+    piece holding the rest of it and a whole small frame: both must be answered in order
+    and stored as sent, offsets patched (test_tls_frames sends it over TLS)."""
+    with Client(bootstrap) as c:
+        assert c.create_topic(topic, 1) == KafkaError.NONE
     big = _batch([bytes([i % 251]) * 1000 for i in range(300)])          # ~300 KB
     small = _batch([b"after"])
-    stream = _produce_frame("trickle", big, 1) + _produce_frame("trickle", small, 2)
-    host, port = hot_broker.bootstrap.split(":")
-    with socket.create_connection((host, int(port)), timeout=30) as sock:
+    stream = _produce_frame(topic, big, 1) + _produce_frame(topic, small, 2)
+    with connect() as sock:
         for at in range(0, len(stream), 7001):     # the last piece holds the small frame whole
             sock.sendall(stream[at:at + 7001])
             time.sleep(0.001)
         first, second = _read_frame(sock), _read_frame(sock)
     assert first[:4] == (1).to_bytes(4, "big") and second[:4] == (2).to_bytes(4, "big")
-    with Client(hot_broker.bootstrap) as c:
-        served = c.fetch("trickle", 0, 0, max_bytes=1 << 20).records
+    with Client(bootstrap) as c:
+        served = c.fetch(topic, 0, 0, max_bytes=1 << 20).records
     assert served == _patched(big, 0) + _patched(small, 300)
+
+
+def test_a_large_frame_trickling_in_is_stored_as_sent_and_answered(hot_broker):
+    """A produce frame far above the frame reader's scratch buffer, sent in small pieces
+    with a small frame right behind it in the same write: both are answered in order
+    and the big one's bytes are stored as sent, offsets patched."""
+    import socket
+    host, port = hot_broker.bootstrap.split(":")
+    trickle_and_check(hot_broker.bootstrap, "trickle",
+                      lambda: socket.create_connection((host, int(port)), timeout=30))
 
 
 def test_responses_still_go_out_after_the_client_shuts_its_side(hot_broker):

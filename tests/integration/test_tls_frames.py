@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import socket
 import ssl
-import time
 
 import pytest
 
 from semel.cli.process import SemelBroker, free_port, wait_for_port
 from semel.client import Client
 from semel.protocol.errors import KafkaError
-from tests.integration.test_hotpath import _batch, _patched, _produce_frame, _read_frame
+from tests.integration.test_hotpath import _batch, _produce_frame, _read_frame, trickle_and_check
 from tests.support.certs import make_certs
 
 
@@ -40,23 +39,10 @@ def _tls_socket(b) -> ssl.SSLSocket:
 
 
 def test_a_large_frame_in_small_tls_records_is_stored_as_sent_and_answered(tls_broker):
-    """A ~300 KB produce frame sent as 7 KB TLS records (each sendall is one record),
-    the last record holding the rest of it and a whole small frame: both are answered
-    in order and the big one's bytes are stored as sent, offsets patched."""
-    with Client(tls_broker.bootstrap) as c:
-        assert c.create_topic("tls-trickle", 1) == KafkaError.NONE
-    big = _batch([bytes([i % 251]) * 1000 for i in range(300)])
-    small = _batch([b"after"])
-    stream = _produce_frame("tls-trickle", big, 1) + _produce_frame("tls-trickle", small, 2)
-    with _tls_socket(tls_broker) as sock:
-        for at in range(0, len(stream), 7001):
-            sock.sendall(stream[at:at + 7001])
-            time.sleep(0.001)
-        first, second = _read_frame(sock), _read_frame(sock)
-    assert first[:4] == (1).to_bytes(4, "big") and second[:4] == (2).to_bytes(4, "big")
-    with Client(tls_broker.bootstrap) as c:
-        served = c.fetch("tls-trickle", 0, 0, max_bytes=1 << 20).records
-    assert served == _patched(big, 0) + _patched(small, 300)
+    """The hot path's trickle test over TLS: each 7 KB sendall is one TLS record, so the
+    big frame's plaintext arrives record by record and the last record holds its end
+    and a whole small frame."""
+    trickle_and_check(tls_broker.bootstrap, "tls-trickle", lambda: _tls_socket(tls_broker))
 
 
 def test_many_frames_in_one_tls_record_are_answered_in_order(tls_broker):
