@@ -189,7 +189,7 @@ def run(out_dir: Path = RESULTS, quick: bool = False, counts: list[int] = (1, 2)
                  "processes share both cores, so 1 vs 2 is as far as it goes here; run the same command "
                  "with --processes 1,2,4,8 on a machine with more cores. broker_cores_*: CPU seconds of "
                  "each broker process over the phase divided by the phase's seconds."),
-        "rows": rows, "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "rows": rows,
     }
     write_result(out_dir, "processes", result)
     print({k: result[k] for k in ("median", "scaling_of_medians", "produce_ratio_per_round")})

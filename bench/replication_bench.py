@@ -156,7 +156,7 @@ def run(out_dir: Path = RESULTS, quick: bool = False, profile_s: int = 0, varian
         **({"profile": prof} if prof else {}),
         **({"variants": {spec.partition(":")[0]: spec.partition(":")[2] for spec in variants},
             "variant_median_mb_per_s": variant_medians} if variants else {}),
-        "rows": rows_all, "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "rows": rows_all,
     }
     write_result(out_dir, "replication", result)
     print(f"medians {med}, RF3 acks=all / RF1 acks=1 = {ratio}")
