@@ -19,26 +19,9 @@ import logging
 from collections.abc import Mapping
 
 from ..protocol.errors import KafkaError
+from ..protocol.txn_hash import java_string_hash, partition_for  # noqa: F401 (re-exported)
 
 log = logging.getLogger("semel.cluster.coordinator_partitions")
-
-_INT_MIN = -(1 << 31)
-
-
-def java_string_hash(s: str) -> int:
-    """Java's String.hashCode: s[0]*31^(n-1) + ... over UTF-16 code units, as a signed int32."""
-    data = s.encode("utf-16-be", "surrogatepass")
-    h = 0
-    for i in range(0, len(data), 2):
-        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def partition_for(key: str | None, partitions: int) -> int:
-    """Kafka's Utils.abs(key.hashCode) % partitions (Utils.abs maps Integer.MIN_VALUE to 0)."""
-    h = java_string_hash(key or "")
-    return (0 if h == _INT_MIN else abs(h)) % partitions
-
 
 def topic_partition_count(view, topic: str) -> int | None:
     """The partition count of `topic` in a cluster view (None before it exists, or for a

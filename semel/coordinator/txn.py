@@ -24,7 +24,9 @@ completing the branch under the branch's own producer id/epoch. While joined, a
 branch is the parent's: its own timeout, EndTxn and produce are refused, and an
 InitProducerId of the branch (a restarted task) aborts the undecided parent
 first, taking every branch with it. A Kafka broker refuses the pseudo-topic
-(invalid name), which is how the sink detects the extension.
+(invalid name), which is how the sink detects the extension. In a cluster a branch
+must map to its parent's __transaction_state partition (same coordinator); one that
+does not is refused the same way.
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ import time
 
 from ..protocol import records
 from ..protocol.errors import KafkaError
+from ..protocol.txn_hash import partition_for
 from ..storage.errors import AppendError, StorageError
 from .coordinator_log import CoordinatorLog
 from .producer_ids import ProducerIdManager
@@ -128,11 +131,12 @@ class TransactionCoordinator:
         self.seat = None
         self.serving = lambda: True
         self._epoch: int | None = None   # the leader epoch served at (cluster), else the local counter
-        # Whether a parent may join branches (__semel_branch pseudo-partitions). A parent
-        # and its branches must share one coordinator, which only one partition of
-        # __transaction_state guarantees; with several, branch pseudo-partitions are
-        # refused as a Kafka broker refuses them, and the Spark sink writes without them.
-        self.branches = True
+        # The partition count of __transaction_state (1 on a single node). A parent and
+        # its branches must share one coordinator: with several partitions a branch whose
+        # id maps to another partition than its parent's is refused as a Kafka broker
+        # refuses the pseudo-topic (the Spark sink names branches that hash like their
+        # parent, semel.protocol.txn_hash.aligned, so they always land here).
+        self.txn_partitions = 1
 
     @classmethod
     def from_broker(cls, broker):
@@ -158,7 +162,7 @@ class TransactionCoordinator:
                               broker.notifier.notify, broker.metrics)
             coordinator.replication = lambda: getattr(broker, "replicas", None)
             coordinator.markers = markers
-            coordinator.branches = count == 1
+            coordinator.txn_partitions = count
             coordinator._seat_on(broker, partition)
             parts.append(coordinator)
         return TxnCoordinators(parts, lambda: topic_partition_count(broker.cluster, TXN_TOPIC))
@@ -452,8 +456,8 @@ class TransactionCoordinator:
             return {tp: err for tp in partitions}
         refused = {tp: self._join_error(meta, tp) if branch_of(tp) is not None else _partition_error(tp, self.logs)
                    for tp in partitions}
-        if not self.branches:
-            refused.update({tp: KafkaError.INVALID_TOPIC_EXCEPTION for tp in partitions if branch_of(tp) is not None})
+        refused.update({tp: KafkaError.INVALID_TOPIC_EXCEPTION for tp in partitions
+                        if branch_of(tp) is not None and not self._coordinated_here(txn_id, branch_of(tp))})
         if any(refused.values()):  # all or nothing
             return {tp: err or KafkaError.OPERATION_NOT_ATTEMPTED for tp, err in refused.items()}
         wanted = meta.parts() | frozenset(partitions)
@@ -475,6 +479,11 @@ class TransactionCoordinator:
                 if self._joined.get(b) == txn_id and (mine is None or (BRANCH_PREFIX + b, 0) not in mine.parts()):
                     del self._joined[b]
         return {tp: err for tp in partitions}
+
+    def _coordinated_here(self, parent: str, branch: str) -> bool:
+        """Whether `branch` belongs to the same __transaction_state partition as `parent`."""
+        n = self.txn_partitions
+        return n == 1 or partition_for(branch, n) == partition_for(parent, n)
 
     def _join_error(self, parent: TxnMeta, tp: tuple[str, int]) -> KafkaError:
         """Why `parent` cannot join the branch `tp` names (NONE if it can). One level

@@ -22,6 +22,7 @@ import time
 from semel.client import txn as wire
 from semel.client.client import Client
 from semel.protocol.errors import KafkaError
+from semel.protocol.txn_hash import aligned
 
 BRANCH_TOPIC = "__semel_branch:"
 MODES = ("auto", "true", "false")
@@ -42,13 +43,20 @@ def pseudo_partition(branch_id: str) -> tuple[str, int]:
     return (BRANCH_TOPIC + branch_id, 0)
 
 
+def branch_name(parent: str, name: str) -> str:
+    """The transactional id of `parent`'s branch `name`: `name.` plus a suffix that makes
+    it hash like the parent, so a cluster coordinates both on the same partition of
+    __transaction_state whatever its partition count (semel.protocol.txn_hash)."""
+    return aligned(parent, name + ".")
+
+
 def broker_has_branches(c: Client, probe_parent: str, timeout_ms: int) -> bool:
     """Whether the broker speaks the branch extension (no state is changed: the probe
     parent stays empty, the join of a branch that does not exist is refused)."""
     err, st = wire.init_producer_id(c, probe_parent, timeout_ms)
     if err != KafkaError.NONE:
         raise AtomicError(f"InitProducerId {probe_parent}: {err.name}")
-    got = wire.add_partitions(c, st, [pseudo_partition(f"{probe_parent}.none")])
+    got = wire.add_partitions(c, st, [pseudo_partition(branch_name(probe_parent, f"{probe_parent}.none"))])
     err = next(iter(got.values()))
     if err == KafkaError.INVALID_TXN_STATE:
         return True

@@ -339,7 +339,7 @@ def checkpoint_query(o: SinkOptions) -> str | None:
 
 
 def branch_id(o: SinkOptions, batch: int, partition: int, attempt: int) -> str:
-    return f"{o.parent}.b{batch}.p{partition}.a{attempt}"
+    return atomic.branch_name(o.parent, f"{o.parent}.b{batch}.p{partition}.a{attempt}")
 
 
 class _Phases:
