@@ -92,10 +92,22 @@ class BrokerConfig:
     connections_max_reauth_ms: int = 0
     listener_connections_max_reauth_ms: dict[str, int] = field(default_factory=dict)
     # OAUTHBEARER's unsecured token validator (Kafka's unsecuredValidator* options).
-    sasl_oauthbearer_clock_skew_ms: int = 0
+    # None: 0 for unsecured tokens, 30 s for signed ones (Kafka's defaults of each).
+    sasl_oauthbearer_clock_skew_ms: int | None = None
     sasl_oauthbearer_required_scope: tuple[str, ...] = ()
     sasl_oauthbearer_principal_claim: str = "sub"
     sasl_oauthbearer_scope_claim: str = "scope"
+    # Signed tokens (Kafka's KIP-768 validator; semel.broker.auth.oauth_jwks) when a JWKS
+    # source is set: a file path or an http(s) URL (sasl.oauthbearer.jwks.endpoint.url).
+    # Unsecured tokens are then refused.
+    sasl_oauthbearer_jwks: str | None = None
+    sasl_oauthbearer_expected_audience: tuple[str, ...] = ()
+    sasl_oauthbearer_expected_issuer: str | None = None
+    sasl_oauthbearer_jwks_refresh_ms: int = 3_600_000
+    sasl_oauthbearer_jwks_retry_backoff_ms: int = 100
+    sasl_oauthbearer_jwks_retry_backoff_max_ms: int = 10_000
+    # An unknown kid fetches the JWKS again at most once per this long.
+    sasl_oauthbearer_jwks_unknown_kid_refresh_ms: int = 10_000
 
     # --- cluster (issue 13; docs/cluster.md) ---
     # etcd endpoints ("host:port,host:port"); None = the embedded single node, no cluster.

@@ -63,6 +63,8 @@ class Broker:
         self.replicas = None
         # semel.cluster.peer.PeerDialer in a cluster: the inter-broker listener and login.
         self.peer_dialer = None
+        # Signed OAUTHBEARER tokens (auth.oauth_jwks.SignedValidator) when a JWKS is set.
+        self.oauth_signed = None
         self._tasks: list[asyncio.Task] = []
         self._stopped = asyncio.Event()
         self.started_at = time.monotonic()
@@ -102,6 +104,10 @@ class Broker:
         # A damaged users/ACL file stops the start here, naming it (ValueError -> one line).
         self.users.names()
         self.acls.bindings()
+        if self.config.sasl_oauthbearer_jwks:   # no JWKS, no start (ValueError -> one line)
+            from .auth.oauth_jwks import start_signed_validator   # needs the oauth extra
+            self.oauth_signed = await start_signed_validator(self.config)
+            self._tasks.append(asyncio.create_task(self.oauth_signed.keys.run(), name="jwks-refresh"))
         listeners = self.config.all_listeners()
         self.listeners = listeners   # with their bound ports: a cluster member advertises them
         self._server = await self._listen(listeners[0])

@@ -174,10 +174,16 @@ def _security_args(s) -> None:
                         "closes (KIP-368; 0: forever)")
     g.add_argument("--listener-reauth-ms", action="append", default=[], metavar="NAME=MS",
                    help="connections.max.reauth.ms of one listener (repeatable)")
-    g.add_argument("--oauthbearer-clock-skew-ms", type=int, default=0, metavar="MS",
-                   help="OAUTHBEARER: clock skew allowed when checking a token's exp and iat")
+    g.add_argument("--oauthbearer-clock-skew-ms", type=int, default=None, metavar="MS",
+                   help="OAUTHBEARER: clock skew allowed when checking a token's exp, iat and nbf "
+                        "(default 0 for unsecured tokens, 30000 with --oauthbearer-jwks)")
     g.add_argument("--oauthbearer-required-scope", default="", metavar="SCOPE[,SCOPE]",
                    help="OAUTHBEARER: scopes every token must carry")
+    g.add_argument("--oauthbearer-sub-claim", default="sub", metavar="NAME",
+                   help="OAUTHBEARER: the claim naming the principal (default sub)")
+    g.add_argument("--oauthbearer-scope-claim", default="scope", metavar="NAME",
+                   help="OAUTHBEARER: the claim holding the scopes (default scope)")
+    _signed_oauth_args(g)
     g.add_argument("--super-user", action="append", default=[], metavar="User:NAME",
                    help="principal that passes every ACL check (repeatable)")
     g.add_argument("--authorizer", choices=["auto", "on", "off"], default="auto",
@@ -196,6 +202,53 @@ def _security_args(s) -> None:
                    help="environment variable holding --inter-broker-user's password")
     g.add_argument("--inter-broker-password-file", default=None, metavar="FILE",
                    help="file holding --inter-broker-user's password (one line)")
+
+
+def _signed_oauth_args(g) -> None:
+    """Signed OAUTHBEARER tokens (Kafka's KIP-768 sasl.oauthbearer.* options)."""
+    g.add_argument("--oauthbearer-jwks", default=None, metavar="PATH|URL",
+                   help="OAUTHBEARER: accept only tokens signed by a key of this JWKS (a file or an "
+                        "http(s) URL; the 'oauth' extra); unsecured tokens are then refused")
+    g.add_argument("--oauthbearer-expected-audience", default="", metavar="AUD[,AUD]",
+                   help="OAUTHBEARER signed tokens: the aud claim must name one of these")
+    g.add_argument("--oauthbearer-expected-issuer", default=None, metavar="ISS",
+                   help="OAUTHBEARER signed tokens: the iss claim must be this")
+    g.add_argument("--oauthbearer-jwks-refresh-ms", type=int, default=3_600_000, metavar="MS",
+                   help="fetch the JWKS again this often (default 3600000)")
+    g.add_argument("--oauthbearer-jwks-retry-backoff-ms", type=int, default=100, metavar="MS",
+                   help="first wait before fetching a URL JWKS again after a failure, doubling (default 100)")
+    g.add_argument("--oauthbearer-jwks-retry-backoff-max-ms", type=int, default=10_000, metavar="MS",
+                   help="most time spent retrying one JWKS fetch (default 10000)")
+    g.add_argument("--oauthbearer-jwks-unknown-kid-refresh-ms", type=int, default=10_000, metavar="MS",
+                   help="a token naming an unknown kid fetches the JWKS again at most once per this "
+                        "long (default 10000)")
+
+
+def _apply_signed_oauth(cfg, args) -> None:
+    if args.oauthbearer_jwks is None:
+        return
+    from .optional import require
+    require("jwt", "--oauthbearer-jwks (signed OAUTHBEARER tokens)")
+    require("cryptography", "--oauthbearer-jwks (signed OAUTHBEARER tokens)")
+    if "OAUTHBEARER" not in cfg.sasl_enabled_mechanisms:
+        raise CliError("--oauthbearer-jwks needs OAUTHBEARER in --sasl-mechanisms")
+    numbers = ("jwks_refresh_ms", "jwks_retry_backoff_ms", "jwks_retry_backoff_max_ms",
+               "jwks_unknown_kid_refresh_ms")
+    for name in numbers:
+        value = getattr(args, f"oauthbearer_{name}")
+        if value < (1 if name == "jwks_refresh_ms" else 0):
+            raise CliError(f"--oauthbearer-{name.replace('_', '-')} must be "
+                           f"{'at least 1' if name == 'jwks_refresh_ms' else '>= 0'}")
+        setattr(cfg, f"sasl_oauthbearer_{name}", value)
+    from ..broker.auth.oauth_jwks import JwksSource
+    try:
+        JwksSource(args.oauthbearer_jwks)
+    except ValueError as exc:
+        raise CliError(f"--oauthbearer-jwks: {exc}") from None
+    cfg.sasl_oauthbearer_jwks = args.oauthbearer_jwks
+    cfg.sasl_oauthbearer_expected_audience = tuple(
+        a.strip() for a in args.oauthbearer_expected_audience.split(",") if a.strip())
+    cfg.sasl_oauthbearer_expected_issuer = args.oauthbearer_expected_issuer
 
 
 def _apply_security(cfg, args) -> None:
@@ -266,7 +319,7 @@ def _check_inter_broker(cfg) -> None:
 
 def _apply_sasl_sessions(cfg, args) -> None:
     """Re-authentication (KIP-368) and the OAUTHBEARER validator's options."""
-    if args.connections_max_reauth_ms < 0 or args.oauthbearer_clock_skew_ms < 0:
+    if args.connections_max_reauth_ms < 0 or (args.oauthbearer_clock_skew_ms or 0) < 0:
         raise CliError("--connections-max-reauth-ms and --oauthbearer-clock-skew-ms must be >= 0")
     cfg.connections_max_reauth_ms = args.connections_max_reauth_ms
     for item in args.listener_reauth_ms:
@@ -276,6 +329,9 @@ def _apply_sasl_sessions(cfg, args) -> None:
         cfg.listener_connections_max_reauth_ms[name] = int(ms)
     cfg.sasl_oauthbearer_clock_skew_ms = args.oauthbearer_clock_skew_ms
     cfg.sasl_oauthbearer_required_scope = tuple(s for s in args.oauthbearer_required_scope.split(",") if s)
+    cfg.sasl_oauthbearer_principal_claim = args.oauthbearer_sub_claim
+    cfg.sasl_oauthbearer_scope_claim = args.oauthbearer_scope_claim
+    _apply_signed_oauth(cfg, args)
 
 
 def build_config(args):

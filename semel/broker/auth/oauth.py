@@ -4,7 +4,9 @@ OAuthBearerUnsecuredJws and its validation utilities.
 
 An unsecured token proves nothing: whoever connects can name any `sub`. The
 mechanism is off unless listed in `--sasl-mechanisms`, and meant for development
-and tests, as in Kafka (docs/security.md).
+and tests, as in Kafka (docs/security.md). With a JWKS configured the signed
+validator (oauth_jwks.py, KIP-768) replaces this one and shares its claim rules
+(check_claims).
 
 The client's first message is `n,[a=AUTHZID],\x01auth=Bearer TOKEN\x01[KEY=VALUE\x01]*\x01`.
 A message that does not parse fails at once; a token that parses but is refused
@@ -56,6 +58,16 @@ class ValidatorConfig:
     scope_claim: str = "scope"
     required_scope: tuple[str, ...] = ()
     allowable_clock_skew_ms: int = 0
+
+
+def validator_config(config) -> ValidatorConfig:
+    """The claim rules from a BrokerConfig. The clock skew left unset is Kafka's default
+    of the validator in use: 0 for unsecured tokens, 30 s for signed ones."""
+    skew = config.sasl_oauthbearer_clock_skew_ms
+    if skew is None:
+        skew = 30_000 if config.sasl_oauthbearer_jwks else 0
+    return ValidatorConfig(config.sasl_oauthbearer_principal_claim, config.sasl_oauthbearer_scope_claim,
+                           tuple(config.sasl_oauthbearer_required_scope), skew)
 
 
 @dataclass(frozen=True)
@@ -132,6 +144,12 @@ def validate_unsecured(token: str, cfg: ValidatorConfig, now_ms: int) -> Token:
     claims = _b64url_json(parts[1], "payload")
     if header.get("alg") != "none":
         raise TokenRefused("an unsecured JWS has alg 'none'")
+    return check_claims(claims, cfg, now_ms)
+
+
+def check_claims(claims: dict, cfg: ValidatorConfig, now_ms: int) -> Token:
+    """The claim rules both validators share (the signed one first checks the signature,
+    issuer, audience and nbf): principal, exp, iat, scope."""
     principal = claims.get(cfg.principal_claim)
     if not isinstance(principal, str) or not principal.strip():
         raise TokenRefused(f"required claim {cfg.principal_claim!r} is missing or not a non-empty string")
@@ -150,6 +168,11 @@ def validate_unsecured(token: str, cfg: ValidatorConfig, now_ms: int) -> Token:
         raise TokenRefused(f"the token lacks the required scope {' '.join(missing)!r}",
                            status="insufficient_scope", scope=" ".join(cfg.required_scope))
     return Token(principal, expires, scope)
+
+
+def not_before_ms(claims: dict) -> int | None:
+    """The token's nbf in ms (None without one); TokenRefused when it is not a number."""
+    return _number_ms(claims, "nbf", required=False)
 
 
 def unsecured_token(claims: dict) -> str:

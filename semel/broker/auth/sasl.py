@@ -4,7 +4,7 @@ with KIP-368 re-authentication.
 The exchange is a transition table (state, event) -> state that the session
 consults before doing anything: a request out of order is ILLEGAL_SASL_STATE and
 the connection is closed, as Kafka does. SCRAM's message handling is scramp's;
-OAUTHBEARER's token rules are in oauth.py.
+OAUTHBEARER's token rules are in oauth.py (unsecured) and oauth_jwks.py (signed).
 
 Re-authentication (KIP-368): with a session lifetime (Kafka's
 connections.max.reauth.ms on the listener), an authenticated session expires that
@@ -81,6 +81,8 @@ class SaslSettings:
     enabled: tuple[str, ...]
     max_reauth_ms: int = 0          # Kafka's connections.max.reauth.ms; 0: sessions never expire
     oauth: oauth.ValidatorConfig = field(default_factory=oauth.ValidatorConfig)
+    # oauth_jwks.SignedValidator when a JWKS is configured: signed tokens only.
+    oauth_signed: object | None = None
 
 
 class SaslSession:
@@ -182,7 +184,10 @@ class SaslSession:
             raise AuthFailed(f"Authentication failed: {self._refused}", counted=True)
         try:
             authzid, token = oauth.parse_initial_response(message)
-            claims = oauth.validate_unsecured(token, self.settings.oauth, int(time.time() * 1000))
+            now_ms = int(time.time() * 1000)
+            signed = self.settings.oauth_signed
+            claims = signed.validate(token, now_ms) if signed is not None else \
+                oauth.validate_unsecured(token, self.settings.oauth, now_ms)
         except oauth.MalformedResponse as exc:
             raise AuthFailed("Authentication failed during authentication due to invalid credentials with "
                              "SASL mechanism OAUTHBEARER") from exc

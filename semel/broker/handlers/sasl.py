@@ -17,13 +17,11 @@ from ..router import handler
 log = logging.getLogger("semel.broker.auth")
 
 
-def sasl_settings(config, listener) -> SaslSettings:
-    """The SASL rules of a listener, from the broker config."""
-    return SaslSettings(
-        tuple(config.sasl_enabled_mechanisms), config.max_reauth_ms(listener.name),
-        oauth.ValidatorConfig(config.sasl_oauthbearer_principal_claim, config.sasl_oauthbearer_scope_claim,
-                              tuple(config.sasl_oauthbearer_required_scope),
-                              config.sasl_oauthbearer_clock_skew_ms))
+def sasl_settings(config, listener, oauth_signed=None) -> SaslSettings:
+    """The SASL rules of a listener, from the broker config (and the broker's signed
+    OAUTHBEARER validator when it has one)."""
+    return SaslSettings(tuple(config.sasl_enabled_mechanisms), config.max_reauth_ms(listener.name),
+                        oauth.validator_config(config), oauth_signed)
 
 
 def _session(ctx) -> SaslSession | None:
@@ -32,7 +30,8 @@ def _session(ctx) -> SaslSession | None:
     if conn is None or listener is None or not listener.sasl:
         return None
     if conn.session is None:
-        conn.session = SaslSession(ctx.broker.users, sasl_settings(ctx.broker.config, listener))
+        conn.session = SaslSession(ctx.broker.users, sasl_settings(ctx.broker.config, listener,
+                                                                   getattr(ctx.broker, "oauth_signed", None)))
     return conn.session
 
 
@@ -65,8 +64,12 @@ async def sasl_authenticate(ctx, body):
         ctx.connection.closing = True
         return _auth_response(ctx, KafkaError.ILLEGAL_SASL_STATE, "not a SASL listener")
     reauth = session.previous is not None
+    auth_bytes = bytes(body.auth_bytes or b"")
+    signed = session.settings.oauth_signed
+    if signed is not None and session.mechanism == "OAUTHBEARER" and session.state is State.MECHANISM:
+        await signed.prepare(auth_bytes)   # an unknown kid may fetch the JWKS again (off the loop)
     try:
-        out = session.authenticate(bytes(body.auth_bytes or b""))
+        out = session.authenticate(auth_bytes)
     except IllegalState as exc:
         ctx.connection.closing = True
         return _auth_response(ctx, KafkaError.ILLEGAL_SASL_STATE, str(exc))
