@@ -156,7 +156,7 @@ def test_acls_apply_to_the_tokens_sub(sec):
 
 def test_raw_login_with_a_signed_token(sec):
     sock, resp = oauth_login(sec.broker.bootstrap, good(EC))
-    assert resp.error_code == 0 and resp.auth_bytes == b""
+    assert resp.error_code == 0 and resp.auth_bytes == b"" and resp.session_lifetime_ms == 0   # no re-auth limit
     assert wire.call(sock, 3, 1, corr=5, topics=None) is not None   # authenticated: Metadata answered
 
 
@@ -209,11 +209,14 @@ def test_jwks_url_rotation_failed_refresh_and_a_flood_of_bogus_kids(tmp_path):
     old, new = rsa_key("2026-q1"), ec_key("2026-q2")
     with JwksServer(jwks_doc(old)) as idp:
         b, _ = signed_broker(tmp_path, idp.url, "--oauthbearer-jwks-unknown-kid-refresh-ms", str(UNKNOWN_KID_GAP_MS),
-                             "--oauthbearer-jwks-retry-backoff-max-ms", "300")
+                             "--oauthbearer-jwks-retry-backoff-max-ms", "300", "--connections-max-reauth-ms", "600000")
         try:
             assert idp.requests == 1   # the first fetch, at start
             _, resp = oauth_login(b.bootstrap, old.sign(claims()))
             assert resp.error_code == 0 and resp.auth_bytes == b""
+            # KIP-368: the session ends at the token's exp when that comes before the limit
+            _, resp = oauth_login(b.bootstrap, old.sign(claims(exp=int(time.time()) + 5)))
+            assert resp.error_code == 0 and 0 < resp.session_lifetime_ms <= 5000
 
             # The IdP is down when a token names a kid the broker does not know: refused,
             # logged, and the keys it had still work.

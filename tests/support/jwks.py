@@ -3,6 +3,7 @@ JWKS as a file or served over a local http.server, and tokens signed with them."
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 import time
 from dataclasses import dataclass
@@ -52,10 +53,10 @@ def claims(sub: str = "alice", now: float | None = None, **over) -> dict:
 
 
 class JwksServer:
-    """A JWKS over http on 127.0.0.1; `doc` can change (key rotation); `requests` counts
-    the fetches; `fail` answers 500 instead."""
+    """A JWKS over http on 127.0.0.1 (https with `tls` = (certfile, keyfile)); `doc` can
+    change (key rotation); `requests` counts the fetches; `fail` answers 500 instead."""
 
-    def __init__(self, doc: bytes):
+    def __init__(self, doc: bytes, tls: tuple | None = None):
         self.doc = doc
         self.fail = False
         self.requests = 0
@@ -75,7 +76,12 @@ class JwksServer:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/jwks.json"
+        if tls is not None:
+            ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            ctx.load_cert_chain(*tls)
+            self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
+        scheme = "https" if tls else "http"
+        self.url = f"{scheme}://127.0.0.1:{self.server.server_address[1]}/jwks.json"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def __enter__(self) -> "JwksServer":

@@ -9,6 +9,7 @@ import hashlib
 import hmac
 import json
 import random
+import re
 
 import jwt
 import pytest
@@ -18,7 +19,8 @@ from semel.broker.auth import oauth
 from semel.broker.auth.oauth import TokenRefused, ValidatorConfig, unsecured_token
 from semel.broker.auth.oauth_jwks import (JwksCache, JwksError, JwksSource, SignedConfig, SignedValidator,
                                           fetch_keys, parse_jwks)
-from tests.support.jwks import AUDIENCE, ISSUER, claims, ec_key, jwks_doc, rsa_key
+from tests.support.certs import make_certs
+from tests.support.jwks import AUDIENCE, ISSUER, JwksServer, claims, ec_key, jwks_doc, rsa_key
 
 NOW = 1_800_000_000
 NOW_MS = NOW * 1000
@@ -102,12 +104,14 @@ def test_keys_by_kid_unknown_and_missing_kid():
 
 @pytest.mark.parametrize("make,why", [
     (lambda: unsecured_token(c()), "alg 'none'"),
+    (lambda: with_header(RSA.sign(c()), alg="EdDSA"), "alg 'EdDSA'"),
+    (lambda: with_header(RSA.sign(c()), alg=None), "no alg is not accepted"),
     (lambda: jwt.encode(c(), "s" * 32, algorithm="HS256", headers={"kid": RSA.kid}), "alg 'HS256'"),
     # the classic confusion: HMAC keyed with the published public key
     (lambda: _hmac_with_public_key(), "alg 'HS256'"),
     (lambda: with_header(RSA.sign(c()), alg="ES256"), "does not fit"),
     (lambda: with_header(EC.sign(c()), alg="RS256"), "does not fit"),
-], ids=["unsecured", "hmac", "hmac-public-key", "es-header-on-rsa", "rs-header-on-ec"])
+], ids=["unsecured", "eddsa", "no-alg", "hmac", "hmac-public-key", "es-header-on-rsa", "rs-header-on-ec"])
 def test_only_asymmetric_algorithms_that_fit_the_key(make, why):
     assert why in str(refused(make()))
 
@@ -178,6 +182,16 @@ def test_sources_file_path_file_url_and_bad_scheme(tmp_path):
         JwksSource("ftp://idp/jwks")
     with pytest.raises(OSError):
         JwksSource(str(tmp_path / "missing.json")).fetch()
+
+
+def test_https_source_checks_the_idp_certificate(tmp_path, monkeypatch):
+    ca, cert, key = make_certs(tmp_path)
+    with JwksServer(jwks_doc(EC), tls=(cert, key)) as idp:
+        with pytest.raises(OSError, match="CERTIFICATE_VERIFY_FAILED"):
+            JwksSource(idp.url, timeout_s=5).fetch()   # a private CA is not trusted by default
+        monkeypatch.setenv("SSL_CERT_FILE", str(ca))   # how an operator names it (docs/security.md)
+        assert parse_jwks(JwksSource(idp.url, timeout_s=5).fetch()).keys() == {"ec-1"}
+    assert idp.requests == 1   # the refused handshake never reached the handler
 
 
 class FlakySource:
@@ -315,3 +329,42 @@ def test_flood_of_unknown_kids_costs_one_fetch_per_interval():
             clock[0] += 0.1   # 100 s in all
         assert len(fetches) == 10 and all(b - a >= 10 for a, b in zip(fetches, fetches[1:]))
     asyncio.run(run())
+
+
+# --- the broker's flags ---------------------------------------------------------------
+
+def broker_config(tmp_path, *flags):
+    from semel.cli.broker import build_config
+    from semel.cli.main import build_parser
+    args = build_parser().parse_args(["broker", "start", "--data-dir", str(tmp_path / "d"), *flags])
+    return build_config(args)
+
+
+def test_flags_reach_the_validators(tmp_path):
+    cfg = broker_config(tmp_path, "--sasl-mechanisms", "OAUTHBEARER", "--oauthbearer-jwks", "https://idp/jwks",
+                        "--oauthbearer-expected-audience", "a, b", "--oauthbearer-expected-issuer", "https://idp",
+                        "--oauthbearer-sub-claim", "client_id", "--oauthbearer-scope-claim", "scp",
+                        "--oauthbearer-jwks-refresh-ms", "60000", "--oauthbearer-jwks-unknown-kid-refresh-ms", "0")
+    from semel.broker.auth.oauth_jwks import signed_config
+    assert signed_config(cfg) == SignedConfig("https://idp/jwks", ("a", "b"), "https://idp", refresh_ms=60_000,
+                                              unknown_kid_refresh_ms=0)
+    assert oauth.validator_config(cfg) == ValidatorConfig("client_id", "scp", (), 30_000)   # Kafka's signed skew
+    cfg = broker_config(tmp_path, "--sasl-mechanisms", "OAUTHBEARER")
+    assert cfg.sasl_oauthbearer_jwks is None and oauth.validator_config(cfg).allowable_clock_skew_ms == 0
+    cfg = broker_config(tmp_path, "--sasl-mechanisms", "OAUTHBEARER", "--oauthbearer-jwks", "k.json",
+                        "--oauthbearer-clock-skew-ms", "5")
+    assert oauth.validator_config(cfg).allowable_clock_skew_ms == 5
+
+
+@pytest.mark.parametrize("flags,why", [
+    (["--oauthbearer-jwks", "k.json"], "needs OAUTHBEARER in --sasl-mechanisms"),
+    (["--sasl-mechanisms", "OAUTHBEARER", "--oauthbearer-jwks", "ftp://idp/k"], "http(s)://"),
+    (["--sasl-mechanisms", "OAUTHBEARER", "--oauthbearer-jwks", "k.json", "--oauthbearer-jwks-refresh-ms", "0"],
+     "at least 1"),
+    (["--sasl-mechanisms", "OAUTHBEARER", "--oauthbearer-jwks", "k.json", "--oauthbearer-jwks-retry-backoff-ms",
+      "-1"], ">= 0"),
+])
+def test_bad_flags_are_one_line_errors(tmp_path, flags, why):
+    from semel.cli.main import CliError
+    with pytest.raises(CliError, match=re.escape(why)):
+        broker_config(tmp_path, *flags)

@@ -284,7 +284,8 @@ class SignedValidator:
             raise TokenRefused(f"malformed token: {exc}") from None
         alg = header.get("alg")
         if alg not in ALGORITHMS:
-            raise TokenRefused(f"alg {str(alg)[:20]!r} is not accepted: a signed token (RS256/384/512, "
+            named = f"alg {alg[:20]!r}" if isinstance(alg, str) else "no alg"
+            raise TokenRefused(f"{named} is not accepted: a signed token (RS256/384/512, "
                                f"PS256/384/512, ES256/384/512) is required")
         kid = header.get("kid")
         if not isinstance(kid, str) or not kid:
