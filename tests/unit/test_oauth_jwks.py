@@ -282,7 +282,7 @@ class Model:
                 self.keys = set(self.rng.sample(KIDS, self.rng.randint(1, len(KIDS))))
                 fut.set_result({k: self.key for k in self.keys})
             else:
-                fut.set_exception(OSError("IdP down"))
+                fut.set_exception(self.rng.choice([OSError("IdP down"), JwksError("no usable key"), ValueError("odd")]))
         elif op == "tick":
             self.clock += self.rng.uniform(0, GAP_S * 0.6)
 

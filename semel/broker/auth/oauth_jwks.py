@@ -202,7 +202,7 @@ class JwksCache:
     async def _refresh(self, why: str) -> bool:
         try:
             keys = await self._run_blocking(self._fetch)
-        except (OSError, JwksError) as exc:
+        except Exception as exc:   # noqa: BLE001 - whatever failed, the loaded keys stay (and logins go on)
             self.failures += 1
             log.warning("JWKS refresh (%s) from %s failed, keeping the %d keys loaded: %s",
                         why, self.describe, len(self.keys), exc)
