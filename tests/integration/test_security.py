@@ -310,7 +310,9 @@ def test_deny_wins_over_allow(sec):
 def test_wrong_password_is_refused_logged_and_counted(sec):
     before = sec.metric("semel_failed_logins_total", mechanism="PLAIN")
     with pytest.raises(KPError):
-        KafkaProducer(**sec.plain("alice", password="wrong"), max_block_ms=5000)
+        # kafka-python 3 bounds its bootstrap by bootstrap_timeout_ms (30 s by default),
+        # not max_block_ms: set both so a refused login ends the call in seconds.
+        KafkaProducer(**sec.plain("alice", password="wrong"), max_block_ms=5000, bootstrap_timeout_ms=5000)
     wait.until(lambda: sec.metric("semel_failed_logins_total", mechanism="PLAIN") > before,
                "the failed login is counted")
     log = sec.broker.log_path.read_text()
