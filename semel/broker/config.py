@@ -135,6 +135,10 @@ class BrokerConfig:
     replica_fetch_wait_max_ms: int = 500
     # Per partition per follower fetch (replica.fetch.max.bytes).
     replica_fetch_max_bytes: int = 1024 * 1024
+    # A follower writes fetched batches of at least this many bytes in a worker thread
+    # (its event loop stays free meanwhile), smaller ones on the loop, where a thread
+    # hop costs more than the copy (semel.storage.log.OFFLOOP_WRITE_BYTES, 64 KiB).
+    replica_write_thread_bytes: int = 64 * 1024
 
     # --- between brokers (issue 13; docs/security.md "Between brokers") ---
     # Kafka's inter.broker.listener.name: the listener of every broker that the others

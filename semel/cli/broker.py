@@ -96,6 +96,7 @@ _OVERRIDES = {
     "replica_lag_time_max_ms": "replica_lag_time_max_ms",
     "replica_fetch_wait_max_ms": "replica_fetch_wait_max_ms",
     "replica_fetch_max_bytes": "replica_fetch_max_bytes",
+    "replica_write_thread_bytes": "replica_write_thread_bytes",
     "transaction_state_partitions": "transaction_state_partitions",
     "offsets_topic_partitions": "offsets_topic_partitions",
 }
@@ -127,6 +128,9 @@ def _cluster_args(s) -> None:
     g.add_argument("--replica-fetch-max-bytes", type=int, default=None,
                    help="most bytes a follower's fetch asks of each partition (default 1048576); "
                         "larger fetches mean fewer round trips and pwrites per MB replicated")
+    g.add_argument("--replica-write-thread-bytes", type=int, default=None,
+                   help="a follower writes fetched data of at least this size in a worker thread, "
+                        "smaller on its event loop (default 65536)")
 
 
 def _apply_cluster(cfg, args) -> None:

@@ -196,6 +196,7 @@ class ReplicaManager:
         self.lag_time_max_ms = lag_time_max_ms or cfg.replica_lag_time_max_ms
         self.fetch_wait_ms = fetch_wait_ms or cfg.replica_fetch_wait_max_ms
         self.fetch_max_bytes = fetch_max_bytes or cfg.replica_fetch_max_bytes
+        self.write_thread_bytes = cfg.replica_write_thread_bytes
         self.request_timeout_s = cfg.request_timeout_ms / 1000
         self.dialer = getattr(broker, "peer_dialer", None) or PeerDialer()
         self.leading: dict[TopicPartition, LeaderState] = {}
@@ -248,6 +249,10 @@ class ReplicaManager:
         if st.version < self._versions.get(tp, -1):
             return     # an older state arriving late (our own alter_isr result raced the watch)
         plog = self.broker.logs.get(*tp) if self.broker.logs is not None else None
+        if plog is not None:
+            # A fetched write still in a worker thread lands before any role change:
+            # becoming leader records the new epoch at the log end, which must count it.
+            plog.settle()
         if plog is None or self.node_id not in st.replicas:
             self._stop_leading(tp)
             self._stop_following(tp)
@@ -659,16 +664,28 @@ class LeaderFetcher:
         if self.m.fetching_paused:
             return True       # paused while the fetch was out: as if the answer never came
         ok = True
+        writing = []
         for t in resp.responses:
             for r in t.partitions:
                 tp = (t.topic, r.partition_index)
                 f = self.parts.get(tp)
                 if f is None or f is not sent.get(tp):
                     continue          # leadership moved while the fetch was out
-                ok = self._apply(tp, f, r) and ok
+                done = self._apply(tp, f, r)
+                if isinstance(done, bool):
+                    ok = done and ok
+                else:
+                    writing.append(done)
+        # Every partition's write runs at once (one worker thread each); the next fetch,
+        # whose offsets report these logs' ends, goes out only once all have landed.
+        for done in await asyncio.gather(*writing) if writing else ():
+            ok = done and ok
         return ok
 
-    def _apply(self, tp: TopicPartition, f: _Followed, r) -> bool:
+    def _apply(self, tp: TopicPartition, f: _Followed, r):
+        """Apply one partition's answer: True/False (went right or not), or, for records
+        written in a worker thread, an awaitable of that. Runs without an await from the
+        caller's role check to the write's start, so the write belongs to this role."""
         plog = self._log(tp)
         err = KafkaError(r.error_code)
         if err is KafkaError.OFFSET_OUT_OF_RANGE:
@@ -689,7 +706,10 @@ class LeaderFetcher:
             self._truncate_one(tp, div.epoch, div.end_offset)    # the next fetch checks again
             return True
         if r.records:
+            in_thread = len(r.records) >= self.m.write_thread_bytes
             try:
+                if in_thread:
+                    return self._landed(tp, f, r, plog.append_replicated_begin(r.records))
                 plog.append_replicated(r.records)
             except StorageError as exc:
                 log.error("%s-%d: replicated append failed: %s", *tp, exc)
@@ -698,6 +718,22 @@ class LeaderFetcher:
                 log.warning("%s-%d: %s; truncating again", *tp, exc)
                 f.truncate = True
                 return False
-        plog.replicated_hw = max(plog.log_start_offset, min(r.high_watermark, plog.log_end_offset))
+        self._follower_hw(plog, r)
         return True
+
+    async def _landed(self, tp: TopicPartition, f: _Followed, r, write) -> bool:
+        """Wait for a write in a worker thread; then the follower's high watermark, unless
+        the role changed meanwhile (that change settled the write and owns the log now)."""
+        try:
+            await write
+        except StorageError as exc:
+            log.error("%s-%d: replicated append failed: %s", *tp, exc)
+            return False
+        if self.parts.get(tp) is f and not self._closing:
+            self._follower_hw(self._log(tp), r)
+        return True
+
+    @staticmethod
+    def _follower_hw(plog, r) -> None:
+        plog.replicated_hw = max(plog.log_start_offset, min(r.high_watermark, plog.log_end_offset))
 

@@ -426,18 +426,39 @@ class PartitionLog:
             if duplicate is not None:
                 return duplicate
             w = self._prepare_write(data, batches, self._apply_data, assign=True)
-            w.future = _WRITERS.submit(self.fs.pwrite, w.seg.log, w.buf, w.start)
-            self._pending = w
-            try:
-                await asyncio.shield(asyncio.wrap_future(w.future))
-            except Exception:
-                pass                    # the write's own error: settling reports it
-            finally:
-                if self._pending is w:  # else a synchronous mutator settled it already
-                    self._settle_pending()
-            if w.error is not None:
-                raise w.error
-            return w.info
+            return await self._write_in_thread(w)
+
+    def _submit_write(self, w: "_PendingWrite") -> None:
+        w.future = _WRITERS.submit(self.fs.pwrite, w.seg.log, w.buf, w.start)
+        self._pending = w
+
+    async def _write_in_thread(self, w: "_PendingWrite") -> AppendInfo:
+        """Hand w's pwrite to a worker thread, wait for it and settle it (unless a
+        synchronous mutator settled it meanwhile); its AppendInfo, or its StorageError.
+        Cancelled while waiting, it settles the write before giving up: a stop or a
+        role change never leaves a write behind."""
+        if w.future is None:
+            self._submit_write(w)
+        try:
+            await asyncio.shield(asyncio.wrap_future(w.future))
+        except Exception:
+            pass                    # the write's own error: settling reports it
+        finally:
+            if self._pending is w:  # else a synchronous mutator settled it already
+                self._settle_pending()
+        if w.error is not None:
+            raise w.error
+        return w.info
+
+    @property
+    def write_pending(self) -> bool:
+        """A write handed to a worker thread has not been applied to memory yet."""
+        return self._pending is not None
+
+    def settle(self) -> None:
+        """Wait for a write handed to a worker thread and apply it to memory. A role
+        change calls this first: the log end it starts from must count that write."""
+        self._settle_pending()
 
     async def _roll_off_loop(self) -> None:
         """_roll in a worker thread: its fsyncs no longer stall every connection. The
@@ -496,6 +517,28 @@ class PartitionLog:
         keep the LSO and answer read_committed fetches. The first batch must start at
         the log end and offsets must be contiguous (AppendError otherwise).
         """
+        batches = self._admit_replicated(data)
+        return self._write(data, batches, on_success=lambda placed: self._apply_replicated(data, placed),
+                           assign=False)
+
+    def append_replicated_begin(self, data: bytes | bytearray | memoryview):
+        """append_replicated with its pwrite in a worker thread (a large fetch: the
+        follower's event loop stays free). Everything up to the pwrite happens in this
+        call, before it returns, so a caller that checked its role just before knows
+        the write belongs to that role. Returns an awaitable of the AppendInfo.
+
+        The log end, producer state and indexes move only when the write has finished
+        (as append_async), so the log end a follower reports in its next fetch counts
+        only written bytes; a truncation, reset, close or role change meanwhile first
+        waits for the write and applies it (_settle_pending), so no write lands past a
+        truncation point. Raises AppendError / StorageError like append_replicated."""
+        batches = self._admit_replicated(data)      # settles an earlier pending write first
+        w = self._prepare_write(data, batches, lambda placed: self._apply_replicated(data, placed), assign=False)
+        self._submit_write(w)
+        return self._write_in_thread(w)
+
+    def _admit_replicated(self, data) -> list[tuple[int, BatchHeader]]:
+        """append_replicated's checks, and the leader epochs of its batches recorded."""
         self._check_writable()
         batches, err = split_batches(data)
         if err is not KafkaError.NONE:
@@ -514,8 +557,7 @@ class PartitionLog:
                 self.epochs.assign(hdr.leader_epoch, hdr.base_offset)
         except OSError as exc:
             raise StorageError(f"{self.directory}: cannot write the leader-epoch cache: {exc}") from exc
-        return self._write(data, batches, on_success=lambda placed: self._apply_replicated(data, placed),
-                           assign=False)
+        return batches
 
     def reset_to(self, offset: int) -> None:
         """Follower: the leader's log now starts past this replica's end (retention or

@@ -22,6 +22,12 @@ from tests.support.memcluster import MemCluster
 LATEST = -1
 
 
+# Followers write fetched data of 64 KiB or more in a worker thread (the default) and
+# smaller on their event loop; 0 sends every write to a thread, so these tests cover the
+# pending write across role changes, truncation and failover on small records too.
+WRITE_PATHS = pytest.mark.parametrize("write_thread_bytes", [64 * 1024, 0], ids=["default", "all-in-thread"])
+
+
 @pytest.fixture
 def cluster(tmp_path):
     clusters = []
@@ -55,8 +61,9 @@ def record_values(data: bytes) -> list[bytes]:
             for r in iter_records(data[_:_ + h.size])]
 
 
-def test_rf3_acks_all_is_on_all_three_logs_byte_for_byte(cluster):
-    c = cluster()
+@WRITE_PATHS
+def test_rf3_acks_all_is_on_all_three_logs_byte_for_byte(cluster, write_thread_bytes):
+    c = cluster(replica_write_thread_bytes=write_thread_bytes)
     c.create_topic("t", [(0, 1, 2)])
     values = [b"v%04d" % i for i in range(500)]
     reports = produce_all(c.bootstrap(), "t", values)
@@ -182,8 +189,9 @@ def test_acks_all_below_min_insync_is_refused_and_nothing_acknowledged_is_lost(c
         assert got[-1] == b"after"
 
 
-def test_new_leader_deduplicates_a_retry_of_a_batch_the_old_leader_stored(cluster):
-    c = cluster()
+@WRITE_PATHS
+def test_new_leader_deduplicates_a_retry_of_a_batch_the_old_leader_stored(cluster, write_thread_bytes):
+    c = cluster(replica_write_thread_bytes=write_thread_bytes)
     c.create_topic("t", [(0, 1, 2)])
     pid, epoch = 4242, 0
     first = build_batch([(None, b"one"), (None, b"two")], timestamp_ms=1, producer_id=pid, producer_epoch=epoch,
@@ -208,8 +216,9 @@ def test_new_leader_deduplicates_a_retry_of_a_batch_the_old_leader_stored(cluste
     assert c.log_bytes(1, "t") == c.log_bytes(2, "t")
 
 
-def test_idempotent_producer_across_a_leader_change_writes_each_record_once(cluster):
-    c = cluster()
+@WRITE_PATHS
+def test_idempotent_producer_across_a_leader_change_writes_each_record_once(cluster, write_thread_bytes):
+    c = cluster(replica_write_thread_bytes=write_thread_bytes)
     c.create_topic("t", [(0, 1, 2)])
     p = Producer({"bootstrap.servers": c.bootstrap(), "acks": "all", "enable.idempotence": True,
                   "linger.ms": 2, "retry.backoff.ms": 20, "topic.metadata.refresh.interval.ms": 200})
@@ -231,8 +240,9 @@ def test_idempotent_producer_across_a_leader_change_writes_each_record_once(clus
     assert c.log_bytes(1, "t") == c.log_bytes(2, "t")
 
 
-def test_new_leader_keeps_lso_and_aborted_ranges(cluster):
-    c = cluster()
+@WRITE_PATHS
+def test_new_leader_keeps_lso_and_aborted_ranges(cluster, write_thread_bytes):
+    c = cluster(replica_write_thread_bytes=write_thread_bytes)
     c.create_topic("t", [(0, 1, 2)])
     p = Producer({"bootstrap.servers": c.bootstrap(0), "transactional.id": "tx-1", "acks": "all"})
     p.init_transactions(30)
@@ -291,8 +301,9 @@ def test_a_transaction_completes_only_once_its_markers_are_replicated(cluster):
         assert c.run(lambda i=i: c.log(i, "t").producers.ongoing_first_offsets()) == {}
 
 
-def test_diverged_follower_truncates_to_the_new_leader_and_converges(cluster):
-    c = cluster()
+@WRITE_PATHS
+def test_diverged_follower_truncates_to_the_new_leader_and_converges(cluster, write_thread_bytes):
+    c = cluster(replica_write_thread_bytes=write_thread_bytes)
     c.create_topic("t", [(0, 1, 2)])
     assert all(err is None for err, _ in produce_all(c.bootstrap(), "t", [b"common%d" % i for i in range(10)]))
     c.wait(same_log_end(c, "t"), "replicated")
@@ -356,3 +367,31 @@ def _fetch_at_epoch(cl: Client, topic: str, partition: int, current_leader_epoch
                           last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20)])],
                       forgotten_topics_data=[], rack_id="")
     return KafkaError(resp.responses[0].partitions[0].error_code)
+
+
+def test_a_followers_fetch_is_bounded_by_its_own_size_not_the_consumer_cap(cluster):
+    """--replica-fetch-max-bytes above the broker's response cap for consumers (here 64
+    KiB) takes effect: fewer, larger fetches per MB replicated. Consumers keep the cap."""
+    from semel.protocol.messages import request_class
+    from tests.support.wire import call, connect
+    cap = 64 * 1024
+    c = cluster(max_fetch_response_bytes=cap)
+    c.create_topic("t", [(0, 1, 2)])
+    values = [bytes([i % 251]) * 1000 for i in range(400)]
+    assert all(err is None for err, _ in produce_all(c.bootstrap(), "t", values, **{"batch.size": 16384}))
+    c.wait(same_log_end(c, "t"), "replicated")
+    assert record_values(c.log_bytes(2, "t")) == values
+    T = request_class(1).FetchTopic
+
+    def fetch(replica_id: int, epoch: int) -> int:
+        with connect(c.bootstrap(0)) as sock:
+            resp = call(sock, 1, 12, replica_id=replica_id, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20,
+                        isolation_level=0, session_id=0, session_epoch=-1, rack_id="", forgotten_topics_data=[],
+                        topics=[T(topic="t", partitions=[T.FetchPartition(
+                            partition=0, current_leader_epoch=epoch, fetch_offset=0, last_fetched_epoch=-1,
+                            log_start_offset=0, partition_max_bytes=1 << 20)])])
+        part = resp.responses[0].partitions[0]
+        assert part.error_code == 0
+        return len(part.records)
+    assert fetch(-1, -1) <= cap                  # a consumer: the broker's cap
+    assert fetch(1, 0) > 2 * cap                  # a follower: its own max bytes (1 MiB)

@@ -8,15 +8,27 @@ fetched epoch, the leader answering a diverging epoch (`diverging_epoch`) instea
 records until the follower's log continues its own (KIP-320/KIP-595). Either way the
 follower cuts where `truncation_point` says.
 
+With `threaded`, followers write as the fetcher does a large fetch: the pwrite in a
+worker thread (append_replicated_begin), the write pending across later steps until
+it lands (the fetcher awaits it before its next fetch) or a role change settles it
+(on_partition calls settle() first; truncate_to settles it itself). Writes of a
+previous role are awaited at random later moments.
+
 Invariants after every step:
 - committed records (below the highest high watermark reached) are on every replica,
   unchanged;
 - a follower that finished truncating holds a prefix of the leader's log, byte for byte;
+- every replica's log end counts only written bytes: its files hold its records; with
+  no write pending they hold nothing more (no write lands past a truncation point);
+- the high watermark never passes any replica's written end, and a stale write landing
+  late changes nothing;
 - in the end, once everyone caught up, the three logs are identical.
 """
 from __future__ import annotations
 
+import asyncio
 import random
+from pathlib import Path
 
 import pytest
 
@@ -29,9 +41,12 @@ CFG = LogConfig(segment_bytes=900, index_interval_bytes=64)
 
 
 class Cluster:
-    def __init__(self, tmp_path, seed: int, via_fetch: bool = False):
+    def __init__(self, tmp_path, seed: int, via_fetch: bool = False, threaded: bool = False):
         self.rng = random.Random(seed)
         self.via_fetch = via_fetch
+        self.threaded = threaded
+        self.writing: dict[int, object] = {}    # follower -> its write in a worker thread
+        self.stale: list = []                   # (replica, write) begun under an earlier role
         self.logs = [PartitionLog.open(tmp_path / f"r{i}", CFG) for i in range(3)]
         self.leader, self.epoch = 0, 0
         self.pending = {1, 2}              # followers that must truncate before fetching
@@ -62,10 +77,29 @@ class Cluster:
                 return
         raise AssertionError(f"replica {f} never finished truncating")
 
-    def replicate(self, f: int) -> None:
+    async def land(self, f: int) -> None:
+        """The fetcher's await of its write; the follower's high watermark after it."""
+        write = self.writing.pop(f, None)
+        if write is not None:
+            await write
+            self._advance_hw()
+
+    async def land_stale(self) -> None:
+        """A write of an earlier role, awaited late: the role change settled it already."""
+        if self.stale:
+            i, write = self.stale.pop(self.rng.randrange(len(self.stale)))
+            before = (self.logs[i].log_end_offset, on_disk(self.logs[i]))
+            await write
+            assert (self.logs[i].log_end_offset, on_disk(self.logs[i])) == before, \
+                f"replica {i}: a write of an earlier role landed after the role changed"
+
+    async def replicate(self, f: int) -> None:
         if f == self.leader:
             return
+        await self.land(f)                    # the next fetch goes out once the write landed
         me, lead = self.logs[f], self.logs[self.leader]
+        reported = me.log_end_offset          # the fetch offset the leader would record
+        assert reported <= written_end(me), f"replica {f} reports {reported} past its written bytes"
         if self.via_fetch:
             diverged = diverging_epoch(lead.epochs, lead.log_start_offset, lead.log_end_offset,
                                        me.log_end_offset, me.epochs.latest_epoch)
@@ -77,7 +111,11 @@ class Cluster:
         elif f in self.pending:
             self.truncate(f)
         if me.log_end_offset < lead.log_end_offset:
-            me.append_replicated(lead.read(me.log_end_offset, self.rng.choice([60, 200, 1000])))
+            data = lead.read(me.log_end_offset, self.rng.choice([60, 200, 1000]))
+            if self.threaded:
+                self.writing[f] = me.append_replicated_begin(data)
+                return                        # pending: lands at a later step
+            me.append_replicated(data)
         self._advance_hw()
 
     def _advance_hw(self) -> None:
@@ -101,6 +139,10 @@ class Cluster:
         return b[:n]
 
     def elect(self) -> None:
+        for i, p in enumerate(self.logs):     # ReplicaManager.on_partition: settle, then change role
+            p.settle()
+        self.stale += self.writing.items()
+        self.writing.clear()
         old = self.logs[self.leader]
         old.leader_epoch = None
         self.leader = self.rng.choice([i for i in range(3) if i != self.leader])
@@ -115,6 +157,24 @@ class Cluster:
             assert data[:len(self.committed)] == self.committed, f"replica {i} lost committed records"
             if i != self.leader and i not in self.pending:
                 assert lead[:len(data)] == data, f"replica {i} diverges from the leader after truncating"
+            disk = on_disk(p)
+            assert disk[:len(data)] == data, f"replica {i}'s log end counts bytes not written"
+            if not p.write_pending:
+                assert disk == data, f"replica {i} holds written bytes past its log end"
+            assert (p.replicated_hw or 0) <= written_end(self.logs[self.leader]), "HW past the leader's writes"
+            assert _offset_at(lead, len(self.committed)) <= written_end(p), f"HW past replica {i}'s written end"
+
+
+def on_disk(plog) -> bytes:
+    """The replica's segment files, read straight from disk (not through its memory)."""
+    return b"".join(Path(plog.segment_path(base)).read_bytes() for base in plog.segment_bases)
+
+
+def written_end(plog) -> int:
+    """One past the last whole batch in the replica's files: what it has written."""
+    data = on_disk(plog)
+    batches = list(iter_batches(data))
+    return batches[-1][1].next_offset if batches else plog.log_start_offset
 
 
 def _offset_at(data: bytes, length: int) -> int:
@@ -125,26 +185,40 @@ def _offset_at(data: bytes, length: int) -> int:
     return list(iter_batches(data))[-1][1].next_offset if data else 0
 
 
+@pytest.mark.parametrize("threaded", [False, True], ids=["write-on-loop", "write-in-thread"])
 @pytest.mark.parametrize("via_fetch", [False, True], ids=["offset-for-leader-epoch", "diverging-epoch"])
 @pytest.mark.parametrize("seed", range(12))
-def test_followers_truncate_to_the_leader_and_never_lose_committed_records(tmp_path, seed, via_fetch):
-    c = Cluster(tmp_path, seed, via_fetch)
-    try:
-        for _ in range(120):
-            action = c.rng.choices(["append", "replicate", "elect"], weights=[4, 6, 1])[0]
-            if action == "append":
-                c.append()
-            elif action == "replicate":
-                c.replicate(c.rng.randrange(3))
-            else:
-                c.elect()
-            c.check()
-        for _ in range(200):                  # let everyone catch up with the last leader
+def test_followers_truncate_to_the_leader_and_never_lose_committed_records(tmp_path, seed, via_fetch, threaded):
+    async def run() -> Cluster:
+        c = Cluster(tmp_path, seed, via_fetch, threaded)
+        try:
+            for _ in range(120):
+                action = c.rng.choices(["append", "replicate", "elect", "land", "stale"],
+                                       weights=[4, 6, 1, 2 if threaded else 0, 1 if threaded else 0])[0]
+                if action == "append":
+                    c.append()
+                elif action == "replicate":
+                    await c.replicate(c.rng.randrange(3))
+                elif action == "land":
+                    await c.land(c.rng.randrange(3))
+                elif action == "stale":
+                    await c.land_stale()
+                else:
+                    c.elect()
+                c.check()
+            for _ in range(200):              # let everyone catch up with the last leader
+                for f in range(3):
+                    await c.replicate(f)
             for f in range(3):
-                c.replicate(f)
-        logs = [all_bytes(p) for p in c.logs]
-        assert logs[0] == logs[1] == logs[2]
-        assert c.epoch > 0 and len(c.committed) > 0
-    finally:
-        for p in c.logs:
-            p.close()
+                await c.land(f)
+            while c.stale:
+                await c.land_stale()
+            c.check()
+            logs = [all_bytes(p) for p in c.logs]
+            assert logs[0] == logs[1] == logs[2]
+            return c
+        finally:
+            for p in c.logs:
+                p.close()
+    c = asyncio.run(run())
+    assert c.epoch > 0 and len(c.committed) > 0

@@ -72,7 +72,13 @@ def _read_all(ctx, req, replica=False, refused=None):
     # The broker caps a response below what clients ask for (50 MiB by default):
     # a huge response is encoded in one go on the event loop, stalling every other
     # connection meanwhile, while a few MiB per round trip already saturates a client.
+    # A follower's own replica_fetch_max_bytes bounds its fetches instead (Kafka's
+    # replica.fetch.response.max.bytes is separate too): the response is framed around
+    # the stored bytes without copying them (protocol.fetch_response), so a larger one
+    # costs no encoding time, and fewer round trips per MB is what replication needs.
     cap = ctx.broker.config.max_fetch_response_bytes
+    if replica and req.max_bytes > 0:
+        cap = max(cap, req.max_bytes)
     budget = min(req.max_bytes, cap) if req.max_bytes > 0 else cap
     total = 0
     topics = []
