@@ -11,6 +11,9 @@ for the leader's fsync; acks=1 waits for nothing but the append).
 
     python -m bench.replication_bench [--quick] [--profile SECONDS] [--variant 'LABEL:BROKER ARGS']
 
+Each broker's CPU seconds per 100 MB produced are in the results
+(`broker_cpu_s_per_100mb`, leader first): on a box with few cores the ratio follows them.
+
 `--profile S` also records S seconds of py-spy on each of the three brokers (the
 leader and both followers of `rf3`) while RF3 acks=all records are produced, and
 puts each one's top functions in the results ("profile").
@@ -91,12 +94,15 @@ def _start(tmp: Path, name: str, broker_args: list[str]):
 
 def _measure(cluster, leaders: dict, label: str, topic: str, acks: str, r: int, count: int) -> dict:
     before = [cpu_seconds(b.pid) for b in cluster.brokers]
+    client_before = time.process_time()      # the producer runs here (librdkafka's threads)
     elapsed = produce(cluster.bootstrap, topic, 1, SIZE, count, {"acks": acks})
+    client_cpu = time.process_time() - client_before
     cpu = [round(cpu_seconds(b.pid) - c, 2) for b, c in zip(cluster.brokers, before)]
     row = {"cluster": label, "round": r, "topic": topic, "replication_factor": TOPICS[topic][0], "acks": acks,
            "records": count, "seconds": round(elapsed, 3), "load_average_1m": round(os.getloadavg()[0], 2),
            # CPU seconds of each broker process (leader first) during the run
            "broker_cpu_s": [cpu[leaders[topic]]] + [x for n, x in enumerate(cpu) if n != leaders[topic]],
+           "client_cpu_s": round(client_cpu, 2),
            "mb_per_s": round(count * SIZE / elapsed / 1e6, 2)}
     print(row, flush=True)
     return row
@@ -138,6 +144,16 @@ def run(out_dir: Path = RESULTS, quick: bool = False, profile_s: int = 0, varian
     med = {f"{t}_acks_{a}": statistics.median(x["mb_per_s"] for x in rows if (x["topic"], x["acks"]) == (t, a))
            for t, a in CASES}
     ratio = round(med["rf3_acks_all"] / med["rf1_acks_1"], 3)
+    # Where the CPU goes: each broker's CPU seconds per 100 MB produced (leader first), the
+    # per-broker median over the rounds, what the three together take, and the producer's.
+    cpu = {}
+    for t, a in CASES:
+        per = [[x * 1e8 / (r["records"] * SIZE) for x in r["broker_cpu_s"]]
+               for r in rows if (r["topic"], r["acks"]) == (t, a)]
+        client = [r["client_cpu_s"] * 1e8 / (r["records"] * SIZE) for r in rows if (r["topic"], r["acks"]) == (t, a)]
+        cpu[f"{t}_acks_{a}"] = {"per_broker": [round(statistics.median(col), 3) for col in zip(*per)],
+                                "all_brokers": round(statistics.median(sum(p) for p in per), 3),
+                                "client": round(statistics.median(client), 3)}
     result = {
         "what": "produce MB/s, 1 KiB records, one partition, confluent-kafka; RF3 acks=all vs RF1 acks=1",
         "cluster": "etcd + 3 semel broker processes on this machine (semel.cluster.local)",
@@ -146,6 +162,7 @@ def run(out_dir: Path = RESULTS, quick: bool = False, profile_s: int = 0, varian
         "median_mb_per_s": med,
         "ratio_rf3_acks_all_to_rf1_acks_1": ratio, "target": 0.7, "target_met": ratio >= 0.7,
         "ratio_rf3_to_rf1_both_acks_all": round(med["rf3_acks_all"] / med["rf1_acks_all"], 3),
+        "broker_cpu_s_per_100mb": cpu,
         "ratio_rf1_acks_all_to_acks_1": round(med["rf1_acks_all"] / med["rf1_acks_1"], 3),
         "machine_name": SHARED_BOX,
         "note": ("Three broker processes, etcd and the client share both cores, so the followers' work "
