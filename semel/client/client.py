@@ -105,6 +105,11 @@ class Client:
         The broker handles a connection's requests one after another in the order
         sent (Kafka does too), so a later one sees what an earlier one did; each
         response says whether its request succeeded. A call may carry "_version"."""
+        return self.receive_many(self.send_many(calls))
+
+    def send_many(self, calls: list[tuple[int, dict]]) -> list[tuple[int, int, int]]:
+        """The sending half of request_many: what receive_many needs to read the answers
+        (a writer sends to several brokers before it waits for any)."""
         sent = []
         frames = []
         for api_key, fields in calls:
@@ -115,6 +120,9 @@ class Client:
                                          self.client_id, request_class(api_key)(version=version, **fields)))
             sent.append((api_key, version, self._corr))
         self.sock.sendall(b"".join(frames))
+        return sent
+
+    def receive_many(self, sent: list[tuple[int, int, int]]) -> list[Any]:
         return [self._response(*s) for s in sent]
 
     def _call(self, api_key: int, version: int, body, expect_response: bool = True) -> Any:
