@@ -34,6 +34,15 @@ READ_COMMITTED = 1
 
 TP = tuple[str, int]
 
+GROUP = 0        # FindCoordinator key types
+TRANSACTION = 1
+
+# Errors that say a cached coordinator or leader is no longer the one to ask.
+COORDINATOR_MOVED = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
+                               KafkaError.COORDINATOR_LOAD_IN_PROGRESS})
+LEADER_MOVED = frozenset({KafkaError.NOT_LEADER_OR_FOLLOWER, KafkaError.FENCED_LEADER_EPOCH,
+                          KafkaError.UNKNOWN_TOPIC_OR_PARTITION})
+
 
 class ReaderError(ClientError):
     """A read that cannot succeed (or did not within its deadline); one readable line."""
@@ -65,8 +74,12 @@ class _Transient(ClientError):
     """Worth another try: a retriable Kafka error or a lost connection."""
 
 
+def _error(code: int) -> KafkaError:
+    return KafkaError(code) if code in KafkaError._value2member_map_ else KafkaError.UNKNOWN_SERVER_ERROR
+
+
 def _check(code: int, what: str) -> None:
-    err = KafkaError(code) if code in KafkaError._value2member_map_ else KafkaError.UNKNOWN_SERVER_ERROR
+    err = _error(code)
     if err is KafkaError.NONE:
         return
     if err.retriable:
@@ -78,9 +91,10 @@ class Cluster:
     """Connections to the brokers of one cluster, found from the bootstrap list."""
 
     def __init__(self, bootstrap: str, timeout_s: float = 30.0, client_id: str = "semel-spark",
-                 topics: list[str] | None = None):
+                 topics: list[str] | None = None, fail_fast: bool = False):
         """topics: those whose metadata to load now (None: all); an executor reading one
-        range needs one topic, not the metadata of a whole cluster."""
+        range needs one topic, not the metadata of a whole cluster. fail_fast: no retry
+        of that first load (a writer refuses to start at once when no broker answers)."""
         self.bootstrap = [s.strip() for s in bootstrap.split(",") if s.strip()]
         self.client_id = client_id
         self.retry = Retry(timeout_s)
@@ -90,7 +104,16 @@ class Cluster:
         self.brokers: dict[int, str] = {}
         self.leaders: dict[TP, int] = {}
         self.topic_partitions: dict[str, int] = {}
-        self.retry.run(f"connecting to {bootstrap}", lambda: self._refresh(topics))
+        self.topic_errors: dict[str, KafkaError] = {}
+        self.coordinators: dict[tuple[int, str], str] = {}   # (key type, key) -> address
+        if not fail_fast:
+            self.retry.run(f"connecting to {bootstrap}", lambda: self._refresh(topics))
+            return
+        try:
+            self._refresh(topics)
+        except _Transient as exc:
+            self.close()
+            raise ReaderError(str(exc), exc.error) from None
 
     def close(self) -> None:
         for c in self._conns.values():
@@ -136,13 +159,14 @@ class Cluster:
             raise _Transient(f"{address}: {exc}") from None
 
     def _any_broker(self) -> str:
+        why = ""
         for address in list(self._conns) + self.bootstrap + list(self.brokers.values()):
             try:
                 self._conn(address)
                 return address
-            except _Transient:
-                continue
-        raise _Transient(f"no broker reachable (bootstrap {','.join(self.bootstrap)})")
+            except _Transient as exc:
+                why = f": {exc}"
+        raise _Transient(f"no broker reachable (bootstrap {','.join(self.bootstrap)}){why}")
 
     # --- metadata ---------------------------------------------------------------
 
@@ -154,7 +178,9 @@ class Cluster:
         for t in md.topics:
             if t.error_code:
                 self.topic_partitions.pop(t.name, None)
+                self.topic_errors[t.name] = _error(t.error_code)
                 continue
+            self.topic_errors.pop(t.name, None)
             if t.name.startswith("__"):
                 continue  # internal topics are never a source
             self.topic_partitions[t.name] = len(t.partitions)
@@ -181,6 +207,77 @@ class Cluster:
         for tp in tps:
             out.setdefault(self._leader(tp), []).append(tp)
         return out
+
+    # --- routing: coordinators and leaders, for writers (semel.spark.sink) ---------
+
+    def _coordinator(self, key: str, key_type: int) -> str:
+        """The address of `key`'s coordinator, asked once and cached until seen() drops it."""
+        address = self.coordinators.get((key_type, key))
+        if address is None:
+            fc = self._call(self._any_broker(), 10, key=key, key_type=key_type)
+            _check(fc.error_code, f"FindCoordinator {key}")
+            address = self.coordinators[(key_type, key)] = f"{fc.host}:{fc.port}"
+        return address
+
+    def coordinator(self, key: str, key_type: int) -> Client:
+        """A connection to `key`'s coordinator (key_type GROUP or TRANSACTION); a cached
+        coordinator that cannot be reached is forgotten and asked for again."""
+        def attempt():
+            address = self._coordinator(key, key_type)
+            try:
+                return self._conn(address)
+            except _Transient:
+                self.coordinators.pop((key_type, key), None)
+                raise
+        return self.retry.run(f"FindCoordinator {key}", attempt)
+
+    def leader(self, tp: TP) -> Client:
+        """A connection to the leader of `tp` (from Metadata, cached until seen() drops it)."""
+        def attempt():
+            address = self._leader(tp)
+            try:
+                return self._conn(address)
+            except _Transient:
+                self.leaders.pop(tp, None)
+                raise
+        return self.retry.run(f"the leader of {tp[0]}-{tp[1]}", attempt)
+
+    def seen(self, err: KafkaError | None, *, coordinator: tuple[str, int] | None = None,
+             tp: TP | None = None, address: str | None = None) -> KafkaError | None:
+        """An answer's error: drops the cache entry it says is stale (a coordinator that
+        moved, a leader that moved, or, err None, a broken connection to `address`: every
+        entry naming it). Returns err, so that callers can pass it on."""
+        if err is None and address is not None:
+            self._forget_address(address)
+        if coordinator is not None and (err is None or err in COORDINATOR_MOVED):
+            self.coordinators.pop((coordinator[1], coordinator[0]), None)
+        if tp is not None and (err is None or err in LEADER_MOVED):
+            self.leaders.pop(tp, None)
+        return err
+
+    def broken(self, c: Client) -> None:
+        """A connection that failed mid-request: closed, and nothing routed to it is kept."""
+        for address, conn in list(self._conns.items()):
+            if conn is c:
+                self._forget_address(address)
+        c.close()
+
+    def _forget_address(self, address: str) -> None:
+        c = self._conns.pop(address, None)
+        if c is not None:
+            c.close()
+        self.coordinators = {k: a for k, a in self.coordinators.items() if a != address}
+        self.leaders = {tp: n for tp, n in self.leaders.items() if self.brokers.get(n) != address}
+
+    def partition_count(self, topic: str) -> int:
+        """`topic`'s partition count (Metadata); ReaderError naming the broker's refusal."""
+        if topic not in self.topic_partitions:
+            self.retry.run(f"metadata of {topic}", lambda: self._refresh([topic]))
+        n = self.topic_partitions.get(topic)
+        if n is None:
+            err = self.topic_errors.get(topic, KafkaError.UNKNOWN_TOPIC_OR_PARTITION)
+            raise ReaderError(f"topic {topic}: {err.name}", err)
+        return n
 
     # --- offsets ----------------------------------------------------------------
 
@@ -221,14 +318,16 @@ class Cluster:
             topics.setdefault(t, []).append(p)
 
         def attempt():
-            fc = self._call(self._any_broker(), 10, key=group, key_type=0)
-            _check(fc.error_code, f"FindCoordinator {group}")
-            address = f"{fc.host}:{fc.port}"
+            address = self._coordinator(group, GROUP)
             cls = request_class(9)
-            resp = self._call(address, 9, group_id=group, require_stable=True,
-                              topics=[cls.OffsetFetchRequestTopic(name=t, partition_indexes=ps)
-                                      for t, ps in topics.items()])
-            _check(resp.error_code, f"OffsetFetch {group}")
+            try:
+                resp = self._call(address, 9, group_id=group, require_stable=True,
+                                  topics=[cls.OffsetFetchRequestTopic(name=t, partition_indexes=ps)
+                                          for t, ps in topics.items()])
+                _check(resp.error_code, f"OffsetFetch {group}")
+            except _Transient as exc:
+                self.seen(exc.error, coordinator=(group, GROUP), address=address)
+                raise
             out = {}
             for rt in resp.topics:
                 for rp in rt.partitions:

@@ -41,6 +41,13 @@ def pipelined(c: Client, *calls: tuple[Call, object]) -> list:
     return [fn(r) for r, (_, fn) in zip(c.request_many([call for call, _ in calls]), calls)]
 
 
+def scatter(calls: dict[Client, list[tuple[Call, object]]]) -> dict[Client, list]:
+    """pipelined() on several connections at once: every write goes out before any
+    answer is read, so the round trips to different brokers overlap."""
+    sent = {c: c.send_many([call for call, _ in cs]) for c, cs in calls.items()}
+    return {c: [fn(r) for r, (_, fn) in zip(c.receive_many(sent[c]), cs)] for c, cs in calls.items()}
+
+
 def init_producer_id_call(txn_id: str, timeout_ms: int) -> Call:
     return 22, dict(transactional_id=txn_id, transaction_timeout_ms=timeout_ms, producer_id=-1, producer_epoch=-1)
 
@@ -194,5 +201,5 @@ def raise_error(err: KafkaError, what: str) -> None:
     raise ClientError(f"{what}: {err.name}", err)
 
 
-__all__ = ["TxnState", "pipelined", "init_producer_id", "add_partitions", "produce", "add_offsets",
+__all__ = ["TxnState", "pipelined", "scatter", "init_producer_id", "add_partitions", "produce", "add_offsets",
            "txn_offset_commit", "end_txn", "committed_with_metadata"]

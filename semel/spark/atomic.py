@@ -18,6 +18,7 @@ aborted). auto then falls back to mode (b); true refuses to start.
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 from semel.client import txn as wire
 from semel.client.client import Client
@@ -81,15 +82,20 @@ def resolve(mode: str, c: Client, probe_parent: str, timeout_ms: int) -> bool:
     return supported
 
 
-def join(c: Client, parent: wire.TxnState, branch_ids: list[str], deadline_s: float) -> None:
+def join(conn: Callable[[], Client], parent: wire.TxnState, branch_ids: list[str], deadline_s: float,
+         moved: Callable[[KafkaError], object] = lambda err: None) -> None:
     """Join every branch to the parent, or AtomicError (a branch that is no longer
-    ongoing, e.g. aborted by its timeout, fails the batch: never committed in part)."""
+    ongoing, e.g. aborted by its timeout, fails the batch: never committed in part).
+    conn(): the parent's coordinator, asked each try; moved(err) is told each refusal
+    (a router drops a coordinator that moved)."""
     if not branch_ids:
         return
     delay = 0.05
     while True:
-        got = wire.add_partitions(c, parent, [pseudo_partition(b) for b in branch_ids])
+        got = wire.add_partitions(conn(), parent, [pseudo_partition(b) for b in branch_ids])
         bad = {tp[0][len(BRANCH_TOPIC):]: e for tp, e in got.items() if e != KafkaError.NONE}
+        for err in set(bad.values()):
+            moved(err)
         if not bad:
             return
         if not all(e in _AGAIN or e == KafkaError.OPERATION_NOT_ATTEMPTED for e in bad.values()) \

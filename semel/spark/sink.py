@@ -1,7 +1,11 @@
 """The exactly-once `format("semel")` sink (issue 10), foreign-broker mode (b).
 
-Standard Kafka APIs only, so it works against any Kafka-compatible broker that
-is its own transaction and group coordinator (one broker; see semel.client.txn).
+Standard Kafka APIs only, so it works against any Kafka-compatible broker or
+cluster. Requests are routed as a Kafka producer routes them (semel.client.reader.
+Cluster): transaction requests to the transactional id's coordinator (a parent and
+its branches share it: their ids hash alike), TxnOffsetCommit and the decision read
+to the group's coordinator, Produce to each partition's leader. Where they are one
+broker (always on a single node) a step's requests still go in one write.
 
 Identity. The query's consumer group G = options.query_group_id() (from
 `kafka.group.id`, else the checkpoint location, which Spark hands the sink as
@@ -51,6 +55,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 
 from semel.client.client import Client, ClientError
 from semel.client import txn as wire
+from semel.client.reader import COORDINATOR_MOVED, GROUP, TRANSACTION, Cluster
 from semel.protocol.errors import KafkaError
 from semel.spark import atomic, batches, pool
 from semel.spark import options as opt
@@ -118,7 +123,7 @@ def parse_options(options) -> SinkOptions:
     if mode not in atomic.MODES:
         raise SinkError(f"option 'semel.atomicBatches' must be auto, true or false, got {opts[ATOMIC]!r}")
     loc = opts.get(opt.CHECKPOINT)
-    return SinkOptions(bootstrap=bootstrap.split(",")[0].strip(), group=group, parent=f"semel-spark-{group}",
+    return SinkOptions(bootstrap=bootstrap, group=group, parent=f"semel-spark-{group}",
                        topic=opts.get(TOPIC) or None, checkpoint=_local_path(loc) if loc else None,
                        restart_window_ms=_int(opts, RESTART_WINDOW, DEFAULT_RESTART_WINDOW_MS),
                        request_timeout_ms=_int(opts, REQUEST_TIMEOUT, 30_000),
@@ -177,30 +182,78 @@ def _header(h) -> tuple:
 
 # --- broker helpers -----------------------------------------------------------------
 
-def _open(o: SinkOptions) -> Client:
+def _open(o: SinkOptions) -> Cluster:
     try:
-        return Client(o.bootstrap, client_id="semel-spark-sink", timeout_s=o.request_timeout_ms / 1000)
+        return Cluster(o.bootstrap, timeout_s=o.request_timeout_ms / 1000, client_id="semel-spark-sink",
+                       topics=[o.topic] if o.topic else [], fail_fast=True)
     except ClientError as exc:
         raise SinkError(f"semel sink: {exc}") from None
 
 
+def _usable(r: Cluster) -> bool:
+    r.drop_closed()  # connections a broker closed meanwhile are reopened when next needed
+    return True
+
+
 def _connect(o: SinkOptions):
-    """A connection to the broker for one write() or commit(), kept by the worker for
-    the next one (semel.spark.pool)."""
-    return pool.borrow(("sink", o.bootstrap, o.request_timeout_ms), lambda: _open(o),
-                       Client.idle_open, Client.close)
+    """The connections to the cluster's brokers for one write() or commit(), kept by the
+    worker for the next one (semel.spark.pool)."""
+    return pool.borrow(("sink", o.bootstrap, o.request_timeout_ms), lambda: _open(o), _usable, Cluster.close)
 
 
-def _retrying(o: SinkOptions, what: str, call):
-    """Run call() -> KafkaError until it is not retriable or the request timeout has passed."""
+def _routed(get):
+    try:
+        return get()
+    except ClientError as exc:
+        raise SinkError(f"semel sink: {exc}") from None
+
+
+def _txn(r: Cluster, txn_id: str) -> Client:
+    """The connection to txn_id's transaction coordinator (a branch's is its parent's)."""
+    return _routed(lambda: r.coordinator(txn_id, TRANSACTION))
+
+
+def _group(r: Cluster, o: SinkOptions) -> Client:
+    """The connection to the query's group coordinator (offsets and the decision)."""
+    return _routed(lambda: r.coordinator(o.group, GROUP))
+
+
+def _leader(r: Cluster, tp: TP) -> Client:
+    return _routed(lambda: r.leader(tp))
+
+
+def _retry_rounds(o: SinkOptions, step) -> KafkaError:
+    """step() -> (error, progressed), again until it returns NONE or an error that is not
+    retriable, or the request timeout has passed since the last step that made progress
+    (a long flush that keeps moving is not cut off by a deadline from its start)."""
     deadline = time.monotonic() + o.request_timeout_ms / 1000
     delay = 0.05
     while True:
-        err = call()
-        if err == KafkaError.NONE or not err.retriable or time.monotonic() > deadline:
+        err, progressed = step()
+        if err == KafkaError.NONE or not err.retriable:
+            return err
+        if progressed:
+            deadline = time.monotonic() + o.request_timeout_ms / 1000
+            delay = 0.05
+        elif time.monotonic() > deadline:
             return err
         time.sleep(delay)
         delay = min(delay * 2, 1.0)
+
+
+def _retrying(o: SinkOptions, what: str, call) -> KafkaError:
+    """Run call() -> KafkaError until it is not retriable or the request timeout has passed."""
+    return _retry_rounds(o, lambda: (call(), False))
+
+
+def _on_txn(r: Cluster, txn_id: str, call) -> KafkaError:
+    """call(connection) -> KafkaError on txn_id's coordinator; an answer saying it moved
+    drops the cached one (the retry asks again)."""
+    return r.seen(call(_txn(r, txn_id)), coordinator=(txn_id, TRANSACTION))
+
+
+def _end(r: Cluster, txn_id: str, pid: int, epoch: int, commit: bool) -> KafkaError:
+    return _on_txn(r, txn_id, lambda c: wire.end_txn(c, txn_id, pid, epoch, commit))
 
 
 def _ok(err: KafkaError, what: str) -> None:
@@ -213,19 +266,17 @@ def probe(o: SinkOptions) -> SinkOptions:
     restart window as a transaction timeout (else a branch could be aborted by the
     broker between a crash and the restart that commits it). Returns the options
     with mode (a) on where the broker supports it and semel.atomicBatches allows."""
-    with _connect(o) as c:
+    probe_id = f"{o.parent}.probe"
+    with _connect(o) as r:
         if o.topic is not None:
-            try:
-                c.partitions(o.topic)
-            except ClientError as exc:
-                raise SinkError(f"semel sink: {exc}") from None
-        err, _ = wire.init_producer_id(c, f"{o.parent}.probe", o.restart_window_ms)
+            _Partitioner(r, 0).count(o.topic)
+        err, _ = _init_err(r, o, probe_id)
         if err == KafkaError.INVALID_TRANSACTION_TIMEOUT:
             raise SinkError(f"semel sink: the broker refuses a transaction timeout of {o.restart_window_ms} ms "
                             "(semel.restartWindowMs): raise its transaction.max.timeout.ms or lower the option")
         _ok(err, "InitProducerId probe")
         try:
-            return replace(o, atomic=atomic.resolve(o.atomic_mode, c, f"{o.parent}.probe", o.restart_window_ms))
+            return replace(o, atomic=atomic.resolve(o.atomic_mode, _txn(r, probe_id), probe_id, o.restart_window_ms))
         except atomic.AtomicError as exc:
             raise SinkError(f"semel sink: {exc}") from None
 
@@ -283,7 +334,7 @@ def decision_partitions(o: SinkOptions, offsets: dict[TP, int]) -> list[TP]:
     return [(o.topic, 0)]  # a query without a semel source: record the decision on the output
 
 
-def read_decision(c: Client, o: SinkOptions, parts: list[TP], fence_open: bool = True) -> dict | None:
+def read_decision(r: Cluster, o: SinkOptions, parts: list[TP], fence_open: bool = True) -> dict | None:
     """The newest decision the query's committed offsets record, or None.
 
     UNSTABLE_OFFSET_COMMIT means a parent transaction is open. In commit() (the
@@ -291,18 +342,25 @@ def read_decision(c: Client, o: SinkOptions, parts: list[TP], fence_open: bool =
     (the broker aborts it), then read the settled state. A task (not fence_open)
     must not fence it: a speculative copy still writing while this run's commit()
     decides would abort that commit. For a task an open parent means "not decided
-    yet" (None): it cannot include the task's branch, whose message is not sent."""
+    yet" (None): it cannot include the task's branch, whose message is not sent.
+    A group coordinator that moved is asked for again."""
     deadline = time.monotonic() + o.request_timeout_ms / 1000
+    delay = 0.05
     while True:
         try:
-            got = wire.committed_with_metadata(c, o.group, parts)
+            got = wire.committed_with_metadata(_group(r, o), o.group, parts)
             break
         except ClientError as exc:
-            if exc.error != KafkaError.UNSTABLE_OFFSET_COMMIT or time.monotonic() > deadline:
+            moved = r.seen(exc.error, coordinator=(o.group, GROUP)) in COORDINATOR_MOVED
+            if not (moved or exc.error == KafkaError.UNSTABLE_OFFSET_COMMIT) or time.monotonic() > deadline:
                 raise SinkError(f"semel sink: {exc}") from None
-            if not fence_open:
+            if moved:
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+            elif not fence_open:
                 return None
-            _fence(c, o, o.parent)
+            else:
+                _fence(r, o, o.parent)
     return _decision_in(o, got)
 
 
@@ -397,8 +455,8 @@ def _task_identity() -> tuple[int | None, int, int]:
 class _Partitioner:
     """Kafka's default choice: explicit partition, else murmur2 of the key, else round robin."""
 
-    def __init__(self, c: Client, start: int):
-        self.c = c
+    def __init__(self, r: Cluster, start: int):
+        self.r = r
         self.sizes: dict[str, int] = {}
         self.next = start
         self.hashes: dict[bytes, int] = {}  # murmur2 per key: keys repeat, the hash is pure Python
@@ -407,7 +465,7 @@ class _Partitioner:
         n = self.sizes.get(topic)
         if n is None:
             try:
-                n = self.sizes[topic] = self.c.partitions(topic)
+                n = self.sizes[topic] = self.r.partition_count(topic)
             except ClientError as exc:
                 raise SinkError(f"semel sink: {exc}") from None
         return n
@@ -453,14 +511,15 @@ class _Partitioner:
             self.hashes[key] = murmur2(key) & 0x7FFFFFFF
 
 
-def _decided(c: Client, o: SinkOptions, batch: int) -> bool:
+def _decided(r: Cluster, o: SinkOptions, batch: int) -> bool:
     """Task side: whether `batch` is decided (an open parent counts as not yet)."""
-    done = read_decision(c, o, decision_partitions(o, batch_offsets(o, batch)), fence_open=False)
+    done = read_decision(r, o, decision_partitions(o, batch_offsets(o, batch)), fence_open=False)
     return done is not None and done["batch"] >= batch
 
 
 def _decided_call(o: SinkOptions, batch: int):
-    """_decided() as a (call, result) pair that goes in one write with other requests."""
+    """_decided() as a (call, result) pair that goes in one write with other requests; the
+    result is None where the group coordinator moved (then _decided() asks on its own)."""
     call = wire.committed_call(o.group, decision_partitions(o, batch_offsets(o, batch)))
     fetched = wire.committed_result(o.group)
 
@@ -468,6 +527,8 @@ def _decided_call(o: SinkOptions, batch: int):
         try:
             done = _decision_in(o, fetched(r))
         except ClientError as exc:
+            if exc.error in COORDINATOR_MOVED:
+                return None
             if exc.error != KafkaError.UNSTABLE_OFFSET_COMMIT:
                 raise SinkError(f"semel sink: {exc}") from None
             return False  # an open parent: not decided yet (see read_decision)
@@ -539,29 +600,29 @@ def write_branch(o: SinkOptions, cols: dict[str, int], rows: Iterator, batch: in
                  attempt: int, check: bool = True) -> BranchMessage:
     ph = _Phases(o, f"write p{partition} a{attempt}", batch)
     bid = branch_id(o, batch, partition, attempt)
-    with _connect(o) as c:
+    with _connect(o) as r:
         ph.mark("connect")
-        decided, st = _check_and_init(c, o, batch, bid, check)
+        decided, st = _check_and_init(r, o, batch, bid, check)
         ph.mark("check_and_init")
         if decided:
             return BranchMessage(partition, attempt, skipped=True)
-        producer = _BranchProducer(o, c, st)
-        part = _Partitioner(c, partition)
+        producer = _BranchProducer(o, r, st)
+        part = _Partitioner(r, partition)
         _feed(producer, part, cols, rows, o.topic)
         # The re-check rides with the last Produce request (the broker answers it after that
         # request): no round trip of its own unless nothing was left to send.
-        recheck = producer.flush(_decided_call(o, batch) if check else None)
+        recheck = producer.flush((_group(r, o), _decided_call(o, batch)) if check else None)
         ph.mark("input_and_produce")
         _kill_if("write:produced", batch)
         if check and recheck is None:
-            recheck = _decided(c, o, batch)
+            recheck = _decided(r, o, batch)
         ph.mark("recheck")
         ph.done(rows=producer.total, produce_ms=round(producer.send_s * 1000, 2))
         if recheck:
             # Decided while we wrote (a speculative copy or a zombie run lost the
             # race): commit() fenced only the attempt numbers it knew of, so end
             # our own branch now rather than leave it open for the restart window.
-            _retrying(o, "EndTxn", lambda: wire.end_txn(c, bid, st.pid, st.epoch, False))
+            _retrying(o, "EndTxn", lambda: _end(r, bid, st.pid, st.epoch, False))
             return BranchMessage(partition, attempt, skipped=True)
         if attempt == 0 and os.environ.get(FAIL_FIRST_ATTEMPT_ENV):
             raise SinkError("semel sink: injected failure of a first task attempt (test hook)")
@@ -569,26 +630,30 @@ def write_branch(o: SinkOptions, cols: dict[str, int], rows: Iterator, batch: in
                              counts={f"{t}:{p}": n for (t, p), n in producer.counts.items()})
 
 
-def _check_and_init(c: Client, o: SinkOptions, batch: int, bid: str, check: bool):
+def _check_and_init(r: Cluster, o: SinkOptions, batch: int, bid: str, check: bool):
     """(decided already?, the branch's TxnState). A replay of a decided batch writes
     nothing. In mode (b) it must not InitProducerId its recorded branches either (that
     would abort them before commit() rolls them forward), so the check goes first. In
     mode (a) the broker completed a decided batch's branches itself and an InitProducerId
     of one changes nothing of it (of a branch of an undecided parent it aborts that parent,
-    wanted either way): the check and the InitProducerId go in one write."""
+    wanted either way): where the group's and the branch's coordinator are one broker, the
+    check and the InitProducerId go in one write."""
     if not check:
-        return False, _init(c, o, bid)
-    if not o.atomic:
-        if _decided(c, o, batch):
+        return False, _init(r, o, bid)
+    g = _group(r, o)
+    if not o.atomic or g is not _txn(r, bid):
+        if _decided(r, o, batch):
             return True, None
-        return False, _init(c, o, bid)
-    decided, (err, st) = wire.pipelined(c, _decided_call(o, batch),
+        return False, _init(r, o, bid)
+    decided, (err, st) = wire.pipelined(g, _decided_call(o, batch),
                                         (wire.init_producer_id_call(bid, o.restart_window_ms),
                                          wire.init_producer_id_result(bid)))
+    if decided is None:
+        decided = _decided(r, o, batch)
     if decided:
         return True, None
     if err != KafkaError.NONE:
-        st = _init(c, o, bid)  # retried as on its own (CONCURRENT_TRANSACTIONS while the broker ends one)
+        st = _init(r, o, bid)  # retried as on its own (CONCURRENT_TRANSACTIONS while the broker ends one)
     return False, st
 
 
@@ -611,18 +676,26 @@ def _feed(producer: "_BranchProducer", part: _Partitioner, cols: dict[str, int],
 class _Chunk:
     """Records of one partition that go out as one record batch: rows (the row path,
     with headers) or row indices into Arrow columns (the columnar path)."""
-    __slots__ = ("rows", "keys", "values", "idx", "count", "nbytes")
+    __slots__ = ("rows", "keys", "values", "idx", "count", "nbytes", "encoded")
 
     def __init__(self, nbytes: int, rows=None, keys=None, values=None, idx=None):
         self.rows, self.keys, self.values, self.idx = rows, keys, values, idx
         self.count = len(rows) if rows is not None else len(idx)
         self.nbytes = nbytes
+        self.encoded: tuple | None = None
 
     def encode(self, st: wire.TxnState, seq: int) -> bytes:
-        if self.rows is not None:
-            return wire.build_txn_batch(self.rows, st.pid, st.epoch, seq)
-        return batches.encode(self.keys, self.values, self.idx, producer_id=st.pid, producer_epoch=st.epoch,
-                              base_sequence=seq, timestamp_ms=int(time.time() * 1000))
+        """The record batch; a resend (after a leader moved) is the same bytes, same
+        producer id, epoch and sequence, so a broker that got it before drops the copy."""
+        key = (st.pid, st.epoch, seq)
+        if self.encoded is None or self.encoded[0] != key:
+            if self.rows is not None:
+                data = wire.build_txn_batch(self.rows, st.pid, st.epoch, seq)
+            else:
+                data = batches.encode(self.keys, self.values, self.idx, producer_id=st.pid, producer_epoch=st.epoch,
+                                      base_sequence=seq, timestamp_ms=int(time.time() * 1000))
+            self.encoded = (key, data)
+        return self.encoded[1]
 
 
 # A Produce request carries the next batch of every partition with records waiting, up
@@ -632,11 +705,12 @@ MAX_ROUND_BYTES = 4 * MAX_REQUEST_BYTES
 
 class _BranchProducer:
     """Buffers rows per partition and sends them as transactional batches: one Produce
-    request for all partitions at once, in the same write as the AddPartitionsToTxn of
-    those not in the transaction yet (the broker handles them in order)."""
+    request per partition leader, each round. Where the coordinator leads them all (one
+    broker), in the same write as the AddPartitionsToTxn of those not in the transaction
+    yet (the broker handles them in order); else the join is answered first."""
 
-    def __init__(self, o: SinkOptions, c: Client, st: wire.TxnState):
-        self.o, self.c, self.st = o, c, st
+    def __init__(self, o: SinkOptions, r: Cluster, st: wire.TxnState):
+        self.o, self.r, self.st = o, r, st
         self.buf: dict[TP, list] = {}   # row path: rows not cut into a chunk yet
         self.size: dict[TP, int] = {}   # buffered key + value bytes per partition
         self.ready: dict[TP, list[_Chunk]] = {}  # chunks to send, in order per partition
@@ -692,63 +766,109 @@ class _BranchProducer:
         return out
 
     def _send_ready(self, tail=None):
-        got = None
-        deadline = time.monotonic() + self.o.request_timeout_ms / 1000
-        delay = 0.05
+        """Rounds until everything is sent; `tail` as in flush(). A retriable refusal is
+        tried again (the request timeout counts from the last round that sent something)."""
         self.ready = {tp: cs for tp, cs in self.ready.items() if cs}
-        while self.ready:
-            t0 = time.perf_counter()
-            chunks = self._next_round()
-            last = len(chunks) == len(self.ready) and all(len(self.ready[tp]) == 1 for tp in chunks)
-            new = sorted(tp for tp in chunks if tp not in self.added)
-            data = {tp: ch.encode(self.st, self.st.seq.get(tp, 0)) for tp, ch in chunks.items()}
-            add_errs, produced, tail_got = self._round(data, new, tail if last else None)
-            self.send_s += time.perf_counter() - t0
-            refused = {tp: e for tp, e in add_errs.items() if e != KafkaError.NONE}
-            if not refused:
-                self.added.update(new)
-            failed: dict[TP, KafkaError] = {}
-            for tp, ch in chunks.items():
-                err = produced.get(tp, KafkaError.UNKNOWN_SERVER_ERROR)
-                if err == KafkaError.NONE:
-                    self.st.seq[tp] = self.st.seq.get(tp, 0) + ch.count
-                    self.counts[tp] = self.counts.get(tp, 0) + ch.count
-                    self.total += ch.count
-                    self.ready[tp].pop(0)
-                    if not self.ready[tp]:
-                        del self.ready[tp]
-                elif not (refused and tp in new):  # not in the transaction: the join's error tells why
-                    failed[tp] = err
-            # the cause, not the OPERATION_NOT_ATTEMPTED a broker gives the others of a request
-            why = sorted(refused.items(), key=lambda kv: kv[1] == KafkaError.OPERATION_NOT_ATTEMPTED)
-            what = "AddPartitionsToTxn"
-            if not why:
-                why, what = sorted(failed.items()), "Produce"
-            if not why:
-                if last:
-                    got = tail_got
-                deadline = time.monotonic() + self.o.request_timeout_ms / 1000
-                delay = 0.05
-                continue
-            (topic, partition), err = why[0]
-            if not err.retriable or time.monotonic() > deadline:
-                raise SinkError(f"semel sink: {what} {topic}-{partition}: {err.name}")
-            time.sleep(delay)
-            delay = min(delay * 2, 1.0)
-        return got
+        box: dict = {"got": None, "why": None}
+
+        def rounds() -> tuple[KafkaError, bool]:
+            progressed = False
+            while self.ready:
+                failure, sent = self._send_round(tail, box)
+                progressed = progressed or sent
+                if failure is not None:
+                    box["why"] = failure
+                    return failure[2], progressed
+            return KafkaError.NONE, progressed
+        err = _retry_rounds(self.o, rounds)
+        if err != KafkaError.NONE:
+            what, (topic, partition), _ = box["why"]
+            raise SinkError(f"semel sink: {what} {topic}-{partition}: {err.name}")
+        return box["got"]
+
+    def _send_round(self, tail, box: dict):
+        """One round: the next chunk of each partition (up to MAX_ROUND_BYTES). Returns
+        (None or (what, tp, error) of the first failure, whether any chunk was sent)."""
+        t0 = time.perf_counter()
+        chunks = self._next_round()
+        last = len(chunks) == len(self.ready) and all(len(self.ready[tp]) == 1 for tp in chunks)
+        new = sorted(tp for tp in chunks if tp not in self.added)
+        data = {tp: ch.encode(self.st, self.st.seq.get(tp, 0)) for tp, ch in chunks.items()}
+        add_errs, produced, tail_got = self._round(data, new, tail if last else None)
+        self.send_s += time.perf_counter() - t0
+        refused = {tp: e for tp, e in add_errs.items() if e != KafkaError.NONE}
+        if not refused:
+            self.added.update(new)
+        failed: dict[TP, KafkaError] = {}
+        sent = False
+        for tp, ch in chunks.items():
+            err = produced.get(tp, KafkaError.UNKNOWN_SERVER_ERROR)
+            if err == KafkaError.NONE:
+                sent = True
+                self.st.seq[tp] = self.st.seq.get(tp, 0) + ch.count
+                self.counts[tp] = self.counts.get(tp, 0) + ch.count
+                self.total += ch.count
+                self.ready[tp].pop(0)
+                if not self.ready[tp]:
+                    del self.ready[tp]
+            elif not (refused and tp in new):  # not in the transaction: the join's error tells why
+                failed[tp] = err
+        # the cause, not the OPERATION_NOT_ATTEMPTED a broker gives the others of a request
+        why = sorted(refused.items(), key=lambda kv: kv[1] == KafkaError.OPERATION_NOT_ATTEMPTED)
+        what = "AddPartitionsToTxn"
+        if not why:
+            why, what = sorted(failed.items()), "Produce"
+        if not why:
+            if last:
+                box["got"] = tail_got
+            return None, sent
+        tp, err = why[0]
+        return (what, tp, err), sent
 
     def _round(self, data: dict[TP, bytes], new: list[TP], tail):
-        """One write: AddPartitionsToTxn of `new` (if any), the Produce of `data`, `tail`.
-        Returns (the join's errors, the produce's errors, the tail's result)."""
+        """One write per broker: AddPartitionsToTxn of `new` (if any), the Produce of
+        `data`, `tail` ((connection, (call, result)) or None). Returns (the join's errors,
+        the produce's errors, the tail's result); errors that say a coordinator or leader
+        moved drop it from the routing cache, so the next round asks again."""
+        coord = _txn(self.r, self.st.txn_id)
+        leaders = {tp: _leader(self.r, tp) for tp in data}
+        if all(c is coord for c in leaders.values()) and (tail is None or tail[0] is coord):
+            add_errs, produced, tail_got = self._round_on_one(coord, data, new, tail)
+        else:
+            add_errs, produced, tail_got = self._round_on_many(coord, leaders, data, new, tail)
+        for e in add_errs.values():
+            self.r.seen(e, coordinator=(self.st.txn_id, TRANSACTION))
+        for tp, e in produced.items():
+            self.r.seen(e, tp=tp)
+        return add_errs, produced, tail_got
+
+    def _round_on_one(self, c: Client, data: dict[TP, bytes], new: list[TP], tail):
         calls = []
         if new:
-            calls.append((wire.add_partitions_call(self.c, self.st, new), wire.add_partitions_result))
+            calls.append((wire.add_partitions_call(c, self.st, new), wire.add_partitions_result))
         calls.append((wire.produce_call(self.st, data), wire.produce_result))
         if tail is not None:
-            calls.append(tail)
-        got = wire.pipelined(self.c, *calls)
+            calls.append(tail[1])
+        got = wire.pipelined(c, *calls)
         add_errs = got.pop(0) if new else {}
         return add_errs, got[0], (got[1] if tail is not None else None)
+
+    def _round_on_many(self, coord: Client, leaders: dict[TP, Client], data: dict[TP, bytes],
+                       new: list[TP], tail):
+        """The join is answered before any Produce to a joined partition is sent (another
+        broker would not see it in order); the Produce requests go out to all leaders at
+        once, the tail after their answers."""
+        add_errs = wire.add_partitions(coord, self.st, new) if new else {}
+        if any(e != KafkaError.NONE for e in add_errs.values()):
+            data = {tp: d for tp, d in data.items() if tp not in new}
+        by_leader: dict[Client, dict[TP, bytes]] = {}
+        for tp, d in data.items():
+            by_leader.setdefault(leaders[tp], {})[tp] = d
+        got = wire.scatter({c: [(wire.produce_call(self.st, part), wire.produce_result)]
+                            for c, part in by_leader.items()})
+        produced = {tp: e for answers in got.values() for tp, e in answers[0].items()}
+        tail_got = wire.pipelined(tail[0], tail[1])[0] if tail is not None else None
+        return add_errs, produced, tail_got
 
 
 # --- driver-side commit -------------------------------------------------------------
@@ -763,27 +883,33 @@ def _winners(messages) -> list[BranchMessage]:
     return [m for m in messages if isinstance(m, BranchMessage) and not m.skipped and m.pid >= 0]
 
 
-def _init(c: Client, o: SinkOptions, txn_id: str) -> wire.TxnState:
-    """InitProducerId, retried while the broker is still ending the id's previous
-    transaction (CONCURRENT_TRANSACTIONS) within the request timeout."""
-    box: dict = {}
+def _init_err(r: Cluster, o: SinkOptions, txn_id: str) -> tuple[KafkaError, wire.TxnState | None]:
+    """InitProducerId on txn_id's coordinator, retried while the broker is still ending
+    the id's previous transaction (CONCURRENT_TRANSACTIONS) or the coordinator moves,
+    within the request timeout."""
+    box: dict = {"st": None}
 
-    def call() -> KafkaError:
+    def call(c: Client) -> KafkaError:
         err, box["st"] = wire.init_producer_id(c, txn_id, o.restart_window_ms)
         return err
-    _ok(_retrying(o, "InitProducerId", call), f"InitProducerId {txn_id}")
-    return box["st"]
+    return _retrying(o, "InitProducerId", lambda: _on_txn(r, txn_id, call)), box["st"]
 
 
-def _fence(c: Client, o: SinkOptions, txn_id: str) -> None:
+def _init(r: Cluster, o: SinkOptions, txn_id: str) -> wire.TxnState:
+    err, st = _init_err(r, o, txn_id)
+    _ok(err, f"InitProducerId {txn_id}")
+    return st
+
+
+def _fence(r: Cluster, o: SinkOptions, txn_id: str) -> None:
     """InitProducerId on a branch id: the broker aborts what it left open."""
-    _init(c, o, txn_id)
+    _init(r, o, txn_id)
 
 
-def _end_branch(c: Client, o: SinkOptions, batch: int, b: list) -> None:
+def _end_branch(r: Cluster, o: SinkOptions, batch: int, b: list) -> None:
     part, attempt, pid, epoch = b
     bid = branch_id(o, batch, part, attempt)
-    err = _retrying(o, "EndTxn", lambda: wire.end_txn(c, bid, pid, epoch, True))
+    err = _retrying(o, "EndTxn", lambda: _end(r, bid, pid, epoch, True))
     if err != KafkaError.NONE:
         raise SinkError(f"semel sink: batch {batch} is committed but its branch {bid} cannot be: {err.name} "
                         "(aborted by the broker's transaction timeout? see semel.restartWindowMs)")
@@ -794,12 +920,12 @@ def commit_batch(o: SinkOptions, messages, batch: int) -> None:
     parts = decision_partitions(o, offsets)
     winners = _winners(messages)
     ph = _Phases(o, "commit", batch)
-    with _connect(o) as c:
+    with _connect(o) as r:
         ph.mark("connect")
-        st, done = _init_and_read(c, o, parts)
+        st, done = _init_and_read(r, o, parts)
         ph.mark("init_and_read")
         if done is not None and done["batch"] >= batch:
-            _roll_forward(c, o, done, batch, winners)
+            _roll_forward(r, o, done, batch, winners)
             return
         written = _written(winners)
         branches = [[m.partition, m.attempt, m.pid, m.epoch] for m in written]
@@ -812,53 +938,65 @@ def commit_batch(o: SinkOptions, messages, batch: int) -> None:
                             f"offset metadata ({len(meta)} > {MAX_DECISION_BYTES} bytes) in mode (b): "
                             "coalesce the output or use a semel broker (mode a)")
         marks = offsets or {tp: batch for tp in parts}
-        _join_and_offsets(c, o, st, [branch_id(o, batch, m.partition, m.attempt) for m in written], marks, meta)
+        _join_and_offsets(r, o, st, [branch_id(o, batch, m.partition, m.attempt) for m in written], marks, meta)
         ph.mark("join_and_offsets")
         _kill_if("commit:parent-offsets", batch)
-        losers = _decide(c, o, st, _loser_ids(o, batch, winners))
+        losers = _decide(r, o, st, _loser_ids(o, batch, winners))
         ph.mark("end_txn")
         _kill_if("commit:decided", batch)
         # Mode (a): the parent's EndTxn has completed every joined branch already (the
         # broker's own doing, crash or not), so there is nothing to end one by one.
         for i, b in enumerate([] if o.atomic else branches):
-            _end_branch(c, o, batch, b)
+            _end_branch(r, o, batch, b)
             if i == 0:
                 _kill_if("commit:branch", batch)
         ph.mark("end_branches")
         for txn_id in losers:
-            _fence(c, o, txn_id)
+            _fence(r, o, txn_id)
         ph.mark("fence_losers")
         ph.done(branches=len(written))
 
 
-def _init_and_read(c: Client, o: SinkOptions, parts: list[TP]) -> tuple[wire.TxnState, dict | None]:
-    """InitProducerId of the parent and the decision read, in one write. The
-    InitProducerId goes first: it fences a zombie's parent and aborts one a killed run
-    left open, so the read that follows finds settled offsets; for a batch decided
-    already the new epoch is unused (the next batch's commit() takes another). Where
-    the broker was still ending that parent, both are done again one at a time."""
+def _init_and_read(r: Cluster, o: SinkOptions, parts: list[TP]) -> tuple[wire.TxnState, dict | None]:
+    """InitProducerId of the parent, then the decision read. The InitProducerId goes
+    first: it fences a zombie's parent and aborts one a killed run left open, so the read
+    that follows finds settled offsets; for a batch decided already the new epoch is
+    unused (the next batch's commit() takes another). Where one broker coordinates both
+    the parent and the group, both go in one write; where that broker was still ending
+    that parent, both are done again one at a time."""
+    c = _txn(r, o.parent)
+    if c is not _group(r, o):
+        st = _init(r, o, o.parent)
+        return st, read_decision(r, o, parts)
     fetched = wire.committed_result(o.group)
 
-    def read(r):
+    def read(resp):
         try:
-            return fetched(r)
+            return fetched(resp)
         except ClientError as exc:
             return exc
     (err, st), got = wire.pipelined(c, (wire.init_producer_id_call(o.parent, o.restart_window_ms),
                                         wire.init_producer_id_result(o.parent)),
                                     (wire.committed_call(o.group, parts), read))
     if err != KafkaError.NONE or isinstance(got, ClientError):
-        done = read_decision(c, o, parts)
-        return _init(c, o, o.parent), done
+        r.seen(err, coordinator=(o.parent, TRANSACTION))
+        done = read_decision(r, o, parts)
+        return _init(r, o, o.parent), done
     return st, _decision_in(o, got)
 
 
-def _join_and_offsets(c: Client, o: SinkOptions, st: wire.TxnState, branch_ids: list[str],
+def _join_and_offsets(r: Cluster, o: SinkOptions, st: wire.TxnState, branch_ids: list[str],
                       marks: dict[TP, int], meta: str) -> None:
     """Mode (a): join the branches; then AddOffsetsToTxn and TxnOffsetCommit of the
-    batch's offsets with the decision metadata, all in one write (the broker handles
-    them in order). What failed is done again one at a time, with its retries; nothing
-    here is the decision (EndTxn is), so a failure leaves at most an open parent."""
+    batch's offsets with the decision metadata, all in one write where one broker
+    coordinates the parent and the group (it handles them in order). What failed is done
+    again one at a time, with its retries; nothing here is the decision (EndTxn is), so a
+    failure leaves at most an open parent."""
+    c = _txn(r, o.parent)
+    if c is not _group(r, o):
+        _join(r, o, st, branch_ids)
+        _offsets(r, o, st, marks, meta)
+        return
     join = o.atomic and bool(branch_ids)
     calls = [(wire.add_partitions_call(c, st, [atomic.pseudo_partition(b) for b in branch_ids]),
               wire.add_partitions_result)] if join else []
@@ -867,29 +1005,42 @@ def _join_and_offsets(c: Client, o: SinkOptions, st: wire.TxnState, branch_ids: 
     got = wire.pipelined(c, *calls)
     joined = got.pop(0) if join else {}
     if any(e != KafkaError.NONE for e in joined.values()):
-        _join(c, o, st, branch_ids)
+        _join(r, o, st, branch_ids)
     added, errs = got
     if added != KafkaError.NONE or any(e != KafkaError.NONE for e in errs.values()):
-        _ok(_retrying(o, "AddOffsetsToTxn", lambda: wire.add_offsets(c, st, o.group)), "AddOffsetsToTxn")
-        errs = wire.txn_offset_commit(c, st, o.group, marks, meta)
-    bad = {tp: e for tp, e in errs.items() if e != KafkaError.NONE}
+        _offsets(r, o, st, marks, meta)
+
+
+def _offsets(r: Cluster, o: SinkOptions, st: wire.TxnState, marks: dict[TP, int], meta: str) -> None:
+    """AddOffsetsToTxn (the parent's coordinator), then TxnOffsetCommit (the group's)."""
+    err = _retrying(o, "AddOffsetsToTxn", lambda: _on_txn(r, o.parent, lambda c: wire.add_offsets(c, st, o.group)))
+    _ok(err, "AddOffsetsToTxn")
+    box: dict = {}
+
+    def commit() -> KafkaError:
+        box["errs"] = wire.txn_offset_commit(_group(r, o), st, o.group, marks, meta)
+        bad = [e for e in box["errs"].values() if e != KafkaError.NONE]
+        return r.seen(bad[0], coordinator=(o.group, GROUP)) if bad else KafkaError.NONE
+    _retrying(o, "TxnOffsetCommit", commit)
+    bad = {tp: e for tp, e in box["errs"].items() if e != KafkaError.NONE}
     if bad:
         raise SinkError(f"semel sink: TxnOffsetCommit: {', '.join(f'{t}-{p} {e.name}' for (t, p), e in bad.items())}")
 
 
-def _decide(c: Client, o: SinkOptions, st: wire.TxnState, losers: list[str]) -> list[str]:
+def _decide(r: Cluster, o: SinkOptions, st: wire.TxnState, losers: list[str]) -> list[str]:
     """EndTxn(commit) of the parent: the batch's durable decision. In mode (a) the look
     at which losing attempts the broker knows (_known) goes in the same write, answered
-    after the decision as before. Returns the losers to fence."""
+    after the decision as before (the losers' ids hash like the parent's: one
+    coordinator). Returns the losers to fence."""
     calls = [(wire.end_txn_call(o.parent, st.pid, st.epoch, True), wire.error_result)]
     look = o.atomic and bool(losers)
     if look:
         calls.append(_known_call(losers))
-    got = wire.pipelined(c, *calls)
+    got = wire.pipelined(_txn(r, o.parent), *calls)
     if got[0] != KafkaError.NONE:
-        _ok(_retrying(o, "EndTxn", lambda: wire.end_txn(c, o.parent, st.pid, st.epoch, True)),
-            f"EndTxn {o.parent}")
-        return _known(c, o, losers)  # look again: the first look came before the decision
+        r.seen(got[0], coordinator=(o.parent, TRANSACTION))
+        _ok(_retrying(o, "EndTxn", lambda: _end(r, o.parent, st.pid, st.epoch, True)), f"EndTxn {o.parent}")
+        return _known(r, o, losers)  # look again: the first look came before the decision
     return got[1] if look else losers
 
 
@@ -909,7 +1060,7 @@ def _known_call(ids: list[str]):
     return (65, dict(transactional_ids=list(ids))), result
 
 
-def _known(c: Client, o: SinkOptions, ids: list[str]) -> list[str]:
+def _known(r: Cluster, o: SinkOptions, ids: list[str]) -> list[str]:
     """The losers worth fencing. A semel broker (mode a) answers DescribeTransactions: an
     id it has never seen holds no rows, and fencing it would only add a coordinator
     record. (A copy that starts after this look is no different from one that starts
@@ -917,41 +1068,42 @@ def _known(c: Client, o: SinkOptions, ids: list[str]) -> list[str]:
     to the APIs every broker has and fences them all."""
     if not (o.atomic and ids):
         return ids
-    return wire.pipelined(c, _known_call(ids))[0]
+    return wire.pipelined(_txn(r, o.parent), _known_call(ids))[0]
 
 
-def _join(c: Client, o: SinkOptions, st: wire.TxnState, branch_ids: list[str]) -> None:
+def _join(r: Cluster, o: SinkOptions, st: wire.TxnState, branch_ids: list[str]) -> None:
     """Mode (a): the parent's EndTxn will decide these branches in one record
     (their own EndTxn afterwards only confirms it)."""
     if not o.atomic:
         return
     try:
-        atomic.join(c, st, branch_ids, time.monotonic() + o.request_timeout_ms / 1000)
+        atomic.join(lambda: _txn(r, st.txn_id), st, branch_ids, time.monotonic() + o.request_timeout_ms / 1000,
+                    moved=lambda err: r.seen(err, coordinator=(st.txn_id, TRANSACTION)))
     except atomic.AtomicError as exc:
         raise SinkError(f"semel sink: {exc}") from None
 
 
-def _roll_forward(c: Client, o: SinkOptions, done: dict, batch: int, winners: list[BranchMessage]) -> None:
+def _roll_forward(r: Cluster, o: SinkOptions, done: dict, batch: int, winners: list[BranchMessage]) -> None:
     recorded = {(b[0], b[1]) for b in done.get("branches", [])} if done["batch"] == batch else set()
     if done["batch"] == batch:
         for b in done["branches"]:
-            _end_branch(c, o, batch, b)
+            _end_branch(r, o, batch, b)
     for m in winners:  # this replay's own branches lost: the batch was decided without them
         if (m.partition, m.attempt) not in recorded:
-            _fence(c, o, branch_id(o, batch, m.partition, m.attempt))
+            _fence(r, o, branch_id(o, batch, m.partition, m.attempt))
 
 
-def _fence_losers(c: Client, o: SinkOptions, batch: int, winners: list[BranchMessage]) -> None:
+def _fence_losers(r: Cluster, o: SinkOptions, batch: int, winners: list[BranchMessage]) -> None:
     """Abort what the losing attempts left open (see _loser_ids, _known)."""
-    for txn_id in _known(c, o, _loser_ids(o, batch, winners)):
-        _fence(c, o, txn_id)
+    for txn_id in _known(r, o, _loser_ids(o, batch, winners)):
+        _fence(r, o, txn_id)
 
 
 def abort_batch(o: SinkOptions, messages, batch: int) -> None:
-    with _connect(o) as c:
+    with _connect(o) as r:
         for m in messages:
             if isinstance(m, BranchMessage) and not m.skipped and m.pid >= 0:
-                _fence(c, o, branch_id(o, batch, m.partition, m.attempt))
+                _fence(r, o, branch_id(o, batch, m.partition, m.attempt))
 
 
 # --- Spark writer classes --------------------------------------------------------------
@@ -988,18 +1140,17 @@ class SemelBatchWriter(DataSourceArrowWriter):
                             check=False)
 
     def commit(self, messages) -> None:
-        with _connect(self.o) as c:
+        with _connect(self.o) as r:
             winners = _winners(messages)
             if self.o.atomic and _written(winners):  # one parent decides every task's branch at once
-                err, st = wire.init_producer_id(c, self.o.parent, self.o.restart_window_ms)
-                _ok(err, f"InitProducerId {self.o.parent}")
-                _join(c, self.o, st, [branch_id(self.o, self.job, m.partition, m.attempt)
+                st = _init(r, self.o, self.o.parent)
+                _join(r, self.o, st, [branch_id(self.o, self.job, m.partition, m.attempt)
                                       for m in _written(winners)])
-                _ok(_retrying(self.o, "EndTxn", lambda: wire.end_txn(c, self.o.parent, st.pid, st.epoch, True)),
+                _ok(_retrying(self.o, "EndTxn", lambda: _end(r, self.o.parent, st.pid, st.epoch, True)),
                     f"EndTxn {self.o.parent}")
             for m in _written(winners):
-                _end_branch(c, self.o, self.job, [m.partition, m.attempt, m.pid, m.epoch])
-            _fence_losers(c, self.o, self.job, winners)
+                _end_branch(r, self.o, self.job, [m.partition, m.attempt, m.pid, m.epoch])
+            _fence_losers(r, self.o, self.job, winners)
 
     def abort(self, messages) -> None:
         abort_batch(self.o, messages, self.job)

@@ -9,7 +9,6 @@ import time
 import pytest
 
 from semel.client import Client, admin
-from semel.client import txn as wire
 from semel.protocol.errors import KafkaError
 from semel.spark import sink
 from tests.spark.test_source import create, produce
@@ -65,9 +64,9 @@ def test_undecided_batch_is_aborted_whole_when_a_task_reruns(spark_broker):
     create(bs, "am-rerun", 2)
     o = opts(bs, "amr", "am-rerun", "true")
     first = two_branches(o, 0)
-    with Client(bs) as c:
-        err, st = wire.init_producer_id(c, o.parent, o.restart_window_ms)
-        sink._join(c, o, st, [sink.branch_id(o, 0, m.partition, m.attempt) for m in first])
+    with sink._connect(o) as r:
+        st = sink._init(r, o, o.parent)
+        sink._join(r, o, st, [sink.branch_id(o, 0, m.partition, m.attempt) for m in first])
     again = two_branches(o, 0)   # Spark replays batch 0 after the restart: attempt numbers start at 0 again
     sink.commit_batch(o, again, 0)
     assert sorted(read_values(bs, "am-rerun", 2, want=6)) == sorted(f"p{p}-{i}" for p in (0, 1) for i in range(3))
