@@ -1,13 +1,22 @@
-"""Branch transactions (atomic Spark batches) on a cluster (issue 13 item 5, issue 10).
+"""The Spark sink on a 3-broker cluster (issue 13 item 5, issue 10).
+
+A streaming query semel source -> transform -> semel sink over RF3 topics runs
+unchanged against the cluster, in both sink modes (atomic batches, semel.atomicBatches
+=true, and per-task branches, false): the sink routes each request as a Kafka producer
+does (semel.client.reader.Cluster): transaction requests to the transactional id's
+coordinator, TxnOffsetCommit and the decision read to the group's, Produce to each
+partition's leader. The output, read by confluent-kafka read_committed, is the input
+exactly once, also after a second run from the same checkpoint.
 
 A parent transaction and its branches must share one coordinator; with several
 __transaction_state partitions the sink names every branch so that it hashes exactly
 like its parent (semel.protocol.txn_hash.aligned), and the coordinator refuses a branch
-of another partition. Real broker processes (3, default partition counts).
+of another partition. Real broker processes (3, default partition counts), one Spark
+local[2] session for the module.
 
-Not here yet: a Spark query against the cluster. The sink sends every request to its
-first bootstrap broker (semel/spark/sink.py: one Client), so on a cluster its
-InitProducerId is answered NOT_COORDINATOR; it needs coordinator and leader routing."""
+Not here yet: a broker killed between two batches (the routing drops a coordinator or
+leader it cannot reach and asks again; tests/spark/test_router_model.py checks the
+cache, not a restart of the query)."""
 from __future__ import annotations
 
 import random
@@ -20,7 +29,8 @@ from semel.coordinator.txn import TXN_TOPIC
 from semel.protocol.errors import KafkaError
 from semel.protocol.txn_hash import aligned, java_string_hash, partition_for
 from semel.spark import atomic, sink
-from tests.support.cluster import module_cluster, partitions
+from tests.support.cluster import committed, fill, module_cluster, partitions
+from tests.support.consume import read_values
 from tests.support.wait import until
 
 E = KafkaError
@@ -102,3 +112,54 @@ def test_the_sinks_probe_finds_the_extension_on_its_coordinator(cluster):
     probe = "semel-spark-sc.probe"
     with cluster.connect(coordinator_bootstrap(cluster, probe)) as c:
         assert atomic.resolve("auto", c, probe, 60_000)
+
+
+@pytest.fixture(scope="module")
+def spark(tmp_path_factory):
+    """One local[2] session for this module (as tests/spark/conftest.py's, which this
+    directory does not see)."""
+    from semel.spark import local_session
+    session = local_session("local[2]", "semel-cluster-tests", tmp_path_factory.mktemp("spark-local"))
+    yield session
+    session.stop()
+
+
+def run_query(spark, cluster, src: str, dst: str, checkpoint, mode: str) -> None:
+    """source -> transform -> sink, availableNow, several micro-batches (30 rows each)."""
+    df = (spark.readStream.format("semel").option("kafka.bootstrap.servers", cluster.bootstrap)
+          .option("subscribe", src).option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "30").load())
+    q = (df.selectExpr("key", "concat('out-', cast(value as string)) as value").writeStream.format("semel")
+         .option("kafka.bootstrap.servers", cluster.bootstrap).option("topic", dst)
+         .option("checkpointLocation", str(checkpoint)).option("semel.atomicBatches", mode)
+         .trigger(availableNow=True).start())
+    q.awaitTermination(300)
+    assert q.exception() is None
+
+
+def produce_more(cluster, topic: str, values: list[str], parts: int) -> None:
+    from confluent_kafka import Producer
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True})
+    for i, v in enumerate(values):
+        p.produce(topic, value=v.encode(), partition=i % parts)
+    assert p.flush(60) == 0
+
+
+@pytest.mark.parametrize("mode", ["true", "false"])
+def test_a_streaming_query_writes_exactly_once_on_the_cluster(spark, cluster, tmp_path, mode):
+    src, dst = f"scq-in-{mode}", f"scq-out-{mode}"
+    create(cluster, src, 3)
+    create(cluster, dst, 3)
+    # the output's leaders are spread: Produce must go to more than one broker
+    assert len({leader for leader, *_ in partitions(cluster, dst).values()}) > 1
+    first = fill(cluster, src, 90, 3)
+    run_query(spark, cluster, src, dst, tmp_path / "ck", mode)
+    more = [f"w{i:04d}" for i in range(45)]
+    produce_more(cluster, src, more, 3)
+    run_query(spark, cluster, src, dst, tmp_path / "ck", mode)   # the same checkpoint: only the new rows
+    got = read_values(cluster.bootstrap, dst, 3, want=135)
+    assert sorted(got) == sorted(f"out-{v}" for v in first + more)
+    # the batches' decisions: the source end offsets, committed on the group's coordinator
+    from confluent_kafka import TopicPartition
+    group = sink.parse_options({"kafka.bootstrap.servers": cluster.bootstrap,
+                                "checkpointLocation": str(tmp_path / "ck")}).group
+    assert committed(cluster, group, [TopicPartition(src, p) for p in range(3)]) == {0: 45, 1: 45, 2: 45}
