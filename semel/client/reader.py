@@ -40,6 +40,7 @@ TRANSACTION = 1
 # Errors that say a cached coordinator or leader is no longer the one to ask.
 COORDINATOR_MOVED = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
                                KafkaError.COORDINATOR_LOAD_IN_PROGRESS})
+MAX_CACHED_COORDINATORS = 10_000
 LEADER_MOVED = frozenset({KafkaError.NOT_LEADER_OR_FOLLOWER, KafkaError.FENCED_LEADER_EPOCH,
                           KafkaError.UNKNOWN_TOPIC_OR_PARTITION})
 
@@ -214,6 +215,8 @@ class Cluster:
         """The address of `key`'s coordinator, asked once and cached until seen() drops it."""
         address = self.coordinators.get((key_type, key))
         if address is None:
+            if len(self.coordinators) >= MAX_CACHED_COORDINATORS:
+                self.coordinators.clear()   # a long-lived writer asks for many ids (one per branch)
             fc = self._call(self._any_broker(), 10, key=key, key_type=key_type)
             _check(fc.error_code, f"FindCoordinator {key}")
             address = self.coordinators[(key_type, key)] = f"{fc.host}:{fc.port}"

@@ -57,6 +57,7 @@ from semel.client.client import Client, ClientError
 from semel.client import txn as wire
 from semel.client.reader import COORDINATOR_MOVED, GROUP, TRANSACTION, Cluster
 from semel.protocol.errors import KafkaError
+from semel.protocol.txn_hash import java_string_hash
 from semel.spark import atomic, batches, pool
 from semel.spark import options as opt
 
@@ -208,9 +209,20 @@ def _routed(get):
         raise SinkError(f"semel sink: {exc}") from None
 
 
-def _txn(r: Cluster, txn_id: str) -> Client:
-    """The connection to txn_id's transaction coordinator (a branch's is its parent's)."""
-    return _routed(lambda: r.coordinator(txn_id, TRANSACTION))
+def _route_key(o: SinkOptions, txn_id: str) -> str:
+    """The id whose coordinator serves txn_id. In mode (a) a branch's is its parent's:
+    semel coordinates ids that hash alike on one partition and the sink's branch ids hash
+    like the parent (atomic.branch_name), so no FindCoordinator per branch. In mode (b)
+    each id is asked for on its own (a foreign broker may place ids another way)."""
+    if o.atomic and txn_id != o.parent and java_string_hash(txn_id) == java_string_hash(o.parent):
+        return o.parent
+    return txn_id
+
+
+def _txn(r: Cluster, o: SinkOptions, txn_id: str) -> Client:
+    """The connection to txn_id's transaction coordinator."""
+    key = _route_key(o, txn_id)
+    return _routed(lambda: r.coordinator(key, TRANSACTION))
 
 
 def _group(r: Cluster, o: SinkOptions) -> Client:
@@ -246,14 +258,14 @@ def _retrying(o: SinkOptions, what: str, call) -> KafkaError:
     return _retry_rounds(o, lambda: (call(), False))
 
 
-def _on_txn(r: Cluster, txn_id: str, call) -> KafkaError:
+def _on_txn(r: Cluster, o: SinkOptions, txn_id: str, call) -> KafkaError:
     """call(connection) -> KafkaError on txn_id's coordinator; an answer saying it moved
     drops the cached one (the retry asks again)."""
-    return r.seen(call(_txn(r, txn_id)), coordinator=(txn_id, TRANSACTION))
+    return r.seen(call(_txn(r, o, txn_id)), coordinator=(_route_key(o, txn_id), TRANSACTION))
 
 
-def _end(r: Cluster, txn_id: str, pid: int, epoch: int, commit: bool) -> KafkaError:
-    return _on_txn(r, txn_id, lambda c: wire.end_txn(c, txn_id, pid, epoch, commit))
+def _end(r: Cluster, o: SinkOptions, txn_id: str, pid: int, epoch: int, commit: bool) -> KafkaError:
+    return _on_txn(r, o, txn_id, lambda c: wire.end_txn(c, txn_id, pid, epoch, commit))
 
 
 def _ok(err: KafkaError, what: str) -> None:
@@ -276,7 +288,7 @@ def probe(o: SinkOptions) -> SinkOptions:
                             "(semel.restartWindowMs): raise its transaction.max.timeout.ms or lower the option")
         _ok(err, "InitProducerId probe")
         try:
-            return replace(o, atomic=atomic.resolve(o.atomic_mode, _txn(r, probe_id), probe_id, o.restart_window_ms))
+            return replace(o, atomic=atomic.resolve(o.atomic_mode, _txn(r, o, probe_id), probe_id, o.restart_window_ms))
         except atomic.AtomicError as exc:
             raise SinkError(f"semel sink: {exc}") from None
 
@@ -622,7 +634,7 @@ def write_branch(o: SinkOptions, cols: dict[str, int], rows: Iterator, batch: in
             # Decided while we wrote (a speculative copy or a zombie run lost the
             # race): commit() fenced only the attempt numbers it knew of, so end
             # our own branch now rather than leave it open for the restart window.
-            _retrying(o, "EndTxn", lambda: _end(r, bid, st.pid, st.epoch, False))
+            _retrying(o, "EndTxn", lambda: _end(r, o, bid, st.pid, st.epoch, False))
             return BranchMessage(partition, attempt, skipped=True)
         if attempt == 0 and os.environ.get(FAIL_FIRST_ATTEMPT_ENV):
             raise SinkError("semel sink: injected failure of a first task attempt (test hook)")
@@ -641,7 +653,7 @@ def _check_and_init(r: Cluster, o: SinkOptions, batch: int, bid: str, check: boo
     if not check:
         return False, _init(r, o, bid)
     g = _group(r, o)
-    if not o.atomic or g is not _txn(r, bid):
+    if not o.atomic or g is not _txn(r, o, bid):
         if _decided(r, o, batch):
             return True, None
         return False, _init(r, o, bid)
@@ -830,14 +842,14 @@ class _BranchProducer:
         `data`, `tail` ((connection, (call, result)) or None). Returns (the join's errors,
         the produce's errors, the tail's result); errors that say a coordinator or leader
         moved drop it from the routing cache, so the next round asks again."""
-        coord = _txn(self.r, self.st.txn_id)
+        coord = _txn(self.r, self.o, self.st.txn_id)
         leaders = {tp: _leader(self.r, tp) for tp in data}
         if all(c is coord for c in leaders.values()) and (tail is None or tail[0] is coord):
             add_errs, produced, tail_got = self._round_on_one(coord, data, new, tail)
         else:
             add_errs, produced, tail_got = self._round_on_many(coord, leaders, data, new, tail)
         for e in add_errs.values():
-            self.r.seen(e, coordinator=(self.st.txn_id, TRANSACTION))
+            self.r.seen(e, coordinator=(_route_key(self.o, self.st.txn_id), TRANSACTION))
         for tp, e in produced.items():
             self.r.seen(e, tp=tp)
         return add_errs, produced, tail_got
@@ -892,7 +904,7 @@ def _init_err(r: Cluster, o: SinkOptions, txn_id: str) -> tuple[KafkaError, wire
     def call(c: Client) -> KafkaError:
         err, box["st"] = wire.init_producer_id(c, txn_id, o.restart_window_ms)
         return err
-    return _retrying(o, "InitProducerId", lambda: _on_txn(r, txn_id, call)), box["st"]
+    return _retrying(o, "InitProducerId", lambda: _on_txn(r, o, txn_id, call)), box["st"]
 
 
 def _init(r: Cluster, o: SinkOptions, txn_id: str) -> wire.TxnState:
@@ -909,7 +921,7 @@ def _fence(r: Cluster, o: SinkOptions, txn_id: str) -> None:
 def _end_branch(r: Cluster, o: SinkOptions, batch: int, b: list) -> None:
     part, attempt, pid, epoch = b
     bid = branch_id(o, batch, part, attempt)
-    err = _retrying(o, "EndTxn", lambda: _end(r, bid, pid, epoch, True))
+    err = _retrying(o, "EndTxn", lambda: _end(r, o, bid, pid, epoch, True))
     if err != KafkaError.NONE:
         raise SinkError(f"semel sink: batch {batch} is committed but its branch {bid} cannot be: {err.name} "
                         "(aborted by the broker's transaction timeout? see semel.restartWindowMs)")
@@ -964,7 +976,7 @@ def _init_and_read(r: Cluster, o: SinkOptions, parts: list[TP]) -> tuple[wire.Tx
     unused (the next batch's commit() takes another). Where one broker coordinates both
     the parent and the group, both go in one write; where that broker was still ending
     that parent, both are done again one at a time."""
-    c = _txn(r, o.parent)
+    c = _txn(r, o, o.parent)
     if c is not _group(r, o):
         st = _init(r, o, o.parent)
         return st, read_decision(r, o, parts)
@@ -992,7 +1004,7 @@ def _join_and_offsets(r: Cluster, o: SinkOptions, st: wire.TxnState, branch_ids:
     coordinates the parent and the group (it handles them in order). What failed is done
     again one at a time, with its retries; nothing here is the decision (EndTxn is), so a
     failure leaves at most an open parent."""
-    c = _txn(r, o.parent)
+    c = _txn(r, o, o.parent)
     if c is not _group(r, o):
         _join(r, o, st, branch_ids)
         _offsets(r, o, st, marks, meta)
@@ -1013,7 +1025,7 @@ def _join_and_offsets(r: Cluster, o: SinkOptions, st: wire.TxnState, branch_ids:
 
 def _offsets(r: Cluster, o: SinkOptions, st: wire.TxnState, marks: dict[TP, int], meta: str) -> None:
     """AddOffsetsToTxn (the parent's coordinator), then TxnOffsetCommit (the group's)."""
-    err = _retrying(o, "AddOffsetsToTxn", lambda: _on_txn(r, o.parent, lambda c: wire.add_offsets(c, st, o.group)))
+    err = _retrying(o, "AddOffsetsToTxn", lambda: _on_txn(r, o, o.parent, lambda c: wire.add_offsets(c, st, o.group)))
     _ok(err, "AddOffsetsToTxn")
     box: dict = {}
 
@@ -1036,10 +1048,10 @@ def _decide(r: Cluster, o: SinkOptions, st: wire.TxnState, losers: list[str]) ->
     look = o.atomic and bool(losers)
     if look:
         calls.append(_known_call(losers))
-    got = wire.pipelined(_txn(r, o.parent), *calls)
+    got = wire.pipelined(_txn(r, o, o.parent), *calls)
     if got[0] != KafkaError.NONE:
         r.seen(got[0], coordinator=(o.parent, TRANSACTION))
-        _ok(_retrying(o, "EndTxn", lambda: _end(r, o.parent, st.pid, st.epoch, True)), f"EndTxn {o.parent}")
+        _ok(_retrying(o, "EndTxn", lambda: _end(r, o, o.parent, st.pid, st.epoch, True)), f"EndTxn {o.parent}")
         return _known(r, o, losers)  # look again: the first look came before the decision
     return got[1] if look else losers
 
@@ -1068,7 +1080,7 @@ def _known(r: Cluster, o: SinkOptions, ids: list[str]) -> list[str]:
     to the APIs every broker has and fences them all."""
     if not (o.atomic and ids):
         return ids
-    return wire.pipelined(_txn(r, o.parent), _known_call(ids))[0]
+    return wire.pipelined(_txn(r, o, o.parent), _known_call(ids))[0]
 
 
 def _join(r: Cluster, o: SinkOptions, st: wire.TxnState, branch_ids: list[str]) -> None:
@@ -1077,8 +1089,8 @@ def _join(r: Cluster, o: SinkOptions, st: wire.TxnState, branch_ids: list[str]) 
     if not o.atomic:
         return
     try:
-        atomic.join(lambda: _txn(r, st.txn_id), st, branch_ids, time.monotonic() + o.request_timeout_ms / 1000,
-                    moved=lambda err: r.seen(err, coordinator=(st.txn_id, TRANSACTION)))
+        atomic.join(lambda: _txn(r, o, st.txn_id), st, branch_ids, time.monotonic() + o.request_timeout_ms / 1000,
+                    moved=lambda err: r.seen(err, coordinator=(_route_key(o, st.txn_id), TRANSACTION)))
     except atomic.AtomicError as exc:
         raise SinkError(f"semel sink: {exc}") from None
 
@@ -1146,7 +1158,7 @@ class SemelBatchWriter(DataSourceArrowWriter):
                 st = _init(r, self.o, self.o.parent)
                 _join(r, self.o, st, [branch_id(self.o, self.job, m.partition, m.attempt)
                                       for m in _written(winners)])
-                _ok(_retrying(self.o, "EndTxn", lambda: _end(r, self.o.parent, st.pid, st.epoch, True)),
+                _ok(_retrying(self.o, "EndTxn", lambda: _end(r, self.o, self.o.parent, st.pid, st.epoch, True)),
                     f"EndTxn {self.o.parent}")
             for m in _written(winners):
                 _end_branch(r, self.o, self.job, [m.partition, m.attempt, m.pid, m.epoch])

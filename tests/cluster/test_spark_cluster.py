@@ -14,9 +14,10 @@ like its parent (semel.protocol.txn_hash.aligned), and the coordinator refuses a
 of another partition. Real broker processes (3, default partition counts), one Spark
 local[2] session for the module.
 
-Not here yet: a broker killed between two batches (the routing drops a coordinator or
-leader it cannot reach and asks again; tests/spark/test_router_model.py checks the
-cache, not a restart of the query)."""
+A leader of an output partition SIGKILLed between two runs of the query: the second
+run's sink finds the partition's new leader (its pooled routing drops the broker it can
+no longer reach) and the output is still exactly the input once. Coordinator moves
+while a request is in flight are checked on a model (tests/spark/test_router_model.py)."""
 from __future__ import annotations
 
 import random
@@ -29,7 +30,7 @@ from semel.coordinator.txn import TXN_TOPIC
 from semel.protocol.errors import KafkaError
 from semel.protocol.txn_hash import aligned, java_string_hash, partition_for
 from semel.spark import atomic, sink
-from tests.support.cluster import committed, fill, module_cluster, partitions
+from tests.support.cluster import committed, fill, key_leader, module_cluster, partitions, wait_brokers
 from tests.support.consume import read_values
 from tests.support.wait import until
 
@@ -163,3 +164,31 @@ def test_a_streaming_query_writes_exactly_once_on_the_cluster(spark, cluster, tm
     group = sink.parse_options({"kafka.bootstrap.servers": cluster.bootstrap,
                                 "checkpointLocation": str(tmp_path / "ck")}).group
     assert committed(cluster, group, [TopicPartition(src, p) for p in range(3)]) == {0: 45, 1: 45, 2: 45}
+
+
+def test_an_output_leader_sigkilled_between_two_runs_keeps_it_exact(spark, cluster, tmp_path):
+    src, dst = "sck-in", "sck-out"
+    create(cluster, src, 3)
+    create(cluster, dst, 3)
+    first = fill(cluster, src, 60, 3)
+    run_query(spark, cluster, src, dst, tmp_path / "ck", "true")
+    group = sink.parse_options({"kafka.bootstrap.servers": cluster.bootstrap,
+                                "checkpointLocation": str(tmp_path / "ck")}).group
+    txn_coordinator = key_leader(cluster, TXN_TOPIC, f"semel-spark-{group}")
+    coordinators = {txn_coordinator, key_leader(cluster, "__consumer_offsets", group)}
+    leaders = [leader for leader, *_ in partitions(cluster, dst).values()]
+    victim = next((n for n in leaders if n not in coordinators), None)
+    if victim is None:   # every output leader coordinates too: take one that is not the parent's
+        victim = next(n for n in leaders if n != txn_coordinator)
+    cluster.brokers[victim].kill()
+    try:
+        until(lambda: victim not in {leader for leader, *_ in partitions(cluster, dst).values()},
+              f"the output's partitions led by others than broker {victim}")
+        more = [f"k{i:04d}" for i in range(45)]
+        produce_more(cluster, src, more, 3)
+        run_query(spark, cluster, src, dst, tmp_path / "ck", "true")
+        got = read_values(cluster.bootstrap, dst, 3, want=105)
+        assert sorted(got) == sorted(f"out-{v}" for v in first + more)
+    finally:
+        cluster.brokers[victim].restart()
+        wait_brokers(cluster, {0, 1, 2})

@@ -22,12 +22,14 @@ import pytest
 from semel.client.reader import GROUP, TRANSACTION, Cluster
 from semel.protocol import records
 from semel.protocol.errors import KafkaError
+from semel.protocol.txn_hash import java_string_hash, partition_for
 from semel.spark import sink
 
 E = KafkaError
 NODES = (0, 1, 2)
 TOPIC = "out"
 PARTS = 4
+COORDINATOR_PARTS = 6   # __transaction_state partitions: ids that hash alike share one
 
 
 class World:
@@ -43,7 +45,7 @@ class World:
         self.move_p = 0.0
 
     def coord(self, key_type: int, key: str) -> int:
-        return self.coordinator.setdefault((key_type, key), self.rng.choice(NODES))
+        return self.coordinator.setdefault((key_type, partition_for(key, COORDINATOR_PARTS)), self.rng.choice(NODES))
 
     def maybe_move(self) -> None:
         if self.rng.random() < self.move_p:
@@ -85,9 +87,12 @@ class FakeConn:
         out, self.pending = self.pending, []
         return out
 
-    def _names(self, key_type: int, key: str) -> int | None:
-        a = self.w.cluster.coordinators.get((key_type, key))
-        return None if a is None else int(a[1])
+    def _names(self, key_type: int, key: str) -> set[int]:
+        """The brokers the cache names for key: its own entry, or (the sink's mode a) that
+        of an id that hashes alike (a branch goes where its parent's entry says)."""
+        h = java_string_hash(key)
+        return {int(a[1]) for (t, k), a in self.w.cluster.coordinators.items()
+                if t == key_type and java_string_hash(k) == h}
 
     def _answer(self, api_key: int, f: dict):
         w = self.w
@@ -101,7 +106,7 @@ class FakeConn:
         if api_key in (22, 24):
             txn_id = f.get("transactional_id") or f.get("v3_and_below_transactional_id")
             # the invariant: sent where the cache names this id's coordinator
-            assert self._names(TRANSACTION, txn_id) == self.node
+            assert self.node in self._names(TRANSACTION, txn_id)
             w.maybe_move()
             err = E.NONE if w.coord(TRANSACTION, txn_id) == self.node else E.NOT_COORDINATOR
             if api_key == 22:
@@ -174,13 +179,17 @@ def test_routing_follows_moves_and_every_row_lands_once(seed, monkeypatch):
         return out
     monkeypatch.setattr(cl, "seen", checked_seen)
     o = sink.SinkOptions(bootstrap="b0:9092", group="g", parent="semel-spark-g", topic=TOPIC, checkpoint=None,
-                         restart_window_ms=60_000, request_timeout_ms=5_000, batch_rows=rng.choice([3, 10, 1000]))
+                         restart_window_ms=60_000, request_timeout_ms=5_000, batch_rows=rng.choice([3, 10, 1000]),
+                         atomic=rng.random() < 0.5)
     sent: dict = {}
     for step in range(rng.randint(5, 15)):
-        txn_id = f"{o.parent}.b{step}"
+        txn_id = sink.branch_id(o, step, 0, 0)
         st = sink._init(cl, o, txn_id)
-        # the id's current coordinator is the one the cache names once it succeeded
-        assert int(cl.coordinators[(TRANSACTION, txn_id)][1]) == world.coord(TRANSACTION, txn_id)
+        # the id's current coordinator is the one the cache names once it succeeded (mode
+        # a: under the parent's entry, no FindCoordinator of its own)
+        key = o.parent if o.atomic else txn_id
+        assert (TRANSACTION, txn_id) not in cl.coordinators or not o.atomic
+        assert int(cl.coordinators[(TRANSACTION, key)][1]) == world.coord(TRANSACTION, txn_id)
         producer = sink._BranchProducer(o, cl, st)
         for i in range(rng.randint(0, 40)):
             p = rng.randrange(PARTS)
