@@ -156,3 +156,17 @@ def mode_b(bs: str, query: str, topic: str) -> sink.SinkOptions:
 def raw_end(bs: str, topic: str) -> int:
     with Client(bs) as raw:
         return raw.list_offset(topic, 0, -1, isolation=0)
+
+
+def test_on_one_broker_every_role_is_one_connection(spark_broker):
+    """The sink routes each request to its role's broker; on a single node that is one
+    connection for all of them, so each step keeps its one-write pipelining (the speed
+    bench.spark_pipeline measures)."""
+    bs = spark_broker.bootstrap
+    create(bs, "one-conn", 2)
+    o = sink.probe(sink.parse_options({"kafka.bootstrap.servers": bs, "semel.query.id": "oc", "topic": "one-conn"}))
+    with sink._connect(o) as r:
+        c = sink._txn(r, o, o.parent)
+        assert sink._group(r, o) is c
+        assert all(sink._leader(r, ("one-conn", p)) is c for p in range(2))
+        assert sink._txn(r, o, sink.branch_id(o, 0, 1, 0)) is c
