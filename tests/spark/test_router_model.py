@@ -11,6 +11,8 @@ every request and after every step:
 - every row reaches its partition exactly once, in order (a resend after a leader
   moved carries the same producer id, epoch and sequence, so a copy is dropped), and
   each InitProducerId ends on the current coordinator.
+Also the producer's retry rounds on a fake clock: the request timeout counts from the
+last round that sent something, not from the flush's start.
 """
 from __future__ import annotations
 
@@ -205,3 +207,53 @@ def test_routing_follows_moves_and_every_row_lands_once(seed, monkeypatch):
         got = [r.value.decode() for b in batches_ for r in records.iter_records(b)]
         assert got == [v for v in sent.get(tp, [])]
     assert GROUP not in {k[0] for k in cl.coordinators}
+
+
+class FlakyProducer(sink._BranchProducer):
+    """Partition 1's one chunk is refused NOT_ENOUGH_REPLICAS for its first `refusals`
+    rounds; partition 0's go through. Each round takes 0.6 s of a
+    fake clock (the request timeout is 1 s)."""
+
+    def __init__(self, o, clock: list, refusals: int):
+        super().__init__(o, None, sink.wire.TxnState("t", 7, 0))
+        self.clock, self.refusals = clock, refusals
+
+    def _round(self, data, new, tail):
+        self.clock[0] += 0.6
+        produced = {}
+        for tp in data:
+            if tp[1] == 1 and self.refusals > 0:
+                self.refusals -= 1
+                produced[tp] = E.NOT_ENOUGH_REPLICAS
+            else:
+                produced[tp] = E.NONE
+        return {tp: E.NONE for tp in new}, produced, None
+
+
+def test_a_flush_that_keeps_making_progress_is_not_cut_off(monkeypatch):
+    """The request timeout counts from the last round that sent something: partition 1 is
+    refused for 6 rounds (3.6 s) while partition 0 moves each round, and it still lands."""
+    producer = flaky_flush(monkeypatch, rows_p0=8, refusals=6)
+    assert producer.counts == {(TOPIC, 0): 8, (TOPIC, 1): 1}
+
+
+def flaky_flush(monkeypatch, rows_p0: int, refusals: int) -> FlakyProducer:
+    """Partition 1's row first, then `rows_p0` rows of partition 0 in a chunk each (one
+    round each), all sent by one flush."""
+    clock = [0.0]
+    fake = NS(monotonic=lambda: clock[0], sleep=lambda s: None, perf_counter=lambda: clock[0], time=lambda: clock[0])
+    monkeypatch.setattr(sink, "time", fake)
+    o = sink.SinkOptions(bootstrap="x:1", group="g", parent="p", topic=TOPIC, checkpoint=None,
+                         restart_window_ms=60_000, request_timeout_ms=1_000, batch_rows=1000)
+    producer = FlakyProducer(o, clock, refusals)
+    producer.add(TOPIC, 1, (None, b"b", []))
+    for i in range(rows_p0):
+        producer.add(TOPIC, 0, (None, b"a%d" % i, []))
+        producer._seal((TOPIC, 0))
+    producer.flush()
+    return producer
+
+
+def test_a_flush_without_progress_gives_up_after_the_request_timeout(monkeypatch):
+    with pytest.raises(sink.SinkError, match="Produce out-1: NOT_ENOUGH_REPLICAS"):
+        flaky_flush(monkeypatch, rows_p0=0, refusals=10**6)
