@@ -33,6 +33,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from semel.client import txn as wire
 from semel.client.client import ClientError
+from semel.client.reader import COORDINATOR_MOVED, GROUP
 from semel.eos.coordinator import CoordinatorError, EosCoordinator
 from semel.eos.cycle import CycleParts, run_commit_cycle
 from semel.eos.ledger import Ledger
@@ -76,15 +77,17 @@ class SparkBatchCoordinator(EosCoordinator):
         aborts it) rather than wait out its timeout (semel.restartWindowMs)."""
         _, parts = self._marks()
         deadline = time.monotonic() + self.o.request_timeout_ms / 1000
-        with self._client() as c:
+        with self._client() as r:
             while True:
                 try:
-                    got = wire.committed_with_metadata(c, self.o.group, parts)
+                    got = wire.committed_with_metadata(spark_sink._group(r, self.o), self.o.group, parts)
                     break
                 except ClientError as exc:
-                    if exc.error != KafkaError.UNSTABLE_OFFSET_COMMIT or time.monotonic() > deadline:
+                    moved = r.seen(exc.error, coordinator=(self.o.group, GROUP)) in COORDINATOR_MOVED
+                    if not (moved or exc.error == KafkaError.UNSTABLE_OFFSET_COMMIT) or time.monotonic() > deadline:
                         raise
-                    wire.init_producer_id(c, self.o.parent, self.o.restart_window_ms)
+                    if not moved:
+                        spark_sink._init_err(r, self.o, self.o.parent)
                     time.sleep(0.05)
         if all(off < 0 for off, _ in got.values()):
             return Ledger(0)
@@ -93,8 +96,8 @@ class SparkBatchCoordinator(EosCoordinator):
         return max(found, key=lambda x: x.committed) if found else None
 
     def begin_txn(self, cycle: int) -> None:
-        with self._client() as c:
-            err, st = wire.init_producer_id(c, self.o.parent, self.o.restart_window_ms)
+        with self._client() as r:
+            err, st = spark_sink._init_err(r, self.o, self.o.parent)
         self._check("beginTxn", err)
         self._st = st
 
@@ -104,9 +107,11 @@ class SparkBatchCoordinator(EosCoordinator):
     def commit_offsets(self, cycle: int, ledger: Ledger) -> None:
         offsets, parts = self._marks()
         marks = offsets or {tp: cycle for tp in parts}
-        with self._client() as c:
-            self._check("commitOffsets", wire.add_offsets(c, self._st, self.o.group))
-            errs = wire.txn_offset_commit(c, self._st, self.o.group, marks, ledger.encode(self.o.parent))
+        st, o = self._st, self.o
+        with self._client() as r:   # AddOffsetsToTxn to the parent's coordinator, TxnOffsetCommit to the group's
+            self._check("commitOffsets", spark_sink._retrying(o, "AddOffsetsToTxn", lambda: spark_sink._on_txn(
+                r, o, o.parent, lambda c: wire.add_offsets(c, st, o.group))))
+            errs = wire.txn_offset_commit(spark_sink._group(r, o), st, o.group, marks, ledger.encode(o.parent))
         for err in errs.values():
             self._check("commitOffsets", err)
 
@@ -118,8 +123,9 @@ class SparkBatchCoordinator(EosCoordinator):
 
     def _end(self, commit: bool) -> None:
         st = self._st
-        with self._client() as c:
-            err = spark_sink._retrying(self.o, "EndTxn", lambda: wire.end_txn(c, st.txn_id, st.pid, st.epoch, commit))
+        with self._client() as r:
+            err = spark_sink._retrying(self.o, "EndTxn",
+                                       lambda: spark_sink._end(r, self.o, st.txn_id, st.pid, st.epoch, commit))
         self._check("commitTxn" if commit else "abortTxn", err)
 
     @staticmethod
