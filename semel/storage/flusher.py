@@ -3,8 +3,10 @@
 The fsync runs in a worker thread (asyncio.to_thread) so the event loop keeps
 accepting and appending while the disk works. A waiter whose data arrived after
 the running fsync took its snapshot waits for that fsync to end and then joins
-the next one, so at most one fsync per log is in flight and every fsync covers
-everyone who arrived while the previous one ran.
+the next one, so at most one fsync round per log is in flight and every fsync covers
+everyone who arrived while the previous one ran. (A large acks=all append fsyncs
+in its own write thread instead: PartitionLog.append_async(sync=True); a flusher
+round that finds the log already flushed returns at once.)
 """
 from __future__ import annotations
 

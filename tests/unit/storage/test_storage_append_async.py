@@ -12,6 +12,9 @@ flushes, slow and failing writes, slow fsyncs, and readers; after every step:
   the offsets it was given, and a retry of it got those same offsets;
 - acknowledged == durable: when the flush returns, the batch lies wholly within the
   bytes of its segment file that an fsync covered;
+- half the appends are write-through (sync=True: the worker thread fsyncs after its
+  pwrite, and some of those fsyncs fail): after every step, every batch below the
+  flushed offset lies within fsynced bytes, whichever path moved it;
 - flushed offset <= log end; after close and reopen every acknowledged batch is still there.
 """
 from __future__ import annotations
@@ -25,7 +28,7 @@ import pytest
 
 from semel.protocol.records import CONTROL_COMMIT, crc_ok, iter_batches, split_batches
 from semel.storage import FaultyFileSystem, LogConfig, PartitionLog
-from semel.storage.errors import AppendError
+from semel.storage.errors import AppendError, StorageError
 from semel.storage.flusher import GroupCommitFlusher
 from semel.storage.log import OFFLOOP_WRITE_BYTES
 
@@ -52,7 +55,9 @@ class SlowFaultyFS(FaultyFileSystem):
         size = os.fstat(f.fd).st_size
         time.sleep(self.rng.random() * 0.002)
         super().fsync(f)
-        self.synced[str(f.path)] = size
+        # max: two fsyncs of one file can overlap (a flusher round and a write-through
+        # append) and end in either order; each covers what was written before it began.
+        self.synced[str(f.path)] = max(size, self.synced.get(str(f.path), 0))
 
 
 def durable(fs: SlowFaultyFS, plog: PartitionLog, first: int, last: int) -> bool:
@@ -109,10 +114,12 @@ async def scenario(tmp_path, seed: int) -> None:
         called_after = [(first, last) for _, first, last in answered]
         if rng.random() < 0.1:
             fs.fail_next_write(1, ".log", partial=rng.random() < 0.5)
+        if rng.random() < 0.08:
+            fs.fail_next_fsync(1, ".log")
         batches, err = split_batches(raw)
         assert err == 0
         try:
-            info = await plog.append_async(raw, batches)
+            info = await plog.append_async(raw, batches, sync=rng.random() < 0.5)
         except AppendError:
             fs.clear_faults()
             seqs[pid] = min(seqs[pid], seq)   # nothing written: the producer resends from here
@@ -122,7 +129,11 @@ async def scenario(tmp_path, seed: int) -> None:
             # Offsets in call order: above everything answered before this call.
             assert all(info.first_offset > last for _, last in called_after)
         answered.append((me, info.first_offset, info.last_offset))
-        await flusher.sync(plog, info.last_offset + 1)
+        try:
+            await flusher.sync(plog, info.last_offset + 1)
+        except StorageError:
+            fs.clear_faults()
+            return                            # not acknowledged: the producer retries it later
         assert durable(fs, plog, info.first_offset, info.last_offset), "acknowledged before durable"
         key = (pid, seq)
         if key in acked:
@@ -154,7 +165,12 @@ async def scenario(tmp_path, seed: int) -> None:
             found = check_log(plog)
             for first, last in acked.values():
                 assert found.get(first, (None,))[0] == last
+            flushed = plog.flushed_offset
+            for first, (last, _) in found.items():
+                if last < flushed:
+                    assert durable(fs, plog, first, last), f"flushed offset {flushed} covers unsynced {first}"
         await asyncio.gather(*tasks)
+        fs.clear_faults()
         found = check_log(plog)
         for first, last in acked.values():
             assert found[first][0] == last
@@ -274,6 +290,59 @@ def test_a_failed_roll_fails_the_append_and_writes_nothing(tmp_path):
             info = await plog.append_async(big, split_batches(big)[0])    # the next one rolls
             assert info.first_offset == end and plog.segment_bases == bases + [end]
             check_log(plog)
+        finally:
+            plog.close()
+    asyncio.run(run())
+
+
+def test_a_write_through_append_is_flushed_when_answered_and_checkpoints_off_the_answer(tmp_path):
+    """sync=True: one fsync in the write's own worker thread, no flusher round; the
+    recovery checkpoint that comes due is written by a background job, so a crash
+    right after re-checks only what came after it."""
+    from dataclasses import replace
+
+    from semel.storage import checkpoint as cpfile
+
+    async def run():
+        fs = FaultyFileSystem()
+        plog = PartitionLog.open(tmp_path / "w", replace(CFG, checkpoint_interval_bytes=100_000), fs)
+        big = batch([b"b" * 1000] * 80)           # over OFFLOOP_WRITE_BYTES: a worker thread writes it
+        assert len(big) >= OFFLOOP_WRITE_BYTES
+        fsyncs = fs.count("fsync", ".log")
+        info = await plog.append_async(big, split_batches(big)[0], sync=True)
+        assert plog.flushed_offset == info.last_offset + 1 == 80
+        assert fs.count("fsync", ".log") == fsyncs + 1
+        assert plog._checkpoint_job is None        # 80 KB since the last one: not due yet
+        again = batch([b"c" * 1000] * 80)
+        info = await plog.append_async(again, split_batches(again)[0], sync=True)
+        assert plog.flushed_offset == 160
+        plog._checkpoint_job.result(10)
+        with open(tmp_path / "w" / cpfile.FILE_NAME, "rb") as f:
+            assert cpfile.decode(f.read()).recovery_offset == 160
+        small = batch([b"s"])                      # on the loop: left to the flusher
+        info = await plog.append_async(small, split_batches(small)[0], sync=True)
+        assert plog.flushed_offset == 160 and plog.log_end_offset == 161
+        plog.abandon()                             # as if killed here
+        reopened = PartitionLog.open(tmp_path / "w", CFG, FaultyFileSystem())
+        try:
+            assert reopened.recovery.used_checkpoint and reopened.log_end_offset >= 160
+            assert reopened.recovery.crc_checked_bytes == len(small)   # only what came after it
+        finally:
+            reopened.close()
+    asyncio.run(run())
+
+
+def test_a_failed_write_through_fsync_keeps_the_data_and_leaves_the_flush_to_the_flusher(tmp_path):
+    async def run():
+        fs = FaultyFileSystem()
+        plog = PartitionLog.open(tmp_path / "f", CFG, fs)
+        try:
+            big = batch([b"b" * 1000] * 80)
+            fs.fail_next_fsync(1, ".log")
+            info = await plog.append_async(big, split_batches(big)[0], sync=True)
+            assert (info.first_offset, plog.log_end_offset, plog.flushed_offset) == (0, 80, 0)
+            await GroupCommitFlusher().sync(plog, 80)  # the next fsync works and moves it on
+            assert plog.flushed_offset == 80
         finally:
             plog.close()
     asyncio.run(run())
