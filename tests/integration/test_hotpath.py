@@ -219,3 +219,41 @@ def test_responses_still_go_out_after_the_client_shuts_its_side(hot_broker):
         sock.sendall(_produce_frame("halfclose", _batch([b"x"]), 5))
         sock.shutdown(socket.SHUT_WR)
         assert _read_frame(sock)[:4] == (5).to_bytes(4, "big")
+
+
+def _produce_many(c: Client, topic: str, batches: dict[int, bytes]) -> dict[int, KafkaError]:
+    """One acks=all Produce naming several partitions; each partition's error."""
+    from semel.protocol.messages import request_class
+    T = request_class(0).TopicProduceData
+    resp = c.request(0, transactional_id=None, acks=-1, timeout_ms=30000, topic_data=[T(name=topic, partition_data=[
+        T.PartitionProduceData(index=p, records=b) for p, b in batches.items()])])
+    return {p.index: KafkaError(p.error_code) for p in resp.responses[0].partition_responses}
+
+
+def test_acks_all_is_answered_only_after_an_fsync_covered_the_batch(start_broker, tmp_path):
+    """The acks=all paths of one node (PartitionLog.append_async): a large single-
+    partition append is fsynced by its own write thread; when that fsync fails, the
+    answer waits for a flusher round, and when that fails too the producer gets
+    KAFKA_STORAGE_ERROR, never NONE. A request naming several partitions writes them on
+    the loop and each gets the outcome of its own log's fsync."""
+    from test_txn_faults import arm
+    ctl = tmp_path / "faults"
+    b = start_broker(env={"SEMEL_FS_FAULTS": f"control_file={ctl}"})
+    b.control_file = ctl
+    big = [b"w" * 1000] * 200                        # ~200 KB: over the off-loop write size
+    with Client(b.bootstrap) as c:
+        assert c.create_topic("wt", 1) == KafkaError.NONE
+        assert c.create_topic("multi", 3) == KafkaError.NONE
+        assert c.produce("wt", 0, _batch(big)) == (KafkaError.NONE, 0)
+        arm(b, "fail_next_fsync=2,path_contains=wt-0/")     # the write's own fsync, then the flusher's
+        assert c.produce("wt", 0, _batch(big))[0] == KafkaError.KAFKA_STORAGE_ERROR
+        arm(b, "clear=1,fail_next_fsync=1,path_contains=wt-0/")   # only the write's own: the flusher's works
+        assert c.produce("wt", 0, _batch(big)) == (KafkaError.NONE, 400)
+        arm(b, "clear=1,fail_next_fsync=1,path_contains=multi-1/")
+        got = _produce_many(c, "multi", {p: _batch(big) for p in range(3)})
+        assert got == {0: KafkaError.NONE, 1: KafkaError.KAFKA_STORAGE_ERROR, 2: KafkaError.NONE}
+        arm(b, "clear=1")
+        assert _produce_many(c, "multi", {p: _batch([b"m"]) for p in range(3)}) == {p: KafkaError.NONE for p in range(3)}
+    # What failed its fsync stays in the log unacknowledged (as a failed flusher round
+    # leaves it): the producer's retry is deduplicated when it is idempotent.
+    assert read_values(b.bootstrap, "wt", 1, "read_uncommitted", want=600) == ["w" * 1000] * 600
