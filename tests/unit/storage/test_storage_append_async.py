@@ -275,24 +275,31 @@ def test_a_roll_runs_off_the_loop_and_a_marker_meanwhile_lands_after_it(tmp_path
     asyncio.run(run())
 
 
-def test_a_failed_roll_fails_the_append_and_writes_nothing(tmp_path):
+def on_fresh_log(tmp_path, body) -> None:
+    """asyncio.run(body(plog, fs)) on a new log over a FaultyFileSystem; closed after."""
     async def run():
         fs = FaultyFileSystem()
         plog = PartitionLog.open(tmp_path / "f", CFG, fs)
         try:
-            big = batch([b"b" * 1000] * 90)
-            _fill(plog, len(big))
-            end, bases = plog.log_end_offset, plog.segment_bases
-            fs.fail_next_fsync(1, ".log")
-            with pytest.raises(AppendError):
-                await plog.append_async(big, split_batches(big)[0])
-            assert plog.log_end_offset == end and plog.segment_bases == bases
-            info = await plog.append_async(big, split_batches(big)[0])    # the next one rolls
-            assert info.first_offset == end and plog.segment_bases == bases + [end]
-            check_log(plog)
+            await body(plog, fs)
         finally:
             plog.close()
     asyncio.run(run())
+
+
+def test_a_failed_roll_fails_the_append_and_writes_nothing(tmp_path):
+    async def body(plog, fs):
+        big = batch([b"b" * 1000] * 90)
+        _fill(plog, len(big))
+        end, bases = plog.log_end_offset, plog.segment_bases
+        fs.fail_next_fsync(1, ".log")
+        with pytest.raises(AppendError):
+            await plog.append_async(big, split_batches(big)[0])
+        assert plog.log_end_offset == end and plog.segment_bases == bases
+        info = await plog.append_async(big, split_batches(big)[0])    # the next one rolls
+        assert info.first_offset == end and plog.segment_bases == bases + [end]
+        check_log(plog)
+    on_fresh_log(tmp_path, body)
 
 
 def test_a_write_through_append_is_flushed_when_answered_and_checkpoints_off_the_answer(tmp_path):
@@ -333,16 +340,11 @@ def test_a_write_through_append_is_flushed_when_answered_and_checkpoints_off_the
 
 
 def test_a_failed_write_through_fsync_keeps_the_data_and_leaves_the_flush_to_the_flusher(tmp_path):
-    async def run():
-        fs = FaultyFileSystem()
-        plog = PartitionLog.open(tmp_path / "f", CFG, fs)
-        try:
-            big = batch([b"b" * 1000] * 80)
-            fs.fail_next_fsync(1, ".log")
-            info = await plog.append_async(big, split_batches(big)[0], sync=True)
-            assert (info.first_offset, plog.log_end_offset, plog.flushed_offset) == (0, 80, 0)
-            await GroupCommitFlusher().sync(plog, 80)  # the next fsync works and moves it on
-            assert plog.flushed_offset == 80
-        finally:
-            plog.close()
-    asyncio.run(run())
+    async def body(plog, fs):
+        big = batch([b"b" * 1000] * 80)
+        fs.fail_next_fsync(1, ".log")
+        info = await plog.append_async(big, split_batches(big)[0], sync=True)
+        assert (info.first_offset, plog.log_end_offset, plog.flushed_offset) == (0, 80, 0)
+        await GroupCommitFlusher().sync(plog, 80)      # the next fsync works and moves it on
+        assert plog.flushed_offset == 80
+    on_fresh_log(tmp_path, body)
