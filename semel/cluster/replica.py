@@ -109,13 +109,17 @@ def high_watermark(current_hw: int, leader: int, leader_leo: int, isr: tuple[int
 
 
 def isr_change(state: PartitionState, leader_leo: int, hw: int, progress: dict[int, FollowerProgress],
-               now_ms: float, lag_max_ms: int, epoch_start: int) -> tuple[int, ...] | None:
+               now_ms: float, lag_max_ms: int, epoch_start: int, alive=None) -> tuple[int, ...] | None:
     """The ISR the leader should ask for, or None when it should stay as it is.
 
     Out: members other than the leader not caught up within lag_max_ms. In: replicas
     whose log end reached the high watermark and the start of the leader's epoch
-    (Kafka's conditions), caught up within lag_max_ms. The leader always stays, so
-    the ISR is never empty. Order follows the replica list."""
+    (Kafka's conditions), caught up within lag_max_ms, and registered as alive when
+    `alive` (broker ids) is given: a broker whose session ended may still fetch for a
+    moment while it shuts down, and taking it back in would hold the high watermark
+    (and every acks=all answer) until lag_max_ms dropped it again (KIP-841: no ISR
+    expansion to a fenced broker). The leader always stays, so the ISR is never
+    empty. Order follows the replica list."""
     def fresh(r: int) -> bool:
         p = progress.get(r)
         return p is not None and now_ms - p.last_caught_up_ms <= lag_max_ms
@@ -123,7 +127,7 @@ def isr_change(state: PartitionState, leader_leo: int, hw: int, progress: dict[i
     def joins(r: int) -> bool:
         p = progress.get(r)
         return (p is not None and p.leo >= max(hw, epoch_start) and fresh(r)
-                and p.last_fetch_ms >= p.left_isr_ms)
+                and p.last_fetch_ms >= p.left_isr_ms and (alive is None or r in alive))
 
     keep = {r for r in state.isr if r == state.leader or fresh(r)}
     add = {r for r in state.replicas if r not in state.isr and joins(r)}
@@ -453,7 +457,7 @@ class ReplicaManager:
                     return
                 plog = ls.plog
                 new = isr_change(st, plog.log_end_offset, plog.high_watermark, ls.progress, self._now_ms(),
-                                 self.lag_time_max_ms, ls.epoch_start)
+                                 self.lag_time_max_ms, ls.epoch_start, alive=self.view.brokers())
                 if new is None:
                     return
                 ls.pending_isr = new

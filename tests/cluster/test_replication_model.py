@@ -188,6 +188,10 @@ def test_shrink_then_expand_decisions():
     assert isr_change(st, 10, 10, {1: fresh, 2: FollowerProgress(leo=10, last_caught_up_ms=900)}, 1000, 500, 0) is None
     # Lagging followers all gone: the leader alone, never an empty ISR.
     assert isr_change(st, 10, 10, {1: stale, 2: stale}, 1000, 500, 0) == (0,)
+    # A caught-up follower whose broker session ended is not taken back in (KIP-841);
+    # one still in the ISR is left to the lag rule (and the controller) to drop.
+    assert isr_change(out, 10, 10, {1: fresh}, 1000, 500, 0, alive={0, 2}) is None
+    assert isr_change(out, 10, 10, {1: fresh}, 1000, 500, 0, alive={0, 1, 2}) == (0, 1)
     # Kafka's caught-up rule: behind the current end but at the end of the previous fetch.
     p = FollowerProgress()
     p.on_fetch(5, 8, now_ms=100)
