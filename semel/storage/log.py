@@ -420,7 +420,8 @@ class PartitionLog:
         commit round: one thread hand-off per request instead of two. A small write
         on the loop, or a failed fsync, leaves it to the flusher as before.
         on_loop=True: write on the loop whatever the size (the caller bounds how much:
-        a Produce naming several partitions, whose fsyncs then share one round). Memory (log
+        a Produce naming several partitions, whose fsyncs then go to the flusher's
+        per-log rounds). Memory (log
         end, indexes, producer state) moves when the write has finished, so readers
         and the flusher never see bytes that are not in the file; a synchronous
         mutator that comes meanwhile (a marker, retention, close) first waits for the
