@@ -443,13 +443,15 @@ class PartitionLog:
             if duplicate is not None:
                 return duplicate
             w = self._prepare_write(data, batches, self._apply_data, assign=True)
-            if sync:
-                w.future = _WRITERS.submit(self._write_through, w)
-                self._pending = w
+            self._submit_write(w, sync)
             return await self._write_in_thread(w)
 
-    def _submit_write(self, w: "_PendingWrite") -> None:
-        w.future = _WRITERS.submit(self.fs.pwrite, w.seg.log, w.buf, w.start)
+    def _submit_write(self, w: "_PendingWrite", sync: bool = False) -> None:
+        """Hand w to a worker thread: its pwrite, and with sync its fsync (_write_through)."""
+        if sync:
+            w.future = _WRITERS.submit(self._write_through, w)
+        else:
+            w.future = _WRITERS.submit(self.fs.pwrite, w.seg.log, w.buf, w.start)
         self._pending = w
 
     def _write_through(self, w: "_PendingWrite") -> None:
@@ -482,12 +484,10 @@ class PartitionLog:
             log.info("%s: background checkpoint skipped: %s", self.directory, exc)
 
     async def _write_in_thread(self, w: "_PendingWrite") -> AppendInfo:
-        """Hand w's pwrite to a worker thread, wait for it and settle it (unless a
-        synchronous mutator settled it meanwhile); its AppendInfo, or its StorageError.
-        Cancelled while waiting, it settles the write before giving up: a stop or a
-        role change never leaves a write behind."""
-        if w.future is None:
-            self._submit_write(w)
+        """Wait for w's write, handed to a worker thread by _submit_write, and settle it
+        (unless a synchronous mutator settled it meanwhile); its AppendInfo, or its
+        StorageError. Cancelled while waiting, it settles the write before giving up: a
+        stop or a role change never leaves a write behind."""
         try:
             await asyncio.shield(asyncio.wrap_future(w.future))
         except Exception:
