@@ -75,12 +75,8 @@ class _Transient(ClientError):
     """Worth another try: a retriable Kafka error or a lost connection."""
 
 
-def _error(code: int) -> KafkaError:
-    return KafkaError(code) if code in KafkaError._value2member_map_ else KafkaError.UNKNOWN_SERVER_ERROR
-
-
 def _check(code: int, what: str) -> None:
-    err = _error(code)
+    err = KafkaError(code)
     if err is KafkaError.NONE:
         return
     if err.retriable:
@@ -179,7 +175,7 @@ class Cluster:
         for t in md.topics:
             if t.error_code:
                 self.topic_partitions.pop(t.name, None)
-                self.topic_errors[t.name] = _error(t.error_code)
+                self.topic_errors[t.name] = KafkaError(t.error_code)
                 continue
             self.topic_errors.pop(t.name, None)
             if t.name.startswith("__"):

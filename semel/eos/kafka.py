@@ -64,10 +64,9 @@ RESTART_SAFE_CONFIG = {"metadata.recovery.strategy": "none"}
 
 def _error(op: str, err: CKError) -> CoordinatorError:
     code: int | KafkaError = err.code()
-    try:
+    if code >= KafkaError.UNKNOWN_SERVER_ERROR:
         code = KafkaError(code)
-    except ValueError:
-        pass  # librdkafka-local (negative) codes are kept as plain ints
+    # below -1 are librdkafka's local codes, kept as plain ints
     return CoordinatorError(op, f"{err.name()}: {err.str()}", code=code, fatal=bool(err.fatal()))
 
 

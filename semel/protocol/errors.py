@@ -3,6 +3,11 @@
 Handlers and storage return `KafkaError` members instead of raising, so that
 the code that reaches the wire is decided in one place. The numbers are the
 ones in Kafka's protocol specification.
+
+`KafkaError(code)` accepts every int: a code this table lacks (a newer
+broker's error, say) becomes an `UNKNOWN_ERROR_<code>` value of the same type,
+not retriable, so a reply from a foreign broker is an error to report rather
+than a ValueError that crashes the caller.
 """
 from __future__ import annotations
 
@@ -108,6 +113,24 @@ class KafkaError(IntEnum):
     @property
     def retriable(self) -> bool:
         return self in _RETRIABLE
+
+    @classmethod
+    def _missing_(cls, value: object) -> KafkaError | None:
+        if not isinstance(value, int) or isinstance(value, bool):
+            return None
+        member = _UNKNOWN.get(value)
+        if member is None:
+            # A pseudo-member like Flag's: it is not iterated or listed by name,
+            # so tables built over the enum stay the known codes only.
+            member = int.__new__(cls, value)
+            member._name_ = f"UNKNOWN_ERROR_{value}"
+            member._value_ = value
+            member = _UNKNOWN.setdefault(value, member)
+        return member
+
+
+# Values made for codes the table lacks, one per code so that `is` compares them.
+_UNKNOWN: dict[int, KafkaError] = {}
 
 
 # Which errors a client may retry without changing anything (from Kafka's
