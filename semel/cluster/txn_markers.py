@@ -91,18 +91,26 @@ class MarkerChannel:
         return await done
 
     async def _send_queued(self, node: int) -> None:
+        batch: list = []
         try:
             while self._queued.get(node):
                 batch = self._queued.pop(node)
-                errors = await self._send(node, batch)
-                for _, tp, done in batch:
-                    if not done.done():
-                        done.set_result(errors.get(tp, KafkaError.UNKNOWN_SERVER_ERROR))
+                _resolve(batch, await self._send_guarded(node, batch), KafkaError.UNKNOWN_SERVER_ERROR)
         finally:
             self._senders.pop(node, None)
-            for _, _, done in self._queued.pop(node, ()):   # cancelled: nobody sends these now
-                if not done.done():
-                    done.set_result(KafkaError.NETWORK_EXCEPTION)
+            # Cancelled: nobody sends these now. The batch in flight is among them, or
+            # its transactional id would answer CONCURRENT_TRANSACTIONS until unload.
+            _resolve(batch + self._queued.pop(node, []), {}, KafkaError.NETWORK_EXCEPTION)
+
+    async def _send_guarded(self, node: int, batch) -> dict[tuple[str, int], KafkaError]:
+        """_send, with a failure it does not expect turned into an error for each marker:
+        the coordinator retries a marker that failed, but waits for ever on one never answered."""
+        try:
+            return await self._send(node, batch)
+        except Exception:
+            log.exception("markers to broker %d failed unexpectedly; will retry", node)
+            self._drop(node)   # the connection may be mid-answer: start the next request afresh
+            return {}
 
     async def _send(self, node: int, batch) -> dict[tuple[str, int], KafkaError]:
         info = self.view.brokers().get(node)
@@ -139,6 +147,13 @@ class MarkerChannel:
             task.cancel()
         for node in list(self._conns):
             self._drop(node)
+
+
+def _resolve(batch, errors: dict[tuple[str, int], KafkaError], missing: KafkaError) -> None:
+    """Answer each marker of batch not answered yet: its error, or `missing` when none was given."""
+    for _, tp, done in batch:
+        if not done.done():
+            done.set_result(errors.get(tp, missing))
 
 
 def _request_markers(batch) -> list:

@@ -77,3 +77,46 @@ def test_request_groups_partitions_per_marker_and_answers_map_back():
     # ("a", 0) answered twice: any error wins, so a marker that may be missing is retried.
     assert _partition_errors(resp) == {("a", 0): E.NOT_LEADER_OR_FOLLOWER,
                                      ("a", 1): E.NOT_LEADER_OR_FOLLOWER}
+
+
+def test_an_unexpected_failure_answers_its_markers_and_the_next_request_goes_out():
+    """A send that raises what the channel does not expect (a bug, an unknown answer)
+    still answers every marker it took off the queue, so the coordinator retries
+    instead of waiting for ever; the markers queued behind it go out in the next request."""
+    ch, _ = channel()
+    sent = []
+
+    async def fake_send(node, batch):
+        sent.append([tp for _, tp, _ in batch])
+        if len(sent) == 1:
+            await asyncio.sleep(0)          # lets the second marker queue behind this request
+            raise ValueError("unexpected")
+        return {tp: E.NONE for _, tp, _ in batch}
+    ch._send = fake_send
+
+    async def go():
+        first = asyncio.create_task(ch.write(("t", 0), True, 7, 1, 0))
+        await asyncio.sleep(0)
+        second = asyncio.create_task(ch.write(("t", 1), True, 7, 1, 0))
+        answers = await asyncio.wait_for(asyncio.gather(first, second), 10)
+        return answers, await asyncio.wait_for(ch.write(("t", 0), True, 7, 1, 0), 10)
+    answers, retried = asyncio.run(go())
+    assert answers == [E.UNKNOWN_SERVER_ERROR, E.NONE]
+    assert retried == E.NONE
+    assert sent == [[("t", 0)], [("t", 1)], [("t", 0)]]
+    assert not ch._senders and not ch._queued
+
+
+def test_a_cancelled_sender_answers_the_batch_in_flight():
+    ch, _ = channel()
+
+    async def fake_send(node, batch):
+        await asyncio.Event().wait()        # never answers
+    ch._send = fake_send
+
+    async def go():
+        write = asyncio.create_task(ch.write(("t", 0), True, 7, 1, 0))
+        await asyncio.sleep(0.01)
+        ch.close()
+        return await asyncio.wait_for(write, 10)
+    assert asyncio.run(go()) == E.NETWORK_EXCEPTION
