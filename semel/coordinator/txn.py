@@ -143,7 +143,7 @@ class TransactionCoordinator:
         """A single node's coordinator; in a cluster one per __transaction_state partition
         (semel.cluster.coordinator_partitions.TxnCoordinators), sharing the producer-id
         pool and the marker channel."""
-        pids = ProducerIdManager(broker.config.data_dir / "producer_ids")
+        pids = ProducerIdManager(broker.config.data_dir / "producer_ids", broker.fs)
         if getattr(broker, "cluster", None) is None:
             coordinator = cls(broker.logs, broker.flusher, broker.groups, broker.config, pids,
                               broker.notifier.notify, broker.metrics)

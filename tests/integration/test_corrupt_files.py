@@ -152,3 +152,11 @@ def test_damaged_catalogue_or_producer_ids_stop_the_start_with_one_line(pristine
     _damage(path, at=max(path.stat().st_size // 2 - 4, 0), n=4)
     line = _start_fails_with_one_line(data_dir, name, tmp_path)
     assert what in line and "cannot start" in line
+
+
+def test_truncated_producer_ids_stop_the_start_with_one_line(pristine, tmp_path):
+    data_dir, _ = _copy(pristine, tmp_path)
+    path = data_dir / "producer_ids"
+    path.write_bytes(path.read_bytes()[:5])
+    line = _start_fails_with_one_line(data_dir, "producer_ids", tmp_path)
+    assert "corrupt (5 bytes" in line and "cannot start" in line
