@@ -4,6 +4,7 @@ Exit status: 0 when no anomaly was found, 1 when some were, 2 on a usage error.
 """
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import time
@@ -60,7 +61,9 @@ def add_parser(sub) -> None:
     p.add_argument("--zombies", type=int, default=2,
                    help="processes sharing one more transactional id, started together again and again "
                         "so their InitProducerIds coincide (default 2; 0: none)")
-    p.add_argument("--out", type=Path, help="output directory (default ./semel-check-<time>)")
+    p.add_argument("--out", type=Path, help="output directory (default $XDG_STATE_HOME/semel/check/<time>, "
+                                            "~/.local/state/semel/check/<time> without it; "
+                                            "the history's directory with --analyze)")
     p.add_argument("--data-dir", type=Path, help="broker data directory when check starts it "
                                                  "(default OUT/broker-data)")
     p.add_argument("--fault-interval", type=float, nargs=2, metavar=("MIN", "MAX"), default=(2.0, 6.0),
@@ -105,8 +108,16 @@ def _duration(args) -> tuple[float, tuple]:
     return duration, budgets
 
 
+def default_out_dir() -> Path:
+    """Where a run writes without --out: the user's state directory (XDG), never the
+    current one, so a run started inside a source tree leaves nothing in it."""
+    state = os.environ.get("XDG_STATE_HOME", "")
+    base = Path(state) if os.path.isabs(state) else Path.home() / ".local" / "state"
+    return base / "semel" / "check" / time.strftime("%Y%m%d-%H%M%S")
+
+
 def _out_dir(args) -> Path:
-    out = args.out or Path(f"semel-check-{time.strftime('%Y%m%d-%H%M%S')}")
+    out = args.out or default_out_dir()
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -131,3 +131,30 @@ def test_same_seed_same_schedule(tmp_path):
     assert a == b
     assert a != c
     assert any('"decision": "abort"' in s for _, s in a) and any('"decision": "commit"' in s for _, s in a)
+
+
+@pytest.mark.parametrize("xdg", [True, False], ids=["XDG_STATE_HOME", "home"])
+def test_default_output_directory_is_outside_the_current_one(tmp_path, xdg):
+    """Without --out a run writes under the user's state directory; the directory it
+    was started in (a source tree, say) stays empty. The broker command fails at once,
+    after the output directory was made, so the run stops there with a usage error."""
+    import os
+    import subprocess
+    import sys
+    work, home = tmp_path / "work", tmp_path / "home"
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "XDG_STATE_HOME"}
+    env["HOME"] = str(home)
+    state = home / ".local" / "state"
+    if xdg:
+        state = tmp_path / "state"
+        env["XDG_STATE_HOME"] = str(state)
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[3])
+    out = subprocess.run([sys.executable, "-m", "semel", "check", "--broker-cmd", "false {port} {data}",
+                          "--no-plot"], cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert "broker exited" in out.stderr
+    assert list(work.iterdir()) == []
+    runs = list((state / "semel" / "check").iterdir())
+    assert len(runs) == 1 and (runs[0] / "broker.log").is_file()
+    assert str(runs[0]) in out.stderr
