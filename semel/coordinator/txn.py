@@ -325,14 +325,25 @@ class TransactionCoordinator:
         """Records appended whose apply still waits for their fsync."""
         return len(self._clog.inflight)
 
-    async def _transition(self, current: TxnMeta | None, new: TxnMeta) -> KafkaError:
+    def _begin(self, current: TxnMeta | None, target: TxnState) -> KafkaError:
+        """The one place a transactional id's state change starts (Kafka's
+        prepareTransitionTo): refused when the table forbids it or another change of
+        that id is in flight; otherwise `pending` holds the target until the record
+        is appended and applied (the caller clears it if it gives up). None: an id
+        with no record yet, whose in-flight guard is `_initializing`."""
+        if current is not None and (self.txns.get(current.txn_id) is not current or current.pending is not None):
+            # The caller looked before an await and the state moved on since.
+            return KafkaError.CONCURRENT_TRANSACTIONS
+        if not can_transition(None if current is None else current.state, target):
+            return KafkaError.INVALID_TXN_STATE
         if current is not None:
-            if self.txns.get(current.txn_id) is not current or current.pending is not None:
-                # The caller looked before an await and the state moved on since.
-                return KafkaError.CONCURRENT_TRANSACTIONS
-            if not can_transition(current.state, new.state):
-                return KafkaError.INVALID_TXN_STATE
-            current.pending = new.state
+            current.pending = target
+        return KafkaError.NONE
+
+    async def _transition(self, current: TxnMeta | None, new: TxnMeta) -> KafkaError:
+        err = self._begin(current, new.state)
+        if err:
+            return err
         try:
             err, _ = await self._log_state(new)
             return err
@@ -597,7 +608,8 @@ class TransactionCoordinator:
     async def _complete(self, meta: TxnMeta) -> None:
         """Carry out a logged decision. If markers cannot be written now, keep
         retrying in the background; the transaction stays pending until done."""
-        meta.pending = COMPLETE_OF[meta.state]
+        if self._begin(meta, COMPLETE_OF[meta.state]):
+            return   # already being completed (an EndTxn retry met a roll-forward), or superseded
         done: set = set()
         if await self._try_complete(meta, done):
             return
@@ -712,7 +724,9 @@ class TransactionCoordinator:
             meta = self.txns.get(branch)
             if meta is None or meta.pending is not None or meta.state not in PREPARED:
                 raise AppendError(KafkaError.COORDINATOR_NOT_AVAILABLE, f"branch {branch} not prepared")
-        meta.pending = COMPLETE_OF[meta.state]
+        err = self._begin(meta, COMPLETE_OF[meta.state])
+        if err:
+            raise AppendError(err, f"branch {branch} cannot complete")
         if not await self._try_complete(meta, set()):
             meta.pending = None
             raise AppendError(KafkaError.COORDINATOR_NOT_AVAILABLE, f"branch {branch} not completed")
@@ -784,9 +798,8 @@ class TransactionCoordinator:
         idle = [m for m in self.txns.values()
                 if m.state in COMPLETED and m.pending is None and m.update_ms < cutoff]
         for meta in idle:
-            if self.txns.get(meta.txn_id) is not meta or meta.pending is not None:
+            if self._begin(meta, TxnState.DEAD):
                 continue  # used again while an earlier tombstone was being logged
-            meta.pending = TxnState.DEAD
             _, applied = await self._log_state(meta, tombstone=True)
             if not applied:
                 meta.pending = None

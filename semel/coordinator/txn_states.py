@@ -15,7 +15,11 @@ class TxnState(IntEnum):
     COMPLETE_COMMIT = 4
     COMPLETE_ABORT = 5
     DEAD = 6
-    PREPARE_EPOCH_FENCE = 7
+    # Kafka's PrepareEpochFence (7) has no member: Kafka holds it only as the pending
+    # state of an InitProducerId that fences an ongoing transaction, never as a state
+    # logged or listed. Here that fence is one logged step, Ongoing -> PrepareAbort
+    # under a bumped epoch, which needs no pending stage: nothing awaits between the
+    # decision and the append.
 
 
 S = TxnState
@@ -24,20 +28,22 @@ VALID_PREVIOUS: dict[TxnState, frozenset[TxnState]] = {
     S.EMPTY: frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
     S.ONGOING: frozenset({S.ONGOING, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
     S.PREPARE_COMMIT: frozenset({S.ONGOING}),
-    S.PREPARE_ABORT: frozenset({S.ONGOING, S.PREPARE_EPOCH_FENCE}),
+    S.PREPARE_ABORT: frozenset({S.ONGOING}),
     S.COMPLETE_COMMIT: frozenset({S.PREPARE_COMMIT}),
     S.COMPLETE_ABORT: frozenset({S.PREPARE_ABORT}),
     S.DEAD: frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
-    S.PREPARE_EPOCH_FENCE: frozenset({S.ONGOING}),
 }
+# The state of a transactional id the coordinator has no record of yet.
+FIRST = S.EMPTY
 
 PREPARED = frozenset({S.PREPARE_COMMIT, S.PREPARE_ABORT})
 COMPLETED = frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT})
 COMPLETE_OF = {S.PREPARE_COMMIT: S.COMPLETE_COMMIT, S.PREPARE_ABORT: S.COMPLETE_ABORT}
 
 
-def can_transition(src: TxnState, dst: TxnState) -> bool:
-    return src in VALID_PREVIOUS[dst]
+def can_transition(src: TxnState | None, dst: TxnState) -> bool:
+    """May a transactional id in `src` (None: not known yet) move to `dst`?"""
+    return dst == FIRST if src is None else src in VALID_PREVIOUS[dst]
 
 
 # EndTxn, decided by the state it finds once the producer id/epoch matched and no

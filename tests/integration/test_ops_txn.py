@@ -186,6 +186,10 @@ def test_transaction_admin_bad_input_on_the_wire(ops_broker):
         r = call(s, 66, 2, state_filters=["Ongoing", "Sleeping"], producer_id_filters=[], duration_filter=-1,
                  transactional_id_pattern=None)
         assert r.error_code == 0 and list(r.unknown_state_filters) == ["Sleeping"]
+        # Kafka's name of a state no listed transaction is in: known, and it matches nothing.
+        r = call(s, 66, 2, state_filters=["PrepareEpochFence"], producer_id_filters=[], duration_filter=-1,
+                 transactional_id_pattern=None)
+        assert r.error_code == 0 and list(r.unknown_state_filters) == [] and list(r.transaction_states) == []
         r = call(s, 66, 2, state_filters=[], producer_id_filters=[], duration_filter=-1,
                  transactional_id_pattern="([unclosed")
         assert r.error_code == KafkaError.INVALID_REGULAR_EXPRESSION

@@ -39,11 +39,13 @@ STATE_NAMES = {
     TxnState.COMPLETE_COMMIT: "CompleteCommit",
     TxnState.COMPLETE_ABORT: "CompleteAbort",
     TxnState.DEAD: "Dead",
-    TxnState.PREPARE_EPOCH_FENCE: "PrepareEpochFence",
 }
 _STATE_BY_NAME = {v: k for k, v in STATE_NAMES.items()}
+# Kafka's state name that no listed transaction is ever in (Kafka holds it only as a
+# pending step; semel.coordinator.txn_states): a filter naming it is known and matches nothing.
+_NEVER_LISTED = frozenset({"PrepareEpochFence"})
 # States whose transaction still owns its partitions: markers are written or still to come.
-LIVE = frozenset({TxnState.ONGOING, TxnState.PREPARE_EPOCH_FENCE}) | PREPARED
+LIVE = frozenset({TxnState.ONGOING}) | PREPARED
 
 
 def _transactions(ctx) -> list:
@@ -104,8 +106,8 @@ def _not_described(T, txn_id: str, err: KafkaError):
 async def list_transactions(ctx, req):
     v = ctx.api_version
     wanted_states = set(req.state_filters or ())
-    unknown = sorted(s for s in wanted_states if s not in _STATE_BY_NAME)
-    states = {_STATE_BY_NAME[s] for s in wanted_states - set(unknown)}
+    unknown = sorted(s for s in wanted_states if s not in _STATE_BY_NAME and s not in _NEVER_LISTED)
+    states = {_STATE_BY_NAME[s] for s in wanted_states if s in _STATE_BY_NAME}
     pids = set(req.producer_id_filters or ())
     min_age = req.duration_filter if v >= 1 else -1
     pattern = None
@@ -115,8 +117,8 @@ async def list_transactions(ctx, req):
         except re.error:
             return ctx.response(throttle_time_ms=0, error_code=KafkaError.INVALID_REGULAR_EXPRESSION,
                                 unknown_state_filters=unknown, transaction_states=[])
-    if unknown and not states:
-        # Only unknown states asked for: none can match (Kafka answers the same way).
+    if wanted_states and not states:
+        # Only states no transaction here is in asked for: none can match (Kafka answers the same way).
         rows = []
     else:
         now = _now_ms()

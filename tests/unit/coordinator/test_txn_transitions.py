@@ -1,0 +1,97 @@
+"""Every state change of a transactional id starts in one function,
+TransactionCoordinator._begin, which consults the VALID_PREVIOUS table."""
+from __future__ import annotations
+
+import ast
+import asyncio
+import inspect
+import itertools
+
+import pytest
+
+import semel.coordinator.txn as txn_module
+from semel.broker.config import BrokerConfig
+from semel.coordinator.group import GroupConfig, GroupCoordinator
+from semel.coordinator.producer_ids import ProducerIdManager
+from semel.coordinator.txn import TransactionCoordinator
+from semel.coordinator.txn_states import VALID_PREVIOUS, TxnMeta, TxnState
+from semel.protocol.errors import KafkaError
+from semel.storage.flusher import GroupCommitFlusher
+from semel.storage.manager import LogManager
+
+E = KafkaError
+
+
+@pytest.fixture
+def coord(tmp_path):
+    logs = LogManager(tmp_path / "data")
+    flusher = GroupCommitFlusher()
+    groups = GroupCoordinator(logs, flusher, GroupConfig(), run_timers=False)
+    return TransactionCoordinator(logs, flusher, groups, BrokerConfig(data_dir=tmp_path / "data"),
+                                  ProducerIdManager(tmp_path / "data" / "producer_ids"))
+
+
+def _held(coord, txn_id: str, state: TxnState) -> TxnMeta:
+    meta = TxnMeta(txn_id, 7, 1, -1, -1, 60_000, state, None, -1, 0)
+    coord.txns[txn_id] = meta
+    return meta
+
+
+@pytest.mark.parametrize("src,dst", list(itertools.product(TxnState, TxnState)),
+                         ids=lambda s: s.name)
+def test_begin_follows_the_table(coord, src, dst):
+    meta = _held(coord, "t", src)
+    err = coord._begin(meta, dst)
+    if src in VALID_PREVIOUS[dst]:
+        assert err == E.NONE and meta.pending == dst
+    else:
+        assert err == E.INVALID_TXN_STATE and meta.pending is None
+
+
+def test_begin_refuses_a_second_change_and_a_stale_look(coord):
+    meta = _held(coord, "t", TxnState.ONGOING)
+    assert coord._begin(meta, TxnState.PREPARE_COMMIT) == E.NONE
+    assert coord._begin(meta, TxnState.PREPARE_ABORT) == E.CONCURRENT_TRANSACTIONS
+    assert meta.pending == TxnState.PREPARE_COMMIT
+    stale = meta
+    _held(coord, "t", TxnState.COMPLETE_COMMIT)
+    stale.pending = None
+    assert coord._begin(stale, TxnState.ONGOING) == E.CONCURRENT_TRANSACTIONS
+
+
+def test_an_unknown_id_may_only_start_empty(coord):
+    assert coord._begin(None, TxnState.EMPTY) == E.NONE
+    for state in set(TxnState) - {TxnState.EMPTY}:
+        assert coord._begin(None, state) == E.INVALID_TXN_STATE
+
+
+def test_an_invalid_transition_is_refused_without_touching_the_log(coord):
+    meta = _held(coord, "t", TxnState.COMPLETE_ABORT)
+    before = coord._clog.records_since_compaction
+    err = asyncio.run(coord._transition(meta, meta.copy(state=TxnState.PREPARE_COMMIT)))
+    assert err == E.INVALID_TXN_STATE
+    assert coord.txns["t"] is meta and meta.pending is None
+    assert coord._clog.records_since_compaction == before
+
+
+def test_completing_a_transaction_already_being_completed_does_nothing(coord):
+    meta = _held(coord, "t", TxnState.PREPARE_COMMIT)
+    meta.pending = TxnState.COMPLETE_COMMIT          # a completion in flight
+    asyncio.run(coord._complete(meta))
+    assert coord.txns["t"] is meta and meta.state == TxnState.PREPARE_COMMIT
+
+
+def test_no_other_code_sets_a_pending_state():
+    """`pending` is set to a state only inside _begin; elsewhere it is only cleared."""
+    tree = ast.parse(inspect.getsource(txn_module))
+    setters = []
+    for fn in ast.walk(tree):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(fn):
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                cleared = isinstance(node.value, ast.Constant) and node.value.value is None
+                if not cleared and any(isinstance(t, ast.Attribute) and t.attr == "pending" for t in targets):
+                    setters.append(fn.name)
+    assert setters == ["_begin"]
