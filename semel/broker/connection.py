@@ -21,7 +21,6 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from typing import Any, Awaitable
 
 from ..cluster.coordinator_gate import coordinator_guard
 from ..protocol.errors import ProtocolError
@@ -30,6 +29,7 @@ from ..protocol.messages import (
     unsupported_api_versions_response,
 )
 from .auth.gate import authenticated_enough, guarded
+from .deferred import Deferred
 from .frame_reader import FrameReader
 from .router import ROUTES, RequestContext, supported_versions
 
@@ -74,14 +74,6 @@ class _BadInputLog:
 
 
 bad_input_log = _BadInputLog()
-
-
-class Deferred:
-    """A response that is ready once `awaitable` finishes (it returns the body)."""
-    __slots__ = ("awaitable",)
-
-    def __init__(self, awaitable: Awaitable[Any]):
-        self.awaitable = awaitable
 
 
 class _Close(Exception):

@@ -30,7 +30,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import WorkloadError
 from .history import NEMESIS
+from .threads import blocking
 
 CLUSTER_FAULTS = ("leader-kill", "follower-kill", "broker-pause")
 # Kafka's names of the coordinators' topics: their partitions' leaders are the coordinators.
@@ -187,7 +189,6 @@ class CheckCluster:
 
     async def fault(self, name: str, rng: random.Random, wl) -> None:
         """Run one nemesis episode of kind `name`, recorded in the workload's history."""
-        from .workload import blocking
         x, hold = rng.random(), self._hold(name, rng)   # drawn first: the schedule does not depend on the cluster
         v = await blocking(self.view)
         if v is None:
@@ -238,7 +239,6 @@ class CheckCluster:
             self.paused.discard(node)
 
     async def _bounce(self, node: int, down_s: float) -> None:
-        from .workload import WorkloadError, blocking
         b = self.local.brokers[node]
         await blocking(b.kill)
         session_over = time.monotonic() + self.lease_ttl_s + SESSION_SLACK_S

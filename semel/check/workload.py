@@ -29,14 +29,15 @@ import os
 import random
 import signal
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from .cluster import CLUSTER_FAULTS, CheckCluster
+from .errors import WorkloadError
 from .history import NEMESIS, HistoryWriter
 from .target import BrokerStartError, ManagedBroker
+from .threads import blocking
 
 FAULTS = ("client-kill", "client-pause", "broker-kill", "disk-full", "slow-fsync") + CLUSTER_FAULTS
 BROKER_FAULTS = frozenset({"broker-kill", "disk-full", "slow-fsync"})
@@ -50,33 +51,6 @@ CONSUMER_SLOTS = (
 )
 
 
-async def blocking(fn, *args):
-    """Run a blocking call in a daemon thread. Unlike asyncio.to_thread, an
-    interrupted run does not wait for it (a hung broker can make admin calls
-    and restarts take a minute); the process exits around it."""
-    loop = asyncio.get_running_loop()
-    fut = loop.create_future()
-
-    def deliver(setter, value):
-        if not fut.done():
-            setter(value)
-
-    def runner():
-        try:
-            result = fn(*args)
-        except BaseException as exc:  # handed to the awaiting coroutine
-            outcome = (fut.set_exception, exc)
-        else:
-            outcome = (fut.set_result, result)
-        try:
-            loop.call_soon_threadsafe(deliver, *outcome)
-        except RuntimeError:
-            pass  # the loop is gone: nobody is waiting any more
-
-    threading.Thread(target=runner, daemon=True, name="check-blocking").start()
-    return await fut
-
-
 def signal_worker(proc: asyncio.subprocess.Process, sig: int) -> None:
     """os.kill, not proc.send_signal: the latter polls (and may reap) a child that
     just exited, racing asyncio's own child watcher. An exited but unreaped
@@ -85,10 +59,6 @@ def signal_worker(proc: asyncio.subprocess.Process, sig: int) -> None:
         os.kill(proc.pid, sig)
     except ProcessLookupError:
         pass
-
-
-class WorkloadError(RuntimeError):
-    """The run could not be carried out (not an anomaly: the broker never let us start)."""
 
 
 @dataclass

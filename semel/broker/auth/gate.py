@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...protocol.errors import KafkaError
+from ..deferred import Deferred
 from .acl import CLUSTER_NAME, Operation as Op, ResourceType as Rt
 from .check import authorize_any
 from .sasl import session_expired
@@ -185,7 +186,6 @@ async def _run_topics(ctx, body, fn, shape: TopicShape, denied: list, code: Kafk
 def _merge(result, field: str, entries: list):
     if result is None:   # acks=0: nothing is answered
         return None
-    from ..connection import Deferred   # connection imports this module
     if isinstance(result, Deferred):
         inner = result.awaitable
 

@@ -10,7 +10,7 @@ connection keeps serving the member's other requests (heartbeats, commits).
 from __future__ import annotations
 
 from ...protocol.errors import KafkaError
-from ..connection import Deferred
+from ..deferred import Deferred
 from ..router import handler
 
 
