@@ -22,7 +22,7 @@ from ...storage import compaction
 from ...storage.errors import AppendError, StorageError
 from ..connection import Deferred
 from ..router import handler
-from .common import lookup
+from .common import auto_create_in_cluster, lookup, may_auto_create, unknown_topic
 
 log = logging.getLogger("semel.broker.produce")
 
@@ -83,6 +83,10 @@ async def _append_partition(ctx, req, topic: str, pdata, budget: list[int]) -> _
     broker = ctx.broker
     if topic.startswith("__"):
         return _PartitionResult(pdata.index, KafkaError.INVALID_TOPIC_EXCEPTION, message="internal topic")
+    if broker.cluster is not None and topic not in broker.cluster.topics():
+        err = await _create_unknown(broker, topic)
+        if err:
+            return _PartitionResult(pdata.index, err)
     err = check_leader(broker, topic, pdata.index)   # NONE on a single node
     if err:
         return _PartitionResult(pdata.index, err)
@@ -127,6 +131,14 @@ async def _append_partition(ctx, req, topic: str, pdata, budget: list[int]) -> _
         broker.metrics.produced_bytes.inc(len(data))
         broker.notifier.notify(topic, pdata.index)
     return _PartitionResult(pdata.index, base_offset=info.first_offset, plog=plog, upto=info.last_offset + 1)
+
+
+async def _create_unknown(broker, topic: str) -> KafkaError:
+    """A topic this cluster broker does not know: created when auto-creation is on (the
+    client then finds its leader, here or not), else the error for an unknown name."""
+    if not may_auto_create(broker, topic):
+        return unknown_topic(topic)
+    return await auto_create_in_cluster(broker, topic)
 
 
 def _debug_refusal(req, topic, partition, batches, what, offset=None) -> None:
