@@ -182,6 +182,21 @@ def test_a_keyless_record_is_named_in_its_refused_batch(mbroker):
     assert _watermarks(mbroker, name) == (0, 0)
 
 
+def test_librdkafka_tells_keyless_records_from_the_ones_refused_with_them(mbroker):
+    """librdkafka's 0011 test: with per-record errors for several records of a batch, those
+    fail with INVALID_RECORD and the rest with _INVALID_DIFFERENT_RECORD (with a single
+    record error librdkafka gives every record of the batch the partition's error)."""
+    name = _compacted_topic(mbroker)
+    p = Producer({"bootstrap.servers": mbroker.bootstrap, "linger.ms": 2000, "retries": 0})
+    got = {}
+    for i in range(6):      # one batch: all queued within linger.ms; every third without a key
+        p.produce(name, key=None if i % 3 == 0 else b"k%d" % i, value=b"v", partition=0,
+                  on_delivery=lambda err, msg, i=i: got.__setitem__(i, err.code()))
+    assert p.flush(60) == 0
+    assert got == {i: CKError.INVALID_RECORD if i % 3 == 0 else CKError._INVALID_DIFFERENT_RECORD for i in range(6)}
+    assert _watermarks(mbroker, name) == (0, 0)
+
+
 def test_compacted_topic_refuses_a_batch_that_expands_past_the_limit(mbroker):
     """The key check decompresses; 40 MiB of zeros (a few KiB gzipped) would expand past
     the broker's 32 MiB --max-decompressed-batch-bytes: MESSAGE_TOO_LARGE, nothing
