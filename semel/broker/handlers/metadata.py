@@ -23,7 +23,7 @@ async def metadata(ctx, req):
         names = sorted(logs.topics())
     else:
         names = [_requested_name(t, logs) for t in req.topics]
-    allow_create = cfg.auto_create_topics and (ctx.api_version < 4 or req.allow_auto_topic_creation)
+    allow_create = _creation_asked(ctx, req)
     topics = []
     for name in names:
         if isinstance(name, uuid.UUID):  # asked by a topic id this broker does not know
@@ -36,6 +36,12 @@ async def metadata(ctx, req):
     brokers = [cls.MetadataResponseBroker(node_id=cfg.node_id, host=cfg.advertised, port=ctx.listener_port, rack=None)]
     return ctx.response(throttle_time_ms=0, brokers=brokers, cluster_id=cfg.cluster_id,
                         controller_id=cfg.node_id, topics=topics)
+
+
+def _creation_asked(ctx, req) -> bool:
+    """May this request create the topics it names (v4+ says; before, it always may)?
+    Whether the broker does is may_auto_create's part."""
+    return ctx.api_version < 4 or req.allow_auto_topic_creation
 
 
 def _requested_name(t, logs):
@@ -109,7 +115,7 @@ async def _auto_create(ctx, req, missing: list[str]) -> dict[str, KafkaError]:
     error, or LEADER_NOT_AVAILABLE (retriable, Kafka's answer for a topic being created)
     when another broker created it and the watch has not brought it here yet."""
     broker = ctx.broker
-    if not (ctx.api_version < 4 or req.allow_auto_topic_creation):
+    if not _creation_asked(ctx, req):
         return {}
     out = {}
     for name in missing:
