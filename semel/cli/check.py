@@ -46,8 +46,8 @@ def add_parser(sub) -> None:
     p.add_argument("--lease-ttl-s", type=int, default=3,
                    help="--cluster brokers' session length; half the pauses outlast it (default 3)")
     p.add_argument("--nemesis-coordinator", action="store_true",
-                   help="--cluster: let the nemesis kill and pause the coordinators' broker too "
-                        "(expected to fail until coordinator state is replicated)")
+                   help="--cluster: let the nemesis kill and pause the coordinators' brokers too, "
+                        "so faults move the coordinators (replicated; such runs pass, docs/check.md)")
     p.add_argument("--mode", choices=sorted(MODES), default="ci",
                    help="ci: 60 s of workload, the whole run within 3 minutes (default); "
                         "long: 30 minutes unless --duration says otherwise")

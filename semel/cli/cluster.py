@@ -13,7 +13,9 @@ def add_parser(sub) -> None:
     p = sub.add_parser("cluster", help="run a local cluster (etcd + brokers)")
     csub = p.add_subparsers(dest="action", metavar="ACTION")
     csub.required = True
-    s = csub.add_parser("start", help="start etcd and --nodes brokers in the foreground; Ctrl-C stops them all")
+    s = csub.add_parser("start", help="start etcd and --nodes brokers in the foreground; Ctrl-C stops them all. "
+                                      "Topics are replicated by default: replication factor min(3, nodes), "
+                                      "min.insync.replicas 2 where that factor is 3")
     s.add_argument("--nodes", type=int, default=3, help="number of brokers (default 3)")
     s.add_argument("--data-dir", required=True, type=Path, help="etcd/ and broker-N/ go under here")
     s.add_argument("--base-port", type=int, default=9092,
@@ -43,9 +45,10 @@ def run(args) -> int:
     if args.lease_ttl_s < 2:
         raise CliError("--lease-ttl-s must be at least 2")
     broker_args, users = _inter_broker(args)
+    defaults, topics_line = replicated_defaults(args.nodes, args.broker_arg)
     try:
         cluster = LocalCluster(args.data_dir, args.nodes, args.base_port, args.etcd_port, args.lease_ttl_s,
-                               args.broker_arg + broker_args, users=users)
+                               defaults + args.broker_arg + broker_args, users=users)
     except OSError as exc:
         raise CliError(f"cannot use data dir {args.data_dir}: {exc.strerror}") from None
     stop = threading.Event()
@@ -56,6 +59,7 @@ def run(args) -> int:
         print(f"etcd on {cluster.etcd.bootstrap} (log {cluster.etcd.log_path})", flush=True)
         for n, b in enumerate(cluster.brokers):
             print(f"broker {n} on {b.bootstrap} (data {b.data_dir})", flush=True)
+        print(topics_line, flush=True)
         print(f"bootstrap: {cluster.bootstrap}", flush=True)
         while not stop.wait(1):
             if not cluster.etcd.alive():
@@ -65,6 +69,35 @@ def run(args) -> int:
         cluster.close()
     print("cluster stopped", flush=True)
     return 0
+
+
+def replicated_defaults(nodes: int, broker_args: list[str]) -> tuple[list[str], str]:
+    """(broker flags, the line saying what topics get): topics created without a
+    replication factor get min(3, nodes) replicas, as the coordinators' internal topics
+    do, and where that is 3, acks=all needs 2 of them in sync (a write survives losing
+    any one broker, and one may be down while writes go on). A flag the user passes
+    through --broker-arg wins (it comes later on the command line); min.insync.replicas
+    follows a replication factor given that way."""
+    from ..cluster.coordinator_seat import internal_replication_factor
+    rf = _flag_value(broker_args, "--default-replication-factor") or str(internal_replication_factor(nodes))
+    wanted = {"--default-replication-factor": rf,
+              "--min-insync-replicas": "2" if rf.isdigit() and int(rf) >= 3 else "1"}
+    given = {f: v for f in wanted if (v := _flag_value(broker_args, f)) is not None}
+    value = {**wanted, **given}
+    line = (f"topics: replication factor {value['--default-replication-factor']}, min.insync.replicas "
+            f"{value['--min-insync-replicas']} unless a topic says otherwise")
+    return [x for f, v in wanted.items() if f not in given for x in (f, v)], line
+
+
+def _flag_value(args: list[str], flag: str) -> str | None:
+    """The last value given to `flag` in `args` (--flag=V or --flag V), None if absent."""
+    found = None
+    for i, a in enumerate(args):
+        if a.startswith(flag + "="):
+            found = a.split("=", 1)[1]
+        elif a == flag and i + 1 < len(args):
+            found = args[i + 1]
+    return found
 
 
 def _inter_broker(args) -> tuple[list[str], dict[str, str]]:

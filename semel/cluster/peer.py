@@ -87,6 +87,12 @@ class PeerConnection:
         # megabyte-sized Fetch answers several times (about 40x slower here).
         return cls.decode(frame[start:], version=version)
 
+    def usable(self) -> bool:
+        """Not closed by either side as far as this end has seen: a peer that dropped an
+        idle connection (its connections.max.idle.ms) or restarted has sent FIN or RST,
+        which the event loop turns into EOF or a closing transport."""
+        return not self._writer.is_closing() and not self._reader.at_eof() and self._reader.exception() is None
+
     def close(self) -> None:
         self._writer.close()
 

@@ -117,8 +117,7 @@ class MarkerChannel:
         if info is None:
             return {tp: KafkaError.LEADER_NOT_AVAILABLE for _, tp, _ in batch}
         try:
-            conn = await self._connection(node, info)
-            resp = await conn.call(27, _VERSION, self.timeout_s + _SLACK_S, markers=_request_markers(batch))
+            resp = await self._call(node, info, _request_markers(batch))
         except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, PeerError) as exc:
             if not isinstance(exc, PeerAuthError):   # (the dialer logs refusals, once a minute)
                 log.info("markers to broker %d: %s; will retry", node, exc or type(exc).__name__)
@@ -130,8 +129,31 @@ class MarkerChannel:
                                       "on the cluster (a super user)")
         return errors
 
+    async def _call(self, node: int, info, markers: list):
+        """WriteTxnMarkers on the connection to `node`. A kept connection the peer has
+        closed since (idle past its connections.max.idle.ms, or restarted) is replaced
+        before use; one found closed only by this send is replaced and the request sent
+        once more, so an idle gap costs the transaction no retry round (and its client
+        no CONCURRENT_TRANSACTIONS). Sending again is safe: a marker is idempotent (a
+        repeat ends no further transaction and indexes no aborted range,
+        PartitionLog.append_control), and no new transaction of the producer can start
+        on the partition before this one completes."""
+        fresh = node not in self._conns or not self._conns[node].usable()
+        conn = await self._connection(node, info)
+        try:
+            return await conn.call(27, _VERSION, self.timeout_s + _SLACK_S, markers=markers)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            if fresh:
+                raise
+        self._drop(node)
+        conn = await self._connection(node, info)
+        return await conn.call(27, _VERSION, self.timeout_s + _SLACK_S, markers=markers)
+
     async def _connection(self, node: int, info) -> PeerConnection:
         conn = self._conns.get(node)
+        if conn is not None and not conn.usable():
+            self._drop(node)
+            conn = None
         if conn is None:
             conn = await self.dialer.connect(info, f"{CLIENT_PREFIX}{self.node_id}")
             self._conns[node] = conn

@@ -772,12 +772,13 @@ class TransactionCoordinator:
 
     def _warn_stuck(self, after_ms: int = 30_000) -> None:
         """A transition that has been completing for long means markers cannot be
-        written (full disk?); say so instead of leaving clients to time out silently."""
-        cutoff = now_ms() - after_ms
+        written (full disk?); say so instead of leaving clients to time out silently.
+        Counted from when the transition began (TxnMeta.pending_since)."""
+        now = time.monotonic()
         for meta in self.txns.values():
-            if meta.pending is not None and meta.update_ms < cutoff:
+            if meta.pending is not None and now - meta.pending_since > after_ms / 1000:
                 log.warning("%s has been completing %s for %d s", meta.txn_id, TxnState(meta.pending).name,
-                            (now_ms() - meta.update_ms) // 1000)
+                            now - meta.pending_since)
 
     async def abort_timed_out(self) -> int:
         now = now_ms()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import struct
+import time
 from enum import IntEnum
 
 from ..protocol.errors import KafkaError
@@ -72,7 +73,8 @@ def end_txn_outcome(state: TxnState, commit: bool) -> TxnState | KafkaError:
 class TxnMeta:
     """One transactional id. Kept small: 100k idle ids must fit in ~50 MB."""
     __slots__ = ("txn_id", "producer_id", "epoch", "last_producer_id", "last_epoch", "timeout_ms",
-                 "state", "partitions", "start_ms", "update_ms", "pending")
+                 "state", "partitions", "start_ms", "update_ms", "_pending", "pending_since")
+    _LOGGED = __slots__[:-2]   # what a state record holds and copy() carries
 
     def __init__(self, txn_id, producer_id, epoch, last_producer_id, last_epoch, timeout_ms, state,
                  partitions, start_ms, update_ms):
@@ -86,13 +88,27 @@ class TxnMeta:
         self.partitions = partitions  # frozenset[(topic, partition)] or None when empty
         self.start_ms = start_ms
         self.update_ms = update_ms
-        # Target state of the transition being logged or completed, None when idle.
-        # Always compared with None: the target of an InitProducerId bump is EMPTY == 0,
-        # and a falsy pending once let two instances of one id be initialised together.
-        self.pending: TxnState | None = None
+        self._pending: TxnState | None = None
+        # time.monotonic() when the current pending transition began: how long it has
+        # been completing (update_ms is the last completed change, which after a
+        # coordinator failover can be long before the transition now under way).
+        self.pending_since = 0.0
+
+    @property
+    def pending(self) -> TxnState | None:
+        """Target state of the transition being logged or completed, None when idle.
+        Always compared with None: the target of an InitProducerId bump is EMPTY == 0,
+        and a falsy pending once let two instances of one id be initialised together."""
+        return self._pending
+
+    @pending.setter
+    def pending(self, target: TxnState | None) -> None:
+        if target is not None and target != self._pending:
+            self.pending_since = time.monotonic()
+        self._pending = target
 
     def copy(self, **changes) -> "TxnMeta":
-        fields = {k: getattr(self, k) for k in self.__slots__ if k != "pending"}
+        fields = {k: getattr(self, k) for k in self._LOGGED}
         fields.update(changes)
         return TxnMeta(**fields)
 

@@ -184,8 +184,8 @@ def encode_response_parts(api_key: int, api_version: int, correlation_id: int, b
         if pieces is not None:
             return pieces
     elif api_key == PRODUCE_KEY:
-        # The handler's plain ProduceAnswer has no generic encoding: it serves v3-v9
-        # and never reports record errors, so encode_produce always takes it.
+        # The handler's plain ProduceAnswer has no generic encoding: it serves v3-v9,
+        # which encode_produce always takes.
         frame = encode_produce(api_version, correlation_id, body)
         if frame is not None:
             return [frame]

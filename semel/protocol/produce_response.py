@@ -37,6 +37,14 @@ class ProducePartitionAnswer:
         self.error_message = error_message
 
 
+class RecordError:
+    """KIP-467: one record that made its batch fail (index in the batch, why)."""
+    __slots__ = ("batch_index", "batch_index_error_message")
+
+    def __init__(self, batch_index: int, message: str | None):
+        self.batch_index, self.batch_index_error_message = batch_index, message
+
+
 class ProduceTopicAnswer:
     __slots__ = ("name", "partition_responses")
 
@@ -53,8 +61,7 @@ class ProduceAnswer:
 
 
 def encode_produce(api_version: int, correlation_id: int, body: Any) -> bytes | None:
-    """The framed response, or None when it needs the generic codec (a version
-    outside 3-9, or per-record errors, which this broker never reports)."""
+    """The framed response, or None when it needs the generic codec (a version outside 3-9)."""
     if not MIN_VERSION <= api_version <= MAX_VERSION:
         return None
     flexible = api_version >= FLEXIBLE_FROM
@@ -69,14 +76,18 @@ def encode_produce(api_version: int, correlation_id: int, body: Any) -> bytes | 
         parts = t.partition_responses or ()
         _length(out, len(parts), flexible)
         for p in parts:
-            if p.record_errors:
-                return None
             if api_version >= 5:
                 out += part.pack(p.index, p.error_code, p.base_offset, p.log_append_time_ms, p.log_start_offset)
             else:
                 out += part.pack(p.index, p.error_code, p.base_offset, p.log_append_time_ms)
             if api_version >= 8:
-                _length(out, 0, flexible)          # record_errors: none
+                errors = p.record_errors or ()
+                _length(out, len(errors), flexible)
+                for e in errors:
+                    out += _I32.pack(e.batch_index)
+                    _nullable_string(out, e.batch_index_error_message, flexible)
+                    if flexible:
+                        out.append(0)              # record error tagged fields
                 _nullable_string(out, p.error_message, flexible)
             if flexible:
                 out.append(0)                      # partition tagged fields

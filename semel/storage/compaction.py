@@ -44,22 +44,28 @@ def is_compacted(cleanup_policy: str) -> bool:
 
 
 def check_keys(data, batches: list[tuple[int, BatchHeader]],
-               limit: int = MAX_DECOMPRESSED_BATCH_BYTES) -> KafkaError:
-    """INVALID_RECORD if any data record has no key; CORRUPT_MESSAGE if a batch cannot
-    be decoded, MESSAGE_TOO_LARGE if its records expand past `limit`,
-    UNSUPPORTED_COMPRESSION_TYPE for a codec this install cannot read; control
-    batches (written by the coordinator) are not checked."""
+               limit: int = MAX_DECOMPRESSED_BATCH_BYTES) -> tuple[KafkaError, list[int]]:
+    """(error, indexes of the records without a key): INVALID_RECORD if any data record
+    has no key, its index counted over the data records of all `batches` in order (what
+    a Produce answer reports per record, KIP-467); CORRUPT_MESSAGE if a batch cannot be
+    decoded, MESSAGE_TOO_LARGE if its records expand past `limit`,
+    UNSUPPORTED_COMPRESSION_TYPE for a codec this install cannot read; control batches
+    (written by the coordinator) are not checked."""
+    keyless: list[int] = []
+    index = 0
     for pos, hdr in batches:
         if hdr.is_control:
             continue
         try:
-            if any(rec.key is None for rec in _records(data, pos, hdr, limit)):
-                return KafkaError.INVALID_RECORD
+            for rec in _records(data, pos, hdr, limit):
+                if rec.key is None:
+                    keyless.append(index)
+                index += 1
         except DecodeError as exc:
-            return exc.error
+            return exc.error, []
         except ValueError:
-            return KafkaError.CORRUPT_MESSAGE
-    return KafkaError.NONE
+            return KafkaError.CORRUPT_MESSAGE, []
+    return (KafkaError.INVALID_RECORD if keyless else KafkaError.NONE), keyless
 
 
 @dataclass

@@ -7,6 +7,8 @@ import socket
 import subprocess
 import sys
 
+import pytest
+
 from tests.integration.test_cli import semel
 
 
@@ -39,6 +41,7 @@ def test_cluster_start_serves_topics_and_stops_cleanly(tmp_path):
         assert lines and lines[-1].startswith("bootstrap: "), "".join(lines) + proc.stderr.read()
         bootstrap = lines[-1].split(" ", 1)[1].strip()
         etcd = lines[0].split()[2]
+        assert lines[-2].startswith("topics: replication factor 2, min.insync.replicas 1"), lines
         assert len(bootstrap.split(",")) == 2 and all(_listening(hp) for hp in [etcd, *bootstrap.split(",")])
         b = ["--bootstrap", bootstrap.split(",")[1]]
         r = semel("topic", "create", "cli-rf2", "--partitions", "2", "--replication-factor", "2", *b)
@@ -52,12 +55,34 @@ def test_cluster_start_serves_topics_and_stops_cleanly(tmp_path):
         assert desc.stdout.splitlines()[1].split("\t")[4:] == ["leader", "epoch", "replicas", "isr"]
         assert sorted(row[4] for row in rows) == ["0", "1"]          # one leader on each broker
         assert all(sorted(row[6].split(",")) == ["0", "1"] and row[5] == "0" for row in rows)
+        # no --replication-factor: the cluster's default, replicated on both brokers
+        r = semel("topic", "create", "cli-default", "--partitions", "2", *b)
+        assert r.returncode == 0, r.stderr
+        desc = semel("topic", "describe", "cli-default", *b)
+        assert desc.returncode == 0, desc.stderr
+        assert [sorted(ln.split("\t")[6].split(",")) for ln in desc.stdout.splitlines()[2:]] == [["0", "1"]] * 2
     finally:
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=90)
     assert proc.returncode == 0, err
     assert "cluster stopped" in out
     assert not any(_listening(hp) for hp in [etcd, *bootstrap.split(",")])
+
+
+@pytest.mark.parametrize("nodes, broker_args, flags, rf, min_isr", [
+    (1, [], ["--default-replication-factor", "1", "--min-insync-replicas", "1"], 1, 1),
+    (3, [], ["--default-replication-factor", "3", "--min-insync-replicas", "2"], 3, 2),
+    (5, [], ["--default-replication-factor", "3", "--min-insync-replicas", "2"], 3, 2),
+    (3, ["--default-replication-factor=1"], ["--min-insync-replicas", "1"], 1, 1),
+    (3, ["--min-insync-replicas", "3"], ["--default-replication-factor", "3"], 3, 3),
+])
+def test_cluster_start_replicates_topics_by_default(nodes, broker_args, flags, rf, min_isr):
+    """The brokers' flags `semel cluster start` adds and the line it prints; the user's
+    own --broker-arg wins."""
+    from semel.cli.cluster import replicated_defaults
+    got, line = replicated_defaults(nodes, broker_args)
+    assert got == flags
+    assert line.startswith(f"topics: replication factor {rf}, min.insync.replicas {min_isr} ")
 
 
 def test_bad_cluster_input_is_one_readable_line(tmp_path):

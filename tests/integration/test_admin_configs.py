@@ -160,6 +160,43 @@ def test_compacted_topic_refuses_records_without_key(mbroker, compression):
     assert _watermarks(mbroker, name) == (0, 1)  # only the keyed one
 
 
+def test_a_keyless_record_is_named_in_its_refused_batch(mbroker):
+    """KIP-467: the batch fails as a whole (INVALID_RECORD, nothing written) and the answer
+    names the bad record by its index with a message, so kafka-python fails that record
+    with the broker's reason and the others as refused with it."""
+    from kafka import KafkaProducer
+    from kafka.errors import InvalidRecordError, KafkaError as KPError
+    name = _compacted_topic(mbroker)
+    p = KafkaProducer(bootstrap_servers=mbroker.bootstrap, linger_ms=2000, retries=0)
+    try:
+        futures = [p.send(name, key=key, value=b"v%d" % i, partition=0)    # one batch: within linger_ms
+                   for i, key in enumerate([b"k0", None, b"k2"])]
+        p.flush(60)
+        errors = [f.exception for f in futures]
+    finally:
+        p.close()
+    assert isinstance(errors[1], InvalidRecordError)
+    assert "record 1 of the batch has no key" in str(errors[1]) and "cleanup.policy=compact" in str(errors[1])
+    for other in (errors[0], errors[2]):    # failed with it, for no fault of their own
+        assert isinstance(other, KPError) and not isinstance(other, InvalidRecordError)
+    assert _watermarks(mbroker, name) == (0, 0)
+
+
+def test_librdkafka_tells_keyless_records_from_the_ones_refused_with_them(mbroker):
+    """librdkafka's 0011 test: with per-record errors for several records of a batch, those
+    fail with INVALID_RECORD and the rest with _INVALID_DIFFERENT_RECORD (with a single
+    record error librdkafka gives every record of the batch the partition's error)."""
+    name = _compacted_topic(mbroker)
+    p = Producer({"bootstrap.servers": mbroker.bootstrap, "linger.ms": 2000, "retries": 0})
+    got = {}
+    for i in range(6):      # one batch: all queued within linger.ms; every third without a key
+        p.produce(name, key=None if i % 3 == 0 else b"k%d" % i, value=b"v", partition=0,
+                  on_delivery=lambda err, msg, i=i: got.__setitem__(i, err.code()))
+    assert p.flush(60) == 0
+    assert got == {i: CKError.INVALID_RECORD if i % 3 == 0 else CKError._INVALID_DIFFERENT_RECORD for i in range(6)}
+    assert _watermarks(mbroker, name) == (0, 0)
+
+
 def test_compacted_topic_refuses_a_batch_that_expands_past_the_limit(mbroker):
     """The key check decompresses; 40 MiB of zeros (a few KiB gzipped) would expand past
     the broker's 32 MiB --max-decompressed-batch-bytes: MESSAGE_TOO_LARGE, nothing

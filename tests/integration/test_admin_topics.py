@@ -9,9 +9,11 @@ import pytest
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError as CKError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from semel.protocol.errors import KafkaError
 from semel.protocol.messages import request_class
 from tests.support import wait, wire
-from tests.support.admin import commit_offsets, committed_offsets, error_code
+from tests.support.admin import (
+    ILLEGAL_TOPIC_NAMES, commit_offsets, committed_offsets, delivery_errors, error_code, produce_error)
 from tests.support.brokers import module_broker
 
 
@@ -69,12 +71,11 @@ def test_longest_legal_name_and_dot_underscore_collision(admin):
     assert _create_code(admin, NewTopic(f"c_{stem}", 1, 1)) == CKError.TOPIC_EXCEPTION
 
 
-def test_producer_to_an_illegal_name_fails_instead_of_retrying(mbroker):
-    p = Producer({"bootstrap.servers": mbroker.bootstrap, "message.timeout.ms": 120000})
-    errors = []
-    p.produce("probe-invalid_topic$#!", value=b"x", on_delivery=lambda err, msg: errors.append(err))
-    assert p.flush(60) == 0  # delivered as a final error long before message.timeout.ms
-    assert [e.code() for e in errors] == [CKError.TOPIC_EXCEPTION]
+@pytest.mark.parametrize("bad", ["probe-invalid_topic$#!", *ILLEGAL_TOPIC_NAMES])
+def test_producer_to_an_illegal_name_fails_instead_of_retrying(mbroker, bad):
+    """As on a cluster (tests/cluster/test_cluster_topics.py): final on Metadata and Produce."""
+    assert [e.code() for e in delivery_errors(mbroker.bootstrap, bad)] == [CKError.TOPIC_EXCEPTION]
+    assert produce_error(mbroker.bootstrap, bad) == KafkaError.INVALID_TOPIC_EXCEPTION
 
 
 def _metadata_v12(mbroker, names=None, ids=None):

@@ -32,3 +32,30 @@ def committed_offsets(bootstrap: str, group: str, topic: str, parts: int) -> dic
         return {tp.partition: tp.offset for tp in c.committed([TopicPartition(topic, p) for p in range(parts)], 30)}
     finally:
         c.close()
+
+
+# Names Kafka never accepts: a space and punctuation, a reserved name, one character too long.
+ILLEGAL_TOPIC_NAMES = ("bad name!", "..", "x" * 250)
+
+
+def delivery_errors(bootstrap: str, topic: str) -> list:
+    """The delivery errors (confluent-kafka KafkaError, None when delivered) of one record
+    produced to `topic`, with a message timeout far beyond flush's: an error that comes
+    back before flush returns came as a final answer, not after retrying to the timeout."""
+    from confluent_kafka import Producer
+    p = Producer({"bootstrap.servers": bootstrap, "message.timeout.ms": 300000})
+    got = []
+    p.produce(topic, value=b"x", on_delivery=lambda err, msg: got.append((err, msg.topic())))
+    assert p.flush(60) == 0, f"no delivery report for {topic!r} within 60 s: the client is still retrying"
+    assert all(t == topic for _, t in got)
+    return [err for err, _ in got]
+
+
+def produce_error(bootstrap: str, topic: str):
+    """The Produce answer's error for one record sent straight to `topic` (semel's own
+    client, no Metadata first): what a client that skips Metadata is told."""
+    from semel.client.client import Client
+    from semel.protocol import records
+    with Client(bootstrap, timeout_s=10) as c:
+        err, _ = c.produce(topic, 0, records.build_batch([(None, b"x")]))
+    return err

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from semel.client.client import ClientError
+from semel.client.client import Client, ClientError
+from semel.protocol import records
+from semel.protocol.errors import KafkaError
 
+from .txn import call
 from .wait import until
 
 
@@ -79,3 +82,55 @@ def committed(cluster, group: str, tps) -> dict[int, int]:
         return {tp.partition: tp.offset for tp in c.committed(tps, 60)}
     finally:
         c.close()
+
+
+def txn_round(cluster, txn, coordinator: int, leader: int, tp, value: str | None) -> list[KafkaError]:
+    """One transaction of `txn` (a tests.support.txn.RawTxn) on new connections (brokers
+    may close idle ones): add tp, write `value` there through its leader (none: no
+    record), commit. The errors of each step, in order."""
+    with Client(cluster.brokers[coordinator].bootstrap, timeout_s=30) as c:
+        txn.c = c
+        errors = [txn.add(tp)[tp]]
+    if value is not None:
+        seq = txn.seq.get(tp, 0)
+        batch = records.build_batch([(None, value.encode())], producer_id=txn.pid, producer_epoch=txn.epoch,
+                                    base_sequence=seq, transactional=True)
+        with Client(cluster.brokers[leader].bootstrap, timeout_s=30) as c:
+            err, _ = c.produce(*tp, batch, transactional_id=txn.txn_id)
+        txn.seq[tp] = seq + 1
+        errors.append(err)
+    with Client(cluster.brokers[coordinator].bootstrap, timeout_s=30) as c:
+        txn.c = c
+        errors.append(txn.end(commit=True))
+    return errors
+
+
+def raw_txn(cluster, txn_id: str):
+    """(an initialised tests.support.txn.RawTxn for `txn_id`, its coordinator's node id)."""
+    from .txn import RawTxn
+    coordinator = txn_coordinator(cluster, txn_id)
+    txn = RawTxn(None, txn_id)
+    with Client(cluster.brokers[coordinator].bootstrap, timeout_s=30) as c:
+        txn.c = c
+        until(lambda: txn.init() == KafkaError.NONE, f"a producer id for {txn_id}")
+    return txn, coordinator
+
+
+def txn_coordinator(cluster, txn_id: str) -> int:
+    """The node id FindCoordinator names for `txn_id` (the first ask creates the
+    transaction log, so it may answer COORDINATOR_NOT_AVAILABLE for a while)."""
+    found = []
+
+    def ask() -> bool:
+        with Client(cluster.brokers[0].bootstrap, timeout_s=30) as c:
+            r = call(c, 10, 3, key=txn_id, key_type=1)
+        found.append(r.node_id)
+        return r.error_code == 0
+    until(ask, f"a coordinator for {txn_id}")
+    return found[-1]
+
+
+def marker_retries(cluster, node: int) -> list[str]:
+    """Lines of broker `node`'s log where its transaction coordinator had to retry markers."""
+    log = (cluster.data_dir / f"broker-{node}.log").read_text(errors="replace")
+    return [line for line in log.splitlines() if "markers to broker" in line]

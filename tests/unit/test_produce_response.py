@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from semel.protocol.messages import encode_response, encode_response_parts, response_class
 from semel.protocol.produce_response import (
-    MAX_VERSION, MIN_VERSION, ProduceAnswer, ProducePartitionAnswer, ProduceTopicAnswer, encode_produce,
+    MAX_VERSION, MIN_VERSION, ProduceAnswer, ProducePartitionAnswer, ProduceTopicAnswer, RecordError,
+    encode_produce,
 )
 
 CLS = response_class(0)
@@ -53,9 +54,23 @@ def test_entries_of_both_kinds_in_one_response():
     assert encode_produce(9, 5, mixed) == encode_response(0, 9, 5, generic(9, spec, 0))
 
 
-def test_record_errors_and_other_versions_go_to_the_generic_codec():
-    body = generic(8, [("t", [(0, 87, -1, -1, -1, "bad record")])], 0)
+@settings(max_examples=200, deadline=None)
+@given(version=st.integers(MIN_VERSION, MAX_VERSION),
+       errors=st.lists(st.tuples(st.integers(0, 2**31 - 1), st.none() | st.text(max_size=30)), min_size=1,
+                       max_size=4),
+       message=st.none() | st.text(max_size=40))
+def test_record_errors_same_bytes_as_the_generic_codec(version, errors, message):
+    """KIP-467 per-record errors (v8+; older versions have no field for them)."""
+    spec = [("t", [(0, 87, -1, -1, -1, message)])]
+    body = generic(version, spec, 0)
     body.responses[0].partition_responses[0].record_errors = [
-        P.BatchIndexAndErrorMessage(batch_index=0, batch_index_error_message="x")]
-    assert encode_produce(8, 1, body) is None
+        P.BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=m) for i, m in errors]
+    ours = plain(version, spec, 0)
+    ours.responses[0].partition_responses[0].record_errors = [RecordError(i, m) for i, m in errors]
+    expected = encode_response(0, version, 1, body)
+    assert encode_produce(version, 1, ours) == expected
+    assert encode_produce(version, 1, body) == expected
+
+
+def test_other_versions_go_to_the_generic_codec():
     assert encode_produce(MAX_VERSION + 1, 1, plain(9, [], 0)) is None

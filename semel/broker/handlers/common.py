@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Callable, Iterable
 
 from ...protocol.errors import KafkaError
+from ...storage.manager import validate_topic_name
 
 
 def by_topic(errors: Iterable[tuple[tuple[str, int], int]], make_partition: Callable) -> dict[str, list]:
@@ -19,17 +20,53 @@ def first_error(errors: dict) -> KafkaError:
     return next((KafkaError(e) for e in errors.values() if e), KafkaError.NONE)
 
 
+def unknown_topic(name) -> KafkaError:
+    """The error for a topic that does not exist: an illegal name can never exist, so it
+    is final for clients (INVALID_TOPIC_EXCEPTION, a producer fails at once); an unknown
+    legal one is retriable (it may be created). Internal names are legal to ask about."""
+    if validate_topic_name(name, internal=True)[0]:
+        return KafkaError.INVALID_TOPIC_EXCEPTION
+    return KafkaError.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def may_auto_create(broker, name) -> bool:
+    """Kafka's auto.create.topics.enable: a legal, non-internal name, when configured."""
+    return (broker.config.auto_create_topics and isinstance(name, str)
+            and not name.startswith("__") and not validate_topic_name(name)[0])
+
+
+async def auto_create_in_cluster(broker, name: str) -> KafkaError:
+    """Create `name` in the cluster with the default partitions and replication factor,
+    through etcd as CreateTopics does (semel.cluster.metadata), so every broker opens
+    its logs. NONE also when another broker created it first (both raced on etcd)."""
+    from ...cluster.controller import assign_replicas
+    cfg = broker.config
+    view = broker.cluster
+    try:
+        assignment = assign_replicas(sorted(view.brokers()), cfg.default_partitions, cfg.default_replication_factor)
+    except ValueError:   # fewer live brokers than the default replication factor
+        return KafkaError.INVALID_REPLICATION_FACTOR
+    try:
+        err = await view.create_topic(name, assignment, {})
+    except ConnectionError:   # etcd unreachable
+        return KafkaError.REQUEST_TIMED_OUT
+    return KafkaError.NONE if err == KafkaError.TOPIC_ALREADY_EXISTS else err
+
+
 def lookup(ctx, topic: str, partition: int):
-    """(log, error): the partition's log, auto-creating the topic when configured."""
+    """(log, error): the partition's log, auto-creating the topic when configured on a
+    single node (a cluster creates it through etcd before: auto_create_in_cluster)."""
     logs = ctx.broker.logs
     plog = logs.get(topic, partition)
     if plog is not None:
         return plog, KafkaError.NONE
-    if topic not in logs.topics() and ctx.broker.config.auto_create_topics and not topic.startswith("__"):
+    if topic not in logs.topics() and ctx.broker.cluster is None and may_auto_create(ctx.broker, topic):
         err = logs.create_topic(topic, ctx.broker.config.default_partitions, {})
         if err not in (KafkaError.NONE, KafkaError.TOPIC_ALREADY_EXISTS):
             return None, err
         plog = logs.get(topic, partition)
         if plog is not None:
             return plog, KafkaError.NONE
+    if topic not in logs.topics():
+        return None, unknown_topic(topic)
     return None, KafkaError.UNKNOWN_TOPIC_OR_PARTITION

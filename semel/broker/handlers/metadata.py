@@ -5,8 +5,8 @@ from __future__ import annotations
 import uuid
 
 from ...protocol.errors import KafkaError
-from ...storage.manager import validate_topic_name
 from ..router import handler
+from .common import auto_create_in_cluster, may_auto_create, unknown_topic
 
 ZERO_UUID = uuid.UUID(int=0)
 
@@ -15,7 +15,7 @@ ZERO_UUID = uuid.UUID(int=0)
 async def metadata(ctx, req):
     broker = ctx.broker
     if broker.cluster is not None:
-        return _cluster_metadata(ctx, req)
+        return await _cluster_metadata(ctx, req)
     cfg = broker.config
     cls = ctx.cls()
     logs = broker.logs
@@ -23,19 +23,25 @@ async def metadata(ctx, req):
         names = sorted(logs.topics())
     else:
         names = [_requested_name(t, logs) for t in req.topics]
-    allow_create = cfg.auto_create_topics and (ctx.api_version < 4 or req.allow_auto_topic_creation)
+    allow_create = _creation_asked(ctx, req)
     topics = []
     for name in names:
         if isinstance(name, uuid.UUID):  # asked by a topic id this broker does not know
             topics.append(cls.MetadataResponseTopic(error_code=KafkaError.UNKNOWN_TOPIC_ID, name=None,
                                                     topic_id=name, is_internal=False, partitions=[]))
             continue
-        if name not in logs.topics() and allow_create and name and not name.startswith("__"):
+        if name not in logs.topics() and allow_create and may_auto_create(broker, name):
             logs.create_topic(name, cfg.default_partitions, {})
         topics.append(_topic_metadata(cls, logs, name, cfg.node_id))
     brokers = [cls.MetadataResponseBroker(node_id=cfg.node_id, host=cfg.advertised, port=ctx.listener_port, rack=None)]
     return ctx.response(throttle_time_ms=0, brokers=brokers, cluster_id=cfg.cluster_id,
                         controller_id=cfg.node_id, topics=topics)
+
+
+def _creation_asked(ctx, req) -> bool:
+    """May this request create the topics it names (v4+ says; before, it always may)?
+    Whether the broker does is may_auto_create's part."""
+    return ctx.api_version < 4 or req.allow_auto_topic_creation
 
 
 def _requested_name(t, logs):
@@ -54,12 +60,7 @@ def _topic_metadata(cls, logs, name, node_id):
     T = cls.MetadataResponseTopic
     info = logs.topics().get(name)
     if info is None:
-        # An illegal name is final for clients (INVALID_TOPIC_EXCEPTION); an unknown
-        # legal one is retriable. Internal names are legal to ask about.
-        code = KafkaError.UNKNOWN_TOPIC_OR_PARTITION
-        if validate_topic_name(name, internal=True)[0]:
-            code = KafkaError.INVALID_TOPIC_EXCEPTION
-        return T(error_code=code, name=name, is_internal=False, partitions=[])
+        return T(error_code=unknown_topic(name), name=name, is_internal=False, partitions=[])
     P = T.MetadataResponsePartition
     parts = [P(error_code=0, partition_index=i, leader_id=node_id, leader_epoch=0,
                replica_nodes=[node_id], isr_nodes=[node_id], offline_replicas=[])
@@ -69,10 +70,10 @@ def _topic_metadata(cls, logs, name, node_id):
     return T(error_code=0, name=name, topic_id=topic_id, is_internal=info.internal, partitions=parts)
 
 
-def _cluster_metadata(ctx, req):
+async def _cluster_metadata(ctx, req):
     """Metadata from the cluster view: every live broker, each partition's leader,
-    epoch, replicas and ISR (LEADER_NOT_AVAILABLE while a partition has none).
-    Topics are created through CreateTopics only (no auto-creation in a cluster)."""
+    epoch, replicas and ISR (LEADER_NOT_AVAILABLE while a partition has none). With
+    auto-creation on, an unknown legal name is created through etcd first, as on one node."""
     view = ctx.broker.cluster
     cls = ctx.cls()
     T = cls.MetadataResponseTopic
@@ -82,12 +83,15 @@ def _cluster_metadata(ctx, req):
         names = sorted(known)
     else:
         names = [_cluster_requested_name(t, known) for t in req.topics]
+    created = await _auto_create(ctx, req, [n for n in names if isinstance(n, str) and n not in known])
+    known = view.topics()
     live = view.brokers()
     topics = []
     for name in names:
         info = known.get(name) if isinstance(name, str) else None
         if info is None:
-            code = KafkaError.UNKNOWN_TOPIC_ID if isinstance(name, uuid.UUID) else KafkaError.UNKNOWN_TOPIC_OR_PARTITION
+            code = (KafkaError.UNKNOWN_TOPIC_ID if isinstance(name, uuid.UUID)
+                    else created.get(name) or unknown_topic(name))
             topics.append(T(error_code=code, name=None if isinstance(name, uuid.UUID) else name,
                             topic_id=name if isinstance(name, uuid.UUID) else ZERO_UUID,
                             is_internal=False, partitions=[]))
@@ -104,6 +108,21 @@ def _cluster_metadata(ctx, req):
     controller = view.controller_id()
     return ctx.response(throttle_time_ms=0, brokers=brokers, cluster_id=ctx.broker.config.cluster_id,
                         controller_id=-1 if controller is None else controller, topics=topics)
+
+
+async def _auto_create(ctx, req, missing: list[str]) -> dict[str, KafkaError]:
+    """{name: error to answer while it is not in this broker's view}: the creation's
+    error, or LEADER_NOT_AVAILABLE (retriable, Kafka's answer for a topic being created)
+    when another broker created it and the watch has not brought it here yet."""
+    broker = ctx.broker
+    if not _creation_asked(ctx, req):
+        return {}
+    out = {}
+    for name in missing:
+        if may_auto_create(broker, name):
+            err = await auto_create_in_cluster(broker, name)
+            out[name] = err or KafkaError.LEADER_NOT_AVAILABLE
+    return out
 
 
 def _address(ctx, info) -> tuple[str, int]:

@@ -17,21 +17,23 @@ import logging
 from ...cluster.member import check_leader
 from ...protocol import records
 from ...protocol.errors import KafkaError
-from ...protocol.produce_response import ProduceAnswer, ProducePartitionAnswer, ProduceTopicAnswer
+from ...protocol.produce_response import ProduceAnswer, ProducePartitionAnswer, ProduceTopicAnswer, RecordError
 from ...storage import compaction
 from ...storage.errors import AppendError, StorageError
 from ..connection import Deferred
 from ..router import handler
-from .common import lookup
+from .common import auto_create_in_cluster, lookup, may_auto_create, unknown_topic
 
 log = logging.getLogger("semel.broker.produce")
 
 class _PartitionResult:
-    __slots__ = ("index", "error", "base_offset", "log", "upto", "message")
+    __slots__ = ("index", "error", "base_offset", "log", "upto", "message", "record_errors")
 
-    def __init__(self, index, error=KafkaError.NONE, base_offset=-1, plog=None, upto=0, message=None):
+    def __init__(self, index, error=KafkaError.NONE, base_offset=-1, plog=None, upto=0, message=None,
+                 record_errors=()):
         self.index, self.error, self.base_offset = index, error, base_offset
         self.log, self.upto, self.message = plog, upto, message
+        self.record_errors = record_errors   # KIP-467: RecordErrors of the records that failed the batch
 
 
 # How a Produce's appends reach the disk (issue 11, measured on 2 cores with
@@ -83,6 +85,10 @@ async def _append_partition(ctx, req, topic: str, pdata, budget: list[int]) -> _
     broker = ctx.broker
     if topic.startswith("__"):
         return _PartitionResult(pdata.index, KafkaError.INVALID_TOPIC_EXCEPTION, message="internal topic")
+    if broker.cluster is not None and topic not in broker.cluster.topics():
+        err = await _create_unknown(broker, topic)
+        if err:
+            return _PartitionResult(pdata.index, err)
     err = check_leader(broker, topic, pdata.index)   # NONE on a single node
     if err:
         return _PartitionResult(pdata.index, err)
@@ -101,10 +107,10 @@ async def _append_partition(ctx, req, topic: str, pdata, budget: list[int]) -> _
     batches, err = records.split_batches(data)
     if err:
         return _PartitionResult(pdata.index, err, message=err.name)
-    err = _check_keys(ctx, topic, data, batches)
-    if err:
-        _debug_refusal(req, topic, pdata.index, batches, err)
-        return _PartitionResult(pdata.index, err)
+    refused = _check_keys(ctx, topic, pdata.index, data, batches)
+    if refused is not None:
+        _debug_refusal(req, topic, pdata.index, batches, refused.error)
+        return refused
     on_loop = len(data) <= budget[0]
     if on_loop:
         budget[0] -= len(data)
@@ -129,6 +135,14 @@ async def _append_partition(ctx, req, topic: str, pdata, budget: list[int]) -> _
     return _PartitionResult(pdata.index, base_offset=info.first_offset, plog=plog, upto=info.last_offset + 1)
 
 
+async def _create_unknown(broker, topic: str) -> KafkaError:
+    """A topic this cluster broker does not know: created when auto-creation is on (the
+    client then finds its leader, here or not), else the error for an unknown name."""
+    if not may_auto_create(broker, topic):
+        return unknown_topic(topic)
+    return await auto_create_in_cluster(broker, topic)
+
+
 def _debug_refusal(req, topic, partition, batches, what, offset=None) -> None:
     """One DEBUG line per refused or deduplicated batch: what chaos runs need to explain themselves."""
     if log.isEnabledFor(logging.DEBUG):
@@ -138,12 +152,23 @@ def _debug_refusal(req, topic, partition, batches, what, offset=None) -> None:
                   getattr(what, "name", what), "" if offset is None else f" (original offset {offset})")
 
 
-def _check_keys(ctx, topic, data, batches) -> KafkaError:
-    """A compacted topic takes only keyed records (Kafka: INVALID_RECORD)."""
+def _check_keys(ctx, topic, partition, data, batches) -> _PartitionResult | None:
+    """A compacted topic takes only keyed records (Kafka: INVALID_RECORD for the whole
+    batch, naming each keyless record by its index, KIP-467, so a client can tell the
+    bad records from the ones refused with them). None when the records may go in."""
     info = ctx.broker.logs.topic(topic)
     if info is None or not compaction.is_compacted(info.cleanup_policy):
-        return KafkaError.NONE
-    return compaction.check_keys(data, batches, ctx.broker.config.max_decompressed_batch_bytes)
+        return None
+    err, keyless = compaction.check_keys(data, batches, ctx.broker.config.max_decompressed_batch_bytes)
+    if not err:
+        return None
+    if not keyless:
+        return _PartitionResult(partition, err)
+    why = f"topic {topic} is compacted (cleanup.policy=compact): every record needs a key"
+    return _PartitionResult(
+        partition, err, message=f"{len(keyless)} record(s) without a key in the batch to {topic}-{partition}; "
+                                f"{why}; no record of the batch was written",
+        record_errors=[RecordError(i, f"record {i} of the batch has no key; {why}") for i in keyless])
 
 
 def _check_transactional(ctx, req, topic, partition, batches) -> KafkaError:
@@ -203,9 +228,12 @@ def _response(ctx, results):
         out = []
         for p in parts:
             ok = p.error == KafkaError.NONE
-            out.append(ProducePartitionAnswer(p.index, p.error, p.base_offset if ok else -1,
-                                              p.log.log_start_offset if (ok and p.log) else -1,
-                                              None if ok else p.message))
+            answer = ProducePartitionAnswer(p.index, p.error, p.base_offset if ok else -1,
+                                            p.log.log_start_offset if (ok and p.log) else -1,
+                                            None if ok else p.message)
+            if p.record_errors:
+                answer.record_errors = p.record_errors
+            out.append(answer)
             if not ok:
                 ctx.broker.metrics.request_errors.labels("produce", p.error.name).inc()
         topics.append(ProduceTopicAnswer(name, out))
