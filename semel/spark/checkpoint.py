@@ -39,6 +39,16 @@ def hadoop_settings(conf: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
+def session_settings(spark=None) -> dict[str, str]:
+    """hadoop_settings of a SparkSession's conf (the active one when not given; none: {})."""
+    if spark is None:
+        from pyspark.sql import SparkSession
+        spark = SparkSession.getActiveSession()
+        if spark is None:
+            return {}
+    return hadoop_settings(dict(spark.sparkContext.getConf().getAll()))
+
+
 def s3_options(settings: Mapping[str, str]) -> dict:
     """pyarrow S3FileSystem arguments from Hadoop's S3A settings."""
     s = hadoop_settings(settings)

@@ -40,7 +40,7 @@ def register(spark) -> None:
     """Make `format("semel")` known to this SparkSession. Its `spark.hadoop.fs.*`
     settings (S3A endpoint, keys, ...) go with the source to the driver-side Python
     workers, which have no SparkSession to ask: a class made here is pickled by value."""
-    from .checkpoint import hadoop_settings
-    settings = hadoop_settings(dict(spark.sparkContext.getConf().getAll()))
+    from .checkpoint import session_settings
+    settings = session_settings(spark)
     cls = type("SemelDataSource", (SemelDataSource,), {"fs_settings": settings}) if settings else SemelDataSource
     spark.dataSource.register(cls)
