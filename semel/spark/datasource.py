@@ -41,6 +41,11 @@ def register(spark) -> None:
     settings (S3A endpoint, keys, ...) go with the source to the driver-side Python
     workers, which have no SparkSession to ask: a class made here is pickled by value."""
     from .checkpoint import session_settings
-    settings = session_settings(spark)
-    cls = type("SemelDataSource", (SemelDataSource,), {"fs_settings": settings}) if settings else SemelDataSource
-    spark.dataSource.register(cls)
+    spark.dataSource.register(source_class(session_settings(spark)))
+
+
+def source_class(fs_settings: dict) -> type:
+    """SemelDataSource, or a subclass made here (so pickled by value) that carries the settings."""
+    if not fs_settings:
+        return SemelDataSource
+    return type("SemelDataSource", (SemelDataSource,), {"fs_settings": dict(fs_settings)})

@@ -116,6 +116,22 @@ def test_writer_for_tasks_carries_the_plan_but_no_checkpoint_settings(tmp_path):
     assert w.o.fs == (("fs.s3a.secret.key", "s3cr3t"),)  # the driver-side writer keeps them for commit()
 
 
+def test_registered_source_carries_the_sessions_fs_settings():
+    """register(spark) hands Spark a class that takes the session's settings along when
+    pickled (Spark's Python workers on the driver side have no session to ask)."""
+    import subprocess
+    import sys
+
+    from pyspark import cloudpickle
+
+    from semel.spark import datasource
+    cls = datasource.source_class(checkpoint.hadoop_settings({"spark.hadoop.fs.s3a.endpoint": "h:9", "spark.app": "x"}))
+    code = "import sys, pickle; c = pickle.loads(sys.stdin.buffer.read()); print(c.name(), c.fs_settings)"
+    out = subprocess.run([sys.executable, "-c", code], input=cloudpickle.dumps(cls), capture_output=True, check=True)
+    assert out.stdout.decode().strip() == "semel {'fs.s3a.endpoint': 'h:9'}"
+    assert datasource.source_class({}) is datasource.SemelDataSource
+
+
 def test_s3a_settings_map_onto_pyarrow():
     got = checkpoint.s3_options({"spark.hadoop.fs.s3a.endpoint": "minio:9000", "spark.hadoop.fs.s3a.access.key": "k",
                                  "spark.hadoop.fs.s3a.secret.key": "s", "spark.hadoop.fs.s3a.path.style.access": "true",
