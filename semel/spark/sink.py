@@ -60,6 +60,7 @@ from semel.protocol.errors import KafkaError
 from semel.protocol.txn_hash import java_string_hash
 from semel.spark import atomic, batches, pool
 from semel.spark import options as opt
+from semel.spark.security import PLAINTEXT, Security
 
 TP = tuple[str, int]
 
@@ -106,11 +107,13 @@ class SinkOptions:
     batch_rows: int
     atomic_mode: str = "auto"
     atomic: bool = False  # mode (a), resolved against the broker at query start (probe)
+    security: Security = PLAINTEXT  # TLS and SASL of every connection (semel/spark/security.py)
 
 
 def parse_options(options) -> SinkOptions:
     try:
         opts = opt.validate_sink(options)
+        security = opt.parse_security(opts)
     except opt.OptionError as exc:
         raise SinkError(str(exc)) from None
     bootstrap = opts.get(opt.BOOTSTRAP, "").strip()
@@ -128,7 +131,7 @@ def parse_options(options) -> SinkOptions:
                        topic=opts.get(TOPIC) or None, checkpoint=_local_path(loc) if loc else None,
                        restart_window_ms=_int(opts, RESTART_WINDOW, DEFAULT_RESTART_WINDOW_MS),
                        request_timeout_ms=_int(opts, REQUEST_TIMEOUT, 30_000),
-                       batch_rows=_int(opts, BATCH_ROWS, 100_000), atomic_mode=mode)
+                       batch_rows=_int(opts, BATCH_ROWS, 100_000), atomic_mode=mode, security=security)
 
 
 def _int(opts: dict, name: str, default: int) -> int:
@@ -186,7 +189,7 @@ def _header(h) -> tuple:
 def _open(o: SinkOptions) -> Cluster:
     try:
         return Cluster(o.bootstrap, timeout_s=o.request_timeout_ms / 1000, client_id="semel-spark-sink",
-                       topics=[o.topic] if o.topic else [], fail_fast=True)
+                       topics=[o.topic] if o.topic else [], fail_fast=True, security=o.security)
     except ClientError as exc:
         raise SinkError(f"semel sink: {exc}") from None
 
@@ -199,7 +202,8 @@ def _usable(r: Cluster) -> bool:
 def _connect(o: SinkOptions):
     """The connections to the cluster's brokers for one write() or commit(), kept by the
     worker for the next one (semel.spark.pool)."""
-    return pool.borrow(("sink", o.bootstrap, o.request_timeout_ms), lambda: _open(o), _usable, Cluster.close)
+    return pool.borrow(("sink", o.bootstrap, o.request_timeout_ms, o.security), lambda: _open(o), _usable,
+                       Cluster.close)
 
 
 def _routed(get):
@@ -302,7 +306,7 @@ _probed: dict[tuple, tuple[float, bool]] = {}
 
 
 def _probe_key(o: SinkOptions) -> tuple:
-    return (o.bootstrap, o.parent, o.topic, o.restart_window_ms, o.atomic_mode)
+    return (o.bootstrap, o.parent, o.topic, o.restart_window_ms, o.atomic_mode, o.security)
 
 
 def probe_cached(o: SinkOptions) -> SinkOptions:

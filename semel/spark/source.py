@@ -83,7 +83,7 @@ def _broker_errors():
 
 def _connect(o: opt.SourceOptions, topics: list[str] | None = None) -> Cluster:
     try:
-        return Cluster(o.bootstrap, timeout_s=o.request_timeout_ms / 1000, topics=topics)
+        return Cluster(o.bootstrap, timeout_s=o.request_timeout_ms / 1000, topics=topics, security=o.security)
     except ReaderError as exc:
         raise SourceError(f"cannot reach the brokers: {exc}") from None
 
@@ -202,7 +202,7 @@ def _read(o: opt.SourceOptions, schema: StructType, part: RangePartition) -> Ite
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
     # The worker keeps its connections for its next task (semel.spark.pool): a Cluster
     # learns the metadata of topics it does not know yet when it first needs a leader.
-    with pool.borrow(("source", o.bootstrap, o.request_timeout_ms), lambda: _connect(o, [part.topic]),
+    with pool.borrow(("source", o.bootstrap, o.request_timeout_ms, o.security), lambda: _connect(o, [part.topic]),
                      _usable, Cluster.close) as cluster:
         with _broker_errors():
             for rows in read_range(cluster, (part.topic, part.partition), part.start, part.end,
