@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -57,13 +58,20 @@ class Secured:
         _semel(self.broker.data_dir, "acl", "add", *args)
 
     def grant_documented(self, user: str, source: str, sink: str, group: str) -> None:
-        """Exactly the ACLs docs/spark.md's Security section lists for a source -> sink query."""
-        principal = f"User:{user}"
-        self.acl("--allow", principal, "--operation", "read", "--topic", source)
-        self.acl("--allow", principal, "--operation", "write", "--topic", sink)
-        self.acl("--allow", principal, "--operation", "read", "--group", group)
-        self.acl("--allow", principal, "--operation", "write", "--transactional-id", f"semel-spark-{group}",
-                 "--prefixed")
+        """Exactly the `semel acl add` lines docs/spark.md's Security section shows, for
+        this user, topics and group."""
+        names = {"User:alice": f"User:{user}", "in": source, "out": sink, "orders-query": group,
+                 "semel-spark-orders-query": f"semel-spark-{group}"}
+        for args in documented_acls():
+            self.acl(*[names.get(a, a) for a in args])
+
+
+def documented_acls() -> list[list[str]]:
+    doc = (Path(__file__).parents[2] / "docs" / "spark.md").read_text()
+    section = doc.split("### ACLs the connector needs", 1)[1].split("\n## ", 1)[0]
+    lines = [ln.split()[5:] for ln in section.splitlines() if ln.startswith("    semel acl add --data-dir d ")]
+    assert len(lines) == 4, lines
+    return lines
 
 
 @pytest.fixture(scope="module")
@@ -144,11 +152,12 @@ def test_documented_acls_read_and_write_exactly_once(spark, sec, tmp_path):
     assert sorted(got) == sorted([f"out-a{i}" for i in range(40)] + [f"out-b{i}" for i in range(20)])
     no_secret_in(json.dumps(q.recentProgress, default=str), str(q.lastProgress), q.status and json.dumps(q.status))
     # a batch read over the plaintext SASL listener with PLAIN and the same user
-    rows = (spark.read.format("semel").option("kafka.bootstrap.servers", sec.broker.bootstrap)
-            .option("kafka.security.protocol", "SASL_PLAINTEXT").option("kafka.sasl.mechanism", "PLAIN")
-            .option("kafka.sasl.jaas.config", jaas("alice", "plain.PlainLoginModule"))
-            .option("subscribe", "sec-in").load().count())
-    assert rows == 60
+    df = (spark.read.format("semel").option("kafka.bootstrap.servers", sec.broker.bootstrap)
+          .option("kafka.security.protocol", "SASL_PLAINTEXT").option("kafka.sasl.mechanism", "PLAIN")
+          .option("kafka.sasl.jaas.config", jaas("alice", "plain.PlainLoginModule"))
+          .option("subscribe", "sec-in").load())
+    assert df.count() == 60
+    no_secret_in(df._jdf.queryExecution().toString())   # what explain(True) prints
 
 
 def _failure(spark, sec, user: str, group: str, checkpoint) -> str:
