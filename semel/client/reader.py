@@ -202,6 +202,13 @@ class Cluster:
         self.retry.run("metadata", self._refresh)
         return dict(self.topic_partitions)
 
+    def topic_errors_of(self, topics: list[str]) -> dict[str, KafkaError]:
+        """Why each of `topics` is missing from a listing: a Metadata request naming them
+        (a listing leaves out topics the user may not Describe; naming one answers
+        TOPIC_AUTHORIZATION_FAILED)."""
+        self.retry.run("metadata", lambda: self._refresh(list(topics)))
+        return {t: self.topic_errors[t] for t in topics if t in self.topic_errors}
+
     def _leader(self, tp: TP) -> str:
         node = self.leaders.get(tp)
         if node is None or node < 0 or node not in self.brokers:

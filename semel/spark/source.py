@@ -26,6 +26,7 @@ from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, Str
                                StructType, TimestampType)
 
 from ..client.reader import EARLIEST, LATEST, Cluster, ReaderError, read_range
+from ..protocol.errors import KafkaError
 from . import options as opt
 from . import pool
 
@@ -121,8 +122,18 @@ def current_partitions(cluster: Cluster, sub: opt.Subscription, *, strict: bool)
         tps = [(t, p) for t in sub.topics for p in range(topics.get(t, 0))]
         missing = [t for t in sub.topics if t not in topics]
     if missing and strict:
+        _authorized(cluster, sorted({tp[0] for tp in tps} | set(sub.topics)))
         raise SourceError(f"unknown topic or partition: {', '.join(missing)}")
     return sorted(tp for tp in tps if topics.get(tp[0], 0) > tp[1])
+
+
+def _authorized(cluster: Cluster, topics: list[str]) -> None:
+    """A topic the user may not see reads as missing from a listing: say which ACL it is."""
+    denied = [t for t, err in cluster.topic_errors_of(topics).items()
+              if err == KafkaError.TOPIC_AUTHORIZATION_FAILED]
+    if denied:
+        raise SourceError(f"not authorized: Metadata for {', '.join(denied)} was refused with "
+                          f"TOPIC_AUTHORIZATION_FAILED; the user needs Read on the topic(s) {', '.join(denied)}")
 
 
 def _resolve(cluster: Cluster, o: opt.SourceOptions, tps: list[TP], spec, default: int,

@@ -23,8 +23,9 @@ from tests.support.certs import make_certs
 from tests.support.consume import read_values
 
 # Escapes in the JAAS line (a quote, a backslash, a ';') must reach the broker intact.
-PASSWORDS = {"admin": "admin-secret", "alice": 'al"ice\\sec;ret-1', "bob": "bob-secret-2", "carol": "carol-secret-3"}
-SECRETS = [p for p in PASSWORDS.values()] + ["sec;ret", "secret-2", "secret-3"]
+PASSWORDS = {"admin": "admin-secret", "alice": 'al"ice\\sec;ret-1', "bob": "bob-secret-2", "carol": "carol-secret-3",
+             "dave": "dave-secret-4"}
+SECRETS = [p for p in PASSWORDS.values()] + ["sec;ret", "secret-2", "secret-3", "secret-4"]
 
 
 def _semel(data_dir, *args, env=None):
@@ -39,8 +40,8 @@ def jaas(user: str, module: str = "scram.ScramLoginModule") -> str:
 
 
 class Secured:
-    def __init__(self, broker, tls_port, ca):
-        self.broker, self.tls_port, self.ca = broker, tls_port, ca
+    def __init__(self, broker, tls_port, ca, broker_log):
+        self.broker, self.tls_port, self.ca, self.broker_log = broker, tls_port, ca, broker_log
         self.tls = f"127.0.0.1:{tls_port}"
 
     def spark_options(self, user: str) -> dict[str, str]:
@@ -90,7 +91,7 @@ def sec(tmp_path_factory):
         "--group-initial-rebalance-delay-ms", "0"])
     b.start()
     try:
-        s = Secured(b, tls_port, ca)
+        s = Secured(b, tls_port, ca, d / "broker.log")
         wait.until(lambda: _metadata_ok(s), "the SASL_SSL listener answers")
         admin = AdminClient(s.admin_config())
         for f in admin.create_topics([NewTopic(t, 2) for t in ("sec-in", "sec-out", "sec-in-b", "sec-out-b")]).values():
@@ -190,6 +191,15 @@ def test_missing_read_on_the_group_fails_at_start_naming_it(spark, sec, tmp_path
     assert "GROUP_AUTHORIZATION_FAILED" in text and "Read on the group 'q-carol'" in text
 
 
+def test_missing_read_on_the_input_topic_names_it(spark, sec):
+    """Without Describe a topic is left out of a listing: the error says it is the ACL."""
+    df = spark.read.format("semel").options(**sec.spark_options("dave")).option("subscribe", "sec-in")
+    with pytest.raises(Exception) as e:
+        df.load().count()
+    assert "needs Read on the topic(s) sec-in" in str(e.value)
+    no_secret_in(str(e.value))
+
+
 def test_wrong_password_fails_in_one_line_without_it(spark, sec, tmp_path):
     opts = dict(sec.spark_options("alice"))
     opts["kafka.sasl.jaas.config"] = jaas("alice").replace("al\\\"ice", "wrong")
@@ -197,7 +207,7 @@ def test_wrong_password_fails_in_one_line_without_it(spark, sec, tmp_path):
     with pytest.raises(Exception) as e:
         df.load().count()
     assert "SASL_AUTHENTICATION_FAILED" in str(e.value) or "authentication failed" in str(e.value).lower()
-    no_secret_in(str(e.value))
+    no_secret_in(str(e.value), sec.broker_log.read_text())
 
 
 def test_oauthbearer_unsecured_token_logs_in(sec):
