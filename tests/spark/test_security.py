@@ -24,7 +24,7 @@ from tests.support.consume import read_values
 
 # Escapes in the JAAS line (a quote, a backslash, a ';') must reach the broker intact.
 PASSWORDS = {"admin": "admin-secret", "alice": 'al"ice\\sec;ret-1', "bob": "bob-secret-2", "carol": "carol-secret-3",
-             "dave": "dave-secret-4"}
+             "dave": "dave-secret-4", "erin": "erin-secret-5"}
 SECRETS = [p for p in PASSWORDS.values()] + ["sec;ret", "secret-2", "secret-3", "secret-4"]
 
 
@@ -94,7 +94,7 @@ def sec(tmp_path_factory):
         s = Secured(b, tls_port, ca, d / "broker.log")
         wait.until(lambda: _metadata_ok(s), "the SASL_SSL listener answers")
         admin = AdminClient(s.admin_config())
-        for f in admin.create_topics([NewTopic(t, 2) for t in ("sec-in", "sec-out", "sec-in-b", "sec-out-b")]).values():
+        for f in admin.create_topics([NewTopic(t, 2) for t in ("sec-in", "sec-out", "sec-in-b", "sec-out-b", "sec-in-e")]).values():
             f.result(30)
         del admin
         yield s
@@ -154,6 +154,30 @@ def test_documented_acls_read_and_write_exactly_once(spark, sec, tmp_path):
           .option("subscribe", "sec-in").load())
     assert df.count() == 60
     no_secret_in(df._jdf.queryExecution().toString())   # what explain(True) prints
+
+
+def test_foreach_batch_with_the_documented_acls(spark, sec, tmp_path):
+    """foreach_batch (an external two-phase sink) takes the same options: its parent
+    transaction and offsets need only the ACLs the docs list for it."""
+    from semel.eos.sinks.filesystem import FileSystemSink
+    from semel.spark.foreach import foreach_batch
+    produce(sec, "sec-in-e", [f"e{i}" for i in range(30)])
+    for args in (["--operation", "read", "--topic", "sec-in-e"], ["--operation", "read", "--group", "q-erin"],
+                 ["--operation", "write", "--transactional-id", "semel-spark-q-erin", "--prefixed"]):
+        sec.acl("--allow", "User:erin", *args)
+    opts = sec.spark_options("erin")
+    fn = foreach_batch(lambda d, _b: {"filesystem": [r.v for r in d.collect()]},
+                       sinks=[FileSystemSink(tmp_path / "out")], bootstrap=opts.pop("kafka.bootstrap.servers"),
+                       checkpoint=str(tmp_path / "ck"), options={**opts, "kafka.group.id": "q-erin"})
+    q = (spark.readStream.format("semel").options(**sec.spark_options("erin")).option("subscribe", "sec-in-e")
+         .option("startingOffsets", "earliest").load().selectExpr("cast(value as string) as v")
+         .writeStream.foreachBatch(fn).option("checkpointLocation", str(tmp_path / "ck"))
+         .trigger(availableNow=True).start())
+    q.awaitTermination(180)
+    assert q.exception() is None, q.exception()
+    rows = [json.loads(line) for f in sorted((tmp_path / "out" / "committed").iterdir())
+            for line in f.read_text().splitlines()]
+    assert sorted(rows) == sorted(f"e{i}" for i in range(30))
 
 
 def _failure(spark, sec, user: str, group: str, checkpoint) -> str:
