@@ -22,7 +22,12 @@ fsyncs or writes index/checkpoint files, `_lock` makes the flusher see the end o
 the log, the active segment and the index arrays as one consistent picture.
 Lock order is always _io_lock, then _lock.
 append_async hands a large append's pwrite to a worker thread; memory follows only
-when the write is done, and every synchronous mutator settles such a write first.
+when the write is done, and every synchronous mutator settles such a write first:
+each path that moves the file position or the log end (an append, truncation, reset,
+retention, a role change's settle(), close) waits for the write or roll a worker
+holds, even one whose thread has not started, before it touches anything, so no
+write of an earlier role or past a truncation point can land later. All this work
+goes through the log's `runner` (a test can order it step by step).
 With sync=True that thread also fsyncs the segment after its pwrite (write-through:
 one hand-off per acks=all request instead of two); settling then moves
 flushed_offset, and a recovery checkpoint that came due is written by a background
@@ -776,6 +781,10 @@ class PartitionLog:
     def _prepare_write(self, data, batches: list[tuple[int, BatchHeader]], on_success, assign: bool
                        ) -> "_PendingWrite":
         """Everything before the pwrite: offsets, leader epoch, roll, the patched bytes."""
+        if self._pending is not None or self._pending_roll is not None:
+            # Placed from a log end that does not count the pending work, this write would
+            # land over it, and the pending slot (what every mutator waits for) would lose it.
+            raise RuntimeError(f"{self.directory}: a write prepared while a worker's write or roll is pending")
         first = self.log_end_offset
         epoch = self.leader_epoch if assign else None
         if epoch is not None:
