@@ -286,3 +286,35 @@ def test_followers_truncate_to_the_leader_and_never_lose_committed_records(tmp_p
                 p.close()
     c = asyncio.run(run())
     assert c.epoch > 0 and len(c.committed) > 0
+
+
+def test_a_current_write_landing_while_an_earlier_roles_write_is_awaited_is_told_apart(tmp_path):
+    """The interleaving behind a once-seen failure of the threaded model: replica 1's
+    fetch of the new leader's records lands in its thread while the model awaits
+    replica 1's write of the previous role. That adds bytes past the log end (the write
+    is pending until awaited), and the earlier role's write, settled by the role change,
+    changes nothing."""
+    async def run() -> None:
+        c = Cluster(tmp_path, 0, via_fetch=True, threaded=True)
+        try:
+            c.append()
+            await c.replicate(1)
+            earlier = c.writing[1][1]
+            c.elect(leader=2)
+            assert earlier.done() and earlier.waited       # the role change ran it
+            c.append()
+            for _ in range(3):                             # the first fetch may truncate first
+                if 1 not in c.writing:
+                    await c.replicate(1)
+            current = c.writing[1][1]
+            assert not current.done()
+            size = len(on_disk(c.logs[1]))
+            await c.land_stale(meanwhile=True)
+            assert c.runner.ran[-1] is current and len(on_disk(c.logs[1])) > size
+            c.check()
+            await c.land(1)
+            c.check()
+        finally:
+            for p in c.logs:
+                p.close()
+    asyncio.run(run())
