@@ -47,11 +47,14 @@ CFG = LogConfig(segment_bytes=900, index_interval_bytes=64)
 
 
 class Cluster:
-    def __init__(self, tmp_path, seed: int, via_fetch: bool = False, threaded: bool = False):
+    def __init__(self, tmp_path, seed: int, via_fetch: bool = False, threaded: bool = False,
+                 real_threads: bool = False):
         self.rng = random.Random(seed)
         self.via_fetch = via_fetch
         self.threaded = threaded
-        self.runner = StepRunner() if threaded else None
+        # The workers: a StepRunner (the seed orders them), or with real_threads the
+        # logs' own pool, where thread timing does (bench/truncation_stress.py runs both).
+        self.runner = StepRunner() if threaded and not real_threads else None
         self.writing: dict[int, tuple] = {}     # follower -> (its write, the worker's job)
         self.stale: list = []                   # (replica, write, job) begun under an earlier role
         self.dirs = [tmp_path / f"r{i}" for i in range(3)]
@@ -92,7 +95,8 @@ class Cluster:
         watermark after it."""
         write, job = self.writing.pop(f, (None, None))
         if write is not None:
-            self.runner.release(job)
+            if job is not None:
+                self.runner.release(job)
             await write
             self._advance_hw()
 
@@ -108,17 +112,22 @@ class Cluster:
             return
         i, write, _ = self.stale.pop(self.rng.randrange(len(self.stale)))
         me = self.logs[i]
-        end, disk, ran = me.log_end_offset, on_disk(me), len(self.runner.ran)
+        end, disk = me.log_end_offset, on_disk(me)
+        ran = len(self.runner.ran) if self.runner else 0
         if self.rng.random() < 0.5 if meanwhile is None else meanwhile:
             asyncio.get_running_loop().call_soon(self.run_a_thread)
         await write
-        current = {id(job) for _, job in self.writing.values()}
-        landed = self.runner.ran[ran:]
-        assert all(id(job) in current for job in landed), "a job of an earlier role was still queued"
         assert me.log_end_offset == end, f"replica {i}: a write of an earlier role moved the log end"
+        if self.runner is None:
+            # Real threads: replica i's current write, if any, may land meanwhile.
+            ours_ran = i in self.writing
+        else:
+            current = {id(job) for _, job in self.writing.values()}
+            landed = self.runner.ran[ran:]
+            assert all(id(job) in current for job in landed), "a job of an earlier role was still queued"
+            ours_ran = any(job is self.writing.get(i, (None, None))[1] for job in landed)
         now = on_disk(me)
-        ours = self.writing.get(i, (None, None))[1]
-        if not any(job is ours for job in landed):
+        if not ours_ran:
             assert now == disk, f"replica {i}: a write of an earlier role landed after the role changed"
         else:   # replica i's current write ran meanwhile: it may add bytes past the log end, nothing else
             assert now[:len(disk)] == disk, f"replica {i}: a write changed bytes it was not given"
@@ -131,18 +140,19 @@ class Cluster:
         me = self.logs[f]
         hw = me.replicated_hw
         me.close()
-        self._retire_write(f)
+        self._retire_write(f, me)
         again = self.logs[f] = PartitionLog.open(self.dirs[f], CFG, runner=self.runner)
         again.is_follower = True
         again.replicated_hw = None if hw is None else min(hw, again.log_end_offset)
         self.pending.add(f)
 
-    def _retire_write(self, f: int) -> None:
+    def _retire_write(self, f: int, plog: PartitionLog) -> None:
         """Replica f's write now belongs to an earlier role: whatever stopped the role
         must have run it (waited for it) already."""
+        assert not plog.write_pending, f"replica {f}: a write of an earlier role is still pending"
         write = self.writing.pop(f, None)
         if write is not None:
-            assert write[1].done(), f"replica {f}: a write of an earlier role is still to run"
+            assert write[1] is None or write[1].done(), f"replica {f}: a write of an earlier role is still to run"
             self.stale.append((f, *write))
 
     async def replicate(self, f: int) -> None:
@@ -166,7 +176,7 @@ class Cluster:
             data = lead.read(me.log_end_offset, self.rng.choice([60, 200, 1000]))
             if self.threaded:
                 write = me.append_replicated_begin(data)
-                self.writing[f] = (write, self.runner.queued[-1])
+                self.writing[f] = (write, self.runner.queued[-1] if self.runner else None)
                 return                        # pending: lands at a later step
             me.append_replicated(data)
         self._advance_hw()
@@ -195,7 +205,7 @@ class Cluster:
         for i, p in enumerate(self.logs):     # ReplicaManager.on_partition: settle, then change role
             p.settle()
         for f in list(self.writing):
-            self._retire_write(f)
+            self._retire_write(f, self.logs[f])
         old = self.logs[self.leader]
         old.leader_epoch = None
         old.is_follower = True
@@ -244,47 +254,52 @@ def _offset_at(data: bytes, length: int) -> int:
     return list(iter_batches(data))[-1][1].next_offset if data else 0
 
 
+async def run_model(tmp_path, seed: int, via_fetch: bool, threaded: bool, real_threads: bool = False,
+                    steps: int = 120) -> Cluster:
+    """One run of the model: `steps` random steps, then everyone catches up with the
+    last leader; every invariant checked after every step. Returns the cluster."""
+    c = Cluster(tmp_path, seed, via_fetch, threaded, real_threads)
+    try:
+        t = 1 if threaded else 0
+        for _ in range(steps):
+            action = c.rng.choices(["append", "replicate", "elect", "land", "stale", "thread", "restart"],
+                                   weights=[4, 6, 1, 2 * t, 1 * t, 2 * t, 0.3 * t])[0]
+            if action == "append":
+                c.append()
+            elif action == "replicate":
+                await c.replicate(c.rng.randrange(3))
+            elif action == "land":
+                await c.land(c.rng.randrange(3))
+            elif action == "stale":
+                await c.land_stale()
+            elif action == "thread":
+                c.run_a_thread()
+            elif action == "restart":
+                c.restart(c.rng.randrange(3))
+            else:
+                c.elect()
+            c.check()
+        for _ in range(200):              # let everyone catch up with the last leader
+            for f in range(3):
+                await c.replicate(f)
+        for f in range(3):
+            await c.land(f)
+        while c.stale:
+            await c.land_stale()
+        c.check()
+        logs = [all_bytes(p) for p in c.logs]
+        assert logs[0] == logs[1] == logs[2]
+        return c
+    finally:
+        for p in c.logs:
+            p.close()
+
+
 @pytest.mark.parametrize("threaded", [False, True], ids=["write-on-loop", "write-in-thread"])
 @pytest.mark.parametrize("via_fetch", [False, True], ids=["offset-for-leader-epoch", "diverging-epoch"])
 @pytest.mark.parametrize("seed", range(12))
 def test_followers_truncate_to_the_leader_and_never_lose_committed_records(tmp_path, seed, via_fetch, threaded):
-    async def run() -> Cluster:
-        c = Cluster(tmp_path, seed, via_fetch, threaded)
-        try:
-            t = 1 if threaded else 0
-            for _ in range(120):
-                action = c.rng.choices(["append", "replicate", "elect", "land", "stale", "thread", "restart"],
-                                       weights=[4, 6, 1, 2 * t, 1 * t, 2 * t, 0.3 * t])[0]
-                if action == "append":
-                    c.append()
-                elif action == "replicate":
-                    await c.replicate(c.rng.randrange(3))
-                elif action == "land":
-                    await c.land(c.rng.randrange(3))
-                elif action == "stale":
-                    await c.land_stale()
-                elif action == "thread":
-                    c.run_a_thread()
-                elif action == "restart":
-                    c.restart(c.rng.randrange(3))
-                else:
-                    c.elect()
-                c.check()
-            for _ in range(200):              # let everyone catch up with the last leader
-                for f in range(3):
-                    await c.replicate(f)
-            for f in range(3):
-                await c.land(f)
-            while c.stale:
-                await c.land_stale()
-            c.check()
-            logs = [all_bytes(p) for p in c.logs]
-            assert logs[0] == logs[1] == logs[2]
-            return c
-        finally:
-            for p in c.logs:
-                p.close()
-    c = asyncio.run(run())
+    c = asyncio.run(run_model(tmp_path, seed, via_fetch, threaded))
     assert c.epoch > 0 and len(c.committed) > 0
 
 
