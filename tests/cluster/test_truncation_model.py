@@ -304,11 +304,10 @@ def test_followers_truncate_to_the_leader_and_never_lose_committed_records(tmp_p
 
 
 def test_a_current_write_landing_while_an_earlier_roles_write_is_awaited_is_told_apart(tmp_path):
-    """The interleaving behind a once-seen failure of the threaded model: replica 1's
-    fetch of the new leader's records lands in its thread while the model awaits
-    replica 1's write of the previous role. That adds bytes past the log end (the write
-    is pending until awaited), and the earlier role's write, settled by the role change,
-    changes nothing."""
+    """Replica 1's fetch of the new leader's records lands in its thread while replica
+    1's write of the previous role is awaited. The current write adds bytes past the log
+    end (it is pending until awaited); the earlier role's write, which the role change
+    settled, changes nothing, and the model's check must tell the two apart."""
     async def run() -> None:
         c = Cluster(tmp_path, 0, via_fetch=True, threaded=True)
         try:
