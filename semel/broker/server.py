@@ -25,7 +25,7 @@ from .connection import ConnectionLimits, serve
 from .metrics import BrokerMetrics
 from .notify import AppendNotifier
 from .watchdog import LoopWatchdog
-from .wiring import build_groups, build_txns
+from .wiring import build_groups, build_txns, cluster_member
 
 log = logging.getLogger("semel.broker")
 
@@ -88,8 +88,7 @@ class Broker:
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         self.logs = LogManager(self.config.data_dir, self.config.log, self.fs)
         if self.config.metadata_endpoints:
-            from ..cluster.member import ClusterMember   # needs the cluster extra
-            self.cluster_member = ClusterMember(self)
+            self.cluster_member = cluster_member(self)
             self.cluster = self.cluster_member.view
             self._use_cluster_security()
         if self.cluster is not None:   # how followers and the coordinator reach other brokers
@@ -118,7 +117,7 @@ class Broker:
             await self.cluster_member.start()
         if self.cluster is not None:
             from ..cluster.replica import ReplicaManager
-            self.replicas = ReplicaManager(self, self.cluster)
+            self.replicas = ReplicaManager(self, self.cluster, dialer=self.peer_dialer)
             await self.replicas.start()
             # After replication: each partition state reaches the replica manager (which
             # takes the role) before the coordinators' seats act on it.

@@ -16,7 +16,7 @@ from dataclasses import replace
 from ..coordinator.group import GroupCoordinator
 from ..coordinator.group_model import GroupConfig
 from ..coordinator.producer_ids import ProducerIdManager
-from ..coordinator.txn import TXN_TOPIC, TransactionCoordinator
+from ..coordinator.txn import OFFSETS_TOPIC, TXN_TOPIC, TransactionCoordinator
 from .config import BrokerConfig
 
 
@@ -73,6 +73,28 @@ def build_txns(broker):
                                     txn_partitions=count)
              for p in range(count)]
     return TxnCoordinators(parts, lambda: topic_partition_count(view, TXN_TOPIC))
+
+
+def cluster_member(broker):
+    """The broker's membership in its cluster (needs the cluster extra)."""
+    from ..cluster.member import ClusterMember
+
+    def topics_deleted(names: set[str]) -> None:
+        if broker.groups is not None:   # topics sync before the coordinators are built
+            broker.groups.follow_deleted_topics(names)
+
+    return ClusterMember(broker.config, broker.logs, listeners=lambda: broker.listeners,
+                         replicas=lambda: broker.replicas,
+                         internal_topic=lambda key_type: internal_topic(broker, key_type),
+                         topics_deleted=topics_deleted)
+
+
+def internal_topic(broker, key_type: int):
+    """FindCoordinator's internal topic for `key_type` (1 transactions, else groups)."""
+    from ..cluster.member import InternalTopic
+    if key_type == 1:
+        return InternalTopic(TXN_TOPIC, TransactionCoordinator.log_configs(broker.config), broker.txns)
+    return InternalTopic(OFFSETS_TOPIC, GroupCoordinator.log_configs(broker.groups.config), broker.groups)
 
 
 def _seat(broker, topic: str, partition: int):

@@ -16,7 +16,7 @@ decides:
 The coordinator (semel.coordinator.ports.Loadable), given at `start`, offers three calls, none of which awaits between reading the
 log and changing memory: `unload()`, `load(plog, epoch)` (synchronous replay) and
 `serve(epoch)` (start answering; background work such as rolling forward).
-Requests are gated on `error()` (semel.cluster.coordinator_gate).
+Requests are gated on `error()` (semel.broker.coordinator_gate).
 """
 from __future__ import annotations
 

@@ -36,12 +36,7 @@ ALLOWED: dict[str, frozenset[str]] = {
 # Upward imports that exist today, each (importer, imported). The list may only
 # shrink: an entry that no longer exists fails the test, so remove it with the import.
 KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset({
-    # FindCoordinator's placement reads the internal topics' names and configs from
-    # the coordinators; to go when the broker hands them to the cluster member.
-    ("semel.cluster.member", "semel.coordinator.group"),
-    ("semel.cluster.member", "semel.coordinator.txn"),
     # Kafka refusals and credentials that belong to the broker layer, built in cluster/.
-    ("semel.cluster.coordinator_gate", "semel.broker.handlers.common"),
     ("semel.cluster.security", "semel.broker.auth.acl"),
     ("semel.cluster.security", "semel.broker.auth.users"),
     # Process launchers (etcd, a local cluster) that belong beside cli/process.py,
