@@ -108,7 +108,9 @@ class TransactionCoordinator:
                  partition is led here, as on a single node)
     `seat`       the CoordinatorSeat that loads, serves and drops it (None: it loads its
                  own log at start and always serves)
-    `high_watermarks`  returns what markers written here wait on before they count
+    `data_flusher`     the PartitionWriter markers written into local data partitions
+                 wait on (default `flusher`; in a cluster the broker's own flusher)
+    `high_watermarks`  returns what those markers then wait on before they count
                  (the replica manager's wait_for_hw; None: the fsync is enough)
     `txn_partitions`   the partition count of __transaction_state
     """
