@@ -25,27 +25,31 @@ single-node or the cluster implementation) and never look further:
                     cluster.coordinator_host.SeatedCoordinator.
 
 The cluster implementations satisfy these structurally and do not import this
-module (cluster sits beside coordinator, not above it: docs/architecture.md).
+module (cluster sits beside coordinator, not above it: docs/architecture.md);
+tests/unit/coordinator/test_ports.py checks that each still has the shape.
 """
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from ..protocol.errors import KafkaError
 
 
+@runtime_checkable
 class PartitionWriter(Protocol):
     async def sync(self, plog, upto_offset: int) -> None:
         """Return once plog's records before `upto_offset` are committed; AppendError
         (or StorageError) when they are not."""
 
 
+@runtime_checkable
 class HighWatermarks(Protocol):
     async def wait_for_hw(self, topic: str, partition: int, upto_offset: int, timeout_s: float) -> KafkaError:
         """NONE once the partition's high watermark reached `upto_offset` (every in-sync
         replica holds what is before it); the reason otherwise."""
 
 
+@runtime_checkable
 class MarkerWriter(Protocol):
     def leads_here(self, tp: tuple[str, int]) -> bool:
         """Is this broker tp's leader (the marker is written into the local log)?"""
@@ -58,6 +62,7 @@ class MarkerWriter(Protocol):
         """Drop connections (the broker stops)."""
 
 
+@runtime_checkable
 class ProducerIdSource(Protocol):
     @property
     def coordinator_epoch(self) -> int:
@@ -70,6 +75,7 @@ class ProducerIdSource(Protocol):
         """A producer id never handed out before; StorageError when none can be."""
 
 
+@runtime_checkable
 class Loadable(Protocol):
     """The calls a seat makes on its coordinator; none awaits between reading the log
     and changing memory."""
@@ -81,6 +87,7 @@ class Loadable(Protocol):
     def serve(self, epoch: int) -> None: ...
 
 
+@runtime_checkable
 class CoordinatorSeat(Protocol):
     topic: str
     partition: int
