@@ -34,8 +34,7 @@ def authenticated_enough(ctx) -> bool:
 
 
 def _enabled(ctx) -> bool:
-    authorizer = getattr(ctx.broker, "authorizer", None)
-    return authorizer is not None and authorizer.enabled
+    return ctx.broker.authorizer.enabled
 
 
 async def guarded(ctx, body, fn):
