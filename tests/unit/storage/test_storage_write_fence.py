@@ -16,7 +16,7 @@ import pytest
 from semel.protocol.records import split_batches
 from semel.storage import LogConfig, PartitionLog
 from semel.storage.errors import AppendError, StorageError
-from semel.storage.log import OFFLOOP_WRITE_BYTES
+from semel.storage.write_offload import OFFLOOP_WRITE_BYTES
 
 from storage_helpers import batch, dump, fill
 from tests.support.step_runner import StepRunner
