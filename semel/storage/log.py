@@ -9,7 +9,8 @@ PartitionLog.__init__ below:
 - retention.Retention: deleting old segments (retention, DeleteRecords);
 - log_config.LogConfig: the settings.
 This module keeps the rest: appending on the loop, rolling, reading, flushing and
-checkpoints, compaction support, the role (lead / follow / high watermark), close.
+checkpoints, compaction support, the role in a cluster (set_leader_epoch, set_follower,
+set_high_watermark: the replica manager's only way in), close.
 
 Promises (each has a test under tests/unit/storage):
 - append is all-or-nothing. On any disk error the active segment is cut back to
@@ -89,14 +90,13 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
         self._bytes_since_checkpoint = 0
         self._last_checkpoint = time.monotonic()
         self.last_checkpoint_error: OSError | None = None
-        # Replication (issue 13); both stay None on a single-node broker, where batches
-        # keep the leader epoch their producer wrote and the high watermark is the log end.
+        # The role in a cluster, changed only through the "role" methods below. Leader
+        # epoch and high watermark stay None on a single-node broker, where batches keep
+        # the leader epoch their producer wrote and the high watermark is the log end.
         self.epochs: LeaderEpochCache | None = None   # loaded by open()
-        self.leader_epoch: int | None = None   # set while this broker leads the partition
-        self.replicated_hw: int | None = None  # set by the replica manager
-        # A follower's log takes only what append_replicated brings from the leader:
-        # a local write (a coordinator's marker, a stray produce) would fork it.
-        self.is_follower = False
+        self._leader_epoch: int | None = None
+        self._replicated_hw: int | None = None
+        self._is_follower = False
         # append_async: one write at a time in a worker thread; memory follows in settle.
         self._append_lock: asyncio.Lock | None = None
         self._pending: PendingWrite | None = None
@@ -212,7 +212,7 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
             # land over it, and the pending slot (what every mutator waits for) would lose it.
             raise RuntimeError(f"{self.directory}: a write prepared while a worker's write or roll is pending")
         first = self.log_end_offset
-        epoch = self.leader_epoch if assign else None
+        epoch = self._leader_epoch if assign else None
         if epoch is not None:
             try:   # before the data: a cache entry past the log end is cut at open
                 self.epochs.assign(epoch, first)
@@ -301,11 +301,40 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
             self._flush_locked(force_checkpoint=True)
             return old
 
+    # ================================================================ role (set by the replica manager)
+    @property
+    def leader_epoch(self) -> int | None:
+        """The epoch stamped on appended batches while this broker leads; None otherwise."""
+        return self._leader_epoch
+
+    def set_leader_epoch(self, epoch: int | None) -> None:
+        self._leader_epoch = epoch
+
+    @property
+    def is_follower(self) -> bool:
+        """True: only append_replicated may write (AppendError NOT_LEADER_OR_FOLLOWER
+        otherwise), since a local write (a coordinator's marker, a stray produce) would
+        fork a follower's log from its leader's."""
+        return self._is_follower
+
+    def set_follower(self, follower: bool) -> None:
+        self._is_follower = follower
+
+    @property
+    def replicated_hw(self) -> int | None:
+        """The high watermark the replica manager keeps; None: the log end is."""
+        return self._replicated_hw
+
+    def set_high_watermark(self, hw: int | None) -> None:
+        """What the ISR holds, kept by the replica manager (None: alone, the log end).
+        Never read past the log end: high_watermark caps it."""
+        self._replicated_hw = hw
+
     # ================================================================ reading
     @property
     def high_watermark(self) -> int:
         """The log end on a single node; in a cluster what the ISR holds (never past the log end)."""
-        hw = self.replicated_hw
+        hw = self._replicated_hw
         return self.log_end_offset if hw is None else min(hw, self.log_end_offset)
 
     def read(self, offset: int, max_bytes: int, upper_bound: int | None = None) -> bytes:
@@ -564,7 +593,7 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
             raise StorageError(f"log {self.directory} is closed")
 
     def _check_leading(self) -> None:
-        if self.is_follower:
+        if self._is_follower:
             raise AppendError(KafkaError.NOT_LEADER_OR_FOLLOWER, f"{self.directory} is a follower's replica")
 
     def _check_writable(self) -> None:

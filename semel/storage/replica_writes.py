@@ -5,7 +5,7 @@ kept), cuts its log back to where it agrees with the leader (truncate_to), or st
 over past the leader's log start (reset_to). Producer state, the aborted-transaction
 index and the leader-epoch cache follow the data, so the replica can take over.
 ReplicaWrites is one of PartitionLog's parts (storage/log.py holds the state it works
-on, and the role: lead() / follow() / set_high_watermark()).
+on, and the role it is given: set_follower, set_leader_epoch, set_high_watermark).
 """
 from __future__ import annotations
 
@@ -104,8 +104,8 @@ class ReplicaWrites:
             except OSError as exc:
                 self._failed = f"reset to {offset} failed: {exc}"
                 raise StorageError(f"{self.directory}: {self._failed}") from exc
-            if self.replicated_hw is not None:
-                self.replicated_hw = offset
+            if self._replicated_hw is not None:
+                self._replicated_hw = offset
 
     def _rebase_empty(self, base: int) -> None:
         """An empty log (just reset) starts its segment at `base` instead, below its log
@@ -176,6 +176,6 @@ class ReplicaWrites:
             except OSError as exc:
                 self._failed = f"truncation to {offset} failed: {exc}"
                 raise StorageError(f"{self.directory}: {self._failed}") from exc
-            if self.replicated_hw is not None:
-                self.replicated_hw = min(self.replicated_hw, self.log_end_offset)
+            if self._replicated_hw is not None:
+                self._replicated_hw = min(self._replicated_hw, self.log_end_offset)
             return self.log_end_offset
