@@ -18,8 +18,8 @@ class LogConfig:
     # The recovery checkpoint costs fsyncs, so a flush writes it only this often; a
     # restart re-checks at most about this much data (plus what was never flushed).
     # Each one writes the indexes, a producer snapshot and the checkpoint file with
-    # three fsyncs: at 16 MiB that was 0.3 s of broker CPU per GB produced here (issue
-    # 11); 64 MiB re-checks in well under a second at CRC-32C speed.
+    # three fsyncs: at 16 MiB that was 0.3 s of broker CPU per GB produced here;
+    # 64 MiB re-checks in well under a second at CRC-32C speed.
     checkpoint_interval_bytes: int = 64 * 1024 * 1024
     checkpoint_interval_ms: int = 10_000
     producer_id_expiration_ms: int = 7 * _DAY_MS
