@@ -262,7 +262,7 @@ class ReplicaManager:
             self._stop_leading(tp)
             self._stop_following(tp)
             if plog is not None:
-                plog.is_follower = True    # not a replica (any more): nothing may write here
+                plog.set_follower(True)    # not a replica (any more): nothing may write here
             return
         self._versions[tp] = st.version
         if tp not in self._seen:
@@ -270,15 +270,15 @@ class ReplicaManager:
             # end recovery kept); a leader alone moves it to its log end below.
             self._seen.add(tp)
             saved = self._saved_hws.get(tp, plog.log_start_offset)
-            plog.replicated_hw = max(plog.log_start_offset, min(saved, plog.log_end_offset))
+            plog.set_high_watermark(max(plog.log_start_offset, min(saved, plog.log_end_offset)))
         if st.leader == self.node_id:
             self._stop_following(tp)
-            plog.is_follower = False
+            plog.set_follower(False)
             self._lead(tp, st, plog)
         else:
             self._stop_leading(tp)
-            plog.leader_epoch = None
-            plog.is_follower = True
+            plog.set_leader_epoch(None)
+            plog.set_follower(True)
             if st.has_leader:
                 self._follow(tp, st)
             else:
@@ -302,7 +302,7 @@ class ReplicaManager:
                 plog.epochs.assign(st.leader_epoch, plog.log_end_offset)
             except OSError as exc:   # appends will try again (PartitionLog._write)
                 log.error("%s-%d: cannot record leader epoch %d: %s", *tp, st.leader_epoch, exc)
-            plog.leader_epoch = st.leader_epoch
+            plog.set_leader_epoch(st.leader_epoch)
             now = self._now_ms()
             ls = LeaderState(st, plog, plog.log_end_offset,
                              {r: FollowerProgress(last_caught_up_ms=now) for r in st.replicas if r != self.node_id})
@@ -321,8 +321,8 @@ class ReplicaManager:
         ls = self.leading.pop(tp, None)
         if ls is None:
             return
-        ls.plog.replicated_hw = ls.plog.high_watermark   # a follower's is a number, not the log end
-        ls.plog.leader_epoch = None
+        ls.plog.set_high_watermark(ls.plog.high_watermark)   # a follower's is a number, not the log end
+        ls.plog.set_leader_epoch(None)
         for _, _, fut in ls.waiters:
             if not fut.done():
                 fut.set_result(KafkaError.NOT_LEADER_OR_FOLLOWER)
@@ -387,11 +387,11 @@ class ReplicaManager:
             # (no follower fetch would come to move a number). This is the only path for it:
             # with no number set, PartitionLog.high_watermark is the log end, so produce,
             # markers and coordinator appends need no call after each write.
-            plog.replicated_hw = None
+            plog.set_high_watermark(None)
         else:
             if plog.replicated_hw is None:
-                plog.replicated_hw = old       # what the leader alone had committed: its log end now
-            plog.replicated_hw = high_watermark(old, self.node_id, plog.log_end_offset, ls.hw_isr(), ls.progress)
+                plog.set_high_watermark(old)       # what the leader alone had committed: its log end now
+            plog.set_high_watermark(high_watermark(old, self.node_id, plog.log_end_offset, ls.hw_isr(), ls.progress))
         if plog.high_watermark > old:
             self.broker.notifier.notify(*tp)    # read_committed/uncommitted readers wait on it
         self._settle_waiters(ls)
@@ -740,5 +740,5 @@ class LeaderFetcher:
 
     @staticmethod
     def _follower_hw(plog, r) -> None:
-        plog.replicated_hw = max(plog.log_start_offset, min(r.high_watermark, plog.log_end_offset))
+        plog.set_high_watermark(max(plog.log_start_offset, min(r.high_watermark, plog.log_end_offset)))
 

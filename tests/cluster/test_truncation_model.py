@@ -64,13 +64,13 @@ class Cluster:
         self.committed = b""               # bytes below the highest high watermark reached
         self.next_id = 0
         for p in self.logs[1:]:
-            p.is_follower = True
+            p.set_follower(True)
         self._lead()
 
     def _lead(self) -> None:
         lead = self.logs[self.leader]
         lead.epochs.assign(self.epoch, lead.log_end_offset)
-        lead.leader_epoch = self.epoch
+        lead.set_leader_epoch(self.epoch)
 
     def append(self) -> None:
         lead = self.logs[self.leader]
@@ -142,8 +142,8 @@ class Cluster:
         me.close()
         self._retire_write(f, me)
         again = self.logs[f] = PartitionLog.open(self.dirs[f], CFG, runner=self.runner)
-        again.is_follower = True
-        again.replicated_hw = None if hw is None else min(hw, again.log_end_offset)
+        again.set_follower(True)
+        again.set_high_watermark(None if hw is None else min(hw, again.log_end_offset))
         self.pending.add(f)
 
     def _retire_write(self, f: int, plog: PartitionLog) -> None:
@@ -188,7 +188,7 @@ class Cluster:
         if common > len(self.committed):
             self.committed = lead[:common]
         for p in self.logs:
-            p.replicated_hw = max(p.replicated_hw or 0, _offset_at(lead, common))
+            p.set_high_watermark(max(p.replicated_hw or 0, _offset_at(lead, common)))
 
     @staticmethod
     def _shared(a: bytes, b: bytes) -> bytes:
@@ -207,12 +207,12 @@ class Cluster:
         for f in list(self.writing):
             self._retire_write(f, self.logs[f])
         old = self.logs[self.leader]
-        old.leader_epoch = None
-        old.is_follower = True
+        old.set_leader_epoch(None)
+        old.set_follower(True)
         if leader is None:
             leader = self.rng.choice([i for i in range(3) if i != self.leader])
         self.leader = leader
-        self.logs[leader].is_follower = False
+        self.logs[leader].set_follower(False)
         self.epoch += 1
         self.pending = {i for i in range(3) if i != self.leader}
         self._lead()

@@ -15,8 +15,7 @@ import time
 
 from ...cluster.member import check_leader
 from ...protocol.errors import KafkaError
-from ...storage.errors import CorruptLogError, StorageError
-from ...storage.log import OffsetOutOfRange
+from ...storage.errors import CorruptLogError, OffsetOutOfRange, StorageError
 from ..router import handler
 
 log = logging.getLogger("semel.broker.fetch")

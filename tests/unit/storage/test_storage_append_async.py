@@ -35,7 +35,7 @@ from semel.protocol.records import CONTROL_COMMIT, crc_ok, iter_batches, split_b
 from semel.storage import FaultyFileSystem, LogConfig, PartitionLog
 from semel.storage.errors import AppendError, StorageError
 from semel.storage.flusher import GroupCommitFlusher
-from semel.storage.log import OFFLOOP_WRITE_BYTES
+from semel.storage.write_offload import OFFLOOP_WRITE_BYTES
 
 from storage_helpers import batch
 from tests.support.step_runner import StepRunner

@@ -16,7 +16,7 @@ import pytest
 from semel.protocol.records import split_batches
 from semel.storage import LogConfig, PartitionLog
 from semel.storage.errors import AppendError, StorageError
-from semel.storage.log import OFFLOOP_WRITE_BYTES
+from semel.storage.write_offload import OFFLOOP_WRITE_BYTES
 
 from storage_helpers import batch, dump, fill
 from tests.support.step_runner import StepRunner
@@ -44,7 +44,7 @@ def follower_with_a_write_pending(tmp_path):
     fill(leader, 12)
     runner = StepRunner()
     f = PartitionLog.open(tmp_path / "follower", CFG, runner=runner)
-    f.is_follower = True
+    f.set_follower(True)
     f.append_replicated(leader.read(0, 1 << 20, upper_bound=6))
     write = f.append_replicated_begin(leader.read(6, 1 << 20))
     assert runner.queued and f.write_pending
