@@ -6,7 +6,8 @@ Keys, all under /semel/<cluster-id>/ (values are JSON):
   controller                   {"node_id"}                           bound to the controller's lease
   topics/<name>                {"partitions", "replication_factor", "configs", "topic_id",
                                 "deleted", "retired_ids"}            deleted: kept as a marker
-  partitions/<topic>/<index>   {"replicas", "leader", "leader_epoch", "isr"}
+  partitions/<topic>/<index>   {"replicas", "leader", "leader_epoch", "isr",
+                                "adding", "removing"}                 the last two during a reassignment
   producer_ids                 {"next"}                              the next unallocated producer id
   users/<name>                 SCRAM credentials per mechanism       semel.cluster.security
   acls/<type>/<pattern>/<name> the ACLs of one resource              semel.cluster.security
@@ -95,14 +96,17 @@ class Keys:
 
 
 def encode_partition(st: PartitionState) -> bytes:
-    return json.dumps({"replicas": list(st.replicas), "leader": st.leader,
-                       "leader_epoch": st.leader_epoch, "isr": list(st.isr)}).encode()
+    d = {"replicas": list(st.replicas), "leader": st.leader, "leader_epoch": st.leader_epoch, "isr": list(st.isr)}
+    if st.reassigning:
+        d["adding"], d["removing"] = list(st.adding), list(st.removing)
+    return json.dumps(d).encode()
 
 
 def decode_partition(topic: str, index: int, kv: KV) -> PartitionState:
     d = json.loads(kv.value)
     return PartitionState(topic, index, tuple(d["replicas"]), d["leader"], d["leader_epoch"],
-                          tuple(d["isr"]), kv.mod_revision)
+                          tuple(d["isr"]), kv.mod_revision, tuple(d.get("adding") or ()),
+                          tuple(d.get("removing") or ()))
 
 
 ChangeListener = Callable[[], None]
@@ -371,9 +375,7 @@ class EtcdClusterView:
     async def alter_isr(self, state: PartitionState, isr: tuple[int, ...]) -> PartitionState | None:
         if state.leader != self.node_id or not isr or not set(isr) <= set(state.replicas):
             return None
-        new = PartitionState(state.topic, state.partition, state.replicas, state.leader,
-                             state.leader_epoch, tuple(isr), state.version)
-        return await self.write_partition(state, new)
+        return await self.write_partition(state, replace(state, isr=tuple(isr)))
 
     async def allocate_producer_ids(self, block_size: int) -> int:
         """Advance the cluster-wide counter by CAS; retried until this broker wins."""
@@ -417,8 +419,7 @@ class EtcdClusterView:
         rev = await self.etcd.cas(self.keys.partition(old.topic, old.partition), encode_partition(new), old.version)
         if rev is None:
             return None
-        stored = PartitionState(new.topic, new.partition, new.replicas, new.leader, new.leader_epoch,
-                                new.isr, rev)
+        stored = replace(new, version=rev)
         self._cache(stored, notify=True)
         return stored
 

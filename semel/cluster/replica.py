@@ -313,6 +313,13 @@ class ReplicaManager:
             for r in set(ls.state.isr) - set(st.isr):
                 if r in ls.progress:
                     ls.progress[r].left_isr_ms = now
+            # A reassignment changes the replicas within an epoch: track those it adds
+            # (not caught up until they fetch), forget those it removed.
+            for r in st.replicas:
+                if r != self.node_id and r not in ls.progress:
+                    ls.progress[r] = FollowerProgress()
+            for r in [r for r in ls.progress if r not in st.replicas]:
+                del ls.progress[r]
         ls.state = st
         self._advance_hw(tp, ls)
 
