@@ -9,6 +9,7 @@ Keys, all under /semel/<cluster-id>/ (values are JSON):
   partitions/<topic>/<index>   {"replicas", "leader", "leader_epoch", "isr",
                                 "adding", "removing"}                 the last two during a reassignment
   producer_ids                 {"next"}                              the next unallocated producer id
+  configs/<name>               {"value"}                             cluster-wide dynamic broker configs
   users/<name>                 SCRAM credentials per mechanism       semel.cluster.security
   acls/<type>/<pattern>/<name> the ACLs of one resource              semel.cluster.security
 
@@ -178,6 +179,7 @@ class EtcdClusterView:
         self._stopping = False
         self._pid_lock = asyncio.Lock()
         self._caches: dict[str, KeyCache] = {}      # full key prefix -> cache (key_cache)
+        self._configs = self.key_cache("configs/")
 
     # --- lifecycle -------------------------------------------------------------
 
@@ -396,6 +398,21 @@ class EtcdClusterView:
         """The cache of keys under `<root><subtree>` (e.g. "users/"); register it before
         start() so the first range read fills it."""
         return self._caches.setdefault(self.keys.root + subtree, KeyCache())
+
+    def config(self, name: str) -> str | None:
+        """A cluster-wide dynamic broker config (e.g. the replication throttle), None when unset."""
+        item = self._configs.items.get(name)
+        return item.get("value") if isinstance(item, dict) else None
+
+    async def set_config(self, name: str, value: str | None) -> None:
+        """Set (None: remove) a cluster-wide dynamic broker config; every broker's view
+        follows through the watch, this one at once."""
+        key = self.keys.root + "configs/" + name
+        if value is None:
+            await self.etcd.delete(key)
+            self._configs.drop(name, (await self.etcd.get_prefix(key))[1])
+        else:
+            self._configs.put(name, {"value": value}, await self.etcd.put(key, json.dumps({"value": value}).encode()))
 
     def add_change_listener(self, fn: ChangeListener) -> None:
         self._change_listeners.append(fn)
