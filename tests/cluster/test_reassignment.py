@@ -19,6 +19,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 
 import pytest
@@ -138,17 +139,28 @@ def test_a_fourth_broker_takes_partitions_while_a_transactional_copy_runs(four):
             for p, (_, _, reps, _) in partitions(cluster, t).items()}
     copier = Copier(cluster, "mv-in", "mv-out", "mv-copy")
     started = threading.Event()
-    worker, errors = in_background(lambda: copier.run({0: 200, 1: 200, 2: 200},
-                                                      lambda n: n >= 2 and started.set()), started)
+
+    def on_commit(n: int) -> None:
+        if n >= 2:
+            started.set()
+        time.sleep(0.1)   # paced, so the copy spans the whole move
+    worker, errors = in_background(lambda: copier.run({0: 200, 1: 200, 2: 200}, on_commit), started)
     admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
     try:
         assert started.wait(120) and not errors
+        with Client(cluster.brokers[0].bootstrap) as c:
+            _set_throttle(c, 20_000)     # the new replicas copy for a while, under the copy's writes
+        before = copier.commits
         assert admin.alter_partition_reassignments(plan) == {tp: None for tp in plan}
         until(lambda: no_reassignment(admin), "every partition moved onto broker 3", timeout_s=120)
+        during = copier.commits - before
     finally:
         admin.close()
+        with Client(cluster.brokers[0].bootstrap) as c:
+            _set_throttle(c, None)
     worker.join(180)
     assert not worker.is_alive() and errors == []
+    assert during > 0, "transactions committed while the partitions moved"
     for t in ("mv-in", "mv-out"):
         for p, (leader, _, replicas, _) in partitions(cluster, t).items():
             assert list(replicas) == plan[KTP(t, p)] and leader == 3
