@@ -138,23 +138,26 @@ def test_a_fourth_broker_takes_partitions_while_a_transactional_copy_runs(four):
     plan = {KTP(t, p): [3, *reps[1:]] for t in ("mv-in", "mv-out")
             for p, (_, _, reps, _) in partitions(cluster, t).items()}
     copier = Copier(cluster, "mv-in", "mv-out", "mv-copy")
-    started = threading.Event()
+    started, begun = threading.Event(), threading.Event()
 
     def on_commit(n: int) -> None:
-        if n >= 2:
+        if n == 2:        # the rest of the copy runs once the move has begun
             started.set()
-        time.sleep(0.1)   # paced, so the copy spans the whole move
+            assert begun.wait(60)
+        time.sleep(0.05)
     worker, errors = in_background(lambda: copier.run({0: 200, 1: 200, 2: 200}, on_commit), started)
     admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
     try:
         assert started.wait(120) and not errors
         with Client(cluster.brokers[0].bootstrap) as c:
-            _set_throttle(c, 20_000)     # the new replicas copy for a while, under the copy's writes
+            _set_throttle(c, 2000)     # the new replicas copy for seconds, under the copy's writes
         before = copier.commits
         assert admin.alter_partition_reassignments(plan) == {tp: None for tp in plan}
+        begun.set()
         until(lambda: no_reassignment(admin), "every partition moved onto broker 3", timeout_s=120)
         during = copier.commits - before
     finally:
+        begun.set()
         admin.close()
         with Client(cluster.brokers[0].bootstrap) as c:
             _set_throttle(c, None)
@@ -194,3 +197,37 @@ def test_cli_generates_a_plan_over_the_live_brokers_and_executes_it(four, tmp_pa
     listed = cli(cluster, "--list")
     assert listed.returncode == 0 and "no reassignment in progress" in listed.stdout
     until(lambda: same_bytes_as_leader(cluster, "cli-t"), "cli-t's replicas hold the leader's bytes")
+
+
+def test_drain_a_broker_then_stop_it(four, tmp_path):
+    """Decommission as docs/cluster.md tells it: a plan over the brokers that stay, for
+    every topic (the internal ones too), executed and verified; then the broker stops
+    and every partition still has a leader and its full ISR, the data is all there and
+    a transactional copy runs on the coordinators that moved off it."""
+    cluster = four
+    with Client(cluster.brokers[1].bootstrap) as c:
+        names = sorted(t.name for t in c.metadata(None).topics)
+    assert "__consumer_offsets" in names and "__transaction_state" in names
+    gen = cli(cluster, "--generate", "--brokers", "1,2,3", "--topics", ",".join(names))
+    assert gen.returncode == 0, gen.stderr
+    plan = tmp_path / "drain.json"
+    plan.write_text(gen.stdout)
+    run = cli(cluster, "--execute", "--plan", str(plan))
+    assert run.returncode == 0, run.stderr
+    until(lambda: cli(cluster, "--verify", "--plan", str(plan)).returncode == 0, "broker 0 drained",
+          timeout_s=120)
+    for t in names:
+        assert all(0 not in reps for _, _, reps, _ in partitions(cluster, t).values()), t
+    cluster.brokers[0].stop()
+    wait_brokers(cluster, {1, 2, 3})
+    for t in names:
+        assert all(leader in reps and set(isr) == set(reps)
+                   for leader, _, reps, isr in partitions(cluster, t).values()), t
+    assert sorted(read_values(cluster.bootstrap, "mv-out", 3, want=600)) == [f"v{i:04d}" for i in range(600)]
+    create(cluster, "after-in", [[1, 2, 3]])
+    create(cluster, "after-out", [[2, 3, 1]])
+    values = [f"w{i:03d}" for i in range(60)]
+    produce(cluster, "after-in", values, 1)
+    copier = Copier(cluster, "after-in", "after-out", "after-copy")
+    copier.run({0: 60}, lambda n: None)
+    assert sorted(read_values(cluster.bootstrap, "after-out", 1, want=60)) == values
