@@ -22,15 +22,19 @@ IN_PROGRESS = 3             # exit status of --verify while a reassignment is st
 
 
 def add_parser(tsub) -> None:
-    r = tsub.add_parser("reassign", help="move partition replicas between brokers (generate, execute, verify a plan)")
+    r = tsub.add_parser("reassign",
+                        help="move partition replicas between brokers (generate, execute, verify a plan)")
     mode = r.add_mutually_exclusive_group(required=True)
     mode.add_argument("--generate", action="store_true",
-                      help="print a plan that spreads the --topics evenly over the brokers (current assignment to stderr)")
+                      help="print a plan that spreads the --topics evenly over the brokers "
+                           "(current assignment to stderr)")
     mode.add_argument("--execute", action="store_true", help="start the reassignment of --plan")
     mode.add_argument("--verify", action="store_true",
-                      help=f"whether --plan is done (exit {IN_PROGRESS} while it moves); once done, removes the throttle")
+                      help=f"whether --plan is done (exit {IN_PROGRESS} while it moves); "
+                           "once done, removes the throttle")
     mode.add_argument("--list", action="store_true", help="the reassignments in progress")
-    mode.add_argument("--cancel", action="store_true", help="cancel the reassignments of --plan: back to the original replicas")
+    mode.add_argument("--cancel", action="store_true",
+                      help="cancel the reassignments of --plan: back to the original replicas")
     r.add_argument("--plan", metavar="FILE", help="reassignment JSON (Kafka's format)")
     r.add_argument("--topics", default="", help="--generate: comma-separated topics to spread")
     r.add_argument("--brokers", default="",

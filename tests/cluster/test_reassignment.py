@@ -52,8 +52,8 @@ def four(cluster):
 
 def create(cluster, topic: str, assignment: list[list[int]]) -> None:
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    admin.create_topics([NewTopic(topic, len(assignment), replica_assignment=assignment, config={"min.insync.replicas": "2"})]
-                        )[topic].result(30)
+    new = NewTopic(topic, len(assignment), replica_assignment=assignment, config={"min.insync.replicas": "2"})
+    admin.create_topics([new])[topic].result(30)
     until(lambda: all(set(isr) == set(reps) for _, _, reps, isr in partitions(cluster, topic).values()),
           f"{topic}: full ISRs")
 
