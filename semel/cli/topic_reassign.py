@@ -88,19 +88,21 @@ def parse_plan(text: str) -> dict[tuple[str, int], list[int]]:
 
 
 def spread(topics: dict[str, tuple[int, int]], brokers: list[int]) -> dict[tuple[str, int], list[int]]:
-    """An even spread of each topic (name -> (partitions, replication factor)) over
-    `brokers`: leaders round-robin, followers at a growing distance (the controller's
-    assign_replicas), each topic starting where the last one ended."""
+    """An even spread of the topics (name -> (partitions, replication factor)) over
+    `brokers`: the partitions of every topic of one replication factor, in order, as one
+    sequence placed by the controller's assign_replicas (leaders round-robin, followers
+    at a growing distance), so leaders and replicas balance across topics too."""
     from ..cluster.controller import assign_replicas
-    out: dict[tuple[str, int], list[int]] = {}
-    start = 0
+    by_rf: dict[int, list[tuple[str, int]]] = {}
     for name in sorted(topics):
         count, rf = topics[name]
         if rf > len(brokers):
             raise CliError(f"{name} has {rf} replicas per partition; only {len(brokers)} brokers given")
-        for p, replicas in enumerate(assign_replicas(brokers, count, rf, start=start, shift=start)):
-            out[(name, p)] = list(replicas)
-        start += count
+        by_rf.setdefault(rf, []).extend((name, p) for p in range(count))
+    out: dict[tuple[str, int], list[int]] = {}
+    for rf, tps in by_rf.items():
+        for tp, replicas in zip(tps, assign_replicas(brokers, len(tps), rf, start=0, shift=0)):
+            out[tp] = list(replicas)
     return out
 
 

@@ -30,6 +30,7 @@ from kafka.admin import KafkaAdminClient
 
 from semel.cli.topic_reassign import _set_throttle
 from semel.client.client import Client
+from semel.protocol.messages import request_class
 from tests.support.cluster import module_cluster, partitions, wait_brokers
 from tests.support.consume import read_values
 from tests.support.copier import Copier
@@ -177,6 +178,15 @@ def cli(cluster, *args: str) -> subprocess.CompletedProcess:
                            "--bootstrap", cluster.brokers[0].bootstrap], capture_output=True, text=True, timeout=60)
 
 
+def broker_configs(cluster, node: int) -> dict[str, str]:
+    """DescribeConfigs of the cluster-wide broker resource, as broker `node` answers it."""
+    R = request_class(32).DescribeConfigsResource
+    with Client(cluster.brokers[node].bootstrap) as c:
+        resp = c.request(32, resources=[R(resource_type=4, resource_name="", configuration_keys=None)],
+                         include_synonyms=False, include_documentation=False)
+    return {e.name: e.value for e in resp.results[0].configs}
+
+
 def test_cli_generates_a_plan_over_the_live_brokers_and_executes_it(four, tmp_path):
     cluster = four
     create(cluster, "cli-t", [[0, 1], [1, 2], [2, 0], [0, 2]])
@@ -192,8 +202,10 @@ def test_cli_generates_a_plan_over_the_live_brokers_and_executes_it(four, tmp_pa
     assert Counter(reps[0] for reps in planned.values()) == {0: 1, 1: 1, 2: 1, 3: 1}
     run = cli(cluster, "--execute", "--plan", str(plan), "--throttle", "100000000")
     assert run.returncode == 0, run.stderr
+    assert broker_configs(cluster, 1).get("leader.replication.throttled.rate") == "100000000"
     until(lambda: cli(cluster, "--verify", "--plan", str(plan)).returncode == 0, "the CLI's plan done")
     assert {(("cli-t", p)): list(reps) for p, (_, _, reps, _) in partitions(cluster, "cli-t").items()} == planned
+    assert "leader.replication.throttled.rate" not in broker_configs(cluster, 2)    # --verify removed it
     listed = cli(cluster, "--list")
     assert listed.returncode == 0 and "no reassignment in progress" in listed.stdout
     until(lambda: same_bytes_as_leader(cluster, "cli-t"), "cli-t's replicas hold the leader's bytes")

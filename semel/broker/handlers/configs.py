@@ -4,6 +4,7 @@ Topic overrides live in the topic catalogue (durable, applied to the open logs a
 once). Broker configs are described but not alterable on this broker."""
 from __future__ import annotations
 
+from ...cluster.reassignment import THROTTLE_RATE
 from ...protocol.errors import KafkaError
 from ...storage.manager import validate_topic_config
 from ..router import handler
@@ -25,7 +26,7 @@ async def describe_configs(ctx, req):
         values, err = _config_values(ctx, res.resource_type, res.resource_name)
         wanted = set(res.configuration_keys) if res.configuration_keys is not None else None
         configs = [cls.DescribeConfigsResult.DescribeConfigsResourceResult(
-            name=k, value=v, read_only=res.resource_type == RESOURCE_BROKER, config_source=src,
+            name=k, value=v, read_only=res.resource_type == RESOURCE_BROKER and k != THROTTLE_RATE, config_source=src,
             is_sensitive=False, synonyms=[])
             for k, (v, src) in sorted(values.items()) if wanted is None or k in wanted]
         results.append(cls.DescribeConfigsResult(
@@ -49,7 +50,12 @@ def _config_values(ctx, rtype, name):
     """name -> (value, source): source 1 = topic override, 5 = default (Kafka's ConfigSource)."""
     defaults = _defaults(ctx)
     if rtype == RESOURCE_BROKER:
-        return {k: (v, 5) for k, v in defaults.items()}, KafkaError.NONE
+        out = {k: (v, 5) for k, v in defaults.items()}
+        view = ctx.broker.cluster
+        throttle = view.config(THROTTLE_RATE) if view is not None else None
+        if throttle is not None:
+            out[THROTTLE_RATE] = (throttle, 4)     # DYNAMIC_DEFAULT_BROKER_CONFIG: the cluster-wide one
+        return out, KafkaError.NONE
     if rtype != RESOURCE_TOPIC:
         return {}, KafkaError.INVALID_REQUEST
     info = ctx.broker.logs.topics().get(name)
@@ -88,7 +94,6 @@ async def incremental_alter_configs(ctx, req):
 async def _alter_cluster(ctx, res, compute, validate_only: bool) -> tuple[KafkaError, str]:
     """The cluster-wide default of a broker config (resource name ""), kept in etcd:
     only the replication throttle. Anything else is set at start (semel broker flags)."""
-    from ...cluster.reassignment import THROTTLE_RATE
     view = ctx.broker.cluster
     if view is None or res.resource_name != "":
         return KafkaError.INVALID_CONFIG, "broker configs are set at start (semel broker flags), not altered"
