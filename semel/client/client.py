@@ -28,6 +28,10 @@ class ClientError(Exception):
         self.error = error
 
 
+class TlsError(ClientError):
+    """The TLS handshake failed: a setting to fix, not worth retrying."""
+
+
 @dataclass
 class FetchedPartition:
     error: KafkaError
@@ -231,7 +235,7 @@ class Client:
         return p.offset
 
 
-__all__ = ["Client", "ClientError", "FetchedPartition"]
+__all__ = ["Client", "ClientError", "FetchedPartition", "TlsError"]
 
 
 def _tls(sock: socket.socket, context: ssl.SSLContext, host: str, bootstrap: str) -> ssl.SSLSocket:
@@ -240,11 +244,11 @@ def _tls(sock: socket.socket, context: ssl.SSLContext, host: str, bootstrap: str
         return context.wrap_socket(sock, server_hostname=host)
     except ssl.SSLCertVerificationError as exc:
         sock.close()
-        raise ClientError(f"TLS to {bootstrap}: the broker's certificate was not accepted ({exc.verify_message}); "
+        raise TlsError(f"TLS to {bootstrap}: the broker's certificate was not accepted ({exc.verify_message}); "
                           f"check the CA file and that the certificate names {host}") from None
     except (ssl.SSLError, OSError) as exc:
         sock.close()
         reason = getattr(exc, "reason", None) or exc.strerror or str(exc)
-        raise ClientError(f"TLS handshake with {bootstrap} failed: {reason} (is it a TLS listener? does it want "
+        raise TlsError(f"TLS handshake with {bootstrap} failed: {reason} (is it a TLS listener? does it want "
                           f"a client certificate?)") from None
 

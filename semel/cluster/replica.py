@@ -193,7 +193,8 @@ class ReplicaManager:
     """One per broker in a cluster (broker.replicas); see the module docstring."""
 
     def __init__(self, broker, view: ClusterView, *, lag_time_max_ms: int | None = None,
-                 fetch_wait_ms: int | None = None, fetch_max_bytes: int | None = None):
+                 fetch_wait_ms: int | None = None, fetch_max_bytes: int | None = None,
+                 dialer: PeerDialer | None = None):
         cfg = broker.config
         self.broker = broker
         self.view = view
@@ -203,7 +204,7 @@ class ReplicaManager:
         self.fetch_max_bytes = fetch_max_bytes or cfg.replica_fetch_max_bytes
         self.write_thread_bytes = cfg.replica_write_thread_bytes
         self.request_timeout_s = cfg.request_timeout_ms / 1000
-        self.dialer = getattr(broker, "peer_dialer", None) or PeerDialer()
+        self.dialer = dialer or PeerDialer()   # the inter-broker listener and login
         self.leading: dict[TopicPartition, LeaderState] = {}
         self.following: dict[TopicPartition, tuple[int, int]] = {}   # -> (leader, leader epoch)
         self.fetchers: dict[int, LeaderFetcher] = {}

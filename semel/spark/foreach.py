@@ -143,14 +143,16 @@ def app_name(group: str) -> str:
 def foreach_batch(rows: Rows, *, sinks: Sequence[Any], bootstrap: str, checkpoint: str | None = None,
                   query_id: str | None = None, topic: str | None = None, app_id: str | None = None,
                   instance_id: str = "0", restart_window_ms: int = spark_sink.DEFAULT_RESTART_WINDOW_MS,
-                  request_timeout_ms: int = 30_000) -> Callable[[Any, int], None]:
+                  request_timeout_ms: int = 30_000,
+                  options: Mapping[str, str] | None = None) -> Callable[[Any, int], None]:
     """The function for `writeStream.foreachBatch(...)`. `checkpoint`: the query's
     checkpointLocation (identity and the batch's source offsets, read on the driver with the
     active session's `spark.hadoop.fs.*` settings); `query_id` when
     there is none; `topic`: a partition to record the decision on when the query
-    has no semel source."""
-    options = {"kafka.bootstrap.servers": bootstrap, "semel.restartWindowMs": str(restart_window_ms),
-               "kafka.request.timeout.ms": str(request_timeout_ms)}
+    has no semel source; `options`: more of the sink's options, e.g. the
+    `kafka.security.protocol` / `kafka.sasl.*` / `kafka.ssl.*` ones of a secured broker."""
+    options = {**(options or {}), "kafka.bootstrap.servers": bootstrap,
+               "semel.restartWindowMs": str(restart_window_ms), "kafka.request.timeout.ms": str(request_timeout_ms)}
     for name, value in (("checkpointLocation", checkpoint), ("semel.query.id", query_id), ("topic", topic)):
         if value:
             options[name] = value

@@ -70,6 +70,7 @@ from semel.protocol.txn_hash import java_string_hash
 from semel.spark import atomic, batches, pool
 from semel.spark import options as opt
 from semel.spark.checkpoint import Checkpoint, CheckpointError
+from semel.spark.security import PLAINTEXT, Security
 
 TP = tuple[str, int]
 
@@ -121,11 +122,13 @@ class SinkOptions:
     query: str | None = None
     # Hadoop `fs.*` settings to open the checkpoint with (driver side; never sent to tasks)
     fs: tuple[tuple[str, str], ...] = ()
+    security: Security = PLAINTEXT  # TLS and SASL of every connection (semel/spark/security.py)
 
 
 def parse_options(options, fs_settings=None) -> SinkOptions:
     try:
         opts = opt.validate_sink(options)
+        security = opt.parse_security(opts)
     except opt.OptionError as exc:
         raise SinkError(str(exc)) from None
     bootstrap = opts.get(opt.BOOTSTRAP, "").strip()
@@ -143,7 +146,7 @@ def parse_options(options, fs_settings=None) -> SinkOptions:
                        restart_window_ms=_int(opts, RESTART_WINDOW, DEFAULT_RESTART_WINDOW_MS),
                        request_timeout_ms=_int(opts, REQUEST_TIMEOUT, 30_000),
                        batch_rows=_int(opts, BATCH_ROWS, 100_000), atomic_mode=mode,
-                       fs=tuple(sorted((fs_settings or {}).items())))
+                       fs=tuple(sorted((fs_settings or {}).items())), security=security)
 
 
 def _int(opts: dict, name: str, default: int) -> int:
@@ -196,7 +199,7 @@ def _header(h) -> tuple:
 def _open(o: SinkOptions) -> Cluster:
     try:
         return Cluster(o.bootstrap, timeout_s=o.request_timeout_ms / 1000, client_id="semel-spark-sink",
-                       topics=[o.topic] if o.topic else [], fail_fast=True)
+                       topics=[o.topic] if o.topic else [], fail_fast=True, security=o.security)
     except ClientError as exc:
         raise SinkError(f"semel sink: {exc}") from None
 
@@ -209,14 +212,16 @@ def _usable(r: Cluster) -> bool:
 def _connect(o: SinkOptions):
     """The connections to the cluster's brokers for one write() or commit(), kept by the
     worker for the next one (semel.spark.pool)."""
-    return pool.borrow(("sink", o.bootstrap, o.request_timeout_ms), lambda: _open(o), _usable, Cluster.close)
+    return pool.borrow(("sink", o.bootstrap, o.request_timeout_ms, o.security), lambda: _open(o), _usable,
+                       Cluster.close)
 
 
-def _routed(get):
+def _routed(get, o: SinkOptions | None = None):
     try:
         return get()
     except ClientError as exc:
-        raise SinkError(f"semel sink: {exc}") from None
+        needed = _needed(o, exc.error) if o is not None else None
+        raise SinkError(f"semel sink: {exc}" + (f"; the user needs {needed}" if needed else "")) from None
 
 
 def _route_key(o: SinkOptions, txn_id: str) -> str:
@@ -232,12 +237,12 @@ def _route_key(o: SinkOptions, txn_id: str) -> str:
 def _txn(r: Cluster, o: SinkOptions, txn_id: str) -> Client:
     """The connection to txn_id's transaction coordinator."""
     key = _route_key(o, txn_id)
-    return _routed(lambda: r.coordinator(key, TRANSACTION))
+    return _routed(lambda: r.coordinator(key, TRANSACTION), o)
 
 
 def _group(r: Cluster, o: SinkOptions) -> Client:
     """The connection to the query's group coordinator (offsets and the decision)."""
-    return _routed(lambda: r.coordinator(o.group, GROUP))
+    return _routed(lambda: r.coordinator(o.group, GROUP), o)
 
 
 def _leader(r: Cluster, tp: TP) -> Client:
@@ -283,6 +288,36 @@ def _ok(err: KafkaError, what: str) -> None:
         raise SinkError(f"semel sink: {what}: {err.name}")
 
 
+def _needed(o: SinkOptions, err: KafkaError | None) -> str | None:
+    """The ACL an authorization error of the sink's calls says is missing (the list in
+    docs/spark.md, Security)."""
+    if err == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+        return f"Write on the transactional ids with prefix {o.parent!r}"
+    if err == KafkaError.GROUP_AUTHORIZATION_FAILED:
+        return f"Read on the group {o.group!r}"
+    if err == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+        return f"Write on the topic {o.topic!r}" if o.topic else "Write on the output topics"
+    return None
+
+
+def _authorized(o: SinkOptions, err: KafkaError | None, what: str) -> None:
+    needed = _needed(o, err)
+    if needed is not None:
+        raise SinkError(f"semel sink: not authorized: {what} was refused with {err.name}; "
+                        f"the user needs {needed}")
+
+
+def _probe_group(r: Cluster, o: SinkOptions, st: wire.TxnState) -> None:
+    """Every batch's transaction adds the query's group (AddOffsetsToTxn, then
+    TxnOffsetCommit: Read on the group). Asked here, on the probe's own transaction
+    (aborted at once), so a missing ACL fails the query at its start, not at the first
+    batch's commit after its rows were written."""
+    err = _on_txn(r, o, st.txn_id, lambda c: wire.add_offsets(c, st, o.group))
+    _authorized(o, err, f"AddOffsetsToTxn of the group {o.group!r}")
+    if err == KafkaError.NONE:
+        _end(r, o, st.txn_id, st.pid, st.epoch, False)
+
+
 def probe(o: SinkOptions) -> SinkOptions:
     """At query start: the broker is reachable, the topic exists, and it grants the
     restart window as a transaction timeout (else a branch could be aborted by the
@@ -292,11 +327,13 @@ def probe(o: SinkOptions) -> SinkOptions:
     with _connect(o) as r:
         if o.topic is not None:
             _Partitioner(r, 0).count(o.topic)
-        err, _ = _init_err(r, o, probe_id)
+        err, st = _init_err(r, o, probe_id)
         if err == KafkaError.INVALID_TRANSACTION_TIMEOUT:
             raise SinkError(f"semel sink: the broker refuses a transaction timeout of {o.restart_window_ms} ms "
                             "(semel.restartWindowMs): raise its transaction.max.timeout.ms or lower the option")
+        _authorized(o, err, f"InitProducerId {probe_id!r}")
         _ok(err, "InitProducerId probe")
+        _probe_group(r, o, st)
         try:
             return replace(o, atomic=atomic.resolve(o.atomic_mode, _txn(r, o, probe_id), probe_id, o.restart_window_ms))
         except atomic.AtomicError as exc:
@@ -312,7 +349,7 @@ _probed: dict[tuple, tuple[float, bool]] = {}
 
 
 def _probe_key(o: SinkOptions) -> tuple:
-    return (o.bootstrap, o.parent, o.topic, o.restart_window_ms, o.atomic_mode)
+    return (o.bootstrap, o.parent, o.topic, o.restart_window_ms, o.atomic_mode, o.security)
 
 
 def probe_cached(o: SinkOptions) -> SinkOptions:

@@ -22,7 +22,12 @@ fsyncs or writes index/checkpoint files, `_lock` makes the flusher see the end o
 the log, the active segment and the index arrays as one consistent picture.
 Lock order is always _io_lock, then _lock.
 append_async hands a large append's pwrite to a worker thread; memory follows only
-when the write is done, and every synchronous mutator settles such a write first.
+when the write is done, and every synchronous mutator settles such a write first:
+each path that moves the file position or the log end (an append, truncation, reset,
+retention, a role change's settle(), close) waits for the write or roll a worker
+holds, even one whose thread has not started, before it touches anything, so no
+write of an earlier role or past a truncation point can land later. All this work
+goes through the log's `runner` (a test can order it step by step).
 With sync=True that thread also fsyncs the segment after its pwrite (write-through:
 one hand-off per acks=all request instead of two); settling then moves
 flushed_offset, and a recovery checkpoint that came due is written by a background
@@ -74,6 +79,9 @@ FLUSH_MODES = ("always", "interval", "never")
 # loop measured p99 9 ms, max 23 ms here), and on the event loop that stalls every
 # connection. Smaller ones cost less to write than to hand to a thread.
 OFFLOOP_WRITE_BYTES = 64 * 1024
+# Every piece of file work a log hands to a thread goes through its `runner` (this
+# pool unless open() is given another): the seam through which tests order a worker's
+# write, roll or checkpoint against the loop's steps.
 _WRITERS = ThreadPoolExecutor(max_workers=8, thread_name_prefix="semel-pwrite")
 _DAY_MS = 24 * 3600 * 1000
 
@@ -135,7 +143,7 @@ class RecoveryInfo:
 class PartitionLog:
     """Use PartitionLog.open(); see the module docstring for the threading rules."""
 
-    def __init__(self, directory: Path, config: LogConfig, fs: FileSystem):
+    def __init__(self, directory: Path, config: LogConfig, fs: FileSystem, runner=None):
         self.directory = Path(directory)
         self.config = config
         self.fs = fs
@@ -167,13 +175,17 @@ class PartitionLog:
         self._pending: _PendingWrite | None = None
         self._pending_roll = None    # concurrent.futures.Future of a roll in a worker thread
         self._checkpoint_job = None   # concurrent.futures.Future of a background checkpoint (_note_synced)
+        # Runs the work above in a worker thread: submit(fn, *args) -> concurrent.futures.Future.
+        self._runner = runner or _WRITERS
 
     # ================================================================ opening & recovery
     @classmethod
-    def open(cls, directory: Path, config: LogConfig, fs: FileSystem | None = None) -> "PartitionLog":
-        """Open the log in directory, creating it or recovering it as needed."""
+    def open(cls, directory: Path, config: LogConfig, fs: FileSystem | None = None, runner=None
+             ) -> "PartitionLog":
+        """Open the log in directory, creating it or recovering it as needed. `runner`
+        (an Executor) runs the file work this log hands to threads; a shared pool if None."""
         config.validate()
-        plog = cls(directory, config, fs or FileSystem())
+        plog = cls(directory, config, fs or FileSystem(), runner)
         started = time.perf_counter()
         try:
             plog._load()
@@ -449,9 +461,9 @@ class PartitionLog:
     def _submit_write(self, w: "_PendingWrite", sync: bool = False) -> None:
         """Hand w to a worker thread: its pwrite, and with sync its fsync (_write_through)."""
         if sync:
-            w.future = _WRITERS.submit(self._write_through, w)
+            w.future = self._runner.submit(self._write_through, w)
         else:
-            w.future = _WRITERS.submit(self.fs.pwrite, w.seg.log, w.buf, w.start)
+            w.future = self._runner.submit(self.fs.pwrite, w.seg.log, w.buf, w.start)
         self._pending = w
 
     def _write_through(self, w: "_PendingWrite") -> None:
@@ -475,7 +487,7 @@ class PartitionLog:
             self.flushed_offset = end
         job = self._checkpoint_job
         if self._checkpoint_due() and (job is None or job.done()):
-            self._checkpoint_job = _WRITERS.submit(self._checkpoint_in_background)
+            self._checkpoint_job = self._runner.submit(self._checkpoint_in_background)
 
     def _checkpoint_in_background(self) -> None:
         try:
@@ -516,7 +528,7 @@ class PartitionLog:
         Raises StorageError when the roll failed (nothing was appended)."""
         self._check_writable()
         self._check_leading()
-        fut = self._pending_roll = _WRITERS.submit(self._roll, self.log_end_offset, False)
+        fut = self._pending_roll = self._runner.submit(self._roll, self.log_end_offset, False)
         try:
             await asyncio.shield(asyncio.wrap_future(fut))
         except Exception:
@@ -769,6 +781,10 @@ class PartitionLog:
     def _prepare_write(self, data, batches: list[tuple[int, BatchHeader]], on_success, assign: bool
                        ) -> "_PendingWrite":
         """Everything before the pwrite: offsets, leader epoch, roll, the patched bytes."""
+        if self._pending is not None or self._pending_roll is not None:
+            # Placed from a log end that does not count the pending work, this write would
+            # land over it, and the pending slot (what every mutator waits for) would lose it.
+            raise RuntimeError(f"{self.directory}: a write prepared while a worker's write or roll is pending")
         first = self.log_end_offset
         epoch = self.leader_epoch if assign else None
         if epoch is not None:
