@@ -7,7 +7,7 @@ Keys, all under /semel/<cluster-id>/ (values are JSON):
   topics/<name>                {"partitions", "replication_factor", "configs", "topic_id",
                                 "deleted", "retired_ids"}            deleted: kept as a marker
   partitions/<topic>/<index>   {"replicas", "leader", "leader_epoch", "isr",
-                                "adding", "removing"}                 the last two during a reassignment
+                                "adding", "removing", "origin"}       the last three during a reassignment
   producer_ids                 {"next"}                              the next unallocated producer id
   configs/<name>               {"value"}                             cluster-wide dynamic broker configs
   users/<name>                 SCRAM credentials per mechanism       semel.cluster.security
@@ -99,7 +99,7 @@ class Keys:
 def encode_partition(st: PartitionState) -> bytes:
     d = {"replicas": list(st.replicas), "leader": st.leader, "leader_epoch": st.leader_epoch, "isr": list(st.isr)}
     if st.reassigning:
-        d["adding"], d["removing"] = list(st.adding), list(st.removing)
+        d["adding"], d["removing"], d["origin"] = list(st.adding), list(st.removing), list(st.origin)
     return json.dumps(d).encode()
 
 
@@ -107,7 +107,7 @@ def decode_partition(topic: str, index: int, kv: KV) -> PartitionState:
     d = json.loads(kv.value)
     return PartitionState(topic, index, tuple(d["replicas"]), d["leader"], d["leader_epoch"],
                           tuple(d["isr"]), kv.mod_revision, tuple(d.get("adding") or ()),
-                          tuple(d.get("removing") or ()))
+                          tuple(d.get("removing") or ()), tuple(d.get("origin") or ()))
 
 
 ChangeListener = Callable[[], None]

@@ -3,7 +3,7 @@
 AlterPartitionReassignments writes the target into the partition's state in etcd
 (`begin`): `replicas` becomes the target followed by the original replicas that leave,
 `adding` the target replicas new to the partition, `removing` the original ones not in
-the target. Nothing else changes then: the leader keeps leading, the ISR stays, and
+the target, `origin` the original replicas in their order. Nothing else changes then: the leader keeps leading, the ISR stays, and
 the adding replicas start fetching as followers (every broker holds every partition's
 log, so a new replica starts from an empty or stale log and catches up the usual way:
 truncation by leader epoch, then fetches). The leader takes each into the ISR once it
@@ -16,7 +16,8 @@ ISR change or an election.
 
 acks=all holds throughout: the high watermark counts the ISR only, and the ISR only
 grows by caught-up replicas before the removed ones leave. Cancelling (a null target)
-is `begin` with the original replicas as the target: the adding replicas leave.
+is `begin` with the original replicas as the target: the adding replicas leave and
+the replicas are as before, in their order.
 
 The leader may limit how fast adding replicas fetch (`Throttle`, bytes/s over all of
 them, Kafka's leader.replication.throttled.rate): they get no records while the
@@ -35,8 +36,11 @@ THROTTLE_RATE = "leader.replication.throttled.rate"
 
 
 def original(st: PartitionState) -> tuple[int, ...]:
-    """The replicas before the ongoing reassignment (the replicas when there is none)."""
-    return tuple(r for r in st.replicas if r not in st.adding)
+    """The replicas before the ongoing reassignment, in their order (the replicas when
+    there is none)."""
+    if not st.reassigning:
+        return st.replicas
+    return st.origin or tuple(r for r in st.replicas if r not in st.adding)
 
 
 def target(st: PartitionState) -> tuple[int, ...]:
@@ -65,8 +69,9 @@ def begin(st: PartitionState, new: Sequence[int] | None, brokers: Iterable[int]
     isr = tuple(r for r in st.isr if r in replicas)
     if not isr:
         return KafkaError.INVALID_REPLICA_ASSIGNMENT, "no replica of the result would be in sync"
-    out = replace(st, replicas=replicas, isr=isr, adding=tuple(r for r in new if r not in orig),
-                  removing=removing)
+    adding = tuple(r for r in new if r not in orig)
+    out = replace(st, replicas=replicas, isr=isr, adding=adding, removing=removing,
+                  origin=orig if adding or removing else ())
     if st.leader != NO_LEADER and st.leader not in replicas:
         # A replica being added that led (it was in the ISR) and is dropped by a new
         # target or a cancel: elect among what stays.
@@ -85,7 +90,7 @@ def finish(st: PartitionState, live: Iterable[int]) -> PartitionState | None:
     if not set(tgt) <= set(st.isr):
         return None
     live = set(live)
-    out = replace(st, replicas=tgt, isr=tuple(r for r in st.isr if r in tgt), adding=(), removing=())
+    out = replace(st, replicas=tgt, isr=tuple(r for r in st.isr if r in tgt), adding=(), removing=(), origin=())
     if st.leader in tgt and st.leader in live:
         return out
     candidates = [r for r in tgt if r in live]

@@ -55,6 +55,8 @@ class PartitionState:
     # `removing` original replicas that leave once every target replica is in the ISR.
     adding: tuple[int, ...] = ()
     removing: tuple[int, ...] = ()
+    # The replicas before it, in their order (a cancel restores them, preferred leader too).
+    origin: tuple[int, ...] = ()
 
     @property
     def has_leader(self) -> bool:

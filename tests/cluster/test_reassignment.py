@@ -110,7 +110,7 @@ def test_kafka_python_admin_moves_a_partition_and_cancel_restores_it(cluster):
         assert admin.alter_partition_reassignments({tp: None}) == {tp: None}
         assert no_reassignment(admin)
         leader, _, replicas, isr = partitions(cluster, "ra")[0]
-        assert set(replicas) == {0, 1} and set(isr) == {0, 1} and leader == 0
+        assert replicas == (0, 1) and set(isr) == {0, 1} and leader == 0
         errors = admin.alter_partition_reassignments({tp: None})
         assert errors[tp] is not None and errors[tp].errno == 85      # NO_REASSIGNMENT_IN_PROGRESS
 
