@@ -17,7 +17,7 @@ CLIENT_MAX = {0: 9, 1: 12, 2: 7, 3: 12, 8: 8, 9: 7, 10: 3, 18: 3, 19: 7, 20: 6,
               # admin (semel.client.admin): groups, KIP-664 transaction tooling
               15: 5, 16: 4, 27: 1, 42: 2, 61: 0, 65: 0, 66: 2,
               # topic admin (semel topic alter | delete-records)
-              21: 2, 37: 3, 44: 1,
+              21: 2, 37: 3, 44: 1, 45: 0, 46: 0,
               # SASL login (semel.client.sasl)
               17: 1, 36: 2}
 

@@ -16,6 +16,8 @@ Election rules (Kafka's, clean election only):
   its last ISR, so the first of those brokers to return leads again: no unclean
   election, no data loss of acknowledged writes;
 - a broker coming back does not take leadership back (no needless moves).
+
+A reassignment in progress completes here too (semel.cluster.reassignment.finish).
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from dataclasses import replace
 from typing import Iterable, Sequence
 
 from .etcd import EtcdError
+from .reassignment import finish as finish_reassignment
 from .state import NO_LEADER, PartitionState
 
 log = logging.getLogger("semel.cluster.controller")
@@ -136,7 +139,7 @@ class Controller:
         live = set(self.view.brokers())
         changed = 0
         for st in self.view.partitions():
-            want = decide(st, live)
+            want = decide(st, live) or finish_reassignment(st, live)
             if want is None:
                 continue
             stored = await self.view.write_partition(st, want)

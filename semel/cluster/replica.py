@@ -38,6 +38,7 @@ from ..protocol.messages import request_class
 from ..storage import checked_file
 from ..storage.errors import AppendError, StorageError
 from .peer import PeerAuthError, PeerConnection, PeerDialer, PeerError
+from .reassignment import THROTTLE_RATE, Throttle
 from .state import ClusterView, PartitionState
 
 log = logging.getLogger("semel.cluster.replica")
@@ -213,6 +214,7 @@ class ReplicaManager:
         self._last_hw_save = 0.0
         self._task: asyncio.Task | None = None
         self._running = False
+        self.throttle = Throttle()
         # Followers here stop fetching while set: what a stopped (SIGSTOP) follower looks
         # like to its leaders, without stopping the rest of the broker.
         self.fetching_paused = False
@@ -314,6 +316,13 @@ class ReplicaManager:
             for r in set(ls.state.isr) - set(st.isr):
                 if r in ls.progress:
                     ls.progress[r].left_isr_ms = now
+            # A reassignment changes the replicas within an epoch: track those it adds
+            # (not caught up until they fetch), forget those it removed.
+            for r in st.replicas:
+                if r != self.node_id and r not in ls.progress:
+                    ls.progress[r] = FollowerProgress()
+            for r in [r for r in ls.progress if r not in st.replicas]:
+                del ls.progress[r]
         ls.state = st
         self._advance_hw(tp, ls)
 
@@ -378,6 +387,20 @@ class ReplicaManager:
         if replica_id not in ls.state.isr and progress.leo >= ls.plog.high_watermark:
             self._schedule_isr_check(tp)
         return KafkaError.NONE
+
+    def throttle_allowance(self, topic: str, partition: int, replica_id: int) -> int:
+        """Bytes a follower's fetch may read from this partition now: -1 unlimited; for a
+        replica a reassignment is adding, what the cluster's throttle
+        (leader.replication.throttled.rate, bytes/s over all of them) has left."""
+        ls = self.leading.get((topic, partition))
+        if ls is None or replica_id not in ls.state.adding:
+            return -1
+        config = getattr(self.view, "config", None)
+        try:
+            self.throttle.set_rate(int(config(THROTTLE_RATE) or 0) if config is not None else 0)
+        except ValueError:
+            self.throttle.set_rate(0)
+        return self.throttle.allow()
 
     def _advance_hw(self, tp: TopicPartition, ls: LeaderState) -> None:
         plog = ls.plog

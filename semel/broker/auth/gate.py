@@ -474,6 +474,8 @@ RULES = {
     42: _delete_groups,
     47: _offset_delete,
     44: _configs(Op.ALTER_CONFIGS, "responses"),
+    45: _cluster(Op.ALTER),
+    46: _cluster(Op.DESCRIBE),
     50: _cluster(Op.DESCRIBE),
     51: _alter_scram,
     60: _cluster(Op.DESCRIBE),

@@ -4,6 +4,7 @@ Topic overrides live in the topic catalogue (durable, applied to the open logs a
 once). Broker configs are described but not alterable on this broker."""
 from __future__ import annotations
 
+from ...cluster.reassignment import THROTTLE_RATE
 from ...protocol.errors import KafkaError
 from ...storage.manager import validate_topic_config
 from ..router import handler
@@ -25,7 +26,7 @@ async def describe_configs(ctx, req):
         values, err = _config_values(ctx, res.resource_type, res.resource_name)
         wanted = set(res.configuration_keys) if res.configuration_keys is not None else None
         configs = [cls.DescribeConfigsResult.DescribeConfigsResourceResult(
-            name=k, value=v, read_only=res.resource_type == RESOURCE_BROKER, config_source=src,
+            name=k, value=v, read_only=res.resource_type == RESOURCE_BROKER and k != THROTTLE_RATE, config_source=src,
             is_sensitive=False, synonyms=[])
             for k, (v, src) in sorted(values.items()) if wanted is None or k in wanted]
         results.append(cls.DescribeConfigsResult(
@@ -49,7 +50,12 @@ def _config_values(ctx, rtype, name):
     """name -> (value, source): source 1 = topic override, 5 = default (Kafka's ConfigSource)."""
     defaults = _defaults(ctx)
     if rtype == RESOURCE_BROKER:
-        return {k: (v, 5) for k, v in defaults.items()}, KafkaError.NONE
+        out = {k: (v, 5) for k, v in defaults.items()}
+        view = ctx.broker.cluster
+        throttle = view.config(THROTTLE_RATE) if view is not None else None
+        if throttle is not None:
+            out[THROTTLE_RATE] = (throttle, 4)     # DYNAMIC_DEFAULT_BROKER_CONFIG: the cluster-wide one
+        return out, KafkaError.NONE
     if rtype != RESOURCE_TOPIC:
         return {}, KafkaError.INVALID_REQUEST
     info = ctx.broker.logs.topics().get(name)
@@ -66,7 +72,7 @@ async def alter_configs(ctx, req):
     """The resource's overrides become exactly the ones given (Kafka's replace semantics)."""
     def compute(current, res):
         return _unique({c.name: c.value for c in res.configs}, res.configs)
-    return _alter(ctx, req, compute)
+    return await _alter(ctx, req, compute)
 
 
 @handler(44, 0, 1)
@@ -82,7 +88,27 @@ async def incremental_alter_configs(ctx, req):
             if err:
                 return err, msg, {}
         return KafkaError.NONE, "", out
-    return _alter(ctx, req, compute)
+    return await _alter(ctx, req, compute)
+
+
+async def _alter_cluster(ctx, res, compute, validate_only: bool) -> tuple[KafkaError, str]:
+    """The cluster-wide default of a broker config (resource name ""), kept in etcd:
+    only the replication throttle. Anything else is set at start (semel broker flags)."""
+    view = ctx.broker.cluster
+    if view is None or res.resource_name != "":
+        return KafkaError.INVALID_CONFIG, "broker configs are set at start (semel broker flags), not altered"
+    current = {THROTTLE_RATE: view.config(THROTTLE_RATE)} if view.config(THROTTLE_RATE) is not None else {}
+    err, msg, wanted = compute(current, res)
+    if err:
+        return err, msg
+    if set(wanted) - {THROTTLE_RATE}:
+        return KafkaError.INVALID_CONFIG, f"only {THROTTLE_RATE} is a cluster-wide dynamic broker config"
+    value = wanted.get(THROTTLE_RATE)
+    if value is not None and (not value.isdigit()):
+        return KafkaError.INVALID_CONFIG, f"{THROTTLE_RATE} is bytes per second, a whole number"
+    if not validate_only:
+        await view.set_config(THROTTLE_RATE, value)
+    return KafkaError.NONE, ""
 
 
 def _unique(config: dict, entries) -> tuple[KafkaError, str, dict]:
@@ -111,20 +137,20 @@ def _apply_op(out: dict, c) -> tuple[KafkaError, str]:
     return KafkaError.NONE, ""
 
 
-def _alter(ctx, req, compute):
+async def _alter(ctx, req, compute):
     cls = ctx.cls()
     responses = []
     for res in req.resources:
-        err, msg = _alter_one(ctx, res, compute, req.validate_only)
+        err, msg = await _alter_one(ctx, res, compute, req.validate_only)
         responses.append(cls.AlterConfigsResourceResponse(
             error_code=err, error_message=None if err == 0 else (msg or err.name),
             resource_type=res.resource_type, resource_name=res.resource_name))
     return ctx.response(throttle_time_ms=0, responses=responses)
 
 
-def _alter_one(ctx, res, compute, validate_only: bool) -> tuple[KafkaError, str]:
+async def _alter_one(ctx, res, compute, validate_only: bool) -> tuple[KafkaError, str]:
     if res.resource_type == RESOURCE_BROKER:
-        return KafkaError.INVALID_CONFIG, "broker configs are set at start (semel broker flags), not altered"
+        return await _alter_cluster(ctx, res, compute, validate_only)
     if res.resource_type != RESOURCE_TOPIC:
         return KafkaError.INVALID_REQUEST, f"resource type {res.resource_type} has no configs here"
     logs = ctx.broker.logs
