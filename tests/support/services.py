@@ -10,8 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.markers import starts_processes
+
 
 @pytest.fixture(scope="session")
+@starts_processes
 def pg_uri(tmp_path_factory):
     """A real PostgreSQL with prepared transactions enabled.
 
@@ -51,6 +54,7 @@ def pg_uri(tmp_path_factory):
 # ---------------------------------------------------------------- S3 (moto's standalone server)
 
 @pytest.fixture(scope="session")
+@starts_processes
 def s3_endpoint(tmp_path_factory):
     """moto_server over HTTP on a loopback port, started and stopped here."""
     import subprocess
