@@ -1,5 +1,5 @@
 """Coordinators partitioned by id on a real local cluster (etcd and three broker
-processes; issue 13, item 3, seed 002).
+processes).
 
 `__transaction_state` and `__consumer_offsets` have 6 partitions each (the default),
 RF3, their leaders spread over the brokers. An id's coordinator is the leader of

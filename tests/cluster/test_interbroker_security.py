@@ -1,4 +1,4 @@
-"""Inter-broker traffic when authentication is on (issues 12 and 13).
+"""Inter-broker traffic when authentication is on.
 
 One local cluster for the module: etcd and three broker processes whose client
 listener (--host/--port) is SASL_SSL and whose brokers talk to each other only on a

@@ -1,4 +1,4 @@
-"""The Spark sink on a 3-broker cluster (issue 13 item 5, issue 10).
+"""The Spark sink on a 3-broker cluster.
 
 A streaming query semel source -> transform -> semel sink over RF3 topics runs
 unchanged against the cluster, in both sink modes (atomic batches, semel.atomicBatches

@@ -1,7 +1,7 @@
 """Random and mutated frames at a running broker: it answers, closes the
 connection, or ignores them — and afterwards still serves a normal client.
 
-The structure-aware part (issue 14) draws requests of every API key and version
+The structure-aware part draws requests of every API key and version
 the running broker advertises in ApiVersions from the codec's own schemas
 (tests/support/wire_fuzz.py), mutates half of them, and after each one checks:
 the broker answered or closed that connection and is alive; a bystander
