@@ -1,4 +1,4 @@
-"""Scale-out of the demo (issue 10 point 6): a Spark standalone cluster (one master,
+"""Scale-out of the demo: a Spark standalone cluster (one master,
 two workers, started from the pyspark installation's spark-class) on this machine,
 and the unchanged demo job submitted to it with its crashes and verifier.
 

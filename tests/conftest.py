@@ -5,9 +5,15 @@ import pytest
 
 from semel.broker.watchdog import STALL_MARKER
 from semel.cli.process import SemelBroker, TansuBroker
+from tests.support.markers import mark_items, starts_processes
 from tests.support.services import pg_uri, s3_endpoint  # noqa: F401 - session fixtures, one server each per run
 
 _stall_read_upto: dict = {}
+
+
+def pytest_collection_modifyitems(config, items):
+    """`process` and `spark` markers (see tests/support/markers.py and tests/README.md)."""
+    mark_items(items)
 
 
 def _new_stall_lines() -> list[str]:
@@ -37,6 +43,7 @@ def no_event_loop_stalls():
 
 
 @pytest.fixture
+@starts_processes
 def start_broker(tmp_path):
     """Factory: start_broker(*extra_args, env=None, data_dir=None) -> SemelBroker (a real process)."""
     started: list[SemelBroker] = []
@@ -54,12 +61,14 @@ def start_broker(tmp_path):
 
 
 @pytest.fixture
+@starts_processes
 def broker(start_broker):
     """One semel broker with auto topic creation off and fast group rebalances."""
     return start_broker("--group-initial-rebalance-delay-ms", "0", "--group-min-session-timeout-ms", "1000")
 
 
 @pytest.fixture
+@starts_processes
 def tansu():
     b = TansuBroker()
     b.start()

@@ -17,7 +17,7 @@ mapped chunk freed, up to 32 MiB), so a buffer just above it is mapped and
 faulted in on every use. At 4 MiB that hit every full Fetch: one pread of
 max_fetch_response_bytes (4 MiB) plus the index walk (64 KiB) per response,
 1,041 page faults each, 0.75 s of CPU per GB served more than glibc's defaults
-(measured here; it was the 4x8 100 B consume regression of issue 11). Hence 32
+(measured here: the 4x8 100 B consume benchmark paid it in full). Hence 32
 MiB, glibc's own ceiling, and trimming above 64 MiB; a test keeps the Fetch
 read below it.
 

@@ -43,7 +43,7 @@ class BrokerConfig:
     transaction_log_compact_records: int = 50_000
     transaction_log_segment_bytes: int = 8 * 1024 * 1024
     metrics_port: int | None = None
-    # --- limits on what one client can take (issue 14) ---
+    # --- limits on what one client can take (docs/operations.md) ---
     # Kafka's max.connections and max.connections.per.ip (both unlimited there by
     # default; over the limit the new connection is closed at once).
     max_connections: int = 2**31 - 1
@@ -64,7 +64,7 @@ class BrokerConfig:
     loop_lag_warn_ms: int = 200
     loop_stall_ms: int = 2_000
 
-    # --- security (issue 12; docs/security.md) ---
+    # --- security (docs/security.md) ---
     # Security protocol of the listener at host:port: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.
     security_protocol: str = "PLAINTEXT"
     # More listeners, Kafka's "NAME://HOST:PORT"; a listener's protocol comes from
@@ -109,7 +109,7 @@ class BrokerConfig:
     # An unknown kid fetches the JWKS again at most once per this long.
     sasl_oauthbearer_jwks_unknown_kid_refresh_ms: int = 10_000
 
-    # --- cluster (issue 13; docs/cluster.md) ---
+    # --- cluster (docs/cluster.md) ---
     # etcd endpoints ("host:port,host:port"); None = the embedded single node, no cluster.
     metadata_endpoints: str | None = None
     # This broker's session in etcd lasts this long without a refresh: a killed broker's
@@ -126,7 +126,7 @@ class BrokerConfig:
     transaction_state_partitions: int = 6
     offsets_topic_partitions: int = 6
 
-    # --- replication (issue 13; semel.cluster.replica) ---
+    # --- replication (semel.cluster.replica) ---
     # acks=all needs this many in-sync replicas (topic config min.insync.replicas overrides).
     min_insync_replicas: int = 1
     # A follower not caught up for this long leaves the ISR (Kafka's replica.lag.time.max.ms).
@@ -140,7 +140,7 @@ class BrokerConfig:
     # hop costs more than the copy (semel.storage.write_offload.OFFLOOP_WRITE_BYTES, 64 KiB).
     replica_write_thread_bytes: int = 64 * 1024
 
-    # --- between brokers (issue 13; docs/security.md "Between brokers") ---
+    # --- between brokers (docs/security.md "Between brokers") ---
     # Kafka's inter.broker.listener.name: the listener of every broker that the others
     # connect to (follower fetches, transaction markers); None = the --host/--port one.
     inter_broker_listener_name: str | None = None

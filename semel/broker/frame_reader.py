@@ -1,6 +1,6 @@
-"""Request frames read straight from the socket into their own buffers (issue 11).
+"""Request frames read straight from the socket into their own buffers.
 
-The stream path copied each request four times before a handler saw it: the
+asyncio's stream path copies each request four times before a handler sees it: the
 event loop's read buffer into a bytes object, that into the StreamReader's
 buffer, out again for `read()`, and once more into the frame. `FrameReader`
 is a buffered protocol: the kernel writes small frames into one scratch buffer

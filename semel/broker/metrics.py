@@ -93,7 +93,7 @@ class BrokerMetrics:
     def api(self, name: str) -> tuple:
         """(semel_requests_total, semel_request_seconds) of one API, labelled once:
         labels() takes a lock and builds its key each time, and every request counts
-        itself in both (issue 11)."""
+        itself in both."""
         pair = self._per_api.get(name)
         if pair is None:
             pair = self._per_api[name] = (self.requests.labels(name), self.request_seconds.labels(name))

@@ -45,7 +45,7 @@ class Broker:
         self._server: asyncio.base_events.Server | None = None
         self._extra_servers: list = []   # listeners after the first (config.listeners)
         self.listeners: list[Listener] = []
-        # Security (issue 12): users and ACLs live in files under the data dir, re-read
+        # Security: users and ACLs live in files under the data dir, re-read
         # when they change, so `semel user|acl` apply without a restart.
         self.users = UserStore(config.data_dir)
         self.acls = AclStore(config.data_dir)
@@ -54,7 +54,7 @@ class Broker:
             self.acls, authenticating if config.authorizer_enabled is None else config.authorizer_enabled,
             set(config.super_users), config.allow_everyone_if_no_acl_found)
         # The cluster view (semel.cluster.state.ClusterView) when a metadata service is
-        # configured; None on the embedded single node, where every handler behaves as before.
+        # configured; None on the embedded single node, where handlers take their single-node paths.
         self.cluster = None
         self.cluster_member = None
         # Replication data plane (semel.cluster.replica.ReplicaManager), started when

@@ -1,4 +1,4 @@
-"""The replicated cluster (issue 13).
+"""The replicated cluster (docs/cluster.md).
 
 state.py      the view a broker has of the cluster: live brokers, per-partition
               replicas / leader / leader epoch / ISR, producer-id blocks; the

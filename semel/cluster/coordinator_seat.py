@@ -1,4 +1,4 @@
-"""A coordinator's seat on its replicated internal partition (issue 13, item 3).
+"""A coordinator's seat on its replicated internal partition.
 
 In a cluster, `__transaction_state` and `__consumer_offsets` are replicated topics and
 the coordinator of each is the leader of its partition. This module decides, from the

@@ -1,4 +1,4 @@
-"""The coordinators' internal topics as cluster topics (issue 13, item 3).
+"""The coordinators' internal topics as cluster topics.
 
 `__transaction_state` and `__consumer_offsets` are created in etcd the first time a
 coordinator is looked for (FindCoordinator), like any topic but with the replication

@@ -1,4 +1,4 @@
-"""Replication data plane (issue 13): followers fetch from leaders, leaders keep the
+"""Replication data plane: followers fetch from leaders, leaders keep the
 ISR and the high watermark, acks=all waits for the high watermark.
 
 Roles follow the ClusterView: a listener call per partition change makes this broker
@@ -160,7 +160,7 @@ def diverging_epoch(epochs, log_start: int, log_end: int, fetch_offset: int,
     largest epoch the leader has at or below the follower's last one and where it ends
     here, for the follower to truncate by; OFFSET_OUT_OF_RANGE when the leader knows no
     such epoch. No epoch given (an empty log) or an offset below the log start: the
-    read decides, as before."""
+    read itself decides."""
     if last_fetched_epoch < 0 or fetch_offset < log_start:
         return None
     epoch, end = epochs.end_offset_for(last_fetched_epoch, log_end)

@@ -1,4 +1,4 @@
-"""acks=all for a coordinator's own log (issue 13, item 3, step 3; not wired yet).
+"""acks=all for a coordinator's own log.
 
 A coordinator applies and answers a transition once `flusher.sync` returns for its
 record (semel.coordinator.coordinator_log). In a cluster its partition is replicated,

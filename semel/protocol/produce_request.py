@@ -1,4 +1,4 @@
-"""Produce request bodies decoded without copying their records (issue 11).
+"""Produce request bodies decoded without copying their records.
 
 kafka-python's generated decoder copies every `records` field into a new bytes
 object; for a produce request that is the whole payload once more per request.

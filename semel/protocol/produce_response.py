@@ -1,9 +1,9 @@
-"""Produce responses (v3-v9) built and framed without the generic codec (issue 11).
+"""Produce responses (v3-v9) built and framed without the generic codec.
 
 Every Produce is answered, one entry per partition it named, and kafka-python's
 message objects cost tens of microseconds per partition to build (each field is
 checked on the way in) and as much again to encode: with 100 B records over eight
-partitions that was most of the broker's CPU per produced byte. The produce handler
+partitions that is most of the broker's CPU per produced byte. The produce handler
 answers with the plain slotted objects below, which have the attribute names of
 kafka-python's ProduceResponse, and `encode_produce` packs them with `struct`.
 It reads attributes only, so entries of kafka-python's own classes (the ACL gate

@@ -309,7 +309,7 @@ def verified_prefix(data: bytes, from_offset: int) -> tuple[bytes, int | None]:
     before anyone takes a wrong offset or a corrupt record for data. CRC-32C runs
     at many GB/s; the cost is the Python work per batch, which every Fetch pays for
     every batch it serves (100 B records come in batches of a few KiB): so only the
-    fields checked are unpacked, no BatchHeader is built (issue 11)."""
+    fields checked are unpacked, no BatchHeader is built."""
     pos, end, expected = 0, len(data), from_offset
     view = memoryview(data)
     prefix, crc = _VERIFY_PREFIX.unpack_from, crc32c.crc32c

@@ -16,7 +16,8 @@ import pytest
 
 from tests.integration.check.check_run import explain, run_check
 
-pytestmark = pytest.mark.timeout(240)
+# The test body starts etcd and broker processes.
+pytestmark = [pytest.mark.process, pytest.mark.timeout(240)]
 
 
 def nemesis_events(out, f: str) -> list[tuple[dict, dict]]:

@@ -11,6 +11,8 @@ import pytest
 
 from tests.integration.test_cli import semel
 
+pytestmark = pytest.mark.process   # each test runs `semel cluster start` as a process
+
 
 def _one_line(r) -> str:
     assert r.returncode != 0

@@ -28,6 +28,7 @@ from semel.client.sasl import authenticate
 from semel.cluster.local import LocalCluster
 from semel.protocol.errors import KafkaError
 from tests.support.cluster import wait_brokers
+from tests.support.markers import starts_processes
 from tests.support.wait import until
 
 PASSWORDS = {"broker": "broker-secret", "admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret",
@@ -46,6 +47,7 @@ def login(bootstrap: str, user: str, mechanism: str = "SCRAM-SHA-512") -> Client
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def cluster(tmp_path_factory):
     args = ["--security-protocol", "SASL_PLAINTEXT", "--connections-max-reauth-ms", "600000",
             "--inter-broker-user", "broker", "--inter-broker-password-env", "SEMEL_IB_PASSWORD",

@@ -15,6 +15,7 @@ from semel.protocol.errors import KafkaError
 from tests.support.admin import ILLEGAL_TOPIC_NAMES, delivery_errors, produce_error
 from tests.support.cluster import module_cluster, partitions
 from tests.support.consume import read_values
+from tests.support.markers import starts_processes
 from tests.support.wait import until
 
 DEFAULT_PARTITIONS = 2
@@ -22,6 +23,7 @@ DEFAULT_RF = 3
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def cluster(tmp_path_factory):
     with module_cluster(tmp_path_factory, "cluster-topics", 3, 2, "--auto-create-topics",
                         "--default-partitions", str(DEFAULT_PARTITIONS),

@@ -25,6 +25,7 @@ from semel.eos.kafka import KafkaCoordinator
 from semel.eos.sinks.memory import MemorySink, MemorySinkState
 from tests.support.cluster import fill, key_leader, metadata, module_cluster, partitions, wait_brokers
 from tests.support.consume import read_values
+from tests.support.markers import starts_processes
 from tests.support.wait import in_background, until
 
 PARTS = 3
@@ -32,6 +33,7 @@ N = 300
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def cluster(tmp_path_factory):
     with module_cluster(tmp_path_factory, "cluster-txn", 3, 6, "--group-initial-rebalance-delay-ms", "0") as c:
         yield c

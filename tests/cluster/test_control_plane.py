@@ -23,10 +23,11 @@ from semel.client.txn import TxnState
 from semel.protocol.errors import KafkaError
 from semel.protocol.messages import request_class
 from semel.protocol.records import build_batch
+from tests.support import wire
 from tests.support.admin import error_code
 from tests.support.cluster import key_leader, metadata, module_cluster, partitions, wait_brokers
-from tests.support import wire
 from tests.support.consume import read_values
+from tests.support.markers import starts_processes
 from tests.support.wait import until
 
 RF3, RF1 = "spread3", "single1"
@@ -34,6 +35,7 @@ PIDS: list[int] = []     # every producer id handed out in this module
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def cluster(tmp_path_factory):
     with module_cluster(tmp_path_factory, "cluster") as c:
         admin = AdminClient({"bootstrap.servers": c.bootstrap})

@@ -28,6 +28,7 @@ from semel.protocol.errors import KafkaError
 from tests.support.cluster import committed, fill, module_cluster, partitions, wait_brokers
 from tests.support.consume import read_values
 from tests.support.copier import Copier
+from tests.support.markers import starts_processes
 from tests.support.txn import RawTxn, call
 from tests.support.wait import in_background, until
 
@@ -37,6 +38,7 @@ N = 300
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def cluster(tmp_path_factory):
     # One partition per internal topic: every id has the coordinators these tests move
     # (several partitions: tests/cluster/test_coordinator_partitions.py).

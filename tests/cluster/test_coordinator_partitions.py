@@ -1,5 +1,5 @@
 """Coordinators partitioned by id on a real local cluster (etcd and three broker
-processes; issue 13, item 3, seed 002).
+processes).
 
 `__transaction_state` and `__consumer_offsets` have 6 partitions each (the default),
 RF3, their leaders spread over the brokers. An id's coordinator is the leader of
@@ -30,6 +30,7 @@ from semel.protocol.errors import KafkaError
 from tests.support.cluster import committed, fill, key_leader, module_cluster, partitions, wait_brokers
 from tests.support.consume import read_values
 from tests.support.copier import Copier
+from tests.support.markers import starts_processes
 from tests.support.txn import RawTxn, call
 from tests.support.wait import in_background, until
 
@@ -38,6 +39,7 @@ COUNT, PARTS, N = 6, 3, 240
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def cluster(tmp_path_factory):
     with module_cluster(tmp_path_factory, "coord-partitions", 3, 2, "--group-initial-rebalance-delay-ms", "0",
                         "--min-insync-replicas", "2") as c:

@@ -1,4 +1,4 @@
-"""Model test: coordinator load/unload racing in-flight coordinator appends (issue 13).
+"""Model test: coordinator load/unload racing in-flight coordinator appends.
 
 Three brokers share a replicated coordinator partition (RF3). Each runs a
 `CoordinatorSeat` fed by its own, delayed, copy of the partition's states, and the

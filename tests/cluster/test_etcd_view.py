@@ -10,6 +10,8 @@ from dataclasses import replace
 
 import pytest
 
+from tests.support.markers import starts_processes
+
 from semel.cluster.etcd import Etcd, EtcdError, EtcdProcess
 from semel.cluster.metadata import EtcdClusterView
 from semel.cluster.state import BrokerInfo
@@ -19,6 +21,7 @@ _ids = itertools.count()
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def etcd(tmp_path_factory):
     d = tmp_path_factory.mktemp("etcd")
     with EtcdProcess(d / "data", log_path=d / "etcd.log") as proc:

@@ -1,4 +1,4 @@
-"""Inter-broker traffic when authentication is on (issues 12 and 13).
+"""Inter-broker traffic when authentication is on.
 
 One local cluster for the module: etcd and three broker processes whose client
 listener (--host/--port) is SASL_SSL and whose brokers talk to each other only on a
@@ -39,6 +39,7 @@ from semel.protocol.messages import request_class
 from tests.support.certs import make_certs
 from tests.support.cluster import partitions, wait_brokers
 from tests.support.consume import read_values
+from tests.support.markers import starts_processes
 from tests.support.txn import call
 from tests.support.wait import until
 
@@ -84,6 +85,7 @@ class Secured:
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def secured(tmp_path_factory):
     d = tmp_path_factory.mktemp("interbroker")
     ca, cert, key = make_certs(d)
@@ -355,6 +357,7 @@ def test_dialer_from_config(tmp_path):
 # --- TLS between brokers, against one mTLS broker -------------------------------------------
 
 @pytest.fixture(scope="module")
+@starts_processes
 def mtls(tmp_path_factory):
     """A broker whose SSL listener wants a client certificate from the test CA."""
     from tests.support.brokers import module_broker

@@ -9,6 +9,8 @@ from dataclasses import replace
 
 import pytest
 
+from tests.support.markers import starts_processes
+
 from semel.cluster.etcd import Etcd, EtcdProcess
 from semel.cluster.internal_topics import coordinator_node, ensure_internal_topic
 from semel.cluster.metadata import EtcdClusterView
@@ -20,6 +22,7 @@ CONFIGS = {"cleanup.policy": "compact", "retention.ms": "-1"}
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def etcd(tmp_path_factory):
     d = tmp_path_factory.mktemp("etcd")
     with EtcdProcess(d / "data", log_path=d / "etcd.log") as proc:

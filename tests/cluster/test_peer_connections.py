@@ -17,12 +17,14 @@ from semel.protocol.errors import KafkaError
 from tests.support.admin import error_code
 from tests.support.cluster import marker_retries, module_cluster, partitions, raw_txn, txn_round, wait_brokers
 from tests.support.consume import read_values
+from tests.support.markers import starts_processes
 from tests.support.wait import until
 
 IDLE_MS = 1500
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def cluster(tmp_path_factory):
     with module_cluster(tmp_path_factory, "peer-idle", 3, 2, "--connections-max-idle-ms", str(IDLE_MS)) as c:
         yield c
@@ -53,6 +55,7 @@ def test_markers_after_the_peer_closed_the_idle_connection(cluster):
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def kept_cluster(tmp_path_factory):
     """Brokers that keep idle connections (Kafka's default 10 minutes)."""
     with module_cluster(tmp_path_factory, "peer-restart", 3, 2) as c:

@@ -21,12 +21,14 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from semel.protocol.records import iter_batches
 from tests.support.cluster import module_cluster, partitions, wait_brokers
 from tests.support.consume import read_values
+from tests.support.markers import starts_processes
 from tests.support.wait import until
 
 LAG_MS = 1000
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def cluster(tmp_path_factory):
     with module_cluster(tmp_path_factory, "replication", 3, 6, "--replica-lag-time-max-ms", str(LAG_MS),
                         "--replica-fetch-wait-max-ms", "100") as c:

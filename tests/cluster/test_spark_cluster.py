@@ -1,4 +1,4 @@
-"""The Spark sink on a 3-broker cluster (issue 13 item 5, issue 10).
+"""The Spark sink on a 3-broker cluster.
 
 A streaming query semel source -> transform -> semel sink over RF3 topics runs
 unchanged against the cluster, in both sink modes (atomic batches, semel.atomicBatches
@@ -32,6 +32,7 @@ from semel.protocol.txn_hash import aligned, java_string_hash, partition_for
 from semel.spark import atomic, sink
 from tests.support.cluster import committed, fill, key_leader, module_cluster, partitions, wait_brokers
 from tests.support.consume import read_values
+from tests.support.markers import starts_processes
 from tests.support.wait import until
 
 E = KafkaError
@@ -61,6 +62,7 @@ def test_sink_branch_ids_are_aligned_and_distinct():
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def cluster(tmp_path_factory):
     with module_cluster(tmp_path_factory, "spark-cluster", 3, 6, "--group-initial-rebalance-delay-ms", "0") as c:
         yield c

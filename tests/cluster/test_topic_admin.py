@@ -21,10 +21,12 @@ from semel.storage.manager import CATALOGUE
 from tests.support.admin import commit_offsets, committed_offsets, error_code
 from tests.support.cluster import metadata, module_cluster, partitions, wait_brokers
 from tests.support.consume import read_values
+from tests.support.markers import starts_processes
 from tests.support.wait import until
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def cluster(tmp_path_factory):
     with module_cluster(tmp_path_factory, "topic-admin") as c:
         yield c

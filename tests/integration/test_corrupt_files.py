@@ -1,4 +1,4 @@
-"""Damaged files on disk (issue 14): random bytes in the middle of a segment, an
+"""Damaged files on disk: random bytes in the middle of a segment, an
 index, a checkpoint, the topic catalogue, the producer-id block; the broker either
 starts with one clear line naming the file, or starts and serves only what the
 checksums vouch for — never a wrong byte, never a crash or a restart loop."""

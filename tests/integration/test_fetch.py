@@ -52,8 +52,8 @@ def test_long_poll_wakes_on_append(broker):
 
 
 def test_min_bytes_zero_is_answered_at_once(broker):
-    """Kafka answers a Fetch with min_bytes=0 at once even when nothing is there; the
-    broker used to treat 0 like 1 and hold it for max_wait_ms (here ~24 days)."""
+    """Kafka answers a Fetch with min_bytes=0 at once even when nothing is there; treating
+    0 like 1 would hold it for max_wait_ms (here ~24 days)."""
     with Client(broker.bootstrap) as c:
         c.create_topic("zero-wait", 1)
     result = {}

@@ -1,8 +1,8 @@
-"""One client must not freeze the broker for the others (issue 14).
+"""One client must not freeze the broker for the others.
 
-A Fetch with no partitions and a 24-day max_wait_ms once held the event loop until
-its deadline: nobody else was answered, no connection accepted. Kafka answers such
-a fetch at once. These tests send it (and a legitimate fetch parked on a partition
+A Fetch with no partitions and a 24-day max_wait_ms must not hold the event loop
+until its deadline (nobody else answered, no connection accepted): Kafka answers
+such a fetch at once. These tests send it (and a legitimate fetch parked on a partition
 with no data) while a second client produces and consumes, and read the watchdog's
 loop-lag metric from the Prometheus endpoint.
 """

@@ -1,4 +1,4 @@
-"""What the produce/fetch hot path skips, and what still guards it (issue 11).
+"""What the produce/fetch hot path skips, and what still guards it.
 
 The broker reads only batch headers: records are never decoded, the client's bytes
 are stored with just the base offset patched in, and Fetch serves them as they lie

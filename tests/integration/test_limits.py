@@ -1,4 +1,4 @@
-"""Limits on what one client can take (issue 14): connections per address and in
+"""Limits on what one client can take: connections per address and in
 all, idle connections, half-sent frames, oversized frames, partitions per request.
 Each over-limit case closes that one connection with a log line; a well-behaved
 client on the same broker is answered throughout."""

@@ -1,4 +1,4 @@
-"""Transactions resume after a broker SIGKILL and restart (issue 16).
+"""Transactions resume after a broker SIGKILL and restart.
 
 Clients: an unmodified confluent-kafka, kafka-python or aiokafka producer
 commits transactions with send_offsets_to_transaction; the broker is SIGKILLed

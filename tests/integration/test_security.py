@@ -1,4 +1,4 @@
-"""Issue 12, security: SASL (PLAIN, SCRAM-SHA-256/512), a TLS listener, SCRAM users
+"""Security: SASL (PLAIN, SCRAM-SHA-256/512), a TLS listener, SCRAM users
 managed by `semel user` while the broker runs, Kafka's ACLs on every operation.
 
 One broker for the module: the --port listener is SASL_PLAINTEXT (kafka-python,

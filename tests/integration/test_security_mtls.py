@@ -1,4 +1,4 @@
-"""Issue 12, mTLS: an SSL listener with --ssl-client-auth required. A client proves who
+"""mTLS: an SSL listener with --ssl-client-auth required. A client proves who
 it is with a certificate signed by the configured CA; its subject is the principal
 ACLs name ("User:CN=alice,OU=payments", as Kafka writes it). confluent-kafka clients,
 one real broker; each denial is read back as the super user (end offsets unchanged)."""

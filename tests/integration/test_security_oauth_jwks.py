@@ -1,4 +1,4 @@
-"""Issue 12, signed OAUTHBEARER tokens (KIP-768) on a real broker process.
+"""Signed OAUTHBEARER tokens (KIP-768) on a real broker process.
 
 The module's broker reads its JWKS (an RSA and an EC key) from a file and expects an
 issuer, an audience and the scope `kafka`; SCRAM is on too, for the admin who creates

@@ -1,4 +1,4 @@
-"""Issue 12, KIP-368 re-authentication and SASL/OAUTHBEARER (Kafka's unsecured JWS tokens).
+"""KIP-368 re-authentication and SASL/OAUTHBEARER (Kafka's unsecured JWS tokens).
 
 One broker for the module: a SASL_PLAINTEXT listener with PLAIN, SCRAM-SHA-256 and
 OAUTHBEARER, connections.max.reauth.ms 3 s, OAUTHBEARER clock skew 5 s. Clients are

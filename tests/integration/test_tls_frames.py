@@ -1,5 +1,5 @@
 """TLS connections read their frames through the same FrameReader as plain TCP
-(issue 12's benchmark work): uvloop's SSL transport decrypts into the buffer the
+(semel.broker.frame_reader): uvloop's SSL transport decrypts into the buffer the
 reader lends, one TLS record per call. These tests drive a real broker's SSL
 listener with a raw TLS socket, so the record boundaries are the test's own."""
 from __future__ import annotations

@@ -194,7 +194,7 @@ def test_produce_to_partition_not_in_transaction_is_refused_before_append(tbroke
         assert c.produce("out", 1, wrong, transactional_id="kip890-other")[0] == E.INVALID_PRODUCER_ID_MAPPING
         assert leo(c, "out", 1) == 0
         # A verified batch followed by one of a producer no coordinator knows, in one request:
-        # the stranger's batch used to open a transaction nobody would ever end (LSO stuck).
+        # the stranger's batch must not open a transaction nobody would ever end (LSO stuck).
         good = records.build_batch([(None, b"ok")], producer_id=other.pid, producer_epoch=other.epoch,
                                    base_sequence=0, transactional=True)
         phantom = records.build_batch([(None, b"phantom")], producer_id=other.pid + 500, producer_epoch=0,
@@ -497,8 +497,8 @@ def _forge_epoch(data_dir, txn_id: str, pid: int, epoch: int, partitions, timeou
 def test_abort_at_exhausted_epoch_keeps_the_producer_id_of_the_data(start_broker, how):
     """At the last epoch a client may hold (32766), fencing the open transaction must
     write its ABORT markers under the producer id its data carries (epoch 32767); the
-    producer id moves on only afterwards. The markers used to go out under the next
-    producer id, which ended nothing: the partition's LSO was stuck for ever."""
+    producer id moves on only afterwards. Markers under the next producer id would
+    end nothing: the partition's LSO would be stuck for ever."""
     b = start_broker("--transaction-abort-check-interval-ms", "100")
     with Client(b.bootstrap) as c:
         assert c.create_topic("out", 1) == E.NONE

@@ -1,5 +1,5 @@
 """Zombie fencing when instances of one transactional id initialise at the same
-instant (issue 9), with unmodified confluent-kafka, kafka-python and aiokafka
+instant, with unmodified confluent-kafka, kafka-python and aiokafka
 producers against one real broker process.
 
 Each round starts several instances of an already-initialised transactional id

@@ -1,4 +1,4 @@
-"""Model-based concurrency test of the transaction coordinator (issue 9).
+"""Model-based concurrency test of the transaction coordinator.
 
 The real TransactionCoordinator and GroupCoordinator run in-process on a real
 temp-dir log through the storage fault seam (slow fsyncs, failing appends and

@@ -1,4 +1,4 @@
-"""Model-based concurrency test of the group coordinator (issue 9).
+"""Model-based concurrency test of the group coordinator.
 
 The real GroupCoordinator runs in-process on a real temp-dir __consumer_offsets
 log through the storage fault seam (slow fsyncs, failing appends),
@@ -18,7 +18,7 @@ Failing fsyncs are left out on purpose: the group coordinator answers the error
 and leaves memory unchanged while the record stays in the log (its unit tests
 hold that choice), so a restart can show a commit that memory never did. The
 transaction coordinator applies such a record instead; which way groups should
-go is an open decision noted in issue 9's closing report.
+go is an open decision.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Random and mutated frames at a running broker: it answers, closes the
 connection, or ignores them — and afterwards still serves a normal client.
 
-The structure-aware part (issue 14) draws requests of every API key and version
+The structure-aware part draws requests of every API key and version
 the running broker advertises in ApiVersions from the codec's own schemas
 (tests/support/wire_fuzz.py), mutates half of them, and after each one checks:
 the broker answered or closed that connection and is alive; a bystander
@@ -26,6 +26,7 @@ from semel.client import Client
 from semel.protocol import records
 from semel.protocol.messages import request_class
 from tests.support.brokers import module_broker
+from tests.support.markers import starts_processes
 from tests.support.wire import call, connect, request_bytes
 from tests.support.wire_fuzz import advertised, mutate, random_request
 
@@ -82,6 +83,7 @@ def mutated_frame(draw):
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def fuzz_broker(tmp_path_factory):
     with module_broker(tmp_path_factory, "fuzz", "--max-request-bytes", "100000") as b:
         with Client(b.bootstrap) as c:
@@ -126,6 +128,7 @@ def test_broker_still_serves_after_fuzzing(fuzz_broker):
 # --- structure-aware: every advertised API and version, from the schemas ----------
 
 @pytest.fixture(scope="module")
+@starts_processes
 def schema_fuzz(tmp_path_factory):
     with module_broker(tmp_path_factory, "schemafuzz", "--max-request-bytes", "1000000") as b:
         with Client(b.bootstrap) as c:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support.brokers import module_broker
+from tests.support.markers import starts_processes
 
 # The Spark tests' brokers rebalance groups at once (no initial delay).
 FAST_GROUPS = ("--group-initial-rebalance-delay-ms", "0")
@@ -20,6 +21,7 @@ def spark(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def spark_broker(tmp_path_factory):
     """A semel broker shared by one test module (tests use their own topics)."""
     with module_broker(tmp_path_factory, "spark-broker", *FAST_GROUPS) as b:

@@ -1,4 +1,4 @@
-"""Real speculative execution through the semel sink (issue 10).
+"""Real speculative execution through the semel sink.
 
 Spark's local mode never speculates (one executor on one host), and Spark never runs
 a speculative copy of a task on a host that already runs an attempt of it. So the

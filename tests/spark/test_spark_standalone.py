@@ -1,4 +1,4 @@
-"""Scale-out (issue 10 point 6): examples/spark_standalone.py starts a Spark standalone
+"""Scale-out: examples/spark_standalone.py starts a Spark standalone
 master and two workers from the pyspark installation and runs the unchanged demo job
 on them against its own semel broker, with one SIGKILL of the job; the demo's
 verifier must find every output exactly once. The workers run in their own mount

@@ -23,7 +23,10 @@ def module_broker_fixture(name: str, *extra_args: str):
     to a fixture name in a test module (`broker = module_broker_fixture("fetch")`)."""
     import pytest
 
+    from tests.support.markers import starts_processes
+
     @pytest.fixture(scope="module")
+    @starts_processes
     def fixture(tmp_path_factory):
         with module_broker(tmp_path_factory, name, *extra_args) as b:
             yield b

@@ -15,7 +15,7 @@ class Copier:
     producer (same transactional id: the new instance fences the old). A call still
     running past its timeout is abandoned with its producer, as the eos runtime does:
     librdkafka can wait for ever in send_offsets_to_transaction once it has dropped the
-    group coordinator's broker (issue 5511, docs/cluster.md). The new producer's
+    group coordinator's broker (librdkafka issue 5511, docs/cluster.md). The new producer's
     init_transactions ends the stuck one's transaction, so rewinding to the committed
     offsets is right whichever way it ended."""
 

@@ -1,5 +1,5 @@
-"""The exactly-once runtime's commit cycle across a broker SIGKILL and restart
-(issue 16), shared by tests/integration/test_restart_txn_resume.py.
+"""The exactly-once runtime's commit cycle across a broker SIGKILL and restart,
+shared by tests/integration/test_restart_txn_resume.py.
 
 Run as a module (`python -m tests.support.restart_eos BOOTSTRAP TIMEOUT CONFIG`)
 it is the application of the stuck-call case: a runtime whose producer uses

@@ -1,4 +1,4 @@
-"""One transactional producer across a broker SIGKILL and restart (issue 16).
+"""One transactional producer across a broker SIGKILL and restart.
 
 A case: a fresh broker on its own data directory; an unmodified client
 (confluent-kafka, kafka-python or aiokafka) commits transactions that each

@@ -1,8 +1,8 @@
 """External services for the whole test session: a real PostgreSQL (pg_uri) and an
 S3 server (s3_endpoint). Registered once in tests/conftest.py, so every directory
 that uses them (tests/integration/eos, tests/chaos/eos, tests/spark) shares one
-server of each per run; registered per directory, each conftest got its own
-session-scoped instance and a run started up to three PostgreSQL servers."""
+server of each per run (registered per directory, each conftest would get its own
+session-scoped instance: up to three PostgreSQL servers a run)."""
 from __future__ import annotations
 
 import os
@@ -10,8 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.markers import starts_processes
+
 
 @pytest.fixture(scope="session")
+@starts_processes
 def pg_uri(tmp_path_factory):
     """A real PostgreSQL with prepared transactions enabled.
 
@@ -51,6 +54,7 @@ def pg_uri(tmp_path_factory):
 # ---------------------------------------------------------------- S3 (moto's standalone server)
 
 @pytest.fixture(scope="session")
+@starts_processes
 def s3_endpoint(tmp_path_factory):
     """moto_server over HTTP on a loopback port, started and stopped here."""
     import subprocess

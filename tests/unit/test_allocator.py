@@ -11,6 +11,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.process   # each probe runs in a fresh Python process
+
 # Prints whether the thresholds were applied, then the minor page faults of the
 # broker's read path in miniature: 256 KiB socket reads appended to a stream buffer,
 # taken out 768 KiB at a time as one bytes object.

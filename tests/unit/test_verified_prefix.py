@@ -1,5 +1,5 @@
 """verified_prefix (the check every Fetch runs over the batches it serves) unpacks only
-the header fields it checks (issue 11). It must decide exactly as a check written
+the header fields it checks. It must decide exactly as a check written
 with full BatchHeader objects does, on good data and on every kind of damage."""
 from __future__ import annotations
 

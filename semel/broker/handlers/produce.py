@@ -36,7 +36,7 @@ class _PartitionResult:
         self.record_errors = record_errors   # KIP-467: RecordErrors of the records that failed the batch
 
 
-# How a Produce's appends reach the disk (issue 11, measured on 2 cores with
+# How a Produce's appends reach the disk (measured on 2 cores with
 # confluent-kafka, 1 KiB records, acks=all):
 # - one partition: a large append is written and fsynced by one worker thread
 #   (write-through), one hand-off per request: 1x1 broker CPU per GB 0.85x of

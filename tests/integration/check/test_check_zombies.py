@@ -1,4 +1,4 @@
-"""`semel check` with zombie instances (issue 9): three processes of one
+"""`semel check` with zombie instances: three processes of one
 transactional id started at one moment, round after round, against semel's own
 broker. Each round the broker must fence all but the last to initialise; after
 the fix nothing is found."""

@@ -134,6 +134,7 @@ def test_same_seed_same_schedule(tmp_path):
 
 
 @pytest.mark.parametrize("xdg", [True, False], ids=["XDG_STATE_HOME", "home"])
+@pytest.mark.process
 def test_default_output_directory_is_outside_the_current_one(tmp_path, xdg):
     """Without --out a run writes under the user's state directory; the directory it
     was started in (a source tree, say) stays empty. The broker command fails at once,

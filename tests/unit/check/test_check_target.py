@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.markers import starts_processes
+
 from semel.check.target import BrokerStartError, ManagedBroker
 
 # A stand-in "broker": records its environment's SEMEL_FS_FAULTS, then listens.
@@ -23,6 +25,7 @@ SERVER = (
 
 
 @pytest.fixture
+@starts_processes
 def stand_in(tmp_path):
     script = tmp_path / "server.py"
     script.write_text(SERVER)
@@ -80,6 +83,7 @@ def wait_state(pid: int, want: str) -> bool:
     return False
 
 
+@pytest.mark.process
 def test_a_command_that_exits_is_a_clear_error(tmp_path):
     broker = ManagedBroker(f"{shlex.quote(sys.executable)} -c 'raise SystemExit(3)'", tmp_path / "d",
                            tmp_path / "b.log")
@@ -87,6 +91,7 @@ def test_a_command_that_exits_is_a_clear_error(tmp_path):
         broker.start(timeout_s=10)
 
 
+@pytest.mark.process
 def test_a_missing_program_is_a_clear_error(tmp_path):
     broker = ManagedBroker("/nonexistent/broker --port {port}", tmp_path / "d", tmp_path / "b.log")
     with pytest.raises(BrokerStartError, match="cannot run broker command"):

@@ -1,5 +1,5 @@
-"""KafkaCoordinator's deadlines on librdkafka calls (issue 16), with a stand-in
-for confluent-kafka whose chosen call never returns: a stuck call becomes an
+"""KafkaCoordinator's deadlines on librdkafka calls (docs/librdkafka-restart-hang.md),
+with a stand-in for confluent-kafka whose chosen call never returns: a stuck call becomes an
 aborted cycle on a fresh producer, except a stuck commit, whose outcome is
 unknown (CommitFatal, left to recovery). The real hang, on a real broker, is in
 tests/integration/test_restart_txn_resume.py."""

@@ -1,4 +1,4 @@
-"""append_async (issue 11): a large append's pwrite, and the roll of a full segment
+"""append_async: a large append's pwrite, and the roll of a full segment
 (its fsyncs), run in a worker thread while the event loop goes on. Seeded random
 interleavings of idempotent producers (with retries of their last batch), transaction
 markers written synchronously in the middle of a pending write or roll, group-commit

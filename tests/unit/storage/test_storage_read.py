@@ -1,4 +1,4 @@
-"""PartitionLog.read against a reference that walks every batch (issue 11).
+"""PartitionLog.read against a reference that walks every batch.
 
 The read path takes one pread from the sparse-index entry and answers with a view
 of it, stepping over batch headers without building header objects. Whatever the

@@ -14,6 +14,8 @@ import pytest
 from semel.protocol.records import build_batch, iter_batches, iter_records, split_batches
 from semel.storage import LogConfig, PartitionLog
 
+pytestmark = pytest.mark.process   # the writer is a child process killed with SIGKILL
+
 PID = 4242
 CFG = LogConfig(segment_bytes=64 * 1024, index_interval_bytes=1024, checkpoint_interval_bytes=32 * 1024)
 
