@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from types import SimpleNamespace
 
 import semel
+from semel.check.graph import sccs
 
 ROOT = Path(semel.__file__).parent
 
@@ -87,45 +89,10 @@ def import_graph() -> dict[str, set[str]]:
 
 
 def circles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected sets of more than one module (Tarjan, iterative)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found = []
-    for root in sorted(graph):
-        if root in index:
-            continue
-        work = [(root, iter(sorted(graph[root])))]
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            node, edges = work[-1]
-            for nxt in edges:
-                if nxt not in index:
-                    index[nxt] = low[nxt] = len(index)
-                    stack.append(nxt)
-                    on_stack.add(nxt)
-                    work.append((nxt, iter(sorted(graph[nxt]))))
-                    break
-                if nxt in on_stack:
-                    low[node] = min(low[node], index[nxt])
-            else:
-                work.pop()
-                if work:
-                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
-                if low[node] == index[node]:
-                    members = []
-                    while True:
-                        m = stack.pop()
-                        on_stack.discard(m)
-                        members.append(m)
-                        if m == node:
-                            break
-                    if len(members) > 1:
-                        found.append(sorted(members))
-    return found
+    """Strongly connected sets of more than one module (the checker's Tarjan)."""
+    nodes = sorted(set(graph).union(*graph.values()))
+    g = SimpleNamespace(out={n: dict.fromkeys(sorted(graph.get(n, ()))) for n in nodes})
+    return sorted(sorted(c) for c in sccs(g))
 
 
 def layer(module: str) -> str:
