@@ -589,7 +589,8 @@ def _feed_arrow(producer: "_BranchProducer", part: "_Partitioner", cols: dict[st
     and produce requests are cut at the same rows."""
     import numpy as np
     ki, vi = cols.get("key"), cols["value"]
-    columnar = data.columnar and topic is not None and not {"topic", "partition", "headers"} & cols.keys()
+    # The topic option overrides a topic column (Spark's rule), so that column does not matter then.
+    columnar = data.columnar and topic is not None and not {"partition", "headers"} & cols.keys()
     for rb in data.batches:
         if not columnar or rb.num_rows == 0 or (ki is not None and rb.column(ki).null_count):
             _feed(producer, part, cols, arrow_rows([rb], cols), topic)
@@ -676,7 +677,10 @@ def _feed(producer: "_BranchProducer", part: _Partitioner, cols: dict[str, int],
         return
     ki, vi, ti, pi, hi = (cols.get(c) for c in ("key", "value", "topic", "partition", "headers"))
     for row in rows:
-        t = (row[ti] or topic) if ti is not None else topic
+        # Spark's rule: the topic option, when set, wins over the row's topic column.
+        t = topic if topic is not None or ti is None else row[ti]
+        if t is None:
+            raise SinkError("semel sink: a row has a null topic; set option 'topic' for a default topic")
         key = _bytes(row[ki]) if ki is not None else None
         value = row[vi]
         if value is not None and not isinstance(value, bytes):
@@ -1180,6 +1184,10 @@ def make_stream_writer(options, schema, overwrite: bool) -> SemelStreamWriter:
 
 
 def make_batch_writer(options, schema, overwrite: bool) -> SemelBatchWriter:
+    if overwrite:
+        # As Spark's Kafka sink: a topic is appended to, never replaced.
+        raise SinkError("semel sink: save mode Overwrite is not allowed (records are appended to "
+                        "topics, as with format('kafka')); use mode('append')")
     opts = dict(options)
     job = time.time_ns()
     opts.setdefault(QUERY_ID, f"batch-{job}")

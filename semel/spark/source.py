@@ -14,6 +14,7 @@ records never appear.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from contextlib import contextmanager
 from typing import Iterator
@@ -30,6 +31,8 @@ from . import options as opt
 from . import pool
 
 TP = tuple[str, int]
+
+log = logging.getLogger(__name__)
 
 _BASE_FIELDS = [
     StructField("key", BinaryType()),
@@ -108,21 +111,28 @@ def offsets_from_json(offsets: dict | str) -> dict[TP, int]:
     return {(t, int(p)): int(o) for t, ps in (offsets or {}).items() for p, o in ps.items()}
 
 
-def current_partitions(cluster: Cluster, sub: opt.Subscription, *, strict: bool) -> list[TP]:
-    """The partitions the subscription names now. strict: a named topic that does not
-    exist (or an assigned partition beyond its topic) is an error, not an empty read."""
+def current_partitions(cluster: Cluster, sub: opt.Subscription) -> tuple[list[TP], list[str]]:
+    """The partitions the subscription names now, and the named topics (or assigned
+    partitions) that do not exist (yet)."""
     topics = cluster.refresh()
     if sub.assigned:
         tps = list(sub.assigned)
         missing = [f"{t}-{p}" for t, p in tps if topics.get(t, 0) <= p]
     elif sub.pattern is not None:
-        return sorted((t, p) for t, n in topics.items() if sub.matches(t) for p in range(n))
+        return sorted((t, p) for t, n in topics.items() if sub.matches(t) for p in range(n)), []
     else:
         tps = [(t, p) for t in sub.topics for p in range(topics.get(t, 0))]
         missing = [t for t in sub.topics if t not in topics]
-    if missing and strict:
+    return sorted(tp for tp in tps if topics.get(tp[0], 0) > tp[1]), missing
+
+
+def existing_partitions(cluster: Cluster, sub: opt.Subscription) -> list[TP]:
+    """current_partitions for a batch read: a named topic that does not exist (or an
+    assigned partition beyond its topic) is an error, not an empty read."""
+    tps, missing = current_partitions(cluster, sub)
+    if missing:
         raise SourceError(f"unknown topic or partition: {', '.join(missing)}")
-    return sorted(tp for tp in tps if topics.get(tp[0], 0) > tp[1])
+    return tps
 
 
 def _resolve(cluster: Cluster, o: opt.SourceOptions, tps: list[TP], spec, default: int,
@@ -197,6 +207,9 @@ def split(ranges: list[tuple[TP, int, int]], at_least: int | None) -> list[tuple
 # --- reading (executors) ---------------------------------------------------------
 
 def _read(o: opt.SourceOptions, schema: StructType, part: RangePartition) -> Iterator:
+    if not isinstance(part, RangePartition):
+        # Nothing planned: PySpark runs one task with InputPartition(None) for an empty plan.
+        return
     from pyspark.sql.pandas.types import to_arrow_schema
 
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
@@ -249,7 +262,7 @@ class SemelBatchReader(DataSourceReader):
         cluster = _connect(o)
         try:
             with _broker_errors():
-                tps = current_partitions(cluster, o.subscription, strict=True)
+                tps = existing_partitions(cluster, o.subscription)
                 starts = _resolve(cluster, o, tps, o.starting, EARLIEST, "startingOffsets")
                 ends = _resolve(cluster, o, tps, o.ending, LATEST, "endingOffsets")
         finally:
@@ -264,14 +277,26 @@ class SemelBatchReader(DataSourceReader):
 
 class SemelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options, schema):
-        self.opts = _parse(options, schema, batch=False)
-        self.schema = KAFKA_SCHEMA_WITH_HEADERS if self.opts.include_headers else KAFKA_SCHEMA
         self._cluster: Cluster | None = None
-        self._target: dict[TP, int] | None = None   # Trigger.AvailableNow's end
-        self._last_batch = time.monotonic()
-        self._reported: dict | None = None
-        # Fail at query start, not at the first trigger: brokers reachable, topics known.
-        self._partitions(strict=True)
+        self._failed: SourceError | None = None
+        self._missing: list[str] = []
+        try:
+            self.opts = _parse(options, schema, batch=False)
+            self.schema = KAFKA_SCHEMA_WITH_HEADERS if self.opts.include_headers else KAFKA_SCHEMA
+            self._target: dict[TP, int] | None = None   # Trigger.AvailableNow's end
+            self._last_batch = time.monotonic()
+            self._reported: dict | None = None
+            # Fail at query start, not at the first trigger: options valid, brokers reachable.
+            self._partitions()
+        except SourceError as exc:
+            # PySpark's stream-reader worker calls stop() on a reader whose constructor
+            # raised, and the UnboundLocalError of that buries the cause: the reader is
+            # built and fails at its first call instead, with the cause alone.
+            self._failed = exc
+
+    def _ok(self) -> None:
+        if self._failed is not None:
+            raise self._failed
 
     # The reader is pickled to the executors for read(); a socket must not travel.
     def __getstate__(self):
@@ -284,9 +309,15 @@ class SemelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._cluster = _connect(self.opts)
         return self._cluster
 
-    def _partitions(self, strict: bool = False) -> list[TP]:
+    def _partitions(self) -> list[TP]:
+        """A subscribed topic that does not exist yet is read once it appears (as with
+        Spark's Kafka source): a warning, not a failure."""
         with _broker_errors():
-            return current_partitions(self._c(), self.opts.subscription, strict=strict)
+            tps, missing = current_partitions(self._c(), self.opts.subscription)
+        if missing and missing != self._missing:
+            log.warning("format('semel'): waiting for topic or partition %s to appear", ", ".join(missing))
+        self._missing = missing
+        return tps
 
     def _latest(self, tps: list[TP]) -> dict[TP, int]:
         with _broker_errors():
@@ -302,15 +333,18 @@ class SemelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return starts
 
     def initialOffset(self) -> dict:
+        self._ok()
         o = self.opts
-        tps = self._partitions(strict=True)
+        tps = self._partitions()
         with _broker_errors():
             return offsets_to_json(_resolve(self._c(), o, tps, o.starting, LATEST, "startingOffsets"))
 
     def prepareForTriggerAvailableNow(self) -> None:
+        self._ok()
         self._target = self._latest(self._partitions())
 
     def getDefaultReadLimit(self) -> ReadLimit:
+        self._ok()
         if self.opts.max_offsets is not None:
             return ReadMaxRows(self.opts.max_offsets)
         if self.opts.min_offsets is not None:
@@ -318,6 +352,7 @@ class SemelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        self._ok()
         starts = offsets_from_json(start)
         tps = self._partitions()
         if self._target is not None:
@@ -367,6 +402,7 @@ class SemelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {tp: starts[tp] + n for tp, n in share(lag, cap).items()}
 
     def partitions(self, start: dict, end: dict):
+        self._ok()
         ends = offsets_from_json(end)
         starts = self._from_earliest(offsets_from_json(start), list(ends))
         return _plan(starts, ends, self.opts)
