@@ -60,15 +60,11 @@ from semel.protocol.errors import KafkaError
 from semel.protocol.txn_hash import java_string_hash
 from semel.spark import atomic, batches, pool
 from semel.spark import options as opt
+# Option names (defined once, in semel/spark/options.py).
+from semel.spark.options import ATOMIC, BATCH_ROWS, QUERY_ID, REQUEST_TIMEOUT, RESTART_WINDOW, TOPIC
 
 TP = tuple[str, int]
 
-QUERY_ID = "semel.query.id"
-RESTART_WINDOW = "semel.restartwindowms"
-ATOMIC = "semel.atomicbatches"
-REQUEST_TIMEOUT = "kafka.request.timeout.ms"
-BATCH_ROWS = "semel.batch.rows"
-TOPIC = "topic"
 
 # Kafka's offset.metadata.max.bytes default (semel's too): the decision must fit.
 MAX_DECISION_BYTES = 4096
@@ -106,11 +102,18 @@ class SinkOptions:
     batch_rows: int
     atomic_mode: str = "auto"
     atomic: bool = False  # mode (a), resolved against the broker at query start (probe)
+    producer: opt.ProducerOptions = opt.ProducerOptions()
+
+    @property
+    def batch_bytes(self) -> int:
+        """Bytes of keys and values per record batch: kafka.batch.size, within a request's cap."""
+        return min(self.producer.batch_bytes or MAX_REQUEST_BYTES, MAX_REQUEST_BYTES)
 
 
 def parse_options(options) -> SinkOptions:
     try:
         opts = opt.validate_sink(options)
+        producer = opt.parse_producer(opts)
     except opt.OptionError as exc:
         raise SinkError(str(exc)) from None
     bootstrap = opts.get(opt.BOOTSTRAP, "").strip()
@@ -128,7 +131,7 @@ def parse_options(options) -> SinkOptions:
                        topic=opts.get(TOPIC) or None, checkpoint=_local_path(loc) if loc else None,
                        restart_window_ms=_int(opts, RESTART_WINDOW, DEFAULT_RESTART_WINDOW_MS),
                        request_timeout_ms=_int(opts, REQUEST_TIMEOUT, 30_000),
-                       batch_rows=_int(opts, BATCH_ROWS, 100_000), atomic_mode=mode)
+                       batch_rows=_int(opts, BATCH_ROWS, 100_000), atomic_mode=mode, producer=producer)
 
 
 def _int(opts: dict, name: str, default: int) -> int:
@@ -185,7 +188,7 @@ def _header(h) -> tuple:
 
 def _open(o: SinkOptions) -> Cluster:
     try:
-        return Cluster(o.bootstrap, timeout_s=o.request_timeout_ms / 1000, client_id="semel-spark-sink",
+        return Cluster(o.bootstrap, timeout_s=o.request_timeout_ms / 1000, client_id=o.producer.client_id,
                        topics=[o.topic] if o.topic else [], fail_fast=True)
     except ClientError as exc:
         raise SinkError(f"semel sink: {exc}") from None
@@ -199,7 +202,8 @@ def _usable(r: Cluster) -> bool:
 def _connect(o: SinkOptions):
     """The connections to the cluster's brokers for one write() or commit(), kept by the
     worker for the next one (semel.spark.pool)."""
-    return pool.borrow(("sink", o.bootstrap, o.request_timeout_ms), lambda: _open(o), _usable, Cluster.close)
+    return pool.borrow(("sink", o.bootstrap, o.request_timeout_ms, o.producer.client_id), lambda: _open(o),
+                       _usable, Cluster.close)
 
 
 def _routed(get):
@@ -594,7 +598,7 @@ def _feed_arrow(producer: "_BranchProducer", part: "_Partitioner", cols: dict[st
     for rb in data.batches:
         if not columnar or rb.num_rows == 0 or (ki is not None and rb.column(ki).null_count):
             _feed(producer, part, cols, arrow_rows([rb], cols), topic)
-            producer.flush()
+            producer.flush_lingering()
             continue
         values = batches.BinaryColumn(rb.column(vi))
         sizes = values.sizes() + 16  # what add() counts: key + value bytes + 16
@@ -606,7 +610,7 @@ def _feed_arrow(producer: "_BranchProducer", part: "_Partitioner", cols: dict[st
         for p in np.unique(parts).tolist():
             idx = np.flatnonzero(parts == p)
             producer.add_columns(topic, p, keys, values, idx, sizes[idx])
-        producer.flush()
+        producer.flush_lingering()
 
 
 def write_branch(o: SinkOptions, cols: dict[str, int], rows: Iterator, batch: int, partition: int,
@@ -700,16 +704,17 @@ class _Chunk:
         self.nbytes = nbytes
         self.encoded: tuple | None = None
 
-    def encode(self, st: wire.TxnState, seq: int) -> bytes:
+    def encode(self, st: wire.TxnState, seq: int, compression: int = 0) -> bytes:
         """The record batch; a resend (after a leader moved) is the same bytes, same
         producer id, epoch and sequence, so a broker that got it before drops the copy."""
         key = (st.pid, st.epoch, seq)
         if self.encoded is None or self.encoded[0] != key:
             if self.rows is not None:
-                data = wire.build_txn_batch(self.rows, st.pid, st.epoch, seq)
+                data = wire.build_txn_batch(self.rows, st.pid, st.epoch, seq, compression=compression)
             else:
                 data = batches.encode(self.keys, self.values, self.idx, producer_id=st.pid, producer_epoch=st.epoch,
-                                      base_sequence=seq, timestamp_ms=int(time.time() * 1000))
+                                      base_sequence=seq, timestamp_ms=int(time.time() * 1000),
+                                      compression=compression)
             self.encoded = (key, data)
         return self.encoded[1]
 
@@ -734,6 +739,7 @@ class _BranchProducer:
         self.counts: dict[TP, int] = {}
         self.total = 0
         self.send_s = 0.0  # time in AddPartitionsToTxn and Produce round trips
+        self.last_send = time.monotonic()
 
     def add(self, topic: str, partition: int, rec: tuple) -> None:
         tp = (topic, partition)
@@ -741,7 +747,7 @@ class _BranchProducer:
         rows.append(rec)
         size = self.size[tp] = self.size.get(tp, 0) + len(rec[1] or b"") + len(rec[0] or b"") + 16
         # few large produce requests: each is a round trip (and a log append) on the broker
-        if len(rows) >= self.o.batch_rows or size >= MAX_REQUEST_BYTES:
+        if len(rows) >= self.o.batch_rows or size >= self.o.batch_bytes:
             self._seal(tp)
             self._send_ready()
 
@@ -755,15 +761,23 @@ class _BranchProducer:
         while len(idx):
             # add() cuts once the rows or bytes reach the cap, the record that reaches it included
             reach = np.cumsum(sizes[:self.o.batch_rows])
-            k = min(int(np.searchsorted(reach, MAX_REQUEST_BYTES, side="left")) + 1, len(reach))
+            k = min(int(np.searchsorted(reach, self.o.batch_bytes, side="left")) + 1, len(reach))
             chunks.append(_Chunk(int(reach[k - 1]), keys=keys, values=values, idx=idx[:k]))
             idx, sizes = idx[k:], sizes[k:]
+
+    def flush_lingering(self) -> None:
+        """After an Arrow batch: send what is buffered, unless kafka.linger.ms lets it wait
+        for the next ones (fewer, fuller requests; write_branch's last flush sends the rest)."""
+        if self.o.producer.linger_ms and (time.monotonic() - self.last_send) * 1000 < self.o.producer.linger_ms:
+            return
+        self.flush()
 
     def flush(self, tail=None):
         """Send everything. `tail`, a (call, result) pair, goes in the same write as the
         last Produce request; its result is returned (None when nothing was sent)."""
         for tp in list(self.buf):
             self._seal(tp)
+        self.last_send = time.monotonic()
         return self._send_ready(tail)
 
     def _seal(self, tp: TP) -> None:
@@ -809,7 +823,8 @@ class _BranchProducer:
         chunks = self._next_round()
         last = len(chunks) == len(self.ready) and all(len(self.ready[tp]) == 1 for tp in chunks)
         new = sorted(tp for tp in chunks if tp not in self.added)
-        data = {tp: ch.encode(self.st, self.st.seq.get(tp, 0)) for tp, ch in chunks.items()}
+        data = {tp: ch.encode(self.st, self.st.seq.get(tp, 0), self.o.producer.compression)
+                for tp, ch in chunks.items()}
         add_errs, produced, tail_got = self._round(data, new, tail if last else None)
         self.send_s += time.perf_counter() - t0
         refused = {tp: e for tp, e in add_errs.items() if e != KafkaError.NONE}

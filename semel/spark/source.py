@@ -26,7 +26,7 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadM
 from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType, StructField,
                                StructType, TimestampType)
 
-from ..client.reader import EARLIEST, LATEST, Cluster, ReaderError, read_range
+from ..client.reader import EARLIEST, LATEST, Cluster, ReaderError, Retry, read_range
 from . import options as opt
 from . import pool
 
@@ -84,9 +84,26 @@ def _broker_errors():
         raise SourceError(str(exc)) from None
 
 
-def _connect(o: opt.SourceOptions, topics: list[str] | None = None) -> Cluster:
+def _driver_retry(o: opt.SourceOptions) -> Retry:
+    """The driver's offset requests: retried for kafka.request.timeout.ms, or as Spark's
+    fetchOffset.numRetries / fetchOffset.retryIntervalMs say where they are given."""
+    backoff = o.fetch_retry_interval_ms / 1000 if o.fetch_retry_interval_ms is not None else Retry.backoff_s
+    return Retry(o.request_timeout_ms / 1000, backoff_s=backoff,
+                 attempts=None if o.fetch_retries is None else o.fetch_retries + 1)
+
+
+def _executor_timeout_ms(o: opt.SourceOptions) -> int:
+    """How long a task keeps retrying the reading of its range (kafkaConsumer.pollTimeoutMs)."""
+    return o.poll_timeout_ms if o.poll_timeout_ms is not None else o.request_timeout_ms
+
+
+def _connect(o: opt.SourceOptions, topics: list[str] | None = None, *, executor: bool = False) -> Cluster:
     try:
-        return Cluster(o.bootstrap, timeout_s=o.request_timeout_ms / 1000, topics=topics)
+        if executor:
+            return Cluster(o.bootstrap, timeout_s=_executor_timeout_ms(o) / 1000, client_id=o.client_id,
+                           topics=topics)
+        return Cluster(o.bootstrap, timeout_s=o.request_timeout_ms / 1000, client_id=o.client_id,
+                       topics=topics, retry=_driver_retry(o))
     except ReaderError as exc:
         raise SourceError(f"cannot reach the brokers: {exc}") from None
 
@@ -152,6 +169,8 @@ def _resolve(cluster: Cluster, o: opt.SourceOptions, tps: list[TP], spec, defaul
         if rest:
             out.update(cluster.list_offsets(rest, EARLIEST, rc))
         return out
+    if isinstance(spec, opt.ByTimestamp):
+        return _by_timestamp(cluster, o, tps, spec, what)
     given = {(t, p): off for t, ps in spec.items() for p, off in ps.items()}
     unknown = sorted(set(given) - set(tps))
     if unknown:
@@ -165,6 +184,33 @@ def _resolve(cluster: Cluster, o: opt.SourceOptions, tps: list[TP], spec, defaul
             out.update(cluster.latest(sel, rc) if special == LATEST else
                        cluster.list_offsets(sel, special, rc))
     return out
+
+
+def _by_timestamp(cluster: Cluster, o: opt.SourceOptions, tps: list[TP], spec: opt.ByTimestamp,
+                  what: str) -> dict[TP, int]:
+    """ListOffsets by timestamp: each partition's first offset whose record is at or
+    after its time. Where there is none, an end is the latest offset, and a start
+    follows startingOffsetsByTimestampStrategy (error, or latest), as in Spark."""
+    if spec.every is not None:
+        want = {tp: spec.every for tp in tps}
+    else:
+        want = {(t, p): ts for t, ps in spec.per.items() for p, ts in ps.items()}
+        # Spark's rule: per-partition timestamps name every partition read, no other.
+        if set(want) != set(tps):
+            odd = sorted(set(want) ^ set(tps))
+            raise SourceError(f"{what} by timestamp must name exactly the partitions read; differs at "
+                              + ", ".join(f"{t}-{p}" for t, p in odd))
+    rc = o.read_committed
+    found: dict[TP, int] = {}
+    for ts in sorted(set(want.values())):
+        found.update(cluster.list_offsets([tp for tp, t in want.items() if t == ts], ts, rc))
+    latest = cluster.latest(tps, rc)
+    none = sorted(tp for tp in tps if found.get(tp, -1) < 0)
+    if none and what == "startingOffsets" and o.starting_strategy == "error":
+        raise SourceError("no record at or after the starting timestamp in " + ", ".join(
+            f"{t}-{p}" for t, p in none) + "; set startingOffsetsByTimestampStrategy=latest to start at the end")
+    # an end never passes the latest offset (under read_committed: the last stable one)
+    return {tp: latest[tp] if found.get(tp, -1) < 0 else min(found[tp], latest[tp]) for tp in tps}
 
 
 class RangePartition(InputPartition):
@@ -187,13 +233,20 @@ def _plan(starts: dict[TP, int], ends: dict[TP, int], o: opt.SourceOptions) -> l
             continue
         if end > start:
             ranges.append((tp, start, end))
-    return [RangePartition(tp[0], tp[1], lo, hi) for tp, lo, hi in split(ranges, o.min_partitions)]
+    return [RangePartition(tp[0], tp[1], lo, hi)
+            for tp, lo, hi in split(ranges, o.min_partitions, o.max_per_partition)]
 
 
-def split(ranges: list[tuple[TP, int, int]], at_least: int | None) -> list[tuple[TP, int, int]]:
-    """Spark's minPartitions: cut the ranges into at least `at_least` pieces, the
-    largest first, each cut in the middle (a range is never cut below one offset)."""
-    out = list(ranges)
+def split(ranges: list[tuple[TP, int, int]], at_least: int | None,
+          at_most: int | None = None) -> list[tuple[TP, int, int]]:
+    """Spark's maxRecordsPerPartition: no range longer than `at_most` offsets (each cut
+    into equal pieces); then Spark's minPartitions: at least `at_least` pieces, the
+    largest cut in the middle first (a range is never cut below one offset)."""
+    out = []
+    for tp, lo, hi in ranges:
+        pieces = -(-(hi - lo) // at_most) if at_most else 1
+        bounds = [lo + (hi - lo) * i // pieces for i in range(pieces + 1)]
+        out.extend((tp, a, b) for a, b in zip(bounds, bounds[1:]) if b > a)
     while at_least is not None and len(out) < at_least:
         i = max(range(len(out)), key=lambda i: out[i][2] - out[i][1], default=None)
         if i is None or out[i][2] - out[i][1] < 2:
@@ -215,8 +268,8 @@ def _read(o: opt.SourceOptions, schema: StructType, part: RangePartition) -> Ite
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
     # The worker keeps its connections for its next task (semel.spark.pool): a Cluster
     # learns the metadata of topics it does not know yet when it first needs a leader.
-    with pool.borrow(("source", o.bootstrap, o.request_timeout_ms), lambda: _connect(o, [part.topic]),
-                     _usable, Cluster.close) as cluster:
+    with pool.borrow(("source", o.bootstrap, _executor_timeout_ms(o), o.client_id),
+                     lambda: _connect(o, [part.topic], executor=True), _usable, Cluster.close) as cluster:
         with _broker_errors():
             for rows in read_range(cluster, (part.topic, part.partition), part.start, part.end,
                                    read_committed=o.read_committed, include_headers=o.include_headers,

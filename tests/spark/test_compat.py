@@ -132,3 +132,96 @@ def test_misspelt_stream_option_fails_with_its_cause_alone(spark, spark_broker):
     err = str(failed.value)
     assert "unknown source option(s) for format('semel'): startingoffset" in err
     assert "UnboundLocalError" not in err
+
+
+# --- Spark's remaining options -------------------------------------------------------------
+
+def produce_at(bs, topic, stamped, partition=0):
+    """Records with explicit create times: [(value, timestamp ms)]."""
+    from confluent_kafka import Producer
+    p = Producer({"bootstrap.servers": bs, "enable.idempotence": True})
+    for v, ts in stamped:
+        p.produce(topic, value=v.encode(), partition=partition, timestamp=ts)
+    assert p.flush(30) == 0
+
+
+def test_timestamp_starts_and_ends(spark, spark_broker):
+    bs = spark_broker.bootstrap
+    create(bs, "ts-t", 2)
+    produce_at(bs, "ts-t", [(f"a{i}", 1_000 + i * 100) for i in range(5)], partition=0)  # 1000..1400
+    produce_at(bs, "ts-t", [(f"b{i}", 2_000 + i * 100) for i in range(5)], partition=1)  # 2000..2400
+
+    def vals(**options):
+        return sorted(r.value.decode() for r in batch_read(spark, bs, subscribe="ts-t", **options).collect())
+
+    assert vals(startingTimestamp="1250") == ["a3", "a4"] + [f"b{i}" for i in range(5)]
+    assert vals(startingOffsetsByTimestamp='{"ts-t":{"0":1400,"1":2300}}') == ["a4", "b3", "b4"]
+    # startingTimestamp wins over startingOffsetsByTimestamp and startingOffsets (Spark's precedence)
+    assert vals(startingTimestamp="1300", startingOffsetsByTimestamp='{"ts-t":{"0":0,"1":0}}',
+                startingOffsets="earliest") == ["a3", "a4"] + [f"b{i}" for i in range(5)]
+    assert vals(endingTimestamp="1200") == ["a0", "a1"]
+    assert vals(endingOffsetsByTimestamp='{"ts-t":{"0":9999,"1":2100}}') == \
+        [f"a{i}" for i in range(5)] + ["b0"]  # no record at 9999: that end is the latest offset
+    # no record at or after the start: fail (Spark's default strategy), or start at the end
+    with pytest.raises(Exception, match="no record at or after the starting timestamp in ts-t-0"):
+        vals(startingOffsetsByTimestamp='{"ts-t":{"0":5000,"1":0}}')
+    assert vals(startingOffsetsByTimestamp='{"ts-t":{"0":5000,"1":2400}}',
+                startingOffsetsByTimestampStrategy="latest") == ["b4"]
+    with pytest.raises(Exception, match="must name exactly the partitions read; differs at ts-t-1"):
+        vals(startingOffsetsByTimestamp='{"ts-t":{"0":0}}')
+    # a stream starts there too
+    got: list[str] = []
+    q = (spark.readStream.format("semel").option("kafka.bootstrap.servers", bs).option("subscribe", "ts-t")
+         .option("startingTimestamp", "1350").load().writeStream
+         .foreachBatch(lambda b, _: got.extend(r.value.decode() for r in b.collect()))
+         .trigger(availableNow=True).start())
+    assert q.awaitTermination(120) and q.exception() is None
+    assert sorted(got) == ["a4"] + [f"b{i}" for i in range(5)]
+
+
+def test_max_records_per_partition_splits_the_tasks(spark, spark_broker):
+    bs = spark_broker.bootstrap
+    create(bs, "mrp-t", 1)
+    produce(bs, "mrp-t", [str(i) for i in range(10)])
+    df = batch_read(spark, bs, subscribe="mrp-t", maxRecordsPerPartition="3")
+    assert df.rdd.getNumPartitions() == 4  # 10 offsets in pieces of at most 3
+    assert sorted(int(r.value) for r in df.collect()) == list(range(10))
+
+
+def on_disk_batches(broker, topic):
+    """Headers of the data batches a topic's partition 0 holds in the broker's segment files."""
+    from semel.protocol import records
+    out = []
+    for seg in sorted((broker.data_dir).rglob("*.log")):
+        if seg.parent.name != f"{topic}-0":
+            continue
+        data = seg.read_bytes()
+        out += [h for _, h in records.iter_batches(data) if not h.is_control]
+    return out
+
+
+@pytest.mark.parametrize("codec, code", [("gzip", 1), ("snappy", 2), ("lz4", 3), ("zstd", 4)])
+def test_sink_compression(spark, spark_broker, codec, code):
+    bs = spark_broker.bootstrap
+    topic = f"zip-{codec}"
+    create(bs, topic, 1)
+    df = spark.createDataFrame([(f"k{i}", f"value-{i}" * 10) for i in range(20)], "key string, value string")
+    writer(df, bs, topic=topic, **{"kafka.compression.type": codec}).mode("append").save()          # columnar
+    writer(df.selectExpr("key", "value", "0 AS partition"), bs, topic=topic,
+           **{"kafka.compression.type": codec}).mode("append").save()                              # row path
+    assert sorted(read_values(bs, topic, 1, want=40)) == sorted([f"value-{i}" * 10 for i in range(20)] * 2)
+    assert {h.compression for h in on_disk_batches(spark_broker, topic)} == {code}
+
+
+def test_sink_producer_settings(spark, spark_broker):
+    bs = spark_broker.bootstrap
+    create(bs, "prod-t", 1)
+    df = spark.createDataFrame([(f"{i:04d}",) for i in range(10)], "value string").coalesce(1)
+    writer(df, bs, topic="prod-t", **{"kafka.batch.size": "40", "kafka.linger.ms": "5", "kafka.client.id": "me",
+                                      "kafka.acks": "all", "kafka.enable.idempotence": "true"}).mode("append").save()
+    assert read_values(bs, "prod-t", 1, want=10) == [f"{i:04d}" for i in range(10)]
+    # 20 bytes counted per record: a batch is cut once it reaches 40
+    assert [h.record_count for h in on_disk_batches(spark_broker, "prod-t")] == [2] * 5
+    for bad, why in ((("kafka.acks", "1"), "acks=all"), (("kafka.enable.idempotence", "false"), "idempotent")):
+        with pytest.raises(Exception, match=f"{bad[0]}.*refused.*{why}"):
+            writer(df, bs, topic="prod-t", **{bad[0]: bad[1]}).mode("append").save()
