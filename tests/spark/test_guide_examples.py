@@ -1,10 +1,11 @@
 """The Python examples of Spark's "Structured Streaming + Kafka Integration Guide"
 (Spark 4), with only `format("kafka")` changed to `format("semel")`, against a semel
-broker. The other changes are the two the migration notes name: a batch write says
-`mode("append")` (PySpark refuses its default mode for Python data sources), and a
-streaming write names its `checkpointLocation` (a Python sink is not told the one
-Spark derives from `spark.sql.streaming.checkpointLocation`, which the guide's
-examples assume and the reads here use). Queries run until processAllAvailable()."""
+broker and against Tansu. The other changes are the two the migration notes name: a
+batch write says `mode("append")` (PySpark refuses its default mode for Python data
+sources), and a streaming write names its `checkpointLocation` (a Python sink is not
+told the one Spark derives from `spark.sql.streaming.checkpointLocation`, which the
+guide's examples assume and the reads here use). Queries run until
+processAllAvailable()."""
 from __future__ import annotations
 
 import pytest
@@ -15,10 +16,24 @@ from tests.support.consume import read_values
 FMT = "semel"
 
 
+@pytest.fixture(scope="module", params=["semel", "tansu"])
+def guide_broker(request, tmp_path_factory):
+    """A semel broker, and Tansu: a Kafka-compatible broker that is not semel (the sink
+    runs in its standard-API mode there)."""
+    if request.param == "semel":
+        yield request.getfixturevalue("spark_broker")
+        return
+    from semel.cli.process import TansuBroker
+    b = TansuBroker()
+    b.start()
+    yield b
+    b.close()
+
+
 @pytest.fixture(scope="module")
-def guide(spark, spark_broker, tmp_path_factory):
+def guide(spark, guide_broker, tmp_path_factory):
     """topic1 (2 partitions), topic2 (1) with records; the session's default checkpoint root."""
-    bs = spark_broker.bootstrap
+    bs = guide_broker.bootstrap
     create(bs, "topic1", 2)
     create(bs, "topic2", 1)
     for t, p in (("topic1", 0), ("topic1", 1), ("topic2", 0)):
