@@ -122,7 +122,8 @@ def parse_options(options) -> SinkOptions:
     group = opts.get(QUERY_ID) or opt.query_group_id(opts)
     if not group:
         raise SinkError("the semel sink needs 'checkpointLocation', 'kafka.group.id' or 'semel.query.id' "
-                        "to identify the query across restarts")
+                        "to identify the query across restarts (a streaming write: .option('checkpointLocation', "
+                        "...); the session-wide spark.sql.streaming.checkpointLocation does not reach a Python sink)")
     mode = opts.get(ATOMIC, "auto").strip().lower()
     if mode not in atomic.MODES:
         raise SinkError(f"option 'semel.atomicBatches' must be auto, true or false, got {opts[ATOMIC]!r}")
