@@ -52,19 +52,25 @@ class ReaderError(ClientError):
 
 @dataclass
 class Retry:
-    """Bounded retries: exponential backoff until a deadline."""
+    """Bounded retries: exponential backoff until a deadline (and, when `attempts` is
+    set, at most that many tries: Spark's fetchOffset.numRetries + 1)."""
     timeout_s: float
     backoff_s: float = 0.05
     max_backoff_s: float = 1.0
+    attempts: int | None = None
 
     def run(self, what: str, op: Callable[[], object]):
         deadline = time.monotonic() + self.timeout_s
         delay = self.backoff_s
+        tries = 0
         while True:
             try:
                 return op()
             except _Transient as exc:
                 last = exc
+            tries += 1
+            if self.attempts is not None and tries >= self.attempts:
+                raise ReaderError(f"{what}: gave up after {tries} tries: {last}", getattr(last, "error", None))
             if time.monotonic() + delay > deadline:
                 raise ReaderError(f"{what}: gave up after {self.timeout_s:g} s: {last}",
                                   getattr(last, "error", None))
@@ -89,15 +95,17 @@ class Cluster:
     """Connections to the brokers of one cluster, found from the bootstrap list."""
 
     def __init__(self, bootstrap: str, timeout_s: float = 30.0, client_id: str = "semel-spark",
-                 topics: list[str] | None = None, fail_fast: bool = False, security: Security = PLAINTEXT):
+                 topics: list[str] | None = None, fail_fast: bool = False, retry: Retry | None = None,
+                 security: Security = PLAINTEXT):
         """topics: those whose metadata to load now (None: all); an executor reading one
         range needs one topic, not the metadata of a whole cluster. fail_fast: no retry
         of that first load (a writer refuses to start at once when no broker answers).
+        retry: how requests are retried (default: for timeout_s).
         security: TLS and SASL for every connection (semel.client.security)."""
         self.bootstrap = [s.strip() for s in bootstrap.split(",") if s.strip()]
         self.client_id = client_id
         self.security = security
-        self.retry = Retry(timeout_s)
+        self.retry = retry or Retry(timeout_s)
         self._socket_timeout = max(1.0, min(timeout_s, 30.0))
         self._conns: dict[str, Client] = {}
         self._zero_wait = True   # whether Fetch with max_wait_ms=0 is answered properly

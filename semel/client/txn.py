@@ -106,11 +106,19 @@ def produce_result(r) -> dict[TP, KafkaError]:
     return {(t.name, p.index): KafkaError(p.error_code) for t in r.responses for p in t.partition_responses}
 
 
-def build_txn_batch(rows: list, pid: int, epoch: int, seq: int) -> bytes:
+def compress(codec: int, data: bytes) -> bytes:
+    """The records section of a v2 batch compressed as Kafka's producers do (codec:
+    1 gzip, 2 snappy, 3 lz4, 4 zstd); aiokafka's codecs, the ones its builder uses."""
+    from aiokafka import codec as c
+    encode = {1: c.gzip_encode, 2: c.snappy_encode, 3: c.lz4_encode, 4: c.zstd_encode}[codec]
+    return encode(data)
+
+
+def build_txn_batch(rows: list, pid: int, epoch: int, seq: int, compression: int = 0) -> bytes:
     """A transactional v2 record batch, built by aiokafka's compiled builder (about
     six times faster than the pure-Python records.build_batch, same bytes)."""
     from aiokafka.record.default_records import DefaultRecordBatchBuilder
-    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=1, producer_id=pid,
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=compression, is_transactional=1, producer_id=pid,
                                   producer_epoch=epoch, base_sequence=seq, batch_size=(1 << 31) - 1)
     ts = int(time.time() * 1000)
     for i, rec in enumerate(rows):

@@ -241,9 +241,11 @@ def build_batch(
 
 def seal_batch(body: bytes | bytearray, count: int, *, timestamp_ms: int, base_offset: int = 0,
                producer_id: int = NO_PRODUCER_ID, producer_epoch: int = -1, base_sequence: int = NO_SEQUENCE,
-               transactional: bool = False, control: bool = False) -> bytes:
-    """The batch of `count` encoded records `body` (one timestamp for all): header and CRC."""
-    attrs = (ATTR_TRANSACTIONAL if transactional else 0) | (ATTR_CONTROL if control else 0)
+               transactional: bool = False, control: bool = False, compression: int = 0) -> bytes:
+    """The batch of `count` encoded records `body` (one timestamp for all): header and CRC.
+    compression: the codec `body` is already compressed with (attribute bits 0-2)."""
+    attrs = (ATTR_TRANSACTIONAL if transactional else 0) | (ATTR_CONTROL if control else 0) | \
+        (compression & ATTR_COMPRESSION_MASK)
     ts = timestamp_ms
     head = bytearray(_HEADER.pack(base_offset, HEADER_SIZE - LOG_OVERHEAD + len(body), -1, MAGIC, 0,
                                   attrs, max(count - 1, 0), ts, ts, producer_id, producer_epoch,

@@ -1,7 +1,7 @@
 """semel on Apache Spark (PySpark Python Data Source API, pyspark 4.3).
 
     from semel.spark import register
-    register(spark)                       # once per SparkSession
+    register(spark)                       # optional: Spark 4 finds pyspark_semel itself
     spark.readStream.format("semel")...   # source: semel/spark/source.py
     df.writeStream.format("semel")...     # exactly-once sink: semel/spark/sink.py
 

@@ -1,4 +1,4 @@
-"""Record batches (v2, uncompressed) built from Arrow binary columns with NumPy.
+"""Record batches (v2; records optionally compressed) built from Arrow binary columns with NumPy.
 
 The sink's tasks get their rows as Arrow record batches. Building a Kafka batch
 record by record (aiokafka's compiled builder, one Python call per record) cost
@@ -8,7 +8,7 @@ lengths and bytes with array arithmetic, keys and values copied from the Arrow
 data buffers with one gather each. The bytes are the same a record-by-record
 builder makes (semel.protocol.records.build_batch; the test compares them).
 
-Only what the columnar path needs: no headers, timestamp delta 0 for every record
+Only what the columnar path needs (compressed or not): no headers, timestamp delta 0 for every record
 (one timestamp per batch, as the builder was given), keys and values binary or
 null.
 """
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from semel.client import txn as wire
 from semel.protocol import records
 
 # zigzag(int32) needs at most 5 bytes of 7 bits
@@ -79,8 +80,9 @@ def _put_bytes(out, dst, col: BinaryColumn, rows) -> None:
 
 
 def encode(keys: BinaryColumn | None, values: BinaryColumn, rows, *, producer_id: int, producer_epoch: int,
-           base_sequence: int, timestamp_ms: int, transactional: bool = True) -> bytes:
-    """One batch of the records at `rows` (indices into the columns, in order)."""
+           base_sequence: int, timestamp_ms: int, transactional: bool = True, compression: int = 0) -> bytes:
+    """One batch of the records at `rows` (indices into the columns, in order), its records
+    compressed with `compression` (a record-batch codec; 0 none)."""
     rows = np.asarray(rows, dtype=np.int64)
     n = len(rows)
     klen = keys.lengths[rows] if keys is not None else np.full(n, -1, np.int64)
@@ -104,6 +106,9 @@ def encode(keys: BinaryColumn | None, values: BinaryColumn, rows, *, producer_id
     at = at + np.maximum(klen, 0)
     _put_varint(out, at, zv, nv)
     _put_bytes(out, at + nv, values, rows)
-    return records.seal_batch(out.tobytes(), n, timestamp_ms=timestamp_ms, producer_id=producer_id,
+    body = out.tobytes()
+    if compression:
+        body = wire.compress(compression, body)
+    return records.seal_batch(body, n, timestamp_ms=timestamp_ms, producer_id=producer_id,
                               producer_epoch=producer_epoch, base_sequence=base_sequence,
-                              transactional=transactional)
+                              transactional=transactional, compression=compression)

@@ -42,6 +42,7 @@ from semel.eos.recovery import recover
 from semel.eos.sink import SinkGuard
 from semel.eos.txnid import SinkTxnId
 from semel.protocol.errors import KafkaError
+from semel.spark import options as opt
 from semel.spark import sink as spark_sink
 from semel.spark.checkpoint import session_settings
 
@@ -151,9 +152,9 @@ def foreach_batch(rows: Rows, *, sinks: Sequence[Any], bootstrap: str, checkpoin
     there is none; `topic`: a partition to record the decision on when the query
     has no semel source; `options`: more of the sink's options, e.g. the
     `kafka.security.protocol` / `kafka.sasl.*` / `kafka.ssl.*` ones of a secured broker."""
-    options = {**(options or {}), "kafka.bootstrap.servers": bootstrap,
-               "semel.restartWindowMs": str(restart_window_ms), "kafka.request.timeout.ms": str(request_timeout_ms)}
-    for name, value in (("checkpointLocation", checkpoint), ("semel.query.id", query_id), ("topic", topic)):
+    options = {**opt.lower(options or {}), opt.BOOTSTRAP: bootstrap, opt.RESTART_WINDOW: str(restart_window_ms),
+               opt.REQUEST_TIMEOUT: str(request_timeout_ms)}
+    for name, value in ((opt.CHECKPOINT, checkpoint), (opt.QUERY_ID, query_id), (opt.TOPIC, topic)):
         if value:
             options[name] = value
     # the driver reads the checkpoint (each batch's offsets) with the session's fs.* settings

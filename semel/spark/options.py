@@ -30,6 +30,7 @@ class OptionError(ValueError):
 
 
 # --- shared by source and sink -------------------------------------------------
+# Every option name lives here, once; source.py and sink.py use these constants.
 
 BOOTSTRAP = "kafka.bootstrap.servers"
 # The consumer group that holds the offsets a query's committed batches recorded
@@ -38,13 +39,20 @@ BOOTSTRAP = "kafka.bootstrap.servers"
 # that wants `startingOffsets=committed` passes either the same group id or the
 # same checkpoint location.
 GROUP_ID = "kafka.group.id"
+# Spark's prefix for the group ids it generates; here the prefix of the derived group.
+GROUP_ID_PREFIX = "groupidprefix"
+DEFAULT_GROUP_PREFIX = "semel-query"
 CHECKPOINT = "checkpointlocation"
+CLIENT_ID = "kafka.client.id"
+# Bounded retries: how long the driver and the executors keep retrying a
+# retriable broker error (or an unreachable broker) before failing the query.
+REQUEST_TIMEOUT = "kafka.request.timeout.ms"
 # Spark adds `path` for `.load(path)` / `.start(path)`; we do not use it but it
 # is not the user's typo either.
 _SPARK_ADDED = {"path"}
 
 # kafka.security.protocol, kafka.sasl.*, kafka.ssl.*: semel/spark/security.py
-SHARED_OPTIONS = {BOOTSTRAP, GROUP_ID, CHECKPOINT} | security.OPTIONS
+SHARED_OPTIONS = {BOOTSTRAP, GROUP_ID, GROUP_ID_PREFIX, CHECKPOINT, CLIENT_ID, REQUEST_TIMEOUT} | security.OPTIONS
 
 # --- source -------------------------------------------------------------------
 
@@ -53,6 +61,11 @@ SUBSCRIBE_PATTERN = "subscribepattern"
 ASSIGN = "assign"
 STARTING = "startingoffsets"
 ENDING = "endingoffsets"
+STARTING_TS = "startingtimestamp"
+STARTING_BY_TS = "startingoffsetsbytimestamp"
+ENDING_TS = "endingtimestamp"
+ENDING_BY_TS = "endingoffsetsbytimestamp"
+TS_STRATEGY = "startingoffsetsbytimestampstrategy"
 MAX_OFFSETS = "maxoffsetspertrigger"
 MAX_RECORDS = "maxrecordspertrigger"     # a synonym of maxOffsetsPerTrigger
 MIN_OFFSETS = "minoffsetspertrigger"
@@ -61,32 +74,132 @@ ISOLATION = "kafka.isolation.level"
 FAIL_ON_DATA_LOSS = "failondataloss"
 INCLUDE_HEADERS = "includeheaders"
 MIN_PARTITIONS = "minpartitions"          # split ranges so that at least this many tasks read
-# Bounded retries: how long the driver and the executors keep retrying a
-# retriable broker error (or an unreachable broker) before failing the query.
-REQUEST_TIMEOUT = "kafka.request.timeout.ms"
+MAX_PER_PARTITION = "maxrecordsperpartition"  # split ranges so that none is longer
+FETCH_RETRIES = "fetchoffset.numretries"      # the driver's offset requests: tries ...
+FETCH_RETRY_INTERVAL = "fetchoffset.retryintervalms"  # ... and the first wait between them
+POLL_TIMEOUT = "kafkaconsumer.polltimeoutms"  # the executors' bound on reading a range
 FETCH_MAX_BYTES = "kafka.max.partition.fetch.bytes"
 
-SOURCE_OPTIONS = {SUBSCRIBE, SUBSCRIBE_PATTERN, ASSIGN, STARTING, ENDING, MAX_OFFSETS, MAX_RECORDS,
-                  MIN_OFFSETS, MAX_TRIGGER_DELAY, ISOLATION, FAIL_ON_DATA_LOSS, INCLUDE_HEADERS,
-                  REQUEST_TIMEOUT, FETCH_MAX_BYTES, MIN_PARTITIONS}
+SOURCE_OPTIONS = {SUBSCRIBE, SUBSCRIBE_PATTERN, ASSIGN, STARTING, ENDING, STARTING_TS, STARTING_BY_TS,
+                  ENDING_TS, ENDING_BY_TS, TS_STRATEGY, MAX_OFFSETS, MAX_RECORDS, MIN_OFFSETS,
+                  MAX_TRIGGER_DELAY, ISOLATION, FAIL_ON_DATA_LOSS, INCLUDE_HEADERS, MIN_PARTITIONS,
+                  MAX_PER_PARTITION, FETCH_RETRIES, FETCH_RETRY_INTERVAL, POLL_TIMEOUT, FETCH_MAX_BYTES}
 
-# --- sink (owned by the sink: semel/spark/sink.py) ----------------------------
-# Lower-case names of the options the sink accepts, besides SHARED_OPTIONS.
-# The sink parses its own values; validate_sink() only checks the names.
+# --- sink (parsed by the sink: semel/spark/sink.py) ----------------------------
 
-SINK_OPTIONS: set[str] = {
-    "topic",
-    "semel.query.id",           # query identity when there is no checkpoint/group id
-    "semel.restartwindowms",    # branch transaction timeout = longest tolerated outage
-    "semel.atomicbatches",      # auto | true | false (mode a: broker-side batch atomicity)
-    "semel.batch.rows",         # rows per produced record batch
-    "kafka.request.timeout.ms", # bound on retrying retriable broker errors
-}
+TOPIC = "topic"
+QUERY_ID = "semel.query.id"               # query identity when there is no checkpoint/group id
+RESTART_WINDOW = "semel.restartwindowms"  # branch transaction timeout = longest tolerated outage
+ATOMIC = "semel.atomicbatches"            # auto | true | false (mode a: broker-side batch atomicity)
+BATCH_ROWS = "semel.batch.rows"           # rows per produced record batch
+# Producer settings of Spark's Kafka sink that keep the guarantee (parse_producer).
+COMPRESSION = "kafka.compression.type"
+LINGER = "kafka.linger.ms"
+BATCH_SIZE = "kafka.batch.size"
+ACKS = "kafka.acks"
+IDEMPOTENCE = "kafka.enable.idempotence"
+
+SINK_OPTIONS = {TOPIC, QUERY_ID, RESTART_WINDOW, ATOMIC, BATCH_ROWS, COMPRESSION, LINGER, BATCH_SIZE,
+                ACKS, IDEMPOTENCE}
+
+# --- every option of Spark's Kafka connector ------------------------------------
+
+SAME, MAPPED, REFUSED, SECURITY = "same", "mapped", "refused", "used, see Security"
+
+
+@dataclass(frozen=True)
+class SparkOption:
+    """One option of Spark's own Kafka connector (Spark 4's Structured Streaming + Kafka
+    Integration Guide) and what format("semel") does with it. docs/spark.md's migration
+    table shows exactly these rows (tests/spark/test_options_table.py checks it)."""
+    name: str    # Spark's spelling; `kafka.sasl.*` names a family
+    side: str    # source | sink | both
+    semel: str   # SAME | MAPPED | REFUSED | SECURITY
+    note: str
+
+
+SPARK_KAFKA_OPTIONS: tuple[SparkOption, ...] = (
+    SparkOption("assign", "source", SAME, ""),
+    SparkOption("subscribe", "source", SAME, "a topic that does not exist yet: a stream waits for it "
+                "(with a warning), a batch read fails"),
+    SparkOption("subscribePattern", "source", SAME, "Python `re`, matched against the whole topic name"),
+    SparkOption("kafka.bootstrap.servers", "both", SAME, ""),
+    SparkOption("startingTimestamp", "source", SAME, ""),
+    SparkOption("startingOffsetsByTimestamp", "source", SAME, ""),
+    SparkOption("startingOffsetsByTimestampStrategy", "source", SAME, "`error` or `latest`"),
+    SparkOption("startingOffsets", "source", SAME, "also `committed`: where the query's own committed "
+                "batches left off"),
+    SparkOption("endingTimestamp", "source", SAME, "batch reads"),
+    SparkOption("endingOffsetsByTimestamp", "source", SAME, "batch reads"),
+    SparkOption("endingOffsets", "source", SAME, "batch reads"),
+    SparkOption("failOnDataLoss", "source", SAME, ""),
+    SparkOption("kafkaConsumer.pollTimeoutMs", "source", MAPPED, "how long a task retries reading its "
+                "range before it fails (default: `kafka.request.timeout.ms`)"),
+    SparkOption("fetchOffset.numRetries", "source", MAPPED, "the driver's offset requests are tried at "
+                "most this many times more (default: retried for `kafka.request.timeout.ms`)"),
+    SparkOption("fetchOffset.retryIntervalMs", "source", MAPPED, "the first wait between those tries "
+                "(then doubling, at most 1 s)"),
+    SparkOption("maxOffsetsPerTrigger", "source", SAME, ""),
+    SparkOption("minOffsetsPerTrigger", "source", SAME, ""),
+    SparkOption("maxTriggerDelay", "source", SAME, ""),
+    SparkOption("minPartitions", "source", SAME, ""),
+    SparkOption("maxRecordsPerPartition", "source", SAME, ""),
+    SparkOption("groupIdPrefix", "both", MAPPED, "prefix of the group derived from `checkpointLocation` "
+                "(default `semel-query`); semel reads without joining a consumer group"),
+    SparkOption("kafka.group.id", "both", MAPPED, "the group holding the query's committed offsets, "
+                "shared by source and sink; never joined as a consumer"),
+    SparkOption("includeHeaders", "source", SAME, "the sink writes a `headers` column in any case"),
+    SparkOption("topic", "sink", SAME, "overrides a `topic` column"),
+    SparkOption("kafka.isolation.level", "source", MAPPED, "default `read_committed` (Spark's: "
+                "`read_uncommitted`)"),
+    SparkOption("kafka.request.timeout.ms", "both", MAPPED, "how long a broker request (or an "
+                "unreachable broker) is retried before the query fails"),
+    SparkOption("kafka.max.partition.fetch.bytes", "source", SAME, ""),
+    SparkOption("kafka.client.id", "both", SAME, ""),
+    SparkOption("kafka.compression.type", "sink", SAME, "`none`, `gzip`, `snappy`, `lz4`, `zstd`"),
+    SparkOption("kafka.linger.ms", "sink", MAPPED, "how long a task lets its records wait for more "
+                "before it sends them"),
+    SparkOption("kafka.batch.size", "sink", SAME, "bytes of keys and values per record batch "
+                "(at most 1 MB)"),
+    SparkOption("kafka.acks", "sink", REFUSED, "unless `all` or `-1`: a batch is decided only on "
+                "records every in-sync replica holds"),
+    SparkOption("kafka.enable.idempotence", "sink", REFUSED, "when `false`: transactions need the "
+                "idempotent producer"),
+    SparkOption("kafka.transactional.id", "sink", REFUSED, "the sink names its own transactions "
+                "(after the query's group)"),
+    SparkOption("kafka.auto.offset.reset", "source", REFUSED, "as in Spark: use `startingOffsets`"),
+    SparkOption("kafka.enable.auto.commit", "source", REFUSED, "as in Spark: the query's offsets are "
+                "in its checkpoint (and committed by the sink)"),
+    SparkOption("kafka.key.deserializer", "source", REFUSED, "as in Spark: keys are binary; cast them "
+                "in the query"),
+    SparkOption("kafka.value.deserializer", "source", REFUSED, "as in Spark: values are binary; cast "
+                "them in the query"),
+    SparkOption("kafka.key.serializer", "sink", REFUSED, "as in Spark: give a string or binary `key` "
+                "column"),
+    SparkOption("kafka.value.serializer", "sink", REFUSED, "as in Spark: give a string or binary "
+                "`value` column"),
+    SparkOption("kafka.interceptor.classes", "both", REFUSED, "as in Spark: no Java client runs"),
+    SparkOption("kafka.security.protocol", "both", SECURITY, "`PLAINTEXT`, `SSL`, `SASL_PLAINTEXT`, "
+                "`SASL_SSL`"),
+    SparkOption("kafka.sasl.*", "both", SECURITY, "`PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512`, `OAUTHBEARER` "
+                "(no `GSSAPI`)"),
+    SparkOption("kafka.ssl.*", "both", SECURITY, "PEM stores only: JKS and PKCS12 are refused with the "
+                "command that converts them"),
+    SparkOption("kafka.*", "both", REFUSED, "any other Kafka client setting: an error naming it "
+                "(Spark hands it to the Kafka client)"),
+)
+
+# Refused whatever their value, with the reason: option name -> why.
+_REFUSED_NAMES = {o.name.lower(): o.note for o in SPARK_KAFKA_OPTIONS
+                  if o.semel == REFUSED and "*" not in o.name and o.name.lower() not in (ACKS, IDEMPOTENCE)}
 
 # ------------------------------------------------------------------------------
 
 EARLIEST = -2
 LATEST = -1
+
+# Spark's spelling of the names, for messages (the lookups use the lower-case names).
+_SPELLING = {ENDING: "endingOffsets", ENDING_TS: "endingTimestamp", ENDING_BY_TS: "endingOffsetsByTimestamp"}
 
 
 def lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -94,6 +207,8 @@ def lower(options: Mapping[str, str]) -> dict[str, str]:
 
 
 def _check_known(opts: dict[str, str], known: set[str], side: str) -> None:
+    for name in sorted(set(opts) & set(_REFUSED_NAMES)):
+        raise OptionError(f"option '{name}' is refused by format('semel'): {_REFUSED_NAMES[name]}")
     unknown = sorted(set(opts) - known - SHARED_OPTIONS - _SPARK_ADDED)
     if unknown:
         raise OptionError(f"unknown {side} option(s) for format('semel'): {', '.join(unknown)}")
@@ -127,7 +242,40 @@ def query_group_id(options: Mapping[str, str]) -> str | None:
     if not loc:
         return None
     digest = hashlib.sha256(loc.rstrip("/").encode()).hexdigest()[:16]
-    return f"semel-query-{digest}"
+    return f"{opts.get(GROUP_ID_PREFIX) or DEFAULT_GROUP_PREFIX}-{digest}"
+
+
+# --- producer settings of the sink ------------------------------------------------
+
+# Kafka's compression.type names and their record-batch attribute codes.
+CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
+@dataclass(frozen=True)
+class ProducerOptions:
+    compression: int = 0
+    linger_ms: int = 0
+    batch_bytes: int | None = None  # None: as large as a request allows
+    client_id: str = "semel-spark-sink"
+
+
+def parse_producer(options: Mapping[str, str]) -> ProducerOptions:
+    """The `kafka.*` producer settings the exactly-once sink honours; the two that
+    would weaken the guarantee are refused with the reason."""
+    opts = lower(options)
+    acks = opts.get(ACKS, "all").strip().lower()
+    if acks not in ("all", "-1"):
+        raise OptionError(f"option '{ACKS}={opts[ACKS]}' is refused: the exactly-once sink decides a "
+                          "batch only on records every in-sync replica holds (acks=all)")
+    if not _bool(opts, IDEMPOTENCE, True):
+        raise OptionError(f"option '{IDEMPOTENCE}=false' is refused: transactions need the idempotent "
+                          "producer, and without it a resent batch could be written twice")
+    codec = opts.get(COMPRESSION, "none").strip().lower()
+    if codec not in CODECS:
+        raise OptionError(f"option '{COMPRESSION}' must be one of {', '.join(CODECS)}, got {opts[COMPRESSION]!r}")
+    return ProducerOptions(compression=CODECS[codec], linger_ms=_positive_int(opts, LINGER, allow_zero=True) or 0,
+                           batch_bytes=_positive_int(opts, BATCH_SIZE),
+                           client_id=opts.get(CLIENT_ID) or ProducerOptions.client_id)
 
 
 # --- parsed source options -------------------------------------------------------
@@ -148,6 +296,14 @@ class Subscription:
 
 
 @dataclass(frozen=True)
+class ByTimestamp:
+    """Start or end at the first offset whose record timestamp is at or after a time
+    (ms): one for every partition (`every`), or per partition."""
+    every: int | None = None
+    per: dict = field(default_factory=dict)   # {topic: {partition: ms}}
+
+
+@dataclass(frozen=True)
 class SourceOptions:
     bootstrap: str
     subscription: Subscription
@@ -165,6 +321,12 @@ class SourceOptions:
     request_timeout_ms: int = 30_000
     fetch_max_bytes: int = 4 << 20
     security: Security = security.PLAINTEXT
+    starting_strategy: str = "error"        # no offset at the starting timestamp: error | latest
+    max_per_partition: int | None = None
+    fetch_retries: int | None = None        # None: retried for request_timeout_ms
+    fetch_retry_interval_ms: int | None = None
+    poll_timeout_ms: int | None = None      # None: request_timeout_ms
+    client_id: str = "semel-spark"
     # repr=False: it holds the options as given, secrets included
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -272,6 +434,38 @@ def _offsets(opts: dict[str, str], name: str, default: str, words: tuple[str, ..
     return out
 
 
+def _timestamp(opts: dict[str, str], name: str) -> int:
+    try:
+        v = int(opts[name])
+    except ValueError:
+        raise OptionError(f"option '{name}' must be a timestamp in ms since the epoch, got {opts[name]!r}") from None
+    if v < 0:
+        raise OptionError(f"option '{name}' must be a timestamp >= 0, got {v}")
+    return v
+
+
+def _by_timestamp(opts: dict[str, str], single: str, per: str):
+    """Spark's precedence: a single timestamp over per-partition timestamps; None
+    when neither is given (then the offsets option applies)."""
+    if single in opts:
+        return ByTimestamp(every=_timestamp(opts, single))
+    if per not in opts:
+        return None
+    parsed = _json(per, opts[per])
+    out: dict[str, dict[int, int]] = {}
+    if not isinstance(parsed, dict) or not parsed:
+        raise OptionError(f"option '{per}' must be JSON like {{\"topic\":{{\"0\":1700000000000}}}}")
+    for topic, parts in parsed.items():
+        if not isinstance(parts, dict):
+            raise OptionError(f"option '{per}': {topic!r} must map partitions to timestamps")
+        for p, ts in parts.items():
+            if not str(p).isdigit() or not isinstance(ts, int) or isinstance(ts, bool) or ts < 0:
+                raise OptionError(f"option '{per}': {topic}[{p}] = {ts!r} is not a partition number "
+                                  "mapped to a timestamp in ms >= 0")
+            out.setdefault(topic, {})[int(p)] = ts
+    return ByTimestamp(per=out)
+
+
 def parse_source(options: Mapping[str, str], *, batch: bool) -> SourceOptions:
     """Validate and parse the source options; raises OptionError with one readable line."""
     opts = lower(options)
@@ -280,8 +474,9 @@ def parse_source(options: Mapping[str, str], *, batch: bool) -> SourceOptions:
     sub = _subscription(opts)
     starting = _offsets(opts, STARTING, "earliest" if batch else "latest",
                         ("earliest", "latest", "committed"))
-    if ENDING in opts and not batch:
-        raise OptionError("option 'endingOffsets' is for batch reads (spark.read) only")
+    for name in (ENDING, ENDING_TS, ENDING_BY_TS):
+        if name in opts and not batch:
+            raise OptionError(f"option '{_SPELLING.get(name, name)}' is for batch reads (spark.read) only")
     ending = _offsets(opts, ENDING, "latest", ("latest",))
     if isinstance(ending, dict) and any(o == EARLIEST for ps in ending.values() for o in ps.values()):
         raise OptionError("option 'endingOffsets': -2 (earliest) is not allowed as an ending offset")
@@ -300,6 +495,12 @@ def parse_source(options: Mapping[str, str], *, batch: bool) -> SourceOptions:
     if isolation not in ("read_committed", "read_uncommitted"):
         raise OptionError(f"option '{ISOLATION}' must be read_committed or read_uncommitted, "
                           f"got {opts[ISOLATION]!r}")
+    strategy = opts.get(TS_STRATEGY, "error").strip().lower()
+    if strategy not in ("error", "latest"):
+        raise OptionError(f"option 'startingOffsetsByTimestampStrategy' must be error or latest, "
+                          f"got {opts[TS_STRATEGY]!r}")
+    starting = _by_timestamp(opts, STARTING_TS, STARTING_BY_TS) or starting
+    ending = _by_timestamp(opts, ENDING_TS, ENDING_BY_TS) or ending
     group = query_group_id(opts)
     if starting == "committed" and group is None:
         raise OptionError("startingOffsets=committed needs 'kafka.group.id' or 'checkpointLocation' "
@@ -316,4 +517,10 @@ def parse_source(options: Mapping[str, str], *, batch: bool) -> SourceOptions:
         request_timeout_ms=_positive_int(opts, REQUEST_TIMEOUT) or 30_000,
         fetch_max_bytes=_positive_int(opts, FETCH_MAX_BYTES) or (4 << 20),
         security=parse_security(opts),
+        starting_strategy=strategy,
+        max_per_partition=_positive_int(opts, MAX_PER_PARTITION),
+        fetch_retries=_positive_int(opts, FETCH_RETRIES, allow_zero=True),
+        fetch_retry_interval_ms=_positive_int(opts, FETCH_RETRY_INTERVAL),
+        poll_timeout_ms=_positive_int(opts, POLL_TIMEOUT),
+        client_id=opts.get(CLIENT_ID) or SourceOptions.client_id,
         raw=opts)

@@ -70,16 +70,12 @@ from semel.protocol.txn_hash import java_string_hash
 from semel.spark import atomic, batches, pool
 from semel.spark import options as opt
 from semel.spark.checkpoint import Checkpoint, CheckpointError
+# Option names (defined once, in semel/spark/options.py).
+from semel.spark.options import ATOMIC, BATCH_ROWS, QUERY_ID, REQUEST_TIMEOUT, RESTART_WINDOW, TOPIC
 from semel.spark.security import PLAINTEXT, Security
 
 TP = tuple[str, int]
 
-QUERY_ID = "semel.query.id"
-RESTART_WINDOW = "semel.restartwindowms"
-ATOMIC = "semel.atomicbatches"
-REQUEST_TIMEOUT = "kafka.request.timeout.ms"
-BATCH_ROWS = "semel.batch.rows"
-TOPIC = "topic"
 
 # Kafka's offset.metadata.max.bytes default (semel's too): the decision must fit.
 MAX_DECISION_BYTES = 4096
@@ -123,12 +119,19 @@ class SinkOptions:
     # Hadoop `fs.*` settings to open the checkpoint with (driver side; never sent to tasks)
     fs: tuple[tuple[str, str], ...] = ()
     security: Security = PLAINTEXT  # TLS and SASL of every connection (semel/spark/security.py)
+    producer: opt.ProducerOptions = opt.ProducerOptions()
+
+    @property
+    def batch_bytes(self) -> int:
+        """Bytes of keys and values per record batch: kafka.batch.size, within a request's cap."""
+        return min(self.producer.batch_bytes or MAX_REQUEST_BYTES, MAX_REQUEST_BYTES)
 
 
 def parse_options(options, fs_settings=None) -> SinkOptions:
     try:
         opts = opt.validate_sink(options)
         security = opt.parse_security(opts)
+        producer = opt.parse_producer(opts)
     except opt.OptionError as exc:
         raise SinkError(str(exc)) from None
     bootstrap = opts.get(opt.BOOTSTRAP, "").strip()
@@ -137,7 +140,8 @@ def parse_options(options, fs_settings=None) -> SinkOptions:
     group = opts.get(QUERY_ID) or opt.query_group_id(opts)
     if not group:
         raise SinkError("the semel sink needs 'checkpointLocation', 'kafka.group.id' or 'semel.query.id' "
-                        "to identify the query across restarts")
+                        "to identify the query across restarts (a streaming write: .option('checkpointLocation', "
+                        "...); the session-wide spark.sql.streaming.checkpointLocation does not reach a Python sink)")
     mode = opts.get(ATOMIC, "auto").strip().lower()
     if mode not in atomic.MODES:
         raise SinkError(f"option 'semel.atomicBatches' must be auto, true or false, got {opts[ATOMIC]!r}")
@@ -146,7 +150,7 @@ def parse_options(options, fs_settings=None) -> SinkOptions:
                        restart_window_ms=_int(opts, RESTART_WINDOW, DEFAULT_RESTART_WINDOW_MS),
                        request_timeout_ms=_int(opts, REQUEST_TIMEOUT, 30_000),
                        batch_rows=_int(opts, BATCH_ROWS, 100_000), atomic_mode=mode,
-                       fs=tuple(sorted((fs_settings or {}).items())), security=security)
+                       fs=tuple(sorted((fs_settings or {}).items())), security=security, producer=producer)
 
 
 def _int(opts: dict, name: str, default: int) -> int:
@@ -198,7 +202,7 @@ def _header(h) -> tuple:
 
 def _open(o: SinkOptions) -> Cluster:
     try:
-        return Cluster(o.bootstrap, timeout_s=o.request_timeout_ms / 1000, client_id="semel-spark-sink",
+        return Cluster(o.bootstrap, timeout_s=o.request_timeout_ms / 1000, client_id=o.producer.client_id,
                        topics=[o.topic] if o.topic else [], fail_fast=True, security=o.security)
     except ClientError as exc:
         raise SinkError(f"semel sink: {exc}") from None
@@ -212,8 +216,8 @@ def _usable(r: Cluster) -> bool:
 def _connect(o: SinkOptions):
     """The connections to the cluster's brokers for one write() or commit(), kept by the
     worker for the next one (semel.spark.pool)."""
-    return pool.borrow(("sink", o.bootstrap, o.request_timeout_ms, o.security), lambda: _open(o), _usable,
-                       Cluster.close)
+    return pool.borrow(("sink", o.bootstrap, o.request_timeout_ms, o.security, o.producer.client_id),
+                       lambda: _open(o), _usable, Cluster.close)
 
 
 def _routed(get, o: SinkOptions | None = None):
@@ -655,11 +659,12 @@ def _feed_arrow(producer: "_BranchProducer", part: "_Partitioner", cols: dict[st
     and produce requests are cut at the same rows."""
     import numpy as np
     ki, vi = cols.get("key"), cols["value"]
-    columnar = data.columnar and topic is not None and not {"topic", "partition", "headers"} & cols.keys()
+    # The topic option overrides a topic column (Spark's rule), so that column does not matter then.
+    columnar = data.columnar and topic is not None and not {"partition", "headers"} & cols.keys()
     for rb in data.batches:
         if not columnar or rb.num_rows == 0 or (ki is not None and rb.column(ki).null_count):
             _feed(producer, part, cols, arrow_rows([rb], cols), topic)
-            producer.flush()
+            producer.flush_lingering()
             continue
         values = batches.BinaryColumn(rb.column(vi))
         sizes = values.sizes() + 16  # what add() counts: key + value bytes + 16
@@ -671,7 +676,7 @@ def _feed_arrow(producer: "_BranchProducer", part: "_Partitioner", cols: dict[st
         for p in np.unique(parts).tolist():
             idx = np.flatnonzero(parts == p)
             producer.add_columns(topic, p, keys, values, idx, sizes[idx])
-        producer.flush()
+        producer.flush_lingering()
 
 
 def write_branch(o: SinkOptions, cols: dict[str, int], rows: Iterator, batch: int, partition: int,
@@ -746,7 +751,10 @@ def _feed(producer: "_BranchProducer", part: _Partitioner, cols: dict[str, int],
         return
     ki, vi, ti, pi, hi = (cols.get(c) for c in ("key", "value", "topic", "partition", "headers"))
     for row in rows:
-        t = (row[ti] or topic) if ti is not None else topic
+        # Spark's rule: the topic option, when set, wins over the row's topic column.
+        t = topic if topic is not None or ti is None else row[ti]
+        if t is None:
+            raise SinkError("semel sink: a row has a null topic; set option 'topic' for a default topic")
         key = _bytes(row[ki]) if ki is not None else None
         value = row[vi]
         if value is not None and not isinstance(value, bytes):
@@ -766,16 +774,17 @@ class _Chunk:
         self.nbytes = nbytes
         self.encoded: tuple | None = None
 
-    def encode(self, st: wire.TxnState, seq: int) -> bytes:
+    def encode(self, st: wire.TxnState, seq: int, compression: int = 0) -> bytes:
         """The record batch; a resend (after a leader moved) is the same bytes, same
         producer id, epoch and sequence, so a broker that got it before drops the copy."""
         key = (st.pid, st.epoch, seq)
         if self.encoded is None or self.encoded[0] != key:
             if self.rows is not None:
-                data = wire.build_txn_batch(self.rows, st.pid, st.epoch, seq)
+                data = wire.build_txn_batch(self.rows, st.pid, st.epoch, seq, compression=compression)
             else:
                 data = batches.encode(self.keys, self.values, self.idx, producer_id=st.pid, producer_epoch=st.epoch,
-                                      base_sequence=seq, timestamp_ms=int(time.time() * 1000))
+                                      base_sequence=seq, timestamp_ms=int(time.time() * 1000),
+                                      compression=compression)
             self.encoded = (key, data)
         return self.encoded[1]
 
@@ -800,6 +809,7 @@ class _BranchProducer:
         self.counts: dict[TP, int] = {}
         self.total = 0
         self.send_s = 0.0  # time in AddPartitionsToTxn and Produce round trips
+        self.last_send = time.monotonic()
 
     def add(self, topic: str, partition: int, rec: tuple) -> None:
         tp = (topic, partition)
@@ -807,7 +817,7 @@ class _BranchProducer:
         rows.append(rec)
         size = self.size[tp] = self.size.get(tp, 0) + len(rec[1] or b"") + len(rec[0] or b"") + 16
         # few large produce requests: each is a round trip (and a log append) on the broker
-        if len(rows) >= self.o.batch_rows or size >= MAX_REQUEST_BYTES:
+        if len(rows) >= self.o.batch_rows or size >= self.o.batch_bytes:
             self._seal(tp)
             self._send_ready()
 
@@ -821,15 +831,23 @@ class _BranchProducer:
         while len(idx):
             # add() cuts once the rows or bytes reach the cap, the record that reaches it included
             reach = np.cumsum(sizes[:self.o.batch_rows])
-            k = min(int(np.searchsorted(reach, MAX_REQUEST_BYTES, side="left")) + 1, len(reach))
+            k = min(int(np.searchsorted(reach, self.o.batch_bytes, side="left")) + 1, len(reach))
             chunks.append(_Chunk(int(reach[k - 1]), keys=keys, values=values, idx=idx[:k]))
             idx, sizes = idx[k:], sizes[k:]
+
+    def flush_lingering(self) -> None:
+        """After an Arrow batch: send what is buffered, unless kafka.linger.ms lets it wait
+        for the next ones (fewer, fuller requests; write_branch's last flush sends the rest)."""
+        if self.o.producer.linger_ms and (time.monotonic() - self.last_send) * 1000 < self.o.producer.linger_ms:
+            return
+        self.flush()
 
     def flush(self, tail=None):
         """Send everything. `tail`, a (call, result) pair, goes in the same write as the
         last Produce request; its result is returned (None when nothing was sent)."""
         for tp in list(self.buf):
             self._seal(tp)
+        self.last_send = time.monotonic()
         return self._send_ready(tail)
 
     def _seal(self, tp: TP) -> None:
@@ -875,7 +893,8 @@ class _BranchProducer:
         chunks = self._next_round()
         last = len(chunks) == len(self.ready) and all(len(self.ready[tp]) == 1 for tp in chunks)
         new = sorted(tp for tp in chunks if tp not in self.added)
-        data = {tp: ch.encode(self.st, self.st.seq.get(tp, 0)) for tp, ch in chunks.items()}
+        data = {tp: ch.encode(self.st, self.st.seq.get(tp, 0), self.o.producer.compression)
+                for tp, ch in chunks.items()}
         add_errs, produced, tail_got = self._round(data, new, tail if last else None)
         self.send_s += time.perf_counter() - t0
         refused = {tp: e for tp, e in add_errs.items() if e != KafkaError.NONE}
@@ -1267,6 +1286,10 @@ def make_stream_writer(options, schema, overwrite: bool, fs_settings=None) -> Se
 
 
 def make_batch_writer(options, schema, overwrite: bool) -> SemelBatchWriter:
+    if overwrite:
+        # As Spark's Kafka sink: a topic is appended to, never replaced.
+        raise SinkError("semel sink: save mode Overwrite is not allowed (records are appended to "
+                        "topics, as with format('kafka')); use mode('append')")
     opts = dict(options)
     job = time.time_ns()
     opts.setdefault(QUERY_ID, f"batch-{job}")

@@ -14,6 +14,7 @@ records never appear.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from contextlib import contextmanager
 from typing import Iterator
@@ -25,12 +26,14 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadM
 from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType, StructField,
                                StructType, TimestampType)
 
-from ..client.reader import EARLIEST, LATEST, Cluster, ReaderError, read_range
+from ..client.reader import EARLIEST, LATEST, Cluster, ReaderError, Retry, read_range
 from ..protocol.errors import KafkaError
 from . import options as opt
 from . import pool
 
 TP = tuple[str, int]
+
+log = logging.getLogger(__name__)
 
 _BASE_FIELDS = [
     StructField("key", BinaryType()),
@@ -82,9 +85,26 @@ def _broker_errors():
         raise SourceError(str(exc)) from None
 
 
-def _connect(o: opt.SourceOptions, topics: list[str] | None = None) -> Cluster:
+def _driver_retry(o: opt.SourceOptions) -> Retry:
+    """The driver's offset requests: retried for kafka.request.timeout.ms, or as Spark's
+    fetchOffset.numRetries / fetchOffset.retryIntervalMs say where they are given."""
+    backoff = o.fetch_retry_interval_ms / 1000 if o.fetch_retry_interval_ms is not None else Retry.backoff_s
+    return Retry(o.request_timeout_ms / 1000, backoff_s=backoff,
+                 attempts=None if o.fetch_retries is None else o.fetch_retries + 1)
+
+
+def _executor_timeout_ms(o: opt.SourceOptions) -> int:
+    """How long a task keeps retrying the reading of its range (kafkaConsumer.pollTimeoutMs)."""
+    return o.poll_timeout_ms if o.poll_timeout_ms is not None else o.request_timeout_ms
+
+
+def _connect(o: opt.SourceOptions, topics: list[str] | None = None, *, executor: bool = False) -> Cluster:
     try:
-        return Cluster(o.bootstrap, timeout_s=o.request_timeout_ms / 1000, topics=topics, security=o.security)
+        if executor:
+            return Cluster(o.bootstrap, timeout_s=_executor_timeout_ms(o) / 1000, client_id=o.client_id,
+                           topics=topics, security=o.security)
+        return Cluster(o.bootstrap, timeout_s=o.request_timeout_ms / 1000, client_id=o.client_id,
+                       topics=topics, retry=_driver_retry(o), security=o.security)
     except ReaderError as exc:
         raise SourceError(f"cannot reach the brokers: {exc}") from None
 
@@ -109,22 +129,32 @@ def offsets_from_json(offsets: dict | str) -> dict[TP, int]:
     return {(t, int(p)): int(o) for t, ps in (offsets or {}).items() for p, o in ps.items()}
 
 
-def current_partitions(cluster: Cluster, sub: opt.Subscription, *, strict: bool) -> list[TP]:
-    """The partitions the subscription names now. strict: a named topic that does not
-    exist (or an assigned partition beyond its topic) is an error, not an empty read."""
+def current_partitions(cluster: Cluster, sub: opt.Subscription) -> tuple[list[TP], list[str]]:
+    """The partitions the subscription names now, and the named topics (or assigned
+    partitions) that do not exist (yet)."""
     topics = cluster.refresh()
     if sub.assigned:
         tps = list(sub.assigned)
         missing = [f"{t}-{p}" for t, p in tps if topics.get(t, 0) <= p]
     elif sub.pattern is not None:
-        return sorted((t, p) for t, n in topics.items() if sub.matches(t) for p in range(n))
+        return sorted((t, p) for t, n in topics.items() if sub.matches(t) for p in range(n)), []
     else:
         tps = [(t, p) for t in sub.topics for p in range(topics.get(t, 0))]
         missing = [t for t in sub.topics if t not in topics]
-    if missing and strict:
+    if missing:
+        # a topic the user may not see is missing from the listing too: that is an error
+        # (naming the ACL) for a batch read and a stream alike, never a wait
         _authorized(cluster, sorted({tp[0] for tp in tps} | set(sub.topics)))
+    return sorted(tp for tp in tps if topics.get(tp[0], 0) > tp[1]), missing
+
+
+def existing_partitions(cluster: Cluster, sub: opt.Subscription) -> list[TP]:
+    """current_partitions for a batch read: a named topic that does not exist (or an
+    assigned partition beyond its topic) is an error, not an empty read."""
+    tps, missing = current_partitions(cluster, sub)
+    if missing:
         raise SourceError(f"unknown topic or partition: {', '.join(missing)}")
-    return sorted(tp for tp in tps if topics.get(tp[0], 0) > tp[1])
+    return tps
 
 
 def _authorized(cluster: Cluster, topics: list[str]) -> None:
@@ -153,6 +183,8 @@ def _resolve(cluster: Cluster, o: opt.SourceOptions, tps: list[TP], spec, defaul
         if rest:
             out.update(cluster.list_offsets(rest, EARLIEST, rc))
         return out
+    if isinstance(spec, opt.ByTimestamp):
+        return _by_timestamp(cluster, o, tps, spec, what)
     given = {(t, p): off for t, ps in spec.items() for p, off in ps.items()}
     unknown = sorted(set(given) - set(tps))
     if unknown:
@@ -166,6 +198,33 @@ def _resolve(cluster: Cluster, o: opt.SourceOptions, tps: list[TP], spec, defaul
             out.update(cluster.latest(sel, rc) if special == LATEST else
                        cluster.list_offsets(sel, special, rc))
     return out
+
+
+def _by_timestamp(cluster: Cluster, o: opt.SourceOptions, tps: list[TP], spec: opt.ByTimestamp,
+                  what: str) -> dict[TP, int]:
+    """ListOffsets by timestamp: each partition's first offset whose record is at or
+    after its time. Where there is none, an end is the latest offset, and a start
+    follows startingOffsetsByTimestampStrategy (error, or latest), as in Spark."""
+    if spec.every is not None:
+        want = {tp: spec.every for tp in tps}
+    else:
+        want = {(t, p): ts for t, ps in spec.per.items() for p, ts in ps.items()}
+        # Spark's rule: per-partition timestamps name every partition read, no other.
+        if set(want) != set(tps):
+            odd = sorted(set(want) ^ set(tps))
+            raise SourceError(f"{what} by timestamp must name exactly the partitions read; differs at "
+                              + ", ".join(f"{t}-{p}" for t, p in odd))
+    rc = o.read_committed
+    found: dict[TP, int] = {}
+    for ts in sorted(set(want.values())):
+        found.update(cluster.list_offsets([tp for tp, t in want.items() if t == ts], ts, rc))
+    latest = cluster.latest(tps, rc)
+    none = sorted(tp for tp in tps if found.get(tp, -1) < 0)
+    if none and what == "startingOffsets" and o.starting_strategy == "error":
+        raise SourceError("no record at or after the starting timestamp in " + ", ".join(
+            f"{t}-{p}" for t, p in none) + "; set startingOffsetsByTimestampStrategy=latest to start at the end")
+    # an end never passes the latest offset (under read_committed: the last stable one)
+    return {tp: latest[tp] if found.get(tp, -1) < 0 else min(found[tp], latest[tp]) for tp in tps}
 
 
 class RangePartition(InputPartition):
@@ -188,13 +247,20 @@ def _plan(starts: dict[TP, int], ends: dict[TP, int], o: opt.SourceOptions) -> l
             continue
         if end > start:
             ranges.append((tp, start, end))
-    return [RangePartition(tp[0], tp[1], lo, hi) for tp, lo, hi in split(ranges, o.min_partitions)]
+    return [RangePartition(tp[0], tp[1], lo, hi)
+            for tp, lo, hi in split(ranges, o.min_partitions, o.max_per_partition)]
 
 
-def split(ranges: list[tuple[TP, int, int]], at_least: int | None) -> list[tuple[TP, int, int]]:
-    """Spark's minPartitions: cut the ranges into at least `at_least` pieces, the
-    largest first, each cut in the middle (a range is never cut below one offset)."""
-    out = list(ranges)
+def split(ranges: list[tuple[TP, int, int]], at_least: int | None,
+          at_most: int | None = None) -> list[tuple[TP, int, int]]:
+    """Spark's maxRecordsPerPartition: no range longer than `at_most` offsets (each cut
+    into equal pieces); then Spark's minPartitions: at least `at_least` pieces, the
+    largest cut in the middle first (a range is never cut below one offset)."""
+    out = []
+    for tp, lo, hi in ranges:
+        pieces = -(-(hi - lo) // at_most) if at_most else 1
+        bounds = [lo + (hi - lo) * i // pieces for i in range(pieces + 1)]
+        out.extend((tp, a, b) for a, b in zip(bounds, bounds[1:]) if b > a)
     while at_least is not None and len(out) < at_least:
         i = max(range(len(out)), key=lambda i: out[i][2] - out[i][1], default=None)
         if i is None or out[i][2] - out[i][1] < 2:
@@ -208,13 +274,16 @@ def split(ranges: list[tuple[TP, int, int]], at_least: int | None) -> list[tuple
 # --- reading (executors) ---------------------------------------------------------
 
 def _read(o: opt.SourceOptions, schema: StructType, part: RangePartition) -> Iterator:
+    if not isinstance(part, RangePartition):
+        # Nothing planned: PySpark runs one task with InputPartition(None) for an empty plan.
+        return
     from pyspark.sql.pandas.types import to_arrow_schema
 
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
     # The worker keeps its connections for its next task (semel.spark.pool): a Cluster
     # learns the metadata of topics it does not know yet when it first needs a leader.
-    with pool.borrow(("source", o.bootstrap, o.request_timeout_ms, o.security), lambda: _connect(o, [part.topic]),
-                     _usable, Cluster.close) as cluster:
+    with pool.borrow(("source", o.bootstrap, _executor_timeout_ms(o), o.client_id, o.security),
+                     lambda: _connect(o, [part.topic], executor=True), _usable, Cluster.close) as cluster:
         with _broker_errors():
             for rows in read_range(cluster, (part.topic, part.partition), part.start, part.end,
                                    read_committed=o.read_committed, include_headers=o.include_headers,
@@ -260,7 +329,7 @@ class SemelBatchReader(DataSourceReader):
         cluster = _connect(o)
         try:
             with _broker_errors():
-                tps = current_partitions(cluster, o.subscription, strict=True)
+                tps = existing_partitions(cluster, o.subscription)
                 starts = _resolve(cluster, o, tps, o.starting, EARLIEST, "startingOffsets")
                 ends = _resolve(cluster, o, tps, o.ending, LATEST, "endingOffsets")
         finally:
@@ -275,14 +344,26 @@ class SemelBatchReader(DataSourceReader):
 
 class SemelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options, schema):
-        self.opts = _parse(options, schema, batch=False)
-        self.schema = KAFKA_SCHEMA_WITH_HEADERS if self.opts.include_headers else KAFKA_SCHEMA
         self._cluster: Cluster | None = None
-        self._target: dict[TP, int] | None = None   # Trigger.AvailableNow's end
-        self._last_batch = time.monotonic()
-        self._reported: dict | None = None
-        # Fail at query start, not at the first trigger: brokers reachable, topics known.
-        self._partitions(strict=True)
+        self._failed: SourceError | None = None
+        self._missing: list[str] = []
+        try:
+            self.opts = _parse(options, schema, batch=False)
+            self.schema = KAFKA_SCHEMA_WITH_HEADERS if self.opts.include_headers else KAFKA_SCHEMA
+            self._target: dict[TP, int] | None = None   # Trigger.AvailableNow's end
+            self._last_batch = time.monotonic()
+            self._reported: dict | None = None
+            # Fail at query start, not at the first trigger: options valid, brokers reachable.
+            self._partitions()
+        except SourceError as exc:
+            # PySpark's stream-reader worker calls stop() on a reader whose constructor
+            # raised, and the UnboundLocalError of that buries the cause: the reader is
+            # built and fails at its first call instead, with the cause alone.
+            self._failed = exc
+
+    def _ok(self) -> None:
+        if self._failed is not None:
+            raise self._failed
 
     # The reader is pickled to the executors for read(); a socket must not travel.
     def __getstate__(self):
@@ -295,9 +376,15 @@ class SemelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._cluster = _connect(self.opts)
         return self._cluster
 
-    def _partitions(self, strict: bool = False) -> list[TP]:
+    def _partitions(self) -> list[TP]:
+        """A subscribed topic that does not exist yet is read once it appears (as with
+        Spark's Kafka source): a warning, not a failure."""
         with _broker_errors():
-            return current_partitions(self._c(), self.opts.subscription, strict=strict)
+            tps, missing = current_partitions(self._c(), self.opts.subscription)
+        if missing and missing != self._missing:
+            log.warning("format('semel'): waiting for topic or partition %s to appear", ", ".join(missing))
+        self._missing = missing
+        return tps
 
     def _latest(self, tps: list[TP]) -> dict[TP, int]:
         with _broker_errors():
@@ -313,15 +400,18 @@ class SemelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return starts
 
     def initialOffset(self) -> dict:
+        self._ok()
         o = self.opts
-        tps = self._partitions(strict=True)
+        tps = self._partitions()
         with _broker_errors():
             return offsets_to_json(_resolve(self._c(), o, tps, o.starting, LATEST, "startingOffsets"))
 
     def prepareForTriggerAvailableNow(self) -> None:
+        self._ok()
         self._target = self._latest(self._partitions())
 
     def getDefaultReadLimit(self) -> ReadLimit:
+        self._ok()
         if self.opts.max_offsets is not None:
             return ReadMaxRows(self.opts.max_offsets)
         if self.opts.min_offsets is not None:
@@ -329,6 +419,7 @@ class SemelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        self._ok()
         starts = offsets_from_json(start)
         tps = self._partitions()
         if self._target is not None:
@@ -378,6 +469,7 @@ class SemelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {tp: starts[tp] + n for tp, n in share(lag, cap).items()}
 
     def partitions(self, start: dict, end: dict):
+        self._ok()
         ends = offsets_from_json(end)
         starts = self._from_earliest(offsets_from_json(start), list(ends))
         return _plan(starts, ends, self.opts)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
+from pyspark.errors import StreamingQueryException
 
 from semel.cli.process import SemelBroker, free_port
 from semel.client.reader import Cluster, ReaderError
@@ -217,6 +218,21 @@ def test_missing_read_on_the_input_topic_names_it(spark, sec):
         df.load().count()
     assert "needs Read on the topic(s) sec-in" in str(e.value)
     no_secret_in(str(e.value))
+
+
+def test_a_stream_fails_on_a_refused_topic_instead_of_waiting_for_it(spark, sec, tmp_path):
+    """A stream waits for a subscribed topic that does not exist yet; one the user may not
+    read is missing from the listing too, and must fail the query naming the ACL."""
+    q = (spark.readStream.format("semel").options(**sec.spark_options("dave")).option("subscribe", "sec-in")
+         .load().writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ck"))
+         .trigger(availableNow=True).start())
+    try:
+        with pytest.raises(StreamingQueryException) as e:
+            q.awaitTermination(120)   # returns False (no exception) while the query waits
+        assert "needs Read on the topic(s) sec-in" in str(e.value)
+        no_secret_in(str(e.value))
+    finally:
+        q.stop()
 
 
 def test_wrong_password_fails_in_one_line_without_it(spark, sec, tmp_path):

@@ -131,12 +131,17 @@ ranges = st.lists(st.tuples(st.integers(0, 1000), st.integers(0, 500)), min_size
     lambda xs: [(("t", i), lo, lo + n) for i, (lo, n) in enumerate(xs) if n > 0])
 
 
-@given(ranges, st.one_of(st.none(), st.integers(1, 40)))
-def test_min_partitions_split_covers_every_offset_once(rs, at_least):
+@given(ranges, st.one_of(st.none(), st.integers(1, 40)), st.one_of(st.none(), st.integers(1, 600)))
+def test_min_partitions_split_covers_every_offset_once(rs, at_least, at_most):
+    """minPartitions and maxRecordsPerPartition: every offset read once, no empty
+    task, at least `at_least` tasks (where there are offsets enough), none longer than
+    `at_most`."""
     from semel.spark.source import split
-    got = split(rs, at_least)
+    got = split(rs, at_least, at_most)
     covered = sorted((tp, o) for tp, lo, hi in got for o in range(lo, hi))
     assert covered == sorted((tp, o) for tp, lo, hi in rs for o in range(lo, hi))
     assert all(hi > lo for _, lo, hi in got)
     total = sum(hi - lo for _, lo, hi in rs)
     assert len(got) >= min(at_least or 0, total) and len(got) >= len(rs)
+    if at_most is not None:
+        assert all(hi - lo <= at_most for _, lo, hi in got)
