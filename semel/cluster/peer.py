@@ -43,12 +43,112 @@ class PeerAuthError(PeerError):
     a configuration problem that retrying soon will not fix (callers back off)."""
 
 
-class PeerConnection:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client_id: str,
-                 max_frame: int):
-        self._reader, self._writer = reader, writer
-        self.client_id = client_id
+class _FrameProtocol(asyncio.BufferedProtocol):
+    """Receives size-prefixed response frames straight into one bytearray per frame:
+    the event loop's recv_into writes the bytes where the decoder reads them, so a
+    follower's megabyte-sized Fetch answers are copied once (kernel to here), not
+    three more times through a StreamReader (its chunk, its buffer, the frame).
+
+    Each frame gets its own buffer, sized from its 4-byte prefix: the decoded answer
+    hands views of it to the log (a follower's records stay referenced until their
+    write in a worker thread has landed), so a buffer is never reused under them."""
+
+    def __init__(self, max_frame: int):
         self._max_frame = max_frame
+        self._head = bytearray(4)
+        self._buf = self._head          # what get_buffer fills now: the prefix, then the body
+        self._filled = 0
+        self._frames: asyncio.Queue = asyncio.Queue()   # frames, or the error that ended the stream
+        self._transport: asyncio.Transport | None = None
+        self._closed = False
+        self._paused: asyncio.Future | None = None
+        self._failure: BaseException | None = None
+
+    # -- asyncio callbacks -------------------------------------------------------------
+    def connection_made(self, transport) -> None:
+        self._transport = transport
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return memoryview(self._buf)[self._filled:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._filled += nbytes
+        if self._filled < len(self._buf):
+            return
+        if self._buf is self._head:
+            size = _SIZE.unpack(self._head)[0]
+            if not 0 < size <= self._max_frame:
+                self._fail(PeerError(f"response frame of {size} bytes"))
+                return
+            self._buf, self._filled = bytearray(size), 0
+            return
+        self._frames.put_nowait(self._buf)
+        self._buf, self._filled = self._head, 0
+
+    def eof_received(self) -> bool:
+        self._fail(asyncio.IncompleteReadError(b"", None))
+        return False
+
+    def connection_lost(self, exc) -> None:
+        self._closed = True
+        self._fail(exc or asyncio.IncompleteReadError(b"", None))
+        if self._paused is not None and not self._paused.done():
+            self._paused.set_result(None)
+
+    def pause_writing(self) -> None:
+        self._paused = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        if self._paused is not None and not self._paused.done():
+            self._paused.set_result(None)
+        self._paused = None
+
+    # -- for PeerConnection ---------------------------------------------------------------
+    def _fail(self, exc: BaseException) -> None:
+        if self._failure is None:
+            self._failure = exc
+            self._frames.put_nowait(exc)
+            if self._transport is not None and not isinstance(exc, asyncio.IncompleteReadError):
+                self._transport.close()
+
+    async def frame(self) -> memoryview:
+        got = await self._frames.get()
+        if isinstance(got, BaseException):
+            self._frames.put_nowait(got)     # every later read fails the same way
+            raise got
+        return memoryview(got)
+
+    async def send(self, data: bytes) -> None:
+        if self._failure is not None:
+            raise self._failure          # as the read would: the stream has ended
+        if self._closed or self._transport is None or self._transport.is_closing():
+            raise ConnectionResetError("peer connection closed")
+        self._transport.write(data)
+        if self._paused is not None:
+            await self._paused
+
+    def usable(self) -> bool:
+        return not self._closed and self._failure is None and self._transport is not None \
+            and not self._transport.is_closing()
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+
+async def open_frames(host: str, port: int, max_frame: int, timeout_s: float, ssl_context=None,
+                      server_hostname: str | None = None) -> _FrameProtocol:
+    loop = asyncio.get_running_loop()
+    _, proto = await asyncio.wait_for(loop.create_connection(
+        lambda: _FrameProtocol(max_frame), host, port, ssl=ssl_context, server_hostname=server_hostname),
+        timeout_s)
+    return proto
+
+
+class PeerConnection:
+    def __init__(self, frames: _FrameProtocol, client_id: str):
+        self._frames = frames
+        self.client_id = client_id
         self._corr = 0
         # KIP-368: the login to repeat, and when (None: the peer set no session lifetime).
         self._login: tuple[str, str, str, float] | None = None
@@ -58,8 +158,7 @@ class PeerConnection:
     @classmethod
     async def open(cls, host: str, port: int, client_id: str, *, timeout_s: float = 10.0,
                    max_frame: int = 128 * 1024 * 1024) -> "PeerConnection":
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, limit=1 << 20), timeout_s)
-        return cls(reader, writer, client_id, max_frame)
+        return cls(await open_frames(host, port, max_frame, timeout_s), client_id)
 
     async def call(self, api_key: int, version: int, timeout_s: float, **fields) -> Any:
         """Send one request and wait for its response (asyncio.TimeoutError past timeout_s).
@@ -69,15 +168,11 @@ class PeerConnection:
             await self.login(*self._login)
         self._corr += 1
         body = request_class(api_key)(version=version, **fields)
-        self._writer.write(encode_request(api_key, version, self._corr, self.client_id, body))
-        await self._writer.drain()
+        await self._frames.send(encode_request(api_key, version, self._corr, self.client_id, body))
         return await asyncio.wait_for(self._response(api_key, version), timeout_s)
 
     async def _response(self, api_key: int, version: int) -> Any:
-        size = _SIZE.unpack(await self._reader.readexactly(4))[0]
-        if not 0 < size <= self._max_frame:
-            raise PeerError(f"response frame of {size} bytes")
-        frame = memoryview(await self._reader.readexactly(size))
+        frame = await self._frames.frame()
         cls = response_class(api_key)
         corr = _CORR.unpack_from(frame)[0]
         if corr != self._corr:
@@ -91,10 +186,10 @@ class PeerConnection:
         """Not closed by either side as far as this end has seen: a peer that dropped an
         idle connection (its connections.max.idle.ms) or restarted has sent FIN or RST,
         which the event loop turns into EOF or a closing transport."""
-        return not self._writer.is_closing() and not self._reader.at_eof() and self._reader.exception() is None
+        return self._frames.usable()
 
     def close(self) -> None:
-        self._writer.close()
+        self._frames.close()
 
     async def login(self, mechanism: str, username: str, password: str, timeout_s: float) -> None:
         """SaslHandshake v1 then SaslAuthenticate (KIP-152 framing); PeerAuthError when refused.
@@ -169,12 +264,11 @@ class PeerDialer:
             raise self.refused(info.node_id, f"it registered no listener named {self.listener}")
         host, port = addr
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(
-                host, port, limit=1 << 20, ssl=self.ssl_context,
-                server_hostname=host if self.ssl_context else None), self.timeout_s)
+            frames = await open_frames(host, port, max_frame, self.timeout_s, self.ssl_context,
+                                       host if self.ssl_context else None)
         except ssl.SSLError as exc:   # the peer's certificate not accepted, or ours refused
             raise self.refused(info.node_id, f"TLS to {host}:{port}: {exc.reason or exc}") from None
-        conn = PeerConnection(reader, writer, client_id, max_frame)
+        conn = PeerConnection(frames, client_id)
         if self.mechanism:
             try:
                 await conn.login(self.mechanism, self.username, self.password, self.timeout_s)

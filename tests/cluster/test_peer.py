@@ -57,3 +57,83 @@ def test_call_decodes_the_answer_and_checks_the_correlation_id():
             server.close()
             await server.wait_closed()
     asyncio.run(run())
+
+
+def _serving(chunks):
+    """A server that answers each request with `chunks()`: byte strings it writes one by
+    one, draining between them, so the client sees them in separate reads (None: hang up)."""
+    async def serve(reader, writer):
+        try:
+            while True:
+                size = struct.unpack(">i", await reader.readexactly(4))[0]
+                await reader.readexactly(size)
+                for piece in chunks():
+                    if piece is None:          # hang up here
+                        return
+                    writer.write(piece)
+                    await writer.drain()
+                    await asyncio.sleep(0)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+    return serve
+
+
+async def _fetch(conn):
+    T = request_class(1).FetchTopic
+    return await conn.call(1, 12, 5, replica_id=1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
+                           isolation_level=0, session_id=0, session_epoch=-1, forgotten_topics_data=[],
+                           rack_id="", topics=[T(topic="t", partitions=[T.FetchPartition(
+                               partition=3, current_leader_epoch=0, fetch_offset=0, last_fetched_epoch=-1,
+                               log_start_offset=0, partition_max_bytes=1 << 20)])])
+
+
+def _with_server(serve, body, max_frame=128 * 1024 * 1024):
+    async def run():
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        conn = await PeerConnection.open("127.0.0.1", server.sockets[0].getsockname()[1], "test",
+                                         max_frame=max_frame)
+        try:
+            await body(conn)
+        finally:
+            conn.close()
+            server.close()
+            await server.wait_closed()
+    asyncio.run(run())
+
+
+def test_frames_split_anywhere_arrive_whole_and_in_order():
+    """The size prefix and the body received in pieces of any size (one byte, a prefix
+    split in two, a body across many reads): each answer is decoded from exactly its bytes."""
+    corr = iter(range(1, 100))
+
+    def chunks():
+        n = next(corr)
+        frame = encode_response(1, 12, n, _fetch_response(bytes([n]) * (50_000 + n)))
+        cuts = sorted({1, 3, 4, 5, 9, 4096, len(frame) // 2, len(frame) - 1} | set(range(10, 40 * n, 7 * n)))
+        return [frame[a:b] for a, b in zip([0] + cuts, cuts + [len(frame)])]
+
+    async def body(conn):
+        for n in range(1, 6):
+            p = (await _fetch(conn)).responses[0].partitions[0]
+            assert bytes(p.records) == bytes([n]) * (50_000 + n)
+    _with_server(_serving(chunks), body)
+
+
+def test_an_oversized_frame_or_a_connection_ending_midway_fails_the_call_and_every_later_one():
+    big = encode_response(1, 12, 1, _fetch_response(b"x" * 5000))
+
+    async def too_big(conn):
+        for _ in range(2):
+            with pytest.raises(PeerError):
+                await _fetch(conn)
+        assert not conn.usable()
+    _with_server(_serving(lambda: [big]), too_big, max_frame=4096)
+
+    async def cut(conn):
+        for _ in range(2):
+            with pytest.raises(asyncio.IncompleteReadError):
+                await _fetch(conn)
+        assert not conn.usable()
+    _with_server(_serving(lambda: [big[:3000], None]), cut)

@@ -121,6 +121,23 @@ def test_replicated_append_must_continue_the_log(open_log):
     assert follower.log_end_offset == 0
 
 
+def test_replicated_batch_with_a_wrong_crc_is_refused_whole(open_log):
+    """The follower checks every fetched batch's CRC-32C before it writes: one damaged
+    batch refuses the whole fetch, and nothing of it reaches the log or its state."""
+    leader, follower = open_log("leader"), open_log("follower")
+    leader.set_leader_epoch(2)
+    for seq in range(3):
+        put(leader, b"v%d" % seq, producer_id=5, producer_epoch=0, base_sequence=seq)
+    fetched = bytearray(leader.read(0, 1 << 20))
+    fetched[-1] ^= 0x01                              # one bit in the last batch's last record
+    with pytest.raises(AppendError) as exc:
+        follower.append_replicated(memoryview(fetched))
+    assert exc.value.error == KafkaError.CORRUPT_MESSAGE
+    assert (follower.log_end_offset, follower.size_bytes(), follower.producers.entry(5)) == (0, 0, None)
+    follower.append_replicated(memoryview(bytearray(leader.read(0, 1 << 20))))   # the intact bytes: taken as given
+    assert all_bytes(follower) == all_bytes(leader)
+
+
 def test_truncate_cuts_segments_state_and_epochs_and_survives_reopen(open_log, tmp_path, fs):
     log = open_log("replica")
     log.set_leader_epoch(1)
