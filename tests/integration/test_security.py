@@ -310,7 +310,8 @@ def test_deny_wins_over_allow(sec):
 
 
 def test_authorized_operations_are_the_principals_own(sec):
-    """KIP-430: DescribeCluster, Metadata (describe_topics) and DescribeGroups answer
+    """KIP-430: DescribeCluster, Metadata (describe_topics) and DescribeGroups, through
+    confluent-kafka and kafka-python, answer
     exactly what dave's ACLs grant (Read implies Describe), and nothing when not asked."""
     add_user(sec.data_dir, "dave", "dave-pw")
     sec.admin().create_topics([NewTopic("ops-t", 1)])["ops-t"].result(30)
@@ -325,6 +326,8 @@ def test_authorized_operations_are_the_principals_own(sec):
     assert dave.describe_cluster().result(30).authorized_operations is None
     (topic,) = dave.describe_topics(TopicCollection(["ops-t"]), include_authorized_operations=True).values()
     assert set(topic.result(30).authorized_operations) == {O.READ, O.DESCRIBE, O.DESCRIBE_CONFIGS}
+    (group,) = dave.describe_consumer_groups(["ops-g"], include_authorized_operations=True).values()
+    assert set(group.result(30).authorized_operations) == {O.READ, O.DESCRIBE}
     everything = sec.admin().describe_cluster(include_authorized_operations=True).result(30)
     assert set(everything.authorized_operations) == {O.CREATE, O.ALTER, O.DESCRIBE, O.CLUSTER_ACTION,
                                                      O.DESCRIBE_CONFIGS, O.ALTER_CONFIGS, O.IDEMPOTENT_WRITE}
