@@ -311,8 +311,8 @@ def test_deny_wins_over_allow(sec):
 
 def test_authorized_operations_are_the_principals_own(sec):
     """KIP-430: DescribeCluster, Metadata (describe_topics) and DescribeGroups, through
-    confluent-kafka and kafka-python, answer
-    exactly what dave's ACLs grant (Read implies Describe), and nothing when not asked."""
+    confluent-kafka and kafka-python, answer exactly what dave's ACLs grant (Read
+    implies Describe), and nothing when not asked."""
     add_user(sec.data_dir, "dave", "dave-pw")
     sec.admin().create_topics([NewTopic("ops-t", 1)])["ops-t"].result(30)
     for op, resource in (("read", ["--topic", "ops-t"]), ("describe-configs", ["--topic", "ops-t"]),
