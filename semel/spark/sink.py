@@ -1,4 +1,4 @@
-"""The exactly-once `format("semel")` sink (issue 10), foreign-broker mode (b).
+"""The exactly-once `format("semel")` sink, foreign-broker mode (b).
 
 Standard Kafka APIs only, so it works against any Kafka-compatible broker or
 cluster. Requests are routed as a Kafka producer routes them (semel.client.reader.

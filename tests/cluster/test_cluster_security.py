@@ -32,7 +32,7 @@ from tests.support.markers import starts_processes
 from tests.support.wait import until
 
 PASSWORDS = {"broker": "broker-secret", "admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret",
-             "carol": "carol-secret"}
+             "carol": "carol-secret", "dave": "dave-secret"}
 TOPIC = "cs-topic"
 
 
@@ -205,3 +205,29 @@ def test_users_altered_through_one_broker_with_the_admin_api(cluster, monkeypatc
         until(lambda b=b: not logs_in(b.bootstrap, "carol"), f"carol refused on {b.bootstrap}")
     with pytest.raises(KafkaException, match="RESOURCE_NOT_FOUND"):
         a0.describe_user_scram_credentials(["carol"])["carol"].result(30)
+
+
+def test_authorized_operations_on_every_broker(cluster, monkeypatch):
+    """KIP-430 in a cluster: ACLs created through broker 0 (in etcd) decide what
+    DescribeCluster and Metadata report as dave's operations on every broker."""
+    from confluent_kafka import TopicCollection
+    monkeypatch.setenv("CS_PW", PASSWORDS["dave"])
+    assert user(cluster, "add", "dave") == 0
+    grants = [AclBinding(ResourceType.BROKER, "kafka-cluster", ResourcePatternType.LITERAL, "User:dave", "*",
+                         AclOperation.DESCRIBE, AclPermissionType.ALLOW),
+              AclBinding(ResourceType.TOPIC, TOPIC, ResourcePatternType.LITERAL, "User:dave", "*",
+                         AclOperation.WRITE, AclPermissionType.ALLOW)]
+    a0 = _admin(cluster, 0)
+    for f in a0.create_acls(grants).values():
+        f.result(30)
+    for node, b in enumerate(cluster.brokers):
+        until(lambda b=b: logs_in(b.bootstrap, "dave"), f"dave known on {b.bootstrap}")
+        dave = _admin(cluster, node, "dave")
+
+        def operations(dave=dave):
+            described = dave.describe_cluster(include_authorized_operations=True).result(30)
+            (topic,) = dave.describe_topics(TopicCollection([TOPIC]), include_authorized_operations=True).values()
+            return (set(described.authorized_operations or ()),
+                    set(topic.result(30).authorized_operations or ()))
+        until(lambda: operations() == ({AclOperation.DESCRIBE}, {AclOperation.WRITE, AclOperation.DESCRIBE}),
+              f"dave's operations on broker {node}")

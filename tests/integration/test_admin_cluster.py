@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from confluent_kafka import KafkaError as CKError, Producer
+from confluent_kafka import KafkaError as CKError, Producer, TopicCollection
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from semel.protocol.messages import request_class
@@ -32,6 +32,20 @@ def test_describe_cluster_confluent_and_kafka_python(mbroker):
     finally:
         kp.close()
     assert got["cluster_id"] == desc.cluster_id and got["controller_id"] == 0
+    # Without an authorizer every operation of the resource type is authorized (KIP-430).
+    assert sorted(got["authorized_operations"]) == CLUSTER_OPERATIONS
+    assert desc.authorized_operations is None       # not asked for
+    asked = admin.describe_cluster(include_authorized_operations=True).result(30)
+    assert sorted(op.name for op in asked.authorized_operations) == CLUSTER_OPERATIONS
+    admin.create_topics([NewTopic("ops-open", 1)])["ops-open"].result(30)
+    (topic,) = admin.describe_topics(TopicCollection(["ops-open"]), include_authorized_operations=True).values()
+    assert sorted(op.name for op in topic.result(30).authorized_operations) == TOPIC_OPERATIONS
+
+
+CLUSTER_OPERATIONS = sorted(["ALTER", "ALTER_CONFIGS", "CLUSTER_ACTION", "CREATE", "DESCRIBE", "DESCRIBE_CONFIGS",
+                             "IDEMPOTENT_WRITE"])
+TOPIC_OPERATIONS = sorted(["ALTER", "ALTER_CONFIGS", "CREATE", "DELETE", "DESCRIBE", "DESCRIBE_CONFIGS", "READ",
+                           "WRITE"])
 
 
 def test_describe_cluster_controllers_is_mismatched_endpoint(mbroker):

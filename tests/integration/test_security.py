@@ -16,9 +16,11 @@ import urllib.request
 
 import confluent_kafka as ck
 import pytest
+from confluent_kafka import TopicCollection
 from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient,
                                    NewTopic, ResourcePatternType, ResourceType)
 from kafka import KafkaConsumer, KafkaProducer
+from kafka.admin import KafkaAdminClient
 from kafka.errors import KafkaError as KPError
 
 from semel.cli.process import SemelBroker, free_port
@@ -305,6 +307,39 @@ def test_deny_wins_over_allow(sec):
     assert err is not None and err.code() == ck.KafkaError.TOPIC_AUTHORIZATION_FAILED
     assert produce(sec.scram("bob"), "deny-x") is None
     assert sec.end_offset("deny-x") == 1
+
+
+def test_authorized_operations_are_the_principals_own(sec):
+    """KIP-430: DescribeCluster, Metadata (describe_topics) and DescribeGroups, through
+    confluent-kafka and kafka-python, answer exactly what dave's ACLs grant (Read
+    implies Describe), and nothing when not asked."""
+    add_user(sec.data_dir, "dave", "dave-pw")
+    sec.admin().create_topics([NewTopic("ops-t", 1)])["ops-t"].result(30)
+    for op, resource in (("read", ["--topic", "ops-t"]), ("describe-configs", ["--topic", "ops-t"]),
+                         ("describe", ["--cluster"]), ("idempotent-write", ["--cluster"]),
+                         ("read", ["--group", "ops-g"])):
+        sec.acl("--allow", "User:dave", "--operation", op, *resource)
+    dave = AdminClient(sec.scram("dave", password="dave-pw"))
+    O = AclOperation
+    assert set(dave.describe_cluster(include_authorized_operations=True).result(30).authorized_operations) \
+        == {O.DESCRIBE, O.IDEMPOTENT_WRITE}
+    assert dave.describe_cluster().result(30).authorized_operations is None
+    (topic,) = dave.describe_topics(TopicCollection(["ops-t"]), include_authorized_operations=True).values()
+    assert set(topic.result(30).authorized_operations) == {O.READ, O.DESCRIBE, O.DESCRIBE_CONFIGS}
+    (group,) = dave.describe_consumer_groups(["ops-g"], include_authorized_operations=True).values()
+    assert set(group.result(30).authorized_operations) == {O.READ, O.DESCRIBE}
+    everything = sec.admin().describe_cluster(include_authorized_operations=True).result(30)
+    assert set(everything.authorized_operations) == {O.CREATE, O.ALTER, O.DESCRIBE, O.CLUSTER_ACTION,
+                                                     O.DESCRIBE_CONFIGS, O.ALTER_CONFIGS, O.IDEMPOTENT_WRITE}
+    kp = KafkaAdminClient(**sec.plain("dave", "dave-pw"))
+    try:
+        assert sorted(kp.describe_cluster()["authorized_operations"]) == ["DESCRIBE", "IDEMPOTENT_WRITE"]
+        (described,) = kp.describe_topics(["ops-t"])
+        assert sorted(described["authorized_operations"]) == ["DESCRIBE", "DESCRIBE_CONFIGS", "READ"]
+        group = kp.describe_groups(["ops-g"])["ops-g"]
+        assert sorted(group["authorized_operations"]) == ["DESCRIBE", "READ"]
+    finally:
+        kp.close()
 
 
 def test_wrong_password_is_refused_logged_and_counted(sec):

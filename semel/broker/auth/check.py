@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 
-from .acl import ANONYMOUS, Operation, ResourceType
+from .acl import ANONYMOUS, CLUSTER_NAME, VALID_OPERATIONS, Operation, ResourceType
 
 log = logging.getLogger("semel.broker.auth")
 
@@ -67,6 +67,22 @@ def authorize_any(ctx, operation: Operation, resource_type: ResourceType) -> boo
         return True
     principal, host = principal_of(ctx)
     return authorizer.authorize_any(principal, host, operation, resource_type)
+
+
+def authorized_operations(ctx, asked: bool, resource_type: ResourceType, name: str = CLUSTER_NAME) -> set[int] | None:
+    """KIP-430: the operation codes the requester may perform on the resource, for
+    the authorized_operations fields of Metadata, DescribeCluster and DescribeGroups.
+    None when the request did not ask (the codec writes Kafka's -2^31 for it). Without
+    an authorizer, every operation the resource type supports, as Kafka answers.
+    Asks the authorizer directly: a missing operation is an answer, not a denial to count."""
+    if not asked:
+        return None
+    supported = VALID_OPERATIONS[resource_type] - {Operation.ALL}
+    authorizer = ctx.broker.authorizer
+    if not authorizer.enabled:
+        return {int(op) for op in supported}
+    principal, host = principal_of(ctx)
+    return {int(op) for op in supported if authorizer.authorize(principal, host, op, resource_type, name or "")}
 
 
 def _denied(ctx, principal: str, op: Operation, rtype: ResourceType, name: str) -> None:

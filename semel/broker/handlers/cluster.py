@@ -7,6 +7,8 @@ cache (KIP-101/KIP-279): followers truncate to it after a leader change."""
 from __future__ import annotations
 
 from ...protocol.errors import KafkaError
+from ..auth.acl import ResourceType
+from ..auth.check import authorized_operations
 from ..router import handler
 
 LEADER_EPOCH = 0
@@ -39,7 +41,8 @@ async def describe_cluster(ctx, req):
         controller = -1 if controller is None else controller
     return ctx.response(throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=endpoint,
                         cluster_id=cfg.cluster_id, controller_id=controller, brokers=brokers,
-                        authorized_operations=NO_OPERATIONS)
+                        authorized_operations=authorized_operations(
+                            ctx, req.include_cluster_authorized_operations, ResourceType.CLUSTER))
 
 
 @handler(23, 2, 4)

@@ -10,6 +10,8 @@ connection keeps serving the member's other requests (heartbeats, commits).
 from __future__ import annotations
 
 from ...protocol.errors import KafkaError
+from ..auth.acl import ResourceType
+from ..auth.check import authorized_operations
 from ..deferred import Deferred
 from ..router import handler
 
@@ -117,8 +119,8 @@ async def describe_groups(ctx, req):
                                 client_id=m.client_id, client_host=m.client_host,
                                 member_metadata=m.metadata, member_assignment=m.assignment)
                      for m in s.members],
-            # authorized_operations is left unset: the codec encodes None as "not
-            # requested" (INT32_MIN); it takes a set of operations, not an int.
+            authorized_operations=authorized_operations(
+                ctx, req.include_authorized_operations, ResourceType.GROUP, s.group_id),
         ))
     return ctx.response(groups=groups)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import uuid
 
 from ...protocol.errors import KafkaError
+from ..auth.acl import ResourceType
+from ..auth.check import authorized_operations
 from ..router import handler
 from .common import auto_create_in_cluster, may_auto_create, unknown_topic
 
@@ -13,9 +15,24 @@ ZERO_UUID = uuid.UUID(int=0)
 
 @handler(3, 0, 12)
 async def metadata(ctx, req):
+    build = _cluster_metadata if ctx.broker.cluster is not None else _node_metadata
+    return _with_authorized_operations(ctx, req, await build(ctx, req))
+
+
+def _with_authorized_operations(ctx, req, result):
+    """KIP-430 (v8+): what the requester may do on each topic described and (v8-v10)
+    on the cluster; the request's flags are False at versions without them. Topics
+    the gate denies are added after this, without operations, as Kafka answers them."""
+    result.authorized_operations = authorized_operations(
+        ctx, req.include_cluster_authorized_operations, ResourceType.CLUSTER)
+    for t in result.topics:
+        t.authorized_operations = authorized_operations(
+            ctx, req.include_topic_authorized_operations and t.name is not None, ResourceType.TOPIC, t.name)
+    return result
+
+
+async def _node_metadata(ctx, req):
     broker = ctx.broker
-    if broker.cluster is not None:
-        return await _cluster_metadata(ctx, req)
     cfg = broker.config
     cls = ctx.cls()
     logs = broker.logs
