@@ -40,6 +40,7 @@ from ..storage.errors import AppendError, StorageError
 from .peer import PeerAuthError, PeerConnection, PeerDialer, PeerError
 from .reassignment import THROTTLE_RATE, Throttle
 from .state import ClusterView, PartitionState
+from ..protocol.api_keys import ApiKey
 
 log = logging.getLogger("semel.cluster.replica")
 
@@ -626,7 +627,7 @@ class LeaderFetcher:
 
     async def _truncate(self, pending: dict[TopicPartition, _Followed]) -> bool:
         """One OffsetForLeaderEpoch round for the partitions that must truncate; True on progress."""
-        cls = request_class(23)
+        cls = request_class(ApiKey.OFFSET_FOR_LEADER_EPOCH)
         T = cls.OffsetForLeaderTopic
         by_topic: dict[str, list] = {}
         for (topic, p), f in pending.items():
@@ -635,8 +636,8 @@ class LeaderFetcher:
                 continue
             by_topic.setdefault(topic, []).append(T.OffsetForLeaderPartition(
                 partition=p, current_leader_epoch=f.epoch, leader_epoch=plog.epochs.latest_epoch))
-        resp = await self._conn.call(23, EPOCH_VERSION, self.m.request_timeout_s, replica_id=self.m.node_id,
-                                     topics=[T(topic=t, partitions=ps) for t, ps in by_topic.items()])
+        resp = await self._conn.call(ApiKey.OFFSET_FOR_LEADER_EPOCH, EPOCH_VERSION, self.m.request_timeout_s,
+                                     replica_id=self.m.node_id, topics=[T(topic=t, partitions=ps) for t, ps in by_topic.items()])
         progress = False
         for t in resp.topics:
             for r in t.partitions:
@@ -664,7 +665,7 @@ class LeaderFetcher:
 
     async def _fetch(self) -> bool:
         """One Fetch for every followed partition; True when nothing went wrong."""
-        cls = request_class(1)
+        cls = request_class(ApiKey.FETCH)
         T = cls.FetchTopic
         sent: dict[TopicPartition, _Followed] = {}
         by_topic: dict[str, list] = {}
@@ -680,7 +681,7 @@ class LeaderFetcher:
         if not sent:
             return False
         resp = await self._conn.call(
-            1, FETCH_VERSION, self.m.request_timeout_s + self.m.fetch_wait_ms / 1000,
+            ApiKey.FETCH, FETCH_VERSION, self.m.request_timeout_s + self.m.fetch_wait_ms / 1000,
             replica_id=self.m.node_id, max_wait_ms=self.m.fetch_wait_ms, min_bytes=1,
             max_bytes=self.m.fetch_max_bytes * 8, isolation_level=0, session_id=0, session_epoch=-1,
             topics=[T(topic=t, partitions=ps) for t, ps in by_topic.items()], forgotten_topics_data=[],

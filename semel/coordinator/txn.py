@@ -37,6 +37,7 @@ import time
 from typing import Callable
 
 from ..protocol import records
+from ..protocol.api_keys import ApiKey
 from ..protocol.errors import KafkaError
 from ..protocol.txn_hash import partition_for
 from ..storage.errors import AppendError, StorageError
@@ -56,7 +57,8 @@ MAX_EPOCH = 32767
 BRANCH_PREFIX = "__semel_branch:"
 # From these request versions on, a fenced producer is told PRODUCER_FENCED;
 # older clients only know INVALID_PRODUCER_EPOCH (KIP-588).
-_FENCED_SINCE = {22: 4, 24: 2, 25: 2, 26: 2, 28: 3}
+_FENCED_SINCE = {ApiKey.INIT_PRODUCER_ID: 4, ApiKey.ADD_PARTITIONS_TO_TXN: 2, ApiKey.ADD_OFFSETS_TO_TXN: 2,
+                 ApiKey.END_TXN: 2, ApiKey.TXN_OFFSET_COMMIT: 3}
 
 
 def fenced_error(api_key: int, version: int) -> KafkaError:
@@ -385,7 +387,7 @@ class TransactionCoordinator:
         if meta.pending is not None or meta.txn_id in self._initializing or meta.state in PREPARED:
             return KafkaError.CONCURRENT_TRANSACTIONS
         if producer_id != -1 and not self._may_bump(meta, producer_id, producer_epoch):
-            return fenced_error(22, version)
+            return fenced_error(ApiKey.INIT_PRODUCER_ID, version)
         return KafkaError.NONE
 
     async def _init_new(self, txn_id: str, timeout_ms: int) -> tuple[KafkaError, int, int]:
@@ -438,7 +440,7 @@ class TransactionCoordinator:
 
     async def add_partitions(self, txn_id: str, producer_id: int, epoch: int,
                              partitions: list[tuple[str, int]], version: int,
-                             api_key: int = 24) -> dict[tuple[str, int], KafkaError]:
+                             api_key: int = ApiKey.ADD_PARTITIONS_TO_TXN) -> dict[tuple[str, int], KafkaError]:
         meta, err = self._validate(txn_id, producer_id, epoch, api_key, version)
         if err:
             return {tp: err for tp in partitions}
@@ -494,7 +496,7 @@ class TransactionCoordinator:
         if not group_id:
             return KafkaError.INVALID_GROUP_ID
         tp = self._offsets_partition(group_id)
-        result = await self.add_partitions(txn_id, producer_id, epoch, [tp], version, api_key=25)
+        result = await self.add_partitions(txn_id, producer_id, epoch, [tp], version, api_key=ApiKey.ADD_OFFSETS_TO_TXN)
         return result[tp]
 
     def _offsets_partition(self, group_id: str | None) -> tuple[str, int]:
@@ -521,7 +523,7 @@ class TransactionCoordinator:
             return KafkaError.NONE
         err = self._verify(txn_id, producer_id, epoch, self._offsets_partition(group_id))
         if err == KafkaError.INVALID_PRODUCER_EPOCH:
-            return fenced_error(28, version)
+            return fenced_error(ApiKey.TXN_OFFSET_COMMIT, version)
         return err
 
     def _verify(self, txn_id, producer_id, epoch, tp) -> KafkaError:
@@ -545,7 +547,7 @@ class TransactionCoordinator:
         if meta is None or meta.producer_id != producer_id:
             return KafkaError.INVALID_PRODUCER_ID_MAPPING
         if epoch != meta.epoch:
-            return fenced_error(26, version)
+            return fenced_error(ApiKey.END_TXN, version)
         if meta.pending is not None or txn_id in self._joined:
             return KafkaError.CONCURRENT_TRANSACTIONS   # a joined branch ends with its parent
         target = end_txn_outcome(meta.state, commit)

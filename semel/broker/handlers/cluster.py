@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from ...protocol.errors import KafkaError
 from ..router import handler
+from ...protocol.api_keys import ApiKey
 
 LEADER_EPOCH = 0
 ENDPOINT_BROKERS, ENDPOINT_CONTROLLERS = 1, 2
 NO_OPERATIONS = None  # the codec writes Kafka's "not asked for" (-2^31) for None
 
 
-@handler(60, 0, 2)
+@handler(ApiKey.DESCRIBE_CLUSTER, 0, 2)
 async def describe_cluster(ctx, req):
     cfg = ctx.broker.config
     cls = ctx.cls()
@@ -42,7 +43,7 @@ async def describe_cluster(ctx, req):
                         authorized_operations=NO_OPERATIONS)
 
 
-@handler(23, 2, 4)
+@handler(ApiKey.OFFSET_FOR_LEADER_EPOCH, 2, 4)
 async def offset_for_leader_epoch(ctx, req):
     cls = ctx.cls()
     T = cls.OffsetForLeaderTopicResult

@@ -12,6 +12,7 @@ from __future__ import annotations
 from ...protocol.errors import KafkaError
 from ..deferred import Deferred
 from ..router import handler
+from ...protocol.api_keys import ApiKey
 
 
 def _host(ctx) -> str:
@@ -29,7 +30,7 @@ def _answer(fut, build):
     return Deferred(later())
 
 
-@handler(11, 0, 7)
+@handler(ApiKey.JOIN_GROUP, 0, 7)
 async def join_group(ctx, req):
     v = ctx.api_version
     fut = ctx.broker.groups.join_group(
@@ -60,7 +61,7 @@ async def join_group(ctx, req):
     return _answer(fut, build)
 
 
-@handler(14, 0, 5)
+@handler(ApiKey.SYNC_GROUP, 0, 5)
 async def sync_group(ctx, req):
     v = ctx.api_version
     fut = ctx.broker.groups.sync_group(
@@ -77,7 +78,7 @@ async def sync_group(ctx, req):
     return _answer(fut, build)
 
 
-@handler(12, 0, 4)
+@handler(ApiKey.HEARTBEAT, 0, 4)
 async def heartbeat(ctx, req):
     err = ctx.broker.groups.heartbeat(
         req.group_id, req.generation_id, req.member_id,
@@ -85,7 +86,7 @@ async def heartbeat(ctx, req):
     return ctx.response(error_code=err)
 
 
-@handler(13, 0, 4)
+@handler(ApiKey.LEAVE_GROUP, 0, 4)
 async def leave_group(ctx, req):
     v = ctx.api_version
     if v >= 3:
@@ -104,7 +105,7 @@ async def leave_group(ctx, req):
     return ctx.response(error_code=err, members=members)
 
 
-@handler(15, 0, 5)
+@handler(ApiKey.DESCRIBE_GROUPS, 0, 5)
 async def describe_groups(ctx, req):
     group_cls = ctx.cls().DescribedGroup
     member_cls = group_cls.DescribedGroupMember
@@ -123,7 +124,7 @@ async def describe_groups(ctx, req):
     return ctx.response(groups=groups)
 
 
-@handler(16, 0, 4)
+@handler(ApiKey.LIST_GROUPS, 0, 4)
 async def list_groups(ctx, req):
     states = req.states_filter if ctx.api_version >= 4 else None
     err, rows = ctx.broker.groups.list_groups(states)
@@ -132,7 +133,7 @@ async def list_groups(ctx, req):
         listed(group_id=gid, protocol_type=ptype, group_state=state) for gid, ptype, state in rows])
 
 
-@handler(42, 0, 2)
+@handler(ApiKey.DELETE_GROUPS, 0, 2)
 async def delete_groups(ctx, req):
     fut = ctx.broker.groups.delete_groups(req.groups_names or ())
     result_cls = ctx.cls().DeletableGroupResult

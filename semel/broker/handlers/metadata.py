@@ -7,11 +7,12 @@ import uuid
 from ...protocol.errors import KafkaError
 from ..router import handler
 from .common import auto_create_in_cluster, may_auto_create, unknown_topic
+from ...protocol.api_keys import ApiKey
 
 ZERO_UUID = uuid.UUID(int=0)
 
 
-@handler(3, 0, 12)
+@handler(ApiKey.METADATA, 0, 12)
 async def metadata(ctx, req):
     broker = ctx.broker
     if broker.cluster is not None:
@@ -140,7 +141,7 @@ def _cluster_requested_name(t, known):
     return t.name
 
 
-@handler(10, 0, 4)
+@handler(ApiKey.FIND_COORDINATOR, 0, 4)
 async def find_coordinator(ctx, req):
     # key_type 0 = group, 1 = transaction. v4+ (KIP-699) asks for several keys at once.
     key_type = req.key_type if ctx.api_version >= 1 else 0

@@ -8,6 +8,7 @@ from ...protocol.errors import KafkaError
 from .common import by_topic
 from .groups import _answer
 from ..router import handler
+from ...protocol.api_keys import ApiKey
 
 
 def subscribed_topics(metadata: bytes) -> set[str]:
@@ -19,7 +20,7 @@ def subscribed_topics(metadata: bytes) -> set[str]:
         return set()
 
 
-@handler(47, 0, 0)
+@handler(ApiKey.OFFSET_DELETE, 0, 0)
 async def offset_delete(ctx, req):
     order = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
     fut = ctx.broker.groups.delete_offsets(req.group_id, list(dict.fromkeys(order)), subscribed_topics)

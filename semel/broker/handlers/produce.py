@@ -23,6 +23,7 @@ from ...storage.errors import AppendError, StorageError
 from ..connection import Deferred
 from ..router import handler
 from .common import auto_create_in_cluster, lookup, may_auto_create, unknown_topic
+from ...protocol.api_keys import ApiKey
 
 log = logging.getLogger("semel.broker.produce")
 
@@ -51,7 +52,7 @@ class _PartitionResult:
 LOOP_WRITE_BUDGET_BYTES = 8 * 1024 * 1024
 
 
-@handler(0, 3, 9)
+@handler(ApiKey.PRODUCE, 3, 9)
 async def produce(ctx, req):
     acks = req.acks
     results: list[tuple[str, list[_PartitionResult]]] = []

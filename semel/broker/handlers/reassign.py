@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from ...protocol.errors import KafkaError
 from ..router import handler
+from ...protocol.api_keys import ApiKey
 
 CAS_TRIES = 10
 
 
-@handler(45, 0, 1)
+@handler(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, 1)
 async def alter_partition_reassignments(ctx, req):
     cls = ctx.cls()
     T, P = cls.ReassignableTopicResponse, cls.ReassignableTopicResponse.ReassignablePartitionResponse
@@ -53,7 +54,7 @@ async def _alter_one(view, topic: str, index: int, replicas, allow_rf_change: bo
     return KafkaError.REQUEST_TIMED_OUT, "the partition kept changing; try again"
 
 
-@handler(46, 0, 0)
+@handler(ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, 0)
 async def list_partition_reassignments(ctx, req):
     cls = ctx.cls()
     T = cls.OngoingTopicReassignment

@@ -4,11 +4,12 @@ from __future__ import annotations
 from ...protocol.errors import KafkaError
 from ...storage.errors import OffsetOutOfRange, StorageError
 from ..router import handler
+from ...protocol.api_keys import ApiKey
 
 HIGH_WATERMARK = -1  # the request's "up to the high watermark"
 
 
-@handler(21, 0, 2)
+@handler(ApiKey.DELETE_RECORDS, 0, 2)
 async def delete_records(ctx, req):
     cls = ctx.cls()
     T = cls.DeleteRecordsTopicResult

@@ -9,6 +9,7 @@ from __future__ import annotations
 from ...protocol.errors import KafkaError
 from ..auth.users import ITERATIONS, MAX_ITERATIONS, MECHANISM_CODES, credential_from_salted
 from ..router import handler
+from ...protocol.api_keys import ApiKey
 
 _CODE_OF = {name: code for code, name in MECHANISM_CODES.items()}
 
@@ -56,7 +57,7 @@ def _check(entry, upsert, seen) -> tuple[KafkaError, str] | None:
     return None
 
 
-@handler(51, 0, 0)
+@handler(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, 0)
 async def alter_user_scram_credentials(ctx, body):
     R = ctx.cls().AlterUserScramCredentialsResult
     changes, errors = plan(body.deletions or [], body.upsertions or [])
@@ -74,7 +75,7 @@ async def alter_user_scram_credentials(ctx, body):
         for n in names])
 
 
-@handler(50, 0, 0)
+@handler(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0)
 async def describe_user_scram_credentials(ctx, body):
     cls = ctx.cls()
     R = cls.DescribeUserScramCredentialsResult
