@@ -4,11 +4,11 @@ from __future__ import annotations
 import sys
 
 from ..client import Client, ClientError
+from ..protocol.api_keys import ApiKey
 from ..protocol.errors import KafkaError
 from ..protocol.messages import request_class
 from . import topic_reassign
 from .main import CliError
-from ..protocol.api_keys import ApiKey
 
 
 def add_parser(sub) -> None:
@@ -150,7 +150,8 @@ def _alter(client, args) -> int:
     if args.partitions is not None:
         T = request_class(ApiKey.CREATE_PARTITIONS).CreatePartitionsTopic
         resp = client.request(ApiKey.CREATE_PARTITIONS,
-                              topics=[T(name=args.name, count=args.partitions, assignments=None)], timeout_ms=30000, validate_only=False)
+                              topics=[T(name=args.name, count=args.partitions, assignments=None)],
+                              timeout_ms=30000, validate_only=False)
         r = resp.results[0]
         _check(KafkaError(r.error_code), f"alter partitions of {args.name}", r.error_message)
         print(f"topic {args.name} now has {args.partitions} partition(s)")

@@ -11,10 +11,10 @@ import json
 import sys
 
 from ..client import Client, ClientError
+from ..protocol.api_keys import ApiKey
 from ..protocol.errors import KafkaError
 from ..protocol.messages import request_class
 from .main import CliError
-from ..protocol.api_keys import ApiKey
 
 THROTTLE_RATE = "leader.replication.throttled.rate"
 SET, DELETE = 0, 1          # IncrementalAlterConfigs operations
@@ -163,7 +163,8 @@ def _set_throttle(client, rate: int | None) -> None:
     op = R.AlterableConfig(name=THROTTLE_RATE, config_operation=SET if rate is not None else DELETE,
                            value=None if rate is None else str(rate))
     resp = client.request(ApiKey.INCREMENTAL_ALTER_CONFIGS,
-                          resources=[R(resource_type=RESOURCE_BROKER, resource_name="", configs=[op])], validate_only=False)
+                          resources=[R(resource_type=RESOURCE_BROKER, resource_name="", configs=[op])],
+                          validate_only=False)
     r = resp.responses[0]
     if r.error_code:
         raise CliError(f"cannot set the throttle: {KafkaError(r.error_code).name} ({r.error_message})")

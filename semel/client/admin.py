@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..protocol.api_keys import ApiKey
 from ..protocol.errors import KafkaError
 from ..protocol.messages import request_class
 from .client import Client, ClientError
-from ..protocol.api_keys import ApiKey
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,9 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+from ..protocol.api_keys import ApiKey
 from ..protocol.errors import KafkaError
 from ..protocol.messages import decode_response, encode_request, request_class
-from ..protocol.api_keys import ApiKey
 
 # The highest versions this client speaks (kept modest: it needs no newer fields).
 CLIENT_MAX = {

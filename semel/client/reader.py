@@ -22,12 +22,12 @@ from typing import Callable, Iterable, Iterator
 from aiokafka.errors import CorruptRecordException, UnsupportedCodecError
 from aiokafka.record.default_records import DefaultRecordBatch
 
+from ..protocol.api_keys import ApiKey
 from ..protocol.errors import KafkaError
 from ..protocol.messages import request_class
 from ..protocol.records import ATTR_CONTROL, ATTR_TRANSACTIONAL, CONTROL_ABORT, crc_ok, iter_batches
 from .client import Client, ClientError, TlsError
 from .security import PLAINTEXT, Security, SecurityError
-from ..protocol.api_keys import ApiKey
 
 EARLIEST = -2
 LATEST = -1

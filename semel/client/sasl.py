@@ -3,9 +3,9 @@ for PLAIN, SCRAM-SHA-256/512 (scramp computes the SCRAM exchange) and OAUTHBEARE
 (RFC 7628: the token goes where the password would)."""
 from __future__ import annotations
 
+from ..protocol.api_keys import ApiKey
 from ..protocol.errors import KafkaError
 from .client import Client, ClientError
-from ..protocol.api_keys import ApiKey
 
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 

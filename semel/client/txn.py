@@ -13,10 +13,10 @@ import time
 from dataclasses import dataclass, field
 
 from ..protocol import records
+from ..protocol.api_keys import ApiKey
 from ..protocol.errors import KafkaError
 from ..protocol.messages import request_class
 from .client import Client
-from ..protocol.api_keys import ApiKey
 
 TP = tuple[str, int]
 

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..client.sasl import login_steps
+from ..protocol.api_keys import ApiKey
 from ..protocol.errors import KafkaError
 from ..protocol.messages import encode_request, request_class, response_class
-from ..protocol.api_keys import ApiKey
 
 log = logging.getLogger("semel.cluster.peer")
 

@@ -33,6 +33,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from ..protocol.api_keys import ApiKey
 from ..protocol.errors import KafkaError
 from ..protocol.messages import request_class
 from ..storage import checked_file
@@ -40,7 +41,6 @@ from ..storage.errors import AppendError, StorageError
 from .peer import PeerAuthError, PeerConnection, PeerDialer, PeerError
 from .reassignment import THROTTLE_RATE, Throttle
 from .state import ClusterView, PartitionState
-from ..protocol.api_keys import ApiKey
 
 log = logging.getLogger("semel.cluster.replica")
 
@@ -637,7 +637,8 @@ class LeaderFetcher:
             by_topic.setdefault(topic, []).append(T.OffsetForLeaderPartition(
                 partition=p, current_leader_epoch=f.epoch, leader_epoch=plog.epochs.latest_epoch))
         resp = await self._conn.call(ApiKey.OFFSET_FOR_LEADER_EPOCH, EPOCH_VERSION, self.m.request_timeout_s,
-                                     replica_id=self.m.node_id, topics=[T(topic=t, partitions=ps) for t, ps in by_topic.items()])
+                                     replica_id=self.m.node_id,
+                                     topics=[T(topic=t, partitions=ps) for t, ps in by_topic.items()])
         progress = False
         for t in resp.topics:
             for r in t.partitions:

@@ -20,10 +20,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from ..protocol.api_keys import ApiKey
 from ..protocol.errors import KafkaError
 from ..protocol.messages import request_class
 from .peer import PeerAuthError, PeerConnection, PeerDialer, PeerError
-from ..protocol.api_keys import ApiKey
 
 log = logging.getLogger("semel.cluster.txn_markers")
 

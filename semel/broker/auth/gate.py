@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...coordinator.txn import branch_of
+from ...coordinator.txn_branches import branch_of
+from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..deferred import Deferred
 from .acl import CLUSTER_NAME, Operation as Op, ResourceType as Rt
 from .check import authorize_any
 from .sasl import session_expired
-from ...protocol.api_keys import ApiKey
 
 # Requests a SASL listener answers before authentication; anything else closes it.
 PRE_AUTH_APIS = {ApiKey.SASL_HANDSHAKE, ApiKey.API_VERSIONS, ApiKey.SASL_AUTHENTICATE}
@@ -235,7 +235,7 @@ def _txn_offset_commit(ctx, body):
 
 def _may_add(ctx, t) -> bool:
     """Write on the topic; for a branch's pseudo-partition (a Spark sink batch joining
-    its branches, coordinator.txn.branch_of) Write on the branch's transactional id,
+    its branches, coordinator.txn_branches.branch_of) Write on the branch's transactional id,
     the resource that pseudo-partition stands for."""
     branch = branch_of((t.name, 0)) if list(t.partitions) == [0] else None
     if branch is not None:

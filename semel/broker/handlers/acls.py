@@ -2,11 +2,11 @@
 Who may call them (Alter/Describe on the cluster) is checked in auth.gate."""
 from __future__ import annotations
 
+from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..auth.acl import (AclBinding, AclFilter, InvalidAcl, Operation, PatternType, Permission,
                         ResourceType)
 from ..router import handler
-from ...protocol.api_keys import ApiKey
 
 
 def _enum(enum, value):

@@ -1,6 +1,6 @@
 """ApiVersions (18): derived from the router, so we advertise exactly what we serve."""
-from ..router import handler, supported_versions
 from ...protocol.api_keys import ApiKey
+from ..router import handler, supported_versions
 
 
 @handler(ApiKey.API_VERSIONS, 0, 3)

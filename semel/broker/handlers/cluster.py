@@ -6,9 +6,9 @@ at the log end. In a cluster the answer comes from the partition's leader-epoch
 cache (KIP-101/KIP-279): followers truncate to it after a leader change."""
 from __future__ import annotations
 
+from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..router import handler
-from ...protocol.api_keys import ApiKey
 
 LEADER_EPOCH = 0
 ENDPOINT_BROKERS, ENDPOINT_CONTROLLERS = 1, 2

@@ -5,10 +5,10 @@ once). Broker configs are described but not alterable on this broker."""
 from __future__ import annotations
 
 from ...cluster.reassignment import THROTTLE_RATE
+from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ...storage.manager import validate_topic_config
 from ..router import handler
-from ...protocol.api_keys import ApiKey
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4

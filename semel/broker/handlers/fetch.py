@@ -14,10 +14,10 @@ import logging
 import time
 
 from ...cluster.member import check_leader
+from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ...storage.errors import CorruptLogError, OffsetOutOfRange, StorageError
 from ..router import handler
-from ...protocol.api_keys import ApiKey
 
 log = logging.getLogger("semel.broker.fetch")
 

@@ -9,10 +9,10 @@ connection keeps serving the member's other requests (heartbeats, commits).
 """
 from __future__ import annotations
 
+from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..deferred import Deferred
 from ..router import handler
-from ...protocol.api_keys import ApiKey
 
 
 def _host(ctx) -> str:

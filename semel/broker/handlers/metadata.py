@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import uuid
 
+from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..router import handler
 from .common import auto_create_in_cluster, may_auto_create, unknown_topic
-from ...protocol.api_keys import ApiKey
 
 ZERO_UUID = uuid.UUID(int=0)
 

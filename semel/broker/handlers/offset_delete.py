@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
 
+from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from .common import by_topic
 from .groups import _answer
 from ..router import handler
-from ...protocol.api_keys import ApiKey
 
 
 def subscribed_topics(metadata: bytes) -> set[str]:

@@ -9,11 +9,11 @@ offsets_retention_ms).
 """
 from __future__ import annotations
 
+from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..router import handler
 from .common import by_topic
 from .groups import _answer
-from ...protocol.api_keys import ApiKey
 
 
 def _partition_known(ctx, topic: str, partition: int) -> bool:

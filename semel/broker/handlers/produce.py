@@ -16,6 +16,7 @@ import logging
 
 from ...cluster.member import check_leader
 from ...protocol import records
+from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ...protocol.produce_response import ProduceAnswer, ProducePartitionAnswer, ProduceTopicAnswer, RecordError
 from ...storage import compaction
@@ -23,7 +24,6 @@ from ...storage.errors import AppendError, StorageError
 from ..connection import Deferred
 from ..router import handler
 from .common import auto_create_in_cluster, lookup, may_auto_create, unknown_topic
-from ...protocol.api_keys import ApiKey
 
 log = logging.getLogger("semel.broker.produce")
 

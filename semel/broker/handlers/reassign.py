@@ -6,9 +6,9 @@ per partition and nothing to move: it answers what Kafka answers without a
 controller to move anything."""
 from __future__ import annotations
 
+from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..router import handler
-from ...protocol.api_keys import ApiKey
 
 CAS_TRIES = 10
 

@@ -1,10 +1,10 @@
 """DeleteRecords (21): move a partition's log start offset (its low watermark) up."""
 from __future__ import annotations
 
+from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ...storage.errors import OffsetOutOfRange, StorageError
 from ..router import handler
-from ...protocol.api_keys import ApiKey
 
 HIGH_WATERMARK = -1  # the request's "up to the high watermark"
 

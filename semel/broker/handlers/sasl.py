@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import logging
 
+from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..auth import oauth
 from ..auth.sasl import AuthFailed, IllegalState, SaslSession, SaslSettings, State, TokenRefused
 from ..connection import bad_input_log
 from ..router import handler
-from ...protocol.api_keys import ApiKey
 
 log = logging.getLogger("semel.broker.auth")
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import functools
 import uuid
 
+from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ...storage.manager import validate_topic_config, validate_topic_name
 from ..router import handler
-from ...protocol.api_keys import ApiKey
 
 
 @handler(ApiKey.CREATE_TOPICS, 2, 7)

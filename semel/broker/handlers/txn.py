@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import logging
 
+from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..router import handler
 from .common import by_topic, first_error
-from ...protocol.api_keys import ApiKey
 
 log = logging.getLogger("semel.broker.txn")
 

@@ -23,11 +23,11 @@ from ...cluster.txn_markers import is_coordinator_client
 from ...coordinator.txn import OFFSETS_TOPIC
 from ...coordinator.txn_states import PREPARED, TxnState
 from ...protocol import records
+from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ...storage.errors import AppendError, StorageError
 from ..router import handler
 from .common import by_topic
-from ...protocol.api_keys import ApiKey
 
 log = logging.getLogger("semel.broker.txn_admin")
 

@@ -6,10 +6,10 @@ file, in a cluster the users in etcd, which every broker follows. Who may call t
 (Alter / Describe on the cluster) is checked in auth.gate."""
 from __future__ import annotations
 
+from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..auth.users import ITERATIONS, MAX_ITERATIONS, MECHANISM_CODES, credential_from_salted
 from ..router import handler
-from ...protocol.api_keys import ApiKey
 
 _CODE_OF = {name: code for code, name in MECHANISM_CODES.items()}
 
