@@ -13,6 +13,8 @@ on a single node.
 """
 from __future__ import annotations
 
+from ..protocol.api_keys import ApiKey
+
 
 def by_topic(pairs, make):
     # Imported here: the handlers package imports broker.connection, which imports us.
@@ -55,21 +57,26 @@ def _txn_offset_commit(ctx, body, E):
     return ctx.response(throttle_time_ms=0, topics=[T(name=n, partitions=ps) for n, ps in grouped.items()])
 
 
-# api key -> refusal. InitProducerId (22) only with a transactional id: idempotent
+# api key -> refusal. InitProducerId only with a transactional id: idempotent
 # producer ids come from any broker.
-REFUSALS = {8: _offset_commit, 9: _offset_fetch, 11: _top_level, 12: _top_level, 13: _top_level,
-            14: _top_level, 22: _top_level, 24: _add_partitions, 25: _top_level, 26: _top_level,
-            28: _txn_offset_commit}
+REFUSALS = {
+    ApiKey.OFFSET_COMMIT: _offset_commit, ApiKey.OFFSET_FETCH: _offset_fetch,
+    ApiKey.JOIN_GROUP: _top_level, ApiKey.HEARTBEAT: _top_level, ApiKey.LEAVE_GROUP: _top_level,
+    ApiKey.SYNC_GROUP: _top_level, ApiKey.INIT_PRODUCER_ID: _top_level,
+    ApiKey.ADD_PARTITIONS_TO_TXN: _add_partitions, ApiKey.ADD_OFFSETS_TO_TXN: _top_level, ApiKey.END_TXN: _top_level,
+    ApiKey.TXN_OFFSET_COMMIT: _txn_offset_commit,
+}
 
 
 # The transaction coordinator's APIs; every other one above is the group coordinator's
 # (TxnOffsetCommit included: it writes to __consumer_offsets).
-TXN_APIS = frozenset({22, 24, 25, 26})
+TXN_APIS = frozenset({ApiKey.INIT_PRODUCER_ID, ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.ADD_OFFSETS_TO_TXN,
+                      ApiKey.END_TXN})
 
 
 def coordinator_key(api_key: int, body) -> str | None:
     """The id whose partition's coordinator must serve the request."""
-    if api_key == 24:
+    if api_key == ApiKey.ADD_PARTITIONS_TO_TXN:
         return body.v3_and_below_transactional_id
     return body.transactional_id if api_key in TXN_APIS else body.group_id
 
@@ -81,7 +88,7 @@ def coordinator_guard(broker, fn):
 
     async def guarded(ctx, body):
         refuse = REFUSALS.get(ctx.api_key)
-        if refuse is not None and (ctx.api_key != 22 or body.transactional_id is not None):
+        if refuse is not None and (ctx.api_key != ApiKey.INIT_PRODUCER_ID or body.transactional_id is not None):
             coordinators = broker.txns if ctx.api_key in TXN_APIS else broker.groups
             err = coordinators.error_for(coordinator_key(ctx.api_key, body))
             if err:

@@ -24,41 +24,22 @@ is not, and the history records what actually happened.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import random
-import signal
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from .cluster import CLUSTER_FAULTS, CheckCluster
 from .errors import WorkloadError
+from .faults import BROKER_FAULTS, FAULTS, FaultInjection
 from .history import NEMESIS, HistoryWriter
-from .target import BrokerStartError, ManagedBroker
+from .processes import Slot, WorkerProcesses
+from .target import ManagedBroker
 from .threads import blocking
 
-FAULTS = ("client-kill", "client-pause", "broker-kill", "disk-full", "slow-fsync") + CLUSTER_FAULTS
-BROKER_FAULTS = frozenset({"broker-kill", "disk-full", "slow-fsync"})
-CONSUMER_SLOTS = (
-    # name, mode, isolation, group suffix
-    ("assign-rc", "assign", "read_committed", None),
-    ("assign-ru", "assign", "read_uncommitted", None),
-    ("group-rc-1", "subscribe", "read_committed", "rc"),
-    ("group-rc-2", "subscribe", "read_committed", "rc"),
-    ("group-ru", "subscribe", "read_uncommitted", "ru"),
-)
-
-
-def signal_worker(proc: asyncio.subprocess.Process, sig: int) -> None:
-    """os.kill, not proc.send_signal: the latter polls (and may reap) a child that
-    just exited, racing asyncio's own child watcher. An exited but unreaped
-    child still holds its pid, so this cannot hit a stranger."""
-    try:
-        os.kill(proc.pid, sig)
-    except ProcessLookupError:
-        pass
+__all__ = ["BROKER_FAULTS", "CLUSTER_FAULTS", "FAULTS", "Workload", "WorkloadConfig",
+           "WorkloadError", "run_workload"]
 
 
 @dataclass
@@ -104,20 +85,7 @@ class WorkloadConfig:
             raise WorkloadError("duration must be positive")
 
 
-@dataclass
-class Slot:
-    """A stable client identity; its worker process is replaced when killed."""
-
-    name: str
-    role: str                      # producer | consumer
-    wcfg: dict
-    rng: random.Random
-    proc: asyncio.subprocess.Process | None = None
-    process: int | None = None     # history process id of the current incarnation
-    paused: bool = False
-
-
-class Workload:
+class Workload(WorkerProcesses, FaultInjection):
     def __init__(self, cfg: WorkloadConfig):
         cfg.validate()
         self.cfg = cfg
@@ -145,78 +113,6 @@ class Workload:
 
     def note(self, f: str, **value) -> None:
         self.record({"process": NEMESIS, "type": "info", "f": f, "value": value})
-
-    # ------------------------------------------------------------------ slots
-
-    def _base_cfg(self) -> dict:
-        return {"bootstrap": self.cfg.bootstrap, "topic": self.topic, "keys": self.cfg.keys,
-                "max_seconds": self.cfg.duration_s + self.cfg.drain_timeout_s + 300}
-
-    def build_slots(self) -> None:
-        for i in range(self.cfg.producers):
-            name = f"producer-{i}"
-            wcfg = dict(self._base_cfg(), role="producer", txn_id=f"{self.topic}-{name}")
-            self.slots.append(Slot(name, "producer", wcfg, random.Random(f"{self.cfg.seed}/{name}")))
-        for i in range(self.cfg.zombies):
-            name = f"zombie-{i}"
-            wcfg = dict(self._base_cfg(), role="producer", txn_id=f"{self.topic}-zombie")
-            self.zombies.append(Slot(name, "producer", wcfg, random.Random(f"{self.cfg.seed}/{name}")))
-        self.slots += self.zombies
-        for name, mode, iso, group in CONSUMER_SLOTS:
-            wcfg = dict(self._base_cfg(), role="consumer", mode=mode, isolation=iso,
-                        group=f"{self.topic}-{group}" if group else None)
-            self.slots.append(Slot(name, "consumer", wcfg, random.Random(f"{self.cfg.seed}/{name}")))
-
-    async def spawn(self, slot: Slot, ready_timeout_s: float | None = None, start_at: float | None = None) -> bool:
-        self.next_process += 1
-        slot.process = self.next_process
-        slot.paused = False
-        wcfg = dict(slot.wcfg, client_id=f"semel-check-{slot.name}-{slot.process}")
-        if start_at is not None:
-            wcfg["start_at"] = start_at
-        slot.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "semel.check.worker", json.dumps(wcfg),
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=self.worker_log,
-            limit=1 << 24)
-        hello = await self._read(slot, ready_timeout_s or self.cfg.ready_timeout_s)
-        if hello is None or not hello.get("ready"):
-            why = (hello or {}).get("error", "no answer")
-            self.note("worker-start-failed", slot=slot.name, process=slot.process, error=why)
-            await self.reap(slot)
-            return False
-        return True
-
-    async def _read(self, slot: Slot, timeout_s: float) -> dict | None:
-        try:
-            line = await asyncio.wait_for(slot.proc.stdout.readline(), timeout_s)
-        except (asyncio.TimeoutError, ValueError, ConnectionError):
-            return None
-        if not line:
-            return None
-        try:
-            return json.loads(line)
-        except json.JSONDecodeError:
-            return None
-
-    async def call(self, slot: Slot, cmd: dict, timeout_s: float) -> dict | None:
-        """Send one command; None when the worker died or did not answer in time."""
-        if slot.proc is None or slot.proc.returncode is not None:
-            return None
-        try:
-            slot.proc.stdin.write((json.dumps(cmd) + "\n").encode())
-            await slot.proc.stdin.drain()
-        except (ConnectionError, BrokenPipeError):
-            return None
-        return await self._read(slot, timeout_s)
-
-    async def reap(self, slot: Slot) -> None:
-        proc, slot.proc = slot.proc, None
-        if proc is None:
-            return
-        if proc.returncode is None:
-            signal_worker(proc, signal.SIGCONT)
-            signal_worker(proc, signal.SIGKILL)
-        await proc.wait()
 
     # ------------------------------------------------------------------ ops
 
@@ -321,99 +217,6 @@ class Workload:
             await asyncio.sleep(slot.rng.uniform(0, 0.02))
 
     # ------------------------------------------------------------------ nemesis
-
-    def live_slots(self) -> list[Slot]:
-        return [s for s in self.slots if s.proc is not None and s.proc.returncode is None and not s.paused]
-
-    async def nemesis(self) -> None:
-        faults = list(self.cfg.faults)
-        rng = self.nemesis_rng
-        while faults:
-            delay = rng.uniform(*self.cfg.fault_interval_s)
-            try:
-                await asyncio.wait_for(self.stop.wait(), delay)
-                return
-            except asyncio.TimeoutError:
-                pass
-            fault = rng.choice(faults)
-            if fault in CLUSTER_FAULTS:
-                await self.cfg.cluster.fault(fault, rng, self)
-            else:
-                await getattr(self, "fault_" + fault.replace("-", "_"))(rng)
-
-    async def fault_client_kill(self, rng: random.Random) -> None:
-        live = self.live_slots()
-        if not live:
-            return
-        victim = rng.choice(live)
-        self.record({"process": NEMESIS, "type": "invoke", "f": "kill-client",
-                     "value": {"slot": victim.name, "process": victim.process}})
-        signal_worker(victim.proc, signal.SIGKILL)
-        self.note("kill-client", slot=victim.name, process=victim.process)
-
-    async def fault_client_pause(self, rng: random.Random) -> None:
-        live = self.live_slots()
-        if not live:
-            return
-        victim = rng.choice(live)
-        seconds = round(rng.uniform(0.3, 3.0), 2)
-        self.record({"process": NEMESIS, "type": "invoke", "f": "pause-client",
-                     "value": {"slot": victim.name, "process": victim.process, "seconds": seconds}})
-        proc = victim.proc
-        victim.paused = True
-        try:
-            signal_worker(proc, signal.SIGSTOP)
-            await asyncio.sleep(seconds)
-        finally:
-            signal_worker(proc, signal.SIGCONT)
-            victim.paused = False
-        self.note("pause-client", slot=victim.name, process=victim.process, seconds=seconds)
-
-    async def _restart_broker(self, env: dict | None = None) -> None:
-        broker = self.cfg.broker
-        await blocking(broker.kill)
-        for attempt in range(5):
-            try:
-                await blocking(broker.start, env)
-                return
-            except BrokerStartError as exc:
-                self.note("broker-start-failed", attempt=attempt, error=str(exc))
-                await asyncio.sleep(1.0)
-        raise WorkloadError(f"the broker did not come back after a fault (log: {broker.log_path})")
-
-    async def fault_broker_kill(self, rng: random.Random) -> None:
-        down = round(rng.uniform(0.1, 1.5), 2)
-        self.record({"process": NEMESIS, "type": "invoke", "f": "kill-broker", "value": {"down_s": down}})
-        await blocking(self.cfg.broker.kill)
-        await asyncio.sleep(down)
-        await self._restart_broker()
-        self.note("kill-broker", down_s=down)
-
-    async def _fs_episode(self, f: str, spec: str, hold_s: float) -> None:
-        """Restart the broker with a storage fault, hold it, restart it healthy."""
-        self.record({"process": NEMESIS, "type": "invoke", "f": f, "value": {"spec": spec, "hold_s": hold_s}})
-        broker = self.cfg.broker
-        await blocking(broker.kill)
-        try:
-            await blocking(broker.start, {"SEMEL_FS_FAULTS": spec})
-            started = True
-        except BrokerStartError as exc:
-            # A broker may refuse to start on a full disk; that is its right.
-            self.note("fault-start-failed", spec=spec, error=str(exc))
-            started = False
-        if started:
-            await asyncio.sleep(hold_s)
-        await self._restart_broker()
-        self.note(f, spec=spec, hold_s=hold_s, started=started)
-
-    async def fault_disk_full(self, rng: random.Random) -> None:
-        # The storage seam fails writes with ENOSPC once this many bytes were written.
-        await self._fs_episode("disk-full", f"enospc_after_bytes={rng.randint(1, 64) * 1024}",
-                               round(rng.uniform(2.0, 5.0), 2))
-
-    async def fault_slow_fsync(self, rng: random.Random) -> None:
-        await self._fs_episode("slow-fsync", f"fsync_delay_ms={rng.choice([20, 50, 100])}",
-                               round(rng.uniform(3.0, 8.0), 2))
 
     # ------------------------------------------------------------------ phases
 

@@ -73,7 +73,7 @@ def add_parser(sub) -> None:
 
 
 def _faults(args, managed: bool) -> tuple:
-    from ..check.workload import BROKER_FAULTS, CLUSTER_FAULTS, FAULTS
+    from ..check.faults import BROKER_FAULTS, CLUSTER_FAULTS, FAULTS
     spec = args.faults
     if spec is None:
         spec = (DEFAULT_FAULTS_CLUSTER if args.cluster else

@@ -4,6 +4,7 @@ from __future__ import annotations
 import sys
 
 from ..client import Client, ClientError
+from ..protocol.api_keys import ApiKey
 from ..protocol.errors import KafkaError
 from ..protocol.messages import request_class
 from . import topic_reassign
@@ -137,17 +138,19 @@ def _alter(client, args) -> int:
         raise CliError("alter: give --partitions, --config or --delete-config")
     if configs or args.delete_config:
         # Configs first: a bad config leaves the partition count alone too.
-        R = request_class(44).AlterConfigsResource
+        R = request_class(ApiKey.INCREMENTAL_ALTER_CONFIGS).AlterConfigsResource
         ops = [R.AlterableConfig(name=k, config_operation=SET, value=v) for k, v in configs.items()]
         ops += [R.AlterableConfig(name=k, config_operation=DELETE, value=None) for k in args.delete_config]
-        resp = client.request(44, resources=[R(resource_type=RESOURCE_TOPIC, resource_name=args.name,
-                                                configs=ops)], validate_only=False)
+        resp = client.request(ApiKey.INCREMENTAL_ALTER_CONFIGS,
+                              resources=[R(resource_type=RESOURCE_TOPIC, resource_name=args.name, configs=ops)],
+                              validate_only=False)
         r = resp.responses[0]
         _check(KafkaError(r.error_code), f"alter configs of {args.name}", r.error_message)
         print(f"altered configs of topic {args.name}")
     if args.partitions is not None:
-        T = request_class(37).CreatePartitionsTopic
-        resp = client.request(37, topics=[T(name=args.name, count=args.partitions, assignments=None)],
+        T = request_class(ApiKey.CREATE_PARTITIONS).CreatePartitionsTopic
+        resp = client.request(ApiKey.CREATE_PARTITIONS,
+                              topics=[T(name=args.name, count=args.partitions, assignments=None)],
                               timeout_ms=30000, validate_only=False)
         r = resp.results[0]
         _check(KafkaError(r.error_code), f"alter partitions of {args.name}", r.error_message)
@@ -157,10 +160,10 @@ def _alter(client, args) -> int:
 
 def _delete_records(client, args) -> int:
     parts = args.partition if args.partition is not None else list(range(client.partitions(args.name)))
-    T = request_class(21).DeleteRecordsTopic
+    T = request_class(ApiKey.DELETE_RECORDS).DeleteRecordsTopic
     topic = T(name=args.name, partitions=[T.DeleteRecordsPartition(partition_index=p, offset=args.before)
                                           for p in parts])
-    resp = client.request(21, topics=[topic], timeout_ms=30000)
+    resp = client.request(ApiKey.DELETE_RECORDS, topics=[topic], timeout_ms=30000)
     failed = []
     for r in resp.topics[0].partitions:
         err = KafkaError(r.error_code)

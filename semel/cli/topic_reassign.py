@@ -11,6 +11,7 @@ import json
 import sys
 
 from ..client import Client, ClientError
+from ..protocol.api_keys import ApiKey
 from ..protocol.errors import KafkaError
 from ..protocol.messages import request_class
 from .main import CliError
@@ -138,11 +139,12 @@ def _generate(client, args) -> int:
 # --- requests ---------------------------------------------------------------------------
 
 def _alter(client, plan: dict[tuple[str, int], list[int] | None], done: str) -> int:
-    T = request_class(45).ReassignableTopic
+    T = request_class(ApiKey.ALTER_PARTITION_REASSIGNMENTS).ReassignableTopic
     by_topic: dict[str, list] = {}
     for (t, p), replicas in sorted(plan.items()):
         by_topic.setdefault(t, []).append(T.ReassignablePartition(partition_index=p, replicas=replicas))
-    resp = client.request(45, timeout_ms=30000, topics=[T(name=t, partitions=ps) for t, ps in by_topic.items()])
+    resp = client.request(ApiKey.ALTER_PARTITION_REASSIGNMENTS, timeout_ms=30000,
+                          topics=[T(name=t, partitions=ps) for t, ps in by_topic.items()])
     if resp.error_code:
         raise CliError(f"reassignment refused: {KafkaError(resp.error_code).name} ({resp.error_message})")
     failed = [f"{t.name}-{p.partition_index}: {KafkaError(p.error_code).name} ({p.error_message})"
@@ -157,10 +159,11 @@ def _alter(client, plan: dict[tuple[str, int], list[int] | None], done: str) -> 
 
 
 def _set_throttle(client, rate: int | None) -> None:
-    R = request_class(44).AlterConfigsResource
+    R = request_class(ApiKey.INCREMENTAL_ALTER_CONFIGS).AlterConfigsResource
     op = R.AlterableConfig(name=THROTTLE_RATE, config_operation=SET if rate is not None else DELETE,
                            value=None if rate is None else str(rate))
-    resp = client.request(44, resources=[R(resource_type=RESOURCE_BROKER, resource_name="", configs=[op])],
+    resp = client.request(ApiKey.INCREMENTAL_ALTER_CONFIGS,
+                          resources=[R(resource_type=RESOURCE_BROKER, resource_name="", configs=[op])],
                           validate_only=False)
     r = resp.responses[0]
     if r.error_code:
@@ -178,7 +181,7 @@ def _execute(client, plan, throttle: int | None) -> int:
 
 def ongoing(client) -> dict[tuple[str, int], tuple[list[int], list[int], list[int]]]:
     """(topic, partition) -> (replicas, adding, removing) of every reassignment in progress."""
-    resp = client.request(46, timeout_ms=30000, topics=None)
+    resp = client.request(ApiKey.LIST_PARTITION_REASSIGNMENTS, timeout_ms=30000, topics=None)
     if resp.error_code:
         raise CliError(f"cannot list reassignments: {KafkaError(resp.error_code).name}")
     return {(t.name, p.partition_index): (list(p.replicas), list(p.adding_replicas), list(p.removing_replicas))

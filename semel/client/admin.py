@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..protocol.api_keys import ApiKey
 from ..protocol.errors import KafkaError
 from ..protocol.messages import request_class
 from .client import Client, ClientError
@@ -68,9 +69,9 @@ class GroupDescription:
 def list_transactions(c: Client, states: list[str] | None = None, producer_ids: list[int] | None = None,
                       min_duration_ms: int = -1) -> list[TxnListing]:
     fields = dict(state_filters=list(states or []), producer_id_filters=list(producer_ids or []))
-    if c.version(66) >= 1:
+    if c.version(ApiKey.LIST_TRANSACTIONS) >= 1:
         fields["duration_filter"] = min_duration_ms
-    resp = c.request(66, **fields)
+    resp = c.request(ApiKey.LIST_TRANSACTIONS, **fields)
     _raise(resp.error_code, "ListTransactions")
     return [TxnListing(t.transactional_id, t.producer_id, t.transaction_state) for t in resp.transaction_states]
 
@@ -78,7 +79,7 @@ def list_transactions(c: Client, states: list[str] | None = None, producer_ids: 
 def describe_transactions(c: Client, txn_ids: list[str]) -> list[TxnDescription]:
     if not txn_ids:
         return []
-    resp = c.request(65, transactional_ids=list(txn_ids))
+    resp = c.request(ApiKey.DESCRIBE_TRANSACTIONS, transactional_ids=list(txn_ids))
     out = []
     for t in resp.transaction_states:
         parts = tuple(sorted((tp.topic, p) for tp in t.topics or () for p in tp.partitions))
@@ -93,8 +94,8 @@ def describe_producers(c: Client, partitions: list[tuple[str, int]]) -> dict[tup
     by_topic: dict[str, list[int]] = {}
     for topic, partition in partitions:
         by_topic.setdefault(topic, []).append(partition)
-    T = request_class(61).TopicRequest
-    resp = c.request(61, topics=[T(name=t, partition_indexes=ps) for t, ps in by_topic.items()])
+    T = request_class(ApiKey.DESCRIBE_PRODUCERS).TopicRequest
+    resp = c.request(ApiKey.DESCRIBE_PRODUCERS, topics=[T(name=t, partition_indexes=ps) for t, ps in by_topic.items()])
     out: dict[tuple[str, int], list[ProducerInfo]] = {}
     for t in resp.topics:
         for p in t.partitions:
@@ -110,18 +111,18 @@ def abort_partition(c: Client, topic: str, partition: int, producer_id: int, pro
                     coordinator_epoch: int) -> KafkaError:
     """An ABORT marker for producer_id's open transaction in one partition (what
     Kafka's admin abort sends: WriteTxnMarkers with transaction_result false)."""
-    M = request_class(27).WritableTxnMarker
+    M = request_class(ApiKey.WRITE_TXN_MARKERS).WritableTxnMarker
     marker = M(producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=False,
                topics=[M.WritableTxnMarkerTopic(name=topic, partition_indexes=[partition])],
                coordinator_epoch=coordinator_epoch)
-    resp = c.request(27, markers=[marker])
+    resp = c.request(ApiKey.WRITE_TXN_MARKERS, markers=[marker])
     return KafkaError(resp.markers[0].topics[0].partitions[0].error_code)
 
 
 def fence_transactional_id(c: Client, txn_id: str, timeout_ms: int = 60_000) -> tuple[KafkaError, int, int]:
     """InitProducerId for txn_id: the coordinator aborts its open transaction and bumps
     the epoch, so the producer that held it is fenced. (error, producer id, epoch)."""
-    resp = c.request(22, transactional_id=txn_id, transaction_timeout_ms=timeout_ms,
+    resp = c.request(ApiKey.INIT_PRODUCER_ID, transactional_id=txn_id, transaction_timeout_ms=timeout_ms,
                      producer_id=-1, producer_epoch=-1)
     return KafkaError(resp.error_code), resp.producer_id, resp.producer_epoch
 
@@ -130,14 +131,14 @@ def fence_transactional_id(c: Client, txn_id: str, timeout_ms: int = 60_000) -> 
 
 def list_groups(c: Client, states: list[str] | None = None) -> list[tuple[str, str, str]]:
     """[(group id, protocol type, state)]."""
-    fields = {"states_filter": list(states or [])} if c.version(16) >= 4 else {}
-    resp = c.request(16, **fields)
+    fields = {"states_filter": list(states or [])} if c.version(ApiKey.LIST_GROUPS) >= 4 else {}
+    resp = c.request(ApiKey.LIST_GROUPS, **fields)
     _raise(resp.error_code, "ListGroups")
     return sorted((g.group_id, g.protocol_type, getattr(g, "group_state", "") or "") for g in resp.groups)
 
 
 def describe_groups(c: Client, group_ids: list[str]) -> list[GroupDescription]:
-    resp = c.request(15, groups=list(group_ids), include_authorized_operations=False)
+    resp = c.request(ApiKey.DESCRIBE_GROUPS, groups=list(group_ids), include_authorized_operations=False)
     return [GroupDescription(g.group_id, KafkaError(g.error_code), g.group_state, g.protocol_type,
                              g.protocol_data,
                              tuple(GroupMember(m.member_id, m.group_instance_id, m.client_id, m.client_host)
@@ -146,13 +147,13 @@ def describe_groups(c: Client, group_ids: list[str]) -> list[GroupDescription]:
 
 
 def delete_groups(c: Client, group_ids: list[str]) -> dict[str, KafkaError]:
-    resp = c.request(42, groups_names=list(group_ids))
+    resp = c.request(ApiKey.DELETE_GROUPS, groups_names=list(group_ids))
     return {r.group_id: KafkaError(r.error_code) for r in resp.results}
 
 
 def fetch_offsets(c: Client, group_id: str) -> dict[tuple[str, int], int]:
     """Every committed offset of a group (OffsetFetch with all partitions)."""
-    resp = c.request(9, group_id=group_id, topics=None, require_stable=False)
+    resp = c.request(ApiKey.OFFSET_FETCH, group_id=group_id, topics=None, require_stable=False)
     _raise(resp.error_code, f"OffsetFetch {group_id}")
     out = {}
     for t in resp.topics:
@@ -166,13 +167,13 @@ def fetch_offsets(c: Client, group_id: str) -> dict[tuple[str, int], int]:
 def commit_offsets(c: Client, group_id: str, offsets: dict[tuple[str, int], int]) -> dict[tuple[str, int], KafkaError]:
     """Commit outside group management (generation -1, no member): accepted only
     while the group has no members, as Kafka's offset reset tool requires."""
-    T = request_class(8).OffsetCommitRequestTopic
+    T = request_class(ApiKey.OFFSET_COMMIT).OffsetCommitRequestTopic
     by_topic: dict[str, list] = {}
     for (topic, partition), offset in sorted(offsets.items()):
         by_topic.setdefault(topic, []).append(T.OffsetCommitRequestPartition(
             partition_index=partition, committed_offset=offset, committed_leader_epoch=-1,
             committed_metadata=""))
-    resp = c.request(8, group_id=group_id, generation_id_or_member_epoch=-1, member_id="",
+    resp = c.request(ApiKey.OFFSET_COMMIT, group_id=group_id, generation_id_or_member_epoch=-1, member_id="",
                      group_instance_id=None, retention_time_ms=-1,
                      topics=[T(name=t, partitions=ps) for t, ps in by_topic.items()])
     return {(t.name, p.partition_index): KafkaError(p.error_code) for t in resp.topics for p in t.partitions}

@@ -8,18 +8,25 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+from ..protocol.api_keys import ApiKey
 from ..protocol.errors import KafkaError
 from ..protocol.messages import decode_response, encode_request, request_class
 
 # The highest versions this client speaks (kept modest: it needs no newer fields).
-CLIENT_MAX = {0: 9, 1: 12, 2: 7, 3: 12, 8: 8, 9: 7, 10: 3, 18: 3, 19: 7, 20: 6,
-              22: 4, 24: 3, 25: 3, 26: 3, 28: 3, 32: 4,
-              # admin (semel.client.admin): groups, KIP-664 transaction tooling
-              15: 5, 16: 4, 27: 1, 42: 2, 61: 0, 65: 0, 66: 2,
-              # topic admin (semel topic alter | delete-records)
-              21: 2, 37: 3, 44: 1, 45: 0, 46: 0,
-              # SASL login (semel.client.sasl)
-              17: 1, 36: 2}
+CLIENT_MAX = {
+    ApiKey.PRODUCE: 9, ApiKey.FETCH: 12, ApiKey.LIST_OFFSETS: 7, ApiKey.METADATA: 12, ApiKey.OFFSET_COMMIT: 8,
+    ApiKey.OFFSET_FETCH: 7, ApiKey.FIND_COORDINATOR: 3, ApiKey.API_VERSIONS: 3, ApiKey.CREATE_TOPICS: 7,
+    ApiKey.DELETE_TOPICS: 6, ApiKey.INIT_PRODUCER_ID: 4, ApiKey.ADD_PARTITIONS_TO_TXN: 3, ApiKey.ADD_OFFSETS_TO_TXN: 3,
+    ApiKey.END_TXN: 3, ApiKey.TXN_OFFSET_COMMIT: 3, ApiKey.DESCRIBE_CONFIGS: 4,
+    # admin (semel.client.admin): groups, KIP-664 transaction tooling
+    ApiKey.DESCRIBE_GROUPS: 5, ApiKey.LIST_GROUPS: 4, ApiKey.WRITE_TXN_MARKERS: 1, ApiKey.DELETE_GROUPS: 2,
+    ApiKey.DESCRIBE_PRODUCERS: 0, ApiKey.DESCRIBE_TRANSACTIONS: 0, ApiKey.LIST_TRANSACTIONS: 2,
+    # topic admin (semel topic alter | delete-records | reassign)
+    ApiKey.DELETE_RECORDS: 2, ApiKey.CREATE_PARTITIONS: 3, ApiKey.INCREMENTAL_ALTER_CONFIGS: 1,
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: 0, ApiKey.LIST_PARTITION_REASSIGNMENTS: 0,
+    # SASL login (semel.client.sasl)
+    ApiKey.SASL_HANDSHAKE: 1, ApiKey.SASL_AUTHENTICATE: 2,
+}
 
 
 class ClientError(Exception):
@@ -85,7 +92,7 @@ class Client:
     # --- wire -----------------------------------------------------------------
 
     def _negotiate(self) -> None:
-        resp = self._call(18, 0, request_class(18)(version=0))
+        resp = self._call(ApiKey.API_VERSIONS, 0, request_class(ApiKey.API_VERSIONS)(version=0))
         if resp.error_code:
             raise ClientError("ApiVersions failed", KafkaError(resp.error_code))
         for k in resp.api_keys:
@@ -165,9 +172,9 @@ class Client:
     # --- helpers ----------------------------------------------------------------
 
     def metadata(self, topics: list[str] | None = None):
-        cls = request_class(3)
+        cls = request_class(ApiKey.METADATA)
         req_topics = None if topics is None else [cls.MetadataRequestTopic(name=t) for t in topics]
-        return self.request(3, topics=req_topics, allow_auto_topic_creation=False)
+        return self.request(ApiKey.METADATA, topics=req_topics, allow_auto_topic_creation=False)
 
     def partitions(self, topic: str) -> int:
         md = self.metadata([topic])
@@ -178,26 +185,26 @@ class Client:
 
     def create_topic(self, name: str, partitions: int = 1, configs: dict[str, str] | None = None,
                      replication_factor: int = 1) -> KafkaError:
-        cls = request_class(19)
+        cls = request_class(ApiKey.CREATE_TOPICS)
         T = cls.CreatableTopic
         topic = T(name=name, num_partitions=partitions, replication_factor=replication_factor, assignments=[],
                   configs=[T.CreatableTopicConfig(name=k, value=v) for k, v in (configs or {}).items()])
-        resp = self.request(19, topics=[topic], timeout_ms=30000, validate_only=False)
+        resp = self.request(ApiKey.CREATE_TOPICS, topics=[topic], timeout_ms=30000, validate_only=False)
         return KafkaError(resp.topics[0].error_code)
 
     def delete_topic(self, name: str) -> KafkaError:
-        if self.version(20) >= 6:
-            cls = request_class(20)
-            resp = self.request(20, topics=[cls.DeleteTopicState(name=name)], timeout_ms=30000)
+        if self.version(ApiKey.DELETE_TOPICS) >= 6:
+            cls = request_class(ApiKey.DELETE_TOPICS)
+            resp = self.request(ApiKey.DELETE_TOPICS, topics=[cls.DeleteTopicState(name=name)], timeout_ms=30000)
         else:
-            resp = self.request(20, topic_names=[name], timeout_ms=30000)
+            resp = self.request(ApiKey.DELETE_TOPICS, topic_names=[name], timeout_ms=30000)
         return KafkaError(resp.responses[0].error_code)
 
     def produce(self, topic: str, partition: int, batch: bytes, acks: int = -1,
                 transactional_id: str | None = None) -> tuple[KafkaError, int]:
-        cls = request_class(0)
+        cls = request_class(ApiKey.PRODUCE)
         T = cls.TopicProduceData
-        resp = self.request(0, expect_response=acks != 0, transactional_id=transactional_id, acks=acks,
+        resp = self.request(ApiKey.PRODUCE, expect_response=acks != 0, transactional_id=transactional_id, acks=acks,
                             timeout_ms=30000,
                             topic_data=[T(name=topic, partition_data=[T.PartitionProduceData(
                                 index=partition, records=batch)])])
@@ -208,9 +215,9 @@ class Client:
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20,
               isolation: int = 0, max_wait_ms: int = 0, min_bytes: int = 1) -> FetchedPartition:
-        cls = request_class(1)
+        cls = request_class(ApiKey.FETCH)
         T = cls.FetchTopic
-        resp = self.request(1, replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
+        resp = self.request(ApiKey.FETCH, replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
                             max_bytes=max_bytes, isolation_level=isolation, session_id=0,
                             session_epoch=-1, topics=[T(topic=topic, partitions=[T.FetchPartition(
                                 partition=partition, current_leader_epoch=-1, fetch_offset=offset,
@@ -223,9 +230,9 @@ class Client:
                                 p.log_start_offset, aborted, p.records or b"")
 
     def list_offset(self, topic: str, partition: int, timestamp: int, isolation: int = 0) -> int:
-        cls = request_class(2)
+        cls = request_class(ApiKey.LIST_OFFSETS)
         T = cls.ListOffsetsTopic
-        resp = self.request(2, replica_id=-1, isolation_level=isolation, topics=[T(
+        resp = self.request(ApiKey.LIST_OFFSETS, replica_id=-1, isolation_level=isolation, topics=[T(
             name=topic, partitions=[T.ListOffsetsPartition(partition_index=partition,
                                                             current_leader_epoch=-1, timestamp=timestamp)])])
         p = resp.topics[0].partitions[0]

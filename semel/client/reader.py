@@ -22,6 +22,7 @@ from typing import Callable, Iterable, Iterator
 from aiokafka.errors import CorruptRecordException, UnsupportedCodecError
 from aiokafka.record.default_records import DefaultRecordBatch
 
+from ..protocol.api_keys import ApiKey
 from ..protocol.errors import KafkaError
 from ..protocol.messages import request_class
 from ..protocol.records import ATTR_CONTROL, ATTR_TRANSACTIONAL, CONTROL_ABORT, crc_ok, iter_batches
@@ -184,9 +185,9 @@ class Cluster:
     # --- metadata ---------------------------------------------------------------
 
     def _refresh(self, topics: list[str] | None = None) -> None:
-        cls = request_class(3)
+        cls = request_class(ApiKey.METADATA)
         req = None if topics is None else [cls.MetadataRequestTopic(name=t) for t in topics]
-        md = self._call(self._any_broker(), 3, topics=req, allow_auto_topic_creation=False)
+        md = self._call(self._any_broker(), ApiKey.METADATA, topics=req, allow_auto_topic_creation=False)
         self.brokers = {b.node_id: f"{b.host}:{b.port}" for b in md.brokers}
         for t in md.topics:
             if t.error_code:
@@ -236,7 +237,7 @@ class Cluster:
         if address is None:
             if len(self.coordinators) >= MAX_CACHED_COORDINATORS:
                 self.coordinators.clear()   # a long-lived writer asks for many ids (one per branch)
-            fc = self._call(self._any_broker(), 10, key=key, key_type=key_type)
+            fc = self._call(self._any_broker(), ApiKey.FIND_COORDINATOR, key=key, key_type=key_type)
             _check(fc.error_code, f"FindCoordinator {key}")
             address = self.coordinators[(key_type, key)] = f"{fc.host}:{fc.port}"
         return address
@@ -309,14 +310,14 @@ class Cluster:
         got: dict[TP, int] = {}
 
         def attempt():
-            cls = request_class(2)
+            cls = request_class(ApiKey.LIST_OFFSETS)
             T = cls.ListOffsetsTopic
             try:
                 for address, group in self._by_leader([tp for tp in want if tp not in got]).items():
                     topics: dict[str, list[int]] = {}
                     for t, p in group:
                         topics.setdefault(t, []).append(p)
-                    resp = self._call(address, 2, replica_id=-1,
+                    resp = self._call(address, ApiKey.LIST_OFFSETS, replica_id=-1,
                                       isolation_level=READ_COMMITTED if read_committed else READ_UNCOMMITTED,
                                       topics=[T(name=t, partitions=[T.ListOffsetsPartition(
                                           partition_index=p, current_leader_epoch=-1, timestamp=spec)
@@ -341,9 +342,9 @@ class Cluster:
 
         def attempt():
             address = self._coordinator(group, GROUP)
-            cls = request_class(9)
+            cls = request_class(ApiKey.OFFSET_FETCH)
             try:
-                resp = self._call(address, 9, group_id=group, require_stable=True,
+                resp = self._call(address, ApiKey.OFFSET_FETCH, group_id=group, require_stable=True,
                                   topics=[cls.OffsetFetchRequestTopic(name=t, partition_indexes=ps)
                                           for t, ps in topics.items()])
                 _check(resp.error_code, f"OffsetFetch {group}")
@@ -366,12 +367,12 @@ class Cluster:
         """One Fetch of several partitions led by one broker; partition responses by tp.
         Reads wait up to 100 ms, never 0: Tansu 0.6 answers a zero wait with no
         partitions at all (then a zero wait is not used again on this cluster)."""
-        cls = request_class(1)
+        cls = request_class(ApiKey.FETCH)
         T = cls.FetchTopic
         topics: dict[str, list[int]] = {}
         for t, p in positions:
             topics.setdefault(t, []).append(p)
-        resp = self._call(address, 1, replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
+        resp = self._call(address, ApiKey.FETCH, replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
                           max_bytes=max_bytes * len(positions),
                           isolation_level=READ_COMMITTED if read_committed else READ_UNCOMMITTED,
                           session_id=0, session_epoch=-1, topics=[T(topic=t, partitions=[

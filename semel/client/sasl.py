@@ -3,6 +3,7 @@ for PLAIN, SCRAM-SHA-256/512 (scramp computes the SCRAM exchange) and OAUTHBEARE
 (RFC 7628: the token goes where the password would)."""
 from __future__ import annotations
 
+from ..protocol.api_keys import ApiKey
 from ..protocol.errors import KafkaError
 from .client import Client, ClientError
 
@@ -13,7 +14,7 @@ def authenticate(c: Client, mechanism: str, username: str, password: str) -> Non
     """Log in on c's connection; ClientError (one line) when the broker refuses."""
     if mechanism not in MECHANISMS:
         raise ClientError(f"unknown SASL mechanism {mechanism!r}; known: {', '.join(MECHANISMS)}")
-    resp = c.request(17, mechanism=mechanism)
+    resp = c.request(ApiKey.SASL_HANDSHAKE, mechanism=mechanism)
     if resp.error_code:
         raise ClientError(f"SASL {mechanism}: {KafkaError(resp.error_code).name} "
                           f"(the broker offers {', '.join(resp.mechanisms or []) or 'none'})",
@@ -51,7 +52,7 @@ def login_steps(mechanism: str, username: str, password: str):
 
 
 def _step(c: Client, data: bytes) -> bytes:
-    resp = c.request(36, auth_bytes=data)
+    resp = c.request(ApiKey.SASL_AUTHENTICATE, auth_bytes=data)
     if resp.error_code:
         raise ClientError(f"SASL authentication failed: {resp.error_message or KafkaError(resp.error_code).name}",
                           KafkaError(resp.error_code))

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..protocol import records
+from ..protocol.api_keys import ApiKey
 from ..protocol.errors import KafkaError
 from ..protocol.messages import request_class
 from .client import Client
@@ -49,7 +50,8 @@ def scatter(calls: dict[Client, list[tuple[Call, object]]]) -> dict[Client, list
 
 
 def init_producer_id_call(txn_id: str, timeout_ms: int) -> Call:
-    return 22, dict(transactional_id=txn_id, transaction_timeout_ms=timeout_ms, producer_id=-1, producer_epoch=-1)
+    return ApiKey.INIT_PRODUCER_ID, dict(transactional_id=txn_id, transaction_timeout_ms=timeout_ms,
+                                         producer_id=-1, producer_epoch=-1)
 
 
 def init_producer_id_result(txn_id: str):
@@ -62,14 +64,15 @@ def init_producer_id(c: Client, txn_id: str, timeout_ms: int) -> tuple[KafkaErro
 
 
 def add_partitions_call(c: Client, st: TxnState, tps: list[TP]) -> Call:
-    T = request_class(24).AddPartitionsToTxnTopic
+    T = request_class(ApiKey.ADD_PARTITIONS_TO_TXN).AddPartitionsToTxnTopic
     by_topic: dict[str, list[int]] = {}
     for topic, partition in sorted(set(tps)):
         by_topic.setdefault(topic, []).append(partition)
     # v4+ is the broker-to-broker batched form
-    return 24, dict(_version=min(c.version(24), 3), v3_and_below_transactional_id=st.txn_id,
-                    v3_and_below_producer_id=st.pid, v3_and_below_producer_epoch=st.epoch,
-                    v3_and_below_topics=[T(name=t, partitions=ps) for t, ps in by_topic.items()])
+    return ApiKey.ADD_PARTITIONS_TO_TXN, dict(
+        _version=min(c.version(ApiKey.ADD_PARTITIONS_TO_TXN), 3), v3_and_below_transactional_id=st.txn_id,
+        v3_and_below_producer_id=st.pid, v3_and_below_producer_epoch=st.epoch,
+        v3_and_below_topics=[T(name=t, partitions=ps) for t, ps in by_topic.items()])
 
 
 def add_partitions_result(r) -> dict[TP, KafkaError]:
@@ -94,11 +97,11 @@ def produce(c: Client, st: TxnState, topic: str, partition: int, rows: list) -> 
 def produce_call(st: TxnState, batches: dict[TP, bytes]) -> Call:
     """One Produce request with one transactional batch per partition (Kafka takes
     exactly one batch per partition in a request from an idempotent producer)."""
-    T = request_class(0).TopicProduceData
+    T = request_class(ApiKey.PRODUCE).TopicProduceData
     by_topic: dict[str, list] = {}
     for (topic, partition), data in batches.items():
         by_topic.setdefault(topic, []).append(T.PartitionProduceData(index=partition, records=data))
-    return 0, dict(transactional_id=st.txn_id, acks=-1, timeout_ms=30000,
+    return ApiKey.PRODUCE, dict(transactional_id=st.txn_id, acks=-1, timeout_ms=30000,
                    topic_data=[T(name=t, partition_data=ps) for t, ps in by_topic.items()])
 
 
@@ -130,7 +133,8 @@ def build_txn_batch(rows: list, pid: int, epoch: int, seq: int, compression: int
 
 
 def add_offsets_call(st: TxnState, group: str) -> Call:
-    return 25, dict(transactional_id=st.txn_id, producer_id=st.pid, producer_epoch=st.epoch, group_id=group)
+    return ApiKey.ADD_OFFSETS_TO_TXN, dict(transactional_id=st.txn_id, producer_id=st.pid, producer_epoch=st.epoch,
+                                           group_id=group)
 
 
 def error_result(r) -> KafkaError:
@@ -142,7 +146,7 @@ def add_offsets(c: Client, st: TxnState, group: str) -> KafkaError:
 
 
 def txn_offset_commit_call(c: Client, st: TxnState, group: str, offsets: dict[TP, int], metadata: str) -> Call:
-    T = request_class(28).TxnOffsetCommitRequestTopic
+    T = request_class(ApiKey.TXN_OFFSET_COMMIT).TxnOffsetCommitRequestTopic
     by_topic: dict[str, list] = {}
     for (topic, partition), off in sorted(offsets.items()):
         by_topic.setdefault(topic, []).append(T.TxnOffsetCommitRequestPartition(
@@ -150,7 +154,7 @@ def txn_offset_commit_call(c: Client, st: TxnState, group: str, offsets: dict[TP
             committed_metadata=metadata))
     fields = dict(transactional_id=st.txn_id, group_id=group, producer_id=st.pid, producer_epoch=st.epoch,
                   topics=[T(name=t, partitions=p) for t, p in by_topic.items()])
-    if c.version(28) >= 3:
+    if c.version(ApiKey.TXN_OFFSET_COMMIT) >= 3:
         fields.update(generation_id=-1, member_id="", group_instance_id=None)
     return 28, fields
 
@@ -165,7 +169,7 @@ def txn_offset_commit(c: Client, st: TxnState, group: str, offsets: dict[TP, int
 
 
 def end_txn_call(txn_id: str, pid: int, epoch: int, commit: bool) -> Call:
-    return 26, dict(transactional_id=txn_id, producer_id=pid, producer_epoch=epoch, committed=commit)
+    return ApiKey.END_TXN, dict(transactional_id=txn_id, producer_id=pid, producer_epoch=epoch, committed=commit)
 
 
 def end_txn(c: Client, txn_id: str, pid: int, epoch: int, commit: bool) -> KafkaError:
@@ -175,11 +179,11 @@ def end_txn(c: Client, txn_id: str, pid: int, epoch: int, commit: bool) -> Kafka
 
 
 def committed_call(group: str, tps: list[TP]) -> Call:
-    cls = request_class(9)
+    cls = request_class(ApiKey.OFFSET_FETCH)
     by_topic: dict[str, list[int]] = {}
     for t, p in sorted(set(tps)):
         by_topic.setdefault(t, []).append(p)
-    return 9, dict(group_id=group, require_stable=True,
+    return ApiKey.OFFSET_FETCH, dict(group_id=group, require_stable=True,
                    topics=[cls.OffsetFetchRequestTopic(name=t, partition_indexes=ps) for t, ps in by_topic.items()])
 
 

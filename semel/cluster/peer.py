@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..client.sasl import login_steps
+from ..protocol.api_keys import ApiKey
 from ..protocol.errors import KafkaError
 from ..protocol.messages import encode_request, request_class, response_class
 
@@ -31,7 +32,7 @@ log = logging.getLogger("semel.cluster.peer")
 _SIZE = struct.Struct(">i")
 _CORR = struct.Struct(">i")
 _SASL_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")   # strongest first
-_SASL_APIS = (17, 36)   # SaslHandshake, SaslAuthenticate
+_SASL_APIS = (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE)   # SaslHandshake, SaslAuthenticate
 
 
 class PeerError(Exception):
@@ -196,7 +197,7 @@ class PeerConnection:
         Where the peer answers with a session lifetime, `call` logs in again at 85-95% of it
         (Kafka's client does the same), on this connection, between two requests."""
         self._reauth_at, self._lifetime_ms = None, 0
-        resp = await self.call(17, 1, timeout_s, mechanism=mechanism)
+        resp = await self.call(ApiKey.SASL_HANDSHAKE, 1, timeout_s, mechanism=mechanism)
         if resp.error_code:
             raise PeerAuthError(f"SASL {mechanism}: {KafkaError(resp.error_code).name} "
                                 f"(the peer offers {', '.join(resp.mechanisms or []) or 'none'})")
@@ -215,7 +216,7 @@ class PeerConnection:
             self._reauth_at = time.monotonic() + self._lifetime_ms / 1000 * random.uniform(0.85, 0.95)
 
     async def _sasl_step(self, data: bytes, timeout_s: float) -> bytes:
-        resp = await self.call(36, 2, timeout_s, auth_bytes=data)
+        resp = await self.call(ApiKey.SASL_AUTHENTICATE, 2, timeout_s, auth_bytes=data)
         if resp.error_code:
             raise PeerAuthError(f"SASL login refused: {resp.error_message or KafkaError(resp.error_code).name}")
         self._lifetime_ms = resp.session_lifetime_ms or 0

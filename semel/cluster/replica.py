@@ -33,6 +33,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from ..protocol.api_keys import ApiKey
 from ..protocol.errors import KafkaError
 from ..protocol.messages import request_class
 from ..storage import checked_file
@@ -626,7 +627,7 @@ class LeaderFetcher:
 
     async def _truncate(self, pending: dict[TopicPartition, _Followed]) -> bool:
         """One OffsetForLeaderEpoch round for the partitions that must truncate; True on progress."""
-        cls = request_class(23)
+        cls = request_class(ApiKey.OFFSET_FOR_LEADER_EPOCH)
         T = cls.OffsetForLeaderTopic
         by_topic: dict[str, list] = {}
         for (topic, p), f in pending.items():
@@ -635,7 +636,8 @@ class LeaderFetcher:
                 continue
             by_topic.setdefault(topic, []).append(T.OffsetForLeaderPartition(
                 partition=p, current_leader_epoch=f.epoch, leader_epoch=plog.epochs.latest_epoch))
-        resp = await self._conn.call(23, EPOCH_VERSION, self.m.request_timeout_s, replica_id=self.m.node_id,
+        resp = await self._conn.call(ApiKey.OFFSET_FOR_LEADER_EPOCH, EPOCH_VERSION, self.m.request_timeout_s,
+                                     replica_id=self.m.node_id,
                                      topics=[T(topic=t, partitions=ps) for t, ps in by_topic.items()])
         progress = False
         for t in resp.topics:
@@ -664,7 +666,7 @@ class LeaderFetcher:
 
     async def _fetch(self) -> bool:
         """One Fetch for every followed partition; True when nothing went wrong."""
-        cls = request_class(1)
+        cls = request_class(ApiKey.FETCH)
         T = cls.FetchTopic
         sent: dict[TopicPartition, _Followed] = {}
         by_topic: dict[str, list] = {}
@@ -680,7 +682,7 @@ class LeaderFetcher:
         if not sent:
             return False
         resp = await self._conn.call(
-            1, FETCH_VERSION, self.m.request_timeout_s + self.m.fetch_wait_ms / 1000,
+            ApiKey.FETCH, FETCH_VERSION, self.m.request_timeout_s + self.m.fetch_wait_ms / 1000,
             replica_id=self.m.node_id, max_wait_ms=self.m.fetch_wait_ms, min_bytes=1,
             max_bytes=self.m.fetch_max_bytes * 8, isolation_level=0, session_id=0, session_epoch=-1,
             topics=[T(topic=t, partitions=ps) for t, ps in by_topic.items()], forgotten_topics_data=[],

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from ..protocol.api_keys import ApiKey
 from ..protocol.errors import KafkaError
 from ..protocol.messages import request_class
 from .peer import PeerAuthError, PeerConnection, PeerDialer, PeerError
@@ -141,13 +142,13 @@ class MarkerChannel:
         fresh = node not in self._conns or not self._conns[node].usable()
         conn = await self._connection(node, info)
         try:
-            return await conn.call(27, _VERSION, self.timeout_s + _SLACK_S, markers=markers)
+            return await conn.call(ApiKey.WRITE_TXN_MARKERS, _VERSION, self.timeout_s + _SLACK_S, markers=markers)
         except (ConnectionError, asyncio.IncompleteReadError):
             if fresh:
                 raise
         self._drop(node)
         conn = await self._connection(node, info)
-        return await conn.call(27, _VERSION, self.timeout_s + _SLACK_S, markers=markers)
+        return await conn.call(ApiKey.WRITE_TXN_MARKERS, _VERSION, self.timeout_s + _SLACK_S, markers=markers)
 
     async def _connection(self, node: int, info) -> PeerConnection:
         conn = self._conns.get(node)
@@ -180,7 +181,7 @@ def _resolve(batch, errors: dict[tuple[str, int], KafkaError], missing: KafkaErr
 
 def _request_markers(batch) -> list:
     """One WritableTxnMarker per (producer id, epoch, result, coordinator epoch), its partitions by topic."""
-    M = request_class(27).WritableTxnMarker
+    M = request_class(ApiKey.WRITE_TXN_MARKERS).WritableTxnMarker
     by_marker: dict[tuple, dict[str, list[int]]] = {}
     for key, (topic, partition), _ in batch:
         parts = by_marker.setdefault(key, {}).setdefault(topic, [])

@@ -13,13 +13,13 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-import crc32c
-
+from ..storage import checked_file
 from ..storage.errors import StorageError
 from ..storage.fs import FileSystem
 
 BLOCK_SIZE = 1000
-_REC = struct.Struct(">qiI")  # next block start, coordinator epoch, crc
+_BODY = struct.Struct(">qi")   # next block start, coordinator epoch; then its crc (checked_file.seal)
+_SIZE = _BODY.size + 4
 
 
 class ProducerIdManager:
@@ -35,18 +35,18 @@ class ProducerIdManager:
         if not self.fs.exists(self.path):
             return 0, -1
         raw = self.fs.read_file(self.path)
-        if len(raw) != _REC.size:
-            raise StorageError(f"{self.path} is corrupt ({len(raw)} bytes, a reservation is {_REC.size}); "
+        if len(raw) != _SIZE:
+            raise StorageError(f"{self.path} is corrupt ({len(raw)} bytes, a reservation is {_SIZE}); "
                                "refusing to reuse producer ids")
-        start, epoch, crc = _REC.unpack(raw)
-        if crc32c.crc32c(raw[:-4]) != crc:
+        body = checked_file.unseal(raw)
+        if body is None:
             raise StorageError(f"{self.path} is corrupt (checksum mismatch); refusing to reuse producer ids")
+        start, epoch = _BODY.unpack(body)
         return start, epoch
 
     def _persist(self, next_block: int) -> None:
-        body = struct.pack(">qi", next_block, self.coordinator_epoch)
         try:
-            self.fs.write_atomic(self.path, body + struct.pack(">I", crc32c.crc32c(body)))
+            checked_file.write(self.fs, self.path, checked_file.seal(_BODY.pack(next_block, self.coordinator_epoch)))
         except OSError as exc:  # no id is handed out from a block that is not on disk
             raise StorageError(f"cannot reserve producer ids in {self.path}: {exc}") from exc
 

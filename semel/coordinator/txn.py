@@ -14,67 +14,46 @@ would replay it), so memory applies it too and the client is told
 COORDINATOR_NOT_AVAILABLE: what it asked for may still take effect, which is a
 legal outcome of an error. Markers are written only once the decision is durable.
 
-Branches (semel extension for the Spark sink's atomic micro-batches): a parent
-transaction may join another ongoing transaction, its branch, by adding the
-pseudo-partition (`__semel_branch:<branch transactional id>`, 0) with a standard
-AddPartitionsToTxn. The pseudo-partition is then one of the parent's partitions,
-so it is in the parent's log records and its Prepare record decides the branch
-too; completing the parent "writes the marker" of a branch by preparing and
-completing the branch under the branch's own producer id/epoch. While joined, a
-branch is the parent's: its own timeout, EndTxn and produce are refused, and an
-InitProducerId of the branch (a restarted task) aborts the undecided parent
-first, taking every branch with it. A Kafka broker refuses the pseudo-topic
-(invalid name), which is how the sink detects the extension. In a cluster a branch
-must map to its parent's __transaction_state partition (same coordinator); one that
-does not is refused the same way.
+The module is split along its seams: carrying out a decision (markers, then the
+Complete record) is semel.coordinator.txn_completion; the branch extension for the
+Spark sink's atomic micro-batches is semel.coordinator.txn_branches.
 """
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import time
 from typing import Callable
 
 from ..protocol import records
+from ..protocol.api_keys import ApiKey
 from ..protocol.errors import KafkaError
-from ..protocol.txn_hash import partition_for
-from ..storage.errors import AppendError, StorageError
+from ..storage.errors import StorageError
 from .coordinator_log import CoordinatorLog
+from .group_model import OFFSETS_TOPIC
 from .ports import CoordinatorSeat, HighWatermarks, MarkerWriter, PartitionWriter, ProducerIdSource
 from .txn_states import (
     COMPLETE_OF, COMPLETED, PREPARED, TxnMeta, TxnState, can_transition, decode_value, encode_value,
-    end_txn_outcome,
+    end_txn_outcome, now_ms,
 )
+from .txn_branches import BRANCH_PREFIX, TxnBranches, branch_of
+from .txn_completion import MarkerCompletion
 
 log = logging.getLogger("semel.txn")
 
 TXN_TOPIC = "__transaction_state"
-OFFSETS_TOPIC = "__consumer_offsets"
 OFFSETS_PARTITION = (OFFSETS_TOPIC, 0)   # a single node's only one
 MAX_EPOCH = 32767
-BRANCH_PREFIX = "__semel_branch:"
 # From these request versions on, a fenced producer is told PRODUCER_FENCED;
 # older clients only know INVALID_PRODUCER_EPOCH (KIP-588).
-_FENCED_SINCE = {22: 4, 24: 2, 25: 2, 26: 2, 28: 3}
+_FENCED_SINCE = {ApiKey.INIT_PRODUCER_ID: 4, ApiKey.ADD_PARTITIONS_TO_TXN: 2, ApiKey.ADD_OFFSETS_TO_TXN: 2,
+                 ApiKey.END_TXN: 2, ApiKey.TXN_OFFSET_COMMIT: 3}
 
 
 def fenced_error(api_key: int, version: int) -> KafkaError:
     if version >= _FENCED_SINCE.get(api_key, 99):
         return KafkaError.PRODUCER_FENCED
     return KafkaError.INVALID_PRODUCER_EPOCH
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def branch_of(tp: tuple[str, int]) -> str | None:
-    """The branch transactional id a pseudo-partition names, or None for a real partition."""
-    topic, partition = tp
-    if topic.startswith(BRANCH_PREFIX) and partition == 0 and len(topic) > len(BRANCH_PREFIX):
-        return topic[len(BRANCH_PREFIX):]
-    return None
 
 
 def _partition_error(tp: tuple[str, int], logs) -> KafkaError:
@@ -97,7 +76,7 @@ class _Uncounted:
         pass
 
 
-class TransactionCoordinator:
+class TransactionCoordinator(MarkerCompletion, TxnBranches):
     """One transaction coordinator: of the single node, or of one __transaction_state
     partition in a cluster. What it needs from around it is given here
     (semel.coordinator.ports; semel.broker.wiring chooses the implementations):
@@ -248,18 +227,6 @@ class TransactionCoordinator:
         else:
             self.txns[meta.txn_id] = meta
 
-    def _index_branches(self, old: TxnMeta | None, new: TxnMeta) -> None:
-        """Keep `_joined` equal to what the parents' states say (live and replay alike)."""
-        for tp in old.parts() if old is not None else ():
-            b = branch_of(tp)
-            if b is not None and self._joined.get(b) == new.txn_id:
-                del self._joined[b]
-        if new.state in PREPARED or new.state == TxnState.ONGOING:
-            for tp in new.parts():
-                b = branch_of(tp)
-                if b is not None:
-                    self._joined[b] = new.txn_id
-
     async def _roll_forward_prepared(self) -> None:
         for meta in [m for m in self.txns.values() if m.state in PREPARED]:
             log.info("rolling forward %s of %s (producer %d epoch %d)", meta.state.name, meta.txn_id,
@@ -385,7 +352,7 @@ class TransactionCoordinator:
         if meta.pending is not None or meta.txn_id in self._initializing or meta.state in PREPARED:
             return KafkaError.CONCURRENT_TRANSACTIONS
         if producer_id != -1 and not self._may_bump(meta, producer_id, producer_epoch):
-            return fenced_error(22, version)
+            return fenced_error(ApiKey.INIT_PRODUCER_ID, version)
         return KafkaError.NONE
 
     async def _init_new(self, txn_id: str, timeout_ms: int) -> tuple[KafkaError, int, int]:
@@ -400,13 +367,6 @@ class TransactionCoordinator:
         finally:
             initializing.discard(txn_id)
         return (err, -1, -1) if err else (KafkaError.NONE, pid, 0)
-
-    async def _abort_parent_of(self, branch: str) -> KafkaError:
-        parent = self.txns.get(self._joined[branch])
-        if parent is None or parent.pending is not None or parent.state != TxnState.ONGOING:
-            return KafkaError.CONCURRENT_TRANSACTIONS   # being decided: the caller retries
-        log.info("aborting %s: its branch %s is initialised again", parent.txn_id, branch)
-        return await self._abort_with_bump(parent)
 
     @staticmethod
     def _may_bump(meta: TxnMeta, producer_id: int, epoch: int) -> bool:
@@ -438,7 +398,7 @@ class TransactionCoordinator:
 
     async def add_partitions(self, txn_id: str, producer_id: int, epoch: int,
                              partitions: list[tuple[str, int]], version: int,
-                             api_key: int = 24) -> dict[tuple[str, int], KafkaError]:
+                             api_key: int = ApiKey.ADD_PARTITIONS_TO_TXN) -> dict[tuple[str, int], KafkaError]:
         meta, err = self._validate(txn_id, producer_id, epoch, api_key, version)
         if err:
             return {tp: err for tp in partitions}
@@ -468,33 +428,12 @@ class TransactionCoordinator:
                     del self._joined[b]
         return {tp: err for tp in partitions}
 
-    def _coordinated_here(self, parent: str, branch: str) -> bool:
-        """Whether `branch` belongs to the same __transaction_state partition as `parent`."""
-        n = self.txn_partitions
-        return n == 1 or partition_for(branch, n) == partition_for(parent, n)
-
-    def _join_error(self, parent: TxnMeta, tp: tuple[str, int]) -> KafkaError:
-        """Why `parent` cannot join the branch `tp` names (NONE if it can). One level
-        only: a branch has no branches and is no parent's parent."""
-        b = branch_of(tp)
-        if self._joined.get(b) == parent.txn_id:
-            return KafkaError.NONE                       # a retried join
-        branch = self.txns.get(b)
-        if (b == parent.txn_id or parent.txn_id in self._joined or b in self._joined or branch is None
-                or any(branch_of(x) is not None for x in branch.parts())):
-            return KafkaError.INVALID_TXN_STATE
-        if branch.pending is not None:
-            return KafkaError.CONCURRENT_TRANSACTIONS
-        # Only an ongoing branch holds data to decide; an aborted one (timeout) must
-        # fail the join, never be committed as if it were whole.
-        return KafkaError.NONE if branch.state == TxnState.ONGOING else KafkaError.INVALID_TXN_STATE
-
     async def add_offsets(self, txn_id: str, producer_id: int, epoch: int, group_id: str,
                           version: int) -> KafkaError:
         if not group_id:
             return KafkaError.INVALID_GROUP_ID
         tp = self._offsets_partition(group_id)
-        result = await self.add_partitions(txn_id, producer_id, epoch, [tp], version, api_key=25)
+        result = await self.add_partitions(txn_id, producer_id, epoch, [tp], version, api_key=ApiKey.ADD_OFFSETS_TO_TXN)
         return result[tp]
 
     def _offsets_partition(self, group_id: str | None) -> tuple[str, int]:
@@ -521,7 +460,7 @@ class TransactionCoordinator:
             return KafkaError.NONE
         err = self._verify(txn_id, producer_id, epoch, self._offsets_partition(group_id))
         if err == KafkaError.INVALID_PRODUCER_EPOCH:
-            return fenced_error(28, version)
+            return fenced_error(ApiKey.TXN_OFFSET_COMMIT, version)
         return err
 
     def _verify(self, txn_id, producer_id, epoch, tp) -> KafkaError:
@@ -545,7 +484,7 @@ class TransactionCoordinator:
         if meta is None or meta.producer_id != producer_id:
             return KafkaError.INVALID_PRODUCER_ID_MAPPING
         if epoch != meta.epoch:
-            return fenced_error(26, version)
+            return fenced_error(ApiKey.END_TXN, version)
         if meta.pending is not None or txn_id in self._joined:
             return KafkaError.CONCURRENT_TRANSACTIONS   # a joined branch ends with its parent
         target = end_txn_outcome(meta.state, commit)
@@ -562,12 +501,6 @@ class TransactionCoordinator:
         meta = self.txns.get(txn_id)
         return None if meta is None else meta.state
 
-    async def _complete_if_prepared(self, txn_id: str) -> None:
-        """A Prepare record in the log is the decision even when its fsync failed."""
-        meta = self.txns.get(txn_id)
-        if meta is not None and meta.state in PREPARED and meta.pending is None:
-            await self._complete(meta)
-
     async def _abort_with_bump(self, meta: TxnMeta) -> KafkaError:
         # Never a new producer id here: the markers must carry the id the transaction's
         # data was written with, or its partitions stay unstable for ever. Epochs handed
@@ -579,134 +512,6 @@ class TransactionCoordinator:
         err = await self._transition(meta, prepared)
         await self._complete_if_prepared(meta.txn_id)
         return err
-
-    # --- completion: markers, then the Complete record ------------------------------
-
-    async def _complete(self, meta: TxnMeta) -> None:
-        """Carry out a logged decision. If markers cannot be written now, keep
-        retrying in the background; the transaction stays pending until done."""
-        if self._begin(meta, COMPLETE_OF[meta.state]):
-            return   # already being completed (an EndTxn retry met a roll-forward), or superseded
-        done: set = set()
-        if await self._try_complete(meta, done):
-            return
-        self._spawn(self._retry_complete(meta, done))
-
-    async def _retry_complete(self, meta: TxnMeta, done: set) -> None:
-        delay = 0.1
-        while True:
-            await asyncio.sleep(delay)
-            if await self._try_complete(meta, done):
-                return
-            delay = min(delay * 2, 5.0)
-
-    async def _try_complete(self, meta: TxnMeta, done: set) -> bool:
-        if self.txns.get(meta.txn_id) is not meta:
-            return True   # superseded (never expected): a stale retry must not overwrite newer state
-        commit = meta.state == TxnState.PREPARE_COMMIT
-        kind = records.CONTROL_COMMIT if commit else records.CONTROL_ABORT
-        try:
-            # Markers only for a durable decision: a crash must not leave markers
-            # whose Prepare record could still vanish from the coordinator log.
-            await self._clog.flusher.sync(self.log, self.log.log_end_offset)
-        except AppendError as exc:
-            log.warning("transaction log fsync before markers for %s failed (%s); will retry", meta.txn_id, exc)
-            return False
-        # All partitions at once: each marker is appended, then their fsyncs run
-        # together, so EndTxn costs one fsync round however many partitions it spans.
-        todo = sorted(meta.parts() - done)
-        results = await asyncio.gather(*(self._write_marker(tp, kind, meta) for tp in todo),
-                                       return_exceptions=True)
-        failed = False
-        for tp, result in zip(todo, results):
-            if isinstance(result, AppendError):  # disk failure, or a refusal by the partition's producer state
-                log.warning("marker write to %s-%d for %s failed (%s); will retry", *tp, meta.txn_id, result)
-                failed = True
-            elif isinstance(result, BaseException):
-                raise result
-            else:
-                done.add(tp)
-        if failed:
-            return False
-        if self.txns.get(meta.txn_id) is not meta:
-            return True   # unloaded while the markers were written: the next coordinator completes it
-        final = meta.copy(state=COMPLETE_OF[meta.state], partitions=None, update_ms=now_ms())
-        # The Complete record need not wait for its own fsync: every marker is
-        # already durable, and if the record is lost the Prepare is replayed and
-        # rolled forward again (markers written twice are harmless).
-        _, applied = await self._log_state(final, durable=False)
-        # A Complete record that reached the log (even unsynced) is done: a crash
-        # before it is durable replays the Prepare record and rolls forward again.
-        return applied
-
-    async def _write_marker(self, tp: tuple[str, int], kind: int, meta: TxnMeta) -> None:
-        branch = branch_of(tp)
-        if branch is not None:
-            await self._complete_branch(branch, kind == records.CONTROL_COMMIT, meta.txn_id)
-            return
-        if tp[0] == OFFSETS_TOPIC and (self.markers is None or self.markers.leads_here(tp)):
-            groups = self.groups.for_partition(tp[1])
-            if groups is None:
-                raise AppendError(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"no group coordinator for {tp}")
-            result = groups.complete_txn(meta.producer_id, meta.epoch, self.coordinator_epoch,
-                                         kind == records.CONTROL_COMMIT)
-            if inspect.isawaitable(result):
-                result = await result
-            if result:
-                raise StorageError(f"offsets marker for {meta.txn_id}: {KafkaError(result).name}")
-            return
-        if self.markers is not None and not self.markers.leads_here(tp):
-            # Led by another broker (or by nobody right now): the current leader writes it.
-            err = await self.markers.write(tp, kind == records.CONTROL_COMMIT, meta.producer_id, meta.epoch,
-                                           self.coordinator_epoch)
-            if err:
-                raise AppendError(err, f"marker for {meta.txn_id} on {tp[0]}-{tp[1]} via its leader: {err.name}")
-            return
-        await self.write_partition_marker(tp, kind, meta.producer_id, meta.epoch, self.coordinator_epoch)
-
-    async def write_partition_marker(self, tp: tuple[str, int], kind: int, producer_id: int, epoch: int,
-                                     coordinator_epoch: int) -> None:
-        """Write one marker into this broker's log of tp (its leader) and wait until it is
-        durable and, in a cluster, replicated. AppendError when refused or not replicated.
-        Also serves WriteTxnMarkers from a coordinator on another broker."""
-        plog = self.logs.get(*tp)
-        if plog is None:  # the topic was deleted: nothing left to mark
-            return
-        info = plog.append_control(kind, producer_id, epoch, coordinator_epoch)
-        await self.flusher.sync(plog, info.last_offset + 1)
-        replicas = self.high_watermarks()
-        if replicas is not None:
-            # Kafka writes markers with acks=all: the transaction is complete only once
-            # every in-sync replica holds its marker, or a new leader would keep it open.
-            err = await replicas.wait_for_hw(*tp, info.last_offset + 1, self.config.request_timeout_ms / 1000)
-            if err:
-                raise AppendError(err, f"marker of producer {producer_id} on {tp[0]}-{tp[1]} not replicated: "
-                                       f"{err.name}")
-        self.on_marker(*tp)
-
-    async def _complete_branch(self, branch: str, commit: bool, parent: str) -> None:
-        """The parent's decision carried out on one branch: its own Prepare record,
-        markers under its producer id/epoch, Complete. Idempotent (a roll-forward
-        after a crash finds it half or wholly done); AppendError makes the parent retry."""
-        meta = self.txns.get(branch)
-        if meta is None or meta.state in COMPLETED:
-            if commit and meta is not None and meta.state == TxnState.COMPLETE_ABORT:
-                log.error("branch %s of committed %s was aborted: the batch is incomplete", branch, parent)
-            return
-        if meta.pending is not None:
-            raise AppendError(KafkaError.CONCURRENT_TRANSACTIONS, f"branch {branch} is busy")
-        target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
-        if meta.state == TxnState.ONGOING:
-            await self._transition(meta, meta.copy(state=target, update_ms=now_ms()))
-            meta = self.txns.get(branch)
-            if meta is None or meta.pending is not None or meta.state not in PREPARED:
-                raise AppendError(KafkaError.COORDINATOR_NOT_AVAILABLE, f"branch {branch} not prepared")
-        err = self._begin(meta, COMPLETE_OF[meta.state])
-        if err:
-            raise AppendError(err, f"branch {branch} cannot complete")
-        if not await self._try_complete(meta, set()):
-            meta.pending = None
-            raise AppendError(KafkaError.COORDINATOR_NOT_AVAILABLE, f"branch {branch} not completed")
 
     def _spawn(self, coro) -> None:
         task = asyncio.create_task(coro)

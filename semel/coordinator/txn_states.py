@@ -23,6 +23,10 @@ class TxnState(IntEnum):
     # decision and the append.
 
 
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
 S = TxnState
 # target state -> states it may be entered from (Kafka's TransactionState rules).
 VALID_PREVIOUS: dict[TxnState, frozenset[TxnState]] = {

@@ -16,6 +16,7 @@ from kafka.protocol import admin, consumer, metadata, producer, sasl
 from kafka.protocol.api_header import RequestHeader, ResponseHeader
 from kafka.protocol.api_message import ApiMessage
 
+from .api_keys import ApiKey
 from .errors import KafkaError, ProtocolError
 from .fetch_response import encode_fetch
 from .produce_request import FAST_VERSIONS as FAST_PRODUCE_VERSIONS
@@ -36,9 +37,9 @@ def _collect(kind: str) -> dict[int, type[ApiMessage]]:
 
 REQUEST_CLASSES = _collect("request")
 RESPONSE_CLASSES = _collect("response")
-API_VERSIONS_KEY = 18
-PRODUCE_KEY = 0
-FETCH_KEY = 1
+API_VERSIONS_KEY = ApiKey.API_VERSIONS
+PRODUCE_KEY = ApiKey.PRODUCE
+FETCH_KEY = ApiKey.FETCH
 _HEAD = struct.Struct(">hhi")
 
 

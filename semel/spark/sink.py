@@ -73,6 +73,7 @@ from semel.spark.checkpoint import Checkpoint, CheckpointError
 # Option names (defined once, in semel/spark/options.py).
 from semel.spark.options import ATOMIC, BATCH_ROWS, QUERY_ID, REQUEST_TIMEOUT, RESTART_WINDOW, TOPIC
 from semel.spark.security import PLAINTEXT, Security
+from ..protocol.api_keys import ApiKey
 
 TP = tuple[str, int]
 
@@ -1161,7 +1162,7 @@ def _known_call(ids: list[str]):
         unknown = {t.transactional_id for t in r.transaction_states
                    if KafkaError(t.error_code) == KafkaError.TRANSACTIONAL_ID_NOT_FOUND}
         return [i for i in ids if i not in unknown]
-    return (65, dict(transactional_ids=list(ids))), result
+    return (ApiKey.DESCRIBE_TRANSACTIONS, dict(transactional_ids=list(ids))), result
 
 
 def _known(r: Cluster, o: SinkOptions, ids: list[str]) -> list[str]:

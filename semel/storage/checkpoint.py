@@ -14,14 +14,13 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-import crc32c
+from . import checked_file
 
 FILE_NAME = "recovery.checkpoint"
 _MAGIC = b"SMRP"
 _VERSION = 1
 _BODY = struct.Struct(">4sBqqqqqqB")
-_CRC = struct.Struct(">I")
-SIZE = _BODY.size + _CRC.size
+SIZE = _BODY.size + 4   # body, then its CRC-32C (semel.storage.checked_file.seal)
 
 
 @dataclass(frozen=True)
@@ -38,15 +37,13 @@ class Checkpoint:
         body = _BODY.pack(_MAGIC, _VERSION, self.recovery_offset, self.segment_base, self.position,
                           self.log_start_offset, self.max_timestamp, self.max_timestamp_offset,
                           1 if self.clean else 0)
-        return body + _CRC.pack(crc32c.crc32c(body))
+        return checked_file.seal(body)
 
 
 def decode(data: bytes) -> Checkpoint | None:
     """The checkpoint in data, or None when it is damaged or of an unknown version."""
-    if len(data) != SIZE:
-        return None
-    body = data[:_BODY.size]
-    if _CRC.unpack_from(data, _BODY.size)[0] != crc32c.crc32c(body):
+    body = checked_file.unseal(data, SIZE)
+    if body is None:
         return None
     magic, version, rec, seg, pos, start, max_ts, max_ts_off, clean = _BODY.unpack(body)
     if magic != _MAGIC or version != _VERSION or min(rec, seg, pos, start) < 0 or rec < seg:

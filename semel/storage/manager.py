@@ -22,11 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-import crc32c
-
 from semel.protocol.errors import KafkaError
 
-from . import compaction
+from . import checked_file, compaction
 from .errors import StorageError
 from .fs import FileSystem
 from .log import LogConfig, PartitionLog
@@ -203,7 +201,7 @@ class LogManager:
         text = head.decode("ascii", "replace")
         if not sep or not text.startswith(_HEADER):
             raise StorageError(f"{path}: not a semel topic catalogue")
-        if text[len(_HEADER):] != f"{crc32c.crc32c(body):08x}":
+        if checked_file.decode(_HEADER, raw) is None:
             raise StorageError(f"{path}: checksum mismatch; refusing to guess which topics exist")
         try:
             data = json.loads(body)
@@ -214,8 +212,7 @@ class LogManager:
     def _write_catalogue(self, topics: dict[str, TopicInfo]) -> None:
         body = json.dumps({"topics": {n: t.to_json() for n, t in sorted(topics.items())}},
                           indent=1, sort_keys=True).encode()
-        data = f"{_HEADER}{crc32c.crc32c(body):08x}\n".encode() + body
-        self.fs.write_atomic(self.data_dir / CATALOGUE, data, sync_dir=True)
+        checked_file.write(self.fs, self.data_dir / CATALOGUE, checked_file.encode(_HEADER, body), sync_dir=True)
 
     def _commit(self, topics: dict[str, TopicInfo]) -> bool:
         """Write the catalogue; on success adopt it. False (and memory unchanged) on failure."""

@@ -22,11 +22,10 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-import crc32c
-
 from semel.protocol.errors import KafkaError
 from semel.protocol.records import NO_SEQUENCE, BatchHeader
 
+from . import checked_file
 from .fs import FileSystem
 from .types import AppendInfo
 
@@ -243,15 +242,15 @@ class ProducerStateManager:
                                      len(e.batches)))
             parts.extend(_BATCH.pack(*b) for b in e.batches)
         body = b"".join(parts)
-        return body + _CRC.pack(crc32c.crc32c(body))
+        return checked_file.seal(body)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "ProducerStateManager":
         """Raises ValueError when data is not an intact snapshot."""
-        if len(data) < _HEAD.size + _CRC.size:
+        if len(data) < _HEAD.size + 4:
             raise ValueError("snapshot too short")
-        body = memoryview(data)[:-_CRC.size]
-        if _CRC.unpack_from(data, len(data) - _CRC.size)[0] != crc32c.crc32c(body):
+        body = checked_file.unseal(data)
+        if body is None:
             raise ValueError("snapshot checksum mismatch")
         magic, version, count = _HEAD.unpack_from(body, 0)
         if magic != _MAGIC or version != _VERSION:
@@ -279,7 +278,6 @@ _VERSION = 1
 _HEAD = struct.Struct(">4sBI")
 _ENTRY = struct.Struct(">qhqiqB")     # pid, epoch, last timestamp, coordinator epoch, txn first, n batches
 _BATCH = struct.Struct(">iiqq")       # first seq, last seq, first offset, last offset
-_CRC = struct.Struct(">I")
 
 SNAPSHOT_SUFFIX = ".snapshot"
 SNAPSHOTS_KEPT = 2

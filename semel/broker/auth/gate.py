@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...coordinator.txn import branch_of
+from ...coordinator.txn_branches import branch_of
+from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..deferred import Deferred
 from .acl import CLUSTER_NAME, Operation as Op, ResourceType as Rt
@@ -18,9 +19,9 @@ from .check import authorize_any
 from .sasl import session_expired
 
 # Requests a SASL listener answers before authentication; anything else closes it.
-PRE_AUTH_APIS = {17, 18, 36}
+PRE_AUTH_APIS = {ApiKey.SASL_HANDSHAKE, ApiKey.API_VERSIONS, ApiKey.SASL_AUTHENTICATE}
 # Once a login's session expired (KIP-368), only a re-login's requests are answered.
-REAUTH_APIS = {17, 36}
+REAUTH_APIS = {ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE}
 E = KafkaError
 
 
@@ -234,7 +235,7 @@ def _txn_offset_commit(ctx, body):
 
 def _may_add(ctx, t) -> bool:
     """Write on the topic; for a branch's pseudo-partition (a Spark sink batch joining
-    its branches, coordinator.txn.branch_of) Write on the branch's transactional id,
+    its branches, coordinator.txn_branches.branch_of) Write on the branch's transactional id,
     the resource that pseudo-partition stands for."""
     branch = branch_of((t.name, 0)) if list(t.partitions) == [0] else None
     if branch is not None:
@@ -442,41 +443,41 @@ async def _delete_topics(ctx, body, fn):
 
 
 RULES = {
-    0: _topics(Op.WRITE, _PRODUCE, whole=_produce_txn),
-    1: _fetch,
-    2: _topics(Op.DESCRIBE, _LIST_OFFSETS),
-    3: _metadata,
-    8: _topics(Op.READ, _OFFSET_COMMIT, whole=_group_read),
-    9: _offset_fetch,
-    10: _find_coordinator,
-    11: _group(Op.READ),
-    12: _group(Op.READ),
-    13: _group(Op.READ),
-    14: _group(Op.READ),
-    15: _describe_groups,
-    16: _list_groups,
-    19: _create_topics,
-    20: _delete_topics,
-    21: _topics(Op.DELETE, _LIST_OFFSETS),
-    22: _init_producer_id,
-    23: _offset_for_leader_epoch,
-    24: _add_partitions_to_txn,
-    25: _add_offsets_to_txn,
-    26: _single(Op.WRITE, Rt.TRANSACTIONAL_ID, lambda b: b.transactional_id,
+    ApiKey.PRODUCE: _topics(Op.WRITE, _PRODUCE, whole=_produce_txn),
+    ApiKey.FETCH: _fetch,
+    ApiKey.LIST_OFFSETS: _topics(Op.DESCRIBE, _LIST_OFFSETS),
+    ApiKey.METADATA: _metadata,
+    ApiKey.OFFSET_COMMIT: _topics(Op.READ, _OFFSET_COMMIT, whole=_group_read),
+    ApiKey.OFFSET_FETCH: _offset_fetch,
+    ApiKey.FIND_COORDINATOR: _find_coordinator,
+    ApiKey.JOIN_GROUP: _group(Op.READ),
+    ApiKey.HEARTBEAT: _group(Op.READ),
+    ApiKey.LEAVE_GROUP: _group(Op.READ),
+    ApiKey.SYNC_GROUP: _group(Op.READ),
+    ApiKey.DESCRIBE_GROUPS: _describe_groups,
+    ApiKey.LIST_GROUPS: _list_groups,
+    ApiKey.CREATE_TOPICS: _create_topics,
+    ApiKey.DELETE_TOPICS: _delete_topics,
+    ApiKey.DELETE_RECORDS: _topics(Op.DELETE, _LIST_OFFSETS),
+    ApiKey.INIT_PRODUCER_ID: _init_producer_id,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: _offset_for_leader_epoch,
+    ApiKey.ADD_PARTITIONS_TO_TXN: _add_partitions_to_txn,
+    ApiKey.ADD_OFFSETS_TO_TXN: _add_offsets_to_txn,
+    ApiKey.END_TXN: _single(Op.WRITE, Rt.TRANSACTIONAL_ID, lambda b: b.transactional_id,
                 E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
-    28: _topics(Op.READ, _OFFSET_COMMIT, whole=_txn_offset_commit),
-    29: _cluster(Op.DESCRIBE),
-    30: _acl_change("creations", "results"),
-    31: _acl_change("filters", "filter_results"),
-    32: _configs(Op.DESCRIBE_CONFIGS, "results", configs=[]),
-    33: _configs(Op.ALTER_CONFIGS, "responses"),
-    37: _topics(Op.ALTER, _CREATE_PARTITIONS),
-    42: _delete_groups,
-    47: _offset_delete,
-    44: _configs(Op.ALTER_CONFIGS, "responses"),
-    45: _cluster(Op.ALTER),
-    46: _cluster(Op.DESCRIBE),
-    50: _cluster(Op.DESCRIBE),
-    51: _alter_scram,
-    60: _cluster(Op.DESCRIBE),
+    ApiKey.TXN_OFFSET_COMMIT: _topics(Op.READ, _OFFSET_COMMIT, whole=_txn_offset_commit),
+    ApiKey.DESCRIBE_ACLS: _cluster(Op.DESCRIBE),
+    ApiKey.CREATE_ACLS: _acl_change("creations", "results"),
+    ApiKey.DELETE_ACLS: _acl_change("filters", "filter_results"),
+    ApiKey.DESCRIBE_CONFIGS: _configs(Op.DESCRIBE_CONFIGS, "results", configs=[]),
+    ApiKey.ALTER_CONFIGS: _configs(Op.ALTER_CONFIGS, "responses"),
+    ApiKey.CREATE_PARTITIONS: _topics(Op.ALTER, _CREATE_PARTITIONS),
+    ApiKey.DELETE_GROUPS: _delete_groups,
+    ApiKey.OFFSET_DELETE: _offset_delete,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: _configs(Op.ALTER_CONFIGS, "responses"),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: _cluster(Op.ALTER),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: _cluster(Op.DESCRIBE),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: _cluster(Op.DESCRIBE),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: _alter_scram,
+    ApiKey.DESCRIBE_CLUSTER: _cluster(Op.DESCRIBE),
 }

@@ -2,6 +2,7 @@
 Who may call them (Alter/Describe on the cluster) is checked in auth.gate."""
 from __future__ import annotations
 
+from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..auth.acl import (AclBinding, AclFilter, InvalidAcl, Operation, PatternType, Permission,
                         ResourceType)
@@ -27,7 +28,7 @@ def _filter(f) -> AclFilter:
                      f.host_filter, _enum(Operation, f.operation), _enum(Permission, f.permission_type))
 
 
-@handler(30, 0, 3)
+@handler(ApiKey.CREATE_ACLS, 0, 3)
 async def create_acls(ctx, body):
     R = ctx.cls().AclCreationResult
     results = []
@@ -42,7 +43,7 @@ async def create_acls(ctx, body):
     return ctx.response(throttle_time_ms=0, results=results)
 
 
-@handler(29, 0, 3)
+@handler(ApiKey.DESCRIBE_ACLS, 0, 3)
 async def describe_acls(ctx, body):
     cls = ctx.cls()
     found = ctx.broker.acls.describe(_filter(body))
@@ -58,7 +59,7 @@ async def describe_acls(ctx, body):
     return ctx.response(throttle_time_ms=0, error_code=KafkaError.NONE, error_message=None, resources=resources)
 
 
-@handler(31, 0, 3)
+@handler(ApiKey.DELETE_ACLS, 0, 3)
 async def delete_acls(ctx, body):
     F = ctx.cls().DeleteAclsFilterResult
     M = F.DeleteAclsMatchingAcl

@@ -6,6 +6,7 @@ at the log end. In a cluster the answer comes from the partition's leader-epoch
 cache (KIP-101/KIP-279): followers truncate to it after a leader change."""
 from __future__ import annotations
 
+from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..auth.acl import ResourceType
 from ..auth.check import authorized_operations
@@ -16,7 +17,7 @@ ENDPOINT_BROKERS, ENDPOINT_CONTROLLERS = 1, 2
 NO_OPERATIONS = None  # the codec writes Kafka's "not asked for" (-2^31) for None
 
 
-@handler(60, 0, 2)
+@handler(ApiKey.DESCRIBE_CLUSTER, 0, 2)
 async def describe_cluster(ctx, req):
     cfg = ctx.broker.config
     cls = ctx.cls()
@@ -45,7 +46,7 @@ async def describe_cluster(ctx, req):
                             ctx, req.include_cluster_authorized_operations, ResourceType.CLUSTER))
 
 
-@handler(23, 2, 4)
+@handler(ApiKey.OFFSET_FOR_LEADER_EPOCH, 2, 4)
 async def offset_for_leader_epoch(ctx, req):
     cls = ctx.cls()
     T = cls.OffsetForLeaderTopicResult

@@ -5,6 +5,7 @@ once). Broker configs are described but not alterable on this broker."""
 from __future__ import annotations
 
 from ...cluster.reassignment import THROTTLE_RATE
+from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ...storage.manager import validate_topic_config
 from ..router import handler
@@ -18,7 +19,7 @@ SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 LIST_CONFIGS = {"cleanup.policy"}
 
 
-@handler(32, 1, 4)
+@handler(ApiKey.DESCRIBE_CONFIGS, 1, 4)
 async def describe_configs(ctx, req):
     cls = ctx.cls()
     results = []
@@ -67,7 +68,7 @@ def _config_values(ctx, rtype, name):
     return out, KafkaError.NONE
 
 
-@handler(33, 0, 2)
+@handler(ApiKey.ALTER_CONFIGS, 0, 2)
 async def alter_configs(ctx, req):
     """The resource's overrides become exactly the ones given (Kafka's replace semantics)."""
     def compute(current, res):
@@ -75,7 +76,7 @@ async def alter_configs(ctx, req):
     return await _alter(ctx, req, compute)
 
 
-@handler(44, 0, 1)
+@handler(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1)
 async def incremental_alter_configs(ctx, req):
     """SET/DELETE/APPEND/SUBTRACT applied to the current overrides."""
     def compute(current, res):

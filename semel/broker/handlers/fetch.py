@@ -14,6 +14,7 @@ import logging
 import time
 
 from ...cluster.member import check_leader
+from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ...storage.errors import CorruptLogError, OffsetOutOfRange, StorageError
 from ..router import handler
@@ -29,7 +30,7 @@ def upper_bound(plog, isolation: int) -> int:
     return plog.last_stable_offset if isolation == READ_COMMITTED else plog.high_watermark
 
 
-@handler(1, 4, 12)
+@handler(ApiKey.FETCH, 4, 12)
 async def fetch(ctx, req):
     broker = ctx.broker
     deadline = time.monotonic() + max(req.max_wait_ms, 0) / 1000
@@ -153,7 +154,7 @@ def _error_partition(P, index, err):
              log_start_offset=-1, aborted_transactions=None, records=b"")
 
 
-@handler(2, 1, 7)
+@handler(ApiKey.LIST_OFFSETS, 1, 7)
 async def list_offsets(ctx, req):
     cls = ctx.cls()
     T = cls.ListOffsetsTopicResponse

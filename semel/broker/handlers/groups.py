@@ -9,6 +9,7 @@ connection keeps serving the member's other requests (heartbeats, commits).
 """
 from __future__ import annotations
 
+from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..auth.acl import ResourceType
 from ..auth.check import authorized_operations
@@ -31,7 +32,7 @@ def _answer(fut, build):
     return Deferred(later())
 
 
-@handler(11, 0, 7)
+@handler(ApiKey.JOIN_GROUP, 0, 7)
 async def join_group(ctx, req):
     v = ctx.api_version
     fut = ctx.broker.groups.join_group(
@@ -62,7 +63,7 @@ async def join_group(ctx, req):
     return _answer(fut, build)
 
 
-@handler(14, 0, 5)
+@handler(ApiKey.SYNC_GROUP, 0, 5)
 async def sync_group(ctx, req):
     v = ctx.api_version
     fut = ctx.broker.groups.sync_group(
@@ -79,7 +80,7 @@ async def sync_group(ctx, req):
     return _answer(fut, build)
 
 
-@handler(12, 0, 4)
+@handler(ApiKey.HEARTBEAT, 0, 4)
 async def heartbeat(ctx, req):
     err = ctx.broker.groups.heartbeat(
         req.group_id, req.generation_id, req.member_id,
@@ -87,7 +88,7 @@ async def heartbeat(ctx, req):
     return ctx.response(error_code=err)
 
 
-@handler(13, 0, 4)
+@handler(ApiKey.LEAVE_GROUP, 0, 4)
 async def leave_group(ctx, req):
     v = ctx.api_version
     if v >= 3:
@@ -106,7 +107,7 @@ async def leave_group(ctx, req):
     return ctx.response(error_code=err, members=members)
 
 
-@handler(15, 0, 5)
+@handler(ApiKey.DESCRIBE_GROUPS, 0, 5)
 async def describe_groups(ctx, req):
     group_cls = ctx.cls().DescribedGroup
     member_cls = group_cls.DescribedGroupMember
@@ -125,7 +126,7 @@ async def describe_groups(ctx, req):
     return ctx.response(groups=groups)
 
 
-@handler(16, 0, 4)
+@handler(ApiKey.LIST_GROUPS, 0, 4)
 async def list_groups(ctx, req):
     states = req.states_filter if ctx.api_version >= 4 else None
     err, rows = ctx.broker.groups.list_groups(states)
@@ -134,7 +135,7 @@ async def list_groups(ctx, req):
         listed(group_id=gid, protocol_type=ptype, group_state=state) for gid, ptype, state in rows])
 
 
-@handler(42, 0, 2)
+@handler(ApiKey.DELETE_GROUPS, 0, 2)
 async def delete_groups(ctx, req):
     fut = ctx.broker.groups.delete_groups(req.groups_names or ())
     result_cls = ctx.cls().DeletableGroupResult

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 
+from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..auth.acl import ResourceType
 from ..auth.check import authorized_operations
@@ -13,7 +14,7 @@ from .common import auto_create_in_cluster, may_auto_create, unknown_topic
 ZERO_UUID = uuid.UUID(int=0)
 
 
-@handler(3, 0, 12)
+@handler(ApiKey.METADATA, 0, 12)
 async def metadata(ctx, req):
     build = _cluster_metadata if ctx.broker.cluster is not None else _node_metadata
     return _with_authorized_operations(ctx, req, await build(ctx, req))
@@ -157,7 +158,7 @@ def _cluster_requested_name(t, known):
     return t.name
 
 
-@handler(10, 0, 4)
+@handler(ApiKey.FIND_COORDINATOR, 0, 4)
 async def find_coordinator(ctx, req):
     # key_type 0 = group, 1 = transaction. v4+ (KIP-699) asks for several keys at once.
     key_type = req.key_type if ctx.api_version >= 1 else 0

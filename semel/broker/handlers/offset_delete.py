@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
 
+from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from .common import by_topic
 from .groups import _answer
@@ -19,7 +20,7 @@ def subscribed_topics(metadata: bytes) -> set[str]:
         return set()
 
 
-@handler(47, 0, 0)
+@handler(ApiKey.OFFSET_DELETE, 0, 0)
 async def offset_delete(ctx, req):
     order = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
     fut = ctx.broker.groups.delete_offsets(req.group_id, list(dict.fromkeys(order)), subscribed_topics)

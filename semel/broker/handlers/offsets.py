@@ -9,6 +9,7 @@ offsets_retention_ms).
 """
 from __future__ import annotations
 
+from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..router import handler
 from .common import by_topic
@@ -22,7 +23,7 @@ def _partition_known(ctx, topic: str, partition: int) -> bool:
         return False
 
 
-@handler(8, 2, 8)
+@handler(ApiKey.OFFSET_COMMIT, 2, 8)
 async def offset_commit(ctx, req):
     v = ctx.api_version
     offsets: dict[tuple[str, int], tuple[int, int, str | None]] = {}
@@ -57,7 +58,7 @@ async def offset_commit(ctx, req):
     return _answer(fut, build)
 
 
-@handler(9, 1, 7)
+@handler(ApiKey.OFFSET_FETCH, 1, 7)
 async def offset_fetch(ctx, req):
     v = ctx.api_version
     wanted = None

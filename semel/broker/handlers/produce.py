@@ -16,6 +16,7 @@ import logging
 
 from ...cluster.member import check_leader
 from ...protocol import records
+from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ...protocol.produce_response import ProduceAnswer, ProducePartitionAnswer, ProduceTopicAnswer, RecordError
 from ...storage import compaction
@@ -51,7 +52,7 @@ class _PartitionResult:
 LOOP_WRITE_BUDGET_BYTES = 8 * 1024 * 1024
 
 
-@handler(0, 3, 9)
+@handler(ApiKey.PRODUCE, 3, 9)
 async def produce(ctx, req):
     acks = req.acks
     results: list[tuple[str, list[_PartitionResult]]] = []

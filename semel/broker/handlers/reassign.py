@@ -6,13 +6,14 @@ per partition and nothing to move: it answers what Kafka answers without a
 controller to move anything."""
 from __future__ import annotations
 
+from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..router import handler
 
 CAS_TRIES = 10
 
 
-@handler(45, 0, 1)
+@handler(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, 1)
 async def alter_partition_reassignments(ctx, req):
     cls = ctx.cls()
     T, P = cls.ReassignableTopicResponse, cls.ReassignableTopicResponse.ReassignablePartitionResponse
@@ -53,7 +54,7 @@ async def _alter_one(view, topic: str, index: int, replicas, allow_rf_change: bo
     return KafkaError.REQUEST_TIMED_OUT, "the partition kept changing; try again"
 
 
-@handler(46, 0, 0)
+@handler(ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, 0)
 async def list_partition_reassignments(ctx, req):
     cls = ctx.cls()
     T = cls.OngoingTopicReassignment

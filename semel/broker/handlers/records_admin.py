@@ -1,6 +1,7 @@
 """DeleteRecords (21): move a partition's log start offset (its low watermark) up."""
 from __future__ import annotations
 
+from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ...storage.errors import OffsetOutOfRange, StorageError
 from ..router import handler
@@ -8,7 +9,7 @@ from ..router import handler
 HIGH_WATERMARK = -1  # the request's "up to the high watermark"
 
 
-@handler(21, 0, 2)
+@handler(ApiKey.DELETE_RECORDS, 0, 2)
 async def delete_records(ctx, req):
     cls = ctx.cls()
     T = cls.DeleteRecordsTopicResult

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 
+from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..auth import oauth
 from ..auth.sasl import AuthFailed, IllegalState, SaslSession, SaslSettings, State, TokenRefused
@@ -35,7 +36,7 @@ def _session(ctx) -> SaslSession | None:
     return conn.session
 
 
-@handler(17, 1, 1)
+@handler(ApiKey.SASL_HANDSHAKE, 1, 1)
 async def sasl_handshake(ctx, body):
     enabled = list(ctx.broker.config.sasl_enabled_mechanisms)
     session = _session(ctx)
@@ -57,7 +58,7 @@ async def sasl_handshake(ctx, body):
     return ctx.response(error_code=KafkaError.NONE, mechanisms=enabled)
 
 
-@handler(36, 0, 2)
+@handler(ApiKey.SASL_AUTHENTICATE, 0, 2)
 async def sasl_authenticate(ctx, body):
     session = _session(ctx)
     if session is None:

@@ -7,12 +7,13 @@ from __future__ import annotations
 import functools
 import uuid
 
+from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ...storage.manager import validate_topic_config, validate_topic_name
 from ..router import handler
 
 
-@handler(19, 2, 7)
+@handler(ApiKey.CREATE_TOPICS, 2, 7)
 async def create_topics(ctx, req):
     cls = ctx.cls()
     results = []
@@ -127,7 +128,7 @@ def _check_brokers(ctx, replica_lists) -> tuple[KafkaError, str]:
     return KafkaError.NONE, ""
 
 
-@handler(20, 1, 6)
+@handler(ApiKey.DELETE_TOPICS, 1, 6)
 async def delete_topics(ctx, req):
     cls = ctx.cls()
     names = [t.name for t in req.topics] if ctx.api_version >= 6 else list(req.topic_names)
@@ -177,7 +178,7 @@ async def _delete_in_cluster(ctx, name, topic_id):
     return name, err, None if err == 0 else f"topic {name!r} does not exist"
 
 
-@handler(37, 0, 3)
+@handler(ApiKey.CREATE_PARTITIONS, 0, 3)
 async def create_partitions(ctx, req):
     cls = ctx.cls()
     names = [t.name for t in req.topics]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..router import handler
 from .common import by_topic, first_error
@@ -21,7 +22,7 @@ def _txns(ctx):
     return ctx.broker.txns
 
 
-@handler(22, 0, 4)
+@handler(ApiKey.INIT_PRODUCER_ID, 0, 4)
 async def init_producer_id(ctx, req):
     pid = req.producer_id if ctx.api_version >= 3 else -1
     epoch = req.producer_epoch if ctx.api_version >= 3 else -1
@@ -31,7 +32,7 @@ async def init_producer_id(ctx, req):
     return ctx.response(throttle_time_ms=0, error_code=err, producer_id=pid, producer_epoch=epoch)
 
 
-@handler(24, 0, 3)
+@handler(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 3)
 async def add_partitions_to_txn(ctx, req):
     wanted = [(t.name, p) for t in req.v3_and_below_topics for p in t.partitions]
     result = await _txns(ctx).add_partitions(req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
@@ -44,7 +45,7 @@ async def add_partitions_to_txn(ctx, req):
     return ctx.response(throttle_time_ms=0, results_by_topic_v3_and_below=topics)
 
 
-@handler(25, 0, 3)
+@handler(ApiKey.ADD_OFFSETS_TO_TXN, 0, 3)
 async def add_offsets_to_txn(ctx, req):
     err = await _txns(ctx).add_offsets(req.transactional_id, req.producer_id, req.producer_epoch,
                                        req.group_id, ctx.api_version)
@@ -52,7 +53,7 @@ async def add_offsets_to_txn(ctx, req):
     return ctx.response(throttle_time_ms=0, error_code=err)
 
 
-@handler(26, 0, 3)
+@handler(ApiKey.END_TXN, 0, 3)
 async def end_txn(ctx, req):
     err = await _txns(ctx).end_txn(req.transactional_id, req.producer_id, req.producer_epoch,
                                    req.committed, ctx.api_version)
@@ -60,7 +61,7 @@ async def end_txn(ctx, req):
     return ctx.response(throttle_time_ms=0, error_code=err)
 
 
-@handler(28, 0, 3)
+@handler(ApiKey.TXN_OFFSET_COMMIT, 0, 3)
 async def txn_offset_commit(ctx, req):
     offsets = {(t.name, p.partition_index): (p.committed_offset,
                                              p.committed_leader_epoch if ctx.api_version >= 2 else -1,

@@ -23,6 +23,7 @@ from ...cluster.txn_markers import is_coordinator_client
 from ...coordinator.txn import OFFSETS_TOPIC
 from ...coordinator.txn_states import PREPARED, TxnState
 from ...protocol import records
+from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ...storage.errors import AppendError, StorageError
 from ..router import handler
@@ -65,7 +66,7 @@ def _now_ms() -> int:
 
 # --- DescribeTransactions ---------------------------------------------------------------
 
-@handler(65, 0, 0)
+@handler(ApiKey.DESCRIBE_TRANSACTIONS, 0, 0)
 async def describe_transactions(ctx, req):
     T = ctx.cls().TransactionState
     return ctx.response(throttle_time_ms=0, transaction_states=[
@@ -102,7 +103,7 @@ def _not_described(T, txn_id: str, err: KafkaError):
 
 # --- ListTransactions -------------------------------------------------------------------
 
-@handler(66, 0, 2)
+@handler(ApiKey.LIST_TRANSACTIONS, 0, 2)
 async def list_transactions(ctx, req):
     v = ctx.api_version
     wanted_states = set(req.state_filters or ())
@@ -137,7 +138,7 @@ async def list_transactions(ctx, req):
 
 # --- DescribeProducers ------------------------------------------------------------------
 
-@handler(61, 0, 0)
+@handler(ApiKey.DESCRIBE_PRODUCERS, 0, 0)
 async def describe_producers(ctx, req):
     cls = ctx.cls()
     T = cls.TopicResponse
@@ -176,7 +177,7 @@ def _producer_row(S, e):
 
 # --- WriteTxnMarkers (admin abort) ----------------------------------------------------------
 
-@handler(27, 0, 1)
+@handler(ApiKey.WRITE_TXN_MARKERS, 0, 1)
 async def write_txn_markers(ctx, req):
     R = ctx.cls().WritableTxnMarkerResult
     T = R.WritableTxnMarkerTopicResult

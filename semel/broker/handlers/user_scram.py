@@ -6,6 +6,7 @@ file, in a cluster the users in etcd, which every broker follows. Who may call t
 (Alter / Describe on the cluster) is checked in auth.gate."""
 from __future__ import annotations
 
+from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..auth.users import ITERATIONS, MAX_ITERATIONS, MECHANISM_CODES, credential_from_salted
 from ..router import handler
@@ -56,7 +57,7 @@ def _check(entry, upsert, seen) -> tuple[KafkaError, str] | None:
     return None
 
 
-@handler(51, 0, 0)
+@handler(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, 0)
 async def alter_user_scram_credentials(ctx, body):
     R = ctx.cls().AlterUserScramCredentialsResult
     changes, errors = plan(body.deletions or [], body.upsertions or [])
@@ -74,7 +75,7 @@ async def alter_user_scram_credentials(ctx, body):
         for n in names])
 
 
-@handler(50, 0, 0)
+@handler(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0)
 async def describe_user_scram_credentials(ctx, body):
     cls = ctx.cls()
     R = cls.DescribeUserScramCredentialsResult

@@ -10,6 +10,8 @@ import itertools
 import pytest
 
 import semel.coordinator.txn as txn_module
+import semel.coordinator.txn_branches as branches_module
+import semel.coordinator.txn_completion as completion_module
 from semel.broker.config import BrokerConfig
 from semel.coordinator.group import GroupConfig, GroupCoordinator
 from semel.coordinator.producer_ids import ProducerIdManager
@@ -83,9 +85,9 @@ def test_completing_a_transaction_already_being_completed_does_nothing(coord):
 
 def test_no_other_code_sets_a_pending_state():
     """`pending` is set to a state only inside _begin; elsewhere it is only cleared."""
-    tree = ast.parse(inspect.getsource(txn_module))
+    trees = [ast.parse(inspect.getsource(m)) for m in (txn_module, branches_module, completion_module)]
     setters = []
-    for fn in ast.walk(tree):
+    for fn in (n for tree in trees for n in ast.walk(tree)):
         if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         for node in ast.walk(fn):

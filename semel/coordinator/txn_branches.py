@@ -1,0 +1,110 @@
+"""Branches of a transaction (semel extension for the Spark sink's atomic micro-batches).
+
+A parent transaction may join another ongoing transaction, its branch, by adding the
+pseudo-partition (`__semel_branch:<branch transactional id>`, 0) with a standard
+AddPartitionsToTxn. The pseudo-partition is then one of the parent's partitions, so it
+is in the parent's log records and its Prepare record decides the branch too;
+completing the parent "writes the marker" of a branch by preparing and completing the
+branch under the branch's own producer id/epoch. While joined, a branch is the
+parent's: its own timeout, EndTxn and produce are refused, and an InitProducerId of
+the branch (a restarted task) aborts the undecided parent first, taking every branch
+with it. A Kafka broker refuses the pseudo-topic (invalid name), which is how the sink
+detects the extension. In a cluster a branch must map to its parent's
+__transaction_state partition (same coordinator); one that does not is refused the
+same way.
+
+TxnBranches is the part of TransactionCoordinator (semel.coordinator.txn) that keeps
+the branch index `_joined` and decides joins; it uses the coordinator's `txns`,
+`_transition`, `_begin`, `_abort_with_bump` and `_try_complete`.
+"""
+from __future__ import annotations
+
+import logging
+
+from ..protocol.errors import KafkaError
+from ..protocol.txn_hash import partition_for
+from ..storage.errors import AppendError
+from .txn_states import COMPLETE_OF, COMPLETED, PREPARED, TxnMeta, TxnState, now_ms
+
+log = logging.getLogger("semel.txn")
+
+BRANCH_PREFIX = "__semel_branch:"
+
+
+def branch_of(tp: tuple[str, int]) -> str | None:
+    """The branch transactional id a pseudo-partition names, or None for a real partition."""
+    topic, partition = tp
+    if topic.startswith(BRANCH_PREFIX) and partition == 0 and len(topic) > len(BRANCH_PREFIX):
+        return topic[len(BRANCH_PREFIX):]
+    return None
+
+
+class TxnBranches:
+    """Branch joins and their completion; `_joined` maps a branch transactional id to
+    the parent it is joined to (ongoing or prepared parents only)."""
+
+    _joined: dict[str, str]
+
+    def _index_branches(self, old: TxnMeta | None, new: TxnMeta) -> None:
+        """Keep `_joined` equal to what the parents' states say (live and replay alike)."""
+        for tp in old.parts() if old is not None else ():
+            b = branch_of(tp)
+            if b is not None and self._joined.get(b) == new.txn_id:
+                del self._joined[b]
+        if new.state in PREPARED or new.state == TxnState.ONGOING:
+            for tp in new.parts():
+                b = branch_of(tp)
+                if b is not None:
+                    self._joined[b] = new.txn_id
+
+    async def _abort_parent_of(self, branch: str) -> KafkaError:
+        parent = self.txns.get(self._joined[branch])
+        if parent is None or parent.pending is not None or parent.state != TxnState.ONGOING:
+            return KafkaError.CONCURRENT_TRANSACTIONS   # being decided: the caller retries
+        log.info("aborting %s: its branch %s is initialised again", parent.txn_id, branch)
+        return await self._abort_with_bump(parent)
+
+    def _coordinated_here(self, parent: str, branch: str) -> bool:
+        """Whether `branch` belongs to the same __transaction_state partition as `parent`."""
+        n = self.txn_partitions
+        return n == 1 or partition_for(branch, n) == partition_for(parent, n)
+
+    def _join_error(self, parent: TxnMeta, tp: tuple[str, int]) -> KafkaError:
+        """Why `parent` cannot join the branch `tp` names (NONE if it can). One level
+        only: a branch has no branches and is no parent's parent."""
+        b = branch_of(tp)
+        if self._joined.get(b) == parent.txn_id:
+            return KafkaError.NONE                       # a retried join
+        branch = self.txns.get(b)
+        if (b == parent.txn_id or parent.txn_id in self._joined or b in self._joined or branch is None
+                or any(branch_of(x) is not None for x in branch.parts())):
+            return KafkaError.INVALID_TXN_STATE
+        if branch.pending is not None:
+            return KafkaError.CONCURRENT_TRANSACTIONS
+        # Only an ongoing branch holds data to decide; an aborted one (timeout) must
+        # fail the join, never be committed as if it were whole.
+        return KafkaError.NONE if branch.state == TxnState.ONGOING else KafkaError.INVALID_TXN_STATE
+
+    async def _complete_branch(self, branch: str, commit: bool, parent: str) -> None:
+        """The parent's decision carried out on one branch: its own Prepare record,
+        markers under its producer id/epoch, Complete. Idempotent (a roll-forward
+        after a crash finds it half or wholly done); AppendError makes the parent retry."""
+        meta = self.txns.get(branch)
+        if meta is None or meta.state in COMPLETED:
+            if commit and meta is not None and meta.state == TxnState.COMPLETE_ABORT:
+                log.error("branch %s of committed %s was aborted: the batch is incomplete", branch, parent)
+            return
+        if meta.pending is not None:
+            raise AppendError(KafkaError.CONCURRENT_TRANSACTIONS, f"branch {branch} is busy")
+        target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+        if meta.state == TxnState.ONGOING:
+            await self._transition(meta, meta.copy(state=target, update_ms=now_ms()))
+            meta = self.txns.get(branch)
+            if meta is None or meta.pending is not None or meta.state not in PREPARED:
+                raise AppendError(KafkaError.COORDINATOR_NOT_AVAILABLE, f"branch {branch} not prepared")
+        err = self._begin(meta, COMPLETE_OF[meta.state])
+        if err:
+            raise AppendError(err, f"branch {branch} cannot complete")
+        if not await self._try_complete(meta, set()):
+            meta.pending = None
+            raise AppendError(KafkaError.COORDINATOR_NOT_AVAILABLE, f"branch {branch} not completed")

@@ -1,0 +1,137 @@
+"""Completing a logged decision: markers on every partition, then the Complete record.
+
+A PrepareCommit/PrepareAbort record is the decision: once it is on disk the markers
+are written to every partition of the transaction (retried until they succeed, also
+after a crash) and a Complete record closes the transaction. Markers are written only
+once the decision is durable.
+
+MarkerCompletion is the part of TransactionCoordinator (semel.coordinator.txn) that
+does this; it uses the coordinator's `txns`, `_begin`, `_log_state`, `_spawn`, its log
+and flushers, the MarkerWriter `markers` and the group coordinators `groups`.
+"""
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+
+from ..protocol import records
+from ..protocol.errors import KafkaError
+from ..storage.errors import AppendError, StorageError
+from .group_model import OFFSETS_TOPIC
+from .txn_branches import branch_of
+from .txn_states import COMPLETE_OF, PREPARED, TxnMeta, TxnState, now_ms
+
+log = logging.getLogger("semel.txn")
+
+
+class MarkerCompletion:
+    """Carries out decisions: markers into data, offsets and branch partitions."""
+
+    async def _complete_if_prepared(self, txn_id: str) -> None:
+        """A Prepare record in the log is the decision even when its fsync failed."""
+        meta = self.txns.get(txn_id)
+        if meta is not None and meta.state in PREPARED and meta.pending is None:
+            await self._complete(meta)
+
+    async def _complete(self, meta: TxnMeta) -> None:
+        """Carry out a logged decision. If markers cannot be written now, keep
+        retrying in the background; the transaction stays pending until done."""
+        if self._begin(meta, COMPLETE_OF[meta.state]):
+            return   # already being completed (an EndTxn retry met a roll-forward), or superseded
+        done: set = set()
+        if await self._try_complete(meta, done):
+            return
+        self._spawn(self._retry_complete(meta, done))
+
+    async def _retry_complete(self, meta: TxnMeta, done: set) -> None:
+        delay = 0.1
+        while True:
+            await asyncio.sleep(delay)
+            if await self._try_complete(meta, done):
+                return
+            delay = min(delay * 2, 5.0)
+
+    async def _try_complete(self, meta: TxnMeta, done: set) -> bool:
+        if self.txns.get(meta.txn_id) is not meta:
+            return True   # superseded (never expected): a stale retry must not overwrite newer state
+        commit = meta.state == TxnState.PREPARE_COMMIT
+        kind = records.CONTROL_COMMIT if commit else records.CONTROL_ABORT
+        try:
+            # Markers only for a durable decision: a crash must not leave markers
+            # whose Prepare record could still vanish from the coordinator log.
+            await self._clog.flusher.sync(self.log, self.log.log_end_offset)
+        except AppendError as exc:
+            log.warning("transaction log fsync before markers for %s failed (%s); will retry", meta.txn_id, exc)
+            return False
+        # All partitions at once: each marker is appended, then their fsyncs run
+        # together, so EndTxn costs one fsync round however many partitions it spans.
+        todo = sorted(meta.parts() - done)
+        results = await asyncio.gather(*(self._write_marker(tp, kind, meta) for tp in todo),
+                                       return_exceptions=True)
+        failed = False
+        for tp, result in zip(todo, results):
+            if isinstance(result, AppendError):  # disk failure, or a refusal by the partition's producer state
+                log.warning("marker write to %s-%d for %s failed (%s); will retry", *tp, meta.txn_id, result)
+                failed = True
+            elif isinstance(result, BaseException):
+                raise result
+            else:
+                done.add(tp)
+        if failed:
+            return False
+        if self.txns.get(meta.txn_id) is not meta:
+            return True   # unloaded while the markers were written: the next coordinator completes it
+        final = meta.copy(state=COMPLETE_OF[meta.state], partitions=None, update_ms=now_ms())
+        # The Complete record need not wait for its own fsync: every marker is
+        # already durable, and if the record is lost the Prepare is replayed and
+        # rolled forward again (markers written twice are harmless).
+        _, applied = await self._log_state(final, durable=False)
+        # A Complete record that reached the log (even unsynced) is done: a crash
+        # before it is durable replays the Prepare record and rolls forward again.
+        return applied
+
+    async def _write_marker(self, tp: tuple[str, int], kind: int, meta: TxnMeta) -> None:
+        branch = branch_of(tp)
+        if branch is not None:
+            await self._complete_branch(branch, kind == records.CONTROL_COMMIT, meta.txn_id)
+            return
+        if tp[0] == OFFSETS_TOPIC and (self.markers is None or self.markers.leads_here(tp)):
+            groups = self.groups.for_partition(tp[1])
+            if groups is None:
+                raise AppendError(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"no group coordinator for {tp}")
+            result = groups.complete_txn(meta.producer_id, meta.epoch, self.coordinator_epoch,
+                                         kind == records.CONTROL_COMMIT)
+            if inspect.isawaitable(result):
+                result = await result
+            if result:
+                raise StorageError(f"offsets marker for {meta.txn_id}: {KafkaError(result).name}")
+            return
+        if self.markers is not None and not self.markers.leads_here(tp):
+            # Led by another broker (or by nobody right now): the current leader writes it.
+            err = await self.markers.write(tp, kind == records.CONTROL_COMMIT, meta.producer_id, meta.epoch,
+                                           self.coordinator_epoch)
+            if err:
+                raise AppendError(err, f"marker for {meta.txn_id} on {tp[0]}-{tp[1]} via its leader: {err.name}")
+            return
+        await self.write_partition_marker(tp, kind, meta.producer_id, meta.epoch, self.coordinator_epoch)
+
+    async def write_partition_marker(self, tp: tuple[str, int], kind: int, producer_id: int, epoch: int,
+                                     coordinator_epoch: int) -> None:
+        """Write one marker into this broker's log of tp (its leader) and wait until it is
+        durable and, in a cluster, replicated. AppendError when refused or not replicated.
+        Also serves WriteTxnMarkers from a coordinator on another broker."""
+        plog = self.logs.get(*tp)
+        if plog is None:  # the topic was deleted: nothing left to mark
+            return
+        info = plog.append_control(kind, producer_id, epoch, coordinator_epoch)
+        await self.flusher.sync(plog, info.last_offset + 1)
+        replicas = self.high_watermarks()
+        if replicas is not None:
+            # Kafka writes markers with acks=all: the transaction is complete only once
+            # every in-sync replica holds its marker, or a new leader would keep it open.
+            err = await replicas.wait_for_hw(*tp, info.last_offset + 1, self.config.request_timeout_ms / 1000)
+            if err:
+                raise AppendError(err, f"marker of producer {producer_id} on {tp[0]}-{tp[1]} not replicated: "
+                                       f"{err.name}")
+        self.on_marker(*tp)
