@@ -29,6 +29,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from semel.eos.outcomes import OK, Fatal, SinkOutcome
 from semel.eos.sink import TwoPhaseSink
+from semel.eos.sinks.rows import check_columns
 from semel.eos.txnid import SinkTxnId
 
 PENDING_DIR = "_semel_pending"
@@ -79,12 +80,7 @@ class DeltaSink(TwoPhaseSink):
         return self.fs.get_file_info(path).type != pafs.FileType.NotFound
 
     def _check(self, row: Any) -> dict:
-        if not isinstance(row, dict):
-            raise TypeError(f"delta sink rows are dicts of column values, got {type(row).__name__}")
-        unknown = set(row) - set(self.schema.names)
-        if unknown:
-            raise ValueError(f"row has columns not in the schema: {sorted(unknown)}")
-        return row
+        return check_columns(row, self.schema.names, "delta", "schema")
 
     # ------------------------------------------------------------ contract
     def stage(self, row: Any) -> None:

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 
 from semel.eos.outcomes import OK, Fatal, SinkOutcome
 from semel.eos.sink import TwoPhaseSink
+from semel.eos.sinks.rows import encode_json_row
 
 SUFFIX = ".batch"
 
@@ -28,13 +29,6 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _encode(row: Any) -> str:
-    try:
-        return json.dumps(row, separators=(",", ":"), sort_keys=True)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"filesystem sink rows must be JSON-serialisable: {exc}") from None
 
 
 class FileSystemSink(TwoPhaseSink):
@@ -54,11 +48,11 @@ class FileSystemSink(TwoPhaseSink):
         return self.prepared_dir / (txn_id + SUFFIX), self.committed_dir / (txn_id + SUFFIX)
 
     def stage(self, row: Any) -> None:
-        self.staged.append(_encode(row))  # encode now: bad rows fail in the cycle that staged them
+        self.staged.append(encode_json_row(row, "filesystem"))
 
     def prepare(self, txn_id: str, rows: Sequence[Any] = ()) -> SinkOutcome:
         prepared, committed = self._paths(txn_id)
-        lines = self.staged + [_encode(r) for r in rows]
+        lines = self.staged + [encode_json_row(r, "filesystem") for r in rows]
         if prepared.exists() or committed.exists():
             if lines:
                 return Fatal(f"{txn_id} is already prepared; refusing to drop {len(lines)} new rows")

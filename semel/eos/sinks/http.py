@@ -18,6 +18,7 @@ from urllib.parse import quote, urlsplit
 
 from semel.eos.outcomes import OK, Fatal, Retryable, SinkOutcome
 from semel.eos.sink import TwoPhaseSink
+from semel.eos.sinks.rows import encode_json_row
 
 
 class HttpSink(TwoPhaseSink):
@@ -34,10 +35,7 @@ class HttpSink(TwoPhaseSink):
         self.staged: list[Any] = []
 
     def stage(self, row: Any) -> None:
-        try:
-            json.dumps(row)
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"http sink rows must be JSON-serialisable: {exc}") from None
+        encode_json_row(row, "http")
         self.staged.append(row)
 
     def prepare(self, txn_id: str, rows: Sequence[Any] = ()) -> SinkOutcome:

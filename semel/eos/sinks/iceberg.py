@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 
 from semel.eos.outcomes import OK, Fatal, SinkOutcome
 from semel.eos.sink import TwoPhaseSink
+from semel.eos.sinks.rows import check_columns
 
 TXN_PROPERTY = "semel.txn"
 PENDING_DIR = "_semel_pending"
@@ -82,12 +83,7 @@ class IcebergSink(TwoPhaseSink):
         self.fs.move(tmp, path)
 
     def _check(self, row: Any) -> dict:
-        if not isinstance(row, dict):
-            raise TypeError(f"iceberg sink rows are dicts of column values, got {type(row).__name__}")
-        unknown = set(row) - set(self._schema.names)
-        if unknown:
-            raise ValueError(f"row has columns not in the table: {sorted(unknown)}")
-        return row
+        return check_columns(row, self._schema.names, "iceberg", "table")
 
     # ------------------------------------------------------------ contract
     def stage(self, row: Any) -> None:

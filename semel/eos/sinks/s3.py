@@ -17,16 +17,10 @@ from typing import Any, Sequence
 
 from semel.eos.outcomes import OK, Fatal, SinkOutcome
 from semel.eos.sink import TwoPhaseSink
+from semel.eos.sinks.rows import encode_json_row
 
 PENDING = "__pending__/"
 BATCH = "batch.jsonl"
-
-
-def _encode(row: Any) -> str:
-    try:
-        return json.dumps(row, separators=(",", ":"), sort_keys=True)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"s3 sink rows must be JSON-serialisable: {exc}") from None
 
 
 class S3Sink(TwoPhaseSink):
@@ -81,10 +75,10 @@ class S3Sink(TwoPhaseSink):
 
     # ------------------------------------------------------------ contract
     def stage(self, row: Any) -> None:
-        self.staged.append(_encode(row))
+        self.staged.append(encode_json_row(row, "s3"))
 
     def prepare(self, txn_id: str, rows: Sequence[Any] = ()) -> SinkOutcome:
-        lines = self.staged + [_encode(r) for r in rows]
+        lines = self.staged + [encode_json_row(r, "s3") for r in rows]
         key = self._pending_prefix(txn_id) + BATCH
         if self._exists(key) or self._exists(self._data_key(txn_id)):
             if lines:
