@@ -18,17 +18,10 @@ from typing import Any, Sequence
 
 from semel.eos.outcomes import OK, Fatal, SinkOutcome
 from semel.eos.sink import TwoPhaseSink
+from semel.eos.sinks.fsync import fsync_dir
 from semel.eos.sinks.rows import encode_json_row
 
 SUFFIX = ".batch"
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class FileSystemSink(TwoPhaseSink):
@@ -63,7 +56,7 @@ class FileSystemSink(TwoPhaseSink):
             f.flush()
             os.fsync(f.fileno())
         os.rename(tmp, prepared)
-        _fsync_dir(self.prepared_dir)
+        fsync_dir(self.prepared_dir)
         self.staged = []
         return OK
 
@@ -74,8 +67,8 @@ class FileSystemSink(TwoPhaseSink):
         if not prepared.exists():
             return Fatal(f"{txn_id} is not prepared; nothing to commit")
         os.rename(prepared, committed)
-        _fsync_dir(self.committed_dir)
-        _fsync_dir(self.prepared_dir)
+        fsync_dir(self.committed_dir)
+        fsync_dir(self.prepared_dir)
         return OK
 
     def abort(self, txn_id: str) -> SinkOutcome:
@@ -87,7 +80,7 @@ class FileSystemSink(TwoPhaseSink):
             prepared.unlink()
         except FileNotFoundError:
             return OK
-        _fsync_dir(self.prepared_dir)
+        fsync_dir(self.prepared_dir)
         return OK
 
     def recover(self) -> list[str]:

@@ -24,6 +24,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from semel.eos.sinks.fsync import fsync_dir
+
 _TXN = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
 MAX_BODY = 64 * 1024 * 1024
 
@@ -67,7 +69,7 @@ class BatchStore:
                 raise Conflict(f"{txn} is not prepared")
             if self.dir:
                 os.rename(self.dir / "prepared" / f"{txn}.json", self.dir / "committed" / f"{txn}.json")
-                _fsync_dir(self.dir / "committed")
+                fsync_dir(self.dir / "committed")
             self.committed[txn] = self.prepared.pop(txn)
 
     def abort(self, txn: str) -> None:
@@ -76,7 +78,7 @@ class BatchStore:
                 raise Conflict(f"{txn} is already committed")
             if self.prepared.pop(txn, None) is not None and self.dir:
                 (self.dir / "prepared" / f"{txn}.json").unlink(missing_ok=True)
-                _fsync_dir(self.dir / "prepared")
+                fsync_dir(self.dir / "prepared")
 
     def _write(self, sub: str, txn: str, body: bytes) -> None:
         if not self.dir:
@@ -87,15 +89,7 @@ class BatchStore:
             f.flush()
             os.fsync(f.fileno())
         os.rename(tmp, self.dir / sub / f"{txn}.json")
-        _fsync_dir(self.dir / sub)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fsync_dir(self.dir / sub)
 
 
 class _Handler(BaseHTTPRequestHandler):
