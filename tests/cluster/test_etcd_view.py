@@ -10,9 +10,9 @@ from dataclasses import replace
 
 import pytest
 
-from tests.support.markers import starts_processes
+from tests.support.etcd_views import run_views
 
-from semel.cluster.etcd import Etcd, EtcdError, EtcdProcess
+from semel.cluster.etcd import Etcd, EtcdError
 from semel.cluster.metadata import EtcdClusterView
 from semel.cluster.state import BrokerInfo
 from semel.protocol.errors import KafkaError
@@ -20,29 +20,8 @@ from semel.protocol.errors import KafkaError
 _ids = itertools.count()
 
 
-@pytest.fixture(scope="module")
-@starts_processes
-def etcd(tmp_path_factory):
-    d = tmp_path_factory.mktemp("etcd")
-    with EtcdProcess(d / "data", log_path=d / "etcd.log") as proc:
-        yield proc
-
-
 def run(etcd, nodes, body, ttl=6):
-    """body(views) on fresh views of nodes under a new cluster id; every view stopped after."""
-    cluster_id = f"view-test-{next(_ids)}"
-
-    async def go():
-        views = [EtcdClusterView(Etcd(etcd.endpoint), cluster_id, n, BrokerInfo(n, "127.0.0.1", 9000 + n), ttl)
-                 for n in nodes]
-        for v in views:
-            await v.start()
-        try:
-            return await body(views)
-        finally:
-            for v in views:
-                await v.stop()
-    return asyncio.run(go())
+    return run_views(etcd, "view-run", nodes, body, ttl=ttl)
 
 
 async def settle(check, what, timeout_s=20.0):

@@ -4,48 +4,21 @@ Real etcd process, one per module."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 from dataclasses import replace
 
 import pytest
 
-from tests.support.markers import starts_processes
+from tests.support.etcd_views import run_views
 
-from semel.cluster.etcd import Etcd, EtcdProcess
 from semel.cluster.internal_topics import coordinator_node, ensure_internal_topic
-from semel.cluster.metadata import EtcdClusterView
 from semel.cluster.state import NO_LEADER, BrokerInfo, MemoryClusterView
 from semel.protocol.errors import KafkaError
 
-_ids = itertools.count()
 CONFIGS = {"cleanup.policy": "compact", "retention.ms": "-1"}
 
 
-@pytest.fixture(scope="module")
-@starts_processes
-def etcd(tmp_path_factory):
-    d = tmp_path_factory.mktemp("etcd")
-    with EtcdProcess(d / "data", log_path=d / "etcd.log") as proc:
-        yield proc
-
-
 def run(etcd, nodes, body):
-    cluster_id = f"internal-topics-{next(_ids)}"
-
-    async def go():
-        views = [EtcdClusterView(Etcd(etcd.endpoint), cluster_id, n, BrokerInfo(n, "127.0.0.1", 9000 + n))
-                 for n in nodes]
-        for v in views:
-            await v.start()
-        try:
-            for v in views:   # each sees every registration before the body runs
-                while len(v.brokers()) < len(nodes):
-                    await asyncio.sleep(0.05)
-            return await body(views)
-        finally:
-            for v in views:
-                await v.stop()
-    return asyncio.run(go())
+    return run_views(etcd, "internal-topics", nodes, body, all_registered=True)
 
 
 @pytest.mark.parametrize("nodes, rf", [((0,), 1), ((0, 1), 2), ((0, 1, 2, 3), 3)])
