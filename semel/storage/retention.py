@@ -32,19 +32,9 @@ class Retention:
                 size -= seg.size
             with self._lock:
                 self.producers.expire(now_ms, cfg.producer_id_expiration_ms)
-                if not doomed:
-                    return 0
-                del self._segments[:len(doomed)]
-                del self._bases[:len(doomed)]
-                self.log_start_offset = max(self.log_start_offset, self._segments[0].base)
-            try:
-                # Record the new log start first: if a crash interrupts the deletions,
-                # the next open still refuses reads below it.
-                self._flush_locked(force_checkpoint=True, strict=True)
-                for seg in doomed:
-                    seg.delete_files()
-            except (OSError, StorageError) as exc:
-                raise StorageError(f"retention in {self.directory} failed: {exc}") from exc
+            if not doomed:
+                return 0
+            self._drop_first_segments(len(doomed), None, "retention")
             return len(doomed)
 
     def delete_segments_before(self, offset: int) -> int:
@@ -61,16 +51,7 @@ class Retention:
                 doomed.append(seg)
             if not doomed:
                 return 0
-            with self._lock:
-                del self._segments[:len(doomed)]
-                del self._bases[:len(doomed)]
-                self.log_start_offset = max(self.log_start_offset, self._segments[0].base)
-            try:
-                self._flush_locked(force_checkpoint=True, strict=True)  # log start first, then files
-                for seg in doomed:
-                    seg.delete_files()
-            except (OSError, StorageError) as exc:
-                raise StorageError(f"deleting old segments in {self.directory} failed: {exc}") from exc
+            self._drop_first_segments(len(doomed), None, "deleting old segments")
             return len(doomed)
 
     def delete_records_before(self, offset: int) -> int:
@@ -85,16 +66,25 @@ class Retention:
                 raise OffsetOutOfRange(offset, self.log_start_offset, self.high_watermark)
             if offset <= self.log_start_offset:
                 return self.log_start_offset
-            with self._lock:
-                cut = sum(1 for nxt in self._segments[1:] if nxt.base <= offset)
-                doomed = self._segments[:cut]
-                del self._segments[:cut]
-                del self._bases[:cut]
-                self.log_start_offset = offset
-            try:
-                self._flush_locked(force_checkpoint=True, strict=True)  # the new start is durable first
-                for seg in doomed:
-                    seg.delete_files()
-            except (OSError, StorageError) as exc:
-                raise StorageError(f"deleting records in {self.directory} failed: {exc}") from exc
+            cut = sum(1 for nxt in self._segments[1:] if nxt.base <= offset)
+            self._drop_first_segments(cut, offset, "deleting records")
             return self.log_start_offset
+
+    def _drop_first_segments(self, count: int, log_start: int | None, what: str) -> None:
+        """With _io_lock held: take the first `count` segments out of the log, move the log
+        start to `log_start` (None: the first kept segment's base, if higher), then delete
+        their files. The new log start is checkpointed before any file goes, so a crash
+        between the deletions still refuses reads below it at the next open."""
+        with self._lock:
+            doomed = self._segments[:count]
+            del self._segments[:count]
+            del self._bases[:count]
+            if log_start is None:
+                log_start = max(self.log_start_offset, self._segments[0].base)
+            self.log_start_offset = log_start
+        try:
+            self._flush_locked(force_checkpoint=True, strict=True)
+            for seg in doomed:
+                seg.delete_files()
+        except (OSError, StorageError) as exc:
+            raise StorageError(f"{what} in {self.directory} failed: {exc}") from exc
