@@ -155,25 +155,26 @@ class Segment:
     # -- persistence of the in-memory indexes -------------------------------------------
     def persist_indexes(self, sync: bool) -> None:
         """Write index entries not yet on disk; fsync them when sync. Raises OSError."""
-        n = len(self.idx_rel)
-        if n > self.idx_persisted:
-            pairs = array("I", bytes(8 * (n - self.idx_persisted)))
-            pairs[0::2] = self.idx_rel[self.idx_persisted:n]
-            pairs[1::2] = self.idx_pos[self.idx_persisted:n]
-            self._write_at(INDEX_SUFFIX, _to_disk(pairs), 8 * self.idx_persisted, sync)
-            self.idx_persisted = n
-        elif sync:
-            self._write_at(INDEX_SUFFIX, b"", 0, sync)
-        n = len(self.tidx_ts)
-        if n > self.tidx_persisted:
-            pairs = array("q", bytes(16 * (n - self.tidx_persisted)))
-            pairs[0::2] = self.tidx_ts[self.tidx_persisted:n]
-            pairs[1::2] = self.tidx_rel[self.tidx_persisted:n]
-            self._write_at(TIMEINDEX_SUFFIX, _to_disk(pairs), 16 * self.tidx_persisted, sync)
-            self.tidx_persisted = n
-        elif sync:
-            self._write_at(TIMEINDEX_SUFFIX, b"", 0, sync)
+        self.idx_persisted = self._write_pairs(INDEX_SUFFIX, "I", 8, self.idx_rel, self.idx_pos,
+                                               self.idx_persisted, sync)
+        self.tidx_persisted = self._write_pairs(TIMEINDEX_SUFFIX, "q", 16, self.tidx_ts, self.tidx_rel,
+                                                self.tidx_persisted, sync)
         self.txn.persist(sync)
+
+    def _write_pairs(self, suffix: str, typecode: str, width: int, first: array, second: array,
+                     persisted: int, sync: bool) -> int:
+        """Append the entries of an index file past `persisted` (entry i is first[i], second[i],
+        `width` bytes together); returns how many are on disk now."""
+        n = len(first)
+        if n > persisted:
+            pairs = array(typecode, bytes(width * (n - persisted)))
+            pairs[0::2] = first[persisted:n]
+            pairs[1::2] = second[persisted:n]
+            self._write_at(suffix, _to_disk(pairs), width * persisted, sync)
+            return n
+        if sync:
+            self._write_at(suffix, b"", 0, sync)
+        return persisted
 
     def _write_at(self, suffix: str, data: bytes, pos: int, sync: bool) -> None:
         f = self.fs.open(self.path(suffix))
