@@ -176,11 +176,8 @@ class PostgresSink(TwoPhaseSink):
         with self._lock:
             conn = self._connection()
             if self.mode == "prepared":
-                try:
-                    conn.execute(sql.SQL("COMMIT PREPARED {}").format(sql.Literal(self._gid(txn_id))))
+                if self._finish_prepared(conn, "COMMIT", txn_id):
                     return OK
-                except errors.UndefinedObject:
-                    pass  # no such prepared transaction: committed before, or never prepared
                 state = self._state(conn, txn_id)
                 return OK if state == "committed" else Fatal(f"{txn_id} is not prepared; nothing to commit")
             with conn.transaction():
@@ -195,6 +192,15 @@ class PostgresSink(TwoPhaseSink):
                              .format(sql.Identifier(MARKERS)), (self._sink_key, txn_id))
             return OK
 
+    def _finish_prepared(self, conn: psycopg.Connection, verb: str, txn_id: str) -> bool:
+        """COMMIT or ROLLBACK PREPARED; False when there is no such prepared transaction
+        (finished before, or never prepared: the markers table tells which)."""
+        try:
+            conn.execute(sql.SQL("{} PREPARED {}").format(sql.SQL(verb), sql.Literal(self._gid(txn_id))))
+            return True
+        except errors.UndefinedObject:
+            return False
+
     def _locked_state(self, conn: psycopg.Connection, txn_id: str) -> str | None:
         row = conn.execute(sql.SQL("SELECT state FROM {} WHERE sink = %s AND txn_id = %s FOR UPDATE")
                            .format(sql.Identifier(MARKERS)), (self._sink_key, txn_id)).fetchone()
@@ -205,11 +211,8 @@ class PostgresSink(TwoPhaseSink):
         with self._lock:
             conn = self._connection()
             if self.mode == "prepared":
-                try:
-                    conn.execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(self._gid(txn_id))))
+                if self._finish_prepared(conn, "ROLLBACK", txn_id):
                     return OK
-                except errors.UndefinedObject:
-                    pass
                 if self._state(conn, txn_id) == "committed":
                     return Fatal(f"{txn_id} is already committed; cannot abort")
                 return OK
