@@ -7,7 +7,9 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from semel.eos import OK, CommitSucceeded, EosRuntime, Fatal, RecordingBroker, RecordingCoordinator
+from tests.support.eos_cycles import cycle_into
+
+from semel.eos import OK, Fatal
 from semel.eos.sinks.delta import PENDING_DIR, DeltaSink
 from semel.eos.testing import check_sink_contract
 
@@ -64,18 +66,6 @@ def test_bad_input_is_rejected(tmp_path):
 
 def test_runtime_cycles_into_delta(tmp_path):
     uri = str(tmp_path / "t")
-    broker = RecordingBroker(inputs=list(range(7)))
-    coord = RecordingCoordinator(broker, "app-0")
-    rt = EosRuntime("app", "0", coord, [DeltaSink(uri, SCHEMA, name="delta")], commit_interval=0.1)
-    rt.start()
-
-    def work(ctx):
-        for _ in range(3):
-            rec = coord.poll(0)
-            if rec is not None:
-                ctx.stage("delta", {"k": rec.value, "v": str(rec.value)})
-    coord.fail("commit_txn")
-    rt.run_cycle(work)
-    while broker.position != 7:
-        assert isinstance(rt.run_cycle(work), CommitSucceeded)
+    cycle_into(DeltaSink(uri, SCHEMA, name="delta"), 7, lambda v: {"k": v, "v": str(v)},
+               per_cycle=3, fail="commit_txn")
     assert ks(uri) == list(range(7))

@@ -7,7 +7,9 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
-from semel.eos import OK, CommitSucceeded, EosRuntime, Fatal, RecordingBroker, RecordingCoordinator
+from tests.support.eos_cycles import cycle_into
+
+from semel.eos import OK, Fatal
 from semel.eos.sinks.iceberg import PENDING_DIR, IcebergSink
 from semel.eos.testing import check_sink_contract
 
@@ -74,18 +76,6 @@ def test_bad_rows_are_rejected_at_stage_time(catalog):
 
 
 def test_runtime_cycles_into_iceberg(catalog):
-    broker = RecordingBroker(inputs=list(range(7)))
-    coord = RecordingCoordinator(broker, "app-0")
-    rt = EosRuntime("app", "0", coord, [IcebergSink(catalog, "ns.t", name="ice")], commit_interval=0.1)
-    rt.start()
-
-    def work(ctx):
-        for _ in range(3):
-            rec = coord.poll(0)
-            if rec is not None:
-                ctx.stage("ice", {"k": rec.value, "v": str(rec.value)})
-    coord.fail("commit_offsets")
-    rt.run_cycle(work)
-    while broker.position != 7:
-        assert isinstance(rt.run_cycle(work), CommitSucceeded)
+    cycle_into(IcebergSink(catalog, "ns.t", name="ice"), 7, lambda v: {"k": v, "v": str(v)},
+               per_cycle=3, fail="commit_offsets")
     assert scan(catalog) == list(range(7))

@@ -6,8 +6,9 @@ import uuid
 import psycopg
 import pytest
 
-from semel.eos import (OK, CommitSucceeded, EosRuntime, Fatal, Ledger, RecordingBroker, RecordingCoordinator,
-                       SinkGuard)
+from tests.support.eos_cycles import cycle_into
+
+from semel.eos import OK, EosRuntime, Fatal, Ledger, RecordingBroker, RecordingCoordinator, SinkGuard
 from semel.eos.sinks.postgres import PostgresSink
 from semel.eos.testing import check_sink_contract
 
@@ -98,23 +99,9 @@ def test_a_database_error_is_retryable_and_leaves_nothing_prepared(pg_uri, table
 
 
 def test_runtime_cycles_into_postgres_table_mode(pg_uri, table):
-    broker = RecordingBroker(inputs=list(range(9)))
-    coord = RecordingCoordinator(broker, "app-0")
-    rt = EosRuntime("app", "0", coord, [PostgresSink(pg_uri, table, ["k", "v"], mode="table", name="pg")],
-                    commit_interval=0.1)
-    rt.start()
-
-    def work(ctx):
-        for _ in range(4):
-            rec = coord.poll(0)
-            if rec is not None:
-                ctx.stage("pg", {"k": rec.value, "v": str(rec.value)})
-    coord.fail("commit_txn")
-    rt.run_cycle(work)
-    while broker.position != 9:
-        assert isinstance(rt.run_cycle(work), CommitSucceeded)
+    cycle_into(PostgresSink(pg_uri, table, ["k", "v"], mode="table", name="pg"), 9,
+               lambda v: {"k": v, "v": str(v)}, per_cycle=4, fail="commit_txn")
     with psycopg.connect(pg_uri) as c:
         got = sorted(r[0] for r in c.execute(f"SELECT k FROM {table} WHERE NOT pending").fetchall())
         assert c.execute(f"SELECT count(*) FROM {table} WHERE pending").fetchone()[0] == 0
     assert got == list(range(9))
-    rt.close()

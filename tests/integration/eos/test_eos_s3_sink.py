@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from semel.eos import OK, CommitSucceeded, EosRuntime, Fatal, RecordingBroker, RecordingCoordinator
+from tests.support.eos_cycles import cycle_into
+
+from semel.eos import OK, Fatal
 from semel.eos.sinks.s3 import S3Sink
 from semel.eos.testing import check_sink_contract
 
@@ -66,20 +68,7 @@ def test_unreachable_endpoint_fails_as_a_value():
 
 def test_runtime_cycles_into_s3(s3_bucket):
     client, bucket = s3_bucket
-    broker = RecordingBroker(inputs=list(range(8)))
-    coord = RecordingCoordinator(broker, "app-0")
-    rt = EosRuntime("app", "0", coord, [S3Sink(bucket, client=client, name="s3")], commit_interval=0.1)
-    rt.start()
-
-    def work(ctx):
-        for _ in range(3):
-            rec = coord.poll(0)
-            if rec is not None:
-                ctx.stage("s3", rec.value)
-    coord.fail("flush")
-    rt.run_cycle(work)
-    while broker.position != 8:
-        assert isinstance(rt.run_cycle(work), CommitSucceeded)
+    cycle_into(S3Sink(bucket, client=client, name="s3"), 8, lambda v: v, per_cycle=3, fail="flush")
     batches = S3Sink(bucket, client=client).committed_batches()
     assert sorted(v for rows in batches.values() for v in rows) == list(range(8))
     assert not any(k.startswith("__pending__/") for k in keys(client, bucket))
