@@ -26,6 +26,8 @@ import random
 
 import pytest
 
+from tests.support.interleave import let_tasks_run
+
 from semel.broker.config import BrokerConfig
 from semel.coordinator.group import GroupConfig, GroupCoordinator
 from semel.coordinator.producer_ids import ProducerIdManager
@@ -169,11 +171,7 @@ class Model:
         else:
             for _ in range(self.rng.randint(1, 4)):
                 self.start_request()
-        if self.tasks and self.rng.random() < 0.5:
-            await asyncio.wait(set(self.tasks), timeout=self.rng.choice([0.001, 0.01, 0.05]))
-        else:
-            for _ in range(self.rng.randint(0, 5)):
-                await asyncio.sleep(0)
+        await let_tasks_run(self.rng, self.tasks, [0.001, 0.01, 0.05], 5)
 
     # --- invariants ----------------------------------------------------------------
 

@@ -27,6 +27,8 @@ import random
 
 import pytest
 
+from tests.support.interleave import let_tasks_run
+
 from semel.coordinator.group import GroupConfig, GroupCoordinator
 from semel.coordinator.offsets import CommittedOffset
 from semel.protocol.errors import KafkaError
@@ -182,11 +184,7 @@ class GroupModel:
             self.spawn(self.txn_commit(c))
         else:
             self.spawn(self.end_txn())
-        if self.tasks and self.rng.random() < 0.5:
-            await asyncio.wait(set(self.tasks), timeout=self.rng.choice([0.001, 0.01, 0.03]))
-        else:
-            for _ in range(self.rng.randint(0, 4)):
-                await asyncio.sleep(0)
+        await let_tasks_run(self.rng, self.tasks, [0.001, 0.01, 0.03], 4)
 
     # --- invariants ----------------------------------------------------------------
 
