@@ -48,6 +48,15 @@ def _join(sock, version, group, member_id="", instance=None):
     return call(sock, JOIN, version, **fields)
 
 
+def _join_alone(sock, group, assignment):
+    """Join `group` as its only member (generation 1) and sync with `assignment`; the join's answer."""
+    res = _join(sock, 3, group)
+    A = request_class(SYNC).SyncGroupRequestAssignment
+    call(sock, SYNC, 3, group_id=group, generation_id=1, member_id=res.member_id,
+         assignments=[A(member_id=res.member_id, assignment=assignment)])
+    return res
+
+
 @pytest.mark.parametrize("version", range(0, 8))
 def test_join_sync_heartbeat_leave_every_version(wire_broker, version):
     group = f"wire-g{version}-{uuid.uuid4().hex[:6]}"
@@ -117,10 +126,7 @@ def test_describe_list_delete(wire_broker, topic):
     group = f"wire-dl-{uuid.uuid4().hex[:6]}"
     sock = connect(wire_broker.bootstrap, timeout=30)
     try:
-        res = _join(sock, 3, group)
-        A = request_class(SYNC).SyncGroupRequestAssignment
-        call(sock, SYNC, 3, group_id=group, generation_id=1, member_id=res.member_id,
-             assignments=[A(member_id=res.member_id, assignment=b"a")])
+        res = _join_alone(sock, group, b"a")
         d = call(sock, DESCRIBE, 5, groups=[group, "wire-missing"])
         g, missing = d.groups
         assert (g.group_state, g.protocol_type, g.protocol_data) == ("Stable", "consumer", "range")
@@ -197,10 +203,7 @@ def test_commit_by_a_member_is_checked(wire_broker, topic):
     group = f"wire-member-{uuid.uuid4().hex[:6]}"
     sock = connect(wire_broker.bootstrap, timeout=30)
     try:
-        res = _join(sock, 3, group)
-        A = request_class(SYNC).SyncGroupRequestAssignment
-        call(sock, SYNC, 3, group_id=group, generation_id=1, member_id=res.member_id,
-             assignments=[A(member_id=res.member_id, assignment=b"")])
+        res = _join_alone(sock, group, b"")
 
         def err(r):
             return r.topics[0].partitions[0].error_code
