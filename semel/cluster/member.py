@@ -27,7 +27,9 @@ class ClusterMember:
         self.broker = broker
         self.view = EtcdClusterView(Etcd(cfg.metadata_endpoints), cfg.cluster_id, cfg.node_id,
                                     BrokerInfo(cfg.node_id, cfg.advertised, cfg.port), cfg.cluster_lease_ttl_s)
-        self.controller = Controller(self.view)
+        self.controller = Controller(self.view, rebalance=cfg.auto_leader_rebalance_enable,
+                                     imbalance_percentage=cfg.leader_imbalance_per_broker_percentage,
+                                     imbalance_check_interval_s=cfg.leader_imbalance_check_interval_seconds)
 
     async def start(self) -> None:
         """Register (after the listener is bound: the port may have been 0) and follow."""
