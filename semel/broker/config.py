@@ -147,6 +147,10 @@ class BrokerConfig:
     leader_imbalance_per_broker_percentage: int = 10
     leader_imbalance_check_interval_seconds: int = 300
 
+    # Controlled shutdown (semel.cluster.shutdown): how long a stopping broker of a
+    # cluster waits to hand its leaderships and coordinators to in-sync peers.
+    controlled_shutdown_timeout_ms: int = 30_000
+
     # --- between brokers (issue 13; docs/security.md "Between brokers") ---
     # Kafka's inter.broker.listener.name: the listener of every broker that the others
     # connect to (follower fetches, transaction markers); None = the --host/--port one.

@@ -101,6 +101,7 @@ _OVERRIDES = {
     "offsets_topic_partitions": "offsets_topic_partitions",
     "leader_imbalance_per_broker_percentage": "leader_imbalance_per_broker_percentage",
     "leader_imbalance_check_interval_seconds": "leader_imbalance_check_interval_seconds",
+    "controlled_shutdown_timeout_ms": "controlled_shutdown_timeout_ms",
 }
 
 
@@ -128,6 +129,9 @@ def _cluster_args(s) -> None:
                    help="imbalance a broker may have before its leaders move back (default 10)")
     g.add_argument("--leader-imbalance-check-interval-seconds", type=int, default=None,
                    help="how often the controller checks leader balance (default 300)")
+    g.add_argument("--controlled-shutdown-timeout-ms", type=int, default=None,
+                   help="on SIGTERM, how long to wait handing leaderships and coordinators to in-sync "
+                        "peers before stopping (default 30000)")
     g.add_argument("--min-insync-replicas", type=int, default=None,
                    help="acks=all needs this many in-sync replicas unless the topic says (default 1)")
     g.add_argument("--replica-lag-time-max-ms", type=int, default=None,
