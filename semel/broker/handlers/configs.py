@@ -1,7 +1,9 @@
 """Configs: DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44).
 
 Topic overrides live in the topic catalogue (durable, applied to the open logs at
-once). Broker configs are described but not alterable on this broker."""
+once). Broker configs: on a single node described, read-only; in a cluster the
+dynamic ones (semel.cluster.broker_configs) are alterable, kept in etcd and applied
+by every broker without a restart."""
 from __future__ import annotations
 
 from ...protocol.errors import KafkaError
@@ -24,9 +26,10 @@ async def describe_configs(ctx, req):
     for res in req.resources:
         values, err = _config_values(ctx, res.resource_type, res.resource_name)
         wanted = set(res.configuration_keys) if res.configuration_keys is not None else None
+        dynamic = _dynamic_names(ctx) if res.resource_type == RESOURCE_BROKER else set()
         configs = [cls.DescribeConfigsResult.DescribeConfigsResourceResult(
-            name=k, value=v, read_only=res.resource_type == RESOURCE_BROKER, config_source=src,
-            is_sensitive=False, synonyms=[])
+            name=k, value=v, read_only=res.resource_type == RESOURCE_BROKER and k not in dynamic,
+            config_source=src, is_sensitive=False, synonyms=[])
             for k, (v, src) in sorted(values.items()) if wanted is None or k in wanted]
         results.append(cls.DescribeConfigsResult(
             error_code=err, error_message=None if err == 0 else err.name,
@@ -34,8 +37,19 @@ async def describe_configs(ctx, req):
     return ctx.response(throttle_time_ms=0, results=results)
 
 
+def _broker_configs(ctx):
+    """The cluster's dynamic broker configs (semel.cluster.broker_configs), None on a single node."""
+    member = ctx.broker.cluster_member
+    return getattr(member, "configs", None) if member is not None else None
+
+
+def _dynamic_names(ctx) -> set[str]:
+    from ...cluster.broker_configs import DYNAMIC
+    return set(DYNAMIC) if _broker_configs(ctx) is not None else set()
+
+
 def _defaults(ctx) -> dict[str, str]:
-    log_cfg = ctx.broker.config.log
+    log_cfg = ctx.broker.logs.default_config   # with the dynamic defaults in force
     return {
         "retention.ms": str(log_cfg.retention_ms),
         "retention.bytes": str(log_cfg.retention_bytes),
@@ -49,7 +63,10 @@ def _config_values(ctx, rtype, name):
     """name -> (value, source): source 1 = topic override, 5 = default (Kafka's ConfigSource)."""
     defaults = _defaults(ctx)
     if rtype == RESOURCE_BROKER:
-        return {k: (v, 5) for k, v in defaults.items()}, KafkaError.NONE
+        dyn = _broker_configs(ctx)
+        if dyn is None:
+            return {k: (v, 5) for k, v in defaults.items()}, KafkaError.NONE
+        return _cluster_broker_values(ctx, dyn, name, defaults)
     if rtype != RESOURCE_TOPIC:
         return {}, KafkaError.INVALID_REQUEST
     info = ctx.broker.logs.topics().get(name)
@@ -61,12 +78,28 @@ def _config_values(ctx, rtype, name):
     return out, KafkaError.NONE
 
 
+def _cluster_broker_values(ctx, dyn, name, defaults):
+    """Cluster: the cluster default entity ("") lists what is set there; a broker lists
+    its read-only defaults and the dynamic settings in force, each with its source."""
+    from ...cluster.broker_configs import DEFAULT_KEY, DYNAMIC_DEFAULT_BROKER, entity
+    key = entity(name)
+    if isinstance(key, KafkaError):
+        return {}, key
+    if key == DEFAULT_KEY:
+        return {k: (v, DYNAMIC_DEFAULT_BROKER) for k, v in dyn.overrides(DEFAULT_KEY).items()}, KafkaError.NONE
+    if int(key) != ctx.broker.config.node_id:   # Kafka: describe a broker on that broker
+        return {}, KafkaError.INVALID_REQUEST
+    out = {k: (v, 5) for k, v in defaults.items()}
+    out.update(dyn.effective())
+    return out, KafkaError.NONE
+
+
 @handler(33, 0, 2)
 async def alter_configs(ctx, req):
     """The resource's overrides become exactly the ones given (Kafka's replace semantics)."""
     def compute(current, res):
         return _unique({c.name: c.value for c in res.configs}, res.configs)
-    return _alter(ctx, req, compute)
+    return await _alter(ctx, req, compute)
 
 
 @handler(44, 0, 1)
@@ -82,7 +115,7 @@ async def incremental_alter_configs(ctx, req):
             if err:
                 return err, msg, {}
         return KafkaError.NONE, "", out
-    return _alter(ctx, req, compute)
+    return await _alter(ctx, req, compute)
 
 
 def _unique(config: dict, entries) -> tuple[KafkaError, str, dict]:
@@ -111,20 +144,20 @@ def _apply_op(out: dict, c) -> tuple[KafkaError, str]:
     return KafkaError.NONE, ""
 
 
-def _alter(ctx, req, compute):
+async def _alter(ctx, req, compute):
     cls = ctx.cls()
     responses = []
     for res in req.resources:
-        err, msg = _alter_one(ctx, res, compute, req.validate_only)
+        err, msg = await _alter_one(ctx, res, compute, req.validate_only)
         responses.append(cls.AlterConfigsResourceResponse(
             error_code=err, error_message=None if err == 0 else (msg or err.name),
             resource_type=res.resource_type, resource_name=res.resource_name))
     return ctx.response(throttle_time_ms=0, responses=responses)
 
 
-def _alter_one(ctx, res, compute, validate_only: bool) -> tuple[KafkaError, str]:
+async def _alter_one(ctx, res, compute, validate_only: bool) -> tuple[KafkaError, str]:
     if res.resource_type == RESOURCE_BROKER:
-        return KafkaError.INVALID_CONFIG, "broker configs are set at start (semel broker flags), not altered"
+        return await _alter_broker(ctx, res, compute, validate_only)
     if res.resource_type != RESOURCE_TOPIC:
         return KafkaError.INVALID_REQUEST, f"resource type {res.resource_type} has no configs here"
     logs = ctx.broker.logs
@@ -139,3 +172,23 @@ def _alter_one(ctx, res, compute, validate_only: bool) -> tuple[KafkaError, str]
         return err, msg
     err = logs.set_topic_config(res.resource_name, wanted)
     return err, logs.last_error_message
+
+
+async def _alter_broker(ctx, res, compute, validate_only: bool) -> tuple[KafkaError, str]:
+    """Cluster: the dynamic settings of the cluster default (resource name "") or of one
+    broker (its node id), written to etcd; a single node answers INVALID_CONFIG."""
+    from ...cluster.broker_configs import entity, validate
+    dyn = _broker_configs(ctx)
+    if dyn is None:
+        return KafkaError.INVALID_CONFIG, ("broker configs of a single node are set at start (semel broker "
+                                           "flags); a cluster's dynamic ones are alterable")
+    key = entity(res.resource_name)
+    if isinstance(key, KafkaError):
+        return key, f"broker resource name {res.resource_name!r} is neither \"\" nor a node id"
+
+    def decide(current):
+        return compute(current, res)
+    if validate_only:
+        err, msg, wanted = decide(dyn.overrides(key))
+        return (err, msg) if err else validate(wanted)
+    return await dyn.alter(key, decide)
