@@ -6,7 +6,7 @@ Throughout, two unmodified confluent-kafka clients run in their own threads:
   noting when each was handed over and when its delivery report came;
 - a transactional copier (read_committed consume, produce, send_offsets_to_transaction,
   commit; tests/support/copier.py, with the watchdog for librdkafka's hang) from SRC to
-  DST, paced so it is still copying when the last broker restarts.
+  DST, paced and held back between restarts so it is copying during each of them.
 
 Each broker in turn gets SIGTERM (controlled shutdown), is started again and the next
 one waits until every partition, internal ones included, has its full ISR back.
@@ -27,6 +27,7 @@ DATA, SRC, DST, PARTS = "rr-data", "rr-in", "rr-out", 3
 INTERNAL = ("__transaction_state", "__consumer_offsets")
 SHUTDOWN_LINE = re.compile(rb"controlled shutdown: (\d+) leaderships handed over, (\d+) kept")
 COPY_PACE_S = 0.2    # per transaction while the restarts go on
+COPY_STEP = 10       # transactions per restart at most: 2000 records take at least 50
 
 
 @dataclass
@@ -108,10 +109,22 @@ def rolling_restart(cluster, copy_records: int = 2000) -> Outcome:
     copier = Copier(cluster, SRC, DST, "rr-copy")
     copying = threading.Event()
 
+    allowed = [COPY_STEP]          # commits the copier may reach before the next restart begins
+    gate = threading.Condition()
+
     def paced(commits: int) -> None:
+        """Slow, and held back between restarts, so work is left for every restart."""
         copying.set()
         if restarting.is_set():
             time.sleep(COPY_PACE_S)
+        with gate:
+            while restarting.is_set() and commits >= allowed[0]:
+                gate.wait(0.5)
+
+    def release() -> None:
+        with gate:
+            allowed[0] += COPY_STEP
+            gate.notify_all()
     copy_thread, copy_errors = in_background(lambda: copier.run(ends, paced), copying)
 
     stop = threading.Event()
@@ -142,6 +155,7 @@ def rolling_restart(cluster, copy_records: int = 2000) -> Outcome:
         until(lambda: len(out.acked) > 200 and copier.commits >= 2, "producing and copying")
         t0 = time.monotonic()
         for n, broker in enumerate(cluster.brokers):
+            release()
             seen = broker.log_path.stat().st_size
             began = time.monotonic()
             broker.stop()
@@ -162,6 +176,7 @@ def rolling_restart(cluster, copy_records: int = 2000) -> Outcome:
         until(lambda: len(out.acked) > n + 200, "producing after the restarts")
     finally:
         restarting.clear()
+        release()
         stop.set()
         prod_thread.join(150)
         copy_thread.join(300)
