@@ -62,16 +62,23 @@ async def controlled_shutdown(view, replicas, timeout_s: float) -> int:
         if time.monotonic() >= deadline:
             log.warning("controlled shutdown: %d partitions not handed over after %.0fs", len(todo), timeout_s)
             break
-        for st, want in todo:
-            try:
-                stored = await view.write_partition(st, want)
-                if stored is None:   # changed meanwhile: read it and decide again
-                    await view.read_partition(st.topic, st.partition)
-                elif stored.leader != st.leader:
-                    moved += 1
-            except EtcdError as exc:
-                log.warning("controlled shutdown: %s-%d: %s", st.topic, st.partition, exc)
+        # All at once: while a write is pending, a partition this broker follows waits for
+        # it (it has stopped fetching but is still in the ISR), so one round trip, not one each.
+        moved += sum(await asyncio.gather(*(_write(view, st, want) for st, want in todo)))
         await asyncio.sleep(POLL_S)
     kept = sum(1 for st in view.partitions() if st.leader == me)
     log.info("controlled shutdown: %d leaderships handed over, %d kept", moved, kept)
     return kept
+
+
+async def _write(view, st: PartitionState, want: PartitionState) -> int:
+    """One hand-over by compare-and-set; 1 when it moved leadership."""
+    try:
+        stored = await view.write_partition(st, want)
+        if stored is None:   # changed meanwhile: read it and decide again
+            await view.read_partition(st.topic, st.partition)
+            return 0
+        return int(stored.leader != st.leader)
+    except EtcdError as exc:
+        log.warning("controlled shutdown: %s-%d: %s", st.topic, st.partition, exc)
+        return 0
