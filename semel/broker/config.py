@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..storage.log import LogConfig
+from ..storage.log_config import LogConfig
 
 
 @dataclass
@@ -137,7 +137,7 @@ class BrokerConfig:
     replica_fetch_max_bytes: int = 1024 * 1024
     # A follower writes fetched batches of at least this many bytes in a worker thread
     # (its event loop stays free meanwhile), smaller ones on the loop, where a thread
-    # hop costs more than the copy (semel.storage.log.OFFLOOP_WRITE_BYTES, 64 KiB).
+    # hop costs more than the copy (semel.storage.write_offload.OFFLOOP_WRITE_BYTES, 64 KiB).
     replica_write_thread_bytes: int = 64 * 1024
 
     # Kafka's leader balance (semel.cluster.controller): the controller moves leadership

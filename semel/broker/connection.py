@@ -22,13 +22,13 @@ import logging
 import time
 from collections import Counter
 
-from ..cluster.coordinator_gate import coordinator_guard
 from ..protocol.errors import ProtocolError
 from ..protocol.messages import (
     API_VERSIONS_KEY, DecodeInThread, UnsupportedVersion, decode_request, encode_response_parts, partition_count,
     unsupported_api_versions_response,
 )
 from .auth.gate import authenticated_enough, guarded
+from .coordinator_gate import coordinator_guard
 from .deferred import Deferred
 from .frame_reader import FrameReader
 from .router import ROUTES, RequestContext, supported_versions

@@ -142,11 +142,11 @@ class _BrokerStateCollector(Collector):
 
     def _collect(self):
         active = GaugeMetricFamily("semel_transactions_active", "Transactions open or being completed")
-        txns = getattr(self.broker, "txns", None)
+        txns = self.broker.txns   # None until the coordinators are built
         metas = list(txns.txns.values()) if txns is not None else []
         active.add_metric([], sum(1 for m in metas if m.state in ACTIVE_STATES))
         yield active
-        logs = getattr(self.broker, "logs", None)
+        logs = self.broker.logs   # None until the broker starts
         parts = [(tp, plog) for tp, plog in list(logs.all_logs())] if logs is not None else []
         hw = GaugeMetricFamily("semel_partition_high_watermark", "High watermark", labels=["topic", "partition"])
         lso = GaugeMetricFamily("semel_partition_last_stable_offset", "Last stable offset",

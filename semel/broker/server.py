@@ -12,8 +12,6 @@ import logging
 import signal
 import time
 
-from ..coordinator.group import GroupCoordinator
-from ..coordinator.txn import TransactionCoordinator
 from ..storage.flusher import GroupCommitFlusher
 from ..storage.fs import fs_from_env
 from ..storage.errors import StorageError
@@ -27,6 +25,7 @@ from .connection import ConnectionLimits, serve
 from .metrics import BrokerMetrics
 from .notify import AppendNotifier
 from .watchdog import LoopWatchdog
+from .wiring import build_groups, build_txns, cluster_member
 
 log = logging.getLogger("semel.broker")
 
@@ -89,8 +88,7 @@ class Broker:
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         self.logs = LogManager(self.config.data_dir, self.config.log, self.fs)
         if self.config.metadata_endpoints:
-            from ..cluster.member import ClusterMember   # needs the cluster extra
-            self.cluster_member = ClusterMember(self)
+            self.cluster_member = cluster_member(self)
             self.cluster = self.cluster_member.view
             self._use_cluster_security()
         if self.cluster is not None:   # how followers and the coordinator reach other brokers
@@ -117,9 +115,9 @@ class Broker:
             self._extra_servers.append(await self._listen(lst))
         if self.cluster_member is not None:   # registers with the bound port
             await self.cluster_member.start()
-        if getattr(self, "cluster", None) is not None:
+        if self.cluster is not None:
             from ..cluster.replica import ReplicaManager
-            self.replicas = ReplicaManager(self, self.cluster)
+            self.replicas = ReplicaManager(self, self.cluster, dialer=self.peer_dialer)
             await self.replicas.start()
             # After replication: each partition state reaches the replica manager (which
             # takes the role) before the coordinators' seats act on it.
@@ -173,9 +171,9 @@ class Broker:
 
     async def _start_coordinators(self) -> None:
         # Groups first: the transaction coordinator writes offset markers through them.
-        self.groups = GroupCoordinator.from_broker(self)
+        self.groups = build_groups(self)
         await self.groups.start()
-        self.txns = TransactionCoordinator.from_broker(self)
+        self.txns = build_txns(self)
         await self.txns.start()
 
     async def stop(self) -> None:

@@ -1,4 +1,4 @@
-"""`semel topic create|list|describe|delete|alter|delete-records` over the wire."""
+"""`semel topic create|list|describe|delete|alter|delete-records|reassign` over the wire."""
 from __future__ import annotations
 
 import sys
@@ -6,6 +6,7 @@ import sys
 from ..client import Client, ClientError
 from ..protocol.errors import KafkaError
 from ..protocol.messages import request_class
+from . import topic_reassign
 from .main import CliError
 
 
@@ -41,6 +42,7 @@ def add_parser(sub) -> None:
     for sp in (c, lst, d, rm, alt, dr):
         sp.add_argument("--bootstrap", default="127.0.0.1:9092", help="HOST:PORT of a broker")
         sp.set_defaults(func=run)
+    topic_reassign.add_parser(tsub)
 
 
 def run(args) -> int:

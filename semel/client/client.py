@@ -17,7 +17,7 @@ CLIENT_MAX = {0: 9, 1: 12, 2: 7, 3: 12, 8: 8, 9: 7, 10: 3, 18: 3, 19: 7, 20: 6,
               # admin (semel.client.admin): groups, KIP-664 transaction tooling
               15: 5, 16: 4, 27: 1, 42: 2, 61: 0, 65: 0, 66: 2,
               # topic admin (semel topic alter | delete-records)
-              21: 2, 37: 3, 44: 1,
+              21: 2, 37: 3, 44: 1, 45: 0, 46: 0,
               # SASL login (semel.client.sasl)
               17: 1, 36: 2}
 
@@ -26,6 +26,10 @@ class ClientError(Exception):
     def __init__(self, message: str, error: KafkaError | None = None):
         super().__init__(message)
         self.error = error
+
+
+class TlsError(ClientError):
+    """The TLS handshake failed: a setting to fix, not worth retrying."""
 
 
 @dataclass
@@ -231,7 +235,7 @@ class Client:
         return p.offset
 
 
-__all__ = ["Client", "ClientError", "FetchedPartition"]
+__all__ = ["Client", "ClientError", "FetchedPartition", "TlsError"]
 
 
 def _tls(sock: socket.socket, context: ssl.SSLContext, host: str, bootstrap: str) -> ssl.SSLSocket:
@@ -240,11 +244,11 @@ def _tls(sock: socket.socket, context: ssl.SSLContext, host: str, bootstrap: str
         return context.wrap_socket(sock, server_hostname=host)
     except ssl.SSLCertVerificationError as exc:
         sock.close()
-        raise ClientError(f"TLS to {bootstrap}: the broker's certificate was not accepted ({exc.verify_message}); "
+        raise TlsError(f"TLS to {bootstrap}: the broker's certificate was not accepted ({exc.verify_message}); "
                           f"check the CA file and that the certificate names {host}") from None
     except (ssl.SSLError, OSError) as exc:
         sock.close()
         reason = getattr(exc, "reason", None) or exc.strerror or str(exc)
-        raise ClientError(f"TLS handshake with {bootstrap} failed: {reason} (is it a TLS listener? does it want "
+        raise TlsError(f"TLS handshake with {bootstrap} failed: {reason} (is it a TLS listener? does it want "
                           f"a client certificate?)") from None
 

@@ -25,7 +25,8 @@ from aiokafka.record.default_records import DefaultRecordBatch
 from ..protocol.errors import KafkaError
 from ..protocol.messages import request_class
 from ..protocol.records import ATTR_CONTROL, ATTR_TRANSACTIONAL, CONTROL_ABORT, crc_ok, iter_batches
-from .client import Client, ClientError
+from .client import Client, ClientError, TlsError
+from .security import PLAINTEXT, Security, SecurityError
 
 EARLIEST = -2
 LATEST = -1
@@ -88,12 +89,14 @@ class Cluster:
     """Connections to the brokers of one cluster, found from the bootstrap list."""
 
     def __init__(self, bootstrap: str, timeout_s: float = 30.0, client_id: str = "semel-spark",
-                 topics: list[str] | None = None, fail_fast: bool = False):
+                 topics: list[str] | None = None, fail_fast: bool = False, security: Security = PLAINTEXT):
         """topics: those whose metadata to load now (None: all); an executor reading one
         range needs one topic, not the metadata of a whole cluster. fail_fast: no retry
-        of that first load (a writer refuses to start at once when no broker answers)."""
+        of that first load (a writer refuses to start at once when no broker answers).
+        security: TLS and SASL for every connection (semel.client.security)."""
         self.bootstrap = [s.strip() for s in bootstrap.split(",") if s.strip()]
         self.client_id = client_id
+        self.security = security
         self.retry = Retry(timeout_s)
         self._socket_timeout = max(1.0, min(timeout_s, 30.0))
         self._conns: dict[str, Client] = {}
@@ -137,9 +140,14 @@ class Cluster:
         c = self._conns.get(address)
         if c is None:
             try:
-                c = Client(address, client_id=self.client_id, timeout_s=self._socket_timeout)
+                c = self.security.connect(address, self.client_id, self._socket_timeout)
             except ClientError as exc:
+                if isinstance(exc, TlsError) or (exc.error is not None and not exc.error.retriable):
+                    # a refused login or certificate: retrying cannot help
+                    raise ReaderError(str(exc), exc.error) from None
                 raise _Transient(str(exc)) from None
+            except SecurityError as exc:   # e.g. a trust store this process cannot read
+                raise ReaderError(str(exc)) from None
             self._conns[address] = c
         return c
 
@@ -189,6 +197,13 @@ class Cluster:
         self.topic_partitions = {}
         self.retry.run("metadata", self._refresh)
         return dict(self.topic_partitions)
+
+    def topic_errors_of(self, topics: list[str]) -> dict[str, KafkaError]:
+        """Why each of `topics` is missing from a listing: a Metadata request naming them
+        (a listing leaves out topics the user may not Describe; naming one answers
+        TOPIC_AUTHORIZATION_FAILED)."""
+        self.retry.run("metadata", lambda: self._refresh(list(topics)))
+        return {t: self.topic_errors[t] for t in topics if t in self.topic_errors}
 
     def _leader(self, tp: TP) -> str:
         node = self.leaders.get(tp)

@@ -1,11 +1,12 @@
 """SASL on a connected Client (KIP-43 framing: SaslHandshake v1, then SaslAuthenticate),
-for PLAIN and SCRAM-SHA-256/512 (scramp computes the SCRAM exchange)."""
+for PLAIN, SCRAM-SHA-256/512 (scramp computes the SCRAM exchange) and OAUTHBEARER
+(RFC 7628: the token goes where the password would)."""
 from __future__ import annotations
 
 from ..protocol.errors import KafkaError
 from .client import Client, ClientError
 
-MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 
 
 def authenticate(c: Client, mechanism: str, username: str, password: str) -> None:
@@ -36,6 +37,12 @@ def login_steps(mechanism: str, username: str, password: str):
     ScramException when the server's final message does not prove it knows the user."""
     if mechanism == "PLAIN":
         yield b"\0" + username.encode() + b"\0" + password.encode()
+        return
+    if mechanism == "OAUTHBEARER":
+        # A refused token is answered with an error challenge; the client ends the
+        # exchange with one \x01 and the broker's answer to that is the failure.
+        if (yield b"n,,\x01auth=Bearer " + password.encode() + b"\x01\x01"):
+            yield b"\x01"
         return
     from scramp import ScramClient
     scram = ScramClient([mechanism], username, password)

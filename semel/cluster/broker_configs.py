@@ -5,7 +5,7 @@ resource, kept in etcd and applied by every broker as its watch delivers them.
 Two levels, as Kafka's: the cluster-wide default (resource name "", Kafka's
 `--entity-default`) and one broker's override (resource name its node id). A broker's
 effective value is its override, else the cluster default, else its start flag. Every
-broker follows both through the view's watch (`configs/broker/` keys), so a change
+broker follows both through the view's watch (`broker-configs/` keys), so a change
 reaches all of them without a restart; a write is applied by the broker that made it
 before it answers.
 
@@ -24,7 +24,7 @@ from .etcd import mod_equals, put_op
 
 log = logging.getLogger("semel.cluster.broker_configs")
 
-SUBTREE = "configs/broker/"
+SUBTREE = "broker-configs/"     # beside configs/ (the cluster-wide replication throttle)
 DEFAULT_KEY = "<default>"            # Kafka's name for the cluster-wide default entity
 # Kafka's ConfigSource values DescribeConfigs reports.
 DYNAMIC_BROKER, DYNAMIC_DEFAULT_BROKER, STATIC_BROKER = 2, 3, 4
@@ -102,7 +102,8 @@ def validate(configs: dict[str, str | None]) -> tuple[KafkaError, str]:
 
 class BrokerConfigs:
     """One broker's follower of the dynamic configs (created before the view starts,
-    so its first read fills the cache)."""
+    so its first read fills the cache). `broker`: anything with the broker's `config`
+    (BrokerConfig, changed in place) and `logs` (LogManager), as ClusterMember has."""
 
     def __init__(self, broker, view):
         self.broker = broker

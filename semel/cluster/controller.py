@@ -20,6 +20,8 @@ Election rules (Kafka's, clean election only):
   leader.imbalance.check.interval.seconds and hands leadership back to preferred
   replicas only where a broker's share of partitions led elsewhere is above
   leader.imbalance.per.broker.percentage (semel.cluster.elections).
+
+A reassignment in progress completes here too (semel.cluster.reassignment.finish).
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from typing import Iterable, Sequence
 
 from .elections import PREFERRED, imbalanced, run_election
 from .etcd import EtcdError
+from .reassignment import finish as finish_reassignment
 from .state import NO_LEADER, PartitionState
 
 log = logging.getLogger("semel.cluster.controller")
@@ -150,7 +153,7 @@ class Controller:
         live = set(self.view.brokers())
         changed = 0
         for st in self.view.partitions():
-            want = decide(st, live)
+            want = decide(st, live) or finish_reassignment(st, live)
             if want is None:
                 continue
             stored = await self.view.write_partition(st, want)

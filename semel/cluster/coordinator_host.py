@@ -1,5 +1,5 @@
-"""A coordinator driven by its seat on a replicated internal partition (issue 13, item 3,
-step 4): the wiring between the cluster view, `CoordinatorSeat` and a coordinator.
+"""A coordinator driven by its seat on a replicated internal partition: the joint
+between the cluster view, `CoordinatorSeat` and a coordinator.
 
 In a cluster each partition of `__transaction_state` and `__consumer_offsets` has its
 own coordinator (semel.cluster.coordinator_partitions), living on that partition's
@@ -13,19 +13,19 @@ decides:
 - anything else (another leader, no leader): drop memory at once, so requests get
   NOT_COORDINATOR and in-flight writes are answered NOT_COORDINATOR.
 
-The coordinator object offers three calls, none of which awaits between reading the
+The coordinator (semel.coordinator.ports.Loadable), given at `start`, offers three calls, none of which awaits between reading the
 log and changing memory: `unload()`, `load(plog, epoch)` (synchronous replay) and
 `serve(epoch)` (start answering; background work such as rolling forward).
-Requests are gated on `error()` (semel.cluster.coordinator_gate).
+Requests are gated on `error()` (semel.broker.coordinator_gate).
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Callable
 
 from ..protocol.errors import KafkaError
 from .coordinator_seat import LOAD, CoordinatorSeat, Seat
-from .replicated_flusher import ReplicatedFlusher
 
 log = logging.getLogger("semel.cluster.coordinator_host")
 
@@ -35,34 +35,32 @@ HW_WAIT_S = 1.0
 RETRY_S = 0.1
 
 
-def seated(broker, coordinator, topic: str, partition: int, inner_flusher):
-    """A cluster coordinator's two parts for its partition: the seat that loads, serves
-    and drops it, and the flusher that makes its writes wait for the high watermark
-    (after `inner_flusher`'s local fsync; None: no fsync). Returns (seat, flusher)."""
-    seat = SeatedCoordinator(broker, topic, partition, coordinator)
-    flusher = ReplicatedFlusher(inner_flusher, lambda: broker.replicas, topic, partition,
-                                broker.config.request_timeout_ms / 1000)
-    return seat, flusher
-
-
 class SeatedCoordinator:
-    def __init__(self, broker, topic: str, partition: int, coordinator):
-        self.broker = broker
+    """The CoordinatorSeat (semel.coordinator.ports) of one internal partition.
+
+    `view` is the ClusterView, `logs` the LogManager, `replicas()` the ReplicaManager
+    (None until replication runs)."""
+
+    def __init__(self, view, node_id: int, logs, replicas: Callable[[], object], topic: str, partition: int):
+        self.view = view
+        self.logs = logs
+        self.replicas = replicas
         self.topic = topic
         self.partition = partition
-        self.coordinator = coordinator
-        self.seat = CoordinatorSeat(broker.config.node_id)
+        self.coordinator = None
+        self.seat = CoordinatorSeat(node_id)
         self._load_task: asyncio.Task | None = None
         self._running = False
 
     # -- lifecycle ---------------------------------------------------------------------
-    def start(self) -> None:
-        """Follow the partition's states (after the replication data plane started, so
-        its listener has taken the partition's role before ours runs)."""
+    def start(self, coordinator) -> None:
+        """Follow the partition's states, loading, serving and dropping `coordinator`
+        (after the replication data plane started, so its listener has taken the
+        partition's role before ours runs)."""
+        self.coordinator = coordinator
         self._running = True
-        view = self.broker.cluster
-        view.add_listener(self.on_partition)
-        st = view.partition(self.topic, self.partition)
+        self.view.add_listener(self.on_partition)
+        st = self.view.partition(self.topic, self.partition)
         if st is not None:
             self.on_partition(st)
 
@@ -109,8 +107,8 @@ class SeatedCoordinator:
 
     async def _load(self, epoch: int) -> None:
         while self._still_loading(epoch):
-            plog = self.broker.logs.get(self.topic, self.partition)
-            replicas = self.broker.replicas
+            plog = self.logs.get(self.topic, self.partition)
+            replicas = self.replicas()
             if plog is None or replicas is None:
                 await asyncio.sleep(RETRY_S)
                 continue

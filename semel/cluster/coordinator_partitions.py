@@ -1,4 +1,4 @@
-"""Coordinators partitioned by key (issue 13, item 3; seed 002).
+"""Coordinators partitioned by key.
 
 In a cluster `__transaction_state` and `__consumer_offsets` have several partitions
 each. A transactional id or group id belongs to partition
@@ -80,7 +80,7 @@ class PartitionedCoordinators:
 
     def start_seats(self) -> None:
         for c in self.parts:
-            c.seat.start()
+            c.seat.start(c)
 
     def serving_partitions(self) -> list[int]:
         return [p for p, c in enumerate(self.parts) if c.seat.serving()]

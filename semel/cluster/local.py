@@ -25,14 +25,24 @@ class LocalCluster:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.etcd = EtcdProcess(self.data_dir / "etcd", etcd_port, etcd_port + 1 if etcd_port else None,
                                 log_path=self.data_dir / "etcd.log")
-        self.brokers = [
-            SemelBroker(self.data_dir / f"broker-{n}", base_port + n if base_port else None,
-                        log_path=self.data_dir / f"broker-{n}.log",
-                        extra_args=["--node-id", str(n), "--metadata", self.etcd.bootstrap,
-                                    "--lease-ttl-s", str(lease_ttl_s), *broker_args], env=env)
-            for n in range(nodes)]
+        self.base_port, self.lease_ttl_s, self.broker_args, self.env = base_port, lease_ttl_s, list(broker_args), env
+        self.brokers = [self._broker(n) for n in range(nodes)]
         self.connect = connect or _plain_client
         self.users = dict(users or {})
+
+    def _broker(self, n: int) -> SemelBroker:
+        return SemelBroker(self.data_dir / f"broker-{n}", self.base_port + n if self.base_port else None,
+                           log_path=self.data_dir / f"broker-{n}.log",
+                           extra_args=["--node-id", str(n), "--metadata", self.etcd.bootstrap,
+                                       "--lease-ttl-s", str(self.lease_ttl_s), *self.broker_args], env=self.env)
+
+    def add_broker(self, timeout_s: float = 60) -> int:
+        """Start one more broker (the next node id, the same flags) and return its node id.
+        It joins with no replicas: reassignment moves partitions onto it."""
+        n = len(self.brokers)
+        self.brokers.append(self._broker(n))
+        self.brokers[n].start(timeout_s)
+        return n
 
     def security(self):
         """semel.cluster.security.EtcdSecurity of this cluster's etcd (started), for a

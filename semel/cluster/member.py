@@ -1,6 +1,6 @@
 """A broker's membership in a cluster: what `Broker` holds when it has a metadata service.
 
-`ClusterMember` owns the EtcdClusterView (`broker.cluster`), the controller shell
+`ClusterMember` owns the EtcdClusterView (the broker's `cluster`), the controller shell
 that acts while this broker holds the seat, and the local side of topic creation:
 a topic that appears in etcd gets its partition logs on every broker, so any of
 them can become a replica or leader without another round trip. The handlers ask
@@ -9,6 +9,7 @@ them can become a replica or leader without another round trip. The handlers ask
 from __future__ import annotations
 
 import logging
+from typing import Callable, NamedTuple
 
 from ..protocol.errors import KafkaError
 from .broker_configs import BrokerConfigs
@@ -22,20 +23,41 @@ from .topic_sync import deleted_names, sync_local_topics
 log = logging.getLogger("semel.cluster.member")
 
 
+class InternalTopic(NamedTuple):
+    """What FindCoordinator needs of one coordinator's internal topic: its name, the
+    configs it is created with, and its coordinators (partition_for, partitions,
+    misplaced: semel.cluster.coordinator_partitions)."""
+    name: str
+    configs: dict[str, str]
+    coordinators: object
+
+
 class ClusterMember:
-    def __init__(self, broker):
-        cfg = broker.config
-        self.broker = broker
+    """`config` is the BrokerConfig, `logs` the LogManager; the rest is read when used,
+    as the broker builds it after the member: `listeners()` the bound listeners,
+    `replicas()` the ReplicaManager (None before it runs), `internal_topic(key_type)`
+    FindCoordinator's InternalTopic (0 groups, 1 transactions), and
+    `topics_deleted(names)` tells the group coordinators which topics the cluster holds
+    deleted."""
+
+    def __init__(self, config, logs, *, listeners: Callable[[], list], replicas: Callable[[], object],
+                 internal_topic: Callable[[int], InternalTopic], topics_deleted: Callable[[set[str]], None]):
+        cfg = self.config = config
+        self.logs = logs
+        self.listeners = listeners
+        self.replicas = replicas
+        self.internal_topic = internal_topic
+        self.topics_deleted = topics_deleted
         self.view = EtcdClusterView(Etcd(cfg.metadata_endpoints), cfg.cluster_id, cfg.node_id,
                                     BrokerInfo(cfg.node_id, cfg.advertised, cfg.port), cfg.cluster_lease_ttl_s)
-        self.configs = BrokerConfigs(broker, self.view)   # dynamic broker configs, from etcd
+        self.configs = BrokerConfigs(self, self.view)   # dynamic broker configs, from etcd (reads .config, .logs)
         self.controller = Controller(self.view, rebalance=cfg.auto_leader_rebalance_enable,
                                      imbalance_percentage=cfg.leader_imbalance_per_broker_percentage,
                                      imbalance_check_interval_s=cfg.leader_imbalance_check_interval_seconds)
 
     async def start(self) -> None:
         """Register (after the listener is bound: the port may have been 0) and follow."""
-        cfg = self.broker.config
+        cfg = self.config
         self.view.info = BrokerInfo(cfg.node_id, cfg.advertised, cfg.port, endpoints=self._endpoints())
         try:
             await self.view.start()
@@ -52,9 +74,9 @@ class ClusterMember:
     def _endpoints(self) -> tuple[tuple[str, str, int], ...]:
         """The broker's other listeners as peers reach them (one bound to every address is
         advertised under the broker's advertised host)."""
-        cfg = self.broker.config
+        cfg = self.config
         return tuple((lst.name, cfg.advertised if lst.host in ("", "0.0.0.0", "::") else lst.host, lst.port)
-                     for lst in getattr(self.broker, "listeners", ())[1:])
+                     for lst in self.listeners()[1:])
 
     async def stop(self) -> None:
         await self.controller.stop()
@@ -64,25 +86,14 @@ class ClusterMember:
         """Local logs follow the cluster's topics: created, grown, and removed when deleted
         (semel.cluster.topic_sync; internal topics are created like any other); the group
         coordinator, where it serves, drops the offsets of deleted topics."""
-        sync_local_topics(self.broker, self.view)
-        groups = getattr(self.broker, "groups", None)
-        if groups is not None:
-            names = deleted_names(self.view)
-            for coordinator in getattr(groups, "parts", (groups,)):   # one per offsets partition
-                coordinator.follow_deleted_topics(names)
+        sync_local_topics(self.logs, self.replicas(), self.view)
+        self.topics_deleted(deleted_names(self.view))
 
     async def coordinator_for(self, key_type: int, key: str | None) -> int | None:
         """FindCoordinator: the broker leading the internal partition of `key` (`key_type`
         0 a group id, 1 a transactional id), creating the topic in etcd at its first use;
         None while there is none (COORDINATOR_NOT_AVAILABLE, the client looks again)."""
-        from ..coordinator.group import GroupCoordinator
-        from ..coordinator.txn import OFFSETS_TOPIC, TXN_TOPIC, TransactionCoordinator
-        broker = self.broker
-        if key_type == 1:
-            name, configs, coordinators = TXN_TOPIC, TransactionCoordinator.log_configs(broker.config), broker.txns
-        else:
-            name, configs = OFFSETS_TOPIC, GroupCoordinator.log_configs(broker.groups.config)
-            coordinators = broker.groups
+        name, configs, coordinators = self.internal_topic(key_type)
         partition = coordinators.partition_for(key)
         st = await ensure_internal_topic(self.view, name, configs, coordinators.partitions, partition)
         if isinstance(st, KafkaError) or coordinators.misplaced():

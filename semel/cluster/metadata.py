@@ -6,8 +6,10 @@ Keys, all under /semel/<cluster-id>/ (values are JSON):
   controller                   {"node_id"}                           bound to the controller's lease
   topics/<name>                {"partitions", "replication_factor", "configs", "topic_id",
                                 "deleted", "retired_ids"}            deleted: kept as a marker
-  partitions/<topic>/<index>   {"replicas", "leader", "leader_epoch", "isr"}
+  partitions/<topic>/<index>   {"replicas", "leader", "leader_epoch", "isr",
+                                "adding", "removing", "origin"}       the last three during a reassignment
   producer_ids                 {"next"}                              the next unallocated producer id
+  configs/<name>               {"value"}                             cluster-wide dynamic broker configs
   users/<name>                 SCRAM credentials per mechanism       semel.cluster.security
   acls/<type>/<pattern>/<name> the ACLs of one resource              semel.cluster.security
 
@@ -95,14 +97,17 @@ class Keys:
 
 
 def encode_partition(st: PartitionState) -> bytes:
-    return json.dumps({"replicas": list(st.replicas), "leader": st.leader,
-                       "leader_epoch": st.leader_epoch, "isr": list(st.isr)}).encode()
+    d = {"replicas": list(st.replicas), "leader": st.leader, "leader_epoch": st.leader_epoch, "isr": list(st.isr)}
+    if st.reassigning:
+        d["adding"], d["removing"], d["origin"] = list(st.adding), list(st.removing), list(st.origin)
+    return json.dumps(d).encode()
 
 
 def decode_partition(topic: str, index: int, kv: KV) -> PartitionState:
     d = json.loads(kv.value)
     return PartitionState(topic, index, tuple(d["replicas"]), d["leader"], d["leader_epoch"],
-                          tuple(d["isr"]), kv.mod_revision)
+                          tuple(d["isr"]), kv.mod_revision, tuple(d.get("adding") or ()),
+                          tuple(d.get("removing") or ()), tuple(d.get("origin") or ()))
 
 
 ChangeListener = Callable[[], None]
@@ -174,6 +179,7 @@ class EtcdClusterView:
         self._stopping = False
         self._pid_lock = asyncio.Lock()
         self._caches: dict[str, KeyCache] = {}      # full key prefix -> cache (key_cache)
+        self._configs = self.key_cache("configs/")
 
     # --- lifecycle -------------------------------------------------------------
 
@@ -371,9 +377,7 @@ class EtcdClusterView:
     async def alter_isr(self, state: PartitionState, isr: tuple[int, ...]) -> PartitionState | None:
         if state.leader != self.node_id or not isr or not set(isr) <= set(state.replicas):
             return None
-        new = PartitionState(state.topic, state.partition, state.replicas, state.leader,
-                             state.leader_epoch, tuple(isr), state.version)
-        return await self.write_partition(state, new)
+        return await self.write_partition(state, replace(state, isr=tuple(isr)))
 
     async def allocate_producer_ids(self, block_size: int) -> int:
         """Advance the cluster-wide counter by CAS; retried until this broker wins."""
@@ -394,6 +398,21 @@ class EtcdClusterView:
         """The cache of keys under `<root><subtree>` (e.g. "users/"); register it before
         start() so the first range read fills it."""
         return self._caches.setdefault(self.keys.root + subtree, KeyCache())
+
+    def config(self, name: str) -> str | None:
+        """A cluster-wide dynamic broker config (e.g. the replication throttle), None when unset."""
+        item = self._configs.items.get(name)
+        return item.get("value") if isinstance(item, dict) else None
+
+    async def set_config(self, name: str, value: str | None) -> None:
+        """Set (None: remove) a cluster-wide dynamic broker config; every broker's view
+        follows through the watch, this one at once."""
+        key = self.keys.root + "configs/" + name
+        if value is None:
+            await self.etcd.delete(key)
+            self._configs.drop(name, (await self.etcd.get_prefix(key))[1])
+        else:
+            self._configs.put(name, {"value": value}, await self.etcd.put(key, json.dumps({"value": value}).encode()))
 
     def add_change_listener(self, fn: ChangeListener) -> None:
         self._change_listeners.append(fn)
@@ -417,8 +436,7 @@ class EtcdClusterView:
         rev = await self.etcd.cas(self.keys.partition(old.topic, old.partition), encode_partition(new), old.version)
         if rev is None:
             return None
-        stored = PartitionState(new.topic, new.partition, new.replicas, new.leader, new.leader_epoch,
-                                new.isr, rev)
+        stored = replace(new, version=rev)
         self._cache(stored, notify=True)
         return stored
 

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import asyncio
 
-from ..coordinator.producer_ids import BLOCK_SIZE, ProducerIdManager
 from ..storage.errors import StorageError
+
+BLOCK_SIZE = 1000
 
 
 class ClusterProducerIds:
-    def __init__(self, local: ProducerIdManager, cluster, block_size: int = BLOCK_SIZE):
+    """A ProducerIdSource (semel.coordinator.ports). `local` is the broker's own source,
+    read only for its coordinator epoch; `cluster` the ClusterView."""
+
+    def __init__(self, local, cluster, block_size: int = BLOCK_SIZE):
         self._local = local
         self._cluster = cluster
         self.block_size = block_size

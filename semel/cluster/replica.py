@@ -38,6 +38,7 @@ from ..protocol.messages import request_class
 from ..storage import checked_file
 from ..storage.errors import AppendError, StorageError
 from .peer import PeerAuthError, PeerConnection, PeerDialer, PeerError
+from .reassignment import THROTTLE_RATE, Throttle
 from .state import ClusterView, PartitionState
 
 log = logging.getLogger("semel.cluster.replica")
@@ -192,7 +193,8 @@ class ReplicaManager:
     """One per broker in a cluster (broker.replicas); see the module docstring."""
 
     def __init__(self, broker, view: ClusterView, *, lag_time_max_ms: int | None = None,
-                 fetch_wait_ms: int | None = None, fetch_max_bytes: int | None = None):
+                 fetch_wait_ms: int | None = None, fetch_max_bytes: int | None = None,
+                 dialer: PeerDialer | None = None):
         cfg = broker.config
         self.broker = broker
         self.view = view
@@ -202,7 +204,7 @@ class ReplicaManager:
         self.fetch_max_bytes = fetch_max_bytes or cfg.replica_fetch_max_bytes
         self.write_thread_bytes = cfg.replica_write_thread_bytes
         self.request_timeout_s = cfg.request_timeout_ms / 1000
-        self.dialer = getattr(broker, "peer_dialer", None) or PeerDialer()
+        self.dialer = dialer or PeerDialer()   # the inter-broker listener and login
         self.leading: dict[TopicPartition, LeaderState] = {}
         self.following: dict[TopicPartition, tuple[int, int]] = {}   # -> (leader, leader epoch)
         self.fetchers: dict[int, LeaderFetcher] = {}
@@ -212,6 +214,7 @@ class ReplicaManager:
         self._last_hw_save = 0.0
         self._task: asyncio.Task | None = None
         self._running = False
+        self.throttle = Throttle()
         # Followers here stop fetching while set: what a stopped (SIGSTOP) follower looks
         # like to its leaders, without stopping the rest of the broker.
         self.fetching_paused = False
@@ -261,7 +264,7 @@ class ReplicaManager:
             self._stop_leading(tp)
             self._stop_following(tp)
             if plog is not None:
-                plog.is_follower = True    # not a replica (any more): nothing may write here
+                plog.set_follower(True)    # not a replica (any more): nothing may write here
             return
         self._versions[tp] = st.version
         if tp not in self._seen:
@@ -269,15 +272,15 @@ class ReplicaManager:
             # end recovery kept); a leader alone moves it to its log end below.
             self._seen.add(tp)
             saved = self._saved_hws.get(tp, plog.log_start_offset)
-            plog.replicated_hw = max(plog.log_start_offset, min(saved, plog.log_end_offset))
+            plog.set_high_watermark(max(plog.log_start_offset, min(saved, plog.log_end_offset)))
         if st.leader == self.node_id:
             self._stop_following(tp)
-            plog.is_follower = False
+            plog.set_follower(False)
             self._lead(tp, st, plog)
         else:
             self._stop_leading(tp)
-            plog.leader_epoch = None
-            plog.is_follower = True
+            plog.set_leader_epoch(None)
+            plog.set_follower(True)
             if st.has_leader:
                 self._follow(tp, st)
             else:
@@ -301,7 +304,7 @@ class ReplicaManager:
                 plog.epochs.assign(st.leader_epoch, plog.log_end_offset)
             except OSError as exc:   # appends will try again (PartitionLog._write)
                 log.error("%s-%d: cannot record leader epoch %d: %s", *tp, st.leader_epoch, exc)
-            plog.leader_epoch = st.leader_epoch
+            plog.set_leader_epoch(st.leader_epoch)
             now = self._now_ms()
             ls = LeaderState(st, plog, plog.log_end_offset,
                              {r: FollowerProgress(last_caught_up_ms=now) for r in st.replicas if r != self.node_id})
@@ -313,6 +316,13 @@ class ReplicaManager:
             for r in set(ls.state.isr) - set(st.isr):
                 if r in ls.progress:
                     ls.progress[r].left_isr_ms = now
+            # A reassignment changes the replicas within an epoch: track those it adds
+            # (not caught up until they fetch), forget those it removed.
+            for r in st.replicas:
+                if r != self.node_id and r not in ls.progress:
+                    ls.progress[r] = FollowerProgress()
+            for r in [r for r in ls.progress if r not in st.replicas]:
+                del ls.progress[r]
         ls.state = st
         self._advance_hw(tp, ls)
 
@@ -320,8 +330,8 @@ class ReplicaManager:
         ls = self.leading.pop(tp, None)
         if ls is None:
             return
-        ls.plog.replicated_hw = ls.plog.high_watermark   # a follower's is a number, not the log end
-        ls.plog.leader_epoch = None
+        ls.plog.set_high_watermark(ls.plog.high_watermark)   # a follower's is a number, not the log end
+        ls.plog.set_leader_epoch(None)
         for _, _, fut in ls.waiters:
             if not fut.done():
                 fut.set_result(KafkaError.NOT_LEADER_OR_FOLLOWER)
@@ -378,6 +388,20 @@ class ReplicaManager:
             self._schedule_isr_check(tp)
         return KafkaError.NONE
 
+    def throttle_allowance(self, topic: str, partition: int, replica_id: int) -> int:
+        """Bytes a follower's fetch may read from this partition now: -1 unlimited; for a
+        replica a reassignment is adding, what the cluster's throttle
+        (leader.replication.throttled.rate, bytes/s over all of them) has left."""
+        ls = self.leading.get((topic, partition))
+        if ls is None or replica_id not in ls.state.adding:
+            return -1
+        config = getattr(self.view, "config", None)
+        try:
+            self.throttle.set_rate(int(config(THROTTLE_RATE) or 0) if config is not None else 0)
+        except ValueError:
+            self.throttle.set_rate(0)
+        return self.throttle.allow()
+
     def _advance_hw(self, tp: TopicPartition, ls: LeaderState) -> None:
         plog = ls.plog
         old = plog.high_watermark
@@ -386,11 +410,11 @@ class ReplicaManager:
             # (no follower fetch would come to move a number). This is the only path for it:
             # with no number set, PartitionLog.high_watermark is the log end, so produce,
             # markers and coordinator appends need no call after each write.
-            plog.replicated_hw = None
+            plog.set_high_watermark(None)
         else:
             if plog.replicated_hw is None:
-                plog.replicated_hw = old       # what the leader alone had committed: its log end now
-            plog.replicated_hw = high_watermark(old, self.node_id, plog.log_end_offset, ls.hw_isr(), ls.progress)
+                plog.set_high_watermark(old)       # what the leader alone had committed: its log end now
+            plog.set_high_watermark(high_watermark(old, self.node_id, plog.log_end_offset, ls.hw_isr(), ls.progress))
         if plog.high_watermark > old:
             self.broker.notifier.notify(*tp)    # read_committed/uncommitted readers wait on it
         self._settle_waiters(ls)
@@ -739,5 +763,5 @@ class LeaderFetcher:
 
     @staticmethod
     def _follower_hw(plog, r) -> None:
-        plog.replicated_hw = max(plog.log_start_offset, min(r.high_watermark, plog.log_end_offset))
+        plog.set_high_watermark(max(plog.log_start_offset, min(r.high_watermark, plog.log_end_offset)))
 

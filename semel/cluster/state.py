@@ -50,10 +50,21 @@ class PartitionState:
     leader_epoch: int
     isr: tuple[int, ...]
     version: int = 0
+    # An ongoing reassignment (KIP-455): `replicas` is then the union of the target and
+    # the original replicas; `adding` are target replicas catching up as followers,
+    # `removing` original replicas that leave once every target replica is in the ISR.
+    adding: tuple[int, ...] = ()
+    removing: tuple[int, ...] = ()
+    # The replicas before it, in their order (a cancel restores them, preferred leader too).
+    origin: tuple[int, ...] = ()
 
     @property
     def has_leader(self) -> bool:
         return self.leader != NO_LEADER
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding or self.removing)
 
 
 PartitionListener = Callable[[PartitionState], None]

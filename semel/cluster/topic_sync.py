@@ -65,12 +65,11 @@ def deleted_names(view) -> set[str]:
     return {name for name in view.deleted_topics() if name not in live}
 
 
-def sync_local_topics(broker, view) -> None:
-    """Apply `plan` to broker.logs; the replication data plane forgets a dropped topic's
-    partitions first (no role, no fetcher, no saved high watermark) and takes its roles
-    for created or added partitions after."""
-    logs = broker.logs
-    replicas = getattr(broker, "replicas", None)
+def sync_local_topics(logs, replicas, view) -> None:
+    """Apply `plan` to `logs` (the LogManager); the replication data plane (`replicas`,
+    None before it runs) forgets a dropped topic's partitions first (no role, no
+    fetcher, no saved high watermark) and takes its roles for created or added
+    partitions after."""
     local = logs.topics()
     todo = plan(local, view.topics(), view.deleted_topics())
     for name in todo.drop:

@@ -52,6 +52,7 @@ from .group_timers import Timers, wall_clock_ms
 from .coordinator_log import CoordinatorLog, resolve_future
 from .group_write_queue import GroupWriteQueue
 from .offsets import CommittedOffset, OffsetsLogError
+from .ports import CoordinatorSeat, PartitionWriter
 
 log = logging.getLogger("semel.coordinator.group")
 
@@ -59,14 +60,17 @@ log = logging.getLogger("semel.coordinator.group")
 class GroupCoordinator(GroupMembership, GroupOffsetsMixin, GroupReplay, GroupWriteQueue):
     """Consumer groups and committed offsets of one broker (it coordinates every group).
 
-    `logs` is the storage LogManager, `flusher` the GroupCommitFlusher (None: no
-    fsync wait, for tests), `clock` returns milliseconds (tests pass a fake one and
+    `logs` is the storage LogManager, `flusher` the PartitionWriter its writes wait on
+    (None: no wait, for tests), `seat` its CoordinatorSeat in a cluster (None: it loads
+    its own log at start and always serves), `deleted_topics` the names of topics the
+    cluster holds deleted (None on a single node, which deletes offsets itself), `clock` returns milliseconds (tests pass a fake one and
     drive timeouts with `fire_timers()`; with `run_timers=False` no background task
     fires them).
     """
 
-    def __init__(self, logs, flusher=None, config: GroupConfig | None = None,
-                 clock: Callable[[], int] | None = None, *, run_timers: bool = True):
+    def __init__(self, logs, flusher: PartitionWriter | None = None, config: GroupConfig | None = None,
+                 clock: Callable[[], int] | None = None, *, run_timers: bool = True,
+                 seat: CoordinatorSeat | None = None, deleted_topics: Callable[[], set[str]] | None = None):
         self.logs = logs
         self.flusher = flusher
         self.config = config or GroupConfig()
@@ -82,48 +86,14 @@ class GroupCoordinator(GroupMembership, GroupOffsetsMixin, GroupReplay, GroupWri
         self._wake: asyncio.Event | None = None
         self._clog = CoordinatorLog(self.config.offsets_topic, flusher, self._spawn,
                                     sync_writes=self.config.sync_writes)
-        # In a cluster, the seat on __consumer_offsets (semel.cluster.coordinator_host):
+        # In a cluster, the seat on one __consumer_offsets partition (semel.coordinator.ports):
         # groups are loaded, served and dropped as this broker leads that partition or not.
-        self.seat = None
+        self.seat = seat
         self.epoch: int | None = None    # the leader epoch served at (cluster)
-        # Cluster: names of the topics the cluster holds deleted (topic_sync.deleted_names),
-        # and those whose offsets this coordinator has dropped since it loaded.
-        self.deleted_topics: Callable[[], set[str]] | None = None
+        # Cluster: names of the topics the cluster holds deleted, and those whose offsets
+        # this coordinator has dropped since it loaded.
+        self.deleted_topics = deleted_topics
         self._topics_dropped: set[str] = set()
-
-    @classmethod
-    def from_broker(cls, broker):
-        """A single node's coordinator; in a cluster one per __consumer_offsets partition
-        (semel.cluster.coordinator_partitions.GroupCoordinators)."""
-        c = broker.config
-        config = GroupConfig(
-            initial_rebalance_delay_ms=c.group_initial_rebalance_delay_ms,
-            min_session_timeout_ms=c.group_min_session_timeout_ms,
-            max_session_timeout_ms=c.group_max_session_timeout_ms,
-            offsets_retention_ms=c.offsets_retention_ms,
-            compact_records=c.offsets_log_compact_records,
-            segment_bytes=c.offsets_log_segment_bytes,
-        )
-        if getattr(broker, "cluster", None) is None:
-            return cls(broker.logs, broker.flusher, config)
-        from ..cluster.coordinator_partitions import GroupCoordinators, topic_partition_count
-        parts = []
-        for partition in range(c.offsets_topic_partitions):
-            coordinator = cls(broker.logs, broker.flusher, config)
-            coordinator._seat_on(broker, partition)
-            parts.append(coordinator)
-        return GroupCoordinators(parts, lambda: topic_partition_count(broker.cluster, config.offsets_topic))
-
-    def _seat_on(self, broker, partition: int) -> None:
-        """Cluster: coordinate while leading `partition` of __consumer_offsets. Every write
-        waits for the replicated high watermark (acks=all), whatever sync_writes says
-        about the fsync."""
-        from ..cluster.coordinator_host import seated
-        from ..cluster.topic_sync import deleted_names
-        inner = self.flusher if self.config.sync_writes else None
-        self.seat, self._clog.flusher = seated(broker, self, self.config.offsets_topic, partition, inner)
-        self.deleted_topics = lambda: deleted_names(broker.cluster)
-        self._clog.sync_writes = True
 
     # A single node has one __consumer_offsets partition: every group is in it.
     @staticmethod

@@ -50,6 +50,9 @@ class ProducerIdManager:
         except OSError as exc:  # no id is handed out from a block that is not on disk
             raise StorageError(f"cannot reserve producer ids in {self.path}: {exc}") from exc
 
+    async def reserve(self, want: int = 2) -> None:
+        """Nothing to fetch ahead: `next_id` reserves the next block itself."""
+
     def next_id(self) -> int:
         if self._next >= self._end:
             self._persist(self._next_block + BLOCK_SIZE)

@@ -34,13 +34,14 @@ import asyncio
 import inspect
 import logging
 import time
+from typing import Callable
 
 from ..protocol import records
 from ..protocol.errors import KafkaError
 from ..protocol.txn_hash import partition_for
 from ..storage.errors import AppendError, StorageError
 from .coordinator_log import CoordinatorLog
-from .producer_ids import ProducerIdManager
+from .ports import CoordinatorSeat, HighWatermarks, MarkerWriter, PartitionWriter, ProducerIdSource
 from .txn_states import (
     COMPLETE_OF, COMPLETED, PREPARED, TxnMeta, TxnState, can_transition, decode_value, encode_value,
     end_txn_outcome,
@@ -97,10 +98,31 @@ class _Uncounted:
 
 
 class TransactionCoordinator:
-    def __init__(self, logs, flusher, groups, config, pid_manager: ProducerIdManager, on_marker=None,
-                 stats=None):
+    """One transaction coordinator: of the single node, or of one __transaction_state
+    partition in a cluster. What it needs from around it is given here
+    (semel.coordinator.ports; semel.broker.wiring chooses the implementations):
+
+    `flusher`    the PartitionWriter of its own log (in a cluster: committed = replicated)
+    `pid_manager` the ProducerIdSource
+    `markers`    the MarkerWriter for partitions led by other brokers (None: every
+                 partition is led here, as on a single node)
+    `seat`       the CoordinatorSeat that loads, serves and drops it (None: it loads its
+                 own log at start and always serves)
+    `data_flusher`     the PartitionWriter markers written into local data partitions
+                 wait on (default `flusher`; in a cluster the broker's own flusher)
+    `high_watermarks`  returns what those markers then wait on before they count
+                 (the replica manager's wait_for_hw; None: the fsync is enough)
+    `txn_partitions`   the partition count of __transaction_state
+    """
+
+    def __init__(self, logs, flusher, groups, config, pid_manager: ProducerIdSource, on_marker=None,
+                 stats=None, *, markers: MarkerWriter | None = None, seat: CoordinatorSeat | None = None,
+                 high_watermarks: Callable[[], HighWatermarks | None] = lambda: None,
+                 data_flusher: PartitionWriter | None = None, txn_partitions: int = 1):
         self.logs = logs
-        self.flusher = flusher
+        # Markers on data partitions wait for the broker's own flush policy; the
+        # coordinator's log for `flusher` (which in a cluster also waits for replication).
+        self.flusher = data_flusher or flusher
         self.groups = groups
         self.config = config
         self.pids = pid_manager
@@ -115,63 +137,20 @@ class TransactionCoordinator:
         self._background: set[asyncio.Task] = set()
         self._clog = CoordinatorLog(TXN_TOPIC, flusher, self._spawn)
         self._tasks: list[asyncio.Task] = []
-        # In a cluster, the broker's ReplicaManager (None on a single node); read when a
-        # marker is written, as replication starts after the coordinators.
-        self.replication = lambda: None
-        # In a cluster, markers for partitions led by other brokers go through this
-        # (semel.cluster.txn_markers.MarkerChannel); None on a single node.
-        self.markers = None
-        # Whether this broker is the transaction coordinator now. Only the coordinator's
-        # state can verify a transactional produce; a leader that is not the coordinator
-        # relies on producer state (epochs, sequences) as Kafka did before KIP-890.
-        self.is_coordinator = lambda: True
-        # In a cluster, the seat on __transaction_state (semel.cluster.coordinator_host):
-        # state is loaded, served and dropped as this broker leads that partition or not.
-        # Nothing is appended to the log unless `serving()`.
-        self.seat = None
-        self.serving = lambda: True
+        self.high_watermarks = high_watermarks
+        self.markers = markers
+        # Nothing is appended to the log unless `serving()`. Only the coordinator's state
+        # can verify a transactional produce; a leader that is not the coordinator relies
+        # on producer state (epochs, sequences) as Kafka did before KIP-890.
+        self.seat = seat
+        self.serving = seat.serving if seat is not None else (lambda: True)
+        self.is_coordinator = self.serving
         self._epoch: int | None = None   # the leader epoch served at (cluster), else the local counter
-        # The partition count of __transaction_state (1 on a single node). A parent and
-        # its branches must share one coordinator: with several partitions a branch whose
-        # id maps to another partition than its parent's is refused as a Kafka broker
-        # refuses the pseudo-topic (the Spark sink names branches that hash like their
-        # parent, semel.protocol.txn_hash.aligned, so they always land here).
-        self.txn_partitions = 1
-
-    @classmethod
-    def from_broker(cls, broker):
-        """A single node's coordinator; in a cluster one per __transaction_state partition
-        (semel.cluster.coordinator_partitions.TxnCoordinators), sharing the producer-id
-        pool and the marker channel."""
-        pids = ProducerIdManager(broker.config.data_dir / "producer_ids", broker.fs)
-        if getattr(broker, "cluster", None) is None:
-            coordinator = cls(broker.logs, broker.flusher, broker.groups, broker.config, pids,
-                              broker.notifier.notify, broker.metrics)
-            coordinator.replication = lambda: getattr(broker, "replicas", None)
-            return coordinator
-        from ..cluster.coordinator_partitions import TxnCoordinators, topic_partition_count
-        from ..cluster.producer_ids import ClusterProducerIds
-        from ..cluster.txn_markers import MarkerChannel
-        pids = ClusterProducerIds(pids, broker.cluster)   # ids from the cluster-wide counter
-        markers = MarkerChannel(broker.cluster, broker.config.node_id, broker.config.request_timeout_ms / 1000,
-                                getattr(broker, "peer_dialer", None))
-        count = broker.config.transaction_state_partitions
-        parts = []
-        for partition in range(count):
-            coordinator = cls(broker.logs, broker.flusher, broker.groups, broker.config, pids,
-                              broker.notifier.notify, broker.metrics)
-            coordinator.replication = lambda: getattr(broker, "replicas", None)
-            coordinator.markers = markers
-            coordinator.txn_partitions = count
-            coordinator._seat_on(broker, partition)
-            parts.append(coordinator)
-        return TxnCoordinators(parts, lambda: topic_partition_count(broker.cluster, TXN_TOPIC))
-
-    def _seat_on(self, broker, partition: int) -> None:
-        """Cluster: coordinate while leading `partition` of __transaction_state, appending with acks=all."""
-        from ..cluster.coordinator_host import seated
-        self.seat, self._clog.flusher = seated(broker, self, TXN_TOPIC, partition, broker.flusher)
-        self.is_coordinator = self.serving = self.seat.serving
+        # A parent and its branches must share one coordinator: with several partitions a
+        # branch whose id maps to another partition than its parent's is refused as a
+        # Kafka broker refuses the pseudo-topic (the Spark sink names branches that hash
+        # like their parent, semel.protocol.txn_hash.aligned, so they always land here).
+        self.txn_partitions = txn_partitions
 
     @staticmethod
     def log_configs(config) -> dict[str, str]:
@@ -356,9 +335,7 @@ class TransactionCoordinator:
     async def init_producer_id(self, txn_id: str | None, timeout_ms: int, producer_id: int,
                                producer_epoch: int, version: int) -> tuple[KafkaError, int, int]:
         try:
-            reserve = getattr(self.pids, "reserve", None)   # cluster ids: fetched before deciding
-            if reserve is not None:
-                await reserve()
+            await self.pids.reserve()   # cluster ids: fetched before deciding
             return await self._init_producer_id(txn_id, timeout_ms, producer_id, producer_epoch, version)
         except (StorageError, ConnectionError) as exc:   # the producer-id block could not be reserved on disk
             log.error("InitProducerId for %r failed: %s", txn_id, exc)
@@ -697,7 +674,7 @@ class TransactionCoordinator:
             return
         info = plog.append_control(kind, producer_id, epoch, coordinator_epoch)
         await self.flusher.sync(plog, info.last_offset + 1)
-        replicas = self.replication()
+        replicas = self.high_watermarks()
         if replicas is not None:
             # Kafka writes markers with acks=all: the transaction is complete only once
             # every in-sync replica holds its marker, or a new leader would keep it open.

@@ -9,8 +9,8 @@ Python workers together) at any moment and start it again: both queries resume
 from their checkpoints under DIR. It stops cleanly when DIR/stop appears.
 
 The same file runs unchanged on a Spark standalone cluster: `--master
-spark://HOST:PORT` (the checkpoint and filesystem-sink paths must then be
-reachable from every worker; on one machine they are).
+spark://HOST:PORT`. Only the driver reads and writes DIR (the checkpoints, and the
+filesystem sink's files through foreachBatch): the workers need not see it.
 """
 from __future__ import annotations
 

@@ -7,6 +7,10 @@ from pyspark.sql.datasource import DataSource
 
 
 class SemelDataSource(DataSource):
+    # Hadoop `fs.*` settings of the session that registered the source (register()): the
+    # driver-side reads of an object-store checkpoint open it with them
+    fs_settings: dict = {}
+
     @classmethod
     def name(cls) -> str:
         return "semel"
@@ -29,9 +33,19 @@ class SemelDataSource(DataSource):
 
     def streamWriter(self, schema, overwrite: bool):
         from .sink import make_stream_writer
-        return make_stream_writer(self.options, schema, overwrite)
+        return make_stream_writer(self.options, schema, overwrite, self.fs_settings)
 
 
 def register(spark) -> None:
-    """Make `format("semel")` known to this SparkSession."""
-    spark.dataSource.register(SemelDataSource)
+    """Make `format("semel")` known to this SparkSession. Its `spark.hadoop.fs.*`
+    settings (S3A endpoint, keys, ...) go with the source to the driver-side Python
+    workers, which have no SparkSession to ask: a class made here is pickled by value."""
+    from .checkpoint import session_settings
+    spark.dataSource.register(source_class(session_settings(spark)))
+
+
+def source_class(fs_settings: dict) -> type:
+    """SemelDataSource, or a subclass made here (so pickled by value) that carries the settings."""
+    if not fs_settings:
+        return SemelDataSource
+    return type("SemelDataSource", (SemelDataSource,), {"fs_settings": dict(fs_settings)})

@@ -43,6 +43,7 @@ from semel.eos.sink import SinkGuard
 from semel.eos.txnid import SinkTxnId
 from semel.protocol.errors import KafkaError
 from semel.spark import sink as spark_sink
+from semel.spark.checkpoint import session_settings
 
 Rows = Callable[[Any, int], Mapping[str, Sequence[Any]]]
 
@@ -142,17 +143,21 @@ def app_name(group: str) -> str:
 def foreach_batch(rows: Rows, *, sinks: Sequence[Any], bootstrap: str, checkpoint: str | None = None,
                   query_id: str | None = None, topic: str | None = None, app_id: str | None = None,
                   instance_id: str = "0", restart_window_ms: int = spark_sink.DEFAULT_RESTART_WINDOW_MS,
-                  request_timeout_ms: int = 30_000) -> Callable[[Any, int], None]:
+                  request_timeout_ms: int = 30_000,
+                  options: Mapping[str, str] | None = None) -> Callable[[Any, int], None]:
     """The function for `writeStream.foreachBatch(...)`. `checkpoint`: the query's
-    checkpointLocation (identity and the batch's source offsets); `query_id` when
+    checkpointLocation (identity and the batch's source offsets, read on the driver with the
+    active session's `spark.hadoop.fs.*` settings); `query_id` when
     there is none; `topic`: a partition to record the decision on when the query
-    has no semel source."""
-    options = {"kafka.bootstrap.servers": bootstrap, "semel.restartWindowMs": str(restart_window_ms),
-               "kafka.request.timeout.ms": str(request_timeout_ms)}
+    has no semel source; `options`: more of the sink's options, e.g. the
+    `kafka.security.protocol` / `kafka.sasl.*` / `kafka.ssl.*` ones of a secured broker."""
+    options = {**(options or {}), "kafka.bootstrap.servers": bootstrap,
+               "semel.restartWindowMs": str(restart_window_ms), "kafka.request.timeout.ms": str(request_timeout_ms)}
     for name, value in (("checkpointLocation", checkpoint), ("semel.query.id", query_id), ("topic", topic)):
         if value:
             options[name] = value
-    o = spark_sink.parse_options(options)
+    # the driver reads the checkpoint (each batch's offsets) with the session's fs.* settings
+    o = spark_sink.parse_options(options, session_settings())
     coordinator = SparkBatchCoordinator(o)
     guards = [SinkGuard(s) for s in sinks]
     app = app_id or app_name(o.group)

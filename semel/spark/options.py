@@ -21,6 +21,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from . import security
+from .security import Security, SecurityError
+
 
 class OptionError(ValueError):
     """A malformed or unknown option: raised when the query starts, one readable line."""
@@ -40,7 +43,8 @@ CHECKPOINT = "checkpointlocation"
 # is not the user's typo either.
 _SPARK_ADDED = {"path"}
 
-SHARED_OPTIONS = {BOOTSTRAP, GROUP_ID, CHECKPOINT}
+# kafka.security.protocol, kafka.sasl.*, kafka.ssl.*: semel/spark/security.py
+SHARED_OPTIONS = {BOOTSTRAP, GROUP_ID, CHECKPOINT} | security.OPTIONS
 
 # --- source -------------------------------------------------------------------
 
@@ -93,6 +97,13 @@ def _check_known(opts: dict[str, str], known: set[str], side: str) -> None:
     unknown = sorted(set(opts) - known - SHARED_OPTIONS - _SPARK_ADDED)
     if unknown:
         raise OptionError(f"unknown {side} option(s) for format('semel'): {', '.join(unknown)}")
+
+
+def parse_security(opts: dict[str, str]) -> Security:
+    try:
+        return security.parse(opts)
+    except SecurityError as exc:
+        raise OptionError(str(exc)) from None
 
 
 def validate_sink(options: Mapping[str, str]) -> dict[str, str]:
@@ -153,7 +164,9 @@ class SourceOptions:
     group_id: str | None = None
     request_timeout_ms: int = 30_000
     fetch_max_bytes: int = 4 << 20
-    raw: dict = field(default_factory=dict, compare=False)
+    security: Security = security.PLAINTEXT
+    # repr=False: it holds the options as given, secrets included
+    raw: dict = field(default_factory=dict, compare=False, repr=False)
 
 
 def _bootstrap(opts: dict[str, str]) -> str:
@@ -302,4 +315,5 @@ def parse_source(options: Mapping[str, str], *, batch: bool) -> SourceOptions:
         group_id=group,
         request_timeout_ms=_positive_int(opts, REQUEST_TIMEOUT) or 30_000,
         fetch_max_bytes=_positive_int(opts, FETCH_MAX_BYTES) or (4 << 20),
+        security=parse_security(opts),
         raw=opts)

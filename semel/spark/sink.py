@@ -12,6 +12,15 @@ Identity. The query's consumer group G = options.query_group_id() (from
 `checkpointLocation`), or `semel.query.id`. The parent transactional id is
 P = "semel-spark-{G}".
 
+The checkpoint is the driver's: only driver-side code reads it (semel.spark.
+checkpoint, any file system Spark's checkpoint may be on). streamWriter(), which
+Spark calls on the driver side for every micro-batch it plans, reads the query's id
+and the batch's source end offsets (the newest entry of the offset log: Spark
+writes it before planning the batch) and puts them on the writer, which Spark
+pickles to the tasks; a task takes its batch id from its local properties and
+refuses a writer planned for another batch. commit() reads the offsets again only
+for a batch other than the one its writer was planned for.
+
 write(), in every task attempt (also failed and speculative ones): checks the
 batch is not decided yet (a replay after the decision writes nothing), opens
 its own branch transaction B = "{P}.b{batch}.p{partition}.a{attempt}"
@@ -60,6 +69,8 @@ from semel.protocol.errors import KafkaError
 from semel.protocol.txn_hash import java_string_hash
 from semel.spark import atomic, batches, pool
 from semel.spark import options as opt
+from semel.spark.checkpoint import Checkpoint, CheckpointError
+from semel.spark.security import PLAINTEXT, Security
 
 TP = tuple[str, int]
 
@@ -106,11 +117,18 @@ class SinkOptions:
     batch_rows: int
     atomic_mode: str = "auto"
     atomic: bool = False  # mode (a), resolved against the broker at query start (probe)
+    # Spark's query id (`<checkpoint>/metadata`), read on the driver side: the lineage the
+    # batch numbers of a decision belong to (see _decision_in)
+    query: str | None = None
+    # Hadoop `fs.*` settings to open the checkpoint with (driver side; never sent to tasks)
+    fs: tuple[tuple[str, str], ...] = ()
+    security: Security = PLAINTEXT  # TLS and SASL of every connection (semel/spark/security.py)
 
 
-def parse_options(options) -> SinkOptions:
+def parse_options(options, fs_settings=None) -> SinkOptions:
     try:
         opts = opt.validate_sink(options)
+        security = opt.parse_security(opts)
     except opt.OptionError as exc:
         raise SinkError(str(exc)) from None
     bootstrap = opts.get(opt.BOOTSTRAP, "").strip()
@@ -123,12 +141,12 @@ def parse_options(options) -> SinkOptions:
     mode = opts.get(ATOMIC, "auto").strip().lower()
     if mode not in atomic.MODES:
         raise SinkError(f"option 'semel.atomicBatches' must be auto, true or false, got {opts[ATOMIC]!r}")
-    loc = opts.get(opt.CHECKPOINT)
     return SinkOptions(bootstrap=bootstrap, group=group, parent=f"semel-spark-{group}",
-                       topic=opts.get(TOPIC) or None, checkpoint=_local_path(loc) if loc else None,
+                       topic=opts.get(TOPIC) or None, checkpoint=opts.get(opt.CHECKPOINT) or None,
                        restart_window_ms=_int(opts, RESTART_WINDOW, DEFAULT_RESTART_WINDOW_MS),
                        request_timeout_ms=_int(opts, REQUEST_TIMEOUT, 30_000),
-                       batch_rows=_int(opts, BATCH_ROWS, 100_000), atomic_mode=mode)
+                       batch_rows=_int(opts, BATCH_ROWS, 100_000), atomic_mode=mode,
+                       fs=tuple(sorted((fs_settings or {}).items())), security=security)
 
 
 def _int(opts: dict, name: str, default: int) -> int:
@@ -142,11 +160,6 @@ def _int(opts: dict, name: str, default: int) -> int:
     if value <= 0:
         raise SinkError(f"option {name!r} must be a positive integer, got {text!r}")
     return value
-
-
-def _local_path(loc: str) -> str:
-    # Spark may hand the location as a file: URI; other file systems are not read here.
-    return loc[len("file:"):] if loc.startswith("file:") else loc
 
 
 # --- schema ---------------------------------------------------------------------------
@@ -186,7 +199,7 @@ def _header(h) -> tuple:
 def _open(o: SinkOptions) -> Cluster:
     try:
         return Cluster(o.bootstrap, timeout_s=o.request_timeout_ms / 1000, client_id="semel-spark-sink",
-                       topics=[o.topic] if o.topic else [], fail_fast=True)
+                       topics=[o.topic] if o.topic else [], fail_fast=True, security=o.security)
     except ClientError as exc:
         raise SinkError(f"semel sink: {exc}") from None
 
@@ -199,14 +212,16 @@ def _usable(r: Cluster) -> bool:
 def _connect(o: SinkOptions):
     """The connections to the cluster's brokers for one write() or commit(), kept by the
     worker for the next one (semel.spark.pool)."""
-    return pool.borrow(("sink", o.bootstrap, o.request_timeout_ms), lambda: _open(o), _usable, Cluster.close)
+    return pool.borrow(("sink", o.bootstrap, o.request_timeout_ms, o.security), lambda: _open(o), _usable,
+                       Cluster.close)
 
 
-def _routed(get):
+def _routed(get, o: SinkOptions | None = None):
     try:
         return get()
     except ClientError as exc:
-        raise SinkError(f"semel sink: {exc}") from None
+        needed = _needed(o, exc.error) if o is not None else None
+        raise SinkError(f"semel sink: {exc}" + (f"; the user needs {needed}" if needed else "")) from None
 
 
 def _route_key(o: SinkOptions, txn_id: str) -> str:
@@ -222,12 +237,12 @@ def _route_key(o: SinkOptions, txn_id: str) -> str:
 def _txn(r: Cluster, o: SinkOptions, txn_id: str) -> Client:
     """The connection to txn_id's transaction coordinator."""
     key = _route_key(o, txn_id)
-    return _routed(lambda: r.coordinator(key, TRANSACTION))
+    return _routed(lambda: r.coordinator(key, TRANSACTION), o)
 
 
 def _group(r: Cluster, o: SinkOptions) -> Client:
     """The connection to the query's group coordinator (offsets and the decision)."""
-    return _routed(lambda: r.coordinator(o.group, GROUP))
+    return _routed(lambda: r.coordinator(o.group, GROUP), o)
 
 
 def _leader(r: Cluster, tp: TP) -> Client:
@@ -273,6 +288,36 @@ def _ok(err: KafkaError, what: str) -> None:
         raise SinkError(f"semel sink: {what}: {err.name}")
 
 
+def _needed(o: SinkOptions, err: KafkaError | None) -> str | None:
+    """The ACL an authorization error of the sink's calls says is missing (the list in
+    docs/spark.md, Security)."""
+    if err == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+        return f"Write on the transactional ids with prefix {o.parent!r}"
+    if err == KafkaError.GROUP_AUTHORIZATION_FAILED:
+        return f"Read on the group {o.group!r}"
+    if err == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+        return f"Write on the topic {o.topic!r}" if o.topic else "Write on the output topics"
+    return None
+
+
+def _authorized(o: SinkOptions, err: KafkaError | None, what: str) -> None:
+    needed = _needed(o, err)
+    if needed is not None:
+        raise SinkError(f"semel sink: not authorized: {what} was refused with {err.name}; "
+                        f"the user needs {needed}")
+
+
+def _probe_group(r: Cluster, o: SinkOptions, st: wire.TxnState) -> None:
+    """Every batch's transaction adds the query's group (AddOffsetsToTxn, then
+    TxnOffsetCommit: Read on the group). Asked here, on the probe's own transaction
+    (aborted at once), so a missing ACL fails the query at its start, not at the first
+    batch's commit after its rows were written."""
+    err = _on_txn(r, o, st.txn_id, lambda c: wire.add_offsets(c, st, o.group))
+    _authorized(o, err, f"AddOffsetsToTxn of the group {o.group!r}")
+    if err == KafkaError.NONE:
+        _end(r, o, st.txn_id, st.pid, st.epoch, False)
+
+
 def probe(o: SinkOptions) -> SinkOptions:
     """At query start: the broker is reachable, the topic exists, and it grants the
     restart window as a transaction timeout (else a branch could be aborted by the
@@ -282,11 +327,13 @@ def probe(o: SinkOptions) -> SinkOptions:
     with _connect(o) as r:
         if o.topic is not None:
             _Partitioner(r, 0).count(o.topic)
-        err, _ = _init_err(r, o, probe_id)
+        err, st = _init_err(r, o, probe_id)
         if err == KafkaError.INVALID_TRANSACTION_TIMEOUT:
             raise SinkError(f"semel sink: the broker refuses a transaction timeout of {o.restart_window_ms} ms "
                             "(semel.restartWindowMs): raise its transaction.max.timeout.ms or lower the option")
+        _authorized(o, err, f"InitProducerId {probe_id!r}")
         _ok(err, "InitProducerId probe")
+        _probe_group(r, o, st)
         try:
             return replace(o, atomic=atomic.resolve(o.atomic_mode, _txn(r, o, probe_id), probe_id, o.restart_window_ms))
         except atomic.AtomicError as exc:
@@ -302,7 +349,7 @@ _probed: dict[tuple, tuple[float, bool]] = {}
 
 
 def _probe_key(o: SinkOptions) -> tuple:
-    return (o.bootstrap, o.parent, o.topic, o.restart_window_ms, o.atomic_mode)
+    return (o.bootstrap, o.parent, o.topic, o.restart_window_ms, o.atomic_mode, o.security)
 
 
 def probe_cached(o: SinkOptions) -> SinkOptions:
@@ -317,16 +364,47 @@ def probe_cached(o: SinkOptions) -> SinkOptions:
 
 # --- the batch's durable decision -----------------------------------------------------
 
+def _checkpoint(o: SinkOptions) -> Checkpoint:
+    try:
+        return Checkpoint(o.checkpoint, dict(o.fs))
+    except CheckpointError as exc:
+        raise SinkError(f"semel sink: {exc}") from None
+
+
 def batch_offsets(o: SinkOptions, batch: int) -> dict[TP, int]:
-    """The source end offsets Spark journaled for `batch` (semel/Kafka-shaped sources only)."""
+    """The source end offsets Spark journaled for `batch` (semel/Kafka-shaped sources
+    only), read from the checkpoint: driver side only."""
     if o.checkpoint is None:
         return {}
-    path = os.path.join(o.checkpoint, "offsets", str(batch))
     try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except FileNotFoundError:
-        return {}
+        return _kafka_offsets(_checkpoint(o).offset_lines(batch) or [])
+    except CheckpointError as exc:
+        raise SinkError(f"semel sink: {exc}") from None
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """What the driver side read from the checkpoint for the micro-batch it plans: the
+    batch number (None without a checkpoint) and its source end offsets."""
+    batch: int | None = None
+    offsets: dict = field(default_factory=dict)
+
+
+def plan_batch(o: SinkOptions) -> tuple[SinkOptions, BatchPlan]:
+    """At streamWriter(), on the driver side: the query's id (on the options) and the
+    plan of the batch Spark is about to run, the newest of its offset log."""
+    if o.checkpoint is None:
+        return o, BatchPlan()
+    try:
+        ck = _checkpoint(o)
+        batch = ck.latest_batch()
+        offsets = _kafka_offsets(ck.offset_lines(batch) or []) if batch is not None else {}
+        return replace(o, query=ck.query_id()), BatchPlan(batch, offsets)
+    except CheckpointError as exc:
+        raise SinkError(f"semel sink: {exc}") from None
+
+
+def _kafka_offsets(lines: list[str]) -> dict[TP, int]:
     out: dict[TP, int] = {}
     for line in lines[2:]:  # "v1", Spark's own metadata, then one line per source
         try:
@@ -379,7 +457,6 @@ def read_decision(r: Cluster, o: SinkOptions, parts: list[TP], fence_open: bool 
 def _decision_in(o: SinkOptions, got: dict) -> dict | None:
     """The newest decision of this run among the committed offsets' metadata."""
     best = None
-    run = checkpoint_query(o)
     for off, meta in got.values():
         if off < 0 or not meta:
             continue
@@ -389,23 +466,11 @@ def _decision_in(o: SinkOptions, got: dict) -> dict | None:
             continue
         if not isinstance(doc, dict) or doc.get("semel-spark") != 1:
             continue
-        if doc.get("query") is not None and doc["query"] != run:
+        if doc.get("query") is not None and doc["query"] != o.query:
             continue  # an earlier checkpoint's batch numbers: not decisions about this run's batches
         if best is None or doc["batch"] > best["batch"]:
             best = doc
     return best
-
-
-def checkpoint_query(o: SinkOptions) -> str | None:
-    """Spark's query id from `<checkpoint>/metadata`: the lineage the batch numbers
-    belong to. A lost checkpoint gives a new id, and its batches start at 0 again."""
-    if o.checkpoint is None:
-        return None
-    try:
-        with open(os.path.join(o.checkpoint, "metadata"), encoding="utf-8") as f:
-            return json.load(f).get("id")
-    except (OSError, ValueError, AttributeError):
-        return None
 
 
 def branch_id(o: SinkOptions, batch: int, partition: int, attempt: int) -> str:
@@ -523,16 +588,17 @@ class _Partitioner:
             self.hashes[key] = murmur2(key) & 0x7FFFFFFF
 
 
-def _decided(r: Cluster, o: SinkOptions, batch: int) -> bool:
-    """Task side: whether `batch` is decided (an open parent counts as not yet)."""
-    done = read_decision(r, o, decision_partitions(o, batch_offsets(o, batch)), fence_open=False)
+def _decided(r: Cluster, o: SinkOptions, batch: int, parts: list[TP]) -> bool:
+    """Task side: whether `batch` is decided (an open parent counts as not yet); `parts`:
+    the batch's decision partitions (decision_partitions of the plan's offsets)."""
+    done = read_decision(r, o, parts, fence_open=False)
     return done is not None and done["batch"] >= batch
 
 
-def _decided_call(o: SinkOptions, batch: int):
+def _decided_call(o: SinkOptions, batch: int, parts: list[TP]):
     """_decided() as a (call, result) pair that goes in one write with other requests; the
     result is None where the group coordinator moved (then _decided() asks on its own)."""
-    call = wire.committed_call(o.group, decision_partitions(o, batch_offsets(o, batch)))
+    call = wire.committed_call(o.group, parts)
     fetched = wire.committed_result(o.group)
 
     def result(r) -> bool:
@@ -609,12 +675,16 @@ def _feed_arrow(producer: "_BranchProducer", part: "_Partitioner", cols: dict[st
 
 
 def write_branch(o: SinkOptions, cols: dict[str, int], rows: Iterator, batch: int, partition: int,
-                 attempt: int, check: bool = True) -> BranchMessage:
+                 attempt: int, check: bool = True, parts: list[TP] | None = None) -> BranchMessage:
+    """One task attempt's branch. `parts`: where the batch's decision is recorded (from
+    the writer's plan; without one, the `topic` option's partition 0)."""
     ph = _Phases(o, f"write p{partition} a{attempt}", batch)
     bid = branch_id(o, batch, partition, attempt)
+    if check and parts is None:
+        parts = decision_partitions(o, {})
     with _connect(o) as r:
         ph.mark("connect")
-        decided, st = _check_and_init(r, o, batch, bid, check)
+        decided, st = _check_and_init(r, o, batch, bid, check, parts)
         ph.mark("check_and_init")
         if decided:
             return BranchMessage(partition, attempt, skipped=True)
@@ -623,11 +693,11 @@ def write_branch(o: SinkOptions, cols: dict[str, int], rows: Iterator, batch: in
         _feed(producer, part, cols, rows, o.topic)
         # The re-check rides with the last Produce request (the broker answers it after that
         # request): no round trip of its own unless nothing was left to send.
-        recheck = producer.flush((_group(r, o), _decided_call(o, batch)) if check else None)
+        recheck = producer.flush((_group(r, o), _decided_call(o, batch, parts)) if check else None)
         ph.mark("input_and_produce")
         _kill_if("write:produced", batch)
         if check and recheck is None:
-            recheck = _decided(r, o, batch)
+            recheck = _decided(r, o, batch, parts)
         ph.mark("recheck")
         ph.done(rows=producer.total, produce_ms=round(producer.send_s * 1000, 2))
         if recheck:
@@ -642,7 +712,7 @@ def write_branch(o: SinkOptions, cols: dict[str, int], rows: Iterator, batch: in
                              counts={f"{t}:{p}": n for (t, p), n in producer.counts.items()})
 
 
-def _check_and_init(r: Cluster, o: SinkOptions, batch: int, bid: str, check: bool):
+def _check_and_init(r: Cluster, o: SinkOptions, batch: int, bid: str, check: bool, parts: list[TP] | None):
     """(decided already?, the branch's TxnState). A replay of a decided batch writes
     nothing. In mode (b) it must not InitProducerId its recorded branches either (that
     would abort them before commit() rolls them forward), so the check goes first. In
@@ -654,14 +724,14 @@ def _check_and_init(r: Cluster, o: SinkOptions, batch: int, bid: str, check: boo
         return False, _init(r, o, bid)
     g = _group(r, o)
     if not o.atomic or g is not _txn(r, o, bid):
-        if _decided(r, o, batch):
+        if _decided(r, o, batch, parts):
             return True, None
         return False, _init(r, o, bid)
-    decided, (err, st) = wire.pipelined(g, _decided_call(o, batch),
+    decided, (err, st) = wire.pipelined(g, _decided_call(o, batch, parts),
                                         (wire.init_producer_id_call(bid, o.restart_window_ms),
                                          wire.init_producer_id_result(bid)))
     if decided is None:
-        decided = _decided(r, o, batch)
+        decided = _decided(r, o, batch, parts)
     if decided:
         return True, None
     if err != KafkaError.NONE:
@@ -927,8 +997,11 @@ def _end_branch(r: Cluster, o: SinkOptions, batch: int, b: list) -> None:
                         "(aborted by the broker's transaction timeout? see semel.restartWindowMs)")
 
 
-def commit_batch(o: SinkOptions, messages, batch: int) -> None:
-    offsets = batch_offsets(o, batch)
+def commit_batch(o: SinkOptions, messages, batch: int, offsets: dict[TP, int] | None = None) -> None:
+    """`offsets`: the batch's source end offsets where the caller has them (the writer's
+    plan), else they are read from the checkpoint."""
+    if offsets is None:
+        offsets = batch_offsets(o, batch)
     parts = decision_partitions(o, offsets)
     winners = _winners(messages)
     ph = _Phases(o, "commit", batch)
@@ -944,7 +1017,7 @@ def commit_batch(o: SinkOptions, messages, batch: int) -> None:
         # Mode (a) records no branches: the parent's decision carries them on the broker,
         # which keeps the metadata small however many tasks the batch has.
         meta = json.dumps({"semel-spark": 1, "batch": batch, "branches": [] if o.atomic else branches,
-                           "atomic": o.atomic, "query": checkpoint_query(o)}, separators=(",", ":"))
+                           "atomic": o.atomic, "query": o.query}, separators=(",", ":"))
         if len(meta) > MAX_DECISION_BYTES:
             raise SinkError(f"semel sink: batch {batch} has {len(branches)} writing tasks, too many to record in "
                             f"offset metadata ({len(meta)} > {MAX_DECISION_BYTES} bytes) in mode (b): "
@@ -1121,19 +1194,30 @@ def abort_batch(o: SinkOptions, messages, batch: int) -> None:
 # --- Spark writer classes --------------------------------------------------------------
 
 class SemelStreamWriter(DataSourceStreamArrowWriter):
-    """Tasks get Arrow record batches (no Row per record); see arrow_rows."""
+    """Tasks get Arrow record batches (no Row per record); see arrow_rows. Everything a
+    task needs travels on this object (options, the query's id, the batch's plan): a
+    task never reads the checkpoint."""
 
-    def __init__(self, o: SinkOptions, cols: dict[str, int]):
-        self.o, self.cols = o, cols
+    def __init__(self, o: SinkOptions, cols: dict[str, int], plan: BatchPlan | None = None):
+        self.o, self.cols, self.plan = o, cols, plan or BatchPlan()
+
+    def __getstate__(self):
+        # pickled for the tasks, which never open the checkpoint: its settings (S3 keys) stay behind
+        return dict(self.__dict__, o=replace(self.o, fs=()))
 
     def write(self, iterator):
         batch, partition, attempt = _task_identity()
         if batch is None:
             raise SinkError("semel sink: the task has no streaming batch id (not a micro-batch query?)")
-        return write_branch(self.o, self.cols, ArrowInput(iterator), batch, partition, attempt)
+        if self.o.checkpoint is not None and self.plan.batch != batch:
+            raise SinkError(f"semel sink: the task runs batch {batch}, but the newest batch the driver found in "
+                            f"the offset log of {self.o.checkpoint} was {self.plan.batch}")
+        return write_branch(self.o, self.cols, ArrowInput(iterator), batch, partition, attempt,
+                            parts=decision_partitions(self.o, self.plan.offsets))
 
     def commit(self, messages, batchId: int) -> None:
-        commit_batch(self.o, messages, batchId)
+        planned = self.plan.batch == batchId and self.o.checkpoint is not None
+        commit_batch(self.o, messages, batchId, self.plan.offsets if planned else None)
 
     def abort(self, messages, batchId: int) -> None:
         abort_batch(self.o, messages, batchId)
@@ -1168,15 +1252,18 @@ class SemelBatchWriter(DataSourceArrowWriter):
         abort_batch(self.o, messages, self.job)
 
 
-def make_stream_writer(options, schema, overwrite: bool) -> SemelStreamWriter:
-    o = parse_options(options)
+def make_stream_writer(options, schema, overwrite: bool, fs_settings=None) -> SemelStreamWriter:
+    """`fs_settings`: Hadoop `fs.*` settings to open the checkpoint with (S3A)."""
+    o = parse_options(options, fs_settings)
     cols = check_schema(schema, o.topic)
     ph = _Phases(o, "streamWriter", -1)
     hit = _probe_key(o) in _probed
     o = probe_cached(o)
     ph.mark("probe")
+    o, plan = plan_batch(o)
+    ph.mark("plan")
     ph.done(cached=hit)
-    return SemelStreamWriter(o, cols)
+    return SemelStreamWriter(o, cols, plan)
 
 
 def make_batch_writer(options, schema, overwrite: bool) -> SemelBatchWriter:

@@ -26,6 +26,7 @@ from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, Str
                                StructType, TimestampType)
 
 from ..client.reader import EARLIEST, LATEST, Cluster, ReaderError, read_range
+from ..protocol.errors import KafkaError
 from . import options as opt
 from . import pool
 
@@ -83,7 +84,7 @@ def _broker_errors():
 
 def _connect(o: opt.SourceOptions, topics: list[str] | None = None) -> Cluster:
     try:
-        return Cluster(o.bootstrap, timeout_s=o.request_timeout_ms / 1000, topics=topics)
+        return Cluster(o.bootstrap, timeout_s=o.request_timeout_ms / 1000, topics=topics, security=o.security)
     except ReaderError as exc:
         raise SourceError(f"cannot reach the brokers: {exc}") from None
 
@@ -121,8 +122,18 @@ def current_partitions(cluster: Cluster, sub: opt.Subscription, *, strict: bool)
         tps = [(t, p) for t in sub.topics for p in range(topics.get(t, 0))]
         missing = [t for t in sub.topics if t not in topics]
     if missing and strict:
+        _authorized(cluster, sorted({tp[0] for tp in tps} | set(sub.topics)))
         raise SourceError(f"unknown topic or partition: {', '.join(missing)}")
     return sorted(tp for tp in tps if topics.get(tp[0], 0) > tp[1])
+
+
+def _authorized(cluster: Cluster, topics: list[str]) -> None:
+    """A topic the user may not see reads as missing from a listing: say which ACL it is."""
+    denied = [t for t, err in cluster.topic_errors_of(topics).items()
+              if err == KafkaError.TOPIC_AUTHORIZATION_FAILED]
+    if denied:
+        raise SourceError(f"not authorized: Metadata for {', '.join(denied)} was refused with "
+                          f"TOPIC_AUTHORIZATION_FAILED; the user needs Read on the topic(s) {', '.join(denied)}")
 
 
 def _resolve(cluster: Cluster, o: opt.SourceOptions, tps: list[TP], spec, default: int,
@@ -202,7 +213,7 @@ def _read(o: opt.SourceOptions, schema: StructType, part: RangePartition) -> Ite
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
     # The worker keeps its connections for its next task (semel.spark.pool): a Cluster
     # learns the metadata of topics it does not know yet when it first needs a leader.
-    with pool.borrow(("source", o.bootstrap, o.request_timeout_ms), lambda: _connect(o, [part.topic]),
+    with pool.borrow(("source", o.bootstrap, o.request_timeout_ms, o.security), lambda: _connect(o, [part.topic]),
                      _usable, Cluster.close) as cluster:
         with _broker_errors():
             for rows in read_range(cluster, (part.topic, part.partition), part.start, part.end,

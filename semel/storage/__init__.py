@@ -1,7 +1,7 @@
 """Storage: partition logs on disk, their recovery, producer state, and the topic catalogue.
 
 Sits on semel.protocol only. Public API:
-    LogConfig, PartitionLog, AppendInfo, RecoveryInfo          (log.py, types.py)
+    PartitionLog, LogConfig, RecoveryInfo, AppendInfo          (log.py and its parts; types.py)
     ProducerStateManager, ProducerEntry                        (producer_state.py)
     TxnIndex, AbortedTxn                                       (txn_index.py)
     GroupCommitFlusher, run_interval_flush                     (flusher.py)

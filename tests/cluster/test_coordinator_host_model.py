@@ -34,7 +34,8 @@ from types import SimpleNamespace
 import pytest
 
 from semel.cluster import coordinator_host
-from semel.cluster.coordinator_host import SeatedCoordinator, seated as seated_pair
+from semel.cluster.coordinator_host import SeatedCoordinator
+from semel.cluster.replicated_flusher import ReplicatedFlusher
 from semel.cluster.coordinator_partitions import PartitionedCoordinators, partition_for
 from semel.cluster.coordinator_seat import Seat
 from semel.cluster.state import PartitionState
@@ -123,11 +124,10 @@ def seated(plog):
     """A started SeatedCoordinator on broker ME over fakes of its view, replicas and log."""
     view = FakeView()
     replicas = FakeReplicas(plog)
-    broker = SimpleNamespace(config=SimpleNamespace(node_id=ME), cluster=view, replicas=replicas,
-                             logs=SimpleNamespace(get=lambda topic, partition: plog))
+    logs = SimpleNamespace(get=lambda topic, partition: plog)
     coord = FakeCoordinator(plog)
-    host = SeatedCoordinator(broker, TOPIC, 0, coord)
-    host.start()
+    host = SeatedCoordinator(view, ME, logs, lambda: replicas, TOPIC, 0)
+    host.start(coord)
     return view, replicas, coord, host
 
 
@@ -251,12 +251,12 @@ class Node:
         self.view = PartitionsView()
         self.logs = {p: FakeLog() for p in range(K)}
         self.replicas = PartitionReplicas(self.logs)
-        broker = SimpleNamespace(config=SimpleNamespace(node_id=node_id, request_timeout_ms=50), cluster=self.view,
-                                 replicas=self.replicas, logs=SimpleNamespace(get=lambda t, p: self.logs[p]))
+        logs = SimpleNamespace(get=lambda t, p: self.logs[p])
         parts = []
         for p in range(K):
             coord = FakeCoordinator(self.logs[p])
-            coord.seat, coord.flusher = seated_pair(broker, coord, TOPIC, p, None)
+            coord.seat = SeatedCoordinator(self.view, node_id, logs, lambda: self.replicas, TOPIC, p)
+            coord.flusher = ReplicatedFlusher(None, lambda: self.replicas, TOPIC, p, 0.05)
             parts.append(coord)
         self.coords = PartitionedCoordinators(parts)
         self.coords.start_seats()

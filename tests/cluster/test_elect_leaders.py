@@ -104,6 +104,10 @@ def test_unclean_election_only_when_asked(cluster, admin):
     wait_brokers(cluster, {0, 2})
     leader, epoch, _, isr = partitions(cluster, "unclean")[0]
     assert (leader, isr) == (-1, (1,))
+    # The operator connects now: a client from before may still name a dead controller.
+    admin.close()
+    admin = KafkaAdminClient(bootstrap_servers=",".join(cluster.brokers[n].bootstrap for n in (0, 2)),
+                             request_timeout_ms=30000)
 
     resp = admin.elect_leaders(PREFERRED, {"unclean": [0]}, raise_errors=False)
     assert results(resp) == {("unclean", 0): KafkaError.PREFERRED_LEADER_NOT_AVAILABLE}
@@ -121,3 +125,4 @@ def test_unclean_election_only_when_asked(cluster, admin):
     resp = admin.elect_leaders(UNCLEAN, {"unclean": [0]}, raise_errors=False)
     assert results(resp) == {("unclean", 0): KafkaError.ELECTION_NOT_NEEDED}
     assert partitions(cluster, "unclean")[0][0] == 2
+    admin.close()

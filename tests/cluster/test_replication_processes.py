@@ -4,16 +4,21 @@
 - acks=all while the partition's leader is SIGKILLed: every acknowledged record is
   there exactly once once the cluster settles, and all replicas agree byte for byte;
 - a follower stopped (SIGSTOP) past replica.lag.time.max.ms leaves the ISR and joins
-  again after SIGCONT.
+  again after SIGCONT;
+- a follower SIGKILLed and restarted under a heavy acks=all load (fetches large enough
+  to be written in worker threads), across leader changes: every replica's partition
+  files equal the leader's byte for byte up to the high watermark, and every
+  acknowledged record is there once.
 """
 from __future__ import annotations
 
 import threading
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from semel.protocol.records import iter_batches
 from tests.support.cluster import module_cluster, partitions, wait_brokers
 from tests.support.consume import read_values
 from tests.support.wait import until
@@ -89,3 +94,73 @@ def test_a_stopped_follower_leaves_the_isr_and_rejoins(cluster):
         cluster.brokers[follower].resume()
     until(lambda: follower in partitions(cluster, "pause")[0][3], "follower back in the ISR", 30)
     until(lambda: len(set(log_files(cluster, "pause"))) == 1, "the follower caught up byte for byte")
+
+
+def high_watermark(cluster, topic: str) -> int:
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "hw"})
+    try:
+        return c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
+    finally:
+        c.close()
+
+
+def below(data: bytes, offset: int) -> bytes:
+    """The whole batches of a replica's files below `offset`."""
+    end = 0
+    for pos, hdr in iter_batches(data):
+        if hdr.next_offset > offset:
+            break
+        end = pos + hdr.size
+    return data[:end]
+
+
+def test_a_follower_killed_under_load_across_leader_changes_keeps_the_leaders_bytes(cluster):
+    create(cluster, "fence")
+    leader, _, replicas, _ = partitions(cluster, "fence")[0]
+    follower, third = (r for r in replicas if r != leader)
+    acked, stop = [], threading.Event()
+
+    def produce() -> None:
+        p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True,
+                      "linger.ms": 20, "batch.size": 1 << 20, "topic.metadata.refresh.interval.ms": 500,
+                      "message.timeout.ms": 60000})
+        i = 0
+        while not stop.is_set():
+            value = b"%06d-" % i + b"x" * 8000         # fetches of many such batches: written in threads
+            p.produce("fence", value=value, partition=0,
+                      on_delivery=lambda err, msg: err is None and acked.append(msg.value()[:6]))
+            p.poll(0)
+            i += 1
+            if len(p) > 400:
+                p.flush(1)
+        assert p.flush(60) == 0
+    writer = threading.Thread(target=produce)
+    writer.start()
+    try:
+        until(lambda: len(acked) > 300, "records acknowledged")
+        cluster.brokers[follower].kill()               # mid-fetch, with a write in a thread, maybe
+        cluster.brokers[follower].restart()            # catches up with large fetches...
+        cluster.brokers[leader].kill()                 # ...while its leader dies: a role change
+        until(lambda: partitions(cluster, "fence")[0][0] not in (leader, -1), "a new leader")
+        n = len(acked)
+        until(lambda: len(acked) > n + 200, "acks again under the new leader")
+        cluster.brokers[follower].kill()
+        cluster.brokers[leader].restart()              # the old leader truncates and follows
+        cluster.brokers[follower].restart()
+        n = len(acked)
+        until(lambda: len(acked) > n + 200, "acks with everyone back")
+    finally:
+        stop.set()
+        writer.join(90)
+    wait_brokers(cluster, {0, 1, 2})
+    until(lambda: len(partitions(cluster, "fence")[0][3]) == 3, "all three back in the ISR")
+    hw = high_watermark(cluster, "fence")
+    now_leader = partitions(cluster, "fence")[0][0]
+    files = log_files(cluster, "fence")
+    committed = below(files[now_leader], hw)
+    assert committed and list(iter_batches(committed))[-1][1].next_offset == hw
+    for b, data in enumerate(files):
+        assert data[:len(committed)] == committed, f"broker {b}'s files differ from the leader's below the HW"
+    got = read_values(cluster.bootstrap, "fence", 1, "read_uncommitted", idle_s=2.0, want=len(acked))
+    ids = [v[:6] for v in got]
+    assert len(ids) == len(set(ids)) and set(ids) >= {a.decode() for a in acked}

@@ -81,7 +81,7 @@ def test_damaged_cache_reads_as_empty(tmp_path, fs):
 def test_leader_stamps_its_epoch_and_follower_keeps_bytes_and_producer_state(open_log):
     leader, follower = open_log("leader"), open_log("follower")
     put(leader, b"before")                           # single-node style: no stamping
-    leader.leader_epoch = 4
+    leader.set_leader_epoch(4)
     for seq in range(30):
         put(leader, b"v%d" % seq, producer_id=7, producer_epoch=0, base_sequence=seq)
     assert leader.epochs.entries == [(4, 1)]
@@ -98,14 +98,14 @@ def test_leader_stamps_its_epoch_and_follower_keeps_bytes_and_producer_state(ope
 
 def test_follower_builds_aborted_index_and_lso(open_log):
     leader, follower = open_log("leader"), open_log("follower")
-    leader.leader_epoch = 0
+    leader.set_leader_epoch(0)
     put(leader, b"a", producer_id=1, producer_epoch=0, base_sequence=0, transactional=True)
     put(leader, b"b", producer_id=2, producer_epoch=0, base_sequence=0, transactional=True)
     leader.append_control(CONTROL_ABORT, 1, 0, 0)
     put(leader, b"c", producer_id=3, producer_epoch=0, base_sequence=0, transactional=True)
     leader.append_control(CONTROL_COMMIT, 2, 0, 0)
     replicate(leader, follower)
-    follower.replicated_hw = follower.log_end_offset
+    follower.set_high_watermark(follower.log_end_offset)
     assert follower.aborted_transactions(0, follower.log_end_offset) == [(1, 0)]
     assert follower.last_stable_offset == 3           # producer 3's transaction is still open
     assert follower.producers.ongoing_first_offsets() == {3: 3}
@@ -123,12 +123,12 @@ def test_replicated_append_must_continue_the_log(open_log):
 
 def test_truncate_cuts_segments_state_and_epochs_and_survives_reopen(open_log, tmp_path, fs):
     log = open_log("replica")
-    log.leader_epoch = 1
+    log.set_leader_epoch(1)
     for seq in range(20):
         put(log, b"e1-%d" % seq, producer_id=9, producer_epoch=0, base_sequence=seq)
     put(log, b"t", producer_id=5, producer_epoch=0, base_sequence=0, transactional=True)
     log.append_control(CONTROL_ABORT, 5, 0, 0)
-    log.leader_epoch = 2
+    log.set_leader_epoch(2)
     for seq in range(20, 30):
         put(log, b"e2-%d" % seq, producer_id=9, producer_epoch=0, base_sequence=seq)
     log.flush(checkpoint=True)
@@ -140,7 +140,7 @@ def test_truncate_cuts_segments_state_and_epochs_and_survives_reopen(open_log, t
     assert log.producers.entry(9).batches[-1][1] == 11        # sequence state back at offset 11
     assert log.aborted_transactions(0, 100) == []
     assert log.producers.entry(5) is None
-    log.leader_epoch = None
+    log.set_leader_epoch(None)
     again = build_batch([(None, b"e1-12")], timestamp_ms=1000, producer_id=9, producer_epoch=0, base_sequence=12)
     assert log.append(again, split_batches(again)[0]).first_offset == 12   # no longer a duplicate
     log.epochs.assign(7, 13)                 # led epoch 7 and wrote nothing in it
@@ -154,7 +154,7 @@ def test_truncate_cuts_segments_state_and_epochs_and_survives_reopen(open_log, t
 
 def test_follower_log_refuses_local_writes(open_log):
     log = open_log("replica")
-    log.is_follower = True
+    log.set_follower(True)
     data = build_batch([(None, b"x")], timestamp_ms=1)
     for write in (lambda: log.append(data, split_batches(data)[0]),
                   lambda: log.append_control(CONTROL_COMMIT, 1, 0, 0)):
@@ -171,7 +171,7 @@ def test_high_watermark_is_the_replicated_one_in_a_cluster(open_log):
     for i in range(5):
         put(log, b"x%d" % i)
     assert log.high_watermark == 5                   # single node: the log end
-    log.replicated_hw = 3
+    log.set_high_watermark(3)
     assert log.high_watermark == 3 and log.last_stable_offset == 3
     assert len(list(iter_batches(log.read(0, 1 << 20, log.high_watermark)))) == 3
 
@@ -180,11 +180,11 @@ def test_reset_starts_over_at_the_leaders_log_start_and_survives_reopen(open_log
     leader, follower = open_log("leader"), open_log("follower")
     put(follower, b"old", producer_id=3, producer_epoch=0, base_sequence=0)
     follower.epochs.assign(0, 0)
-    leader.leader_epoch = 1
+    leader.set_leader_epoch(1)
     data = build_batch([(None, b"a"), (None, b"b"), (None, b"c")], timestamp_ms=1)
     leader.append(data, split_batches(data)[0])              # offsets 0..2 in one batch
     put(leader, b"d")
-    leader.replicated_hw = leader.log_end_offset
+    leader.set_high_watermark(leader.log_end_offset)
     assert leader.delete_records_before(2) == 2
     follower.reset_to(2)
     assert (follower.log_start_offset, follower.log_end_offset) == (2, 2)

@@ -82,7 +82,8 @@ def test_api_versions_advertises_the_new_apis(mbroker):
     finally:
         sock.close()
     keys = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
-    for key, lo_hi in {21: (0, 2), 23: (2, 4), 33: (0, 2), 37: (0, 3), 44: (0, 1), 60: (0, 2)}.items():
+    for key, lo_hi in {21: (0, 2), 23: (2, 4), 33: (0, 2), 37: (0, 3), 44: (0, 1), 45: (0, 1), 46: (0, 0),
+                       60: (0, 2)}.items():
         assert keys[key] == lo_hi
         assert rc(key) is not None
 

@@ -36,22 +36,7 @@ ALLOWED: dict[str, frozenset[str]] = {
 # Upward imports that exist today, each (importer, imported). The list may only
 # shrink: an entry that no longer exists fails the test, so remove it with the import.
 KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset({
-    # The coordinators build their cluster variants themselves (from_broker / _seat_on):
-    # to go when they are handed small interfaces (partition writer, marker writer,
-    # producer-id source, seat) that one wiring module in broker/ chooses between.
-    ("semel.coordinator.group", "semel.cluster.coordinator_host"),
-    ("semel.coordinator.group", "semel.cluster.coordinator_partitions"),
-    ("semel.coordinator.group", "semel.cluster.topic_sync"),
-    ("semel.coordinator.txn", "semel.cluster.coordinator_host"),
-    ("semel.coordinator.txn", "semel.cluster.coordinator_partitions"),
-    ("semel.coordinator.txn", "semel.cluster.producer_ids"),
-    ("semel.coordinator.txn", "semel.cluster.txn_markers"),
-    # The cluster side of those same joints, seen from below.
-    ("semel.cluster.member", "semel.coordinator.group"),
-    ("semel.cluster.member", "semel.coordinator.txn"),
-    ("semel.cluster.producer_ids", "semel.coordinator.producer_ids"),
     # Kafka refusals and credentials that belong to the broker layer, built in cluster/.
-    ("semel.cluster.coordinator_gate", "semel.broker.handlers.common"),
     ("semel.cluster.security", "semel.broker.auth.acl"),
     ("semel.cluster.security", "semel.broker.auth.users"),
     # Process launchers (etcd, a local cluster) that belong beside cli/process.py,

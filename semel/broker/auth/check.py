@@ -48,8 +48,8 @@ def _rfc2253_escape(value: str) -> str:
 
 
 def authorize(ctx, operation, resource_type, name: str) -> bool:
-    authorizer = getattr(ctx.broker, "authorizer", None)
-    if authorizer is None or not authorizer.enabled:
+    authorizer = ctx.broker.authorizer
+    if not authorizer.enabled:
         return True
     op = operation if isinstance(operation, Operation) else Operation[str(operation).upper()]
     rtype = resource_type if isinstance(resource_type, ResourceType) else ResourceType[str(resource_type).upper()]
@@ -62,8 +62,8 @@ def authorize(ctx, operation, resource_type, name: str) -> bool:
 
 
 def authorize_any(ctx, operation: Operation, resource_type: ResourceType) -> bool:
-    authorizer = getattr(ctx.broker, "authorizer", None)
-    if authorizer is None or not authorizer.enabled:
+    authorizer = ctx.broker.authorizer
+    if not authorizer.enabled:
         return True
     principal, host = principal_of(ctx)
     return authorizer.authorize_any(principal, host, operation, resource_type)

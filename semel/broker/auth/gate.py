@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...coordinator.txn import branch_of
 from ...protocol.errors import KafkaError
 from ..deferred import Deferred
 from .acl import CLUSTER_NAME, Operation as Op, ResourceType as Rt
@@ -33,8 +34,7 @@ def authenticated_enough(ctx) -> bool:
 
 
 def _enabled(ctx) -> bool:
-    authorizer = getattr(ctx.broker, "authorizer", None)
-    return authorizer is not None and authorizer.enabled
+    return ctx.broker.authorizer.enabled
 
 
 async def guarded(ctx, body, fn):
@@ -232,6 +232,16 @@ def _txn_offset_commit(ctx, body):
     return _group_read(ctx, body)
 
 
+def _may_add(ctx, t) -> bool:
+    """Write on the topic; for a branch's pseudo-partition (a Spark sink batch joining
+    its branches, coordinator.txn.branch_of) Write on the branch's transactional id,
+    the resource that pseudo-partition stands for."""
+    branch = branch_of((t.name, 0)) if list(t.partitions) == [0] else None
+    if branch is not None:
+        return ctx.authorize(Op.WRITE, Rt.TRANSACTIONAL_ID, branch)
+    return ctx.authorize(Op.WRITE, Rt.TOPIC, t.name)
+
+
 async def _add_partitions_to_txn(ctx, body, fn):
     """Kafka answers AddPartitionsToTxn all or nothing: denied topics get their
     code, the others OPERATION_NOT_ATTEMPTED."""
@@ -241,7 +251,7 @@ async def _add_partitions_to_txn(ctx, body, fn):
     if not ctx.authorize(Op.WRITE, Rt.TRANSACTIONAL_ID, body.v3_and_below_transactional_id):
         codes = {id(t): E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED for t in topics}
     else:
-        bad = {id(t) for t in topics if not ctx.authorize(Op.WRITE, Rt.TOPIC, t.name)}
+        bad = {id(t) for t in topics if not _may_add(ctx, t)}
         if not bad:
             return await fn(ctx, body)
         codes = {id(t): E.TOPIC_AUTHORIZATION_FAILED if id(t) in bad else E.OPERATION_NOT_ATTEMPTED
@@ -464,6 +474,8 @@ RULES = {
     42: _delete_groups,
     47: _offset_delete,
     44: _configs(Op.ALTER_CONFIGS, "responses"),
+    45: _cluster(Op.ALTER),
+    46: _cluster(Op.DESCRIBE),
     50: _cluster(Op.DESCRIBE),
     51: _alter_scram,
     60: _cluster(Op.DESCRIBE),

@@ -2,7 +2,7 @@
 from importlib import import_module
 
 _MODULES = ["api_versions", "metadata", "topics", "produce", "fetch", "groups", "offsets", "txn", "txn_admin", "records_admin", "configs", "cluster", "offset_delete",
-            "sasl", "acls", "user_scram"]
+            "sasl", "acls", "user_scram", "reassign"]
 
 for _name in _MODULES:
     import_module(f"{__name__}.{_name}")

@@ -6,6 +6,7 @@ dynamic ones (semel.cluster.broker_configs) are alterable, kept in etcd and appl
 by every broker without a restart."""
 from __future__ import annotations
 
+from ...cluster.reassignment import THROTTLE_RATE
 from ...protocol.errors import KafkaError
 from ...storage.manager import validate_topic_config
 from ..router import handler
@@ -45,7 +46,7 @@ def _broker_configs(ctx):
 
 def _dynamic_names(ctx) -> set[str]:
     from ...cluster.broker_configs import DYNAMIC
-    return set(DYNAMIC) if _broker_configs(ctx) is not None else set()
+    return set(DYNAMIC) | {THROTTLE_RATE} if _broker_configs(ctx) is not None else set()
 
 
 def _defaults(ctx) -> dict[str, str]:
@@ -66,7 +67,11 @@ def _config_values(ctx, rtype, name):
         dyn = _broker_configs(ctx)
         if dyn is None:
             return {k: (v, 5) for k, v in defaults.items()}, KafkaError.NONE
-        return _cluster_broker_values(ctx, dyn, name, defaults)
+        out, err = _cluster_broker_values(ctx, dyn, name, defaults)
+        throttle = ctx.broker.cluster.config(THROTTLE_RATE)
+        if throttle is not None and not err:
+            out[THROTTLE_RATE] = (throttle, 4)     # DYNAMIC_DEFAULT_BROKER_CONFIG: the cluster-wide one
+        return out, err
     if rtype != RESOURCE_TOPIC:
         return {}, KafkaError.INVALID_REQUEST
     info = ctx.broker.logs.topics().get(name)
@@ -118,6 +123,26 @@ async def incremental_alter_configs(ctx, req):
     return await _alter(ctx, req, compute)
 
 
+async def _alter_cluster(ctx, res, compute, validate_only: bool) -> tuple[KafkaError, str]:
+    """The cluster-wide default of a broker config (resource name ""), kept in etcd:
+    only the replication throttle. Anything else is set at start (semel broker flags)."""
+    view = ctx.broker.cluster
+    if view is None or res.resource_name != "":
+        return KafkaError.INVALID_CONFIG, "broker configs are set at start (semel broker flags), not altered"
+    current = {THROTTLE_RATE: view.config(THROTTLE_RATE)} if view.config(THROTTLE_RATE) is not None else {}
+    err, msg, wanted = compute(current, res)
+    if err:
+        return err, msg
+    if set(wanted) - {THROTTLE_RATE}:
+        return KafkaError.INVALID_CONFIG, f"only {THROTTLE_RATE} is a cluster-wide dynamic broker config"
+    value = wanted.get(THROTTLE_RATE)
+    if value is not None and (not value.isdigit()):
+        return KafkaError.INVALID_CONFIG, f"{THROTTLE_RATE} is bytes per second, a whole number"
+    if not validate_only:
+        await view.set_config(THROTTLE_RATE, value)
+    return KafkaError.NONE, ""
+
+
 def _unique(config: dict, entries) -> tuple[KafkaError, str, dict]:
     if len({c.name for c in entries}) != len(entries):  # Kafka: duplicate keys are a bad request
         return KafkaError.INVALID_REQUEST, "a config is named more than once", {}
@@ -157,6 +182,8 @@ async def _alter(ctx, req, compute):
 
 async def _alter_one(ctx, res, compute, validate_only: bool) -> tuple[KafkaError, str]:
     if res.resource_type == RESOURCE_BROKER:
+        if any(c.name == THROTTLE_RATE for c in res.configs):   # the reassignment throttle's own key
+            return await _alter_cluster(ctx, res, compute, validate_only)
         return await _alter_broker(ctx, res, compute, validate_only)
     if res.resource_type != RESOURCE_TOPIC:
         return KafkaError.INVALID_REQUEST, f"resource type {res.resource_type} has no configs here"

@@ -15,8 +15,7 @@ import time
 
 from ...cluster.member import check_leader
 from ...protocol.errors import KafkaError
-from ...storage.errors import CorruptLogError, StorageError
-from ...storage.log import OffsetOutOfRange
+from ...storage.errors import CorruptLogError, OffsetOutOfRange, StorageError
 from ..router import handler
 
 log = logging.getLogger("semel.broker.fetch")
@@ -85,9 +84,15 @@ def _read_all(ctx, req, replica=False, refused=None):
     for t in req.topics:
         parts = []
         for p in t.partitions:
+            left, first = budget - total, total == 0
+            allowed = ctx.broker.replicas.throttle_allowance(t.topic, p.partition, req.replica_id) if replica else -1
+            if allowed >= 0:   # a reassignment's new replica, throttled: no more than the budget
+                left, first = min(left, allowed), False
             part, size = _read_partition(ctx, T.PartitionData, t.topic, p, req.isolation_level,
-                                         budget - total, first=total == 0, replica=replica,
+                                         left, first=first, replica=replica,
                                          refused=(refused or {}).get((t.topic, p.partition)))
+            if allowed >= 0:
+                ctx.broker.replicas.throttle.spend(size)
             total += size
             parts.append(part)
         topics.append(T(topic=t.topic, partitions=parts))

@@ -31,7 +31,7 @@ def _session(ctx) -> SaslSession | None:
         return None
     if conn.session is None:
         conn.session = SaslSession(ctx.broker.users, sasl_settings(ctx.broker.config, listener,
-                                                                   getattr(ctx.broker, "oauth_signed", None)))
+                                                                   ctx.broker.oauth_signed))
     return conn.session
 
 

@@ -11,7 +11,7 @@ from semel.coordinator.group import OFFSETS_TOPIC, GroupCoordinator
 from semel.protocol.errors import KafkaError
 from semel.storage.flusher import GroupCommitFlusher
 from semel.storage.fs import FaultyFileSystem
-from semel.storage.log import LogConfig
+from semel.storage.log_config import LogConfig
 from semel.storage.manager import LogManager
 
 PID = 77

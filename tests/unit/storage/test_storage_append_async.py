@@ -16,6 +16,11 @@ flushes, slow and failing writes, slow fsyncs, and readers; after every step:
   pwrite, and some of those fsyncs fail): after every step, every batch below the
   flushed offset lies within fsynced bytes, whichever path moved it;
 - flushed offset <= log end; after close and reopen every acknowledged batch is still there.
+
+Run twice per seed: with the real worker pool (thread timing decides), and with a
+StepRunner in its place, where the seed alone decides when each pwrite, write-through
+fsync, roll and background checkpoint runs (at a random step, or when a synchronous
+mutator waits for it), so every run of a seed takes the same path.
 """
 from __future__ import annotations
 
@@ -30,9 +35,10 @@ from semel.protocol.records import CONTROL_COMMIT, crc_ok, iter_batches, split_b
 from semel.storage import FaultyFileSystem, LogConfig, PartitionLog
 from semel.storage.errors import AppendError, StorageError
 from semel.storage.flusher import GroupCommitFlusher
-from semel.storage.log import OFFLOOP_WRITE_BYTES
+from semel.storage.write_offload import OFFLOOP_WRITE_BYTES
 
 from storage_helpers import batch
+from tests.support.step_runner import StepRunner
 
 CFG = LogConfig(segment_bytes=600_000, index_interval_bytes=4096)
 
@@ -85,10 +91,11 @@ def check_log(plog: PartitionLog) -> dict[int, tuple[int, bytes]]:
     return found
 
 
-async def scenario(tmp_path, seed: int) -> None:
+async def scenario(tmp_path, seed: int, stepped: bool = False) -> None:
     rng = random.Random(seed)
     fs = SlowFaultyFS(rng)
-    plog = PartitionLog.open(tmp_path / f"s{seed}", CFG, fs)
+    runner = StepRunner() if stepped else None
+    plog = PartitionLog.open(tmp_path / f"s{seed}", CFG, fs, runner=runner)
     flusher = GroupCommitFlusher()
     acked: dict[tuple[int, int], tuple[int, int]] = {}      # (pid, seq) -> (first, last offset)
     answered: list[tuple[int, int, int]] = []                # (call number, first, last)
@@ -161,7 +168,9 @@ async def scenario(tmp_path, seed: int) -> None:
                 tasks.append(asyncio.create_task(produce(rng.choice((1, 2, 3)), retry=rng.random() < 0.2)))
             elif r < 0.75:
                 marker()
-            await asyncio.sleep(rng.random() * 0.003)
+            elif runner is not None:
+                runner.release_random(rng)      # a worker thread gets the CPU
+            await asyncio.sleep(0 if stepped else rng.random() * 0.003)
             found = check_log(plog)
             for first, last in acked.values():
                 assert found.get(first, (None,))[0] == last
@@ -169,7 +178,12 @@ async def scenario(tmp_path, seed: int) -> None:
             for first, (last, _) in found.items():
                 if last < flushed:
                     assert durable(fs, plog, first, last), f"flushed offset {flushed} covers unsynced {first}"
+        while runner is not None and not all(t.done() for t in tasks):
+            runner.release_random(rng)
+            await asyncio.sleep(0)
         await asyncio.gather(*tasks)
+        if runner is not None:
+            runner.release_all()            # a background checkpoint still queued
         fs.clear_faults()
         found = check_log(plog)
         for first, last in acked.values():
@@ -193,9 +207,10 @@ async def scenario(tmp_path, seed: int) -> None:
             plog.close()
 
 
+@pytest.mark.parametrize("stepped", [False, True], ids=["pool", "stepped"])
 @pytest.mark.parametrize("seed", range(12))
-def test_random_interleavings_keep_offsets_ordered_and_acked_durable(tmp_path, seed):
-    asyncio.run(scenario(tmp_path, seed))
+def test_random_interleavings_keep_offsets_ordered_and_acked_durable(tmp_path, seed, stepped):
+    asyncio.run(scenario(tmp_path, seed, stepped))
 
 
 def test_a_synchronous_append_waits_for_the_pending_write_and_lands_after_it(tmp_path):

@@ -1,9 +1,10 @@
-"""NOT_COORDINATOR from brokers that do not coordinate (issue 13, item 3).
+"""NOT_COORDINATOR from brokers that do not coordinate.
 
 In a cluster the transaction coordinator of a transactional id is the leader of its
 `__transaction_state` partition, the group coordinator of a group id the leader of its
 `__consumer_offsets` partition (semel.cluster.coordinator_partitions). Each request is
-gated on the seat of its id's partition: a broker that does not lead that partition
+gated on the seat of its id's partition, whose error value (`error_for`) this module
+turns into the API's refusal: a broker that does not lead that partition
 answers NOT_COORDINATOR, one still loading it COORDINATOR_LOAD_IN_PROGRESS,
 so a client holding an old coordinator looks it up again instead of splitting a group
 or a transactional id across two brokers. Each refusal has its API's response shape:
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 def by_topic(pairs, make):
     # Imported here: the handlers package imports broker.connection, which imports us.
-    from ..broker.handlers.common import by_topic as grouped
+    from .handlers.common import by_topic as grouped
     return grouped(pairs, make)
 
 

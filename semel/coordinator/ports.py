@@ -1,0 +1,103 @@
+"""What a coordinator needs from the broker around it, as small interfaces.
+
+The transaction and group coordinators know nothing of replication or of other
+brokers. They are given these when they are built (semel.broker.wiring chooses the
+single-node or the cluster implementation) and never look further:
+
+  PartitionWriter   records appended to a partition log are committed when `sync`
+                    returns: fsynced as the flush policy asks and, in a cluster, on
+                    every in-sync replica (the high watermark passed them).
+                    Single node: storage's GroupCommitFlusher. Cluster:
+                    cluster.replicated_flusher.ReplicatedFlusher.
+  HighWatermarks    what a marker written into a local data partition waits for
+                    before it counts. Single node: none (the fsync is enough).
+                    Cluster: cluster.replica.ReplicaManager.
+  MarkerWriter      a transaction marker for a partition this broker does not lead,
+                    written by its leader. Single node: none (every partition is
+                    led here). Cluster: cluster.txn_markers.MarkerChannel.
+  ProducerIdSource  producer ids unique across restarts (and brokers) plus the
+                    coordinator epoch. Single node: coordinator.producer_ids.
+                    ProducerIdManager. Cluster: cluster.producer_ids.ClusterProducerIds.
+  CoordinatorSeat   which internal partition this coordinator serves: it loads,
+                    serves and drops the coordinator (`Loadable`) as this broker
+                    leads its partition or not. Single node: none (the coordinator
+                    loads its own log at start and always serves). Cluster:
+                    cluster.coordinator_host.SeatedCoordinator.
+
+The cluster implementations satisfy these structurally and do not import this
+module (cluster sits beside coordinator, not above it: docs/architecture.md);
+tests/unit/coordinator/test_ports.py checks that each still has the shape.
+"""
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from ..protocol.errors import KafkaError
+
+
+@runtime_checkable
+class PartitionWriter(Protocol):
+    async def sync(self, plog, upto_offset: int) -> None:
+        """Return once plog's records before `upto_offset` are committed; AppendError
+        (or StorageError) when they are not."""
+
+
+@runtime_checkable
+class HighWatermarks(Protocol):
+    async def wait_for_hw(self, topic: str, partition: int, upto_offset: int, timeout_s: float) -> KafkaError:
+        """NONE once the partition's high watermark reached `upto_offset` (every in-sync
+        replica holds what is before it); the reason otherwise."""
+
+
+@runtime_checkable
+class MarkerWriter(Protocol):
+    def leads_here(self, tp: tuple[str, int]) -> bool:
+        """Is this broker tp's leader (the marker is written into the local log)?"""
+
+    async def write(self, tp: tuple[str, int], commit: bool, producer_id: int, epoch: int,
+                    coordinator_epoch: int) -> KafkaError:
+        """Have tp's leader write the marker; NONE once it is committed there."""
+
+    def close(self) -> None:
+        """Drop connections (the broker stops)."""
+
+
+@runtime_checkable
+class ProducerIdSource(Protocol):
+    @property
+    def coordinator_epoch(self) -> int:
+        """The epoch written into markers while no seat gives one."""
+
+    async def reserve(self, want: int = 2) -> None:
+        """Have ids ready so that `next_id` does not wait (awaited before a decision)."""
+
+    def next_id(self) -> int:
+        """A producer id never handed out before; StorageError when none can be."""
+
+
+@runtime_checkable
+class Loadable(Protocol):
+    """The calls a seat makes on its coordinator; none awaits between reading the log
+    and changing memory."""
+
+    def unload(self) -> None: ...
+
+    def load(self, plog, epoch: int) -> None: ...
+
+    def serve(self, epoch: int) -> None: ...
+
+
+@runtime_checkable
+class CoordinatorSeat(Protocol):
+    topic: str
+    partition: int
+
+    def start(self, coordinator: Loadable) -> None:
+        """Follow the partition's leadership, driving `coordinator`."""
+
+    async def stop(self) -> None: ...
+
+    def error(self) -> KafkaError:
+        """NONE while serving, COORDINATOR_LOAD_IN_PROGRESS while loading, else NOT_COORDINATOR."""
+
+    def serving(self) -> bool: ...
