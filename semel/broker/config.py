@@ -140,6 +140,17 @@ class BrokerConfig:
     # hop costs more than the copy (semel.storage.write_offload.OFFLOOP_WRITE_BYTES, 64 KiB).
     replica_write_thread_bytes: int = 64 * 1024
 
+    # Kafka's leader balance (semel.cluster.controller): the controller moves leadership
+    # back to preferred replicas every check interval where a broker's share of partitions
+    # led elsewhere is above the percentage.
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_per_broker_percentage: int = 10
+    leader_imbalance_check_interval_seconds: int = 300
+
+    # Controlled shutdown (semel.cluster.shutdown): how long a stopping broker of a
+    # cluster waits to hand its leaderships and coordinators to in-sync peers.
+    controlled_shutdown_timeout_ms: int = 30_000
+
     # --- between brokers (docs/security.md "Between brokers") ---
     # Kafka's inter.broker.listener.name: the listener of every broker that the others
     # connect to (follower fetches, transaction markers); None = the --host/--port one.

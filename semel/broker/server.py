@@ -177,6 +177,10 @@ class Broker:
         await self.txns.start()
 
     async def stop(self) -> None:
+        if self.cluster_member is not None and self.replicas is not None:
+            # Leaderships and coordinators to in-sync peers first (semel.cluster.shutdown).
+            from ..cluster.shutdown import controlled_shutdown
+            await controlled_shutdown(self.cluster, self.replicas, self.config.controlled_shutdown_timeout_ms / 1000)
         if self.replicas is not None:   # no more fetching or ISR changes from here on
             await self.replicas.stop()
         if self.cluster_member is not None:   # leave first: others take over without waiting out the lease

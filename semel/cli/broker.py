@@ -99,6 +99,9 @@ _OVERRIDES = {
     "replica_write_thread_bytes": "replica_write_thread_bytes",
     "transaction_state_partitions": "transaction_state_partitions",
     "offsets_topic_partitions": "offsets_topic_partitions",
+    "leader_imbalance_per_broker_percentage": "leader_imbalance_per_broker_percentage",
+    "leader_imbalance_check_interval_seconds": "leader_imbalance_check_interval_seconds",
+    "controlled_shutdown_timeout_ms": "controlled_shutdown_timeout_ms",
 }
 
 
@@ -119,6 +122,16 @@ def _cluster_args(s) -> None:
     g.add_argument("--offsets-topic-partitions", type=int, default=None,
                    help="partitions of __consumer_offsets when this broker creates it; the same on "
                         "every broker (Kafka's offsets.topic.num.partitions; default 6)")
+    g.add_argument("--auto-leader-rebalance-enable", choices=["true", "false"], default="true",
+                   help="move leadership back to preferred replicas when a broker's share of partitions "
+                        "led elsewhere passes --leader-imbalance-per-broker-percentage (default true)")
+    g.add_argument("--leader-imbalance-per-broker-percentage", type=int, default=None,
+                   help="imbalance a broker may have before its leaders move back (default 10)")
+    g.add_argument("--leader-imbalance-check-interval-seconds", type=int, default=None,
+                   help="how often the controller checks leader balance (default 300)")
+    g.add_argument("--controlled-shutdown-timeout-ms", type=int, default=None,
+                   help="on SIGTERM, how long to wait handing leaderships and coordinators to in-sync "
+                        "peers before stopping (default 30000)")
     g.add_argument("--min-insync-replicas", type=int, default=None,
                    help="acks=all needs this many in-sync replicas unless the topic says (default 1)")
     g.add_argument("--replica-lag-time-max-ms", type=int, default=None,
@@ -156,6 +169,9 @@ def _apply_cluster(cfg, args) -> None:
     cfg.metadata_endpoints = args.metadata
     cfg.cluster_lease_ttl_s = args.lease_ttl_s
     cfg.default_replication_factor = args.default_replication_factor
+    cfg.auto_leader_rebalance_enable = args.auto_leader_rebalance_enable == "true"
+    if cfg.leader_imbalance_check_interval_seconds < 1:
+        raise CliError("--leader-imbalance-check-interval-seconds must be at least 1")
     _check_inter_broker(cfg)
 
 

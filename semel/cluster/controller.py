@@ -15,7 +15,11 @@ Election rules (Kafka's, clean election only):
 - with no live ISR member it becomes leaderless (leader -1, epoch + 1) and keeps
   its last ISR, so the first of those brokers to return leads again: no unclean
   election, no data loss of acknowledged writes;
-- a broker coming back does not take leadership back (no needless moves).
+- a broker coming back does not take leadership back at once (no needless moves);
+  the balance check (Kafka's auto.leader.rebalance.enable) runs every
+  leader.imbalance.check.interval.seconds and hands leadership back to preferred
+  replicas only where a broker's share of partitions led elsewhere is above
+  leader.imbalance.per.broker.percentage (semel.cluster.elections).
 
 A reassignment in progress completes here too (semel.cluster.reassignment.finish).
 """
@@ -24,9 +28,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from dataclasses import replace
 from typing import Iterable, Sequence
 
+from .elections import PREFERRED, imbalanced, run_election
 from .etcd import EtcdError
 from .reassignment import finish as finish_reassignment
 from .state import NO_LEADER, PartitionState
@@ -90,9 +96,14 @@ class Controller:
     try_become_controller(), add_change_listener()).
     """
 
-    def __init__(self, view, poll_s: float = 1.0):
+    def __init__(self, view, poll_s: float = 1.0, *, rebalance: bool = True, imbalance_percentage: int = 10,
+                 imbalance_check_interval_s: float = 300):
         self.view = view
-        self.poll_s = poll_s
+        self.poll_s = min(poll_s, imbalance_check_interval_s)
+        self.rebalance = rebalance
+        self.imbalance_percentage = imbalance_percentage
+        self.imbalance_check_interval_s = imbalance_check_interval_s
+        self._next_balance_check = time.monotonic() + imbalance_check_interval_s
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._stopping = False
@@ -133,6 +144,9 @@ class Controller:
             log.info("broker %d is the controller", self.view.node_id)
         if self.active:
             await self.reconcile()
+            if self.rebalance and time.monotonic() >= self._next_balance_check:
+                self._next_balance_check = time.monotonic() + self.imbalance_check_interval_s
+                await self.balance_leaders()
 
     async def reconcile(self) -> int:
         """Apply decide() to every partition; the number of partitions changed."""
@@ -150,3 +164,16 @@ class Controller:
                 log.info("%s-%d: leader %d -> %d, epoch %d, isr %s", st.topic, st.partition,
                          st.leader, stored.leader, stored.leader_epoch, list(stored.isr))
         return changed
+
+    async def balance_leaders(self) -> int:
+        """Kafka's automatic preferred-leader election: the partitions the imbalance check
+        picks get a preferred election; the number moved."""
+        moved = 0
+        for st in imbalanced(self.view.partitions(), self.view.brokers(), self.imbalance_percentage):
+            if not self.active:   # the seat went elsewhere meanwhile: its holder decides
+                break
+            if await run_election(self.view, st.topic, st.partition, PREFERRED) == 0:
+                moved += 1
+        if moved:
+            log.info("leader balance: %d partitions back on their preferred replica", moved)
+        return moved

@@ -440,6 +440,15 @@ class EtcdClusterView:
         self._cache(stored, notify=True)
         return stored
 
+    async def read_partition(self, topic: str, partition: int) -> PartitionState | None:
+        """The partition as etcd holds it now (after a lost CAS the cache may still be
+        behind the watch), cached as the watch would; None when it does not exist."""
+        kv = await self.etcd.get(self.keys.partition(topic, partition))
+        if kv is None:
+            return None
+        self._apply(kv, deleted=False, notify=True)
+        return decode_partition(topic, partition, kv)
+
     async def read_topic(self, name: str) -> TopicInfo | None:
         """The topic as etcd holds it now (live or a deletion marker), None if never created."""
         kv = await self.etcd.get(self.keys.topic(name))

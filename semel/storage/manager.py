@@ -392,6 +392,14 @@ class LogManager:
     def all_logs(self) -> Iterator[tuple[tuple[str, int], PartitionLog]]:
         return iter(list(self._logs.items()))
 
+    def set_default(self, field: str, value) -> None:
+        """Change a default every topic without its own override follows (a dynamic broker
+        config such as log.retention.ms): new topics get it, open logs at once."""
+        self.default_config = self.default_config.with_overrides(**{field: value})
+        for (topic, _), plog in self.all_logs():
+            info = self._topics.get(topic)
+            plog.config = log_config_for(self.default_config, info.config if info is not None else {})
+
     def enforce_retention(self, now_ms: int) -> int:
         """Apply retention to every log whose topic deletes old data, and clean the logs
         of compacted topics; returns segments deleted."""

@@ -100,3 +100,21 @@ def test_api_versions_advertises_the_new_apis(mbroker):
                        60: (0, 2)}.items():
         assert keys[key] == lo_hi
         assert rc(key) is not None
+
+
+def test_elect_leaders_on_a_single_node_has_nothing_to_elect(mbroker):
+    from kafka.admin import KafkaAdminClient
+    admin = AdminClient({"bootstrap.servers": mbroker.bootstrap})
+    name = f"elect-{uuid.uuid4().hex[:8]}"
+    admin.create_topics([NewTopic(name, 2, 1)])[name].result(30)
+    kp = KafkaAdminClient(bootstrap_servers=mbroker.bootstrap)
+    try:
+        for election_type in (0, 1):
+            resp = kp.elect_leaders(election_type, {name: [0, 1], "no-such-topic": [0]}, raise_errors=False)
+            got = {(t.topic, p.partition_id): p.error_code for t in resp.replica_election_results
+                   for p in t.partition_result}
+            assert got == {(name, 0): 84, (name, 1): 84, ("no-such-topic", 0): 3}   # ELECTION_NOT_NEEDED
+        everything = kp.elect_leaders(0, None, raise_errors=False)   # the client names every partition
+        assert {p.error_code for t in everything.replica_election_results for p in t.partition_result} == {84}
+    finally:
+        kp.close()

@@ -3,10 +3,14 @@ against a cluster whose brokers are killed: it keeps its failures instead of rai
 them, so a test can show them when the copy does not finish."""
 from __future__ import annotations
 
+import time
+
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from semel.eos.deadline import DeadlineExceeded, call_with_deadline
 from semel.eos.kafka import DEADLINE_GRACE_S, RESTART_SAFE_CONFIG
+
+COMMITTED_PATIENCE_S = 60
 
 
 class Copier:
@@ -56,13 +60,18 @@ class Copier:
         return all(tp.offset == ends[tp.partition] for tp in self._committed(tps))
 
     def _committed(self, tps) -> list:
-        """The group's committed offsets, asked again while its coordinator moves."""
-        for _ in range(10):
+        """The group's committed offsets, asked again while its coordinator moves (a
+        NOT_COORDINATOR answer comes back at once: librdkafka looks the coordinator up
+        again meanwhile, so the next try waits a moment)."""
+        deadline = time.monotonic() + COMMITTED_PATIENCE_S
+        while True:
             try:
                 return self.consumer.committed(tps, 30)
             except KafkaException as exc:
                 self.failures.append(f"committed: {exc}")
-        raise AssertionError(f"committed offsets unreadable: {self.failures[-3:]}")
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"committed offsets unreadable: {self.failures[-3:]}") from None
+                time.sleep(0.1)
 
     def _transaction(self, msgs, on_commit) -> None:
         try:

@@ -85,3 +85,61 @@ def _replicated_epoch_end(broker, topic: str, p, plog) -> dict:
 
 def _undefined(err: KafkaError) -> dict:
     return {"error_code": err, "leader_epoch": -1, "end_offset": -1}
+
+
+@handler(ApiKey.ELECT_LEADERS, 0, 2)
+async def elect_leaders(ctx, req):
+    """ElectLeaders: preferred (0) or unclean (1) election of the partitions named, or of
+    every partition when none are (then only those where something happened, or failed,
+    are listed, as Kafka does). Any broker answers: the election is a compare-and-set in
+    the metadata service (semel.cluster.elections), not the controller's memory."""
+    from ...cluster.elections import PREFERRED
+    cls = ctx.cls()
+    R = cls.ReplicaElectionResult
+    election_type = req.election_type if ctx.api_version >= 1 else PREFERRED
+    if not ctx.authorize("ALTER", "CLUSTER", "kafka-cluster"):
+        err = KafkaError.CLUSTER_AUTHORIZATION_FAILED
+        results = [R(topic=t.topic, partition_result=[
+            R.PartitionResult(partition_id=p, error_code=err, error_message=err.name) for p in t.partitions])
+            for t in req.topic_partitions or ()]
+        return ctx.response(throttle_time_ms=0, error_code=err, replica_election_results=results)
+    everything = req.topic_partitions is None
+    asked = _all_partitions(ctx.broker) if everything else \
+        [(t.topic, list(t.partitions)) for t in req.topic_partitions]
+    results = []
+    for topic, parts in asked:
+        done = []
+        for p in parts:
+            err = await _elect_one(ctx.broker, topic, p, election_type)
+            if everything and err == KafkaError.ELECTION_NOT_NEEDED:
+                continue
+            done.append(R.PartitionResult(partition_id=p, error_code=err,
+                                          error_message=None if err == KafkaError.NONE else err.name))
+        if done:
+            results.append(R(topic=topic, partition_result=done))
+    return ctx.response(throttle_time_ms=0, error_code=KafkaError.NONE, replica_election_results=results)
+
+
+def _all_partitions(broker) -> list[tuple[str, list[int]]]:
+    view = broker.cluster
+    if view is None:
+        return [(name, list(range(info.partitions))) for name, info in sorted(broker.logs.topics().items())]
+    return [(name, list(range(info.partitions))) for name, info in sorted(view.topics().items())]
+
+
+async def _elect_one(broker, topic: str, partition: int, election_type: int) -> KafkaError:
+    from ...cluster.elections import elect, run_election
+    view = broker.cluster
+    if view is not None:
+        return await run_election(view, topic, partition, election_type)
+    if broker.logs.get(topic, partition) is None:
+        return KafkaError.UNKNOWN_TOPIC_OR_PARTITION
+    # One node leads every partition: nothing to elect (elect() says which error).
+    err = elect(_single_node_state(broker, topic, partition), (broker.config.node_id,), election_type)
+    return err if isinstance(err, KafkaError) else KafkaError.NONE
+
+
+def _single_node_state(broker, topic: str, partition: int):
+    from ...cluster.state import PartitionState
+    me = broker.config.node_id
+    return PartitionState(topic, partition, (me,), me, LEADER_EPOCH, (me,))

@@ -1,7 +1,9 @@
 """Configs: DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44).
 
 Topic overrides live in the topic catalogue (durable, applied to the open logs at
-once). Broker configs are described but not alterable on this broker."""
+once). Broker configs: on a single node described, read-only; in a cluster the
+dynamic ones (semel.cluster.broker_configs) are alterable, kept in etcd and applied
+by every broker without a restart."""
 from __future__ import annotations
 
 from ...cluster.reassignment import THROTTLE_RATE
@@ -26,9 +28,10 @@ async def describe_configs(ctx, req):
     for res in req.resources:
         values, err = _config_values(ctx, res.resource_type, res.resource_name)
         wanted = set(res.configuration_keys) if res.configuration_keys is not None else None
+        dynamic = _dynamic_names(ctx) if res.resource_type == RESOURCE_BROKER else set()
         configs = [cls.DescribeConfigsResult.DescribeConfigsResourceResult(
-            name=k, value=v, read_only=res.resource_type == RESOURCE_BROKER and k != THROTTLE_RATE, config_source=src,
-            is_sensitive=False, synonyms=[])
+            name=k, value=v, read_only=res.resource_type == RESOURCE_BROKER and k not in dynamic,
+            config_source=src, is_sensitive=False, synonyms=[])
             for k, (v, src) in sorted(values.items()) if wanted is None or k in wanted]
         results.append(cls.DescribeConfigsResult(
             error_code=err, error_message=None if err == 0 else err.name,
@@ -36,8 +39,19 @@ async def describe_configs(ctx, req):
     return ctx.response(throttle_time_ms=0, results=results)
 
 
+def _broker_configs(ctx):
+    """The cluster's dynamic broker configs (semel.cluster.broker_configs), None on a single node."""
+    member = ctx.broker.cluster_member
+    return getattr(member, "configs", None) if member is not None else None
+
+
+def _dynamic_names(ctx) -> set[str]:
+    from ...cluster.broker_configs import DYNAMIC
+    return set(DYNAMIC) | {THROTTLE_RATE} if _broker_configs(ctx) is not None else set()
+
+
 def _defaults(ctx) -> dict[str, str]:
-    log_cfg = ctx.broker.config.log
+    log_cfg = ctx.broker.logs.default_config   # with the dynamic defaults in force
     return {
         "retention.ms": str(log_cfg.retention_ms),
         "retention.bytes": str(log_cfg.retention_bytes),
@@ -51,12 +65,14 @@ def _config_values(ctx, rtype, name):
     """name -> (value, source): source 1 = topic override, 5 = default (Kafka's ConfigSource)."""
     defaults = _defaults(ctx)
     if rtype == RESOURCE_BROKER:
-        out = {k: (v, 5) for k, v in defaults.items()}
-        view = ctx.broker.cluster
-        throttle = view.config(THROTTLE_RATE) if view is not None else None
-        if throttle is not None:
+        dyn = _broker_configs(ctx)
+        if dyn is None:
+            return {k: (v, 5) for k, v in defaults.items()}, KafkaError.NONE
+        out, err = _cluster_broker_values(ctx, dyn, name, defaults)
+        throttle = ctx.broker.cluster.config(THROTTLE_RATE)
+        if throttle is not None and not err:
             out[THROTTLE_RATE] = (throttle, 4)     # DYNAMIC_DEFAULT_BROKER_CONFIG: the cluster-wide one
-        return out, KafkaError.NONE
+        return out, err
     if rtype != RESOURCE_TOPIC:
         return {}, KafkaError.INVALID_REQUEST
     info = ctx.broker.logs.topics().get(name)
@@ -65,6 +81,22 @@ def _config_values(ctx, rtype, name):
     out = {k: (v, 5) for k, v in defaults.items()}
     for k, v in info.config.items():
         out[k] = (str(v), 1)
+    return out, KafkaError.NONE
+
+
+def _cluster_broker_values(ctx, dyn, name, defaults):
+    """Cluster: the cluster default entity ("") lists what is set there; a broker lists
+    its read-only defaults and the dynamic settings in force, each with its source."""
+    from ...cluster.broker_configs import DEFAULT_KEY, DYNAMIC_DEFAULT_BROKER, entity
+    key = entity(name)
+    if isinstance(key, KafkaError):
+        return {}, key
+    if key == DEFAULT_KEY:
+        return {k: (v, DYNAMIC_DEFAULT_BROKER) for k, v in dyn.overrides(DEFAULT_KEY).items()}, KafkaError.NONE
+    if int(key) != ctx.broker.config.node_id:   # Kafka: describe a broker on that broker
+        return {}, KafkaError.INVALID_REQUEST
+    out = {k: (v, 5) for k, v in defaults.items()}
+    out.update(dyn.effective())
     return out, KafkaError.NONE
 
 
@@ -151,7 +183,9 @@ async def _alter(ctx, req, compute):
 
 async def _alter_one(ctx, res, compute, validate_only: bool) -> tuple[KafkaError, str]:
     if res.resource_type == RESOURCE_BROKER:
-        return await _alter_cluster(ctx, res, compute, validate_only)
+        if any(c.name == THROTTLE_RATE for c in res.configs):   # the reassignment throttle's own key
+            return await _alter_cluster(ctx, res, compute, validate_only)
+        return await _alter_broker(ctx, res, compute, validate_only)
     if res.resource_type != RESOURCE_TOPIC:
         return KafkaError.INVALID_REQUEST, f"resource type {res.resource_type} has no configs here"
     logs = ctx.broker.logs
@@ -166,3 +200,23 @@ async def _alter_one(ctx, res, compute, validate_only: bool) -> tuple[KafkaError
         return err, msg
     err = logs.set_topic_config(res.resource_name, wanted)
     return err, logs.last_error_message
+
+
+async def _alter_broker(ctx, res, compute, validate_only: bool) -> tuple[KafkaError, str]:
+    """Cluster: the dynamic settings of the cluster default (resource name "") or of one
+    broker (its node id), written to etcd; a single node answers INVALID_CONFIG."""
+    from ...cluster.broker_configs import entity, validate
+    dyn = _broker_configs(ctx)
+    if dyn is None:
+        return KafkaError.INVALID_CONFIG, ("broker configs of a single node are set at start (semel broker "
+                                           "flags); a cluster's dynamic ones are alterable")
+    key = entity(res.resource_name)
+    if isinstance(key, KafkaError):
+        return key, f"broker resource name {res.resource_name!r} is neither \"\" nor a node id"
+
+    def decide(current):
+        return compute(current, res)
+    if validate_only:
+        err, msg, wanted = decide(dyn.overrides(key))
+        return (err, msg) if err else validate(wanted)
+    return await dyn.alter(key, decide)
