@@ -60,8 +60,7 @@ class WriteOffload:
         thread is fsynced by the same thread right after its pwrite (write-through),
         so flushed_offset covers it when this returns and the caller needs no group-
         commit round: one thread hand-off per request instead of two. A small write
-        on the loop, a write that queued behind another of the same log, or a failed
-        fsync leaves it to the flusher.
+        on the loop, or a failed fsync, leaves it to the flusher as before.
         on_loop=True: write on the loop whatever the size (the caller bounds how much:
         a Produce naming several partitions, whose fsyncs then go to the flusher's
         per-log rounds). Memory (log
@@ -77,11 +76,6 @@ class WriteOffload:
                 and not self._roll_due(len(data), batches)):
             _run_precheck(precheck)
             return self.append(data, batches)
-        # Another append of this log in flight: this one's fsync goes to the flusher's
-        # group-commit round, which covers every append queued meanwhile with one fsync
-        # (several producers on one partition each fsyncing their own write cost the
-        # 100-byte 4 x 8 case more system time than the rounds).
-        contended = lock.locked()
         async with lock:
             if self._roll_due(len(data), batches):
                 await self._roll_off_loop()
@@ -91,7 +85,7 @@ class WriteOffload:
             if duplicate is not None:
                 return duplicate
             w = self._prepare_write(data, batches, self._apply_data, assign=True)
-            self._submit_write(w, sync and not contended)
+            self._submit_write(w, sync)
             return await self._write_in_thread(w)
 
     def _submit_write(self, w: "PendingWrite", sync: bool = False) -> None:
