@@ -10,7 +10,7 @@ from typing import Iterator
 
 from semel.client.client import Client, ClientError
 from semel.client import txn as wire
-from semel.client.reader import TRANSACTION, Cluster
+from semel.client.cluster import TRANSACTION, Cluster
 from semel.protocol.errors import KafkaError
 from semel.spark import batches
 from semel.spark.decision import BranchMessage, _decided, _decided_call, branch_id, decision_partitions

@@ -13,7 +13,7 @@ from pyspark.sql.datasource import WriterCommitMessage
 
 from semel.client.client import ClientError
 from semel.client import txn as wire
-from semel.client.reader import COORDINATOR_MOVED, GROUP, TRANSACTION, Cluster
+from semel.client.cluster import COORDINATOR_MOVED, GROUP, TRANSACTION, Cluster
 from semel.protocol.errors import KafkaError
 from semel.spark import atomic
 from semel.spark.checkpoint import Checkpoint, CheckpointError

@@ -33,7 +33,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from semel.client import txn as wire
 from semel.client.client import ClientError
-from semel.client.reader import COORDINATOR_MOVED, GROUP
+from semel.client.cluster import COORDINATOR_MOVED, GROUP
 from semel.eos.coordinator import CoordinatorError, EosCoordinator
 from semel.eos.cycle import CycleParts, run_commit_cycle
 from semel.eos.ledger import Ledger

@@ -1,5 +1,5 @@
 """The exactly-once sink's requests routed as a Kafka producer routes them
-(semel.client.reader.Cluster): transaction requests to the transactional id's
+(semel.client.cluster.Cluster): transaction requests to the transactional id's
 coordinator, offsets and the decision read to the group's coordinator, Produce to each
 partition's leader; their retries, and the ACL an authorization error names.
 """
@@ -9,7 +9,7 @@ import time
 
 from semel.client.client import Client, ClientError
 from semel.client import txn as wire
-from semel.client.reader import GROUP, TRANSACTION, Cluster
+from semel.client.cluster import GROUP, TRANSACTION, Cluster
 from semel.protocol.errors import KafkaError
 from semel.protocol.txn_hash import java_string_hash
 from semel.spark import pool

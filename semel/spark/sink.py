@@ -1,7 +1,7 @@
 """The exactly-once `format("semel")` sink, foreign-broker mode (b).
 
 Standard Kafka APIs only, so it works against any Kafka-compatible broker or
-cluster. Requests are routed as a Kafka producer routes them (semel.client.reader.
+cluster. Requests are routed as a Kafka producer routes them (semel.client.cluster.
 Cluster): transaction requests to the transactional id's coordinator (a parent and
 its branches share it: their ids hash alike), TxnOffsetCommit and the decision read
 to the group's coordinator, Produce to each partition's leader. Where they are one
@@ -60,7 +60,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 
 from semel.protocol.errors import KafkaError
 from semel.client import txn as wire
-from semel.client.reader import Cluster
+from semel.client.cluster import Cluster
 from semel.spark import atomic
 from semel.spark import options as opt
 from semel.spark.branch_writer import ArrowInput, _Partitioner, write_branch

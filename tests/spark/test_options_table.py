@@ -217,7 +217,7 @@ def test_docs_table_is_the_codes_table():
 
 def test_fetch_offset_retries_bound_the_tries():
     """fetchOffset.numRetries=2: three tries of a request that keeps failing retriably, then the error."""
-    from semel.client.reader import ReaderError, _Transient
+    from semel.client.cluster import ReaderError, _Transient
     from semel.protocol.errors import KafkaError
     tries = []
 

@@ -1,4 +1,4 @@
-"""The sink's routing (semel.client.reader.Cluster's coordinator and leader caches, as the
+"""The sink's routing (semel.client.cluster.Cluster's coordinator and leader caches, as the
 sink drives them) against a model cluster whose coordinators and leaders move, seeded.
 
 No broker: a fake connection per broker answers as a Kafka broker would from the model's
@@ -21,7 +21,7 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-from semel.client.reader import GROUP, TRANSACTION, Cluster
+from semel.client.cluster import GROUP, TRANSACTION, Cluster
 from semel.protocol import records
 from semel.protocol.errors import KafkaError
 from semel.protocol.txn_hash import java_string_hash, partition_for
