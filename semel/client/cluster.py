@@ -10,12 +10,12 @@ is gone fails the query, it never hangs it.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from ..protocol.errors import KafkaError
 from ..protocol.messages import request_class
+from .backoff import Backoff
 from .client import Client, ClientError, TlsError
 from .security import PLAINTEXT, Security, SecurityError
 
@@ -51,8 +51,7 @@ class Retry:
     attempts: int | None = None
 
     def run(self, what: str, op: Callable[[], object]):
-        deadline = time.monotonic() + self.timeout_s
-        delay = self.backoff_s
+        pace = Backoff(self.timeout_s, first_s=self.backoff_s, max_s=self.max_backoff_s)
         tries = 0
         while True:
             try:
@@ -62,11 +61,10 @@ class Retry:
             tries += 1
             if self.attempts is not None and tries >= self.attempts:
                 raise ReaderError(f"{what}: gave up after {tries} tries: {last}", getattr(last, "error", None))
-            if time.monotonic() + delay > deadline:
+            if not pace.fits():
                 raise ReaderError(f"{what}: gave up after {self.timeout_s:g} s: {last}",
                                   getattr(last, "error", None))
-            time.sleep(delay)
-            delay = min(delay * 2, self.max_backoff_s)
+            pace.wait()
 
 
 class _Transient(ClientError):

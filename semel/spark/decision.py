@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 
 from pyspark.sql.datasource import WriterCommitMessage
 
+from semel.client.backoff import Backoff
 from semel.client.client import ClientError
 from semel.client import txn as wire
 from semel.client.cluster import COORDINATOR_MOVED, GROUP, TRANSACTION, Cluster
@@ -96,19 +97,17 @@ def read_decision(r: Cluster, o: SinkOptions, parts: list[TP], fence_open: bool 
     decides would abort that commit. For a task an open parent means "not decided
     yet" (None): it cannot include the task's branch, whose message is not sent.
     A group coordinator that moved is asked for again."""
-    deadline = time.monotonic() + o.request_timeout_ms / 1000
-    delay = 0.05
+    pace = Backoff(o.request_timeout_ms / 1000)
     while True:
         try:
             got = wire.committed_with_metadata(_group(r, o), o.group, parts)
             break
         except ClientError as exc:
             moved = r.seen(exc.error, coordinator=(o.group, GROUP)) in COORDINATOR_MOVED
-            if not (moved or exc.error == KafkaError.UNSTABLE_OFFSET_COMMIT) or time.monotonic() > deadline:
+            if not (moved or exc.error == KafkaError.UNSTABLE_OFFSET_COMMIT) or pace.expired():
                 raise SinkError(f"semel sink: {exc}") from None
             if moved:
-                time.sleep(delay)
-                delay = min(delay * 2, 1.0)
+                pace.wait()
             elif not fence_open:
                 return None
             else:

@@ -28,10 +28,10 @@ the cycle's outcome; a restart replays the batch.
 from __future__ import annotations
 
 import hashlib
-import time
 from typing import Any, Callable, Mapping, Sequence
 
 from semel.client import txn as wire
+from semel.client.backoff import Backoff
 from semel.client.client import ClientError
 from semel.client.cluster import COORDINATOR_MOVED, GROUP
 from semel.eos.coordinator import CoordinatorError, EosCoordinator
@@ -81,7 +81,7 @@ class SparkBatchCoordinator(EosCoordinator):
         ours is, between cycles). It never got its decision, so fence it (the broker
         aborts it) rather than wait out its timeout (semel.restartWindowMs)."""
         _, parts = self._marks()
-        deadline = time.monotonic() + self.o.request_timeout_ms / 1000
+        pace = Backoff(self.o.request_timeout_ms / 1000)
         with self._client() as r:
             while True:
                 try:
@@ -89,11 +89,11 @@ class SparkBatchCoordinator(EosCoordinator):
                     break
                 except ClientError as exc:
                     moved = r.seen(exc.error, coordinator=(self.o.group, GROUP)) in COORDINATOR_MOVED
-                    if not (moved or exc.error == KafkaError.UNSTABLE_OFFSET_COMMIT) or time.monotonic() > deadline:
+                    if not (moved or exc.error == KafkaError.UNSTABLE_OFFSET_COMMIT) or pace.expired():
                         raise
                     if not moved:
                         routing._init_err(r, self.o, self.o.parent)
-                    time.sleep(0.05)
+                    pace.wait()
         if all(off < 0 for off, _ in got.values()):
             return Ledger(0)
         ledgers = [Ledger.decode(meta, self.o.parent) for off, meta in got.values() if off >= 0]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 
+from semel.client.backoff import Backoff
 from semel.client.client import Client, ClientError
 from semel.client import txn as wire
 from semel.client.cluster import GROUP, TRANSACTION, Cluster
@@ -72,19 +73,17 @@ def _retry_rounds(o: SinkOptions, step) -> KafkaError:
     """step() -> (error, progressed), again until it returns NONE or an error that is not
     retriable, or the request timeout has passed since the last step that made progress
     (a long flush that keeps moving is not cut off by a deadline from its start)."""
-    deadline = time.monotonic() + o.request_timeout_ms / 1000
-    delay = 0.05
+    # this module's clock: the router model test runs these rounds on a fake one
+    pace = Backoff(o.request_timeout_ms / 1000, clock=lambda: time.monotonic(), sleep=lambda s: time.sleep(s))
     while True:
         err, progressed = step()
         if err == KafkaError.NONE or not err.retriable:
             return err
         if progressed:
-            deadline = time.monotonic() + o.request_timeout_ms / 1000
-            delay = 0.05
-        elif time.monotonic() > deadline:
+            pace.progress()
+        elif pace.expired():
             return err
-        time.sleep(delay)
-        delay = min(delay * 2, 1.0)
+        pace.wait()
 
 
 def _retrying(o: SinkOptions, what: str, call) -> KafkaError:
