@@ -130,7 +130,7 @@ class SparkBatchCoordinator(EosCoordinator):
         st = self._st
         with self._client() as r:
             err = routing._retrying(self.o, "EndTxn",
-                                       lambda: routing._end(r, self.o, st.txn_id, st.pid, st.epoch, commit))
+                                    lambda: routing._end(r, self.o, st.txn_id, st.pid, st.epoch, commit))
         self._check("commitTxn" if commit else "abortTxn", err)
 
     @staticmethod

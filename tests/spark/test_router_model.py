@@ -29,7 +29,7 @@ from semel.client import txn as wire
 from semel.spark import branch_writer
 from semel.spark import decision
 from semel.spark import routing as spark_routing
-from semel.spark import sink_options
+from semel.spark.sink_options import SinkError, SinkOptions
 
 E = KafkaError
 NODES = (0, 1, 2)
@@ -184,9 +184,9 @@ def test_routing_follows_moves_and_every_row_lands_once(seed, monkeypatch):
         check_cache(cl, err, kw.get("coordinator"), kw.get("tp"))
         return out
     monkeypatch.setattr(cl, "seen", checked_seen)
-    o = sink_options.SinkOptions(bootstrap="b0:9092", group="g", parent="semel-spark-g", topic=TOPIC, checkpoint=None,
-                         restart_window_ms=60_000, request_timeout_ms=5_000, batch_rows=rng.choice([3, 10, 1000]),
-                         atomic=rng.random() < 0.5)
+    o = SinkOptions(bootstrap="b0:9092", group="g", parent="semel-spark-g", topic=TOPIC, checkpoint=None,
+                    restart_window_ms=60_000, request_timeout_ms=5_000, batch_rows=rng.choice([3, 10, 1000]),
+                    atomic=rng.random() < 0.5)
     sent: dict = {}
     for step in range(rng.randint(5, 15)):
         txn_id = decision.branch_id(o, step, 0, 0)
@@ -248,8 +248,8 @@ def flaky_flush(monkeypatch, rows_p0: int, refusals: int) -> FlakyProducer:
     fake = NS(monotonic=lambda: clock[0], sleep=lambda s: None, perf_counter=lambda: clock[0], time=lambda: clock[0])
     monkeypatch.setattr(spark_routing, "time", fake)
     monkeypatch.setattr(branch_writer, "time", fake)
-    o = sink_options.SinkOptions(bootstrap="x:1", group="g", parent="p", topic=TOPIC, checkpoint=None,
-                         restart_window_ms=60_000, request_timeout_ms=1_000, batch_rows=1000)
+    o = SinkOptions(bootstrap="x:1", group="g", parent="p", topic=TOPIC, checkpoint=None,
+                    restart_window_ms=60_000, request_timeout_ms=1_000, batch_rows=1000)
     producer = FlakyProducer(o, clock, refusals)
     producer.add(TOPIC, 1, (None, b"b", []))
     for i in range(rows_p0):
@@ -260,5 +260,5 @@ def flaky_flush(monkeypatch, rows_p0: int, refusals: int) -> FlakyProducer:
 
 
 def test_a_flush_without_progress_gives_up_after_the_request_timeout(monkeypatch):
-    with pytest.raises(sink_options.SinkError, match="Produce out-1: NOT_ENOUGH_REPLICAS"):
+    with pytest.raises(SinkError, match="Produce out-1: NOT_ENOUGH_REPLICAS"):
         flaky_flush(monkeypatch, rows_p0=0, refusals=10**6)
