@@ -42,6 +42,7 @@ from bench.common import RESULTS, write_result
 from semel.cli.process import SemelBroker
 from semel.demo.job import session
 from semel.spark import sink
+from semel.spark import trace as spark_trace
 
 LATENCY_QUERY = "bench-latency"
 # The first micro-batches of a query pay its start-up (planning, the Python source's process,
@@ -379,7 +380,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="semel-spark-bench-"))
     trace = work / "sink-trace.jsonl"
-    os.environ[sink.TRACE_ENV] = str(trace)  # before the session: its Python workers inherit it
+    os.environ[spark_trace.TRACE_ENV] = str(trace)  # before the session: its Python workers inherit it
     loads = {"start": os.getloadavg()}
     with SemelBroker(work / "data", log_path=work / "broker.log") as broker:
         spark = session("local[2]", work)  # the demo job's session settings

@@ -76,10 +76,10 @@ def main(argv=None) -> int:
     p.add_argument("--max-per-trigger", type=int, default=500)
     p.add_argument("--trigger-s", type=float, default=1.0)
     a = p.parse_args(argv)
-    from semel.spark import sink
-    if os.environ.get(sink.KILL_ENV) and not os.environ.get(sink.KILL_PGID_ENV):
+    from semel.spark import hooks
+    if os.environ.get(hooks.KILL_ENV) and not os.environ.get(hooks.KILL_PGID_ENV):
         # the sink's crash hook kills this whole group: driver, JVM and workers
-        os.environ[sink.KILL_PGID_ENV] = str(os.getpgid(0))
+        os.environ[hooks.KILL_PGID_ENV] = str(os.getpgid(0))
     spark = session(a.master, a.work)
     queries = start(spark, a.bootstrap, a.work, a.postgres, a.max_per_trigger, a.trigger_s)
     (a.work / "started").touch()

@@ -104,12 +104,12 @@ class Processor:
         self.cfg, self.proc, self.runs = cfg, None, 0
 
     def start(self, kill_at: str | None = None) -> None:
-        from semel.spark import sink
+        from semel.spark import hooks
         env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
-        env.pop(sink.KILL_ENV, None)
-        env.pop(sink.KILL_PGID_ENV, None)
+        env.pop(hooks.KILL_ENV, None)
+        env.pop(hooks.KILL_PGID_ENV, None)
         if kill_at:
-            env[sink.KILL_ENV] = kill_at
+            env[hooks.KILL_ENV] = kill_at
         self.runs += 1
         log = open(self.cfg.work / f"processor-{self.runs}.log", "wb")
         self.proc = subprocess.Popen(

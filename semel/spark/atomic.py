@@ -21,6 +21,7 @@ import time
 from typing import Callable
 
 from semel.client import txn as wire
+from semel.client.backoff import Backoff
 from semel.client.client import Client
 from semel.protocol.errors import KafkaError
 from semel.protocol.txn_hash import aligned
@@ -90,7 +91,7 @@ def join(conn: Callable[[], Client], parent: wire.TxnState, branch_ids: list[str
     (a router drops a coordinator that moved)."""
     if not branch_ids:
         return
-    delay = 0.05
+    pace = Backoff(deadline_s - time.monotonic())
     while True:
         got = wire.add_partitions(conn(), parent, [pseudo_partition(b) for b in branch_ids])
         bad = {tp[0][len(BRANCH_TOPIC):]: e for tp, e in got.items() if e != KafkaError.NONE}
@@ -99,8 +100,7 @@ def join(conn: Callable[[], Client], parent: wire.TxnState, branch_ids: list[str
         if not bad:
             return
         if not all(e in _AGAIN or e == KafkaError.OPERATION_NOT_ATTEMPTED for e in bad.values()) \
-                or time.monotonic() > deadline_s:
+                or pace.expired():
             raise AtomicError("joining the batch's branches failed: "
                               + ", ".join(f"{b} {e.name}" for b, e in sorted(bad.items())))
-        time.sleep(delay)
-        delay = min(delay * 2, 1.0)
+        pace.wait()

@@ -28,12 +28,12 @@ the cycle's outcome; a restart replays the batch.
 from __future__ import annotations
 
 import hashlib
-import time
 from typing import Any, Callable, Mapping, Sequence
 
 from semel.client import txn as wire
+from semel.client.backoff import Backoff
 from semel.client.client import ClientError
-from semel.client.reader import COORDINATOR_MOVED, GROUP
+from semel.client.cluster import COORDINATOR_MOVED, GROUP
 from semel.eos.coordinator import CoordinatorError, EosCoordinator
 from semel.eos.cycle import CycleParts, run_commit_cycle
 from semel.eos.ledger import Ledger
@@ -44,6 +44,9 @@ from semel.eos.txnid import SinkTxnId
 from semel.protocol.errors import KafkaError
 from semel.spark import options as opt
 from semel.spark import sink as spark_sink
+from semel.spark import decision as spark_decision
+from semel.spark import routing
+from semel.spark import sink_options
 from semel.spark.checkpoint import session_settings
 
 Rows = Callable[[Any, int], Mapping[str, Sequence[Any]]]
@@ -56,18 +59,18 @@ class BatchFailed(Exception):
 class SparkBatchCoordinator(EosCoordinator):
     """The cycle's broker side over the query's parent transaction (standard Kafka APIs)."""
 
-    def __init__(self, o: spark_sink.SinkOptions):
+    def __init__(self, o: sink_options.SinkOptions):
         self.o = o
         self.transactional_id = o.parent
         self.batch = 0
         self._st: wire.TxnState | None = None
 
     def _client(self):
-        return spark_sink._connect(self.o)
+        return routing._connect(self.o)
 
     def _marks(self) -> tuple[dict, list]:
-        offsets = spark_sink.batch_offsets(self.o, self.batch)
-        parts = spark_sink.decision_partitions(self.o, offsets)
+        offsets = spark_decision.batch_offsets(self.o, self.batch)
+        parts = spark_decision.decision_partitions(self.o, offsets)
         return offsets, parts
 
     def init(self) -> None:
@@ -78,19 +81,19 @@ class SparkBatchCoordinator(EosCoordinator):
         ours is, between cycles). It never got its decision, so fence it (the broker
         aborts it) rather than wait out its timeout (semel.restartWindowMs)."""
         _, parts = self._marks()
-        deadline = time.monotonic() + self.o.request_timeout_ms / 1000
+        pace = Backoff(self.o.request_timeout_ms / 1000)
         with self._client() as r:
             while True:
                 try:
-                    got = wire.committed_with_metadata(spark_sink._group(r, self.o), self.o.group, parts)
+                    got = wire.committed_with_metadata(routing._group(r, self.o), self.o.group, parts)
                     break
                 except ClientError as exc:
                     moved = r.seen(exc.error, coordinator=(self.o.group, GROUP)) in COORDINATOR_MOVED
-                    if not (moved or exc.error == KafkaError.UNSTABLE_OFFSET_COMMIT) or time.monotonic() > deadline:
+                    if not (moved or exc.error == KafkaError.UNSTABLE_OFFSET_COMMIT) or pace.expired():
                         raise
                     if not moved:
-                        spark_sink._init_err(r, self.o, self.o.parent)
-                    time.sleep(0.05)
+                        routing._init_err(r, self.o, self.o.parent)
+                    pace.wait()
         if all(off < 0 for off, _ in got.values()):
             return Ledger(0)
         ledgers = [Ledger.decode(meta, self.o.parent) for off, meta in got.values() if off >= 0]
@@ -99,7 +102,7 @@ class SparkBatchCoordinator(EosCoordinator):
 
     def begin_txn(self, cycle: int) -> None:
         with self._client() as r:
-            err, st = spark_sink._init_err(r, self.o, self.o.parent)
+            err, st = routing._init_err(r, self.o, self.o.parent)
         self._check("beginTxn", err)
         self._st = st
 
@@ -111,9 +114,9 @@ class SparkBatchCoordinator(EosCoordinator):
         marks = offsets or {tp: cycle for tp in parts}
         st, o = self._st, self.o
         with self._client() as r:   # AddOffsetsToTxn to the parent's coordinator, TxnOffsetCommit to the group's
-            self._check("commitOffsets", spark_sink._retrying(o, "AddOffsetsToTxn", lambda: spark_sink._on_txn(
+            self._check("commitOffsets", routing._retrying(o, "AddOffsetsToTxn", lambda: routing._on_txn(
                 r, o, o.parent, lambda c: wire.add_offsets(c, st, o.group))))
-            errs = wire.txn_offset_commit(spark_sink._group(r, o), st, o.group, marks, ledger.encode(o.parent))
+            errs = wire.txn_offset_commit(routing._group(r, o), st, o.group, marks, ledger.encode(o.parent))
         for err in errs.values():
             self._check("commitOffsets", err)
 
@@ -126,8 +129,8 @@ class SparkBatchCoordinator(EosCoordinator):
     def _end(self, commit: bool) -> None:
         st = self._st
         with self._client() as r:
-            err = spark_sink._retrying(self.o, "EndTxn",
-                                       lambda: spark_sink._end(r, self.o, st.txn_id, st.pid, st.epoch, commit))
+            err = routing._retrying(self.o, "EndTxn",
+                                    lambda: routing._end(r, self.o, st.txn_id, st.pid, st.epoch, commit))
         self._check("commitTxn" if commit else "abortTxn", err)
 
     @staticmethod
@@ -143,7 +146,7 @@ def app_name(group: str) -> str:
 
 def foreach_batch(rows: Rows, *, sinks: Sequence[Any], bootstrap: str, checkpoint: str | None = None,
                   query_id: str | None = None, topic: str | None = None, app_id: str | None = None,
-                  instance_id: str = "0", restart_window_ms: int = spark_sink.DEFAULT_RESTART_WINDOW_MS,
+                  instance_id: str = "0", restart_window_ms: int = sink_options.DEFAULT_RESTART_WINDOW_MS,
                   request_timeout_ms: int = 30_000,
                   options: Mapping[str, str] | None = None) -> Callable[[Any, int], None]:
     """The function for `writeStream.foreachBatch(...)`. `checkpoint`: the query's

@@ -26,7 +26,9 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadM
 from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType, StructField,
                                StructType, TimestampType)
 
-from ..client.reader import EARLIEST, LATEST, Cluster, ReaderError, Retry, read_range
+from ..client.cluster import EARLIEST, LATEST, Cluster, ReaderError, Retry
+
+from ..client.reader import read_range
 from ..protocol.errors import KafkaError
 from . import options as opt
 from . import pool

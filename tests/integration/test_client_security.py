@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from semel.cli.process import SemelBroker, free_port
-from semel.client.reader import Cluster, ReaderError
+from semel.client.cluster import Cluster, ReaderError
 from semel.client.security import from_config
 from semel.protocol.errors import KafkaError
 from tests.support.certs import make_certs, make_client_cert

@@ -10,7 +10,7 @@ import pytest
 
 from semel.client.security import Secret, Tls
 from semel.spark import options as opt
-from semel.spark import security, sink, source
+from semel.spark import security, sink, sink_options, source
 
 BASE = {"kafka.bootstrap.servers": "h:1"}
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "spark.md"
@@ -80,7 +80,7 @@ EFFECTS = {
                                        for c in ("none", "gzip", "snappy", "lz4", "zstd")] == [0, 1, 2, 3, 4],
     "kafka.linger.ms": lambda: snk(**k("kafka.linger.ms", "5")).producer.linger_ms == 5,
     "kafka.batch.size": lambda: snk(**k("kafka.batch.size", "100")).batch_bytes == 100
-    and snk(**k("kafka.batch.size", str(10 << 20))).batch_bytes == sink.MAX_REQUEST_BYTES,
+    and snk(**k("kafka.batch.size", str(10 << 20))).batch_bytes == sink_options.MAX_REQUEST_BYTES,
 }
 
 # option -> (the options that are refused, the words the error must say)
@@ -154,7 +154,7 @@ def test_jks_stores_are_refused_with_the_conversion_on_both_sides(store):
             r"convert it to PEM \(keytool -importkeystore")
     with pytest.raises(opt.OptionError, match=says):
         src(**given)
-    with pytest.raises(sink.SinkError, match=says):
+    with pytest.raises(sink_options.SinkError, match=says):
         snk(**given)
 
 
@@ -184,7 +184,7 @@ def test_refused_with_the_reason(name):
     given, why = REFUSALS[name]
     sides = ("source", "sink") if row.side == "both" else (row.side,)
     for side in sides:
-        with pytest.raises((opt.OptionError, sink.SinkError), match=why):
+        with pytest.raises((opt.OptionError, sink_options.SinkError), match=why):
             src(**given) if side == "source" else snk(**given)
 
 
@@ -217,7 +217,7 @@ def test_docs_table_is_the_codes_table():
 
 def test_fetch_offset_retries_bound_the_tries():
     """fetchOffset.numRetries=2: three tries of a request that keeps failing retriably, then the error."""
-    from semel.client.reader import ReaderError, _Transient
+    from semel.client.cluster import ReaderError, _Transient
     from semel.protocol.errors import KafkaError
     tries = []
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from semel.client.client import Client, ClientError
-from semel.client.reader import Cluster
+from semel.client.cluster import Cluster
 from semel.spark import pool
 from tests.support.brokers import module_broker
 

@@ -1,4 +1,4 @@
-"""The sink's routing (semel.client.reader.Cluster's coordinator and leader caches, as the
+"""The sink's routing (semel.client.cluster.Cluster's coordinator and leader caches, as the
 sink drives them) against a model cluster whose coordinators and leaders move, seeded.
 
 No broker: a fake connection per broker answers as a Kafka broker would from the model's
@@ -21,11 +21,15 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-from semel.client.reader import GROUP, TRANSACTION, Cluster
+from semel.client.cluster import GROUP, TRANSACTION, Cluster
 from semel.protocol import records
 from semel.protocol.errors import KafkaError
 from semel.protocol.txn_hash import java_string_hash, partition_for
-from semel.spark import sink
+from semel.client import txn as wire
+from semel.spark import branch_writer
+from semel.spark import decision
+from semel.spark import routing as spark_routing
+from semel.spark.sink_options import SinkError, SinkOptions
 
 E = KafkaError
 NODES = (0, 1, 2)
@@ -169,7 +173,7 @@ def check_cache(cl: ModelCluster, err: KafkaError, coordinator=None, tp=None) ->
 @pytest.mark.parametrize("seed", range(40))
 def test_routing_follows_moves_and_every_row_lands_once(seed, monkeypatch):
     rng = random.Random(seed)
-    monkeypatch.setattr(sink.time, "sleep", lambda s: None)
+    monkeypatch.setattr(spark_routing.time, "sleep", lambda s: None)
     world = World(rng)
     cl = ModelCluster(world)
     world.move_p = rng.choice([0.05, 0.2, 0.4])
@@ -180,19 +184,19 @@ def test_routing_follows_moves_and_every_row_lands_once(seed, monkeypatch):
         check_cache(cl, err, kw.get("coordinator"), kw.get("tp"))
         return out
     monkeypatch.setattr(cl, "seen", checked_seen)
-    o = sink.SinkOptions(bootstrap="b0:9092", group="g", parent="semel-spark-g", topic=TOPIC, checkpoint=None,
-                         restart_window_ms=60_000, request_timeout_ms=5_000, batch_rows=rng.choice([3, 10, 1000]),
-                         atomic=rng.random() < 0.5)
+    o = SinkOptions(bootstrap="b0:9092", group="g", parent="semel-spark-g", topic=TOPIC, checkpoint=None,
+                    restart_window_ms=60_000, request_timeout_ms=5_000, batch_rows=rng.choice([3, 10, 1000]),
+                    atomic=rng.random() < 0.5)
     sent: dict = {}
     for step in range(rng.randint(5, 15)):
-        txn_id = sink.branch_id(o, step, 0, 0)
-        st = sink._init(cl, o, txn_id)
+        txn_id = decision.branch_id(o, step, 0, 0)
+        st = spark_routing._init(cl, o, txn_id)
         # the id's current coordinator is the one the cache names once it succeeded (mode
         # a: under the parent's entry, no FindCoordinator of its own)
         key = o.parent if o.atomic else txn_id
         assert (TRANSACTION, txn_id) not in cl.coordinators or not o.atomic
         assert int(cl.coordinators[(TRANSACTION, key)][1]) == world.coord(TRANSACTION, txn_id)
-        producer = sink._BranchProducer(o, cl, st)
+        producer = branch_writer._BranchProducer(o, cl, st)
         for i in range(rng.randint(0, 40)):
             p = rng.randrange(PARTS)
             producer.add(TOPIC, p, (None, f"s{step}-{i}".encode(), []))
@@ -209,13 +213,13 @@ def test_routing_follows_moves_and_every_row_lands_once(seed, monkeypatch):
     assert GROUP not in {k[0] for k in cl.coordinators}
 
 
-class FlakyProducer(sink._BranchProducer):
+class FlakyProducer(branch_writer._BranchProducer):
     """Partition 1's one chunk is refused NOT_ENOUGH_REPLICAS for its first `refusals`
     rounds; partition 0's go through. Each round takes 0.6 s of a
     fake clock (the request timeout is 1 s)."""
 
     def __init__(self, o, clock: list, refusals: int):
-        super().__init__(o, None, sink.wire.TxnState("t", 7, 0))
+        super().__init__(o, None, wire.TxnState("t", 7, 0))
         self.clock, self.refusals = clock, refusals
 
     def _round(self, data, new, tail):
@@ -242,9 +246,10 @@ def flaky_flush(monkeypatch, rows_p0: int, refusals: int) -> FlakyProducer:
     round each), all sent by one flush."""
     clock = [0.0]
     fake = NS(monotonic=lambda: clock[0], sleep=lambda s: None, perf_counter=lambda: clock[0], time=lambda: clock[0])
-    monkeypatch.setattr(sink, "time", fake)
-    o = sink.SinkOptions(bootstrap="x:1", group="g", parent="p", topic=TOPIC, checkpoint=None,
-                         restart_window_ms=60_000, request_timeout_ms=1_000, batch_rows=1000)
+    monkeypatch.setattr(spark_routing, "time", fake)
+    monkeypatch.setattr(branch_writer, "time", fake)
+    o = SinkOptions(bootstrap="x:1", group="g", parent="p", topic=TOPIC, checkpoint=None,
+                    restart_window_ms=60_000, request_timeout_ms=1_000, batch_rows=1000)
     producer = FlakyProducer(o, clock, refusals)
     producer.add(TOPIC, 1, (None, b"b", []))
     for i in range(rows_p0):
@@ -255,5 +260,5 @@ def flaky_flush(monkeypatch, rows_p0: int, refusals: int) -> FlakyProducer:
 
 
 def test_a_flush_without_progress_gives_up_after_the_request_timeout(monkeypatch):
-    with pytest.raises(sink.SinkError, match="Produce out-1: NOT_ENOUGH_REPLICAS"):
+    with pytest.raises(SinkError, match="Produce out-1: NOT_ENOUGH_REPLICAS"):
         flaky_flush(monkeypatch, rows_p0=0, refusals=10**6)

@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.errors import StreamingQueryException
 
 from semel.cli.process import SemelBroker, free_port
-from semel.client.reader import Cluster, ReaderError
+from semel.client.cluster import Cluster, ReaderError
 from semel.client.security import from_config
 from semel.spark import sink
 from tests.support import wait

@@ -10,6 +10,10 @@ from confluent_kafka import Consumer, TopicPartition
 from semel.client import Client
 from semel.client import txn as wire
 from semel.spark import sink
+from semel.spark import branch_writer
+from semel.spark import decision as spark_decision
+from semel.spark import routing
+from semel.spark import sink_options
 from tests.spark.test_source import create, produce
 from tests.support.consume import read_values
 
@@ -62,13 +66,13 @@ def test_commit_replayed_after_decision_rolls_forward(spark_broker, tmp_path):
     create(bs, "rf-out", 1)
     o = sink.parse_options({"kafka.bootstrap.servers": bs, "semel.query.id": "rf", "topic": "rf-out"})
     cols = {"key": 0, "value": 1}
-    first = sink.write_branch(o, cols, iter([(None, b"x1"), (None, b"x2")]), 0, 0, 0)
-    sink.commit_batch(o, [first], 0)
-    sink.commit_batch(o, [first], 0)  # a second commit() of the same batch
+    first = branch_writer.write_branch(o, cols, iter([(None, b"x1"), (None, b"x2")]), 0, 0, 0)
+    spark_decision.commit_batch(o, [first], 0)
+    spark_decision.commit_batch(o, [first], 0)  # a second commit() of the same batch
     # a replayed task after the decision writes nothing
-    again = sink.write_branch(o, cols, iter([(None, b"x1"), (None, b"x2")]), 0, 0, 1)
+    again = branch_writer.write_branch(o, cols, iter([(None, b"x1"), (None, b"x2")]), 0, 0, 1)
     assert again.skipped
-    sink.commit_batch(o, [again], 0)
+    spark_decision.commit_batch(o, [again], 0)
     assert sorted(read_values(bs, "rf-out", 1, want=2)) == ["x1", "x2"]
 
 
@@ -78,9 +82,9 @@ def test_losing_attempt_is_aborted(spark_broker):
     create(bs, "la-out", 1)
     o = sink.parse_options({"kafka.bootstrap.servers": bs, "semel.query.id": "la", "topic": "la-out"})
     cols = {"value": 0}
-    sink.write_branch(o, cols, iter([(b"lost",)]), 0, 0, 0)
-    win = sink.write_branch(o, cols, iter([(b"won",)]), 0, 0, 1)
-    sink.commit_batch(o, [win], 0)
+    branch_writer.write_branch(o, cols, iter([(b"lost",)]), 0, 0, 0)
+    win = branch_writer.write_branch(o, cols, iter([(b"won",)]), 0, 0, 1)
+    spark_decision.commit_batch(o, [win], 0)
     # the LSO moves past the fenced branch: a read_committed reader sees only the winner
     assert read_values(bs, "la-out", 1, want=1) == ["won"]
     c = Consumer({"bootstrap.servers": bs, "group.id": "x", "isolation.level": "read_committed"})
@@ -120,12 +124,12 @@ def test_attempt_that_finishes_after_the_decision_ends_its_own_branch(spark_brok
     bs = spark_broker.bootstrap
     o = mode_b(bs, "late", "late-out")
     cols = {"value": 0}
-    win = sink.write_branch(o, cols, iter([(b"won",)]), 0, 0, 0)
+    win = branch_writer.write_branch(o, cols, iter([(b"won",)]), 0, 0, 0)
 
     def rows_then_decide():
         yield (b"late",)
-        sink.commit_batch(o, [win], 0)  # the decision lands while attempt 3 is writing
-    late = sink.write_branch(o, cols, rows_then_decide(), 0, 0, 3)
+        spark_decision.commit_batch(o, [win], 0)  # the decision lands while attempt 3 is writing
+    late = branch_writer.write_branch(o, cols, rows_then_decide(), 0, 0, 3)
     assert late.skipped
     assert read_values(bs, "late-out", 1, want=1) == ["won"]
     with Client(bs) as raw:
@@ -139,14 +143,14 @@ def test_zombie_commit_after_the_new_run_decided_adds_nothing(spark_broker):
     bs = spark_broker.bootstrap
     o = mode_b(bs, "zc", "zc-out")
     cols = {"value": 0}
-    zombie = sink.write_branch(o, cols, iter([(b"zombie",)]), 0, 0, 1)
-    new = sink.write_branch(o, cols, iter([(b"new",)]), 0, 0, 0)
-    sink.commit_batch(o, [new], 0)
-    sink.commit_batch(o, [zombie], 0)
+    zombie = branch_writer.write_branch(o, cols, iter([(b"zombie",)]), 0, 0, 1)
+    new = branch_writer.write_branch(o, cols, iter([(b"new",)]), 0, 0, 0)
+    spark_decision.commit_batch(o, [new], 0)
+    spark_decision.commit_batch(o, [zombie], 0)
     assert read_values(bs, "zc-out", 1, want=1) == ["new"]
 
 
-def mode_b(bs: str, query: str, topic: str) -> sink.SinkOptions:
+def mode_b(bs: str, query: str, topic: str) -> sink_options.SinkOptions:
     """Mode (b) options of a query writing to a new one-partition topic."""
     create(bs, topic, 1)
     return sink.parse_options({"kafka.bootstrap.servers": bs, "semel.query.id": query, "topic": topic,
@@ -165,8 +169,8 @@ def test_on_one_broker_every_role_is_one_connection(spark_broker):
     bs = spark_broker.bootstrap
     create(bs, "one-conn", 2)
     o = sink.probe(sink.parse_options({"kafka.bootstrap.servers": bs, "semel.query.id": "oc", "topic": "one-conn"}))
-    with sink._connect(o) as r:
-        c = sink._txn(r, o, o.parent)
-        assert sink._group(r, o) is c
-        assert all(sink._leader(r, ("one-conn", p)) is c for p in range(2))
-        assert sink._txn(r, o, sink.branch_id(o, 0, 1, 0)) is c
+    with routing._connect(o) as r:
+        c = routing._txn(r, o, o.parent)
+        assert routing._group(r, o) is c
+        assert all(routing._leader(r, ("one-conn", p)) is c for p in range(2))
+        assert routing._txn(r, o, spark_decision.branch_id(o, 0, 1, 0)) is c

@@ -11,18 +11,22 @@ import pytest
 from semel.client import Client, admin
 from semel.protocol.errors import KafkaError
 from semel.spark import sink
+from semel.spark import branch_writer
+from semel.spark import decision as spark_decision
+from semel.spark import routing
+from semel.spark import sink_options
 from tests.spark.test_source import create, produce
 from tests.support.consume import read_values
 
 
-def opts(bs: str, query: str, topic: str, mode: str) -> sink.SinkOptions:
+def opts(bs: str, query: str, topic: str, mode: str) -> sink_options.SinkOptions:
     return sink.probe(sink.parse_options({"kafka.bootstrap.servers": bs, "semel.query.id": query, "topic": topic,
                                           "semel.atomicBatches": mode}))
 
 
-def two_branches(o: sink.SinkOptions, batch: int) -> list[sink.BranchMessage]:
+def two_branches(o: sink_options.SinkOptions, batch: int) -> list[spark_decision.BranchMessage]:
     cols = {"value": 0, "partition": 1}
-    return [sink.write_branch(o, cols, iter([(f"p{p}-{i}".encode(), p) for i in range(3)]), batch, p, 0)
+    return [branch_writer.write_branch(o, cols, iter([(f"p{p}-{i}".encode(), p) for i in range(3)]), batch, p, 0)
             for p in (0, 1)]
 
 
@@ -45,15 +49,15 @@ def test_decision_alone_makes_the_whole_batch_visible_only_in_mode_a(spark_broke
     o = opts(bs, f"amd{mode}", topic, mode)
     msgs = two_branches(o, 0)
     with monkeypatch.context() as m:
-        m.setattr(sink, "_end_branch", lambda *a: None)     # the crash: no branch is ended by the driver
-        m.setattr(sink, "_fence_losers", lambda *a: None)
-        sink.commit_batch(o, msgs, 0)
+        m.setattr(spark_decision, "_end_branch", lambda *a: None)     # the crash: no branch is ended by the driver
+        m.setattr(spark_decision, "_fence_losers", lambda *a: None)
+        spark_decision.commit_batch(o, msgs, 0)
     want = sorted(f"p{p}-{i}" for p in (0, 1) for i in range(3))
     if mode == "true":
         assert sorted(read_values(bs, topic, 2, want=6)) == want
     else:
         assert read_values(bs, topic, 2, idle_s=0.5) == []
-        sink.commit_batch(o, msgs, 0)   # Spark's replayed commit() of the decided batch rolls forward
+        spark_decision.commit_batch(o, msgs, 0)   # Spark's replayed commit() of the decided batch rolls forward
         assert sorted(read_values(bs, topic, 2, want=6)) == want
 
 
@@ -64,11 +68,11 @@ def test_undecided_batch_is_aborted_whole_when_a_task_reruns(spark_broker):
     create(bs, "am-rerun", 2)
     o = opts(bs, "amr", "am-rerun", "true")
     first = two_branches(o, 0)
-    with sink._connect(o) as r:
-        st = sink._init(r, o, o.parent)
-        sink._join(r, o, st, [sink.branch_id(o, 0, m.partition, m.attempt) for m in first])
+    with routing._connect(o) as r:
+        st = routing._init(r, o, o.parent)
+        spark_decision._join(r, o, st, [spark_decision.branch_id(o, 0, m.partition, m.attempt) for m in first])
     again = two_branches(o, 0)   # Spark replays batch 0 after the restart: attempt numbers start at 0 again
-    sink.commit_batch(o, again, 0)
+    spark_decision.commit_batch(o, again, 0)
     assert sorted(read_values(bs, "am-rerun", 2, want=6)) == sorted(f"p{p}-{i}" for p in (0, 1) for i in range(3))
 
 
@@ -79,15 +83,15 @@ def test_losing_attempts_are_fenced_in_mode_a(spark_broker):
     bs = spark_broker.bootstrap
     create(bs, "am-lose", 1)
     o = opts(bs, "aml", "am-lose", "true")
-    sink.write_branch(o, {"value": 0}, iter([(b"lost",)]), 0, 0, 0)
-    win = sink.write_branch(o, {"value": 0}, iter([(b"won",)]), 0, 0, 1)
-    sink.commit_batch(o, [win], 0)
+    branch_writer.write_branch(o, {"value": 0}, iter([(b"lost",)]), 0, 0, 0)
+    win = branch_writer.write_branch(o, {"value": 0}, iter([(b"won",)]), 0, 0, 1)
+    spark_decision.commit_batch(o, [win], 0)
     assert read_values(bs, "am-lose", 1, want=1) == ["won"]
     with Client(bs) as c:
         assert c.list_offset("am-lose", 0, -1, isolation=1) == c.list_offset("am-lose", 0, -1, isolation=0)
         described = {d.transactional_id: d.error for d in admin.describe_transactions(
-            c, [sink.branch_id(o, 0, 0, a) for a in range(3)])}
-    assert described[sink.branch_id(o, 0, 0, 2)] == KafkaError.TRANSACTIONAL_ID_NOT_FOUND  # not created by a fence
+            c, [spark_decision.branch_id(o, 0, 0, a) for a in range(3)])}
+    assert described[spark_decision.branch_id(o, 0, 0, 2)] == KafkaError.TRANSACTIONAL_ID_NOT_FOUND  # not created by a fence
 
 
 def test_batch_write_in_mode_a(spark, spark_broker):
@@ -101,7 +105,7 @@ def test_batch_write_in_mode_a(spark, spark_broker):
 
 def test_atomic_true_on_a_broker_without_the_extension_refuses_to_start(tansu):
     create(tansu.bootstrap, "am-tansu", 1)
-    with pytest.raises(sink.SinkError, match="does not support atomic batches"):
+    with pytest.raises(sink_options.SinkError, match="does not support atomic batches"):
         opts(tansu.bootstrap, "amt", "am-tansu", "true")
     assert not opts(tansu.bootstrap, "amt", "am-tansu", "auto").atomic
 
@@ -115,14 +119,14 @@ def test_a_batch_of_many_tasks(spark_broker, mode):
     topic = f"am-many-{mode}"
     create(bs, topic, 1)
     o = opts(bs, f"amm{mode}", topic, mode)
-    msgs = [sink.write_branch(o, {"value": 0}, iter([(f"t{p}".encode(),)]), 0, p, 0) for p in range(300)]
+    msgs = [branch_writer.write_branch(o, {"value": 0}, iter([(f"t{p}".encode(),)]), 0, p, 0) for p in range(300)]
     if mode == "true":
-        sink.commit_batch(o, msgs, 0)
+        spark_decision.commit_batch(o, msgs, 0)
         assert sorted(read_values(bs, topic, 1, want=300)) == sorted(f"t{p}" for p in range(300))
     else:
-        with pytest.raises(sink.SinkError, match="too many to record"):
-            sink.commit_batch(o, msgs, 0)
-        sink.abort_batch(o, msgs, 0)
+        with pytest.raises(sink_options.SinkError, match="too many to record"):
+            spark_decision.commit_batch(o, msgs, 0)
+        spark_decision.abort_batch(o, msgs, 0)
         assert read_values(bs, topic, 1, idle_s=0.5) == []
 
 
@@ -134,9 +138,9 @@ def test_tasks_that_wrote_nothing(spark, spark_broker, mode):
     topic = f"am-empty-{mode}"
     create(bs, topic, 1)
     o = opts(bs, f"ame{mode}", topic, mode)
-    full = sink.write_branch(o, {"value": 0}, iter([(b"x",)]), 0, 0, 0)
-    empty = sink.write_branch(o, {"value": 0}, iter([]), 0, 1, 0)
-    sink.commit_batch(o, [full, empty], 0)
+    full = branch_writer.write_branch(o, {"value": 0}, iter([(b"x",)]), 0, 0, 0)
+    empty = branch_writer.write_branch(o, {"value": 0}, iter([]), 0, 1, 0)
+    spark_decision.commit_batch(o, [full, empty], 0)
     assert read_values(bs, topic, 1, want=1) == ["x"]
     df = spark.createDataFrame([("v",)], "value string").repartition(3)   # two of three tasks empty
     (df.write.mode("append").format("semel").option("kafka.bootstrap.servers", bs).option("topic", topic)
@@ -260,7 +264,7 @@ def test_live_reader_never_sees_part_of_a_batch(spark, spark_broker, tmp_path):
     o = sink.parse_options({"kafka.bootstrap.servers": bs, "checkpointLocation": str(ck)})
     ends = {}
     batch = 0
-    while offsets := sink.batch_offsets(o, batch):
+    while offsets := spark_decision.batch_offsets(o, batch):
         ends[batch] = offsets
         batch += 1
     assert len(ends) >= 10

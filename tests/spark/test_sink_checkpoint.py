@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from semel.spark import checkpoint, sink
+from semel.spark import checkpoint, decision, sink, sink_options
 from tests.spark.test_sink import committed_meta
 from tests.spark.test_source import create, produce
 from tests.support.consume import read_values
@@ -108,7 +108,7 @@ def test_writer_for_tasks_carries_the_plan_but_no_checkpoint_settings(tmp_path):
     (ck / "offsets" / ".1.crc").write_text("x")
     o = sink.parse_options({"kafka.bootstrap.servers": "127.0.0.1:1", "checkpointLocation": f"file://{ck}",
                             "topic": "out"}, {"fs.s3a.secret.key": "s3cr3t"})
-    o, plan = sink.plan_batch(o)
+    o, plan = decision.plan_batch(o)
     w = sink.SemelStreamWriter(o, {"value": 0}, plan)
     task_side = pickle.loads(pickle.dumps(w))
     assert (task_side.plan.batch, task_side.plan.offsets, task_side.o.query) == (1, {("t", 0): 20}, "q-1")
@@ -167,11 +167,11 @@ def test_checkpoint_on_s3_read_with_spark_s3a_settings(s3_endpoint):  # noqa: F8
     # the sink's own reads, as streamWriter() and commit() make them
     o = sink.parse_options({"kafka.bootstrap.servers": "127.0.0.1:1", "checkpointLocation": loc, "topic": "out"},
                            checkpoint.hadoop_settings(spark_conf))
-    assert sink.batch_offsets(o, 0) == {("in", 0): 5, ("in", 1): 7}
-    o, plan = sink.plan_batch(o)
+    assert decision.batch_offsets(o, 0) == {("in", 0): 5, ("in", 1): 7}
+    o, plan = decision.plan_batch(o)
     assert (o.query, plan.batch, plan.offsets) == ("5a7b-q1", 1, {("in", 0): 9, ("in", 1): 7})
     # a store that cannot be reached: a clear failure, never an empty plan
     bad = sink.parse_options({"kafka.bootstrap.servers": "127.0.0.1:1", "checkpointLocation": loc, "topic": "out"},
                              dict(checkpoint.hadoop_settings(spark_conf), **{"fs.s3a.endpoint": "http://127.0.0.1:1"}))
-    with pytest.raises(sink.SinkError, match="checkpoint"):
-        sink.plan_batch(bad)
+    with pytest.raises(sink_options.SinkError, match="checkpoint"):
+        decision.plan_batch(bad)

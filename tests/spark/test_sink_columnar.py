@@ -13,14 +13,16 @@ from semel.client import txn as wire
 from semel.protocol import records
 from semel.protocol.errors import KafkaError
 from semel.spark import sink
+from semel.spark import branch_writer
+from semel.spark import sink_options
 
 
-class Recorder(sink._BranchProducer):
+class Recorder(branch_writer._BranchProducer):
     """Answers every request with success and keeps each partition's record batches,
     decoded: the row path's come from aiokafka's builder, the columnar path's from
     semel.spark.batches, so this also checks that the two encode the same records."""
 
-    def __init__(self, o: sink.SinkOptions):
+    def __init__(self, o: sink_options.SinkOptions):
         super().__init__(o, None, wire.TxnState("t", 7, 0))
         self.sent: list[tuple[tuple[str, int], list]] = []
 
@@ -44,11 +46,11 @@ def random_batches(rng: random.Random, key_type, value_type, nulls: bool) -> lis
     return out
 
 
-def run(o: sink.SinkOptions, cols: dict, rows, start: int) -> list:
+def run(o: sink_options.SinkOptions, cols: dict, rows, start: int) -> list:
     producer = Recorder(o)
-    part = sink._Partitioner(None, start)
+    part = branch_writer._Partitioner(None, start)
     part.sizes["out"] = 3
-    sink._feed(producer, part, cols, rows, "out")
+    branch_writer._feed(producer, part, cols, rows, "out")
     producer.flush()
     # per partition, the requests in order (the order across partitions is free: each
     # partition's records and sequence numbers are independent of the others')
@@ -70,7 +72,7 @@ def test_columnar_path_sends_what_the_row_path_sends(seed):
         batches = [pa.record_batch([b.column(1)], names=["value"]) for b in batches]
     cols = {"key": 0, "value": 1} if with_key else {"value": 0}
     start = rng.randint(0, 5)
-    by_rows = run(o, cols, sink.ArrowInput(iter(batches), columnar=False), start)
-    by_columns = run(o, cols, sink.ArrowInput(iter(batches)), start)
+    by_rows = run(o, cols, branch_writer.ArrowInput(iter(batches), columnar=False), start)
+    by_columns = run(o, cols, branch_writer.ArrowInput(iter(batches)), start)
     assert by_columns == by_rows
     assert sum(len(rows) for reqs in by_rows.values() for rows in reqs) == sum(b.num_rows for b in batches)

@@ -18,6 +18,7 @@ import pytest
 from semel.client import Client
 from semel.client import txn as wire
 from semel.spark import sink
+from semel.spark import hooks
 from tests.spark.test_source import create, produce
 from tests.support.consume import read_values
 
@@ -28,11 +29,11 @@ PER_TRIGGER = 20  # 3 batches
 def run_query(bootstrap: str, src: str, dst: str, checkpoint: str, kill_at: str | None,
               master: str = "local[2]", fail_first_attempt: bool = False, atomic: str = "auto") -> int:
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
-    env.pop(sink.KILL_ENV, None)
+    env.pop(hooks.KILL_ENV, None)
     if kill_at:
-        env[sink.KILL_ENV] = kill_at
+        env[hooks.KILL_ENV] = kill_at
     if fail_first_attempt:
-        env[sink.FAIL_FIRST_ATTEMPT_ENV] = "1"
+        env[hooks.FAIL_FIRST_ATTEMPT_ENV] = "1"
     proc = subprocess.run([sys.executable, "-m", "tests.spark.test_sink_crash", bootstrap, src, dst, checkpoint,
                            master, atomic], env=env, cwd=os.getcwd(),
                           start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
@@ -60,7 +61,7 @@ def check_exactly_once(bs: str, src: str, dst: str, ck: str) -> None:
 
 
 SEED = 1
-_ORDER = random.Random(SEED).sample(sink.STEPS, len(sink.STEPS))
+_ORDER = random.Random(SEED).sample(hooks.STEPS, len(hooks.STEPS))
 
 
 @pytest.mark.parametrize("atomic,steps", [("true", _ORDER[:2]), ("false", _ORDER[2:])])
@@ -91,7 +92,7 @@ def test_failed_task_attempt_is_retried_and_fenced(spark_broker, tmp_path):
 
 
 def _driver(bootstrap: str, src: str, dst: str, checkpoint: str, master: str, atomic: str) -> None:
-    os.environ[sink.KILL_PGID_ENV] = str(os.getpgid(0))
+    os.environ[hooks.KILL_PGID_ENV] = str(os.getpgid(0))
     from semel.spark import local_session
     spark = local_session(master, "semel-sink-crash", checkpoint + "-local")
     df = (spark.readStream.format("semel").option("kafka.bootstrap.servers", bootstrap).option("subscribe", src)

@@ -9,6 +9,8 @@ from semel.client import Client
 from semel.client import txn as wire
 from semel.protocol.errors import KafkaError
 from semel.spark import sink
+from semel.spark import branch_writer
+from semel.spark import decision as spark_decision
 from tests.spark.test_source import create, produce
 from tests.support.consume import read_values
 
@@ -63,8 +65,8 @@ def test_zombie_parent_is_fenced(spark_broker):
         assert wire.add_offsets(c, zombie, o.group) == KafkaError.NONE
         assert wire.txn_offset_commit(c, zombie, o.group, {("zb-out", 0): 0}, "zombie") == {
             ("zb-out", 0): KafkaError.NONE}
-        msg = sink.write_branch(o, {"value": 0}, iter([(b"fresh",)]), 0, 0, 0)
-        sink.commit_batch(o, [msg], 0)
+        msg = branch_writer.write_branch(o, {"value": 0}, iter([(b"fresh",)]), 0, 0, 0)
+        spark_decision.commit_batch(o, [msg], 0)
         assert wire.end_txn(c, o.parent, zombie.pid, zombie.epoch, True) in (
             KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
     assert read_values(bs, "zb-out", 1, want=1) == ["fresh"]
@@ -121,16 +123,16 @@ def test_late_speculative_attempt_ends_its_own_branch(spark_broker):
     bs = spark_broker.bootstrap
     create(bs, "sp-out", 1)
     o = sink.probe(sink.parse_options({"kafka.bootstrap.servers": bs, "semel.query.id": "sp", "topic": "sp-out"}))
-    winner = sink.write_branch(o, {"value": 0}, iter([(b"won",)]), 0, 0, 0)
+    winner = branch_writer.write_branch(o, {"value": 0}, iter([(b"won",)]), 0, 0, 0)
 
     def late_rows():
         yield (b"late-1",)
-        sink.commit_batch(o, [winner], 0)   # the batch is decided while this attempt writes
+        spark_decision.commit_batch(o, [winner], 0)   # the batch is decided while this attempt writes
         yield (b"late-2",)
 
-    late = sink.write_branch(o, {"value": 0}, late_rows(), 0, 0, 5)
+    late = branch_writer.write_branch(o, {"value": 0}, late_rows(), 0, 0, 5)
     assert late.skipped
     assert read_values(bs, "sp-out", 1, want=1) == ["won"]
     with Client(bs) as c:
-        [d] = describe_transactions(c, [sink.branch_id(o, 0, 0, 5)])
+        [d] = describe_transactions(c, [spark_decision.branch_id(o, 0, 0, 5)])
     assert d.state == "CompleteAbort"

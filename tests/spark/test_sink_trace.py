@@ -6,16 +6,20 @@ import json
 
 from semel.spark import sink
 
+from semel.spark import sink_options
 
-def options() -> sink.SinkOptions:
+from semel.spark import trace as spark_trace
+
+
+def options() -> sink_options.SinkOptions:
     return sink.parse_options({"kafka.bootstrap.servers": "127.0.0.1:1", "semel.query.id": "q1", "topic": "out"})
 
 
 def test_phases_are_one_json_line_per_call(tmp_path, monkeypatch):
     path = tmp_path / "trace.jsonl"
-    monkeypatch.setenv(sink.TRACE_ENV, str(path))
+    monkeypatch.setenv(spark_trace.TRACE_ENV, str(path))
     for batch in (3, 4):
-        ph = sink._Phases(options(), "commit", batch)
+        ph = spark_trace.Phases(options(), "commit", batch)
         ph.mark("read_decision")
         ph.mark("end_txn")
         ph.done(branches=2)
@@ -27,9 +31,9 @@ def test_phases_are_one_json_line_per_call(tmp_path, monkeypatch):
 
 
 def test_nothing_is_written_without_the_variable(tmp_path, monkeypatch):
-    monkeypatch.delenv(sink.TRACE_ENV, raising=False)
+    monkeypatch.delenv(spark_trace.TRACE_ENV, raising=False)
     monkeypatch.chdir(tmp_path)
-    ph = sink._Phases(options(), "write p0 a0", 1)
+    ph = spark_trace.Phases(options(), "write p0 a0", 1)
     ph.mark("check")
     ph.done(rows=5)
     assert list(tmp_path.iterdir()) == []

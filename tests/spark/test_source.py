@@ -239,7 +239,7 @@ def test_committed_start_waits_for_the_transaction_that_commits_the_offsets(brok
     that transaction is open the committed position is unknown (UNSTABLE_OFFSET_COMMIT),
     so the source retries (bounded) rather than start from a stale position."""
     from semel.client import Client
-    from semel.client.reader import Cluster, ReaderError
+    from semel.client.cluster import Cluster, ReaderError
     from tests.support.txn import RawTxn
     bs = broker.bootstrap
     create(bs, "s-pending", 1)
@@ -280,7 +280,7 @@ def test_fail_on_data_loss(spark, broker):
     create(bs, "s-loss", 1, {"segment.bytes": "200", "retention.bytes": "200"})
     for i in range(6):
         produce(bs, "s-loss", [f"r{i}" * 20])
-    from semel.client.reader import EARLIEST, Cluster
+    from semel.client.cluster import EARLIEST, Cluster
     with Cluster(bs) as cluster:
         start = wait.until(lambda: cluster.list_offsets([("s-loss", 0)], EARLIEST, True)[("s-loss", 0)],
                            "retention to delete the first segments")

@@ -18,7 +18,8 @@ import random
 import pytest
 
 from semel.client import Client
-from semel.client.reader import Cluster, read_range
+from semel.client.cluster import Cluster
+from semel.client.reader import read_range
 from semel.protocol import records
 from tests.support import wait
 from tests.support.txn import RawTxn
@@ -154,7 +155,8 @@ def test_range_reads_match_the_model_after_every_step(spark_broker, seed):
 
 
 def test_a_batch_failing_its_crc_is_refused_not_decoded():
-    from semel.client.reader import ReaderError, _decode
+    from semel.client.cluster import ReaderError
+    from semel.client.reader import _decode
     good = bytearray(records.build_batch([(b"k", b"value-1"), (b"k", b"value-2")]))
     rows, nxt = _decode(memoryview(bytes(good)), 0, 10, [], True, False)
     assert rows.values == [b"value-1", b"value-2"] and nxt == 2
@@ -187,7 +189,9 @@ def test_a_batch_in_a_codec_that_is_not_installed_fails_in_one_line(monkeypatch)
     import aiokafka.codec
     from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
-    from semel.client.reader import ReaderError, _decode
+    from semel.client.cluster import ReaderError
+
+    from semel.client.reader import _decode
     builder = DefaultRecordBatchBuilder(magic=2, compression_type=4, is_transactional=False,
                                         producer_id=-1, producer_epoch=-1, base_sequence=-1,
                                         batch_size=1 << 20)

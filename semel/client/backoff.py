@@ -1,0 +1,62 @@
+"""Retry pacing shared by every hand-written retry loop of the clients and the Spark
+connector: a capped exponential delay with jitter, and a deadline measured from the
+last progress.
+
+The deadline counts from the last try that made progress (progress() resets it and the
+delay), so a long operation that keeps moving is not cut off by a deadline from its
+start, while one that stops moving gives up `timeout_s` after it stopped. Jitter keeps
+many tasks that failed together (one broker restarting under a whole Spark job) from
+retrying in lockstep. The clock, the sleep and the random source are parameters so the
+rules can be tested without waiting.
+"""
+from __future__ import annotations
+
+import random
+import time
+from typing import Callable
+
+FIRST_S = 0.05
+MAX_S = 1.0
+JITTER = 0.2  # each delay is drawn from [delay * (1 - JITTER), delay * (1 + JITTER)], then capped
+
+
+class Backoff:
+    """One retry loop's pacing: expired() says the deadline has passed, fits() that the
+    next wait ends before it, wait() sleeps the next delay (then doubles it up to max_s)."""
+
+    def __init__(self, timeout_s: float, *, first_s: float = FIRST_S, max_s: float = MAX_S, jitter: float = JITTER,
+                 clock: Callable[[], float] | None = None, sleep: Callable[[float], object] | None = None,
+                 rand: Callable[[], float] | None = None):
+        # None: time.monotonic, time.sleep and random.random, looked up at each use (a test that
+        # replaces time.sleep for the whole process reaches every loop)
+        self.timeout_s, self.first_s, self.max_s, self.jitter = timeout_s, first_s, max_s, jitter
+        self._clock = clock or (lambda: time.monotonic())
+        self._sleep = sleep or (lambda s: time.sleep(s))
+        self._rand = rand or (lambda: random.random())
+        self.progress()
+
+    def progress(self) -> None:
+        """A try moved the operation forward: the deadline and the delay start over."""
+        self.deadline = self._clock() + self.timeout_s
+        self._base = self.first_s
+        self._next = self._draw()
+
+    def expired(self) -> bool:
+        return self._clock() > self.deadline
+
+    def fits(self) -> bool:
+        """Whether the next wait ends by the deadline."""
+        return self._clock() + self._next <= self.deadline
+
+    def next_delay(self) -> float:
+        """The delay the next wait() sleeps."""
+        return self._next
+
+    def wait(self) -> None:
+        self._sleep(self._next)
+        self._base = min(self._base * 2, self.max_s)
+        self._next = self._draw()
+
+    def _draw(self) -> float:
+        spread = 1 + self.jitter * (2 * self._rand() - 1)
+        return min(self._base * spread, self.max_s)
