@@ -93,6 +93,16 @@ class ClusterView(Protocol):
         is not `state.leader` or the new ISR is empty or not a subset of the replicas.
         """
 
+    async def write_partition(self, old: PartitionState, new: PartitionState) -> PartitionState | None:
+        """Store `new` if `old.version` is still current (leadership hand-overs, elections);
+        the stored state, or None when the CAS lost."""
+
+    async def read_partition(self, topic: str, partition: int) -> PartitionState | None:
+        """The partition as the metadata service holds it now (after a lost CAS)."""
+
+    def deleted_topics(self) -> dict:
+        """Deletion markers by name: topics deleted and not created again since."""
+
     async def allocate_producer_ids(self, block_size: int) -> int:
         """First id of a block of `block_size` producer ids unique cluster-wide, forever."""
 
@@ -168,6 +178,21 @@ class MemoryClusterView:
         new = replace(cur, isr=tuple(isr), version=cur.version + 1)
         self._t._publish(new)
         return new
+
+    async def write_partition(self, old: PartitionState, new: PartitionState) -> PartitionState | None:
+        await asyncio.sleep(0)   # a real CAS is a round trip: let others interleave
+        cur = self._t.parts.get((old.topic, old.partition))
+        if cur is None or cur.version != old.version:
+            return None
+        stored = replace(new, version=cur.version + 1)
+        self._t._publish(stored)
+        return stored
+
+    async def read_partition(self, topic: str, partition: int) -> PartitionState | None:
+        return self._t.parts.get((topic, partition))
+
+    def deleted_topics(self) -> dict:
+        return {}   # the table has no topic deletion
 
     async def allocate_producer_ids(self, block_size: int) -> int:
         first = self._t.next_pid
