@@ -12,6 +12,7 @@ import logging
 import signal
 import time
 
+from ..cluster.broker_configs import FileBrokerConfigs
 from ..storage.flusher import GroupCommitFlusher
 from ..storage.fs import fs_from_env
 from ..storage.errors import StorageError
@@ -57,6 +58,9 @@ class Broker:
         # configured; None on the embedded single node, where handlers take their single-node paths.
         self.cluster = None
         self.cluster_member = None
+        # Dynamic broker configs (semel.cluster.broker_configs): in etcd in a cluster, in
+        # a file of the data dir on a single node; set in start().
+        self.broker_configs = None
         # Replication data plane (semel.cluster.replica.ReplicaManager), started when
         # `cluster` is set; None on a single node.
         self.replicas = None
@@ -90,7 +94,12 @@ class Broker:
         if self.config.metadata_endpoints:
             self.cluster_member = cluster_member(self)
             self.cluster = self.cluster_member.view
+            self.broker_configs = self.cluster_member.configs
             self._use_cluster_security()
+        else:   # a damaged file stops the start here, naming it
+            self.broker_configs = FileBrokerConfigs(self, self.config.node_id, self.fs, self.config.data_dir)
+            self.broker_configs.load()
+            self.broker_configs.apply()
         if self.cluster is not None:   # how followers and the coordinator reach other brokers
             from ..cluster.peer import PeerDialer
             self.peer_dialer = PeerDialer.from_config(self.config)

@@ -1,13 +1,17 @@
-"""Dynamic broker configs (Kafka's DynamicBrokerConfig) for a cluster: the settings an
-operator may change at runtime with AlterConfigs / IncrementalAlterConfigs on a BROKER
-resource, kept in etcd and applied by every broker as its watch delivers them.
+"""Dynamic broker configs (Kafka's DynamicBrokerConfig): the settings an operator may
+change at runtime with AlterConfigs / IncrementalAlterConfigs on a BROKER resource.
 
 Two levels, as Kafka's: the cluster-wide default (resource name "", Kafka's
 `--entity-default`) and one broker's override (resource name its node id). A broker's
-effective value is its override, else the cluster default, else its start flag. Every
-broker follows both through the view's watch (`broker-configs/` keys), so a change
-reaches all of them without a restart; a write is applied by the broker that made it
-before it answers.
+effective value is its override, else the default, else its start flag. Where they are
+kept is the only difference between the two kinds of broker:
+  EtcdBrokerConfigs   a cluster: in etcd (`broker-configs/` keys); every broker follows
+                      the view's watch, so a change reaches all of them without a
+                      restart; a write is applied by the broker that made it before it
+                      answers
+  FileBrokerConfigs   a single node: one checked file in its data dir
+                      (`dynamic-broker-configs`), read at start, replaced atomically on
+                      every change, so a change holds across a restart
 
 Only the settings in DYNAMIC can be changed; others answer INVALID_CONFIG, as Kafka
 answers for a read-only broker config.
@@ -20,6 +24,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..protocol.errors import KafkaError
+from ..storage import checked_file
+from ..storage.fs import FileSystem
 from .etcd import mod_equals, put_op
 
 log = logging.getLogger("semel.cluster.broker_configs")
@@ -101,24 +107,41 @@ def validate(configs: dict[str, str | None]) -> tuple[KafkaError, str]:
 
 
 class BrokerConfigs:
-    """One broker's follower of the dynamic configs (created before the view starts,
-    so its first read fills the cache). `broker`: anything with the broker's `config`
-    (BrokerConfig, changed in place) and `logs` (LogManager), as ClusterMember has."""
+    """One broker's dynamic configs: what is set (`overrides`), what is in force
+    (`effective`, `apply`) and a change decided against the current overrides (`alter`).
+    `broker`: anything with the broker's `config` (BrokerConfig, changed in place) and
+    `logs` (LogManager). Subclasses say where the overrides are kept."""
 
-    def __init__(self, broker, view):
+    def __init__(self, broker, node_id: int):
         self.broker = broker
-        self.view = view
-        self.cache = view.key_cache(SUBTREE)
+        self.node_id = node_id
         self.static: dict[str, Any] | None = None   # start flags, read once the logs are open
         self._applied = -1
-        view.add_change_listener(self.apply)
+
+    # --- where the overrides are kept ----------------------------------------
+
+    def _items(self) -> dict[str, dict]:
+        """entity key -> its overrides, as last read or written."""
+        raise NotImplementedError
+
+    def _version(self) -> int:
+        """Grows with every change of _items()."""
+        raise NotImplementedError
+
+    async def _write_if(self, entity_key: str, compute) -> tuple[KafkaError, str] | None:
+        """Read the entity's overrides, decide with compute(current) -> (error, message,
+        new overrides), validate, and write them unless another write came first
+        (then None: decide again)."""
+        raise NotImplementedError
+
+    # --- the mechanism --------------------------------------------------------
 
     def overrides(self, entity_key: str) -> dict[str, str]:
-        return dict(self.cache.items.get(entity_key) or {})
+        return dict(self._items().get(entity_key) or {})
 
     def effective(self) -> dict[str, tuple[str, int]]:
         """name -> (value, ConfigSource) of every dynamic setting on this broker."""
-        mine = self.overrides(str(self.view.node_id))
+        mine = self.overrides(str(self.node_id))
         default = self.overrides(DEFAULT_KEY)
         out = {}
         for name in DYNAMIC:
@@ -136,10 +159,10 @@ class BrokerConfigs:
         return self.static
 
     def apply(self) -> None:
-        """Put the effective values in force (on every change the watch brings)."""
-        if self.cache.version == self._applied or self.broker.logs is None:
+        """Put the effective values in force (after every change)."""
+        if self._version() == self._applied or self.broker.logs is None:
             return
-        self._applied = self.cache.version
+        self._applied = self._version()
         static = self._static()
         for name, (value, source) in self.effective().items():
             setting = DYNAMIC[name]
@@ -152,25 +175,98 @@ class BrokerConfigs:
 
     async def alter(self, entity_key: str, compute) -> tuple[KafkaError, str]:
         """compute(current overrides) -> (error, message, new overrides), written by
-        compare-and-set on the entity's key and decided again if another write came first."""
-        key = self.view.keys.root + SUBTREE + entity_key
+        compare-and-set and decided again if another write came first."""
         while True:
-            kv = await self.view.etcd.get(key)
-            current = json.loads(kv.value) if kv is not None else {}
-            err, msg, wanted = compute(current)
-            if err:
-                return err, msg
-            err, msg = validate(wanted)
-            if err:
-                return err, msg
-            version = kv.mod_revision if kv is not None else 0
-            op = put_op(key, json.dumps(wanted).encode()) if wanted else \
-                {"request_delete_range": {"key": put_op(key, b"")["request_put"]["key"]}}
-            ok, rev = await self.view.etcd.txn([mod_equals(key, version)], [op])
-            if ok:
-                if wanted:
-                    self.cache.put(entity_key, wanted, rev)
-                else:
-                    self.cache.drop(entity_key, rev)
-                self.apply()
-                return KafkaError.NONE, ""
+            done = await self._write_if(entity_key, compute)
+            if done is not None:
+                if not done[0]:
+                    self.apply()
+                return done
+
+
+def _decide(compute, current: dict) -> tuple[KafkaError, str, dict]:
+    err, msg, wanted = compute(current)
+    if not err:
+        err, msg = validate(wanted)
+    return err, msg, wanted
+
+
+class EtcdBrokerConfigs(BrokerConfigs):
+    """A cluster member's dynamic configs, in etcd, followed through the view's watch
+    (created before the view starts, so its first read fills the cache)."""
+
+    def __init__(self, broker, view):
+        super().__init__(broker, view.node_id)
+        self.view = view
+        self.cache = view.key_cache(SUBTREE)
+        view.add_change_listener(self.apply)
+
+    def _items(self) -> dict[str, dict]:
+        return self.cache.items
+
+    def _version(self) -> int:
+        return self.cache.version
+
+    async def _write_if(self, entity_key: str, compute) -> tuple[KafkaError, str] | None:
+        key = self.view.keys.root + SUBTREE + entity_key
+        kv = await self.view.etcd.get(key)
+        err, msg, wanted = _decide(compute, json.loads(kv.value) if kv is not None else {})
+        if err:
+            return err, msg
+        version = kv.mod_revision if kv is not None else 0
+        op = put_op(key, json.dumps(wanted).encode()) if wanted else \
+            {"request_delete_range": {"key": put_op(key, b"")["request_put"]["key"]}}
+        ok, rev = await self.view.etcd.txn([mod_equals(key, version)], [op])
+        if not ok:
+            return None
+        if wanted:
+            self.cache.put(entity_key, wanted, rev)
+        else:
+            self.cache.drop(entity_key, rev)
+        return KafkaError.NONE, ""
+
+
+FILE_NAME = "dynamic-broker-configs"
+FILE_HEADER = "semel-dynamic-configs 1 "
+
+
+class FileBrokerConfigs(BrokerConfigs):
+    """A single node's dynamic configs, in one checked file of its data dir. The broker
+    is the only writer and decides and writes without awaiting, so no other change can
+    come between reading the overrides and replacing the file. A damaged file stops the
+    start with a DamagedFile naming it (the settings in it are not guessed)."""
+
+    def __init__(self, broker, node_id: int, fs: FileSystem, data_dir):
+        super().__init__(broker, node_id)
+        self.fs = fs
+        self.path = data_dir / FILE_NAME
+        self.items: dict[str, dict] = {}
+        self.version = 0
+
+    def load(self) -> None:
+        body = checked_file.read(self.fs, self.path, lambda data: checked_file.decode(FILE_HEADER, data),
+                                 "dynamic broker configs")
+        self.items = json.loads(bytes(body)) if body is not None else {}
+        self.version += 1
+
+    def _items(self) -> dict[str, dict]:
+        return self.items
+
+    def _version(self) -> int:
+        return self.version
+
+    async def _write_if(self, entity_key: str, compute) -> tuple[KafkaError, str] | None:
+        err, msg, wanted = _decide(compute, self.overrides(entity_key))
+        if err:
+            return err, msg
+        items = {k: v for k, v in self.items.items() if k != entity_key}
+        if wanted:
+            items[entity_key] = wanted
+        try:
+            checked_file.write(self.fs, self.path, checked_file.encode(
+                FILE_HEADER, json.dumps(items, sort_keys=True).encode()))
+        except OSError as exc:   # the old file is intact: nothing changed
+            return KafkaError.KAFKA_STORAGE_ERROR, f"{self.path}: {exc.strerror or exc}"
+        self.items = items
+        self.version += 1
+        return KafkaError.NONE, ""

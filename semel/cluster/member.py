@@ -12,7 +12,7 @@ import logging
 from typing import Callable, NamedTuple
 
 from ..protocol.errors import KafkaError
-from .broker_configs import BrokerConfigs
+from .broker_configs import EtcdBrokerConfigs
 from .controller import Controller
 from .etcd import Etcd
 from .internal_topics import coordinator_node, ensure_internal_topic
@@ -50,7 +50,7 @@ class ClusterMember:
         self.topics_deleted = topics_deleted
         self.view = EtcdClusterView(Etcd(cfg.metadata_endpoints), cfg.cluster_id, cfg.node_id,
                                     BrokerInfo(cfg.node_id, cfg.advertised, cfg.port), cfg.cluster_lease_ttl_s)
-        self.configs = BrokerConfigs(self, self.view)   # dynamic broker configs, from etcd (reads .config, .logs)
+        self.configs = EtcdBrokerConfigs(self, self.view)   # dynamic broker configs (reads .config, .logs)
         self.controller = Controller(self.view, rebalance=cfg.auto_leader_rebalance_enable,
                                      imbalance_percentage=cfg.leader_imbalance_per_broker_percentage,
                                      imbalance_check_interval_s=cfg.leader_imbalance_check_interval_seconds)

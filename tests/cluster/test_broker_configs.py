@@ -14,6 +14,7 @@ from kafka.admin import ConfigResourceType, KafkaAdminClient
 from semel.client.client import Client
 from semel.protocol.errors import KafkaError
 from semel.protocol.messages import request_class
+from tests.support.admin import alter_broker_config
 from tests.support.cluster import module_cluster
 from tests.support.wait import until
 
@@ -39,15 +40,8 @@ def broker_configs(kp, node: int, flt: str = "all") -> dict:
 
 
 def set_default(cluster, name: str, value: str | None) -> None:
-    """IncrementalAlterConfigs on the cluster default entity (resource name "", what
-    kafka-configs.sh --entity-default sends; confluent-kafka and kafka-python refuse an
-    empty broker name, so this one goes over semel's wire client)."""
-    cls = request_class(44)
-    with Client(cluster.brokers[0].bootstrap, timeout_s=10) as c:
-        r = c.request(44, resources=[cls.AlterConfigsResource(resource_type=4, resource_name="", configs=[
-            cls.AlterConfigsResource.AlterableConfig(name=name, config_operation=0 if value is not None else 1,
-                                                     value=value)])], validate_only=False)
-    assert r.responses[0].error_code == 0, r.responses[0].error_message
+    err, msg = alter_broker_config(cluster.brokers[0].bootstrap, "", name, value)
+    assert err == 0, msg
 
 
 def auto_creates(cluster, node: int, topic: str) -> bool:

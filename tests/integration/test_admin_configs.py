@@ -11,7 +11,7 @@ from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, 
                                    ConfigSource, NewTopic)
 
 from tests.support import wait
-from tests.support.admin import error_code
+from tests.support.admin import alter_broker_config, error_code
 from tests.support.brokers import module_broker
 
 
@@ -206,3 +206,60 @@ def test_compacted_topic_refuses_a_batch_that_expands_past_the_limit(mbroker):
                           (b"bomb", bytes(40 << 20)), (b"k", b"small"))
     assert codes == [CKError.MSG_SIZE_TOO_LARGE, None]
     assert _watermarks(mbroker, name) == (0, 1)  # only the small one
+
+
+def _broker_res(name: str, *entries) -> ConfigResource:
+    return ConfigResource(ConfigResource.Type.BROKER, name, incremental_configs=[
+        ConfigEntry(k, v, incremental_operation=op) for k, v, op in entries])
+
+
+def _broker_config(admin, key: str):
+    res = ConfigResource(ConfigResource.Type.BROKER, "0")
+    entry = admin.describe_configs([res])[res].result(30)[key]
+    return entry.value, entry.source
+
+
+def test_a_single_node_alters_its_dynamic_broker_configs_and_keeps_them(mbroker):
+    """kafka-configs --entity-type brokers on one broker: the cluster default ("") and
+    the broker's own id, in force at once (retention default trims a topic without an
+    override), described with their sources, and kept across a SIGKILL."""
+    admin = _admin(mbroker)
+    name = _topic(admin, {"segment.bytes": "4096"})
+    p = Producer({"bootstrap.servers": mbroker.bootstrap, "linger.ms": 0, "batch.num.messages": 10})
+    for _ in range(400):
+        p.produce(name, value=b"x" * 50, partition=0)
+    assert p.flush(30) == 0
+    try:
+        assert alter_broker_config(mbroker.bootstrap, "", "log.retention.bytes", "8192") == (0, None)
+        res = _broker_res("0", ("connections.max.idle.ms", "123456", AlterConfigOpType.SET))
+        admin.incremental_alter_configs([res])[res].result(30)
+        assert _broker_config(admin, "log.retention.bytes") == ("8192", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
+        assert _broker_config(admin, "connections.max.idle.ms") == ("123456", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+        c = Consumer({"bootstrap.servers": mbroker.bootstrap, "group.id": "wm"})
+        tp = TopicPartition(name, 0)
+        lo, hi = wait.until(lambda: (lambda w: w if w[0] > 0 else None)(c.get_watermark_offsets(tp, 30)),
+                            "the dynamic retention default trimmed a topic without an override")
+        assert hi == 400 and 0 < lo < 400
+        c.close()
+        mbroker.kill()
+        mbroker.restart()
+        admin = _admin(mbroker)
+        assert _broker_config(admin, "log.retention.bytes") == ("8192", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
+        assert _broker_config(admin, "connections.max.idle.ms") == ("123456", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+    finally:   # the module's broker is shared: back to its start flags
+        assert alter_broker_config(mbroker.bootstrap, "", "log.retention.bytes", None) == (0, None)
+        res = _broker_res("0", ("connections.max.idle.ms", None, AlterConfigOpType.DELETE))
+        admin.incremental_alter_configs([res])[res].result(30)
+    assert _broker_config(admin, "log.retention.bytes")[1] == ConfigSource.STATIC_BROKER_CONFIG.value
+
+
+@pytest.mark.parametrize("entity,key,value,code", [
+    ("0", "message.max.bytes", "2000000", CKError.INVALID_CONFIG),        # a start flag
+    ("0", "log.retention.ms", "soon", CKError.INVALID_CONFIG),            # not a number
+    ("7", "log.retention.ms", "1000", CKError.INVALID_REQUEST),           # no broker 7 here
+    ("", "leader.replication.throttled.rate", "1000", CKError.INVALID_CONFIG),   # nothing replicated
+])
+def test_a_single_node_refuses_broker_configs_it_cannot_apply(mbroker, entity, key, value, code):
+    admin = _admin(mbroker)
+    assert alter_broker_config(mbroker.bootstrap, entity, key, value)[0] == code
+    assert _broker_config(admin, "log.retention.ms")[1] == ConfigSource.STATIC_BROKER_CONFIG.value

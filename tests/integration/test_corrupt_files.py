@@ -160,3 +160,16 @@ def test_truncated_producer_ids_stop_the_start_with_one_line(pristine, tmp_path)
     path.write_bytes(path.read_bytes()[:5])
     line = _start_fails_with_one_line(data_dir, "producer_ids", tmp_path)
     assert "corrupt (5 bytes" in line and "cannot start" in line
+
+
+def test_damaged_dynamic_broker_configs_stop_the_start_with_one_line(pristine, tmp_path):
+    """The settings in a damaged file are not guessed (a retention default read as
+    something else would delete data): the start stops, naming the file."""
+    from semel.cluster.broker_configs import FILE_HEADER, FILE_NAME
+    from semel.storage import checked_file
+    data_dir, _ = _copy(pristine, tmp_path)
+    path = data_dir / FILE_NAME
+    path.write_bytes(checked_file.encode(FILE_HEADER, b'{"<default>": {"log.retention.ms": "86400000"}}'))
+    _damage(path, at=path.stat().st_size - 6, n=2)
+    line = _start_fails_with_one_line(data_dir, FILE_NAME, tmp_path)
+    assert "checksum mismatch" in line and "cannot start" in line

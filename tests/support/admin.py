@@ -59,3 +59,20 @@ def produce_error(bootstrap: str, topic: str):
     with Client(bootstrap, timeout_s=10) as c:
         err, _ = c.produce(topic, 0, records.build_batch([(None, b"x")]))
     return err
+
+
+def alter_broker_config(bootstrap: str, entity: str, name: str, value: str | None) -> tuple[int, str | None]:
+    """IncrementalAlterConfigs SET (None: DELETE) of `name` on a broker entity, sent to
+    `bootstrap` whatever the entity: "" is the default (what kafka-configs.sh
+    --entity-default sends; confluent-kafka and kafka-python refuse an empty broker
+    name), and the admin clients send a node id only to that node. Over semel's wire
+    client; the answer's (error code, message)."""
+    from semel.client.client import Client
+    from semel.protocol.api_keys import ApiKey
+    from semel.protocol.messages import request_class
+    cls = request_class(ApiKey.INCREMENTAL_ALTER_CONFIGS)
+    with Client(bootstrap, timeout_s=10) as c:
+        r = c.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, resources=[cls.AlterConfigsResource(
+            resource_type=4, resource_name=entity, configs=[cls.AlterConfigsResource.AlterableConfig(
+                name=name, config_operation=0 if value is not None else 1, value=value)])], validate_only=False)
+    return r.responses[0].error_code, r.responses[0].error_message

@@ -1,11 +1,12 @@
 """Configs: DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44).
 
 Topic overrides live in the topic catalogue (durable, applied to the open logs at
-once). Broker configs: on a single node described, read-only; in a cluster the
-dynamic ones (semel.cluster.broker_configs) are alterable, kept in etcd and applied
-by every broker without a restart."""
+once). Broker configs: the dynamic ones (semel.cluster.broker_configs) are alterable
+and applied without a restart, kept in etcd in a cluster (every broker follows them)
+and in the data dir on a single node; the rest are read-only start flags."""
 from __future__ import annotations
 
+from ...cluster.broker_configs import DEFAULT_KEY, DYNAMIC, DYNAMIC_DEFAULT_BROKER, entity, validate
 from ...cluster.reassignment import THROTTLE_RATE
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
@@ -39,15 +40,9 @@ async def describe_configs(ctx, req):
     return ctx.response(throttle_time_ms=0, results=results)
 
 
-def _broker_configs(ctx):
-    """The cluster's dynamic broker configs (semel.cluster.broker_configs), None on a single node."""
-    member = ctx.broker.cluster_member
-    return getattr(member, "configs", None) if member is not None else None
-
-
 def _dynamic_names(ctx) -> set[str]:
-    from ...cluster.broker_configs import DYNAMIC
-    return set(DYNAMIC) | {THROTTLE_RATE} if _broker_configs(ctx) is not None else set()
+    """The broker settings alterable at runtime (the replication throttle only in a cluster)."""
+    return set(DYNAMIC) | ({THROTTLE_RATE} if ctx.broker.cluster is not None else set())
 
 
 def _defaults(ctx) -> dict[str, str]:
@@ -65,11 +60,8 @@ def _config_values(ctx, rtype, name):
     """name -> (value, source): source 1 = topic override, 5 = default (Kafka's ConfigSource)."""
     defaults = _defaults(ctx)
     if rtype == RESOURCE_BROKER:
-        dyn = _broker_configs(ctx)
-        if dyn is None:
-            return {k: (v, 5) for k, v in defaults.items()}, KafkaError.NONE
-        out, err = _cluster_broker_values(ctx, dyn, name, defaults)
-        throttle = ctx.broker.cluster.config(THROTTLE_RATE)
+        out, err = _broker_values(ctx, ctx.broker.broker_configs, name, defaults)
+        throttle = ctx.broker.cluster.config(THROTTLE_RATE) if ctx.broker.cluster is not None else None
         if throttle is not None and not err:
             out[THROTTLE_RATE] = (throttle, 4)     # DYNAMIC_DEFAULT_BROKER_CONFIG: the cluster-wide one
         return out, err
@@ -84,10 +76,9 @@ def _config_values(ctx, rtype, name):
     return out, KafkaError.NONE
 
 
-def _cluster_broker_values(ctx, dyn, name, defaults):
-    """Cluster: the cluster default entity ("") lists what is set there; a broker lists
-    its read-only defaults and the dynamic settings in force, each with its source."""
-    from ...cluster.broker_configs import DEFAULT_KEY, DYNAMIC_DEFAULT_BROKER, entity
+def _broker_values(ctx, dyn, name, defaults):
+    """The default entity ("") lists what is set there; a broker lists its read-only
+    defaults and the dynamic settings in force, each with its source."""
     key = entity(name)
     if isinstance(key, KafkaError):
         return {}, key
@@ -128,8 +119,10 @@ async def _alter_cluster(ctx, res, compute, validate_only: bool) -> tuple[KafkaE
     """The cluster-wide default of a broker config (resource name ""), kept in etcd:
     only the replication throttle. Anything else is set at start (semel broker flags)."""
     view = ctx.broker.cluster
-    if view is None or res.resource_name != "":
-        return KafkaError.INVALID_CONFIG, "broker configs are set at start (semel broker flags), not altered"
+    if view is None:
+        return KafkaError.INVALID_CONFIG, f"{THROTTLE_RATE} is a cluster's setting: a single node replicates nothing"
+    if res.resource_name != "":
+        return KafkaError.INVALID_CONFIG, f"{THROTTLE_RATE} is set cluster-wide (resource name \"\"), not per broker"
     current = {THROTTLE_RATE: view.config(THROTTLE_RATE)} if view.config(THROTTLE_RATE) is not None else {}
     err, msg, wanted = compute(current, res)
     if err:
@@ -203,16 +196,15 @@ async def _alter_one(ctx, res, compute, validate_only: bool) -> tuple[KafkaError
 
 
 async def _alter_broker(ctx, res, compute, validate_only: bool) -> tuple[KafkaError, str]:
-    """Cluster: the dynamic settings of the cluster default (resource name "") or of one
-    broker (its node id), written to etcd; a single node answers INVALID_CONFIG."""
-    from ...cluster.broker_configs import entity, validate
-    dyn = _broker_configs(ctx)
-    if dyn is None:
-        return KafkaError.INVALID_CONFIG, ("broker configs of a single node are set at start (semel broker "
-                                           "flags); a cluster's dynamic ones are alterable")
+    """The dynamic settings of the default (resource name "") or of one broker (its node
+    id): written to etcd in a cluster, to the data dir on a single node."""
+    dyn = ctx.broker.broker_configs
     key = entity(res.resource_name)
     if isinstance(key, KafkaError):
         return key, f"broker resource name {res.resource_name!r} is neither \"\" nor a node id"
+    if ctx.broker.cluster is None and key not in (DEFAULT_KEY, str(ctx.broker.config.node_id)):
+        return KafkaError.INVALID_REQUEST, (f"no broker {key} here: this single node is broker "
+                                            f"{ctx.broker.config.node_id}")
 
     def decide(current):
         return compute(current, res)
