@@ -75,9 +75,17 @@ def _create(client, args) -> int:
         raise CliError(f"--replication-factor must be -1 or at least 1, got {args.replication_factor}")
     err = client.create_topic(args.name, args.partitions, configs, args.replication_factor)
     _check(err, f"create {args.name}")
-    rf = "" if args.replication_factor == -1 else f", replication factor {args.replication_factor}"
-    print(f"created topic {args.name} with {args.partitions} partition(s){rf}")
+    rf = args.replication_factor if args.replication_factor != -1 else _replication_factor(client, args.name)
+    print(f"created topic {args.name} with {args.partitions} partition(s), replication factor "
+          f"{rf if rf is not None else 'the broker default'}")
     return 0
+
+
+def _replication_factor(client, name: str) -> int | None:
+    """The factor the broker chose (its default) as Metadata shows it; None if not yet shown."""
+    topics = client.metadata([name]).topics
+    parts = topics[0].partitions if topics and topics[0].error_code == 0 else []
+    return len(parts[0].replica_nodes) if parts else None
 
 
 def _list(client, args) -> int:

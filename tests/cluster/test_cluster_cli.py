@@ -59,7 +59,7 @@ def test_cluster_start_serves_topics_and_stops_cleanly(tmp_path):
         assert all(sorted(row[6].split(",")) == ["0", "1"] and row[5] == "0" for row in rows)
         # no --replication-factor: the cluster's default, replicated on both brokers
         r = semel("topic", "create", "cli-default", "--partitions", "2", *b)
-        assert r.returncode == 0, r.stderr
+        assert r.returncode == 0 and "2 partition(s), replication factor 2" in r.stdout, r.stderr
         desc = semel("topic", "describe", "cli-default", *b)
         assert desc.returncode == 0, desc.stderr
         assert [sorted(ln.split("\t")[6].split(",")) for ln in desc.stdout.splitlines()[2:]] == [["0", "1"]] * 2
