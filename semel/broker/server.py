@@ -25,7 +25,7 @@ from .connection import ConnectionLimits, serve
 from .metrics import BrokerMetrics
 from .notify import AppendNotifier
 from .watchdog import LoopWatchdog
-from .wiring import build_groups, build_txns, cluster_member
+from .wiring import build_groups, build_replicas, build_txns, cluster_member
 
 log = logging.getLogger("semel.broker")
 
@@ -57,7 +57,7 @@ class Broker:
         # configured; None on the embedded single node, where handlers take their single-node paths.
         self.cluster = None
         self.cluster_member = None
-        # Replication data plane (semel.cluster.replica.ReplicaManager), started when
+        # Replication data plane (semel.cluster.replica_manager.ReplicaManager), started when
         # `cluster` is set; None on a single node.
         self.replicas = None
         # semel.cluster.peer.PeerDialer in a cluster: the inter-broker listener and login.
@@ -116,8 +116,7 @@ class Broker:
         if self.cluster_member is not None:   # registers with the bound port
             await self.cluster_member.start()
         if self.cluster is not None:
-            from ..cluster.replica import ReplicaManager
-            self.replicas = ReplicaManager(self, self.cluster, dialer=self.peer_dialer)
+            self.replicas = build_replicas(self)
             await self.replicas.start()
             # After replication: each partition state reaches the replica manager (which
             # takes the role) before the coordinators' seats act on it.

@@ -1,4 +1,5 @@
-"""Builds the coordinators, choosing what they are given: the one place that does.
+"""Builds the coordinators and the replica manager, choosing what they are given: the
+one place that does.
 
 A coordinator depends only on the interfaces of semel.coordinator.ports. On a single
 node they are the broker's own: the group-commit flusher as PartitionWriter, the
@@ -8,11 +9,18 @@ cluster each partition of __transaction_state and __consumer_offsets gets its ow
 coordinator with the cluster's implementations: a SeatedCoordinator as its seat, a
 ReplicatedFlusher (acks=all) as the writer of its log, producer ids from etcd and
 markers sent to other leaders through one MarkerChannel.
+
+The replication data plane (semel.cluster.replica_manager) is built here too, given
+only what it uses of the broker: the cluster view, the logs, the FileSystem, the
+readers' notifier, the peer dialer and the replica settings.
 """
 from __future__ import annotations
 
 from dataclasses import replace
 
+from ..cluster.hw_checkpoint import HW_FILE
+from ..cluster.replica_fetcher import FetchSettings
+from ..cluster.replica_manager import ReplicaManager, ReplicaSettings
 from ..coordinator.group import GroupCoordinator
 from ..coordinator.group_model import GroupConfig
 from ..coordinator.producer_ids import ProducerIdManager
@@ -29,6 +37,23 @@ def group_config(c: BrokerConfig) -> GroupConfig:
         compact_records=c.offsets_log_compact_records,
         segment_bytes=c.offsets_log_segment_bytes,
     )
+
+
+def replica_settings(c: BrokerConfig) -> ReplicaSettings:
+    return ReplicaSettings(
+        lag_time_max_ms=c.replica_lag_time_max_ms,
+        min_insync_replicas=c.min_insync_replicas,
+        hw_checkpoint=c.data_dir / HW_FILE,
+        fetch=FetchSettings(wait_ms=c.replica_fetch_wait_max_ms, max_bytes=c.replica_fetch_max_bytes,
+                            write_thread_bytes=c.replica_write_thread_bytes,
+                            request_timeout_s=c.request_timeout_ms / 1000),
+    )
+
+
+def build_replicas(broker) -> ReplicaManager:
+    """The replication data plane of a cluster member (after it joined the cluster)."""
+    return ReplicaManager(broker.cluster, broker.logs, broker.fs, broker.notifier.notify, broker.peer_dialer,
+                          replica_settings(broker.config))
 
 
 def build_groups(broker):

@@ -11,7 +11,7 @@ single-node or the cluster implementation) and never look further:
                     cluster.replicated_flusher.ReplicatedFlusher.
   HighWatermarks    what a marker written into a local data partition waits for
                     before it counts. Single node: none (the fsync is enough).
-                    Cluster: cluster.replica.ReplicaManager.
+                    Cluster: cluster.replica_manager.ReplicaManager.
   MarkerWriter      a transaction marker for a partition this broker does not lead,
                     written by its leader. Single node: none (every partition is
                     led here). Cluster: cluster.txn_markers.MarkerChannel.

@@ -6,7 +6,7 @@ the client can drop their batches. Fetch long-polls: it waits (without holding
 anything) until min_bytes are available or max_wait_ms passes; min_bytes=0
 is answered at once, as Kafka does. In a cluster the high watermark is the
 replicated one; a follower's fetch (replica_id >= 0) reads to the log end and
-tells the leader where the follower's log ends (semel.cluster.replica).
+tells the leader where the follower's log ends (semel.cluster.replica_manager).
 """
 from __future__ import annotations
 

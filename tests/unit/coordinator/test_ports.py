@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 from semel.cluster.coordinator_host import SeatedCoordinator
 from semel.cluster.producer_ids import ClusterProducerIds
-from semel.cluster.replica import ReplicaManager
+from semel.cluster.replica_manager import ReplicaManager
 from semel.cluster.replicated_flusher import ReplicatedFlusher
 from semel.cluster.state import MemoryClusterView
 from semel.cluster.txn_markers import MarkerChannel
