@@ -90,7 +90,7 @@ async def _append_partition(ctx, req, topic: str, pdata, budget: list[int]) -> _
         err = await _create_unknown(broker, topic)
         if err:
             return _PartitionResult(pdata.index, err)
-    err = check_leader(broker, topic, pdata.index)   # NONE on a single node
+    err = check_leader(broker.cluster, topic, pdata.index)   # NONE on a single node
     if err:
         return _PartitionResult(pdata.index, err)
     plog, err = lookup(ctx, topic, pdata.index)
