@@ -4,7 +4,8 @@ one place that does.
 A coordinator depends only on the interfaces of semel.coordinator.ports. On a single
 node they are the broker's own: the group-commit flusher as PartitionWriter, the
 producer-id file as ProducerIdSource, no seat (the coordinator loads its one log at
-start and always serves) and no MarkerWriter (every partition is led here). In a
+start and always serves) and LocalMarkers as MarkerWriter (every partition is led
+here). In a
 cluster each partition of __transaction_state and __consumer_offsets gets its own
 coordinator with the cluster's implementations: a SeatedCoordinator as its seat, a
 ReplicatedFlusher (acks=all) as the writer of its log, producer ids from etcd and
@@ -23,6 +24,7 @@ from ..cluster.replica_fetcher import FetchSettings
 from ..cluster.replica_manager import ReplicaManager, ReplicaSettings
 from ..coordinator.group import GroupCoordinator
 from ..coordinator.group_model import GroupConfig
+from ..coordinator.ports import LocalMarkers
 from ..coordinator.producer_ids import ProducerIdManager
 from ..coordinator.txn import OFFSETS_TOPIC, TXN_TOPIC, TransactionCoordinator
 from .config import BrokerConfig
@@ -83,7 +85,7 @@ def build_txns(broker):
     pids = ProducerIdManager(cfg.data_dir / "producer_ids", broker.fs)
     if broker.cluster is None:
         return TransactionCoordinator(broker.logs, broker.flusher, broker.groups, cfg, pids,
-                                      broker.notifier.notify, broker.metrics)
+                                      broker.notifier.notify, broker.metrics, markers=LocalMarkers())
     from ..cluster.coordinator_partitions import TxnCoordinators, topic_partition_count
     from ..cluster.producer_ids import ClusterProducerIds
     from ..cluster.txn_markers import MarkerChannel
