@@ -26,7 +26,7 @@ from .connection import ConnectionLimits, serve
 from .metrics import BrokerMetrics
 from .notify import AppendNotifier
 from .watchdog import LoopWatchdog
-from .wiring import build_groups, build_txns, cluster_member
+from .wiring import build_groups, build_replicas, build_txns, cluster_member
 
 log = logging.getLogger("semel.broker")
 
@@ -61,7 +61,7 @@ class Broker:
         # Dynamic broker configs (semel.cluster.broker_configs): in etcd in a cluster, in
         # a file of the data dir on a single node; set in start().
         self.broker_configs = None
-        # Replication data plane (semel.cluster.replica.ReplicaManager), started when
+        # Replication data plane (semel.cluster.replica_manager.ReplicaManager), started when
         # `cluster` is set; None on a single node.
         self.replicas = None
         # semel.cluster.peer.PeerDialer in a cluster: the inter-broker listener and login.
@@ -125,8 +125,7 @@ class Broker:
         if self.cluster_member is not None:   # registers with the bound port
             await self.cluster_member.start()
         if self.cluster is not None:
-            from ..cluster.replica import ReplicaManager
-            self.replicas = ReplicaManager(self, self.cluster, dialer=self.peer_dialer)
+            self.replicas = build_replicas(self)
             await self.replicas.start()
             # After replication: each partition state reaches the replica manager (which
             # takes the role) before the coordinators' seats act on it.

@@ -1,20 +1,30 @@
-"""Builds the coordinators, choosing what they are given: the one place that does.
+"""Builds the coordinators and the replica manager, choosing what they are given: the
+one place that does.
 
 A coordinator depends only on the interfaces of semel.coordinator.ports. On a single
 node they are the broker's own: the group-commit flusher as PartitionWriter, the
 producer-id file as ProducerIdSource, no seat (the coordinator loads its one log at
-start and always serves) and no MarkerWriter (every partition is led here). In a
+start and always serves) and LocalMarkers as MarkerWriter (every partition is led
+here). In a
 cluster each partition of __transaction_state and __consumer_offsets gets its own
 coordinator with the cluster's implementations: a SeatedCoordinator as its seat, a
 ReplicatedFlusher (acks=all) as the writer of its log, producer ids from etcd and
 markers sent to other leaders through one MarkerChannel.
+
+The replication data plane (semel.cluster.replica_manager) is built here too, given
+only what it uses of the broker: the cluster view, the logs, the FileSystem, the
+readers' notifier, the peer dialer and the replica settings.
 """
 from __future__ import annotations
 
 from dataclasses import replace
 
+from ..cluster.hw_checkpoint import HW_FILE
+from ..cluster.replica_fetcher import FetchSettings
+from ..cluster.replica_manager import ReplicaManager, ReplicaSettings
 from ..coordinator.group import GroupCoordinator
 from ..coordinator.group_model import GroupConfig
+from ..coordinator.ports import LocalMarkers
 from ..coordinator.producer_ids import ProducerIdManager
 from ..coordinator.txn import OFFSETS_TOPIC, TXN_TOPIC, TransactionCoordinator
 from .config import BrokerConfig
@@ -29,6 +39,23 @@ def group_config(c: BrokerConfig) -> GroupConfig:
         compact_records=c.offsets_log_compact_records,
         segment_bytes=c.offsets_log_segment_bytes,
     )
+
+
+def replica_settings(c: BrokerConfig) -> ReplicaSettings:
+    return ReplicaSettings(
+        lag_time_max_ms=c.replica_lag_time_max_ms,
+        min_insync_replicas=c.min_insync_replicas,
+        hw_checkpoint=c.data_dir / HW_FILE,
+        fetch=FetchSettings(wait_ms=c.replica_fetch_wait_max_ms, max_bytes=c.replica_fetch_max_bytes,
+                            write_thread_bytes=c.replica_write_thread_bytes,
+                            request_timeout_s=c.request_timeout_ms / 1000),
+    )
+
+
+def build_replicas(broker) -> ReplicaManager:
+    """The replication data plane of a cluster member (after it joined the cluster)."""
+    return ReplicaManager(broker.cluster, broker.logs, broker.fs, broker.notifier.notify, broker.peer_dialer,
+                          replica_settings(broker.config))
 
 
 def build_groups(broker):
@@ -58,7 +85,7 @@ def build_txns(broker):
     pids = ProducerIdManager(cfg.data_dir / "producer_ids", broker.fs)
     if broker.cluster is None:
         return TransactionCoordinator(broker.logs, broker.flusher, broker.groups, cfg, pids,
-                                      broker.notifier.notify, broker.metrics)
+                                      broker.notifier.notify, broker.metrics, markers=LocalMarkers())
     from ..cluster.coordinator_partitions import TxnCoordinators, topic_partition_count
     from ..cluster.producer_ids import ClusterProducerIds
     from ..cluster.txn_markers import MarkerChannel

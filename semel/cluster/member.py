@@ -17,7 +17,8 @@ from .controller import Controller
 from .etcd import Etcd
 from .internal_topics import coordinator_node, ensure_internal_topic
 from .metadata import EtcdClusterView
-from .state import BrokerInfo
+from .replica_rules import leader_epoch_error
+from .state import BrokerInfo, ClusterView
 from .topic_sync import deleted_names, sync_local_topics
 
 log = logging.getLogger("semel.cluster.member")
@@ -101,24 +102,21 @@ class ClusterMember:
         return coordinator_node(self.view, name, partition)
 
 
-def check_leader(broker, topic: str, partition: int, current_leader_epoch: int = -1) -> KafkaError:
-    """May this broker serve the partition as its leader? NONE on a single node.
+def check_leader(view: ClusterView | None, topic: str, partition: int, current_leader_epoch: int = -1) -> KafkaError:
+    """May this broker (its cluster `view`; None on a single node, where the answer is
+    NONE) serve the partition as its leader?
 
-    Kafka's order: the client's leader epoch first (older = FENCED_LEADER_EPOCH, the
-    client must refresh; newer = UNKNOWN_LEADER_EPOCH, this broker must catch up),
+    Kafka's order: the client's leader epoch first (replica_rules.leader_epoch_error),
     then leadership itself (NOT_LEADER_OR_FOLLOWER sends the client to Metadata).
     """
-    view = broker.cluster
     if view is None:
         return KafkaError.NONE
     st = view.partition(topic, partition)
     if st is None:
         return KafkaError.UNKNOWN_TOPIC_OR_PARTITION
-    if current_leader_epoch is not None and current_leader_epoch >= 0:
-        if current_leader_epoch < st.leader_epoch:
-            return KafkaError.FENCED_LEADER_EPOCH
-        if current_leader_epoch > st.leader_epoch:
-            return KafkaError.UNKNOWN_LEADER_EPOCH
+    err = leader_epoch_error(current_leader_epoch, st.leader_epoch)
+    if err:
+        return err
     if st.leader != view.node_id:
         return KafkaError.NOT_LEADER_OR_FOLLOWER
     return KafkaError.NONE

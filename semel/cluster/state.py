@@ -1,10 +1,11 @@
 """What one broker knows about the cluster, and the one way it may change it.
 
 The control plane (etcd.py, controller.py) keeps this view current from the
-consensus service; the data plane (replica.py, the produce and fetch handlers)
-reads it and changes only the ISR of partitions it leads, by compare-and-set on
-`PartitionState.version` (Kafka's AlterPartition with its partition epoch), so a
-deposed leader can never shrink or expand an ISR it no longer owns.
+consensus service; the data plane (replica_manager.py, replica_fetcher.py, the
+produce and fetch handlers) reads it and changes only the ISR of partitions it
+leads, by compare-and-set on `PartitionState.version` (Kafka's AlterPartition with
+its partition epoch), so a deposed leader can never shrink or expand an ISR it no
+longer owns.
 
 `MemoryClusterView` is the same contract over a dict shared by several Broker
 objects in one process: the data plane's tests and model tests run on it; the
@@ -103,6 +104,9 @@ class ClusterView(Protocol):
     def deleted_topics(self) -> dict:
         """Deletion markers by name: topics deleted and not created again since."""
 
+    def config(self, name: str) -> str | None:
+        """A cluster-wide dynamic broker config (e.g. the replication throttle), None when unset."""
+
     async def allocate_producer_ids(self, block_size: int) -> int:
         """First id of a block of `block_size` producer ids unique cluster-wide, forever."""
 
@@ -193,6 +197,9 @@ class MemoryClusterView:
 
     def deleted_topics(self) -> dict:
         return {}   # the table has no topic deletion
+
+    def config(self, name: str) -> str | None:
+        return None   # the table has no dynamic configs
 
     async def allocate_producer_ids(self, block_size: int) -> int:
         first = self._t.next_pid

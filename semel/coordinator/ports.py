@@ -11,10 +11,10 @@ single-node or the cluster implementation) and never look further:
                     cluster.replicated_flusher.ReplicatedFlusher.
   HighWatermarks    what a marker written into a local data partition waits for
                     before it counts. Single node: none (the fsync is enough).
-                    Cluster: cluster.replica.ReplicaManager.
+                    Cluster: cluster.replica_manager.ReplicaManager.
   MarkerWriter      a transaction marker for a partition this broker does not lead,
-                    written by its leader. Single node: none (every partition is
-                    led here). Cluster: cluster.txn_markers.MarkerChannel.
+                    written by its leader. Single node: LocalMarkers below (every
+                    partition is led here). Cluster: cluster.txn_markers.MarkerChannel.
   ProducerIdSource  producer ids unique across restarts (and brokers) plus the
                     coordinator epoch. Single node: coordinator.producer_ids.
                     ProducerIdManager. Cluster: cluster.producer_ids.ClusterProducerIds.
@@ -60,6 +60,21 @@ class MarkerWriter(Protocol):
 
     def close(self) -> None:
         """Drop connections (the broker stops)."""
+
+
+class LocalMarkers:
+    """The single node's MarkerWriter: every partition is led here, so the coordinator
+    writes each marker into its own broker's log and never asks another broker."""
+
+    def leads_here(self, tp: tuple[str, int]) -> bool:
+        return True
+
+    async def write(self, tp: tuple[str, int], commit: bool, producer_id: int, epoch: int,
+                    coordinator_epoch: int) -> KafkaError:
+        return KafkaError.NOT_LEADER_OR_FOLLOWER    # there is no other broker to write it
+
+    def close(self) -> None:
+        pass
 
 
 @runtime_checkable

@@ -31,7 +31,7 @@ from ..protocol.errors import KafkaError
 from ..storage.errors import StorageError
 from .coordinator_log import CoordinatorLog
 from .group_model import OFFSETS_TOPIC
-from .ports import CoordinatorSeat, HighWatermarks, MarkerWriter, PartitionWriter, ProducerIdSource
+from .ports import CoordinatorSeat, HighWatermarks, LocalMarkers, MarkerWriter, PartitionWriter, ProducerIdSource
 from .txn_states import (
     COMPLETE_OF, COMPLETED, PREPARED, TxnMeta, TxnState, can_transition, decode_value, encode_value,
     end_txn_outcome, now_ms,
@@ -83,8 +83,8 @@ class TransactionCoordinator(MarkerCompletion, TxnBranches):
 
     `flusher`    the PartitionWriter of its own log (in a cluster: committed = replicated)
     `pid_manager` the ProducerIdSource
-    `markers`    the MarkerWriter for partitions led by other brokers (None: every
-                 partition is led here, as on a single node)
+    `markers`    the MarkerWriter for partitions led by other brokers (LocalMarkers:
+                 every partition is led here, as on a single node)
     `seat`       the CoordinatorSeat that loads, serves and drops it (None: it loads its
                  own log at start and always serves)
     `data_flusher`     the PartitionWriter markers written into local data partitions
@@ -95,7 +95,7 @@ class TransactionCoordinator(MarkerCompletion, TxnBranches):
     """
 
     def __init__(self, logs, flusher, groups, config, pid_manager: ProducerIdSource, on_marker=None,
-                 stats=None, *, markers: MarkerWriter | None = None, seat: CoordinatorSeat | None = None,
+                 stats=None, *, markers: MarkerWriter = LocalMarkers(), seat: CoordinatorSeat | None = None,
                  high_watermarks: Callable[[], HighWatermarks | None] = lambda: None,
                  data_flusher: PartitionWriter | None = None, txn_partitions: int = 1):
         self.logs = logs
@@ -185,8 +185,7 @@ class TransactionCoordinator(MarkerCompletion, TxnBranches):
         await asyncio.gather(*self._tasks, *self._background, return_exceptions=True)
         # Writes whose fsync wait was just cancelled: their waiters must not hang.
         self._clog.fail_all(KafkaError.NOT_COORDINATOR)
-        if self.markers is not None:
-            self.markers.close()
+        self.markers.close()
 
     def _replay(self) -> None:
         """Memory := the last state of every transactional id in the log."""

@@ -96,7 +96,7 @@ class MarkerCompletion:
         if branch is not None:
             await self._complete_branch(branch, kind == records.CONTROL_COMMIT, meta.txn_id)
             return
-        if tp[0] == OFFSETS_TOPIC and (self.markers is None or self.markers.leads_here(tp)):
+        if tp[0] == OFFSETS_TOPIC and self.markers.leads_here(tp):
             groups = self.groups.for_partition(tp[1])
             if groups is None:
                 raise AppendError(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"no group coordinator for {tp}")
@@ -107,7 +107,7 @@ class MarkerCompletion:
             if result:
                 raise StorageError(f"offsets marker for {meta.txn_id}: {KafkaError(result).name}")
             return
-        if self.markers is not None and not self.markers.leads_here(tp):
+        if not self.markers.leads_here(tp):
             # Led by another broker (or by nobody right now): the current leader writes it.
             err = await self.markers.write(tp, kind == records.CONTROL_COMMIT, meta.producer_id, meta.epoch,
                                            self.coordinator_epoch)

@@ -1,5 +1,6 @@
-"""Model test of the leader's ISR and high-watermark decisions (semel.cluster.replica:
-FollowerProgress, high_watermark, isr_change) against the compare-and-set of a
+"""Model test of the leader's ISR and high-watermark decisions (semel.cluster.replica_rules:
+FollowerProgress, high_watermark, isr_change; their hand-made cases are in
+tests/unit/cluster/test_replica_rules.py) against the compare-and-set of a
 MemoryClusterView, with seeded random interleavings: produces, follower fetches,
 clock ticks, ISR changes in flight (alter_isr yields, so others run meanwhile) and
 leader elections racing them.
@@ -17,7 +18,7 @@ import random
 
 import pytest
 
-from semel.cluster.replica import FollowerProgress, high_watermark, isr_change
+from semel.cluster.replica_rules import FollowerProgress, high_watermark, isr_change
 from semel.cluster.state import MemoryClusterView
 
 NODES = (0, 1, 2)
@@ -168,35 +169,3 @@ def test_isr_and_high_watermark_hold_their_invariants(seed):
     m = asyncio.run(run())
     assert m.next_id > 0 and m.state.version > 0   # the run did produce and change the partition
 
-
-def test_shrink_then_expand_decisions():
-    """The decision itself on hand-made cases: lagging members leave, caught-up ones join, the leader stays."""
-    from semel.cluster.state import PartitionState
-    st = PartitionState("t", 0, (0, 1, 2), 0, 3, (0, 1, 2))
-    fresh, stale = FollowerProgress(leo=10, last_caught_up_ms=1000), FollowerProgress(leo=4, last_caught_up_ms=0)
-    assert isr_change(st, 10, 10, {1: fresh, 2: stale}, 1000, 500, 0) == (0, 1)
-    out = PartitionState("t", 0, (0, 1, 2), 0, 3, (0,))
-    assert isr_change(out, 10, 10, {1: fresh, 2: stale}, 1000, 500, 0) == (0, 1)
-    # One that left the ISR (here: killed on an idle partition, its last fetch at the log
-    # end) joins again only on a fetch made after it left, not on that old fetch.
-    gone = FollowerProgress(leo=10, last_caught_up_ms=1000, last_fetch_ms=1000, left_isr_ms=1100)
-    assert isr_change(out, 10, 10, {1: gone}, 1200, 500, 0) is None
-    gone.on_fetch(10, 10, now_ms=1300)
-    assert isr_change(out, 10, 10, {1: gone}, 1300, 500, 0) == (0, 1)
-    # A follower below the start of the leader's epoch does not join yet (Kafka's rule).
-    assert isr_change(out, 12, 8, {1: FollowerProgress(leo=9, last_caught_up_ms=1000)}, 1000, 500, 11) is None
-    assert isr_change(st, 10, 10, {1: fresh, 2: FollowerProgress(leo=10, last_caught_up_ms=900)}, 1000, 500, 0) is None
-    # Lagging followers all gone: the leader alone, never an empty ISR.
-    assert isr_change(st, 10, 10, {1: stale, 2: stale}, 1000, 500, 0) == (0,)
-    # A caught-up follower whose broker session ended is not taken back in (KIP-841);
-    # one still in the ISR is left to the lag rule (and the controller) to drop.
-    assert isr_change(out, 10, 10, {1: fresh}, 1000, 500, 0, alive={0, 2}) is None
-    assert isr_change(out, 10, 10, {1: fresh}, 1000, 500, 0, alive={0, 1, 2}) == (0, 1)
-    # Kafka's caught-up rule: behind the current end but at the end of the previous fetch.
-    p = FollowerProgress()
-    p.on_fetch(5, 8, now_ms=100)
-    assert p.last_caught_up_ms == 0
-    p.on_fetch(8, 12, now_ms=200)
-    assert p.last_caught_up_ms == 100
-    assert high_watermark(3, 0, 12, (0, 1), {1: p}) == 8
-    assert high_watermark(9, 0, 12, (0, 1), {1: p}) == 9       # never backwards

@@ -215,11 +215,3 @@ def test_reset_starts_over_at_the_leaders_log_start_and_survives_reopen(open_log
     with pytest.raises(ValueError):
         again.reset_to(3)                                     # never backwards over records it holds
 
-
-def test_high_watermark_checkpoint_round_trips_and_a_damaged_one_is_empty():
-    from semel.cluster.replica import decode_hws, encode_hws
-    hws = {("a", 0): 12, ("b.c_d-e", 3): 0}
-    data = encode_hws(hws)
-    assert decode_hws(data) == hws
-    assert decode_hws(data[:-2]) == {}
-    assert decode_hws(b"semel-epochs 1 00000000\n") == {}

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import pytest
 
-from semel.cluster.replica import diverging_epoch, truncation_point
+from semel.cluster.replica_rules import diverging_epoch, truncation_point
 from semel.protocol.records import build_batch, iter_batches, split_batches
 from semel.storage import LogConfig, PartitionLog
 from tests.support.memcluster import all_bytes

@@ -6,7 +6,7 @@ the client can drop their batches. Fetch long-polls: it waits (without holding
 anything) until min_bytes are available or max_wait_ms passes; min_bytes=0
 is answered at once, as Kafka does. In a cluster the high watermark is the
 replicated one; a follower's fetch (replica_id >= 0) reads to the log end and
-tells the leader where the follower's log ends (semel.cluster.replica).
+tells the leader where the follower's log ends (semel.cluster.replica_manager).
 """
 from __future__ import annotations
 
@@ -113,7 +113,7 @@ def _read_partition(ctx, P, topic, p, isolation, budget, first, replica=False, r
                  log_start_offset=-1, aborted_transactions=None, records=b""), 0
     # CLUSTER-HOOK: a follower's Fetch (replica_id >= 0) passes the same leadership and
     # epoch check; the replication data plane records the follower's fetch offset here.
-    err = check_leader(ctx.broker, topic, p.partition, getattr(p, "current_leader_epoch", -1))
+    err = check_leader(ctx.broker.cluster, topic, p.partition, getattr(p, "current_leader_epoch", -1))
     if err:
         return _error_partition(P, p.partition, err), 0
     plog = ctx.broker.logs.get(topic, p.partition)
@@ -164,7 +164,7 @@ async def list_offsets(ctx, req):
     for t in req.topics:
         parts = []
         for p in t.partitions:
-            code = check_leader(ctx.broker, t.name, p.partition_index, getattr(p, "current_leader_epoch", -1))
+            code = check_leader(ctx.broker.cluster, t.name, p.partition_index, getattr(p, "current_leader_epoch", -1))
             code, ts, off = (code, -1, -1) if code else _offset_for(ctx, t.name, p.partition_index,
                                                                      p.timestamp, isolation)
             parts.append(P(partition_index=p.partition_index, error_code=code, timestamp=ts,

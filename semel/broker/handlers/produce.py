@@ -7,7 +7,7 @@ sequence checks happen in storage's producer state, also before the write.
 acks=all: a large append is fsynced by the worker thread that writes it (write-
 through), so its answer needs no further wait on one node; a small one waits for the
 group-committed fsync without blocking the connection; in a cluster every acks=all
-answer also waits for the high watermark to pass the batch (semel.cluster.replica).
+answer also waits for the high watermark to pass the batch (semel.cluster.replica_manager).
 """
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ async def _append_partition(ctx, req, topic: str, pdata, budget: list[int]) -> _
         err = await _create_unknown(broker, topic)
         if err:
             return _PartitionResult(pdata.index, err)
-    err = check_leader(broker, topic, pdata.index)   # NONE on a single node
+    err = check_leader(broker.cluster, topic, pdata.index)   # NONE on a single node
     if err:
         return _PartitionResult(pdata.index, err)
     plog, err = lookup(ctx, topic, pdata.index)

@@ -210,7 +210,7 @@ async def _coordinator_marker(ctx, marker, tp: tuple[str, int]) -> KafkaError:
         return await _offsets_marker(ctx, marker, partition)
     if topic.startswith("__"):
         return KafkaError.INVALID_TOPIC_EXCEPTION   # no transaction spans the transaction log
-    err = check_leader(ctx.broker, topic, partition)
+    err = check_leader(ctx.broker.cluster, topic, partition)
     if err:
         return err
     try:

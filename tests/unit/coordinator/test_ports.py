@@ -8,13 +8,13 @@ from types import SimpleNamespace
 
 from semel.cluster.coordinator_host import SeatedCoordinator
 from semel.cluster.producer_ids import ClusterProducerIds
-from semel.cluster.replica import ReplicaManager
+from semel.cluster.replica_manager import ReplicaManager
 from semel.cluster.replicated_flusher import ReplicatedFlusher
 from semel.cluster.state import MemoryClusterView
 from semel.cluster.txn_markers import MarkerChannel
 from semel.coordinator.group import GroupCoordinator
 from semel.coordinator.ports import (
-    CoordinatorSeat, HighWatermarks, Loadable, MarkerWriter, PartitionWriter, ProducerIdSource,
+    CoordinatorSeat, HighWatermarks, Loadable, LocalMarkers, MarkerWriter, PartitionWriter, ProducerIdSource,
 )
 from semel.coordinator.producer_ids import ProducerIdManager
 from semel.coordinator.txn import TransactionCoordinator
@@ -28,6 +28,7 @@ def test_partition_writers():
 
 def test_marker_writer_and_high_watermarks():
     assert issubclass(MarkerChannel, MarkerWriter)
+    assert issubclass(LocalMarkers, MarkerWriter)
     assert issubclass(ReplicaManager, HighWatermarks)
 
 

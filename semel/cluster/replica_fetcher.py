@@ -1,0 +1,281 @@
+"""The follower side of replication: one fetcher, so one connection, per leader broker,
+batching every partition this broker follows there.
+
+Kafka's rules: fetch from the log end (Fetch v12, replica_id = own node id, current
+leader epoch, last fetched epoch) and append what comes back as given
+(PartitionLog.append_replicated). The leader checks the last fetched epoch against
+its own history and, where the logs diverged (a leader change), answers a diverging
+epoch instead of records (KIP-320/KIP-595); the follower truncates by it
+(replica_rules.truncation_point) and fetches again, so no OffsetForLeaderEpoch round
+trip. A log with records but no epochs asks OffsetForLeaderEpoch first
+(KIP-101/KIP-279). Follower high watermark = min(leader's high watermark, own log end).
+
+Followers do not fsync each fetch (Kafka's default): an acknowledged record is on
+every ISR member, and the leader's own flush policy still applies to it.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Callable
+
+from ..protocol.api_keys import ApiKey
+from ..protocol.errors import KafkaError
+from ..protocol.messages import request_class
+from ..storage import LogManager
+from ..storage.errors import AppendError, StorageError
+from .peer import PeerAuthError, PeerConnection, PeerDialer, PeerError
+from .replica_rules import UNDEFINED, TopicPartition, truncation_point
+from .state import ClusterView
+
+log = logging.getLogger("semel.cluster.replica_fetcher")
+
+FETCH_VERSION = 12            # replica_id and current_leader_epoch, topic names
+EPOCH_VERSION = 4             # OffsetForLeaderEpoch with replica_id
+_FENCING = (KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.NOT_LEADER_OR_FOLLOWER,
+            KafkaError.UNKNOWN_TOPIC_OR_PARTITION)
+
+
+@dataclass(frozen=True)
+class FetchSettings:
+    """How a follower fetches (the broker's replica_* settings)."""
+    wait_ms: int                  # replica_fetch_wait_max_ms: a fetch's long-poll
+    max_bytes: int                # replica_fetch_max_bytes, per partition
+    write_thread_bytes: int       # records at least this large are written in a worker thread
+    request_timeout_s: float
+
+
+@dataclass
+class _Followed:
+    epoch: int
+    truncate: bool = True
+
+
+class LeaderFetcher:
+    """Fetches every partition this broker follows on one leader broker, over one connection."""
+
+    def __init__(self, leader_id: int, view: ClusterView, logs: LogManager, dialer: PeerDialer,
+                 settings: FetchSettings, paused: Callable[[], bool]):
+        self.leader_id = leader_id
+        self.view = view
+        self.node_id = view.node_id
+        self.logs = logs
+        self.dialer = dialer
+        self.settings = settings
+        # True while the replica manager pauses fetching (what a stopped follower looks like).
+        self.paused = paused
+        self.parts: dict[TopicPartition, _Followed] = {}
+        self._wake = asyncio.Event()
+        self._conn: PeerConnection | None = None
+        self._closing = False
+        self._task = asyncio.create_task(self._run(), name=f"replica-fetcher-{leader_id}")
+
+    def add(self, tp: TopicPartition, epoch: int) -> None:
+        """Follow tp at a new leader epoch. Fetches carry the last fetched epoch, so the
+        leader tells where the logs diverged; only a log with records but no epochs
+        (nothing to compare) asks OffsetForLeaderEpoch first."""
+        plog = self._log(tp)
+        blind = plog is not None and plog.epochs.latest_epoch == UNDEFINED and plog.log_end_offset > plog.log_start_offset
+        self.parts[tp] = _Followed(epoch, truncate=blind)
+        self._wake.set()
+
+    def remove(self, tp: TopicPartition) -> None:
+        self.parts.pop(tp, None)
+
+    async def close(self) -> None:
+        # The flag as well as the cancel: Python 3.11's wait_for can swallow a cancel
+        # that lands just as its inner call completes, and the loop would go on.
+        self._closing = True
+        self.parts.clear()
+        self._wake.set()
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+        if self._conn is not None:
+            self._conn.close()
+
+    async def _run(self) -> None:
+        while not self._closing:
+            if not self.parts:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            info = self.view.brokers().get(self.leader_id)
+            if info is None:
+                await asyncio.sleep(0.1)
+                continue
+            try:
+                self._conn = await self.dialer.connect(info, f"semel-replica-{self.node_id}")
+                while self.parts:
+                    await self._round()
+            except PeerAuthError:     # logged by the dialer; a login refused now is refused in a second
+                await asyncio.sleep(1)
+            except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, PeerError) as exc:
+                log.info("fetcher %d -> %d: %s; reconnecting", self.node_id, self.leader_id, exc or type(exc).__name__)
+                await asyncio.sleep(0.1)
+            except Exception:     # a disk failure, a bug: keep the fetcher alive, retry slowly
+                log.exception("fetcher %d -> %d failed; retrying", self.node_id, self.leader_id)
+                await asyncio.sleep(1)
+            finally:
+                if self._conn is not None:
+                    self._conn.close()
+                    self._conn = None
+
+    async def _round(self) -> None:
+        if self.paused():
+            await asyncio.sleep(0.05)
+            return
+        pending = {tp: f for tp, f in self.parts.items() if f.truncate}
+        if pending:
+            if not await self._truncate(pending):
+                await asyncio.sleep(0.05)     # the leader has not taken over yet
+            return
+        if not await self._fetch():
+            await asyncio.sleep(0.05)
+
+    def _log(self, tp: TopicPartition):
+        return self.logs.get(*tp)
+
+    async def _truncate(self, pending: dict[TopicPartition, _Followed]) -> bool:
+        """One OffsetForLeaderEpoch round for the partitions that must truncate; True on progress."""
+        cls = request_class(ApiKey.OFFSET_FOR_LEADER_EPOCH)
+        T = cls.OffsetForLeaderTopic
+        by_topic: dict[str, list] = {}
+        for (topic, p), f in pending.items():
+            plog = self._log((topic, p))
+            if plog is None:
+                continue
+            by_topic.setdefault(topic, []).append(T.OffsetForLeaderPartition(
+                partition=p, current_leader_epoch=f.epoch, leader_epoch=plog.epochs.latest_epoch))
+        resp = await self._conn.call(ApiKey.OFFSET_FOR_LEADER_EPOCH, EPOCH_VERSION, self.settings.request_timeout_s,
+                                     replica_id=self.node_id,
+                                     topics=[T(topic=t, partitions=ps) for t, ps in by_topic.items()])
+        progress = False
+        for t in resp.topics:
+            for r in t.partitions:
+                tp = (t.topic, r.partition)
+                f = self.parts.get(tp)
+                if f is None or tp not in pending or f is not pending[tp] or r.error_code:
+                    continue
+                progress = True
+                f.truncate = not self._truncate_one(tp, r.leader_epoch, r.end_offset)
+        return progress
+
+    def _truncate_one(self, tp: TopicPartition, leader_epoch: int, end_offset: int) -> bool:
+        """Cut the local log where the leader's answer says it diverges; True when done."""
+        plog = self._log(tp)
+        if plog is None:
+            return True
+        target, done = truncation_point(plog.epochs, plog.log_end_offset, plog.high_watermark, leader_epoch,
+                                        end_offset)
+        before = plog.log_end_offset
+        plog.truncate_to(target)             # also drops epochs beginning at the cut, records or not
+        if plog.log_end_offset < before:
+            log.info("%s-%d: truncated %d -> %d (leader %d epoch %d ends at %d)", *tp, before,
+                     plog.log_end_offset, self.leader_id, leader_epoch, end_offset)
+        return done
+
+    async def _fetch(self) -> bool:
+        """One Fetch for every followed partition; True when nothing went wrong."""
+        cls = request_class(ApiKey.FETCH)
+        T = cls.FetchTopic
+        sent: dict[TopicPartition, _Followed] = {}
+        by_topic: dict[str, list] = {}
+        for tp, f in self.parts.items():
+            plog = self._log(tp)
+            if plog is None:
+                continue
+            sent[tp] = f
+            by_topic.setdefault(tp[0], []).append(T.FetchPartition(
+                partition=tp[1], current_leader_epoch=f.epoch, fetch_offset=plog.log_end_offset,
+                last_fetched_epoch=plog.epochs.latest_epoch, log_start_offset=plog.log_start_offset,
+                partition_max_bytes=self.settings.max_bytes))
+        if not sent:
+            return False
+        resp = await self._conn.call(
+            ApiKey.FETCH, FETCH_VERSION, self.settings.request_timeout_s + self.settings.wait_ms / 1000,
+            replica_id=self.node_id, max_wait_ms=self.settings.wait_ms, min_bytes=1,
+            max_bytes=self.settings.max_bytes * 8, isolation_level=0, session_id=0, session_epoch=-1,
+            topics=[T(topic=t, partitions=ps) for t, ps in by_topic.items()], forgotten_topics_data=[],
+            rack_id="")
+        if resp.error_code == KafkaError.CLUSTER_AUTHORIZATION_FAILED:
+            # Our login lacks ClusterAction there: say so once a minute, not per partition per round.
+            raise self.dialer.refused(self.leader_id, "fetch denied: the inter-broker principal needs "
+                                                        "ClusterAction on the cluster (a super user)")
+        if self.paused():
+            return True       # paused while the fetch was out: as if the answer never came
+        ok = True
+        writing = []
+        for t in resp.responses:
+            for r in t.partitions:
+                tp = (t.topic, r.partition_index)
+                f = self.parts.get(tp)
+                if f is None or f is not sent.get(tp):
+                    continue          # leadership moved while the fetch was out
+                done = self._apply(tp, f, r)
+                if isinstance(done, bool):
+                    ok = done and ok
+                else:
+                    writing.append(done)
+        # Every partition's write runs at once (one worker thread each); the next fetch,
+        # whose offsets report these logs' ends, goes out only once all have landed.
+        for done in await asyncio.gather(*writing) if writing else ():
+            ok = done and ok
+        return ok
+
+    def _apply(self, tp: TopicPartition, f: _Followed, r):
+        """Apply one partition's answer: True/False (went right or not), or, for records
+        written in a worker thread, an awaitable of that. Runs without an await from the
+        caller's role check to the write's start, so the write belongs to this role."""
+        plog = self._log(tp)
+        err = KafkaError(r.error_code)
+        if err is KafkaError.OFFSET_OUT_OF_RANGE:
+            if r.log_start_offset > plog.log_end_offset:
+                # The leader no longer has what comes next here: start over at its log start.
+                log.warning("%s-%d: log end %d is below leader %d's log start %d; starting over there",
+                            *tp, plog.log_end_offset, self.leader_id, r.log_start_offset)
+                plog.reset_to(r.log_start_offset)
+            else:
+                f.truncate = True
+            return False
+        if err is not KafkaError.NONE:
+            if err not in _FENCING:
+                log.warning("%s-%d: fetch from leader %d: %s", *tp, self.leader_id, err.name)
+            return False
+        div = r.diverging_epoch
+        if div is not None and div.epoch >= 0:
+            self._truncate_one(tp, div.epoch, div.end_offset)    # the next fetch checks again
+            return True
+        if r.records:
+            in_thread = len(r.records) >= self.settings.write_thread_bytes
+            try:
+                if in_thread:
+                    return self._landed(tp, f, r, plog.append_replicated_begin(r.records))
+                plog.append_replicated(r.records)
+            except StorageError as exc:
+                log.error("%s-%d: replicated append failed: %s", *tp, exc)
+                return False
+            except AppendError as exc:    # does not continue the local log: find out where we diverged
+                log.warning("%s-%d: %s; truncating again", *tp, exc)
+                f.truncate = True
+                return False
+        self._follower_hw(plog, r)
+        return True
+
+    async def _landed(self, tp: TopicPartition, f: _Followed, r, write) -> bool:
+        """Wait for a write in a worker thread; then the follower's high watermark, unless
+        the role changed meanwhile (that change settled the write and owns the log now)."""
+        try:
+            await write
+        except StorageError as exc:
+            log.error("%s-%d: replicated append failed: %s", *tp, exc)
+            return False
+        if self.parts.get(tp) is f and not self._closing:
+            self._follower_hw(self._log(tp), r)
+        return True
+
+    @staticmethod
+    def _follower_hw(plog, r) -> None:
+        plog.set_high_watermark(max(plog.log_start_offset, min(r.high_watermark, plog.log_end_offset)))
+
+
