@@ -140,3 +140,57 @@ def test_end_of_stream_and_the_writing_side():
     async def run():
         assert await reader.next() is None
     asyncio.run(run())
+
+
+class FakeSock:
+    """Records the receive low-water marks the reader sets."""
+
+    def __init__(self, rcvbuf: int):
+        self.lowat = 1
+        self.calls = 0
+        self.rcvbuf = rcvbuf
+
+    def getsockopt(self, level, name):
+        import socket
+        assert (level, name) == (socket.SOL_SOCKET, socket.SO_RCVBUF)
+        return self.rcvbuf
+
+    def setsockopt(self, level, name, value):
+        import socket
+        assert (level, name) == (socket.SOL_SOCKET, socket.SO_RCVLOWAT)
+        self.lowat, self.calls = value, self.calls + 1
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(0, 6 * fr.LOWAT_MAX), min_size=1, max_size=5),
+       st.lists(st.integers(1, 400_000), max_size=10), st.sampled_from([131_072, 1 << 20, 6 << 20]))
+def test_the_low_water_mark_never_asks_for_more_than_the_frame_still_lacks(lengths, reads, rcvbuf):
+    """After every read, the socket's SO_RCVLOWAT is 1 unless a large frame is being
+    filled into a buffer with room left, and then at most what that frame still lacks
+    less LOWAT_MARGIN (the most a TLS layer may hold undecrypted): the client can
+    always send enough to wake the broker without waiting for an answer; and at most a
+    quarter of the receive buffer (a larger mark makes the kernel clamp the window to
+    it). Large frames do raise it (fewer wake-ups), and the frames come back whole."""
+    sock = FakeSock(rcvbuf)
+    reader = FrameReader(FakeInner(), FakeTransport(), 8 * fr.LOWAT_MAX, sock=sock)
+    stream = b"".join(frame(bytes([i % 251]) * n) for i, n in enumerate(lengths))
+    pos, k = 0, 0
+    while pos < len(stream):
+        buf = reader.get_buffer(-1)
+        n = max(1, min(len(buf), reads[k % len(reads)] if reads else len(buf), len(stream) - pos))
+        k += 1
+        buf[:n] = stream[pos:pos + n]
+        buf.release()
+        pos += n
+        reader.buffer_updated(n)
+        big = reader._frame
+        if big is None or reader._got == len(big):
+            assert sock.lowat == 1
+        else:
+            lacks = reader._size - reader._got - fr.LOWAT_MARGIN
+            assert 1 <= sock.lowat <= max(1, min(fr.LOWAT_MAX, lacks, rcvbuf // 4))
+    assert sock.lowat == 1
+    assert [bytes(f) for f in take_all(reader)] == [bytes([i % 251]) * n for i, n in enumerate(lengths)]
+    if any(n >= fr.SMALL_FRAME + fr.LOWAT_MARGIN + fr.LOWAT_MIN + 20 * 1024 for n in lengths) and not reads \
+            and rcvbuf // 4 >= fr.LOWAT_MIN:
+        assert sock.calls >= 2      # raised for a large frame, and set back
