@@ -14,20 +14,10 @@ It takes over a plain TCP transport from the StreamReaderProtocol that
 connection is taken over the same way: the event loop's SSL transport (uvloop's
 SSLProtocol) decrypts straight into the buffer `get_buffer` lends, one TLS record
 per call, so a large frame's plaintext lands in the frame's own bytearray too.
-
-While a large frame arrives, the socket's receive low-water mark (SO_RCVLOWAT)
-is raised so the event loop wakes once up to 256 KiB are waiting, not for
-every segment: a TLS client writes a produce request as 16 KiB records, and the
-broker woke for every one or two of them (about 30,000 wake-ups per GB, each an
-epoll round, a read, a decryption call and a context switch on the VM; 1 CPU-s
-per GB more than plain TCP). The mark never asks for more bytes than the frame
-still lacks, less what the TLS layer may hold already undecrypted, so the client
-can always complete it without the broker answering first.
 """
 from __future__ import annotations
 
 import asyncio
-import socket
 import struct
 from collections import deque
 
@@ -42,22 +32,13 @@ MAX_READY_FRAMES = 64
 # A large frame's buffer starts at most this big and doubles as its bytes arrive: a
 # client announcing max_request_bytes and sending little must not make us hold it all.
 FIRST_DIRECT_BYTES = 4 * 1024 * 1024
-# The receive low-water mark while a large frame arrives: at most this many bytes...
-LOWAT_MAX = 256 * 1024
-# ...and this much below what the frame still lacks. A TLS transport decrypts all it
-# read unless the frame's buffer filled up, so it can hold at most one partial TLS
-# record (16 KiB and a header) of the frame undecrypted: those bytes will never reach
-# the socket again, and a mark counting them could wait forever.
-LOWAT_MARGIN = 32 * 1024
-# Marks below this are not worth a system call: the default (1) is set instead.
-LOWAT_MIN = 32 * 1024
 
 
 class FrameReader(asyncio.BufferedProtocol):
     """Frames of a plain TCP or TLS connection, read without copies (see module docstring)."""
 
     def __init__(self, inner: asyncio.StreamReaderProtocol, transport, max_frame_bytes: int,
-                 leftover: bytes = b"", sock=None):
+                 leftover: bytes = b""):
         self.inner = inner
         self.transport = transport
         self.max_frame_bytes = max_frame_bytes
@@ -71,8 +52,6 @@ class FrameReader(asyncio.BufferedProtocol):
         self._eof = False
         self._waiter: asyncio.Future | None = None
         self._paused = False
-        self._sock = sock                   # the TCP socket whose SO_RCVLOWAT paces large frames
-        self._lowat = 1
         # Plain TCP stays half-open at the client's EOF (see eof_received); an SSL
         # transport closes itself there whatever the protocol answers (take_over says).
         self._keep_open_at_eof = True
@@ -87,9 +66,7 @@ class FrameReader(asyncio.BufferedProtocol):
         inner = writer._protocol            # StreamWriter keeps its protocol for drain()
         leftover = bytes(reader._buffer)    # no public way to take it without awaiting
         reader._buffer.clear()
-        sock = writer.get_extra_info("socket")
-        tcp = sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6)
-        me = cls(inner, writer.transport, max_frame_bytes, leftover, sock if tcp else None)
+        me = cls(inner, writer.transport, max_frame_bytes, leftover)
         writer.transport.set_protocol(me)
         me._eof = reader._eof
         me._keep_open_at_eof = writer.get_extra_info("ssl_object") is None
@@ -115,7 +92,6 @@ class FrameReader(asyncio.BufferedProtocol):
                 self._ready.append(self._frame)
                 self._frame = None
                 self._wake()
-            self._pace()
             return
         self._fill += nbytes
         self._parse()
@@ -147,7 +123,6 @@ class FrameReader(asyncio.BufferedProtocol):
                     frame = bytearray(min(size, max(FIRST_DIRECT_BYTES, have)))
                     frame[:have] = view[pos + 4:fill]
                     self._frame, self._size, self._got = frame, size, have
-                    self._pace()
                     pos = fill
                     break
                 else:
@@ -158,29 +133,6 @@ class FrameReader(asyncio.BufferedProtocol):
             self._fill = rest
         if self._ready:
             self._wake()
-
-    def _pace(self) -> None:
-        """Sets the socket's low-water mark for the large frame being filled (see the
-        module docstring), or back to 1 when there is none or its buffer is full (the
-        transport may then hold more of it than one record, and reads on at once)."""
-        frame, want, sock = self._frame, 1, self._sock
-        if sock is None:
-            return
-        try:
-            if frame is not None and self._got < len(frame):
-                want = min(LOWAT_MAX, self._size - self._got - LOWAT_MARGIN)
-                if want > self._lowat:
-                    # A mark above a quarter of the receive buffer makes the kernel grow
-                    # the buffer and clamp the TCP window to the mark: the client then
-                    # stops at every mark until the broker reads (half the throughput).
-                    want = min(want, sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) // 4)
-                if want < LOWAT_MIN:
-                    want = 1
-            if want != self._lowat:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, want)
-                self._lowat = want
-        except OSError:                 # a socket closed under us: nothing more to pace
-            self._sock = None
 
     def _fail(self, exc: ProtocolError) -> None:
         self._error = exc
