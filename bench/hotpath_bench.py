@@ -202,24 +202,32 @@ def profile(broker, seconds: float, quick: bool) -> dict:
         consuming = phase.startswith("consume")
         if consuming:   # the topic is written before py-spy starts: only the reads are sampled
             produce(broker.bootstrap, topic, partitions, size, producers, count, False)
-        raw = Path(tempfile.mkdtemp(prefix="semel-prof-")) / "stacks.txt"
-        spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(broker.pid),
-                                "--duration", str(int(seconds)), "--rate", "250", "--format", "raw",
-                                "--native", "-o", str(raw)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(1.0)
-        try:
+
+        def load(end: float) -> None:
             if not consuming:
                 produce(broker.bootstrap, topic, partitions, size, producers, count, False)
             else:
                 # Reading back until py-spy stops: one pass is over in a fraction of a second.
-                end = time.monotonic() + seconds - 2
                 while time.monotonic() < end:
                     consume(broker.bootstrap, topic, partitions, producers * count, False)
-        finally:
-            spy.wait(seconds + 60)
-        out[phase] = top_frames(raw)
+        out[phase] = record_profile(broker.pid, seconds, load)
     return out
+
+
+def record_profile(pid: int, seconds: float, load) -> dict:
+    """py-spy --native on process `pid` for `seconds` while load(end) runs (end: the
+    time.monotonic() by which to stop starting new work); its top_frames."""
+    raw = Path(tempfile.mkdtemp(prefix="semel-prof-")) / "stacks.txt"
+    spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(pid),
+                            "--duration", str(int(seconds)), "--rate", "250", "--format", "raw",
+                            "--native", "-o", str(raw)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)
+    try:
+        load(time.monotonic() + seconds - 2)
+    finally:
+        spy.wait(seconds + 60)
+    return top_frames(raw)
 
 
 # Stacks that wait rather than work: thread-pool workers parked on their queue, the
@@ -313,12 +321,16 @@ MALLOC_DEFAULTS = "semel, glibc malloc defaults (fsync)"
 EARLIEST = "semel earliest (fsync)"
 
 
-def _tree_broker(tmp: str, name: str, tree: Path) -> SemelBroker:
-    """A semel broker running the source tree at `tree` (a `git worktree add` of a commit)."""
+def tree_env(tree: Path | None) -> dict:
+    """Environment that makes `python -m semel` run the source tree at `tree` (None: this one)."""
     # `python -m` puts the working directory first on sys.path, ahead of
     # PYTHONPATH: without PYTHONSAFEPATH the broker ran this tree's code.
-    env = {"PYTHONPATH": str(tree), "PYTHONSAFEPATH": "1"}
-    return SemelBroker(Path(tmp) / name, log_path=Path(tmp) / f"{name}.log", env=env)
+    return {} if tree is None else {"PYTHONPATH": str(tree), "PYTHONSAFEPATH": "1"}
+
+
+def _tree_broker(tmp: str, name: str, tree: Path) -> SemelBroker:
+    """A semel broker running the source tree at `tree` (a `git worktree add` of a commit)."""
+    return SemelBroker(Path(tmp) / name, log_path=Path(tmp) / f"{name}.log", env=tree_env(tree))
 
 
 def run(out_dir: Path = RESULTS, quick: bool = False, before: Path | None = None, rounds: int | None = None,

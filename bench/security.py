@@ -31,7 +31,7 @@ from semel.cli.process import SemelBroker, free_port, wait_for_port
 PASSWORD = "bench-secret"
 
 
-def _certs(d: Path) -> tuple[Path, Path, Path]:
+def certs(d: Path) -> tuple[Path, Path, Path]:
     from tests.support.certs import make_certs
     return make_certs(d)
 
@@ -42,7 +42,44 @@ def _semel(*args, data_dir: Path, env=None) -> None:
                    capture_output=True, env=dict(os.environ, **(env or {})))
 
 
-def _own_cpu() -> float:
+# The secured broker's ACL store: the bench users' grants plus this many unrelated
+# bindings, so every check searches a store of realistic size.
+OTHER_ACLS = 300
+
+
+def secure_data(data_dir: Path) -> int:
+    """A secured broker's data folder: users admin (a super-user by --super-user) and
+    writer, writer allowed to write and read topics bench-*, read groups bench*, and
+    write idempotently; OTHER_ACLS unrelated bindings besides. Returns the ACL count."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    for user in ("admin", "writer"):
+        _semel("user", "add", user, "--password-env", "PW", data_dir=data_dir, env={"PW": PASSWORD})
+    grants = [("write", "--topic", "bench-"), ("read", "--topic", "bench-"), ("read", "--group", "bench")]
+    for op, kind, name in grants:
+        _semel("acl", "add", "--allow", "User:writer", "--operation", op, kind, name, "--prefixed",
+               data_dir=data_dir)
+    _semel("acl", "add", "--allow", "User:writer", "--operation", "idempotent-write", "--cluster",
+           data_dir=data_dir)
+    from semel.broker.auth.acl import AclBinding, AclStore, Operation, PatternType, Permission, ResourceType
+    AclStore(data_dir).add([AclBinding(ResourceType.TOPIC, f"other-{i}", PatternType.LITERAL, f"User:u{i}", "*",
+                                       Operation.READ, Permission.ALLOW) for i in range(OTHER_ACLS)])
+    return len(grants) + 1 + OTHER_ACLS
+
+
+def secure_args(tls_port: int, cert: Path, key: Path) -> list[str]:
+    """`semel broker start` arguments of the secured broker: a SASL_SSL listener, admin a super-user."""
+    return ["--listener", f"SASL_SSL://127.0.0.1:{tls_port}", "--ssl-certfile", str(cert),
+            "--ssl-keyfile", str(key), "--super-user", "User:admin"]
+
+
+def secure_conf(tls_port: int, ca: Path, user: str = "writer") -> dict:
+    """confluent-kafka settings for the secured listener: TLS checked against ca, SCRAM-SHA-512."""
+    return {"bootstrap.servers": f"127.0.0.1:{tls_port}", "security.protocol": "SASL_SSL",
+            "ssl.ca.location": str(ca), "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": user, "sasl.password": PASSWORD}
+
+
+def own_cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
 
@@ -60,14 +97,14 @@ def _produce(conf: dict, topic: str, size: int, count: int, broker_pid: int) -> 
     if p.flush(60):
         raise RuntimeError("the warm-up record was not delivered")
     value = b"x" * size
-    b0, c0, t0 = cpu_seconds(broker_pid), _own_cpu(), time.perf_counter()
+    b0, c0, t0 = cpu_seconds(broker_pid), own_cpu(), time.perf_counter()
     produce_all(p, topic, 1, value, count, cb)
     if p.flush(300):
         raise RuntimeError("produce did not finish")
     wall = time.perf_counter() - t0
     if errors:
         raise RuntimeError(f"{len(errors)} delivery errors, first: {errors[0]}")
-    return wall, cpu_seconds(broker_pid) - b0, _own_cpu() - c0
+    return wall, cpu_seconds(broker_pid) - b0, own_cpu() - c0
 
 
 def _scrape(metrics_port: int) -> dict[str, float]:
@@ -139,33 +176,19 @@ def run(out_dir: Path = RESULTS, quick: bool = False) -> dict:
     load_start = _load()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        ca, cert, key = _certs(tmp)
+        ca, cert, key = certs(tmp)
         sdata = tmp / "secure"
-        sdata.mkdir()
-        for user in ("admin", "writer"):
-            _semel("user", "add", user, "--password-env", "PW", data_dir=sdata, env={"PW": PASSWORD})
-        _semel("acl", "add", "--allow", "User:writer", "--operation", "write", "--topic", "bench-", "--prefixed",
-               data_dir=sdata)
-        _semel("acl", "add", "--allow", "User:writer", "--operation", "idempotent-write", "--cluster",
-               data_dir=sdata)
-        from semel.broker.auth.acl import AclBinding, AclStore, Operation, PatternType, Permission, ResourceType
-        AclStore(sdata).add([AclBinding(ResourceType.TOPIC, f"other-{i}", PatternType.LITERAL, f"User:u{i}", "*",
-                                        Operation.READ, Permission.ALLOW) for i in range(300)])
+        acls = secure_data(sdata)
         tls_port = free_port()
         mports = {"plain": free_port(), "sasl_scram_tls_acls": free_port()}
         plain = SemelBroker(tmp / "plain", log_path=tmp / "plain.log",
                             extra_args=["--metrics-port", str(mports["plain"])]).start()
         secure = SemelBroker(sdata, log_path=tmp / "secure.log", extra_args=[
-            "--metrics-port", str(mports["sasl_scram_tls_acls"]), "--listener", f"SASL_SSL://127.0.0.1:{tls_port}", "--ssl-certfile", str(cert),
-            "--ssl-keyfile", str(key), "--super-user", "User:admin"]).start()
+            "--metrics-port", str(mports["sasl_scram_tls_acls"]), *secure_args(tls_port, cert, key)]).start()
         try:
             wait_for_port("127.0.0.1", tls_port, 60)
-            confs = {
-                "plain": {"bootstrap.servers": plain.bootstrap},
-                "sasl_scram_tls_acls": {"bootstrap.servers": f"127.0.0.1:{tls_port}", "security.protocol": "SASL_SSL",
-                                        "ssl.ca.location": str(ca), "sasl.mechanism": "SCRAM-SHA-512",
-                                        "sasl.username": "writer", "sasl.password": PASSWORD},
-            }
+            confs = {"plain": {"bootstrap.servers": plain.bootstrap},
+                     "sasl_scram_tls_acls": secure_conf(tls_port, ca)}
             admin_conf = {**confs["sasl_scram_tls_acls"], "sasl.username": "admin"}
             _create(confs["plain"], "bench-t")
             _create(admin_conf, "bench-t")
@@ -201,7 +224,7 @@ def run(out_dir: Path = RESULTS, quick: bool = False) -> dict:
         "ratio_per_round": pair_ratios,
         "ratio_per_round_median": round(statistics.median(pair_ratios), 3),
         "target_ratio": 0.9,
-        "acls_in_store": 302,
+        "acls_in_store": acls,
         "request_timeline": timeline,
         "request_timeline_what": "one extra round per listener after the timed ones (not in the ratio): "
                                  "librdkafka statistics of the leader connection, p50 per 100 ms window, "
