@@ -76,7 +76,7 @@ class Components(contextlib.ExitStack):
         if self._s3 is None:
             import boto3
 
-            from semel.cli.process import free_port, wait_for_port
+            from semel.launch.process import free_port, wait_for_port
             port = free_port()
             proc = subprocess.Popen([str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p",
                                      str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -97,7 +97,7 @@ class Components(contextlib.ExitStack):
 
     def tansu(self):
         if self._tansu is None:
-            from semel.cli.process import TansuBroker
+            from semel.launch.process import TansuBroker
             b = TansuBroker()
             b.start()
             self.callback(b.close)

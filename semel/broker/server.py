@@ -70,9 +70,9 @@ class Broker:
 
     def _use_cluster_security(self) -> None:
         """In a cluster users and ACLs live in etcd, the same on every broker
-        (semel.cluster.security); files under the data dir are not read."""
-        from ..cluster.security import cluster_stores
+        (auth/cluster_store.py); files under the data dir are not read."""
         from .auth.acl import FILE_NAME as ACL_FILE
+        from .auth.cluster_store import cluster_stores
         from .auth.users import FILE_NAME as USER_FILE
         self.users, self.acls = cluster_stores(self.cluster)
         self.authorizer.store = self.acls

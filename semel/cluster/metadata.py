@@ -10,8 +10,8 @@ Keys, all under /semel/<cluster-id>/ (values are JSON):
                                 "adding", "removing", "origin"}       the last three during a reassignment
   producer_ids                 {"next"}                              the next unallocated producer id
   configs/<name>               {"value"}                             cluster-wide dynamic broker configs
-  users/<name>                 SCRAM credentials per mechanism       semel.cluster.security
-  acls/<type>/<pattern>/<name> the ACLs of one resource              semel.cluster.security
+  users/<name>                 SCRAM credentials per mechanism       semel.broker.auth.cluster_store
+  acls/<type>/<pattern>/<name> the ACLs of one resource              semel.broker.auth.cluster_store
 
 A partition's `version` (PartitionState.version) is the etcd mod_revision of its key,
 and every change of a partition is a transaction comparing it: whoever read an older

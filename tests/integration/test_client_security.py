@@ -13,9 +13,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from semel.cli.process import SemelBroker, free_port
 from semel.client.cluster import Cluster, ReaderError
 from semel.client.security import from_config
+from semel.launch.process import SemelBroker, free_port
 from semel.protocol.errors import KafkaError
 from tests.support.certs import make_certs, make_client_cert
 from tests.support.jwks import AUDIENCE, ISSUER, claims, rsa_key, write_jwks

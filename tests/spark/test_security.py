@@ -15,9 +15,9 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.errors import StreamingQueryException
 
-from semel.cli.process import SemelBroker, free_port
 from semel.client.cluster import Cluster, ReaderError
 from semel.client.security import from_config
+from semel.launch.process import SemelBroker, free_port
 from semel.spark import sink
 from tests.support import wait
 from tests.support.certs import make_certs

@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from semel.cli.process import free_port
+from semel.launch.process import free_port
 from semel.spark.source import KAFKA_SCHEMA, KAFKA_SCHEMA_WITH_HEADERS
 from tests.spark.conftest import FAST_GROUPS
 from tests.support.brokers import module_broker

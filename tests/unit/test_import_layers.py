@@ -28,26 +28,13 @@ ALLOWED: dict[str, frozenset[str]] = {
     "broker": frozenset({"protocol", "storage", "coordinator", "cluster", "client"}),
     "eos": frozenset({"protocol", "client"}),
     "spark": frozenset({"protocol", "client", "eos"}),
-    "check": frozenset({"protocol", "client", "eos"}),
+    "launch": frozenset({"protocol", "client"}),
+    "check": frozenset({"protocol", "client", "eos", "launch"}),
     "demo": frozenset({"protocol", "client", "eos", "spark"}),
     "cli": frozenset({"protocol", "storage", "client", "coordinator", "cluster", "broker", "eos", "spark",
-                      "check", "demo"}),
+                      "launch", "check", "demo"}),
     "semel": frozenset({"cli"}),
 }
-
-# Upward imports that exist today, each (importer, imported). The list may only
-# shrink: an entry that no longer exists fails the test, so remove it with the import.
-KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset({
-    # Kafka refusals and credentials that belong to the broker layer, built in cluster/.
-    ("semel.cluster.security", "semel.broker.auth.acl"),
-    ("semel.cluster.security", "semel.broker.auth.users"),
-    # Process launchers (etcd, a local cluster) that belong beside cli/process.py,
-    # and so the check's cluster mode that uses one.
-    ("semel.cluster.etcd", "semel.cli.process"),
-    ("semel.cluster.local", "semel.cli.process"),
-    ("semel.cluster.local", "semel.broker.config"),
-    ("semel.check.cluster", "semel.cluster.local"),
-})
 
 
 def _modules() -> dict[str, Path]:
@@ -114,12 +101,7 @@ def test_no_import_circle():
 
 
 def test_no_import_against_the_layer_order():
-    assert sorted(upward(import_graph()) - KNOWN_VIOLATIONS) == []
-
-
-def test_known_violations_are_still_there():
-    """A violation removed from the code is removed from the list too."""
-    assert sorted(KNOWN_VIOLATIONS - upward(import_graph())) == []
+    assert sorted(upward(import_graph())) == []
 
 
 def test_the_checks_see_what_they_check():

@@ -117,7 +117,7 @@ def test_http_status_mapping(scripted, status, cls):
 
 
 def test_unreachable_server_is_retryable_and_hanging_server_times_out(scripted):
-    from semel.cli.process import free_port
+    from semel.launch.process import free_port
     out = HttpSink(f"http://127.0.0.1:{free_port()}").commit("a-0-1")
     assert isinstance(out, Retryable) and "network error" in out.reason
     script, url = scripted
