@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
+from ..backoff import Backoff
 from ..protocol.api_keys import ApiKey
 from ..protocol.errors import KafkaError
 from ..protocol.messages import request_class
-from .backoff import Backoff
 from .client import Client, ClientError, TlsError
 from .security import PLAINTEXT, Security, SecurityError
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 
 from pyspark.sql.datasource import WriterCommitMessage
 
-from semel.client.backoff import Backoff
+from semel.backoff import Backoff
 from semel.client.client import ClientError
 from semel.client import txn as wire
 from semel.client.cluster import COORDINATOR_MOVED, GROUP, TRANSACTION, Cluster

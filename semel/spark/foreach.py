@@ -30,8 +30,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Callable, Mapping, Sequence
 
+from semel.backoff import Backoff
 from semel.client import txn as wire
-from semel.client.backoff import Backoff
 from semel.client.client import ClientError
 from semel.client.cluster import COORDINATOR_MOVED, GROUP
 from semel.eos.coordinator import CoordinatorError, EosCoordinator

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from semel.client.backoff import Backoff
+from semel.backoff import Backoff
 from semel.client.client import Client, ClientError
 from semel.client import txn as wire
 from semel.client.cluster import GROUP, TRANSACTION, Cluster
