@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable
 
+from ...cluster.controller import assign_replicas
 from ...protocol.errors import KafkaError
 from ...storage.manager import validate_topic_name
 
@@ -39,7 +40,6 @@ async def auto_create_in_cluster(broker, name: str) -> KafkaError:
     """Create `name` in the cluster with the default partitions and replication factor,
     through etcd as CreateTopics does (semel.cluster.metadata), so every broker opens
     its logs. NONE also when another broker created it first (both raced on etcd)."""
-    from ...cluster.controller import assign_replicas
     cfg = broker.config
     view = broker.cluster
     try:

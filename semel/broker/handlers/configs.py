@@ -6,6 +6,7 @@ dynamic ones (semel.cluster.broker_configs) are alterable, kept in etcd and appl
 by every broker without a restart."""
 from __future__ import annotations
 
+from ...cluster.broker_configs import DEFAULT_KEY, DYNAMIC, DYNAMIC_DEFAULT_BROKER, entity, validate
 from ...cluster.reassignment import THROTTLE_RATE
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
@@ -46,7 +47,6 @@ def _broker_configs(ctx):
 
 
 def _dynamic_names(ctx) -> set[str]:
-    from ...cluster.broker_configs import DYNAMIC
     return set(DYNAMIC) | {THROTTLE_RATE} if _broker_configs(ctx) is not None else set()
 
 
@@ -87,7 +87,6 @@ def _config_values(ctx, rtype, name):
 def _cluster_broker_values(ctx, dyn, name, defaults):
     """Cluster: the cluster default entity ("") lists what is set there; a broker lists
     its read-only defaults and the dynamic settings in force, each with its source."""
-    from ...cluster.broker_configs import DEFAULT_KEY, DYNAMIC_DEFAULT_BROKER, entity
     key = entity(name)
     if isinstance(key, KafkaError):
         return {}, key
@@ -205,7 +204,6 @@ async def _alter_one(ctx, res, compute, validate_only: bool) -> tuple[KafkaError
 async def _alter_broker(ctx, res, compute, validate_only: bool) -> tuple[KafkaError, str]:
     """Cluster: the dynamic settings of the cluster default (resource name "") or of one
     broker (its node id), written to etcd; a single node answers INVALID_CONFIG."""
-    from ...cluster.broker_configs import entity, validate
     dyn = _broker_configs(ctx)
     if dyn is None:
         return KafkaError.INVALID_CONFIG, ("broker configs of a single node are set at start (semel broker "
