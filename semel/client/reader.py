@@ -9,7 +9,7 @@ so it cannot know that a range whose tail is skipped is finished. Reading the
 raw batches ourselves gives exact boundaries, and the Cython record decoder of
 aiokafka keeps it fast; rows leave as Arrow columns.
 
-Requests go through the cluster router (semel.client.cluster.Cluster).
+Requests go through the cluster router (semel.client.cluster.ClusterRouter).
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from aiokafka.record.default_records import DefaultRecordBatch
 from ..backoff import Backoff
 from ..protocol.errors import KafkaError
 from ..protocol.records import ATTR_CONTROL, ATTR_TRANSACTIONAL, CONTROL_ABORT, crc_ok, iter_batches
-from .cluster import EARLIEST, LATEST, TP, Cluster, ReaderError
+from .cluster import EARLIEST, LATEST, TP, ClusterRouter, ReaderError
 
 EMPTY_RETRY_S = 0.05   # between fetches that came back empty below the high watermark
 
@@ -52,7 +52,7 @@ class DataLoss(ReaderError):
         self.log_start = log_start
 
 
-def read_range(cluster: Cluster, tp: TP, start: int, end: int, *, read_committed: bool,
+def read_range(cluster: ClusterRouter, tp: TP, start: int, end: int, *, read_committed: bool,
                include_headers: bool, max_bytes: int = 4 << 20,
                fail_on_data_loss: bool = True) -> Iterator[Rows]:
     """The records of [start, end) in offset order, one Rows per fetch.
@@ -162,4 +162,4 @@ def _append(rows: Rows, batch: DefaultRecordBatch, lo: int, hi: int, include_hea
             rows.headers.append([{"key": k, "value": v} for k, v in rec.headers] or None)
 
 
-__all__ = ["Cluster", "ReaderError", "DataLoss", "Rows", "read_range", "EARLIEST", "LATEST"]
+__all__ = ["ClusterRouter", "ReaderError", "DataLoss", "Rows", "read_range", "EARLIEST", "LATEST"]
