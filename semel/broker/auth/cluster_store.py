@@ -1,6 +1,6 @@
 """Users and ACLs of a cluster, kept in etcd so every broker checks the same ones.
 
-A single node keeps them in files under its data dir (semel.broker.auth); in a cluster
+A single node keeps them in files under its data dir (users.py, acl.py); in a cluster
 `semel user|acl --metadata`, CreateAcls and DeleteAcls on any broker write here, and
 every broker's view (EtcdClusterView.key_cache) follows the keys through its watch, so
 a change applies on all brokers without a restart (a deleted user fails its next login
