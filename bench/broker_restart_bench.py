@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 from bench.common import RESULTS, main, write_result
-from semel.cli.process import SemelBroker
 from semel.client import Client
+from semel.launch.process import SemelBroker
 from semel.protocol import records
 
 MiB = 1024 * 1024

@@ -1,7 +1,7 @@
 """Coordinator failover time (issue 13): SIGKILL the broker that is a client's coordinator
 and time until the client's work goes through again.
 
-One local cluster per lease TTL (etcd + three broker processes, semel.cluster.local,
+One local cluster per lease TTL (etcd + three broker processes, semel.launch.local_cluster,
 --min-insync-replicas 2); the internal topics are replicated like any topic (RF3). Two
 unmodified confluent-kafka clients run throughout, each in its own thread:
 
@@ -192,7 +192,7 @@ def _settle(cluster) -> None:
 
 def _rounds(ttl_s: int, rounds: int) -> list[dict]:
     from confluent_kafka.admin import AdminClient, NewTopic
-    from semel.cluster.local import LocalCluster
+    from semel.launch.local_cluster import LocalCluster
     from tests.support.cluster import wait_brokers
     from tests.support.wait import until
     out = []
@@ -250,7 +250,7 @@ def run(out_dir: Path = RESULTS, quick: bool = False) -> dict:
     result = {
         "what": ("seconds from SIGKILL of a client's coordinator's broker to the completion of the first "
                  "transaction (transactional producer) or offset commit (consumer) begun after the kill"),
-        "cluster": ("etcd + 3 semel broker processes on this machine (semel.cluster.local); internal topics RF3, "
+        "cluster": ("etcd + 3 semel broker processes on this machine (semel.launch.local_cluster); internal topics RF3, "
                     "min.insync.replicas 2"),
         "client": ("confluent-kafka: a transactional producer committing one record per transaction in a loop; "
                    "a consumer (assign, no subscription) committing offsets synchronously in a loop; "

@@ -8,9 +8,9 @@ cycle carries rate*0.1 rows, a 30 s cycle rate*30 rows. The rows are staged
 instantly (the benchmark does not sleep through 30 s intervals), so only
 the commit work is timed.
 
-Two coordinators:
+Two backends:
 - "recording" (in-memory broker model) isolates the sink's own cost;
-- "kafka" (KafkaCoordinator on a Tansu broker process, memory sink) is the
+- "kafka" (KafkaTxnBackend on a Tansu broker process, memory sink) is the
   broker-transaction cost: begin, TxnOffsetCommit, EndTxn.
 
 Every real component is started here (Tansu, pgserver, moto_server, the HTTP
@@ -36,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import RESULTS, write_result  # noqa: E402
-from semel.eos import EosRuntime, RecordingBroker, RecordingCoordinator, SqliteBacking, TransactionalStore  # noqa: E402
+from semel.eos import EosRuntime, RecordingBroker, RecordingTxnBackend, SqliteBacking, TransactionalStore  # noqa: E402
 from semel.eos.outcomes import CommitSucceeded  # noqa: E402
 
 INTERVALS = (0.1, 30.0)
@@ -76,7 +76,7 @@ class Components(contextlib.ExitStack):
         if self._s3 is None:
             import boto3
 
-            from semel.cli.process import free_port, wait_for_port
+            from semel.launch.process import free_port, wait_for_port
             port = free_port()
             proc = subprocess.Popen([str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p",
                                      str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -97,7 +97,7 @@ class Components(contextlib.ExitStack):
 
     def tansu(self):
         if self._tansu is None:
-            from semel.cli.process import TansuBroker
+            from semel.launch.process import TansuBroker
             b = TansuBroker()
             b.start()
             self.callback(b.close)
@@ -149,18 +149,18 @@ def make_sink(kind: str, c: Components):
     raise ValueError(f"unknown sink {kind!r}; known: {', '.join(ALL_SINKS)}")
 
 
-def make_coordinator(kind: str, c: Components, app: str):
+def make_backend(kind: str, c: Components, app: str):
     if kind != "kafka+memory":
-        return RecordingCoordinator(RecordingBroker(), f"{app}-0")
+        return RecordingTxnBackend(RecordingBroker(), f"{app}-0")
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from semel.eos.kafka import KafkaCoordinator
+    from semel.eos.kafka import KafkaTxnBackend
     broker = c.tansu()
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     for f in admin.create_topics([NewTopic(f"in_{app}", 1, 1), NewTopic(f"mark_{app}", 2, 1)]).values():
         f.result(30)
     # Tansu drops offset metadata: the marker topic carries the ledger.
-    return KafkaCoordinator(broker.bootstrap, f"{app}-0", [(f"in_{app}", 0)], marker_topic=f"mark_{app}")
+    return KafkaTxnBackend(broker.bootstrap, f"{app}-0", [(f"in_{app}", 0)], marker_topic=f"mark_{app}")
 
 
 # ---------------------------------------------------------------- measurement
@@ -169,7 +169,7 @@ def measure(kind: str, interval: float, rate: int, cycles: int, c: Components) -
     rows = max(1, int(rate * interval))
     app = f"bench_{uuid.uuid4().hex[:6]}"
     marks: dict[str, float] = {}
-    rt = EosRuntime(app, "0", make_coordinator(kind, c, app), [make_sink(kind, c)],
+    rt = EosRuntime(app, "0", make_backend(kind, c, app), [make_sink(kind, c)],
                     TransactionalStore(SqliteBacking(c.tmp / f"{app}.db")), commit_interval=interval,
                     on_event=lambda name: marks.__setitem__(name, time.perf_counter()))
     rt.start()
@@ -226,7 +226,7 @@ def run(out_dir: Path = RESULTS, quick: bool = False, rate: int = 1000, cycles: 
         "what": "commit-cycle overhead (commitOffsets..storeCommit) per sink; batch = rate x interval",
         "rate_rows_per_s": rate, "intervals_s": list(INTERVALS),
         "store": "TransactionalStore on SqliteBacking in every run",
-        "notes": "recording coordinator except kafka+memory (KafkaCoordinator on Tansu 0.6, marker-topic ledger); "
+        "notes": "recording backend except kafka+memory (KafkaTxnBackend on Tansu 0.6, marker-topic ledger); "
                  "median of the measured cycles after one warm-up cycle",
         "rows": rows})
 

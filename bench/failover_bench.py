@@ -1,7 +1,7 @@
 """Failover time: from SIGKILL of a partition's leader to the producer's first
 acknowledged write after it (issue 13), per broker session length (lease TTL).
 
-One local cluster per TTL (etcd + three broker processes, semel.cluster.local), one
+One local cluster per TTL (etcd + three broker processes, semel.launch.local_cluster), one
 partition with replication factor 3 and min.insync.replicas 2. An unmodified
 confluent-kafka producer (acks=all, idempotent, library defaults otherwise) writes
 without pause; each round waits for a full ISR, SIGKILLs the leader, and measures until
@@ -82,7 +82,7 @@ class _Writer:
 
 def _rounds(ttl_s: int, rounds: int) -> list[dict]:
     from confluent_kafka.admin import AdminClient, NewTopic
-    from semel.cluster.local import LocalCluster
+    from semel.launch.local_cluster import LocalCluster
     from tests.support.cluster import partitions, wait_brokers
     from tests.support.wait import until
     out = []
@@ -129,7 +129,7 @@ def run(out_dir: Path = RESULTS, quick: bool = False) -> dict:
                                         "max_s": max(times), "rounds": len(times)}
     result = {
         "what": "seconds from SIGKILL of the partition leader to the producer's first acknowledged write after it",
-        "cluster": "etcd + 3 semel broker processes on this machine (semel.cluster.local); 1 partition, RF3, "
+        "cluster": "etcd + 3 semel broker processes on this machine (semel.launch.local_cluster); 1 partition, RF3, "
                    "min.insync.replicas 2",
         "client": "confluent-kafka, acks=all, idempotent, linger.ms 0, library defaults otherwise",
         "settings": {"lease_ttls_s": ttls, "rounds_per_ttl": rounds, "quick": quick},

@@ -27,8 +27,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.common import RESULTS, write_result  # noqa: E402
 from semel.broker.watchdog import STALL_MARKER  # noqa: E402
-from semel.cli.process import SemelBroker  # noqa: E402
 from semel.client import Client  # noqa: E402
+from semel.launch.process import SemelBroker  # noqa: E402
 from semel.protocol import records  # noqa: E402
 from tests.support.wire_fuzz import FuzzStats, advertised, fuzz_worker  # noqa: E402
 

@@ -33,7 +33,7 @@ from collections import Counter
 from pathlib import Path
 
 from bench.common import RESULTS, produce_all, write_result
-from semel.cli.process import SemelBroker, TansuBroker
+from semel.launch.process import SemelBroker, TansuBroker
 
 PRODUCER = {"acks": "all", "enable.idempotence": True, "linger.ms": 5, "batch.size": 1_000_000,
             "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1_048_576,

@@ -1,7 +1,7 @@
 """Throughput against the number of broker processes on one machine (issue 13, item 6).
 
 For each count N in --processes (default 1,2: as far as a 2-core machine goes) one local
-cluster is started through the cluster's own path (semel.cluster.local.LocalCluster:
+cluster is started through the cluster's own path (semel.launch.local_cluster.LocalCluster:
 etcd, then N broker processes), and all of them stay up for the whole run. Every round
 measures every cluster, alternating the order, on a topic of its own with replication
 factor 1 and the same partition count, spread over its brokers by CreateTopics. Producers
@@ -148,7 +148,7 @@ def summarise(rows: list[dict], counts: list[int]) -> dict:
 
 def run(out_dir: Path = RESULTS, quick: bool = False, counts: list[int] = (1, 2), partitions: int | None = None,
         producers: int | None = None, rounds: int | None = None, machine_name: str = SHARED_BOX) -> dict:
-    from semel.cluster.local import LocalCluster
+    from semel.launch.local_cluster import LocalCluster
     from tests.support.cluster import wait_brokers
     counts = sorted(counts)
     partitions = partitions or max(4, 2 * counts[-1])
@@ -173,7 +173,7 @@ def run(out_dir: Path = RESULTS, quick: bool = False, counts: list[int] = (1, 2)
     result = {
         "what": ("produce MB/s and consume records/s against the number of semel broker processes on one "
                  "machine; RF1, partitions spread over the brokers"),
-        "cluster": "semel.cluster.local.LocalCluster per count (etcd + N broker processes), all up for the run",
+        "cluster": "semel.launch.local_cluster.LocalCluster per count (etcd + N broker processes), all up for the run",
         "client": (f"{producers} confluent-kafka producer processes (acks=all, idempotent, linger.ms 5, "
                    f"{SIZE} B records, round-robin over every partition), then {producers} consumer processes "
                    f"each reading its share of the partitions {CONSUME_PASSES} times"),

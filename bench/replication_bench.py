@@ -1,6 +1,6 @@
 """Produce throughput of a replicated topic: RF3 with acks=all against RF1 with acks=1.
 
-One local cluster (etcd + three broker processes, semel.cluster.local), two topics
+One local cluster (etcd + three broker processes, semel.launch.local_cluster), two topics
 created through CreateTopics: `rf3` (replication factor 3, min.insync.replicas 2)
 and `rf1` (replication factor 1). The same confluent-kafka producer settings write
 1 KiB records to one partition of each, alternating which goes first each round;
@@ -80,7 +80,7 @@ def _profile(cluster, seconds: int, count: int, tmp: Path) -> dict:
 
 def _start(tmp: Path, name: str, broker_args: list[str]):
     """A started cluster with both topics led and fully in sync; {topic: leader}."""
-    from semel.cluster.local import LocalCluster
+    from semel.launch.local_cluster import LocalCluster
     from tests.support.cluster import partitions, wait_brokers
     cluster = LocalCluster(tmp / name, 3, lease_ttl_s=6, broker_args=broker_args)
     cluster.start()
@@ -156,7 +156,7 @@ def run(out_dir: Path = RESULTS, quick: bool = False, profile_s: int = 0, varian
                                 "client": round(statistics.median(client), 3)}
     result = {
         "what": "produce MB/s, 1 KiB records, one partition, confluent-kafka; RF3 acks=all vs RF1 acks=1",
-        "cluster": "etcd + 3 semel broker processes on this machine (semel.cluster.local)",
+        "cluster": "etcd + 3 semel broker processes on this machine (semel.launch.local_cluster)",
         "settings": {"record_bytes": SIZE, "records_per_run": count, "rounds": rounds, "quick": quick,
                      "rf3_topic": "min.insync.replicas=2", "flush_mode": "always (leader fsync before acks=all)"},
         "median_mb_per_s": med,

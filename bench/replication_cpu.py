@@ -120,7 +120,7 @@ def summarize(rows_file: Path, before: Path | None, after: Path | None, extra: d
     result = {
         "what": "CPU seconds per GB (1e9 bytes of 1 KiB record values produced) of each process role, "
                 "one partition, confluent-kafka producer, RF3 (min.insync.replicas 2) and RF1 topics",
-        "cluster": "etcd + 3 semel broker processes on this machine (semel.cluster.local), a fresh one per round",
+        "cluster": "etcd + 3 semel broker processes on this machine (semel.launch.local_cluster), a fresh one per round",
         "machine_name": "2-core shared VM: " + SHARED_BOX,
         "settings": {"record_bytes": SIZE, "records_per_case": rows[0]["records"],
                      "rounds_per_tree": {t: len({r["round"] for r in rows if r["cluster"] == t}) for t in trees},

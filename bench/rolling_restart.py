@@ -20,7 +20,7 @@ from bench.common import RESULTS, SHARED_BOX, load_fields, main, write_result
 
 
 def _one(lease_ttl_s: int, handover: bool = True) -> dict:
-    from semel.cluster.local import LocalCluster
+    from semel.launch.local_cluster import LocalCluster
     from tests.support.cluster import wait_brokers
     from tests.support.rolling import rolling_restart
     with tempfile.TemporaryDirectory(prefix="semel-rolling-") as tmp:
@@ -50,7 +50,7 @@ def run(out_dir: Path = RESULTS, quick: bool = False) -> dict:
         "what": ("longest time without an acks=all delivery report during a rolling restart (SIGTERM, start, "
                  "back in every ISR) of all three brokers, under an idempotent producer and a transactional "
                  "copier; failed deliveries and copy exactness of each run"),
-        "cluster": ("etcd + 3 semel broker processes on this machine (semel.cluster.local), default lease TTL, "
+        "cluster": ("etcd + 3 semel broker processes on this machine (semel.launch.local_cluster), default lease TTL, "
                     "topics RF3 with min.insync.replicas 2, internal topics RF3"),
         "client": ("confluent-kafka: an idempotent acks=all producer (linger.ms 5) sending round-robin to 3 "
                    "partitions all the time; a transactional copier (tests/support/copier.py) with "

@@ -26,7 +26,7 @@ from pathlib import Path
 from bench.common import RESULTS, main, produce_all, write_result
 from bench.hotpath_bench import cpu_seconds
 from bench.throughput_bench import PRODUCER
-from semel.cli.process import SemelBroker, free_port, wait_for_port
+from semel.launch.process import SemelBroker, free_port, wait_for_port
 
 PASSWORD = "bench-secret"
 

@@ -39,8 +39,8 @@ import time
 from pathlib import Path
 
 from bench.common import RESULTS, write_result
-from semel.cli.process import SemelBroker
 from semel.demo.job import session
+from semel.launch.process import SemelBroker
 from semel.spark import sink
 from semel.spark import trace as spark_trace
 

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from bench.common import RESULTS, main, produce_all, write_result
-from semel.cli.process import SemelBroker, TansuBroker
+from semel.launch.process import SemelBroker, TansuBroker
 
 PRODUCER = {"acks": "all", "linger.ms": 5, "batch.size": 1_000_000, "queue.buffering.max.messages": 1_000_000,
             "queue.buffering.max.kbytes": 1_048_576, "compression.type": "none"}

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from bench.common import RESULTS, main, rss_kb, write_result
 from bench.throughput_bench import _create
-from semel.cli.process import SemelBroker
+from semel.launch.process import SemelBroker
 from semel.protocol.messages import encode_request, request_class
 
 RECORD = b"x" * 1024

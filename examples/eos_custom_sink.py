@@ -14,7 +14,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from semel.eos import OK, EosRuntime, Fatal, RecordingBroker, RecordingCoordinator
+from semel.eos import OK, EosRuntime, Fatal, RecordingBroker, RecordingTxnBackend
 from semel.eos.sink import TwoPhaseSink
 from semel.eos.testing import FaultySink, check_sink_contract
 
@@ -78,14 +78,14 @@ def main() -> None:
     print("contract: OK")
 
     broker = RecordingBroker(inputs=list(range(6)))
-    coordinator = RecordingCoordinator(broker, "demo-0")
+    backend = RecordingTxnBackend(broker, "demo-0")
     sink = FaultySink(LedgerFileSink(root / "run"), faults={"prepare": "retryable"}, timeout=None)
-    runtime = EosRuntime("demo", "0", coordinator, [sink], commit_interval=0.1)
+    runtime = EosRuntime("demo", "0", backend, [sink], commit_interval=0.1)
     runtime.start()
 
     def work(ctx):
         for _ in range(3):
-            record = coordinator.poll(0)
+            record = backend.poll(0)
             if record is not None:
                 ctx.stage("ledger", record.value)
     while broker.position != 6:

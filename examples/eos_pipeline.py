@@ -21,7 +21,7 @@ import signal
 from pathlib import Path
 
 from semel.eos import EosRuntime, SqliteBacking, TransactionalStore
-from semel.eos.kafka import KafkaCoordinator
+from semel.eos.kafka import KafkaTxnBackend
 from semel.eos.sinks.filesystem import FileSystemSink
 
 
@@ -40,11 +40,11 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
 
     args.sink_dir.mkdir(parents=True, exist_ok=True)
-    coordinator = KafkaCoordinator(args.bootstrap, f"{args.app}-{args.instance}",
+    backend = KafkaTxnBackend(args.bootstrap, f"{args.app}-{args.instance}",
                                    [(args.input, p) for p in range(args.partitions)], marker_topic=args.marker)
     store = TransactionalStore(SqliteBacking(args.sink_dir / "state.db"))
     sink = FileSystemSink(args.sink_dir / "sink", name="files")
-    runtime = EosRuntime(args.app, args.instance, coordinator, [sink], store, commit_interval=args.interval)
+    runtime = EosRuntime(args.app, args.instance, backend, [sink], store, commit_interval=args.interval)
 
     report = runtime.start()  # fences older instances, resolves what a crash left prepared
     for action in report.actions:

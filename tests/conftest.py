@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from semel.broker.watchdog import STALL_MARKER
-from semel.cli.process import SemelBroker, TansuBroker
+from semel.launch.process import SemelBroker, TansuBroker
 from tests.support.markers import mark_items, starts_processes
 from tests.support.services import pg_uri, s3_endpoint  # noqa: F401 - session fixtures, one server each per run
 

@@ -14,12 +14,7 @@ on a single node.
 from __future__ import annotations
 
 from ..protocol.api_keys import ApiKey
-
-
-def by_topic(pairs, make):
-    # Imported here: the handlers package imports broker.connection, which imports us.
-    from .handlers.common import by_topic as grouped
-    return grouped(pairs, make)
+from .responses import by_topic
 
 
 def _top_level(ctx, body, E):

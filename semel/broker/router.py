@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 from ..protocol.messages import response_class, spec_max_version
+from .auth.check import authorize
 
 Handler = Callable[["RequestContext", Any], Awaitable[Any]]
 
@@ -82,5 +83,4 @@ class RequestContext:
         counted (semel_authorization_denials_total) and logged; the caller answers
         with the matching *_AUTHORIZATION_FAILED code and writes nothing. Always
         True on a broker without security."""
-        from .auth.check import authorize
         return authorize(self, operation, resource_type, name)

@@ -13,14 +13,17 @@ import signal
 import time
 
 from ..cluster.broker_configs import FileBrokerConfigs
+from ..cluster.peer import PeerDialer
+from ..cluster.shutdown import controlled_shutdown
 from ..storage.flusher import GroupCommitFlusher
 from ..storage.fs import fs_from_env
 from ..storage.errors import StorageError
 from ..storage.manager import LogManager
 from . import handlers  # noqa: F401  (registers every route)
 from .allocator import tune_allocator
-from .auth.acl import AclStore, Authorizer
-from .auth.users import UserStore
+from .auth.acl import FILE_NAME as ACL_FILE, AclStore, Authorizer
+from .auth.cluster_store import cluster_stores
+from .auth.users import FILE_NAME as USER_FILE, UserStore
 from .config import BrokerConfig, Listener
 from .connection import ConnectionLimits, serve
 from .metrics import BrokerMetrics
@@ -74,10 +77,7 @@ class Broker:
 
     def _use_cluster_security(self) -> None:
         """In a cluster users and ACLs live in etcd, the same on every broker
-        (semel.cluster.security); files under the data dir are not read."""
-        from ..cluster.security import cluster_stores
-        from .auth.acl import FILE_NAME as ACL_FILE
-        from .auth.users import FILE_NAME as USER_FILE
+        (auth/cluster_store.py); files under the data dir are not read."""
         self.users, self.acls = cluster_stores(self.cluster)
         self.authorizer.store = self.acls
         for name in (USER_FILE, ACL_FILE):
@@ -101,7 +101,6 @@ class Broker:
             self.broker_configs.load()
             self.broker_configs.apply()
         if self.cluster is not None:   # how followers and the coordinator reach other brokers
-            from ..cluster.peer import PeerDialer
             self.peer_dialer = PeerDialer.from_config(self.config)
             who = self.peer_dialer.principal
             if who and self.authorizer.enabled and who not in self.config.super_users:
@@ -187,7 +186,6 @@ class Broker:
     async def stop(self) -> None:
         if self.cluster_member is not None and self.replicas is not None:
             # Leaderships and coordinators to in-sync peers first (semel.cluster.shutdown).
-            from ..cluster.shutdown import controlled_shutdown
             await controlled_shutdown(self.cluster, self.replicas, self.config.controlled_shutdown_timeout_ms / 1000)
         if self.replicas is not None:   # no more fetching or ISR changes from here on
             await self.replicas.stop()

@@ -19,9 +19,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..cluster.coordinator_host import SeatedCoordinator
+from ..cluster.coordinator_partitions import GroupCoordinators, TxnCoordinators, topic_partition_count
 from ..cluster.hw_checkpoint import HW_FILE
+from ..cluster.member import ClusterMember, InternalTopic
+from ..cluster.producer_ids import ClusterProducerIds
 from ..cluster.replica_fetcher import FetchSettings
 from ..cluster.replica_manager import ReplicaManager, ReplicaSettings
+from ..cluster.replicated_flusher import ReplicatedFlusher
+from ..cluster.topic_sync import deleted_names
+from ..cluster.txn_markers import MarkerChannel
 from ..coordinator.group import GroupCoordinator
 from ..coordinator.group_model import GroupConfig
 from ..coordinator.ports import LocalMarkers
@@ -64,8 +71,6 @@ def build_groups(broker):
     config = group_config(broker.config)
     if broker.cluster is None:
         return GroupCoordinator(broker.logs, broker.flusher, config)
-    from ..cluster.coordinator_partitions import GroupCoordinators, topic_partition_count
-    from ..cluster.topic_sync import deleted_names
     view, topic = broker.cluster, config.offsets_topic
     # Every write waits for the replicated high watermark (acks=all); sync_writes says
     # only whether the local fsync comes first.
@@ -86,9 +91,6 @@ def build_txns(broker):
     if broker.cluster is None:
         return TransactionCoordinator(broker.logs, broker.flusher, broker.groups, cfg, pids,
                                       broker.notifier.notify, broker.metrics, markers=LocalMarkers())
-    from ..cluster.coordinator_partitions import TxnCoordinators, topic_partition_count
-    from ..cluster.producer_ids import ClusterProducerIds
-    from ..cluster.txn_markers import MarkerChannel
     view = broker.cluster
     shared_pids = ClusterProducerIds(pids, view)   # ids from the cluster-wide counter
     markers = MarkerChannel(view, cfg.node_id, cfg.request_timeout_ms / 1000, broker.peer_dialer)
@@ -104,7 +106,6 @@ def build_txns(broker):
 
 def cluster_member(broker):
     """The broker's membership in its cluster (needs the cluster extra)."""
-    from ..cluster.member import ClusterMember
 
     def topics_deleted(names: set[str]) -> None:
         if broker.groups is not None:   # topics sync before the coordinators are built
@@ -118,14 +119,12 @@ def cluster_member(broker):
 
 def internal_topic(broker, key_type: int):
     """FindCoordinator's internal topic for `key_type` (1 transactions, else groups)."""
-    from ..cluster.member import InternalTopic
     if key_type == 1:
         return InternalTopic(TXN_TOPIC, TransactionCoordinator.log_configs(broker.config), broker.txns)
     return InternalTopic(OFFSETS_TOPIC, GroupCoordinator.log_configs(broker.groups.config), broker.groups)
 
 
 def _seat(broker, topic: str, partition: int):
-    from ..cluster.coordinator_host import SeatedCoordinator
     return SeatedCoordinator(broker.cluster, broker.config.node_id, broker.logs, lambda: broker.replicas,
                              topic, partition)
 
@@ -133,6 +132,5 @@ def _seat(broker, topic: str, partition: int):
 def _replicated(broker, inner, topic: str, partition: int):
     """The writer of a coordinator partition's log: `inner`'s local fsync (None: none),
     then the replicated high watermark (the replica manager starts after the coordinators)."""
-    from ..cluster.replicated_flusher import ReplicatedFlusher
     return ReplicatedFlusher(inner, lambda: broker.replicas, topic, partition,
                              broker.config.request_timeout_ms / 1000)

@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..launch.local_cluster import LocalCluster
 from .errors import WorkloadError
 from .history import NEMESIS
 from .threads import blocking
@@ -75,7 +76,6 @@ class CheckCluster:
     """A LocalCluster under data_dir whose brokers the nemesis may kill and pause."""
 
     def __init__(self, data_dir: Path, nodes: int = 3, lease_ttl_s: int = 3, nemesis_coordinator: bool = False):
-        from ..cluster.local import LocalCluster
         if nodes < 3:
             raise ClusterStartError("--cluster needs at least 3 nodes (replication factor 3)")
         self.nodes = nodes

@@ -13,23 +13,17 @@ from __future__ import annotations
 import os
 import shlex
 import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from ..launch.process import free_port, wait_for_port
 
 SEMEL_TEMPLATE = f"{shlex.quote(sys.executable)} -m semel.cli.main broker start --data-dir {{data}} --port {{port}}"
 
 
 class BrokerStartError(RuntimeError):
     pass
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 class ManagedBroker:
@@ -80,17 +74,13 @@ class ManagedBroker:
         self._wait_listening(timeout_s)
 
     def _wait_listening(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise BrokerStartError(f"broker exited with status {self.proc.returncode} before listening "
-                                       f"(log: {self.log_path})")
-            try:
-                with socket.create_connection((self.host, self.port), timeout=0.5):
-                    return
-            except OSError:
-                time.sleep(0.05)
-        raise BrokerStartError(f"broker not listening on {self.bootstrap} after {timeout_s:.0f}s")
+        try:
+            wait_for_port(self.host, self.port, timeout_s, self.proc)
+        except RuntimeError:
+            raise BrokerStartError(f"broker exited with status {self.proc.returncode} before listening "
+                                   f"(log: {self.log_path})") from None
+        except TimeoutError:
+            raise BrokerStartError(f"broker not listening on {self.bootstrap} after {timeout_s:.0f}s") from None
 
     def _signal_group(self, sig: int) -> None:
         # The broker runs in its own session: signal its group so helpers die too.

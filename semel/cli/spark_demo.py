@@ -8,8 +8,8 @@ from pathlib import Path
 
 from rich.console import Console
 
+from ..launch.process import SemelBroker
 from .main import CliError
-from .process import SemelBroker
 
 
 @contextlib.contextmanager

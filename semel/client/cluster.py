@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
+from ..backoff import Backoff
 from ..protocol.api_keys import ApiKey
 from ..protocol.errors import KafkaError
 from ..protocol.messages import request_class
-from .backoff import Backoff
 from .client import Client, ClientError, TlsError
 from .security import PLAINTEXT, Security, SecurityError
 
@@ -81,7 +81,7 @@ def _check(code: int, what: str) -> None:
     raise ReaderError(f"{what}: {err.name}", err)
 
 
-class Cluster:
+class ClusterRouter:
     """Connections to the brokers of one cluster, found from the bootstrap list."""
 
     def __init__(self, bootstrap: str, timeout_s: float = 30.0, client_id: str = "semel-spark",
@@ -126,7 +126,7 @@ class Cluster:
                 c.close()
                 del self._conns[address]
 
-    def __enter__(self) -> "Cluster":
+    def __enter__(self) -> "ClusterRouter":
         return self
 
     def __exit__(self, *exc) -> None:

@@ -9,21 +9,22 @@ so it cannot know that a range whose tail is skipped is finished. Reading the
 raw batches ourselves gives exact boundaries, and the Cython record decoder of
 aiokafka keeps it fast; rows leave as Arrow columns.
 
-Requests go through the cluster router (semel.client.cluster.Cluster).
+Requests go through the cluster router (semel.client.cluster.ClusterRouter).
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Iterator
 
 from aiokafka.errors import CorruptRecordException, UnsupportedCodecError
 from aiokafka.record.default_records import DefaultRecordBatch
 
+from ..backoff import Backoff
 from ..protocol.errors import KafkaError
 from ..protocol.records import ATTR_CONTROL, ATTR_TRANSACTIONAL, CONTROL_ABORT, crc_ok, iter_batches
-from .cluster import EARLIEST, LATEST, TP, Cluster, ReaderError
+from .cluster import EARLIEST, LATEST, TP, ClusterRouter, ReaderError
 
+EMPTY_RETRY_S = 0.05   # between fetches that came back empty below the high watermark
 
 # --- exact range reads ----------------------------------------------------------
 
@@ -51,7 +52,7 @@ class DataLoss(ReaderError):
         self.log_start = log_start
 
 
-def read_range(cluster: Cluster, tp: TP, start: int, end: int, *, read_committed: bool,
+def read_range(cluster: ClusterRouter, tp: TP, start: int, end: int, *, read_committed: bool,
                include_headers: bool, max_bytes: int = 4 << 20,
                fail_on_data_loss: bool = True) -> Iterator[Rows]:
     """The records of [start, end) in offset order, one Rows per fetch.
@@ -61,7 +62,7 @@ def read_range(cluster: Cluster, tp: TP, start: int, end: int, *, read_committed
     control records are dropped by the rule Kafka's consumers use, and reading
     the same range again yields the same rows."""
     pos = start
-    empty_since: float | None = None
+    empty: Backoff | None = None   # while answers come back empty: their deadline
     while pos < end:
         p = cluster.fetch(tp, pos, read_committed, max_bytes)
         if p.error_code == KafkaError.OFFSET_OUT_OF_RANGE:
@@ -86,15 +87,15 @@ def read_range(cluster: Cluster, tp: TP, start: int, end: int, *, read_committed
             if data:
                 raise ReaderError(f"{tp[0]}-{tp[1]}: a record batch at {pos} is larger than "
                                   f"{max_bytes} bytes; raise kafka.max.partition.fetch.bytes")
-            # An empty answer below the high watermark: retried, within bounds.
-            now = time.monotonic()
-            empty_since = empty_since or now
-            if now - empty_since > cluster.retry.timeout_s:
+            # An empty answer below the high watermark: retried at a steady short
+            # interval (the records are there to read), within bounds.
+            empty = empty or Backoff(cluster.retry.timeout_s, first_s=EMPTY_RETRY_S, max_s=EMPTY_RETRY_S)
+            if empty.expired():
                 raise ReaderError(f"{tp[0]}-{tp[1]}: no records at {pos} for "
                                   f"{cluster.retry.timeout_s:g} s though the range ends at {end}")
-            time.sleep(0.05)
+            empty.wait()
             continue
-        empty_since = None
+        empty = None
         pos = next_pos
         if len(rows):
             yield rows
@@ -161,4 +162,4 @@ def _append(rows: Rows, batch: DefaultRecordBatch, lo: int, hi: int, include_hea
             rows.headers.append([{"key": k, "value": v} for k, v in rec.headers] or None)
 
 
-__all__ = ["Cluster", "ReaderError", "DataLoss", "Rows", "read_range", "EARLIEST", "LATEST"]
+__all__ = ["ClusterRouter", "ReaderError", "DataLoss", "Rows", "read_range", "EARLIEST", "LATEST"]

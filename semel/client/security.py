@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from .client import Client, ClientError
+from .sasl import authenticate
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
@@ -291,8 +292,6 @@ class Security:
 
     def connect(self, address: str, client_id: str, timeout_s: float) -> Client:
         """A connection to `address`, TLS and logged in as these settings say."""
-        from .sasl import authenticate
-
         c = Client(address, client_id=client_id, timeout_s=timeout_s,
                    ssl_context=self.tls.context() if self.tls is not None else None)
         if not self.sasl:

@@ -16,7 +16,7 @@ from ..protocol import records
 from ..protocol.api_keys import ApiKey
 from ..protocol.errors import KafkaError
 from ..protocol.messages import request_class
-from .client import Client
+from .client import Client, ClientError
 
 TP = tuple[str, int]
 
@@ -209,7 +209,6 @@ def committed_with_metadata(c: Client, group: str, tps: list[TP]) -> dict[TP, tu
 
 
 def raise_error(err: KafkaError, what: str) -> None:
-    from .client import ClientError
     raise ClientError(f"{what}: {err.name}", err)
 
 

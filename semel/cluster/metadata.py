@@ -10,8 +10,8 @@ Keys, all under /semel/<cluster-id>/ (values are JSON):
                                 "adding", "removing", "origin"}       the last three during a reassignment
   producer_ids                 {"next"}                              the next unallocated producer id
   configs/<name>               {"value"}                             cluster-wide dynamic broker configs
-  users/<name>                 SCRAM credentials per mechanism       semel.cluster.security
-  acls/<type>/<pattern>/<name> the ACLs of one resource              semel.cluster.security
+  users/<name>                 SCRAM credentials per mechanism       semel.broker.auth.cluster_store
+  acls/<type>/<pattern>/<name> the ACLs of one resource              semel.broker.auth.cluster_store
 
 A partition's `version` (PartitionState.version) is the etcd mod_revision of its key,
 and every change of a partition is a transaction comparing it: whoever read an older
@@ -27,10 +27,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import uuid
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
+from ..backoff import Backoff
 from ..protocol.errors import KafkaError
 from .etcd import KV, Etcd, EtcdError, delete_prefix_op, mod_equals, put_op
 from .state import BrokerInfo, PartitionListener, PartitionState
@@ -254,11 +256,12 @@ class EtcdClusterView:
         return revision
 
     async def _watch(self, revision: int) -> None:
-        pause = 0.2   # grows while etcd stays away, so an outage is not a busy loop of warnings
+        # The pause grows while etcd stays away, so an outage is not a busy loop of warnings.
+        pace = Backoff(math.inf, first_s=0.2, max_s=2.0)
         while not self._stopping:
             try:
                 async for events in self.etcd.watch_prefix(self.keys.root, revision + 1):
-                    pause = 0.2
+                    pace.progress()
                     for ev in events:
                         self._apply(ev.kv, ev.kind == "DELETE", notify=True)
                         revision = max(revision, ev.kv.mod_revision)
@@ -267,8 +270,7 @@ class EtcdClusterView:
                 log.warning("cluster watch interrupted (%s); re-reading", exc)
             except Exception as exc:   # aiohttp's payload errors and the like: same remedy
                 log.warning("cluster watch failed (%r); re-reading", exc)
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, 2.0)
+            await asyncio.sleep(pace.step())
             try:
                 revision = await self._reload()
             except EtcdError as exc:

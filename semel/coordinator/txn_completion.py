@@ -14,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import math
 
+from ..backoff import Backoff
 from ..protocol import records
 from ..protocol.errors import KafkaError
 from ..storage.errors import AppendError, StorageError
@@ -45,12 +47,13 @@ class MarkerCompletion:
         self._spawn(self._retry_complete(meta, done))
 
     async def _retry_complete(self, meta: TxnMeta, done: set) -> None:
-        delay = 0.1
+        # No deadline: a logged decision is carried out however long the disk or the
+        # partition leaders stay away.
+        pace = Backoff(math.inf, first_s=0.1, max_s=5.0)
         while True:
-            await asyncio.sleep(delay)
+            await asyncio.sleep(pace.step())
             if await self._try_complete(meta, done):
                 return
-            delay = min(delay * 2, 5.0)
 
     async def _try_complete(self, meta: TxnMeta, done: set) -> bool:
         if self.txns.get(meta.txn_id) is not meta:

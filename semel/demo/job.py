@@ -33,6 +33,10 @@ def doubled(spark, bootstrap: str, max_per_trigger: int):
                           "cast(cast(cast(value as string) as bigint) * 2 as string) as value")
 
 
+# Spark (semel.spark) and PostgreSQL (psycopg) are imported inside the functions that
+# use them: the demo's driver (run.py, verify.py) imports this module for its names.
+
+
 def external_sinks(work: Path, postgres: str):
     from semel.eos.sinks.filesystem import FileSystemSink
     from semel.eos.sinks.postgres import PostgresSink

@@ -24,6 +24,9 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from semel.client import Client
+from semel.protocol.errors import KafkaError
+
 from . import verify
 from .job import INPUT, OUTPUT
 
@@ -104,7 +107,7 @@ class Processor:
         self.cfg, self.proc, self.runs = cfg, None, 0
 
     def start(self, kill_at: str | None = None) -> None:
-        from semel.spark import hooks
+        from semel.spark import hooks   # here: the semel.spark package imports pyspark
         env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
         env.pop(hooks.KILL_ENV, None)
         env.pop(hooks.KILL_PGID_ENV, None)
@@ -275,8 +278,6 @@ def report(cfg: Config, out: Outcome, console: Console) -> Table:
 
 def prepare(cfg: Config) -> None:
     """Topics and the table; existing ones are reused (`--bootstrap` of a broker used before)."""
-    from semel.client import Client
-    from semel.protocol.errors import KafkaError
     with Client(cfg.bootstrap) as client:
         for topic in (INPUT, OUTPUT):
             err = client.create_topic(topic, PARTITIONS)

@@ -11,9 +11,9 @@ Public API:
     TwoPhaseSink, SinkGuard                           semel.eos.sink
     OK, Retryable, Fatal, Step,
     CommitSucceeded, CommitAborted, CommitFatal       semel.eos.outcomes
-    EosCoordinator, RecordingCoordinator,
-    RecordingBroker, CoordinatorError, Record         semel.eos.coordinator
-    KafkaCoordinator                                  semel.eos.kafka (imports confluent_kafka)
+    TxnBackend, RecordingTxnBackend,
+    RecordingBroker, BackendError, Record             semel.eos.backend
+    KafkaTxnBackend                                   semel.eos.kafka (imports confluent_kafka)
     Ledger, Decision, decide                          semel.eos.ledger
     recover, RecoveryReport, RecoveryError            semel.eos.recovery
     TransactionalStore, MemoryBacking,
@@ -22,7 +22,7 @@ Public API:
     SinkTxnId                                         semel.eos.txnid
     sinks: semel.eos.sinks.<system>
 """
-from semel.eos.coordinator import CoordinatorError, EosCoordinator, Record, RecordingBroker, RecordingCoordinator
+from semel.eos.backend import BackendError, Record, RecordingBroker, RecordingTxnBackend, TxnBackend
 from semel.eos.cycle import ON_FAILURE, CycleParts, run_commit_cycle
 from semel.eos.ledger import Decision, Ledger, decide
 from semel.eos.metrics import EosMetrics
@@ -35,7 +35,7 @@ from semel.eos.store import IdempotencyTokens, MemoryBacking, SqliteBacking, Tra
 from semel.eos.txnid import SinkTxnId
 
 __all__ = [
-    "CoordinatorError", "EosCoordinator", "Record", "RecordingBroker", "RecordingCoordinator",
+    "BackendError", "TxnBackend", "Record", "RecordingBroker", "RecordingTxnBackend",
     "ON_FAILURE", "CycleParts", "run_commit_cycle", "Decision", "Ledger", "decide", "EosMetrics",
     "OK", "Ok", "Retryable", "Fatal", "SinkOutcome", "Step", "CommitAborted", "CommitFatal", "CommitSucceeded",
     "CycleOutcome", "RecoveryError", "RecoveryReport", "recover", "CycleContext", "EosRuntime", "RuntimeFailed",

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable, Sequence
 
-from semel.eos.coordinator import EosCoordinator
+from semel.eos.backend import TxnBackend
 from semel.eos.ledger import Ledger
 from semel.eos.outcomes import (CommitAborted, CommitFatal, CommitSucceeded, CycleOutcome, Fatal, Ok,
                                 SinkOutcome, Step)
@@ -79,7 +79,7 @@ class Failure:
 class CycleParts:
     """Everything one cycle works with."""
 
-    coordinator: EosCoordinator
+    backend: TxnBackend
     sinks: Sequence[SinkGuard] = ()
     store: SinkGuard | None = None
     # runs the application's processing for this cycle (inside the flush step)
@@ -142,17 +142,17 @@ class _Cycle:
 
     # ------------------------------------------------------------ steps
     def _begin(self) -> Failure | None:
-        self.p.coordinator.begin_txn(self.cycle)
+        self.p.backend.begin_txn(self.cycle)
         return None
 
     def _flush(self) -> Failure | None:
         if self.p.work is not None:
             self.p.work()
-        self.p.coordinator.flush(self.cycle)
+        self.p.backend.flush(self.cycle)
         return None
 
     def _commit_offsets(self) -> Failure | None:
-        self.p.coordinator.commit_offsets(self.cycle, Ledger(self.cycle, self.p.hold))
+        self.p.backend.commit_offsets(self.cycle, Ledger(self.cycle, self.p.hold))
         return None
 
     def _pre_commit(self) -> Failure | None:
@@ -170,7 +170,7 @@ class _Cycle:
         return None
 
     def _commit_txn(self) -> Failure | None:
-        self.p.coordinator.commit_txn(self.cycle)
+        self.p.backend.commit_txn(self.cycle)
         return None
 
     def _commit_2pc(self) -> Failure | None:
@@ -194,7 +194,7 @@ class _Cycle:
         notes = [failure.reason]
         fatal = failure.fatal
         try:
-            self.p.coordinator.abort_txn(self.cycle)
+            self.p.backend.abort_txn(self.cycle)
         except Exception as exc:  # noqa: BLE001
             notes.append(f"abortTxn failed: {_describe(exc)}")
             log.error("eos cycle=%d txn=%s step=abortTxn failed: %s", self.cycle, self.txn_id, _describe(exc))

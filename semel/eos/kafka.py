@@ -1,4 +1,4 @@
-"""The real coordinator: a transactional confluent-kafka producer and a consumer.
+"""The real backend: a transactional confluent-kafka producer and a consumer.
 
 Works against any Kafka-compatible broker with transactions; it speaks only
 the Kafka protocol (through librdkafka).
@@ -7,7 +7,7 @@ the Kafka protocol (through librdkafka).
   older instances with the same transactional id and completes or aborts their
   open transaction; only then is the ledger read.
 * Inputs are assigned statically (topic, partition) and start at the group's
-  committed offsets. The coordinator keeps the position of every input itself,
+  committed offsets. The backend keeps the position of every input itself,
   so the offsets committed in a transaction are exactly what was processed in
   it, and an abort rewinds to the positions at beginTxn.
 * The ledger (see `semel.eos.ledger`) rides in the offset metadata of every
@@ -46,7 +46,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from confluent_kafka import Consumer, KafkaError as CKError, KafkaException, Producer, TopicPartition
 
-from semel.eos.coordinator import CoordinatorError, EosCoordinator, Record
+from semel.eos.backend import BackendError, Record, TxnBackend
 from semel.eos.deadline import DeadlineExceeded, call_with_deadline
 from semel.eos.ledger import Ledger
 from semel.protocol.errors import KafkaError
@@ -62,26 +62,26 @@ DEADLINE_GRACE_S = 5.0
 RESTART_SAFE_CONFIG = {"metadata.recovery.strategy": "none"}
 
 
-def _error(op: str, err: CKError) -> CoordinatorError:
+def _error(op: str, err: CKError) -> BackendError:
     code: int | KafkaError = err.code()
     if code >= KafkaError.UNKNOWN_SERVER_ERROR:
         code = KafkaError(code)
     # below -1 are librdkafka's local codes, kept as plain ints
-    return CoordinatorError(op, f"{err.name()}: {err.str()}", code=code, fatal=bool(err.fatal()))
+    return BackendError(op, f"{err.name()}: {err.str()}", code=code, fatal=bool(err.fatal()))
 
 
 def _ck(exc: KafkaException) -> CKError:
     return exc.args[0] if exc.args and isinstance(exc.args[0], CKError) else CKError(CKError._FAIL, str(exc))
 
 
-class KafkaCoordinator(EosCoordinator):
+class KafkaTxnBackend(TxnBackend):
     def __init__(self, bootstrap: str, transactional_id: str, inputs: Sequence[tuple[str, int]] = (), *,
                  group_id: str | None = None, marker_topic: str | None = None,
                  producer_config: dict | None = None, consumer_config: dict | None = None,
                  timeout: float = 30.0, transaction_timeout_ms: int | None = None,
                  marker_record: bool | None = None):
         if not inputs and not marker_topic:
-            raise ValueError("KafkaCoordinator needs input partitions or a marker topic to carry the ledger")
+            raise ValueError("KafkaTxnBackend needs input partitions or a marker topic to carry the ledger")
         for item in inputs:
             if (not isinstance(item, (tuple, list)) or len(item) != 2 or not isinstance(item[0], str)
                     or not isinstance(item[1], int) or item[1] < 0):
@@ -216,7 +216,7 @@ class KafkaCoordinator(EosCoordinator):
                 break
             except BufferError:  # local queue full: let deliveries drain, then retry
                 if time.monotonic() > deadline:
-                    raise CoordinatorError("produce", "producer queue full for too long") from None
+                    raise BackendError("produce", "producer queue full for too long") from None
                 self._producer.poll(0.05)
         self._producer.poll(0)
 
@@ -227,7 +227,7 @@ class KafkaCoordinator(EosCoordinator):
     def flush(self, cycle: int) -> None:
         remaining = self._on_producer("flush", lambda p: p.flush(self.timeout))
         if remaining:
-            raise CoordinatorError("flush", f"{remaining} records not acknowledged after {self.timeout}s")
+            raise BackendError("flush", f"{remaining} records not acknowledged after {self.timeout}s")
         if self._delivery_error is not None:
             raise _error("flush", self._delivery_error)
 
@@ -248,7 +248,7 @@ class KafkaCoordinator(EosCoordinator):
             self._retrying("abort_txn", lambda p, t: p.abort_transaction(t))
         elif self._wedged == "commit_txn":
             # The stuck commit may have reached the broker: nothing here may claim an abort.
-            raise CoordinatorError("abort_txn", "commit_txn is still stuck; its outcome is unknown")
+            raise BackendError("abort_txn", "commit_txn is still stuck; its outcome is unknown")
         else:
             # Fencing the wedged producer is the abort: the broker ends its open transaction.
             self._new_producer("abort_txn")
@@ -262,14 +262,14 @@ class KafkaCoordinator(EosCoordinator):
             try:
                 self._on_producer(op, lambda p: call(p, remaining))
                 return
-            except CoordinatorError as exc:
+            except BackendError as exc:
                 retriable = isinstance(exc.__cause__, KafkaException) and _ck(exc.__cause__).retriable()
                 if not retriable or time.monotonic() >= deadline:
                     raise
 
     # ------------------------------------------------------------ deadlines
     def _bounded(self, op: str, call: Callable[[], Any]) -> Any:
-        """call() under the deadline; librdkafka errors and stuck calls become CoordinatorError."""
+        """call() under the deadline; librdkafka errors and stuck calls become BackendError."""
         self._stuck_threads = [t for t in self._stuck_threads if t.is_alive()]
         try:
             return call_with_deadline(call, self.timeout + DEADLINE_GRACE_S, self._stuck_threads,
@@ -277,17 +277,17 @@ class KafkaCoordinator(EosCoordinator):
         except KafkaException as exc:
             raise _error(op, _ck(exc)) from exc
         except DeadlineExceeded as exc:
-            raise CoordinatorError(op, f"no answer from the client library ({exc}); the call is abandoned",
+            raise BackendError(op, f"no answer from the client library ({exc}); the call is abandoned",
                                    code=KafkaError.REQUEST_TIMED_OUT) from exc
 
     def _on_producer(self, op: str, call: Callable[[Producer], Any]) -> Any:
         """call(producer) under the deadline; a stuck call wedges the producer."""
         if self._wedged is not None:
-            raise CoordinatorError(op, f"the producer is unusable: {self._wedged} is still stuck in it")
+            raise BackendError(op, f"the producer is unusable: {self._wedged} is still stuck in it")
         producer = self._producer
         try:
             return self._bounded(op, lambda: call(producer))
-        except CoordinatorError as exc:
+        except BackendError as exc:
             if isinstance(exc.__cause__, DeadlineExceeded):
                 self._wedged = op
                 self._abandoned.append((producer, self._stuck_threads[-1]))

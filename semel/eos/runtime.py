@@ -1,6 +1,6 @@
 """The exactly-once runtime: recovery at start, then commit cycles at a cadence.
 
-    rt = EosRuntime("orders", "0", KafkaCoordinator(...), sinks=[FileSystemSink(...)],
+    rt = EosRuntime("orders", "0", KafkaTxnBackend(...), sinks=[FileSystemSink(...)],
                     commit_interval=5.0)
     rt.start()                      # fence, read the ledger, resolve stranded txns
     rt.run(process)                 # consume -> process -> produce/stage, forever
@@ -19,7 +19,7 @@ import logging
 import time
 from typing import Any, Callable, Iterable, Sequence
 
-from semel.eos.coordinator import EosCoordinator, Record
+from semel.eos.backend import Record, TxnBackend
 from semel.eos.cycle import CycleParts, run_commit_cycle
 from semel.eos.metrics import EosMetrics
 from semel.eos.outcomes import CommitAborted, CommitFatal, CommitSucceeded, CycleOutcome, Ok, Step
@@ -76,7 +76,7 @@ class CycleContext:
 
     def send(self, topic: str, value: bytes | None, key: bytes | None = None, partition: int | None = None,
              headers: Iterable | None = None) -> None:
-        self._rt.coordinator.produce(topic, value, key=key, partition=partition, headers=headers)
+        self._rt.backend.produce(topic, value, key=key, partition=partition, headers=headers)
 
     def stage(self, sink_name: str, row: Any) -> None:
         guard = self._rt.sinks_by_name.get(sink_name)
@@ -86,16 +86,16 @@ class CycleContext:
 
 
 class EosRuntime:
-    def __init__(self, app_id: str, instance_id: str, coordinator: EosCoordinator,
+    def __init__(self, app_id: str, instance_id: str, backend: TxnBackend,
                  sinks: Sequence[Any] = (), store: TransactionalStore | None = None, *,
                  commit_interval: float = DEFAULT_INTERVAL_S, metrics: EosMetrics | None = None,
                  rows_for: Callable[[str, str], Sequence[Any]] | None = None,
                  on_event: Callable[[str], None] | None = None, first_cycle: int | None = None):
         self.app_id = check_name("app_id", app_id)
         self.instance_id = check_name("instance_id", instance_id)
-        self.coordinator = coordinator
+        self.backend = backend
         self.commit_interval = check_interval(commit_interval)
-        coordinator.expect_interval(self.commit_interval)
+        backend.expect_interval(self.commit_interval)
         self.metrics = metrics if metrics is not None else EosMetrics()
         self.store = store
         self.rows_for = rows_for
@@ -127,8 +127,8 @@ class EosRuntime:
     # ------------------------------------------------------------ start
     def start(self) -> RecoveryReport:
         """Fence older instances, then resolve stranded transactions. Raises RecoveryError."""
-        self.coordinator.init()  # completes or aborts the previous instance's transaction first
-        ledger = self.coordinator.read_ledger()
+        self.backend.init()  # completes or aborts the previous instance's transaction first
+        ledger = self.backend.read_ledger()
         report = recover(self.app_id, self.instance_id, ledger, self.participants, self.metrics,
                          first_cycle=self.first_cycle)
         for name, txn_id in report.failed_aborts:
@@ -162,7 +162,7 @@ class EosRuntime:
             self.metrics.cycle_done(outcome.kind, str(Step.BEGIN_TXN), 0.0)
         else:
             ctx = CycleContext(self, cycle, txn_id, time.monotonic() + self.commit_interval)
-            parts = CycleParts(self.coordinator, self.sinks, self.store_guard,
+            parts = CycleParts(self.backend, self.sinks, self.store_guard,
                                work=(lambda: work(ctx)) if work is not None else None, rows_for=self.rows_for,
                                on_event=self.on_event, hold=self.hold, metrics=self.metrics)
             outcome = run_commit_cycle(cycle, txn_id, parts)
@@ -194,7 +194,7 @@ class EosRuntime:
             remaining = ctx.deadline - time.monotonic()
             if remaining <= 0 or (stop is not None and stop()):
                 return
-            record = self.coordinator.poll(min(remaining, poll_timeout))
+            record = self.backend.poll(min(remaining, poll_timeout))
             if record is not None:
                 process(record, ctx)
 
@@ -228,4 +228,4 @@ class EosRuntime:
                     close()
             except Exception as exc:  # noqa: BLE001 - closing is best effort
                 log.warning("eos sink=%s close failed: %s", g.name, exc)
-        self.coordinator.close()
+        self.backend.close()

@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Sequence
 
-from semel.eos.outcomes import Fatal, Retryable, SinkOutcome
+from semel.eos.outcomes import Fatal, Ok, Retryable, SinkOutcome
 
 KINDS = ("raise", "retryable", "fatal", "garbage", "hang", "raise_after")
 FATAL_KINDS = ("fatal", "garbage")
@@ -118,7 +118,6 @@ def check_sink_contract(make_sink: Callable[[], Any], committed: Callable[[], di
     {txn_id: rows}; `rows` gives at least 4 distinct rows. Row order within a
     batch is not compared (tables have none).
     """
-    from semel.eos.outcomes import Ok
 
     def ok(x):
         return isinstance(x, Ok)

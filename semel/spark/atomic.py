@@ -20,8 +20,8 @@ from __future__ import annotations
 import time
 from typing import Callable
 
+from semel.backoff import Backoff
 from semel.client import txn as wire
-from semel.client.backoff import Backoff
 from semel.client.client import Client
 from semel.protocol.errors import KafkaError
 from semel.protocol.txn_hash import aligned

@@ -10,7 +10,7 @@ from typing import Iterator
 
 from semel.client.client import Client, ClientError
 from semel.client import txn as wire
-from semel.client.cluster import TRANSACTION, Cluster
+from semel.client.cluster import TRANSACTION, ClusterRouter
 from semel.protocol.errors import KafkaError
 from semel.spark import batches
 from semel.spark.decision import BranchMessage, _decided, _decided_call, branch_id, decision_partitions
@@ -33,7 +33,7 @@ def _header(h) -> tuple:
 class _Partitioner:
     """Kafka's default choice: explicit partition, else murmur2 of the key, else round robin."""
 
-    def __init__(self, r: Cluster, start: int):
+    def __init__(self, r: ClusterRouter, start: int):
         self.r = r
         self.sizes: dict[str, int] = {}
         self.next = start
@@ -187,7 +187,7 @@ def write_branch(o: SinkOptions, cols: dict[str, int], rows: Iterator, batch: in
                              counts={f"{t}:{p}": n for (t, p), n in producer.counts.items()})
 
 
-def _check_and_init(r: Cluster, o: SinkOptions, batch: int, bid: str, check: bool, parts: list[TP] | None):
+def _check_and_init(r: ClusterRouter, o: SinkOptions, batch: int, bid: str, check: bool, parts: list[TP] | None):
     """(decided already?, the branch's TxnState). A replay of a decided batch writes
     nothing. In mode (b) it must not InitProducerId its recorded branches either (that
     would abort them before commit() rolls them forward), so the check goes first. In
@@ -270,7 +270,7 @@ class _BranchProducer:
     broker), in the same write as the AddPartitionsToTxn of those not in the transaction
     yet (the broker handles them in order); else the join is answered first."""
 
-    def __init__(self, o: SinkOptions, r: Cluster, st: wire.TxnState):
+    def __init__(self, o: SinkOptions, r: ClusterRouter, st: wire.TxnState):
         self.o, self.r, self.st = o, r, st
         self.buf: dict[TP, list] = {}   # row path: rows not cut into a chunk yet
         self.size: dict[TP, int] = {}   # buffered key + value bytes per partition

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field, replace
 
 from pyspark.sql.datasource import WriterCommitMessage
 
-from semel.client.backoff import Backoff
+from semel.backoff import Backoff
 from semel.client.client import ClientError
 from semel.client import txn as wire
-from semel.client.cluster import COORDINATOR_MOVED, GROUP, TRANSACTION, Cluster
+from semel.client.cluster import COORDINATOR_MOVED, GROUP, TRANSACTION, ClusterRouter
 from semel.protocol.api_keys import ApiKey
 from semel.protocol.errors import KafkaError
 from semel.spark import atomic
@@ -88,7 +88,7 @@ def decision_partitions(o: SinkOptions, offsets: dict[TP, int]) -> list[TP]:
     return [(o.topic, 0)]  # a query without a semel source: record the decision on the output
 
 
-def read_decision(r: Cluster, o: SinkOptions, parts: list[TP], fence_open: bool = True) -> dict | None:
+def read_decision(r: ClusterRouter, o: SinkOptions, parts: list[TP], fence_open: bool = True) -> dict | None:
     """The newest decision the query's committed offsets record, or None.
 
     UNSTABLE_OFFSET_COMMIT means a parent transaction is open. In commit() (the
@@ -152,7 +152,7 @@ class BranchMessage(WriterCommitMessage):
 
 
 
-def _decided(r: Cluster, o: SinkOptions, batch: int, parts: list[TP]) -> bool:
+def _decided(r: ClusterRouter, o: SinkOptions, batch: int, parts: list[TP]) -> bool:
     """Task side: whether `batch` is decided (an open parent counts as not yet); `parts`:
     the batch's decision partitions (decision_partitions of the plan's offsets)."""
     done = read_decision(r, o, parts, fence_open=False)
@@ -188,7 +188,7 @@ def _written(winners: list[BranchMessage]) -> list[BranchMessage]:
 def _winners(messages) -> list[BranchMessage]:
     return [m for m in messages if isinstance(m, BranchMessage) and not m.skipped and m.pid >= 0]
 
-def _end_branch(r: Cluster, o: SinkOptions, batch: int, b: list) -> None:
+def _end_branch(r: ClusterRouter, o: SinkOptions, batch: int, b: list) -> None:
     part, attempt, pid, epoch = b
     bid = branch_id(o, batch, part, attempt)
     err = _retrying(o, "EndTxn", lambda: _end(r, o, bid, pid, epoch, True))
@@ -242,7 +242,7 @@ def commit_batch(o: SinkOptions, messages, batch: int, offsets: dict[TP, int] | 
         ph.done(branches=len(written))
 
 
-def _init_and_read(r: Cluster, o: SinkOptions, parts: list[TP]) -> tuple[wire.TxnState, dict | None]:
+def _init_and_read(r: ClusterRouter, o: SinkOptions, parts: list[TP]) -> tuple[wire.TxnState, dict | None]:
     """InitProducerId of the parent, then the decision read. The InitProducerId goes
     first: it fences a zombie's parent and aborts one a killed run left open, so the read
     that follows finds settled offsets; for a batch decided already the new epoch is
@@ -270,7 +270,7 @@ def _init_and_read(r: Cluster, o: SinkOptions, parts: list[TP]) -> tuple[wire.Tx
     return st, _decision_in(o, got)
 
 
-def _join_and_offsets(r: Cluster, o: SinkOptions, st: wire.TxnState, branch_ids: list[str],
+def _join_and_offsets(r: ClusterRouter, o: SinkOptions, st: wire.TxnState, branch_ids: list[str],
                       marks: dict[TP, int], meta: str) -> None:
     """Mode (a): join the branches; then AddOffsetsToTxn and TxnOffsetCommit of the
     batch's offsets with the decision metadata, all in one write where one broker
@@ -296,7 +296,7 @@ def _join_and_offsets(r: Cluster, o: SinkOptions, st: wire.TxnState, branch_ids:
         _offsets(r, o, st, marks, meta)
 
 
-def _offsets(r: Cluster, o: SinkOptions, st: wire.TxnState, marks: dict[TP, int], meta: str) -> None:
+def _offsets(r: ClusterRouter, o: SinkOptions, st: wire.TxnState, marks: dict[TP, int], meta: str) -> None:
     """AddOffsetsToTxn (the parent's coordinator), then TxnOffsetCommit (the group's)."""
     err = _retrying(o, "AddOffsetsToTxn", lambda: _on_txn(r, o, o.parent, lambda c: wire.add_offsets(c, st, o.group)))
     _ok(err, "AddOffsetsToTxn")
@@ -312,7 +312,7 @@ def _offsets(r: Cluster, o: SinkOptions, st: wire.TxnState, marks: dict[TP, int]
         raise SinkError(f"semel sink: TxnOffsetCommit: {', '.join(f'{t}-{p} {e.name}' for (t, p), e in bad.items())}")
 
 
-def _decide(r: Cluster, o: SinkOptions, st: wire.TxnState, losers: list[str]) -> list[str]:
+def _decide(r: ClusterRouter, o: SinkOptions, st: wire.TxnState, losers: list[str]) -> list[str]:
     """EndTxn(commit) of the parent: the batch's durable decision. In mode (a) the look
     at which losing attempts the broker knows (_known) goes in the same write, answered
     after the decision as before (the losers' ids hash like the parent's: one
@@ -345,7 +345,7 @@ def _known_call(ids: list[str]):
     return (ApiKey.DESCRIBE_TRANSACTIONS, dict(transactional_ids=list(ids))), result
 
 
-def _known(r: Cluster, o: SinkOptions, ids: list[str]) -> list[str]:
+def _known(r: ClusterRouter, o: SinkOptions, ids: list[str]) -> list[str]:
     """The losers worth fencing. A semel broker (mode a) answers DescribeTransactions: an
     id it has never seen holds no rows, and fencing it would only add a coordinator
     record. (A copy that starts after this look is no different from one that starts
@@ -356,7 +356,7 @@ def _known(r: Cluster, o: SinkOptions, ids: list[str]) -> list[str]:
     return wire.pipelined(_txn(r, o, o.parent), _known_call(ids))[0]
 
 
-def _join(r: Cluster, o: SinkOptions, st: wire.TxnState, branch_ids: list[str]) -> None:
+def _join(r: ClusterRouter, o: SinkOptions, st: wire.TxnState, branch_ids: list[str]) -> None:
     """Mode (a): the parent's EndTxn will decide these branches in one record
     (their own EndTxn afterwards only confirms it)."""
     if not o.atomic:
@@ -368,7 +368,7 @@ def _join(r: Cluster, o: SinkOptions, st: wire.TxnState, branch_ids: list[str]) 
         raise SinkError(f"semel sink: {exc}") from None
 
 
-def _roll_forward(r: Cluster, o: SinkOptions, done: dict, batch: int, winners: list[BranchMessage]) -> None:
+def _roll_forward(r: ClusterRouter, o: SinkOptions, done: dict, batch: int, winners: list[BranchMessage]) -> None:
     recorded = {(b[0], b[1]) for b in done.get("branches", [])} if done["batch"] == batch else set()
     if done["batch"] == batch:
         for b in done["branches"]:
@@ -378,7 +378,7 @@ def _roll_forward(r: Cluster, o: SinkOptions, done: dict, batch: int, winners: l
             _fence(r, o, branch_id(o, batch, m.partition, m.attempt))
 
 
-def _fence_losers(r: Cluster, o: SinkOptions, batch: int, winners: list[BranchMessage]) -> None:
+def _fence_losers(r: ClusterRouter, o: SinkOptions, batch: int, winners: list[BranchMessage]) -> None:
     """Abort what the losing attempts left open (see _loser_ids, _known)."""
     for txn_id in _known(r, o, _loser_ids(o, batch, winners)):
         _fence(r, o, txn_id)

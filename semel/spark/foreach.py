@@ -30,11 +30,11 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Callable, Mapping, Sequence
 
+from semel.backoff import Backoff
 from semel.client import txn as wire
-from semel.client.backoff import Backoff
 from semel.client.client import ClientError
 from semel.client.cluster import COORDINATOR_MOVED, GROUP
-from semel.eos.coordinator import CoordinatorError, EosCoordinator
+from semel.eos.backend import BackendError, TxnBackend
 from semel.eos.cycle import CycleParts, run_commit_cycle
 from semel.eos.ledger import Ledger
 from semel.eos.outcomes import CommitSucceeded
@@ -56,7 +56,7 @@ class BatchFailed(Exception):
     """A micro-batch's commit cycle did not commit; the message is the cycle's outcome."""
 
 
-class SparkBatchCoordinator(EosCoordinator):
+class SparkBatchBackend(TxnBackend):
     """The cycle's broker side over the query's parent transaction (standard Kafka APIs)."""
 
     def __init__(self, o: sink_options.SinkOptions):
@@ -136,7 +136,7 @@ class SparkBatchCoordinator(EosCoordinator):
     @staticmethod
     def _check(op: str, err: KafkaError) -> None:
         if err != KafkaError.NONE:
-            raise CoordinatorError(op, err.name, code=err)
+            raise BackendError(op, err.name, code=err)
 
 
 def app_name(group: str) -> str:
@@ -162,23 +162,23 @@ def foreach_batch(rows: Rows, *, sinks: Sequence[Any], bootstrap: str, checkpoin
             options[name] = value
     # the driver reads the checkpoint (each batch's offsets) with the session's fs.* settings
     o = spark_sink.parse_options(options, session_settings())
-    coordinator = SparkBatchCoordinator(o)
+    backend = SparkBatchBackend(o)
     guards = [SinkGuard(s) for s in sinks]
     app = app_id or app_name(o.group)
     state: dict[str, Any] = {}
 
     def run(df, batch_id: int) -> None:
         batch_id = int(batch_id)
-        coordinator.batch = batch_id
+        backend.batch = batch_id
         cycle = batch_id + 1  # cycle 0 means "none ever" in the ledger
-        ledger = coordinator.read_ledger()
+        ledger = backend.read_ledger()
         if "hold" not in state:  # the first batch of this process: resolve what a crash left prepared
             state["hold"] = recover(app, instance_id, ledger, guards).hold
         if ledger is not None and ledger.committed >= cycle:
             return  # decided before a crash: Spark replays it, the sinks already have it
         batch_rows = rows(df, batch_id)
         txn_id = str(SinkTxnId(app, instance_id, cycle))
-        parts = CycleParts(coordinator=coordinator, sinks=guards, hold=state["hold"],
+        parts = CycleParts(backend=backend, sinks=guards, hold=state["hold"],
                            rows_for=lambda _txn, name: batch_rows.get(name, ()))
         outcome = run_commit_cycle(cycle, txn_id, parts)
         if not isinstance(outcome, CommitSucceeded):

@@ -3,7 +3,7 @@
 Spark reuses its Python workers (spark.python.worker.reuse): the same process runs
 one task after another, and the driver-side commit() worker one batch after another.
 Opening a connection per task costs a TCP handshake and an ApiVersions round trip
-(a Cluster also a Metadata one), and on a busy machine every round trip waits for the
+(a ClusterRouter also a Metadata one), and on a busy machine every round trip waits for the
 broker to be scheduled: per micro-batch that adds up on the batch's critical path.
 
 A connection goes back to the pool only when the block that used it ended normally

@@ -1,5 +1,5 @@
 """The exactly-once sink's requests routed as a Kafka producer routes them
-(semel.client.cluster.Cluster): transaction requests to the transactional id's
+(semel.client.cluster.ClusterRouter): transaction requests to the transactional id's
 coordinator, offsets and the decision read to the group's coordinator, Produce to each
 partition's leader; their retries, and the ACL an authorization error names.
 """
@@ -7,24 +7,24 @@ from __future__ import annotations
 
 import time
 
-from semel.client.backoff import Backoff
+from semel.backoff import Backoff
 from semel.client.client import Client, ClientError
 from semel.client import txn as wire
-from semel.client.cluster import GROUP, TRANSACTION, Cluster
+from semel.client.cluster import GROUP, TRANSACTION, ClusterRouter
 from semel.protocol.errors import KafkaError
 from semel.protocol.txn_hash import java_string_hash
 from semel.spark import pool
 from semel.spark.sink_options import TP, SinkError, SinkOptions
 
-def _open(o: SinkOptions) -> Cluster:
+def _open(o: SinkOptions) -> ClusterRouter:
     try:
-        return Cluster(o.bootstrap, timeout_s=o.request_timeout_ms / 1000, client_id=o.producer.client_id,
+        return ClusterRouter(o.bootstrap, timeout_s=o.request_timeout_ms / 1000, client_id=o.producer.client_id,
                        topics=[o.topic] if o.topic else [], fail_fast=True, security=o.security)
     except ClientError as exc:
         raise SinkError(f"semel sink: {exc}") from None
 
 
-def _usable(r: Cluster) -> bool:
+def _usable(r: ClusterRouter) -> bool:
     r.drop_closed()  # connections a broker closed meanwhile are reopened when next needed
     return True
 
@@ -33,7 +33,7 @@ def _connect(o: SinkOptions):
     """The connections to the cluster's brokers for one write() or commit(), kept by the
     worker for the next one (semel.spark.pool)."""
     return pool.borrow(("sink", o.bootstrap, o.request_timeout_ms, o.security, o.producer.client_id),
-                       lambda: _open(o), _usable, Cluster.close)
+                       lambda: _open(o), _usable, ClusterRouter.close)
 
 
 def _routed(get, o: SinkOptions | None = None):
@@ -54,18 +54,18 @@ def _route_key(o: SinkOptions, txn_id: str) -> str:
     return txn_id
 
 
-def _txn(r: Cluster, o: SinkOptions, txn_id: str) -> Client:
+def _txn(r: ClusterRouter, o: SinkOptions, txn_id: str) -> Client:
     """The connection to txn_id's transaction coordinator."""
     key = _route_key(o, txn_id)
     return _routed(lambda: r.coordinator(key, TRANSACTION), o)
 
 
-def _group(r: Cluster, o: SinkOptions) -> Client:
+def _group(r: ClusterRouter, o: SinkOptions) -> Client:
     """The connection to the query's group coordinator (offsets and the decision)."""
     return _routed(lambda: r.coordinator(o.group, GROUP), o)
 
 
-def _leader(r: Cluster, tp: TP) -> Client:
+def _leader(r: ClusterRouter, tp: TP) -> Client:
     return _routed(lambda: r.leader(tp))
 
 
@@ -91,13 +91,13 @@ def _retrying(o: SinkOptions, what: str, call) -> KafkaError:
     return _retry_rounds(o, lambda: (call(), False))
 
 
-def _on_txn(r: Cluster, o: SinkOptions, txn_id: str, call) -> KafkaError:
+def _on_txn(r: ClusterRouter, o: SinkOptions, txn_id: str, call) -> KafkaError:
     """call(connection) -> KafkaError on txn_id's coordinator; an answer saying it moved
     drops the cached one (the retry asks again)."""
     return r.seen(call(_txn(r, o, txn_id)), coordinator=(_route_key(o, txn_id), TRANSACTION))
 
 
-def _end(r: Cluster, o: SinkOptions, txn_id: str, pid: int, epoch: int, commit: bool) -> KafkaError:
+def _end(r: ClusterRouter, o: SinkOptions, txn_id: str, pid: int, epoch: int, commit: bool) -> KafkaError:
     return _on_txn(r, o, txn_id, lambda c: wire.end_txn(c, txn_id, pid, epoch, commit))
 
 
@@ -126,7 +126,7 @@ def _authorized(o: SinkOptions, err: KafkaError | None, what: str) -> None:
 
 
 
-def _init_err(r: Cluster, o: SinkOptions, txn_id: str) -> tuple[KafkaError, wire.TxnState | None]:
+def _init_err(r: ClusterRouter, o: SinkOptions, txn_id: str) -> tuple[KafkaError, wire.TxnState | None]:
     """InitProducerId on txn_id's coordinator, retried while the broker is still ending
     the id's previous transaction (CONCURRENT_TRANSACTIONS) or the coordinator moves,
     within the request timeout."""
@@ -138,12 +138,12 @@ def _init_err(r: Cluster, o: SinkOptions, txn_id: str) -> tuple[KafkaError, wire
     return _retrying(o, "InitProducerId", lambda: _on_txn(r, o, txn_id, call)), box["st"]
 
 
-def _init(r: Cluster, o: SinkOptions, txn_id: str) -> wire.TxnState:
+def _init(r: ClusterRouter, o: SinkOptions, txn_id: str) -> wire.TxnState:
     err, st = _init_err(r, o, txn_id)
     _ok(err, f"InitProducerId {txn_id}")
     return st
 
 
-def _fence(r: Cluster, o: SinkOptions, txn_id: str) -> None:
+def _fence(r: ClusterRouter, o: SinkOptions, txn_id: str) -> None:
     """InitProducerId on a branch id: the broker aborts what it left open."""
     _init(r, o, txn_id)

@@ -1,7 +1,7 @@
 """The `kafka.*` security options of format("semel"): Spark's Kafka connector passes
 them to its Kafka clients with the prefix taken off, and so do we, to the
 connections of the driver, the commit()/abort() workers and the executors (every
-connection goes through semel.client.cluster.Cluster with the parsed Security).
+connection goes through semel.client.cluster.ClusterRouter with the parsed Security).
 
 `redacted(options)` is what may be shown of a query's options: the values of
 secret options are replaced."""

@@ -2,7 +2,7 @@
 
 Standard Kafka APIs only, so it works against any Kafka-compatible broker or
 cluster. Requests are routed as a Kafka producer routes them (semel.client.cluster.
-Cluster): transaction requests to the transactional id's coordinator (a parent and
+ClusterRouter): transaction requests to the transactional id's coordinator (a parent and
 its branches share it: their ids hash alike), TxnOffsetCommit and the decision read
 to the group's coordinator, Produce to each partition's leader. Where they are one
 broker (always on a single node) a step's requests still go in one write.
@@ -60,7 +60,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 
 from semel.protocol.errors import KafkaError
 from semel.client import txn as wire
-from semel.client.cluster import Cluster
+from semel.client.cluster import ClusterRouter
 from semel.spark import atomic
 from semel.spark import options as opt
 from semel.spark.branch_writer import ArrowInput, _Partitioner, write_branch
@@ -135,7 +135,7 @@ def check_schema(schema, topic: str | None) -> dict[str, int]:
 
 
 
-def _probe_group(r: Cluster, o: SinkOptions, st: wire.TxnState) -> None:
+def _probe_group(r: ClusterRouter, o: SinkOptions, st: wire.TxnState) -> None:
     """Every batch's transaction adds the query's group (AddOffsetsToTxn, then
     TxnOffsetCommit: Read on the group). Asked here, on the probe's own transaction
     (aborted at once), so a missing ACL fails the query at its start, not at the first

@@ -26,7 +26,7 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadM
 from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType, StructField,
                                StructType, TimestampType)
 
-from ..client.cluster import EARLIEST, LATEST, Cluster, ReaderError, Retry
+from ..client.cluster import EARLIEST, LATEST, ClusterRouter, ReaderError, Retry
 
 from ..client.reader import read_range
 from ..protocol.errors import KafkaError
@@ -100,12 +100,12 @@ def _executor_timeout_ms(o: opt.SourceOptions) -> int:
     return o.poll_timeout_ms if o.poll_timeout_ms is not None else o.request_timeout_ms
 
 
-def _connect(o: opt.SourceOptions, topics: list[str] | None = None, *, executor: bool = False) -> Cluster:
+def _connect(o: opt.SourceOptions, topics: list[str] | None = None, *, executor: bool = False) -> ClusterRouter:
     try:
         if executor:
-            return Cluster(o.bootstrap, timeout_s=_executor_timeout_ms(o) / 1000, client_id=o.client_id,
+            return ClusterRouter(o.bootstrap, timeout_s=_executor_timeout_ms(o) / 1000, client_id=o.client_id,
                            topics=topics, security=o.security)
-        return Cluster(o.bootstrap, timeout_s=o.request_timeout_ms / 1000, client_id=o.client_id,
+        return ClusterRouter(o.bootstrap, timeout_s=o.request_timeout_ms / 1000, client_id=o.client_id,
                        topics=topics, retry=_driver_retry(o), security=o.security)
     except ReaderError as exc:
         raise SourceError(f"cannot reach the brokers: {exc}") from None
@@ -131,7 +131,7 @@ def offsets_from_json(offsets: dict | str) -> dict[TP, int]:
     return {(t, int(p)): int(o) for t, ps in (offsets or {}).items() for p, o in ps.items()}
 
 
-def current_partitions(cluster: Cluster, sub: opt.Subscription) -> tuple[list[TP], list[str]]:
+def current_partitions(cluster: ClusterRouter, sub: opt.Subscription) -> tuple[list[TP], list[str]]:
     """The partitions the subscription names now, and the named topics (or assigned
     partitions) that do not exist (yet)."""
     topics = cluster.refresh()
@@ -150,7 +150,7 @@ def current_partitions(cluster: Cluster, sub: opt.Subscription) -> tuple[list[TP
     return sorted(tp for tp in tps if topics.get(tp[0], 0) > tp[1]), missing
 
 
-def existing_partitions(cluster: Cluster, sub: opt.Subscription) -> list[TP]:
+def existing_partitions(cluster: ClusterRouter, sub: opt.Subscription) -> list[TP]:
     """current_partitions for a batch read: a named topic that does not exist (or an
     assigned partition beyond its topic) is an error, not an empty read."""
     tps, missing = current_partitions(cluster, sub)
@@ -159,7 +159,7 @@ def existing_partitions(cluster: Cluster, sub: opt.Subscription) -> list[TP]:
     return tps
 
 
-def _authorized(cluster: Cluster, topics: list[str]) -> None:
+def _authorized(cluster: ClusterRouter, topics: list[str]) -> None:
     """A topic the user may not see reads as missing from a listing: say which ACL it is."""
     denied = [t for t, err in cluster.topic_errors_of(topics).items()
               if err == KafkaError.TOPIC_AUTHORIZATION_FAILED]
@@ -168,7 +168,7 @@ def _authorized(cluster: Cluster, topics: list[str]) -> None:
                           f"TOPIC_AUTHORIZATION_FAILED; the user needs Read on the topic(s) {', '.join(denied)}")
 
 
-def _resolve(cluster: Cluster, o: opt.SourceOptions, tps: list[TP], spec, default: int,
+def _resolve(cluster: ClusterRouter, o: opt.SourceOptions, tps: list[TP], spec, default: int,
              what: str) -> dict[TP, int]:
     """Absolute offsets for `spec` (earliest | latest | committed | per-partition JSON)."""
     rc = o.read_committed
@@ -202,7 +202,7 @@ def _resolve(cluster: Cluster, o: opt.SourceOptions, tps: list[TP], spec, defaul
     return out
 
 
-def _by_timestamp(cluster: Cluster, o: opt.SourceOptions, tps: list[TP], spec: opt.ByTimestamp,
+def _by_timestamp(cluster: ClusterRouter, o: opt.SourceOptions, tps: list[TP], spec: opt.ByTimestamp,
                   what: str) -> dict[TP, int]:
     """ListOffsets by timestamp: each partition's first offset whose record is at or
     after its time. Where there is none, an end is the latest offset, and a start
@@ -282,10 +282,10 @@ def _read(o: opt.SourceOptions, schema: StructType, part: RangePartition) -> Ite
     from pyspark.sql.pandas.types import to_arrow_schema
 
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
-    # The worker keeps its connections for its next task (semel.spark.pool): a Cluster
+    # The worker keeps its connections for its next task (semel.spark.pool): a ClusterRouter
     # learns the metadata of topics it does not know yet when it first needs a leader.
     with pool.borrow(("source", o.bootstrap, _executor_timeout_ms(o), o.client_id, o.security),
-                     lambda: _connect(o, [part.topic], executor=True), _usable, Cluster.close) as cluster:
+                     lambda: _connect(o, [part.topic], executor=True), _usable, ClusterRouter.close) as cluster:
         with _broker_errors():
             for rows in read_range(cluster, (part.topic, part.partition), part.start, part.end,
                                    read_committed=o.read_committed, include_headers=o.include_headers,
@@ -293,7 +293,7 @@ def _read(o: opt.SourceOptions, schema: StructType, part: RangePartition) -> Ite
                 yield _to_arrow(rows, part, arrow_schema)
 
 
-def _usable(cluster: Cluster) -> bool:
+def _usable(cluster: ClusterRouter) -> bool:
     cluster.drop_closed()  # reopened on first use
     return True
 
@@ -346,7 +346,7 @@ class SemelBatchReader(DataSourceReader):
 
 class SemelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options, schema):
-        self._cluster: Cluster | None = None
+        self._cluster: ClusterRouter | None = None
         self._failed: SourceError | None = None
         self._missing: list[str] = []
         try:
@@ -373,7 +373,7 @@ class SemelStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         state["_cluster"] = None
         return state
 
-    def _c(self) -> Cluster:
+    def _c(self) -> ClusterRouter:
         if self._cluster is None:
             self._cluster = _connect(self.opts)
         return self._cluster

@@ -2,7 +2,7 @@ import pytest
 
 from tests.support.markers import starts_processes
 
-from semel.cluster.etcd import EtcdProcess
+from semel.launch.etcd import EtcdProcess
 
 
 @pytest.fixture(scope="module")

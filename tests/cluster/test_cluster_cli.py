@@ -6,6 +6,7 @@ import signal
 import socket
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -95,3 +96,24 @@ def test_bad_cluster_input_is_one_readable_line(tmp_path):
     last = r.stderr.strip().splitlines()[-1]     # the broker's log line, then the command's one line
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert last.startswith("semel broker: cannot start: no etcd endpoint answered"), r.stderr
+
+
+def test_cluster_start_saves_the_inter_broker_user_before_any_broker(tmp_path, monkeypatch):
+    """--inter-broker-user's login is in etcd before the first broker starts (brokers
+    log in to each other with it from their first fetch)."""
+    from functools import partial
+
+    from semel.broker.auth.cluster_store import save_users
+    from semel.cli.cluster import _inter_broker, _start
+    from semel.launch.local_cluster import LocalCluster
+    monkeypatch.setenv("IB_PW", "ib-secret")
+    args = SimpleNamespace(inter_broker_user="broker", inter_broker_password_env="IB_PW")
+    _, users = _inter_broker(args)
+    cluster = LocalCluster(tmp_path, 0, prepare=partial(save_users, users=users))
+    try:
+        _start(cluster)
+        listed = semel("user", "list", "--metadata", cluster.etcd.bootstrap)
+        assert listed.returncode == 0 and listed.stdout.split("\t")[0] == "broker", listed
+    finally:
+        cluster.stop()
+        cluster.close()

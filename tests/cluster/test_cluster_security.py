@@ -1,4 +1,4 @@
-"""Users and ACLs of a cluster live in etcd (semel.cluster.security): one set for every
+"""Users and ACLs of a cluster live in etcd (semel.broker.auth.cluster_store): one set for every
 broker, followed by each broker's watch, changed without a restart.
 
 Real processes: etcd and three brokers with SASL_PLAINTEXT listeners (SCRAM and PLAIN,
@@ -22,10 +22,13 @@ import pytest
 from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient,
                                    ResourcePatternType, ResourceType)
 
+from semel.broker.auth.cluster_store import EtcdSecurity, save_users
+from semel.broker.config import BrokerConfig
 from semel.cli.main import main as semel_main
 from semel.client.client import Client, ClientError
 from semel.client.sasl import authenticate
-from semel.cluster.local import LocalCluster
+from semel.cluster.etcd import Etcd
+from semel.launch.local_cluster import LocalCluster
 from semel.protocol.errors import KafkaError
 from tests.support.cluster import wait_brokers
 from tests.support.markers import starts_processes
@@ -54,7 +57,7 @@ def cluster(tmp_path_factory):
             "--super-user", "User:broker", "--super-user", "User:admin"]
     c = LocalCluster(tmp_path_factory.mktemp("cluster-security"), 3, lease_ttl_s=2, broker_args=args,
                      env={"SEMEL_IB_PASSWORD": PASSWORDS["broker"]},
-                     users={"broker": PASSWORDS["broker"], "admin": PASSWORDS["admin"]},
+                     prepare=partial(save_users, users={"broker": PASSWORDS["broker"], "admin": PASSWORDS["admin"]}),
                      connect=partial(login, user="admin"))
     try:
         c.start()
@@ -82,7 +85,7 @@ def logs_in(bootstrap: str, name: str, mechanism: str = "SCRAM-SHA-512") -> bool
 
 def stored_users(cluster) -> dict:
     async def read():
-        sec = cluster.security()
+        sec = EtcdSecurity(Etcd(cluster.etcd.bootstrap), BrokerConfig.cluster_id)
         try:
             return await sec.users()
         finally:

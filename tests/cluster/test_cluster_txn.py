@@ -21,7 +21,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from semel.client.client import Client
 from semel.eos import EosRuntime
-from semel.eos.kafka import KafkaCoordinator
+from semel.eos.kafka import KafkaTxnBackend
 from semel.eos.sinks.memory import MemorySink, MemorySinkState
 from tests.support.cluster import fill, key_leader, metadata, module_cluster, partitions, wait_brokers
 from tests.support.consume import read_values
@@ -155,7 +155,7 @@ def test_a_partition_leader_sigkilled_mid_copy_keeps_it_exact(cluster):
 def test_eos_runtime_commits_against_the_cluster(cluster):
     create(cluster, "eos-in", "eos-out")
     values = fill(cluster, "eos-in", N, PARTS)
-    coord = KafkaCoordinator(cluster.bootstrap, "eos_app-0", [("eos-in", p) for p in range(PARTS)], timeout=30)
+    coord = KafkaTxnBackend(cluster.bootstrap, "eos_app-0", [("eos-in", p) for p in range(PARTS)], timeout=30)
     state = MemorySinkState()
     rt = EosRuntime("eos_app", "0", coord, [MemorySink("m", state)], commit_interval=0.3)
     rt.start()

@@ -26,14 +26,15 @@ from functools import partial
 import pytest
 from confluent_kafka import Producer
 
+from semel.broker.auth.cluster_store import save_users
 from semel.broker.config import BrokerConfig
 from semel.cli.main import main as semel_main
-from semel.cli.process import free_port
 from semel.client.client import Client, ClientError
 from semel.client.sasl import authenticate
-from semel.cluster.local import LocalCluster
 from semel.cluster.peer import PeerDialer
 from semel.cluster.state import BrokerInfo
+from semel.launch.local_cluster import LocalCluster
+from semel.launch.process import free_port
 from semel.protocol.errors import KafkaError
 from semel.protocol.messages import request_class
 from tests.support.certs import make_certs
@@ -96,7 +97,8 @@ def secured(tmp_path_factory):
             "SCRAM-SHA-512", "--inter-broker-user", "broker", "--inter-broker-password-env", "SEMEL_IB_PASSWORD",
             "--super-user", "User:broker", "--super-user", "User:admin", "--group-initial-rebalance-delay-ms", "0"]
     cluster = LocalCluster(d / "cluster", 3, lease_ttl_s=2, broker_args=args,
-                           env={"SEMEL_IB_PASSWORD": PASSWORDS["broker"]}, users=PASSWORDS)
+                           env={"SEMEL_IB_PASSWORD": PASSWORDS["broker"]},
+                           prepare=partial(save_users, users=PASSWORDS))
     plain_port = free_port()
     cluster.brokers[0].extra_args += ["--listener", f"PLAINTEXT://127.0.0.1:{plain_port}"]
     s = Secured(cluster, ca, plain_port)

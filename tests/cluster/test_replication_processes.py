@@ -1,5 +1,5 @@
 """Replication on a real local cluster: etcd and three broker processes
-(semel.cluster.local), unmodified confluent-kafka clients, real signals.
+(semel.launch.local_cluster), unmodified confluent-kafka clients, real signals.
 
 - acks=all while the partition's leader is SIGKILLed: every acknowledged record is
   there exactly once once the cluster settles, and all replicas agree byte for byte;

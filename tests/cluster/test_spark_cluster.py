@@ -3,7 +3,7 @@
 A streaming query semel source -> transform -> semel sink over RF3 topics runs
 unchanged against the cluster, in both sink modes (atomic batches, semel.atomicBatches
 =true, and per-task branches, false): the sink routes each request as a Kafka producer
-does (semel.client.cluster.Cluster): transaction requests to the transactional id's
+does (semel.client.cluster.ClusterRouter): transaction requests to the transactional id's
 coordinator, TxnOffsetCommit and the decision read to the group's, Produce to each
 partition's leader. The output, read by confluent-kafka read_committed, is the input
 exactly once, also after a second run from the same checkpoint.

@@ -13,9 +13,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from semel.cli.process import SemelBroker, free_port
-from semel.client.cluster import Cluster, ReaderError
+from semel.client.cluster import ClusterRouter, ReaderError
 from semel.client.security import from_config
+from semel.launch.process import SemelBroker, free_port
 from semel.protocol.errors import KafkaError
 from tests.support.certs import make_certs, make_client_cert
 from tests.support.jwks import AUDIENCE, ISSUER, claims, rsa_key, write_jwks
@@ -93,14 +93,14 @@ def test_pem_client_certificate_inline_and_from_a_file(env, tmp_path):
     both.write_text(env["cert"].read_text() + env["key"].read_text())
     files = from_config({"security.protocol": "SSL", "ssl.truststore.location": str(env["ca"]),
                          "ssl.keystore.location": str(both)})
-    with Cluster(env["ssl"], timeout_s=10, security=files) as cluster:
+    with ClusterRouter(env["ssl"], timeout_s=10, security=files) as cluster:
         assert cluster.refresh()["pem-t"] == 2
 
 
 def test_without_a_client_certificate_the_listener_refuses(env):
     no_cert = from_config({"security.protocol": "SSL", "ssl.truststore.location": str(env["ca"])})
     with pytest.raises(ReaderError, match="TLS"):
-        Cluster(env["ssl"], timeout_s=2, security=no_cert)
+        ClusterRouter(env["ssl"], timeout_s=2, security=no_cert)
 
 
 def test_host_name_check_and_its_opt_out(env):
@@ -108,9 +108,9 @@ def test_host_name_check_and_its_opt_out(env):
             "ssl.keystore.certificate.chain": env["cert"].read_text(), "ssl.keystore.key": env["key"].read_text()}
     # the broker's certificate names 127.0.0.1, not localhost
     with pytest.raises(ReaderError, match="not accepted"):
-        Cluster(f"localhost:{env['ssl_port']}", timeout_s=5, security=from_config(base), topics=[])
+        ClusterRouter(f"localhost:{env['ssl_port']}", timeout_s=5, security=from_config(base), topics=[])
     off = from_config({**base, "ssl.endpoint.identification.algorithm": ""})
-    with Cluster(f"localhost:{env['ssl_port']}", timeout_s=10, security=off, topics=[]) as cluster:
+    with ClusterRouter(f"localhost:{env['ssl_port']}", timeout_s=10, security=off, topics=[]) as cluster:
         assert isinstance(cluster.refresh(), dict)
 
 
@@ -126,7 +126,7 @@ def oauth_config(url: str, secret: str) -> dict:
 def test_oauthbearer_token_from_the_endpoint(env):
     security = from_config(oauth_config(env["idp"].url, CLIENT_SECRET))
     before = len(env["idp"].requests)
-    with Cluster(env["broker"].bootstrap, timeout_s=10, security=security, topics=[]) as cluster:
+    with ClusterRouter(env["broker"].bootstrap, timeout_s=10, security=security, topics=[]) as cluster:
         with security.connect(env["broker"].bootstrap, "t", 10) as c:   # a second connection, same token
             assert c.create_topic("oauth-t", 1) == KafkaError.NONE
         assert cluster.refresh()["oauth-t"] == 1
@@ -137,7 +137,7 @@ def test_oauthbearer_token_from_the_endpoint(env):
 
 def test_oauthbearer_refused_client_secret_is_one_line_without_it(env):
     with pytest.raises(ReaderError) as e:
-        Cluster(env["broker"].bootstrap, timeout_s=1,
+        ClusterRouter(env["broker"].bootstrap, timeout_s=1,
                 security=from_config(oauth_config(env["idp"].url, "wrong-secret-x")))
     assert "no token from" in str(e.value) and "401" in str(e.value)
     assert "wrong-secret-x" not in str(e.value) and "\n" not in str(e.value)

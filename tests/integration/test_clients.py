@@ -18,7 +18,7 @@ N = 200
 
 @pytest.fixture(scope="module")
 def mbroker(tmp_path_factory):
-    from semel.cli.process import SemelBroker
+    from semel.launch.process import SemelBroker
     d = tmp_path_factory.mktemp("clients")
     b = SemelBroker(d / "data", log_path=d / "broker.log")
     b.start()

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from semel.cli.process import SemelBroker
 from semel.client import Client
+from semel.launch.process import SemelBroker
 from semel.protocol import records
 from semel.protocol.errors import KafkaError
 

@@ -14,8 +14,8 @@ import urllib.request
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from semel.cli.process import free_port
 from semel.client import Client
+from semel.launch.process import free_port
 from semel.protocol.messages import request_class
 from tests.support.brokers import module_broker
 from tests.support.wire import connect, recv_frame, request_bytes

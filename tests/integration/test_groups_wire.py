@@ -18,7 +18,7 @@ COMMIT, FETCH = 8, 9
 
 @pytest.fixture(scope="module")
 def wire_broker(tmp_path_factory):
-    from semel.cli.process import SemelBroker
+    from semel.launch.process import SemelBroker
     d = tmp_path_factory.mktemp("groups-wire")
     b = SemelBroker(d / "data", log_path=d / "broker.log",
                     extra_args=["--group-initial-rebalance-delay-ms", "0",

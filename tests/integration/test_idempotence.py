@@ -21,8 +21,8 @@ import urllib.request
 
 import pytest
 
-from semel.cli.process import free_port
 from semel.client import Client
+from semel.launch.process import free_port
 from semel.protocol import records
 from semel.protocol.errors import KafkaError
 

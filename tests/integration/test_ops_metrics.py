@@ -14,8 +14,8 @@ from support import wait
 from support.brokers import module_broker
 from support.txn import RawTxn
 
-from semel.cli.process import free_port
 from semel.client import Client
+from semel.launch.process import free_port
 from semel.protocol import records
 from semel.protocol.errors import KafkaError
 

@@ -30,10 +30,10 @@ from pathlib import Path
 
 import pytest
 
-from semel.cli.process import SemelBroker
 from semel.client import Client
 from semel.eos import Step
 from semel.eos.sinks.memory import MemorySinkState
+from semel.launch.process import SemelBroker
 from tests.support.read_end import read_to_end
 from tests.support.restart_eos import N, fill_input, run_until_done, runtime
 from tests.support.restart_txn import RESUME_BOUND_S, BackgroundRestart, cases, run_case

@@ -23,7 +23,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka.admin import KafkaAdminClient
 from kafka.errors import KafkaError as KPError
 
-from semel.cli.process import SemelBroker, free_port
+from semel.launch.process import SemelBroker, free_port
 from semel.protocol.errors import KafkaError
 from tests.support import wait, wire
 from tests.support.certs import make_certs

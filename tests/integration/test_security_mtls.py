@@ -13,7 +13,7 @@ import confluent_kafka as ck
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from semel.cli.process import SemelBroker, free_port
+from semel.launch.process import SemelBroker, free_port
 from tests.support import wait
 from tests.support.certs import make_certs, make_client_cert
 

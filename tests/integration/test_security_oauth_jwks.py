@@ -21,7 +21,7 @@ from semel.broker.auth.acl import (CLUSTER_NAME, AclBinding, AclStore, Operation
                                    ResourceType)
 from semel.broker.auth.oauth import initial_response, unsecured_token
 from semel.broker.auth.users import UserStore
-from semel.cli.process import SemelBroker, free_port
+from semel.launch.process import SemelBroker, free_port
 from semel.protocol.errors import KafkaError
 from tests.integration.test_security import Secured, produce
 from tests.integration.test_ops_packaging import semel_plain

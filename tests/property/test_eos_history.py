@@ -1,10 +1,10 @@
 """Property: any history of faults and crashes still gives exactly-once everywhere.
 
 Hypothesis draws a sequence of cycle attempts, each with at most one fault:
-a coordinator operation failing (before or after its effect), a participant
+a backend operation failing (before or after its effect), a participant
 operation misbehaving in any of the `semel.eos.testing` ways (including a
 crash before or after its effect), or a crash at any point between steps.
-A crash or a CommitFatal "restarts" the instance: a new coordinator, new sinks
+A crash or a CommitFatal "restarts" the instance: a new backend, new sinks
 and a new store on the same external state, then recovery. After the drawn
 attempts, clean cycles run until the input is consumed, then one last restart.
 
@@ -21,9 +21,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from semel.eos import (CommitFatal, EosRuntime, RecordingBroker, RecordingCoordinator, RecoveryError,
+from semel.eos import (CommitFatal, EosRuntime, RecordingBroker, RecordingTxnBackend, RecoveryError,
                        RuntimeFailed, TransactionalStore)
-from semel.eos.coordinator import Fault
+from semel.eos.backend import Fault
 from semel.eos.sinks.memory import MemorySink, MemorySinkState
 from semel.eos.store import MemoryBacking
 from semel.eos.testing import KINDS, RELEASE_HANGS, Crash, FaultySink
@@ -42,15 +42,15 @@ def _release_hung_threads():
 
 
 class Instance:
-    """One 'process': runtime, coordinator, sinks and store over shared external state."""
+    """One 'process': runtime, backend, sinks and store over shared external state."""
 
     def __init__(self, world: "World"):
-        self.coord = RecordingCoordinator(world.broker, "app-0")
+        self.backend = RecordingTxnBackend(world.broker, "app-0")
         self.sinks = {n: FaultySink(MemorySink(n, world.states[n]), timeout=0.25) for n in ("a", "b")}
         self.store_inner = TransactionalStore(world.backing)
         self.store = FaultySink(self.store_inner, timeout=0.25)
         self.crash_at: str | None = None
-        self.rt = EosRuntime("app", "0", self.coord, list(self.sinks.values()), commit_interval=1.0,
+        self.rt = EosRuntime("app", "0", self.backend, list(self.sinks.values()), commit_interval=1.0,
                              on_event=self._event)
         # The runtime guards the store through FaultySink so store faults can be injected too.
         self.rt.store = self.store_inner
@@ -62,7 +62,7 @@ class Instance:
 
     def work(self, ctx) -> None:
         for _ in range(PER_CYCLE):
-            rec = self.coord.poll(0)
+            rec = self.backend.poll(0)
             if rec is None:
                 return
             for s in self.sinks.values():
@@ -93,7 +93,7 @@ class World:
 
 fault_specs = st.one_of(
     st.just(("none",)),
-    st.tuples(st.just("coord"), st.sampled_from(["begin_txn", "flush", "commit_offsets", "commit_txn",
+    st.tuples(st.just("backend"), st.sampled_from(["begin_txn", "flush", "commit_offsets", "commit_txn",
                                                  "abort_txn"]), st.booleans()),
     st.tuples(st.just("part"), st.sampled_from(["a", "b", "store"]), st.sampled_from(["prepare", "commit", "abort"]),
               st.sampled_from(KINDS + ("crash", "crash_before"))),
@@ -102,8 +102,8 @@ fault_specs = st.one_of(
 
 
 def install(inst: Instance, spec) -> None:
-    if spec[0] == "coord":
-        inst.coord.faults[spec[1]] = Fault(after=spec[2])
+    if spec[0] == "backend":
+        inst.backend.faults[spec[1]] = Fault(after=spec[2])
     elif spec[0] == "part":
         target = inst.store if spec[1] == "store" else inst.sinks[spec[1]]
         target.faults[spec[2]] = spec[3]

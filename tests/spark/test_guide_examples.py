@@ -23,7 +23,7 @@ def guide_broker(request, tmp_path_factory):
     if request.param == "semel":
         yield request.getfixturevalue("spark_broker")
         return
-    from semel.cli.process import TansuBroker
+    from semel.launch.process import TansuBroker
     b = TansuBroker()
     b.start()
     yield b

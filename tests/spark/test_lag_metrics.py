@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import urllib.request
 
-from semel.cli.process import free_port
+from semel.launch.process import free_port
 from semel.spark.metrics import LagListener, behind_latest
 from tests.spark.test_source import create, produce
 from tests.support import wait

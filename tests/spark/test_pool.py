@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from semel.client.client import Client, ClientError
-from semel.client.cluster import Cluster
+from semel.client.cluster import ClusterRouter
 from semel.spark import pool
 from tests.support.brokers import module_broker
 
@@ -74,7 +74,7 @@ def test_a_generator_closed_between_records_gives_its_connection_back(broker):
 
 
 def test_a_cluster_drops_connections_its_broker_closed(broker):
-    cluster = Cluster(broker.bootstrap, topics=["pool-t"])
+    cluster = ClusterRouter(broker.bootstrap, topics=["pool-t"])
     try:
         assert cluster._conns
         broker.restart()

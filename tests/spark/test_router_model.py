@@ -1,4 +1,4 @@
-"""The sink's routing (semel.client.cluster.Cluster's coordinator and leader caches, as the
+"""The sink's routing (semel.client.cluster.ClusterRouter's coordinator and leader caches, as the
 sink drives them) against a model cluster whose coordinators and leaders move, seeded.
 
 No broker: a fake connection per broker answers as a Kafka broker would from the model's
@@ -21,7 +21,7 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-from semel.client.cluster import GROUP, TRANSACTION, Cluster
+from semel.client.cluster import GROUP, TRANSACTION, ClusterRouter
 from semel.protocol import records
 from semel.protocol.errors import KafkaError
 from semel.protocol.txn_hash import java_string_hash, partition_for
@@ -47,7 +47,7 @@ class World:
         self.leader = {(TOPIC, p): rng.choice(NODES) for p in range(PARTS)}
         self.logs: dict[tuple[str, int], list[bytes]] = {tp: [] for tp in self.leader}
         self.next_seq: dict[tuple[str, int], int] = {tp: 0 for tp in self.leader}
-        self.cluster: Cluster | None = None
+        self.cluster: ClusterRouter | None = None
         self.move_p = 0.0
 
     def coord(self, key_type: int, key: str) -> int:
@@ -149,7 +149,7 @@ class FakeConn:
         return E.NONE
 
 
-class ModelCluster(Cluster):
+class ModelRouter(ClusterRouter):
     def __init__(self, world: World):
         self.world = world
         world.cluster = self
@@ -162,7 +162,7 @@ class ModelCluster(Cluster):
         return c
 
 
-def check_cache(cl: ModelCluster, err: KafkaError, coordinator=None, tp=None) -> None:
+def check_cache(cl: ModelRouter, err: KafkaError, coordinator=None, tp=None) -> None:
     """After seen(): an entry the error called stale is gone."""
     if coordinator is not None and err == E.NOT_COORDINATOR:
         assert (coordinator[1], coordinator[0]) not in cl.coordinators
@@ -175,7 +175,7 @@ def test_routing_follows_moves_and_every_row_lands_once(seed, monkeypatch):
     rng = random.Random(seed)
     monkeypatch.setattr(spark_routing.time, "sleep", lambda s: None)
     world = World(rng)
-    cl = ModelCluster(world)
+    cl = ModelRouter(world)
     world.move_p = rng.choice([0.05, 0.2, 0.4])
     seen = cl.seen
 

@@ -15,9 +15,9 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.errors import StreamingQueryException
 
-from semel.cli.process import SemelBroker, free_port
-from semel.client.cluster import Cluster, ReaderError
+from semel.client.cluster import ClusterRouter, ReaderError
 from semel.client.security import from_config
+from semel.launch.process import SemelBroker, free_port
 from semel.spark import sink
 from tests.support import wait
 from tests.support.certs import make_certs
@@ -105,7 +105,7 @@ def sec(tmp_path_factory):
 
 def _metadata_ok(s: Secured) -> bool:
     try:
-        with Cluster(s.tls, timeout_s=2, security=from_config(s.spark_options("admin"), prefix="kafka.")):
+        with ClusterRouter(s.tls, timeout_s=2, security=from_config(s.spark_options("admin"), prefix="kafka.")):
             return True
     except ReaderError:
         return False
@@ -252,5 +252,5 @@ def test_oauthbearer_unsecured_token_logs_in(sec):
         "ssl.truststore.location": str(sec.ca), "ssl.truststore.type": "PEM",
         "sasl.jaas.config": "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
                             'unsecuredLoginStringClaim_sub="admin";'})
-    with Cluster(sec.tls, timeout_s=10, security=security) as c:
+    with ClusterRouter(sec.tls, timeout_s=10, security=security) as c:
         assert c.refresh()["sec-in"] == 2

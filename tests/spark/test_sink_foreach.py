@@ -76,7 +76,7 @@ def test_parent_left_open_by_a_crash_is_fenced_at_restart(spark, spark_broker, p
     """A driver killed between commitOffsets and commitTxn leaves the parent open (its
     offsets unstable); the restarted query fences it instead of waiting out its
     timeout, aborts what was prepared and commits the batch again."""
-    from semel.spark.foreach import SparkBatchCoordinator
+    from semel.spark.foreach import SparkBatchBackend
     from semel.spark.sink import parse_options
     bs = spark_broker.bootstrap
     with psycopg.connect(pg_uri, autocommit=True) as conn:
@@ -86,7 +86,7 @@ def test_parent_left_open_by_a_crash_is_fenced_at_restart(spark, spark_broker, p
     ck = str(tmp_path / "ck")
     assert run(spark, bs, "fe-open", ck, PostgresSink(pg_uri, "fe_open", ["k", "v"])) is None
     produce(bs, "fe-open", [f"w{i}" for i in range(5)])
-    crashed = SparkBatchCoordinator(parse_options({"kafka.bootstrap.servers": bs, "checkpointLocation": ck}))
+    crashed = SparkBatchBackend(parse_options({"kafka.bootstrap.servers": bs, "checkpointLocation": ck}))
     crashed.batch = 0
     crashed.begin_txn(2)
     crashed.commit_offsets(2, Ledger(2))  # ... and the process died here

@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from semel.cli.process import free_port
+from semel.launch.process import free_port
 from semel.spark.source import KAFKA_SCHEMA, KAFKA_SCHEMA_WITH_HEADERS
 from tests.spark.conftest import FAST_GROUPS
 from tests.support.brokers import module_broker
@@ -239,7 +239,7 @@ def test_committed_start_waits_for_the_transaction_that_commits_the_offsets(brok
     that transaction is open the committed position is unknown (UNSTABLE_OFFSET_COMMIT),
     so the source retries (bounded) rather than start from a stale position."""
     from semel.client import Client
-    from semel.client.cluster import Cluster, ReaderError
+    from semel.client.cluster import ClusterRouter, ReaderError
     from tests.support.txn import RawTxn
     bs = broker.bootstrap
     create(bs, "s-pending", 1)
@@ -249,7 +249,7 @@ def test_committed_start_waits_for_the_transaction_that_commits_the_offsets(brok
         assert raw.init() == 0
         assert raw.add_offsets("pending-group") == 0
         assert raw.commit_offsets("pending-group", {tp: 4}) == {tp: 0}
-        with Cluster(bs, timeout_s=1) as cluster:
+        with ClusterRouter(bs, timeout_s=1) as cluster:
             with pytest.raises(ReaderError, match="UNSTABLE_OFFSET_COMMIT"):
                 cluster.committed("pending-group", [tp])
             assert raw.end(commit=True) == 0
@@ -280,8 +280,8 @@ def test_fail_on_data_loss(spark, broker):
     create(bs, "s-loss", 1, {"segment.bytes": "200", "retention.bytes": "200"})
     for i in range(6):
         produce(bs, "s-loss", [f"r{i}" * 20])
-    from semel.client.cluster import EARLIEST, Cluster
-    with Cluster(bs) as cluster:
+    from semel.client.cluster import EARLIEST, ClusterRouter
+    with ClusterRouter(bs) as cluster:
         start = wait.until(lambda: cluster.list_offsets([("s-loss", 0)], EARLIEST, True)[("s-loss", 0)],
                            "retention to delete the first segments")
     below = json.dumps({"s-loss": {"0": 0}})

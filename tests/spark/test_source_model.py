@@ -18,7 +18,7 @@ import random
 import pytest
 
 from semel.client import Client
-from semel.client.cluster import Cluster
+from semel.client.cluster import ClusterRouter
 from semel.client.reader import read_range
 from semel.protocol import records
 from tests.support import wait
@@ -49,7 +49,7 @@ class Model:
         return out
 
 
-def rows_of(cluster: Cluster, topic: str, p: int, lo: int, hi: int,
+def rows_of(cluster: ClusterRouter, topic: str, p: int, lo: int, hi: int,
             max_bytes: int) -> list[tuple[int, bytes]]:
     return [(o, v) for rows in read_range(cluster, (topic, p), lo, hi, read_committed=True,
                                           include_headers=False, max_bytes=max_bytes)
@@ -71,7 +71,7 @@ def test_range_reads_match_the_model_after_every_step(spark_broker, seed):
         assert raw.init() == 0
         producers[name] = raw
     plain = Client(broker.bootstrap)
-    cluster = Cluster(broker.bootstrap, timeout_s=30)
+    cluster = ClusterRouter(broker.bootstrap, timeout_s=30)
     reads: list[tuple[int, int, int, list]] = []   # (partition, lo, hi, rows)
     n = 0
 
@@ -177,7 +177,7 @@ def test_compressed_batches_read_exactly_including_ranges_inside_a_batch(spark_b
     for i in range(100):
         p.produce(topic, value=b"v%d" % i, partition=0)
     assert p.flush(30) == 0
-    with Cluster(bs) as cluster:
+    with ClusterRouter(bs) as cluster:
         end = cluster.latest([(topic, 0)], True)[(topic, 0)]
         assert end == 100
         assert rows_of(cluster, topic, 0, 0, end, 1 << 20) == [(i, b"v%d" % i) for i in range(100)]

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 @contextmanager
 def module_broker(tmp_path_factory, name: str, *extra_args: str):
     """A started SemelBroker with its data and log under a fresh temp folder `name`."""
-    from semel.cli.process import SemelBroker
+    from semel.launch.process import SemelBroker
     d = tmp_path_factory.mktemp(name)
     b = SemelBroker(d / "data", log_path=d / "broker.log", extra_args=list(extra_args))
     b.start()

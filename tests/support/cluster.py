@@ -15,7 +15,7 @@ from .wait import until
 @contextmanager
 def module_cluster(tmp_path_factory, name: str, nodes: int = 3, lease_ttl_s: int = 2, *broker_args: str):
     """A started LocalCluster whose brokers all see each other; stopped and removed after."""
-    from semel.cluster.local import LocalCluster
+    from semel.launch.local_cluster import LocalCluster
     c = LocalCluster(tmp_path_factory.mktemp(name), nodes, lease_ttl_s=lease_ttl_s, broker_args=list(broker_args))
     try:
         c.start()

@@ -24,7 +24,7 @@ import time
 
 from semel.client import Client
 from semel.eos import CommitFatal, CommitSucceeded, EosRuntime, RuntimeFailed
-from semel.eos.kafka import KafkaCoordinator
+from semel.eos.kafka import KafkaTxnBackend
 from semel.eos.sinks.memory import MemorySink, MemorySinkState
 from semel.protocol import records
 
@@ -39,9 +39,9 @@ def fill_input(bootstrap: str) -> None:
         assert not err
 
 
-def runtime(bootstrap: str, state: MemorySinkState, hook=None, **coordinator_kw) -> EosRuntime:
-    coord = KafkaCoordinator(bootstrap, "rs-0", [("in", 0)], **coordinator_kw)
-    rt = EosRuntime("rs", "0", coord, [MemorySink("m", state)], commit_interval=0.3, on_event=hook)
+def runtime(bootstrap: str, state: MemorySinkState, hook=None, **backend_kw) -> EosRuntime:
+    backend = KafkaTxnBackend(bootstrap, "rs-0", [("in", 0)], **backend_kw)
+    rt = EosRuntime("rs", "0", backend, [MemorySink("m", state)], commit_interval=0.3, on_event=hook)
     rt.start()
     return rt
 

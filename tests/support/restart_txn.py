@@ -25,11 +25,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from semel.cli.process import SemelBroker
 from semel.client import Client
 from semel.client.txn import committed_with_metadata
 from semel.eos.deadline import DeadlineExceeded, call_with_deadline
 from semel.eos.kafka import RESTART_SAFE_CONFIG
+from semel.launch.process import SemelBroker
 from tests.support.read_end import read_to_end
 
 OUT, IN, GROUP, TXN_ID = "out", "in", "restart-group", "restart-app"

@@ -60,7 +60,7 @@ def s3_endpoint(tmp_path_factory):
     import subprocess
     import sys
 
-    from semel.cli.process import free_port, wait_for_port
+    from semel.launch.process import free_port, wait_for_port
     port = free_port()
     exe = Path(sys.executable).parent / "moto_server"
     log = open(tmp_path_factory.mktemp("moto") / "moto.log", "wb")

@@ -1,12 +1,13 @@
-"""semel.client.backoff on a fake clock: the deadline counts from the last progress,
+"""semel.backoff on a fake clock: the deadline counts from the last progress,
 delays double up to the cap, and jitter stays within its bounds."""
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
 
-from semel.client.backoff import Backoff
+from semel.backoff import Backoff
 
 
 class Clock:
@@ -85,3 +86,19 @@ def test_jitter_extremes():
         c = Clock()
         backoff(c, timeout_s=10.0, rand=lambda r=r: r).wait()
         assert c.slept == [pytest.approx(0.05 * factor)]
+
+
+def test_step_gives_the_delays_wait_sleeps_without_sleeping():
+    c, d = Clock(), Clock()
+    stepped, waited = backoff(c, timeout_s=100.0), backoff(d, timeout_s=100.0)
+    delays = [stepped.step() for _ in range(8)]
+    for _ in range(8):
+        waited.wait()
+    assert c.slept == [] and delays == pytest.approx(d.slept)
+
+
+def test_an_infinite_deadline_never_expires():
+    c = Clock()
+    b = backoff(c, timeout_s=math.inf)
+    c.now += 1e9
+    assert not b.expired() and b.fits()

@@ -192,7 +192,7 @@ class AclStore:
         return [b for b in self.bindings() if filt.matches(b)]
 
     # CreateAcls / DeleteAcls await these: a cluster's store writes to etcd
-    # (semel.cluster.security.ClusterAclStore).
+    # (cluster_store.ClusterAclStore).
     async def create(self, bindings: list[AclBinding]) -> None:
         self.add(bindings)
 

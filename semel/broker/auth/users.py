@@ -75,7 +75,7 @@ def altered(current: dict | None, upserts: dict, deletes: set) -> tuple[dict | N
 
 class CredentialReader:
     """Logins checked against {user: {mechanism: credential}} as `_users()` gives it
-    (a file under the data dir here, etcd in a cluster: semel.cluster.security)."""
+    (a file under the data dir here, etcd in a cluster: semel.broker.auth.cluster_store)."""
 
     def _users(self) -> dict:
         raise NotImplementedError

@@ -6,6 +6,8 @@ at the log end. In a cluster the answer comes from the partition's leader-epoch
 cache (KIP-101/KIP-279): followers truncate to it after a leader change."""
 from __future__ import annotations
 
+from ...cluster.elections import PREFERRED, elect, run_election
+from ...cluster.state import PartitionState
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..auth.acl import ResourceType
@@ -93,7 +95,6 @@ async def elect_leaders(ctx, req):
     every partition when none are (then only those where something happened, or failed,
     are listed, as Kafka does). Any broker answers: the election is a compare-and-set in
     the metadata service (semel.cluster.elections), not the controller's memory."""
-    from ...cluster.elections import PREFERRED
     cls = ctx.cls()
     R = cls.ReplicaElectionResult
     election_type = req.election_type if ctx.api_version >= 1 else PREFERRED
@@ -128,7 +129,6 @@ def _all_partitions(broker) -> list[tuple[str, list[int]]]:
 
 
 async def _elect_one(broker, topic: str, partition: int, election_type: int) -> KafkaError:
-    from ...cluster.elections import elect, run_election
     view = broker.cluster
     if view is not None:
         return await run_election(view, topic, partition, election_type)
@@ -140,6 +140,5 @@ async def _elect_one(broker, topic: str, partition: int, election_type: int) -> 
 
 
 def _single_node_state(broker, topic: str, partition: int):
-    from ...cluster.state import PartitionState
     me = broker.config.node_id
     return PartitionState(topic, partition, (me,), me, LEADER_EPOCH, (me,))

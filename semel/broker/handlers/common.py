@@ -1,19 +1,9 @@
 """Small pieces shared by handler modules."""
 from __future__ import annotations
 
-from typing import Callable, Iterable
-
+from ...cluster.controller import assign_replicas
 from ...protocol.errors import KafkaError
 from ...storage.manager import validate_topic_name
-
-
-def by_topic(errors: Iterable[tuple[tuple[str, int], int]], make_partition: Callable) -> dict[str, list]:
-    """Per-partition results grouped by topic in first-seen order, as responses
-    nest them: {topic: [make_partition(partition, error), ...]}."""
-    grouped: dict[str, list] = {}
-    for (topic, partition), err in errors:
-        grouped.setdefault(topic, []).append(make_partition(partition, KafkaError(err)))
-    return grouped
 
 
 def first_error(errors: dict) -> KafkaError:
@@ -39,7 +29,6 @@ async def auto_create_in_cluster(broker, name: str) -> KafkaError:
     """Create `name` in the cluster with the default partitions and replication factor,
     through etcd as CreateTopics does (semel.cluster.metadata), so every broker opens
     its logs. NONE also when another broker created it first (both raced on etcd)."""
-    from ...cluster.controller import assign_replicas
     cfg = broker.config
     view = broker.cluster
     try:

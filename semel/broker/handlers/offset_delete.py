@@ -6,9 +6,9 @@ from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
 
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
-from .common import by_topic
-from .groups import _answer
+from ..responses import by_topic
 from ..router import handler
+from .groups import _answer
 
 
 def subscribed_topics(metadata: bytes) -> set[str]:

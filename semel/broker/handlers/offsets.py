@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
+from ..responses import by_topic
 from ..router import handler
-from .common import by_topic
 from .groups import _answer
 
 

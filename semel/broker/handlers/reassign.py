@@ -6,6 +6,7 @@ per partition and nothing to move: it answers what Kafka answers without a
 controller to move anything."""
 from __future__ import annotations
 
+from ...cluster.reassignment import begin, original
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..router import handler
@@ -34,7 +35,6 @@ async def alter_partition_reassignments(ctx, req):
 
 
 async def _alter_one(view, topic: str, index: int, replicas, allow_rf_change: bool) -> tuple[KafkaError, str | None]:
-    from ...cluster.reassignment import begin, original
     for _ in range(CAS_TRIES):
         st = view.partition(topic, index)
         if st is None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import functools
 import uuid
 
+from ...cluster.controller import assign_new_partitions, assign_replicas
+from ...cluster.topic_sync import is_internal
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ...storage.manager import validate_topic_config, validate_topic_name
@@ -34,7 +36,6 @@ async def _create_in_cluster(ctx, t, validate_only: bool):
     """(error, message, partitions, replication factor): the assignment is decided here
     (Kafka's spread over the live brokers, or the request's own) and written to etcd in
     one create-if-absent transaction; every broker then opens the logs (ClusterMember)."""
-    from ...cluster.controller import assign_replicas
     view = ctx.broker.cluster
     cfg = ctx.broker.config
     nparts = _partition_count(ctx, t)
@@ -160,7 +161,6 @@ async def _delete_in_cluster(ctx, name, topic_id):
     """(name, error, message): the topic marked deleted in etcd by compare-and-set (its
     partitions go in the same transaction); this broker's logs are gone before the answer,
     the others' as their watch delivers it. By name, or by topic id (v6)."""
-    from ...cluster.topic_sync import is_internal
     view = ctx.broker.cluster
     by_id = name is None and topic_id not in (None, _ZERO_UUID)
     if by_id:
@@ -199,7 +199,6 @@ async def _grow_in_cluster(ctx, t, validate_only: bool) -> tuple[KafkaError, str
     """New partitions written to etcd with the topic's new count in one transaction on the
     topic's version (decided again when it lost); each led by its first replica at epoch 0
     with ISR = replicas, like a new topic's; every broker then opens their logs."""
-    from ...cluster.topic_sync import is_internal
     view = ctx.broker.cluster
     if is_internal(t.name):
         return KafkaError.INVALID_REQUEST, f"internal topic {t.name!r} keeps its partition count"
@@ -220,7 +219,6 @@ def _decide_growth(t, live: list[int], cap: int, info):
     """(error, message, replica lists of the new partitions) for growing `info` to t.count:
     the request's assignment if it gives one (one list per new partition, the topic's
     replication factor of distinct live brokers), else round-robin over the live brokers."""
-    from ...cluster.controller import assign_new_partitions
     if t.count <= info.partitions:
         what = "already has" if t.count == info.partitions else "has"
         return KafkaError.INVALID_PARTITIONS, (

@@ -6,8 +6,9 @@ import logging
 
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
+from ..responses import by_topic
 from ..router import handler
-from .common import by_topic, first_error
+from .common import first_error
 
 log = logging.getLogger("semel.broker.txn")
 

@@ -26,8 +26,8 @@ from ...protocol import records
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ...storage.errors import AppendError, StorageError
+from ..responses import by_topic
 from ..router import handler
-from .common import by_topic
 
 log = logging.getLogger("semel.broker.txn_admin")
 

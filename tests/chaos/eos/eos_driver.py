@@ -56,7 +56,7 @@ def build_sink(cfg: dict):
 def main() -> int:
     cfg = json.loads(sys.argv[1])
     from semel.eos import EosRuntime, SqliteBacking, TransactionalStore
-    from semel.eos.kafka import KafkaCoordinator
+    from semel.eos.kafka import KafkaTxnBackend
     from semel.eos.outcomes import CommitSucceeded
 
     seen: dict[str, int] = {}
@@ -72,10 +72,10 @@ def main() -> int:
                 j.flush()
                 os.fsync(j.fileno())
 
-    coord = KafkaCoordinator(cfg["bootstrap"], f"{cfg['app']}-{cfg['instance']}", [(cfg["input"], 0)],
+    backend = KafkaTxnBackend(cfg["bootstrap"], f"{cfg['app']}-{cfg['instance']}", [(cfg["input"], 0)],
                              marker_topic=cfg.get("marker"), timeout=30)
     store = TransactionalStore(SqliteBacking(cfg["store"]))
-    rt = EosRuntime(cfg["app"], cfg["instance"], coord, [build_sink(cfg["sink"])], store,
+    rt = EosRuntime(cfg["app"], cfg["instance"], backend, [build_sink(cfg["sink"])], store,
                     commit_interval=cfg.get("interval", 0.5), on_event=on_event)
     report = rt.start()
     out = {"recovery": [[a.participant, a.txn_id, str(a.decision), repr(a.outcome)] for a in report.actions],
@@ -85,7 +85,7 @@ def main() -> int:
     def work(ctx) -> None:
         done = 0
         while done < cfg["per_cycle"] and time.monotonic() < ctx.deadline:
-            rec = coord.poll(0.05)
+            rec = backend.poll(0.05)
             if rec is None:
                 continue
             k = int(rec.value)
@@ -101,7 +101,7 @@ def main() -> int:
         _write(cfg["report"], out)
         if outcome.kind == "fatal":
             return 3
-        if isinstance(outcome, CommitSucceeded) and coord.positions[(cfg["input"], 0)] >= cfg["expect"]:
+        if isinstance(outcome, CommitSucceeded) and backend.positions[(cfg["input"], 0)] >= cfg["expect"]:
             rt.close()
             return 0
     return 4

@@ -4,10 +4,10 @@ Two layers:
 
 1. The outcome table of the issue, written out literally, one failure per
    step (and failures inside the abort path).
-2. Hypothesis generates failure schedules (any subset of coordinator and
+2. Hypothesis generates failure schedules (any subset of backend and
    participant operations failing in any way) and the cycle is compared with
    `model()`, a from-the-spec oracle of outcome and end state. Every example
-   then "restarts" (new coordinator, sinks and store on the same external
+   then "restarts" (new backend, sinks and store on the same external
    state), runs recovery, and checks the invariant: each participant holds
    the cycle's data committed if and only if the broker committed it, and
    nothing is left prepared.
@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from semel.eos import (CommitAborted, CommitFatal, CommitSucceeded, CycleParts, EosMetrics, RecordingBroker,
-                       RecordingCoordinator, SinkGuard, Step, TransactionalStore, recover, run_commit_cycle)
-from semel.eos.coordinator import Fault
+                       RecordingTxnBackend, SinkGuard, Step, TransactionalStore, recover, run_commit_cycle)
+from semel.eos.backend import Fault
 from semel.eos.sinks.memory import MemorySink, MemorySinkState
 from semel.eos.store import MemoryBacking
 from semel.eos.testing import EFFECT_KINDS, FATAL_KINDS, KINDS, RELEASE_HANGS, FaultySink
@@ -43,7 +43,7 @@ def _release_hung_threads():
 
 @dataclass
 class Schedule:
-    coord: dict[str, Fault] = field(default_factory=dict)  # begin_txn flush commit_offsets commit_txn abort_txn
+    backend: dict[str, Fault] = field(default_factory=dict)  # begin_txn flush commit_offsets commit_txn abort_txn
     work_fails: bool = False
     store: dict[str, str] = field(default_factory=dict)    # prepare commit abort -> kind
     sinks: list[dict[str, str]] = field(default_factory=lambda: [{}])
@@ -59,10 +59,10 @@ class World:
 def build(schedule: Schedule):
     world = World(RecordingBroker(inputs=list(range(10))), MemoryBacking(),
                   [MemorySinkState() for _ in schedule.sinks])
-    coord = RecordingCoordinator(world.broker, f"{APP}-{INST}")
-    for op, fault in schedule.coord.items():
-        coord.faults[op] = fault
-    coord.init()
+    backend = RecordingTxnBackend(world.broker, f"{APP}-{INST}")
+    for op, fault in schedule.backend.items():
+        backend.faults[op] = fault
+    backend.init()
     store = TransactionalStore(world.backing)
     sinks = [FaultySink(MemorySink(f"s{i}", st_), faults, timeout=_timeout(faults))
              for i, (st_, faults) in enumerate(zip(world.states, schedule.sinks))]
@@ -70,16 +70,16 @@ def build(schedule: Schedule):
 
     def work():
         for _ in range(3):
-            rec = coord.poll(0)
+            rec = backend.poll(0)
             for s in sinks:
                 s.stage(rec.value)
-            coord.produce("out", rec.value)
+            backend.produce("out", rec.value)
             store.put(f"k{rec.offset}", rec.value)
         if schedule.work_fails:
             raise RuntimeError("application code failed")
 
     metrics = EosMetrics()
-    parts = CycleParts(coord, [SinkGuard(s) for s in sinks], SinkGuard(store_p), work=work, metrics=metrics)
+    parts = CycleParts(backend, [SinkGuard(s) for s in sinks], SinkGuard(store_p), work=work, metrics=metrics)
     return world, parts, metrics
 
 
@@ -90,11 +90,11 @@ def _timeout(faults: dict[str, str]):
 
 
 def restart_and_recover(world: World, n_sinks: int):
-    coord = RecordingCoordinator(world.broker, f"{APP}-{INST}")
-    coord.init()
+    backend = RecordingTxnBackend(world.broker, f"{APP}-{INST}")
+    backend.init()
     store = TransactionalStore(world.backing)
     sinks = [MemorySink(f"s{i}", world.states[i]) for i in range(n_sinks)]
-    report = recover(APP, INST, coord.read_ledger(), [SinkGuard(store)] + [SinkGuard(s) for s in sinks])
+    report = recover(APP, INST, backend.read_ledger(), [SinkGuard(store)] + [SinkGuard(s) for s in sinks])
     return report
 
 
@@ -119,21 +119,21 @@ def assert_consistent_after_recovery(world: World, n_sinks: int) -> None:
 TABLE = [
     # (id, schedule, expected outcome class, failing step)
     ("none", Schedule(), CommitSucceeded, None),
-    ("beginTxn", Schedule(coord={"begin_txn": Fault()}), CommitFatal, Step.BEGIN_TXN),
+    ("beginTxn", Schedule(backend={"begin_txn": Fault()}), CommitFatal, Step.BEGIN_TXN),
     ("flush/work", Schedule(work_fails=True), CommitAborted, Step.FLUSH),
-    ("flush/producer", Schedule(coord={"flush": Fault()}), CommitAborted, Step.FLUSH),
-    ("commitOffsets", Schedule(coord={"commit_offsets": Fault()}), CommitAborted, Step.COMMIT_OFFSETS),
+    ("flush/producer", Schedule(backend={"flush": Fault()}), CommitAborted, Step.FLUSH),
+    ("commitOffsets", Schedule(backend={"commit_offsets": Fault()}), CommitAborted, Step.COMMIT_OFFSETS),
     ("preCommit2PC/sink", Schedule(sinks=[{}, {"prepare": "retryable"}]), CommitAborted, Step.PRE_COMMIT_2PC),
     ("preCommit2PC/store", Schedule(store={"prepare": "raise"}), CommitAborted, Step.PRE_COMMIT_2PC),
     ("preCommit2PC/fatal", Schedule(sinks=[{"prepare": "fatal"}]), CommitFatal, Step.PRE_COMMIT_2PC),
-    ("commitTxn", Schedule(coord={"commit_txn": Fault()}), CommitAborted, Step.COMMIT_TXN),
+    ("commitTxn", Schedule(backend={"commit_txn": Fault()}), CommitAborted, Step.COMMIT_TXN),
     ("commit2PC", Schedule(sinks=[{"commit": "raise"}, {}]), CommitFatal, Step.COMMIT_2PC),
     ("storeCommit", Schedule(store={"commit": "retryable"}), CommitFatal, Step.STORE_COMMIT),
     # failures inside the abort paths
-    ("flush+abortTxn", Schedule(work_fails=True, coord={"abort_txn": Fault()}), CommitFatal, Step.FLUSH),
+    ("flush+abortTxn", Schedule(work_fails=True, backend={"abort_txn": Fault()}), CommitFatal, Step.FLUSH),
     ("flush+storeAbort", Schedule(work_fails=True, store={"abort": "raise"}), CommitFatal, Step.FLUSH),
     ("flush+sinkAbort", Schedule(work_fails=True, sinks=[{"abort": "hang"}]), CommitAborted, Step.FLUSH),
-    ("commitTxn-ambiguous", Schedule(coord={"commit_txn": Fault(after=True)}), CommitFatal, Step.COMMIT_TXN),
+    ("commitTxn-ambiguous", Schedule(backend={"commit_txn": Fault(after=True)}), CommitFatal, Step.COMMIT_TXN),
 ]
 
 
@@ -166,7 +166,7 @@ def test_commit2pc_failure_still_commits_the_other_sinks_and_the_store():
 
 
 def test_ambiguous_commit_leaves_everything_prepared_and_recovery_commits():
-    world, parts, _ = build(Schedule(coord={"commit_txn": Fault(after=True)}, sinks=[{}, {}]))
+    world, parts, _ = build(Schedule(backend={"commit_txn": Fault(after=True)}, sinks=[{}, {}]))
     outcome = run_commit_cycle(CYCLE, TXN, parts)
     assert isinstance(outcome, CommitFatal) and set(outcome.stranded) == {"store", "s0", "s1"}
     assert all(TXN in st_.prepared for st_ in world.states)
@@ -177,7 +177,7 @@ def test_ambiguous_commit_leaves_everything_prepared_and_recovery_commits():
 
 
 def test_sink_abort_failure_is_reported_as_stranded():
-    world, parts, _ = build(Schedule(coord={"commit_offsets": Fault()}, sinks=[{}, {"abort": "garbage"}]))
+    world, parts, _ = build(Schedule(backend={"commit_offsets": Fault()}, sinks=[{}, {"abort": "garbage"}]))
     outcome = run_commit_cycle(CYCLE, TXN, parts)
     # garbage from abort means the sink is broken: fatal, but the cycle still rolled back everywhere else
     assert isinstance(outcome, CommitFatal) and outcome.stranded == ("s1",)
@@ -197,7 +197,7 @@ def model(s: Schedule):
     each sink: absent|prepared|committed.
     """
     broker, store, sinks = "none", "buffered", ["absent"] * len(s.sinks)
-    c = s.coord
+    c = s.backend
     if "begin_txn" in c:
         return "fatal", Step.BEGIN_TXN, ("open" if c["begin_txn"].after else "none"), store, sinks
     broker = "open"
@@ -245,7 +245,7 @@ def model(s: Schedule):
 
 
 def _model_abort(s, failed, fatal, broker, store, sinks):
-    f = s.coord.get("abort_txn")
+    f = s.backend.get("abort_txn")
     abort_ok = broker == "open" and f is None
     if broker == "open" and (f is None or f.after):
         broker = "aborted"
@@ -284,7 +284,7 @@ kinds = st.sampled_from(KINDS)
 coord_fault = st.builds(Fault, after=st.booleans())
 schedules = st.builds(
     Schedule,
-    coord=st.dictionaries(st.sampled_from(["begin_txn", "flush", "commit_offsets", "commit_txn", "abort_txn"]),
+    backend=st.dictionaries(st.sampled_from(["begin_txn", "flush", "commit_offsets", "commit_txn", "abort_txn"]),
                           coord_fault, max_size=2),
     work_fails=st.booleans(),
     store=st.dictionaries(st.sampled_from(["prepare", "commit", "abort"]), kinds, max_size=2),

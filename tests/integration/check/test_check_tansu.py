@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from semel.cli.process import tansu_binary
+from semel.launch.process import tansu_binary
 
 from check_run import TANSU_TEMPLATE, explain, run_check
 

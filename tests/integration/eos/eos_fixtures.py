@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from semel.cli.process import SemelBroker, TansuBroker
+from semel.launch.process import SemelBroker, TansuBroker
 
 __all__ = ["BROKER_KIND", "EosBroker", "S3_CLIENT_KW", "eos_broker", "names", "s3_bucket"]
 

@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from semel.eos import (OK, CommitAborted, CommitSucceeded, EosRuntime, Fatal, RecordingBroker,
-                       RecordingCoordinator, Retryable, SinkGuard, Step)
+                       RecordingTxnBackend, Retryable, SinkGuard, Step)
 from semel.eos.sinks.http import HttpSink
 from semel.eos.sinks.http_server import ReferenceServer
 from semel.eos.testing import check_sink_contract
@@ -117,7 +117,7 @@ def test_http_status_mapping(scripted, status, cls):
 
 
 def test_unreachable_server_is_retryable_and_hanging_server_times_out(scripted):
-    from semel.cli.process import free_port
+    from semel.launch.process import free_port
     out = HttpSink(f"http://127.0.0.1:{free_port()}").commit("a-0-1")
     assert isinstance(out, Retryable) and "network error" in out.reason
     script, url = scripted
@@ -142,17 +142,17 @@ def test_bad_base_url_and_rows_are_rejected():
 
 def test_runtime_cycles_through_the_http_sink(server):
     broker = RecordingBroker(inputs=list(range(7)))
-    coord = RecordingCoordinator(broker, "app-0")
-    rt = EosRuntime("app", "0", coord, [HttpSink(server.url, name="web")], commit_interval=0.1)
+    backend = RecordingTxnBackend(broker, "app-0")
+    rt = EosRuntime("app", "0", backend, [HttpSink(server.url, name="web")], commit_interval=0.1)
     rt.start()
 
     def work(ctx):
         for _ in range(3):
-            rec = coord.poll(0)
+            rec = backend.poll(0)
             if rec is not None:
                 ctx.stage("web", {"v": rec.value})
     assert isinstance(rt.run_cycle(work), CommitSucceeded)
-    coord.fail("commit_txn")
+    backend.fail("commit_txn")
     out = rt.run_cycle(work)
     assert isinstance(out, CommitAborted) and out.step is Step.COMMIT_TXN
     while broker.position != 7:

@@ -8,7 +8,7 @@ import pytest
 
 from tests.support.eos_cycles import cycle_into
 
-from semel.eos import OK, EosRuntime, Fatal, Ledger, RecordingBroker, RecordingCoordinator, SinkGuard
+from semel.eos import OK, EosRuntime, Fatal, Ledger, RecordingBroker, RecordingTxnBackend, SinkGuard
 from semel.eos.sinks.postgres import PostgresSink
 from semel.eos.testing import check_sink_contract
 
@@ -64,7 +64,7 @@ def test_recovery_resolves_stranded_prepared_transactions_after_a_restart(pg_uri
     a.close()  # the process dies; PostgreSQL keeps both prepared
     broker = RecordingBroker()
     broker.position, broker.ledger = 0, Ledger(4)  # the broker says: cycle 4 committed, 5 did not
-    rt = EosRuntime("app", "0", RecordingCoordinator(broker, "app-0"),
+    rt = EosRuntime("app", "0", RecordingTxnBackend(broker, "app-0"),
                     [PostgresSink(pg_uri, table, ["k", "v"], name="rec")], commit_interval=0.1)
     report = rt.start()
     assert sorted((a.txn_id, str(a.decision)) for a in report.actions) == [("app-0-4", "commit"),

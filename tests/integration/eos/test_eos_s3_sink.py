@@ -57,7 +57,7 @@ def test_bad_configuration_and_rows(s3_bucket):
 def test_unreachable_endpoint_fails_as_a_value():
     from botocore.config import Config
 
-    from semel.cli.process import free_port
+    from semel.launch.process import free_port
     from semel.eos import Retryable, SinkGuard
     sink = S3Sink("b", endpoint_url=f"http://127.0.0.1:{free_port()}", region_name="us-east-1",
                   aws_access_key_id="x", aws_secret_access_key="x",

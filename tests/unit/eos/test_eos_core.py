@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from semel.eos import (OK, CommitAborted, CommitFatal, CommitSucceeded, Decision, EosMetrics, EosRuntime, Fatal,
-                       Ledger, RecordingBroker, RecordingCoordinator, RecoveryError, Retryable, RuntimeFailed,
+                       Ledger, RecordingBroker, RecordingTxnBackend, RecoveryError, Retryable, RuntimeFailed,
                        SinkGuard, SinkTxnId, Step, decide, recover)
 from semel.eos.runtime import check_interval
 from semel.eos.sinks.http_echo import HttpEchoSink
@@ -237,36 +237,36 @@ def test_commit_interval_accepts_the_documented_range(good):
 
 
 def test_runtime_rejects_duplicate_sink_names_and_unstarted_use():
-    coord = RecordingCoordinator(RecordingBroker())
+    backend = RecordingTxnBackend(RecordingBroker())
     with pytest.raises(ValueError, match="unique"):
-        EosRuntime("app", "0", coord, [MemorySink("a"), MemorySink("a")])
-    rt = EosRuntime("app", "0", coord, [MemorySink("a")])
+        EosRuntime("app", "0", backend, [MemorySink("a"), MemorySink("a")])
+    rt = EosRuntime("app", "0", backend, [MemorySink("a")])
     with pytest.raises(RuntimeFailed, match="start"):
         rt.run_cycle()
 
 
 def test_runtime_stops_after_commit_fatal_and_numbers_cycles_from_the_ledger():
     broker = RecordingBroker(inputs=[1, 2, 3])
-    coord = RecordingCoordinator(broker, "app-0")
-    rt = EosRuntime("app", "0", coord, [MemorySink("a")], commit_interval=0.1)
+    backend = RecordingTxnBackend(broker, "app-0")
+    rt = EosRuntime("app", "0", backend, [MemorySink("a")], commit_interval=0.1)
     assert rt.start().next_cycle == 1
     assert isinstance(rt.run_cycle(), CommitSucceeded)
-    coord.fail("begin_txn")
+    backend.fail("begin_txn")
     out = rt.run_cycle()
     assert isinstance(out, CommitFatal) and out.step is Step.BEGIN_TXN
     with pytest.raises(RuntimeFailed):
         rt.run_cycle()
-    rt2 = EosRuntime("app", "0", RecordingCoordinator(broker, "app-0"), [MemorySink("a")])
+    rt2 = EosRuntime("app", "0", RecordingTxnBackend(broker, "app-0"), [MemorySink("a")])
     assert rt2.start().next_cycle == 2
 
 
 def test_runtime_fails_the_next_begin_while_a_sink_abort_keeps_failing():
     state = MemorySinkState()
     sink = FaultySink(MemorySink("a", state), timeout=None)
-    coord = RecordingCoordinator(RecordingBroker(inputs=[1, 2, 3]), "app-0")
-    rt = EosRuntime("app", "0", coord, [sink], commit_interval=0.1)
+    backend = RecordingTxnBackend(RecordingBroker(inputs=[1, 2, 3]), "app-0")
+    rt = EosRuntime("app", "0", backend, [sink], commit_interval=0.1)
     rt.start()
-    coord.fail("flush")
+    backend.fail("flush")
     sink.faults["abort"] = "raise"
 
     def work(ctx):
@@ -277,16 +277,16 @@ def test_runtime_fails_the_next_begin_while_a_sink_abort_keeps_failing():
     sink.faults["abort"] = "raise"                 # the retry at the next begin fails too
     out = rt.run_cycle(work)
     assert isinstance(out, CommitFatal) and out.step is Step.BEGIN_TXN and "abort still failing" in out.reason
-    assert coord.broker.open == {}                 # never began a broker transaction
+    assert backend.broker.open == {}                 # never began a broker transaction
 
 
 def test_runtime_retries_a_failed_abort_before_the_next_cycle():
     state = MemorySinkState()
     sink = FaultySink(MemorySink("a", state), timeout=None)
-    coord = RecordingCoordinator(RecordingBroker(), "app-0")
-    rt = EosRuntime("app", "0", coord, [sink], commit_interval=0.1)
+    backend = RecordingTxnBackend(RecordingBroker(), "app-0")
+    rt = EosRuntime("app", "0", backend, [sink], commit_interval=0.1)
     rt.start()
-    coord.fail("commit_offsets")
+    backend.fail("commit_offsets")
     sink.faults["abort"] = "retryable"
     rt.run_cycle(lambda ctx: ctx.stage("a", "old"))
     assert isinstance(rt.run_cycle(lambda ctx: ctx.stage("a", "new")), CommitSucceeded)
@@ -295,7 +295,7 @@ def test_runtime_retries_a_failed_abort_before_the_next_cycle():
 
 
 def test_runtime_stage_to_unknown_sink_aborts_the_cycle():
-    rt = EosRuntime("app", "0", RecordingCoordinator(RecordingBroker()), [MemorySink("a")], commit_interval=0.1)
+    rt = EosRuntime("app", "0", RecordingTxnBackend(RecordingBroker()), [MemorySink("a")], commit_interval=0.1)
     rt.start()
     out = rt.run_cycle(lambda ctx: ctx.stage("nope", 1))
     assert isinstance(out, CommitAborted) and out.step is Step.FLUSH and "no sink named 'nope'" in out.reason
@@ -303,13 +303,13 @@ def test_runtime_stage_to_unknown_sink_aborts_the_cycle():
 
 def test_metrics_count_outcomes_and_sink_latency():
     metrics = EosMetrics()
-    coord = RecordingCoordinator(RecordingBroker(), "app-0")
-    rt = EosRuntime("app", "0", coord, [MemorySink("a")], commit_interval=0.1, metrics=metrics)
+    backend = RecordingTxnBackend(RecordingBroker(), "app-0")
+    rt = EosRuntime("app", "0", backend, [MemorySink("a")], commit_interval=0.1, metrics=metrics)
     rt.start()
     rt.run_cycle()
-    coord.fail("commit_txn")
+    backend.fail("commit_txn")
     rt.run_cycle()
-    coord.fail("commit_txn", after=True)
+    backend.fail("commit_txn", after=True)
     rt.run_cycle()
     v = metrics.value
     assert v("semel_eos_cycles_total", {"outcome": "succeeded", "step": "none"}) == 1
@@ -325,7 +325,7 @@ def test_fault_spec_validation():
     with pytest.raises(ValueError):
         FaultySink(MemorySink(), {"prepare": "explode"})
     with pytest.raises(ValueError):
-        RecordingCoordinator().fail("commit")
+        RecordingTxnBackend().fail("commit")
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -349,15 +349,15 @@ def test_run_gives_each_cycle_exactly_its_interval_of_processing(monkeypatch, in
     clock = _Clock()
     monkeypatch.setattr(runtime_mod.time, "monotonic", clock.monotonic)
     broker = RecordingBroker(inputs=list(range(per_cycle * 3)))
-    coord = RecordingCoordinator(broker, "app-0")
-    real_poll = coord.poll
+    backend = RecordingTxnBackend(broker, "app-0")
+    real_poll = backend.poll
 
     def slow_poll(timeout):
         clock.now += 0.0625
         return real_poll(0)
-    coord.poll = slow_poll
+    backend.poll = slow_poll
     state = MemorySinkState()
-    rt = EosRuntime("app", "0", coord, [MemorySink("a", state)], commit_interval=interval)
+    rt = EosRuntime("app", "0", backend, [MemorySink("a", state)], commit_interval=interval)
     rt.start()
     rt.run(lambda rec, ctx: ctx.stage("a", rec.value), max_cycles=3)
     assert [len(rows) for rows in state.committed.values()] == [per_cycle] * 3
@@ -365,9 +365,9 @@ def test_run_gives_each_cycle_exactly_its_interval_of_processing(monkeypatch, in
 
 def test_run_stops_when_asked_and_commits_the_partial_cycle():
     broker = RecordingBroker(inputs=list(range(10)))
-    coord = RecordingCoordinator(broker, "app-0")
+    backend = RecordingTxnBackend(broker, "app-0")
     state = MemorySinkState()
-    rt = EosRuntime("app", "0", coord, [MemorySink("a", state)], commit_interval=300)
+    rt = EosRuntime("app", "0", backend, [MemorySink("a", state)], commit_interval=300)
     rt.start()
     seen = []
 

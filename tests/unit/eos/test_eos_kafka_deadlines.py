@@ -1,4 +1,4 @@
-"""KafkaCoordinator's deadlines on librdkafka calls (docs/librdkafka-restart-hang.md),
+"""KafkaTxnBackend's deadlines on librdkafka calls (docs/librdkafka-restart-hang.md),
 with a stand-in for confluent-kafka whose chosen call never returns: a stuck call becomes an
 aborted cycle on a fresh producer, except a stuck commit, whose outcome is
 unknown (CommitFatal, left to recovery). The real hang, on a real broker, is in
@@ -76,13 +76,13 @@ class FakeConsumer:
 
 
 @pytest.fixture
-def coordinator(monkeypatch):
+def backend(monkeypatch):
     monkeypatch.setattr(ek, "Producer", FakeProducer)
     monkeypatch.setattr(ek, "Consumer", FakeConsumer)
     monkeypatch.setattr(ek, "DEADLINE_GRACE_S", 0.2)
     FakeProducer.made, FakeProducer.stuck = [], None
     FakeProducer.release = threading.Event()
-    c = ek.KafkaCoordinator("127.0.0.1:1", "app-0", [("in", 0)], timeout=0.1)
+    c = ek.KafkaTxnBackend("127.0.0.1:1", "app-0", [("in", 0)], timeout=0.1)
     c.init()
     yield c
     FakeProducer.release.set()   # let the abandoned calls end
@@ -93,36 +93,36 @@ def _cycle(c, n):
     return run_commit_cycle(n, f"app-0-{n}", CycleParts(c))
 
 
-def test_clients_default_to_no_rebootstrap(coordinator):
+def test_clients_default_to_no_rebootstrap(backend):
     assert FakeProducer.made[0].config["metadata.recovery.strategy"] == "none"
-    assert coordinator._consumer.config["metadata.recovery.strategy"] == "none"
+    assert backend._consumer.config["metadata.recovery.strategy"] == "none"
 
 
 @pytest.mark.parametrize("step,call", [(Step.FLUSH, "flush"), (Step.COMMIT_OFFSETS, "send_offsets")])
-def test_a_stuck_call_aborts_the_cycle_on_a_fresh_producer(coordinator, step, call):
+def test_a_stuck_call_aborts_the_cycle_on_a_fresh_producer(backend, step, call):
     FakeProducer.stuck = call
-    outcome = _cycle(coordinator, 1)
+    outcome = _cycle(backend, 1)
     assert isinstance(outcome, CommitAborted) and outcome.step is step, outcome
     assert "abandoned" in outcome.reason
     first, second = FakeProducer.made
     assert first.calls[-1] == call and "abort" not in first.calls   # never touched again
     assert second.calls == ["init"]                                  # its init fenced the first
     FakeProducer.stuck = None
-    assert isinstance(_cycle(coordinator, 2), CommitSucceeded)
+    assert isinstance(_cycle(backend, 2), CommitSucceeded)
     assert second.calls == ["init", "begin", "flush", "send_offsets", "commit"]
 
 
-def test_a_stuck_commit_is_left_to_recovery(coordinator):
+def test_a_stuck_commit_is_left_to_recovery(backend):
     FakeProducer.stuck = "commit"
-    outcome = _cycle(coordinator, 1)
+    outcome = _cycle(backend, 1)
     assert isinstance(outcome, CommitFatal) and outcome.step is Step.COMMIT_TXN, outcome
     assert "outcome is unknown" in outcome.reason
     assert len(FakeProducer.made) == 1 and "abort" not in FakeProducer.made[0].calls
 
 
-def test_a_wedged_producer_refuses_further_calls(coordinator):
+def test_a_wedged_producer_refuses_further_calls(backend):
     FakeProducer.stuck = "begin"
-    with pytest.raises(ek.CoordinatorError, match="abandoned"):
-        coordinator.begin_txn(1)
-    with pytest.raises(ek.CoordinatorError, match="begin_txn is still stuck"):
-        coordinator.flush(1)
+    with pytest.raises(ek.BackendError, match="abandoned"):
+        backend.begin_txn(1)
+    with pytest.raises(ek.BackendError, match="begin_txn is still stuck"):
+        backend.flush(1)

@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
-from ..cli.process import SemelBroker
+from ..client.client import Client, ClientError
 from .etcd import EtcdProcess
+from .process import SemelBroker
 
 
 class LocalCluster:
@@ -17,10 +19,12 @@ class LocalCluster:
 
     def __init__(self, data_dir: Path, nodes: int = 3, base_port: int | None = None, etcd_port: int | None = None,
                  lease_ttl_s: int = 6, broker_args: list[str] = (), *, env: dict | None = None,
-                 users: dict[str, str] | None = None, connect=None):
+                 prepare: Callable[[str], None] | None = None, connect=None):
         """`env`: extra environment of every broker (e.g. the inter-broker password's
-        variable); `users`: SCRAM users (name -> password) saved in etcd at start();
-        `connect(bootstrap)`: a logged-in semel Client where the listeners want one."""
+        variable); `prepare(etcd_endpoint)`: run once etcd is up and before any broker
+        starts, to write what brokers read at start (e.g. the users they log in with:
+        semel.broker.auth.cluster_store.save_users); `connect(bootstrap)`: a logged-in
+        semel Client where the listeners want one."""
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.etcd = EtcdProcess(self.data_dir / "etcd", etcd_port, etcd_port + 1 if etcd_port else None,
@@ -28,7 +32,7 @@ class LocalCluster:
         self.base_port, self.lease_ttl_s, self.broker_args, self.env = base_port, lease_ttl_s, list(broker_args), env
         self.brokers = [self._broker(n) for n in range(nodes)]
         self.connect = connect or _plain_client
-        self.users = dict(users or {})
+        self.prepare = prepare
 
     def _broker(self, n: int) -> SemelBroker:
         return SemelBroker(self.data_dir / f"broker-{n}", self.base_port + n if self.base_port else None,
@@ -44,37 +48,20 @@ class LocalCluster:
         self.brokers[n].start(timeout_s)
         return n
 
-    def security(self):
-        """semel.cluster.security.EtcdSecurity of this cluster's etcd (started), for a
-        caller that runs its coroutines (asyncio.run)."""
-        from .etcd import Etcd
-        from .security import EtcdSecurity
-        from ..broker.config import BrokerConfig
-        return EtcdSecurity(Etcd(self.etcd.bootstrap), BrokerConfig.cluster_id)
-
-    def save_users(self, users: dict[str, str]) -> None:
-        """SCRAM users in etcd, where every broker of the cluster checks logins."""
-        import asyncio
-
-        async def save():
-            sec = self.security()
-            try:
-                for name, password in users.items():
-                    await sec.put_user(name, password)
-            finally:
-                await sec.etcd.close()
-        if users:
-            asyncio.run(save())
-
     @property
     def bootstrap(self) -> str:
         return ",".join(b.bootstrap for b in self.brokers)
 
-    def start(self, timeout_s: float = 60) -> "LocalCluster":
-        """etcd first (EtcdProcess.start waits until it is healthy), then each broker."""
-        if not self.etcd.alive():   # a caller may have started it to prepare users and ACLs
+    def start_etcd(self, timeout_s: float = 60) -> None:
+        """etcd (EtcdProcess.start waits until it is healthy), then `prepare`."""
+        if not self.etcd.alive():   # a caller may have started it to write users and ACLs
             self.etcd.start(timeout_s)
-        self.save_users(self.users)
+        if self.prepare is not None:
+            self.prepare(self.etcd.bootstrap)
+
+    def start(self, timeout_s: float = 60) -> "LocalCluster":
+        """etcd first, then each broker."""
+        self.start_etcd(timeout_s)
         for b in self.brokers:
             b.start(timeout_s)
         return self
@@ -93,7 +80,6 @@ class LocalCluster:
     def metadata(self, topics=None, skip=frozenset()):
         """Metadata from the first live broker (node ids in `skip` aside) that answers,
         None when none does."""
-        from ..client.client import ClientError
         for n, b in enumerate(self.brokers):
             if n in skip or not b.alive():
                 continue
@@ -112,6 +98,5 @@ class LocalCluster:
         self.close()
 
 
-def _plain_client(bootstrap: str):
-    from ..client.client import Client
+def _plain_client(bootstrap: str) -> Client:
     return Client(bootstrap, timeout_s=5)

@@ -1,12 +1,12 @@
-"""The coordinator behind the commit cycle: the broker side of exactly-once.
+"""The backend behind the commit cycle: the broker side of exactly-once.
 
-`EosCoordinator` is the pluggable surface. `semel.eos.kafka.KafkaCoordinator`
+`TxnBackend` is the pluggable surface. `semel.eos.kafka.KafkaTxnBackend`
 implements it on a transactional confluent-kafka producer and consumer;
-`RecordingCoordinator` implements it on an in-memory model of a broker
+`RecordingTxnBackend` implements it on an in-memory model of a broker
 (`RecordingBroker`) that records every call and can fail any of them on
 purpose, for tests and the chaos suite.
 
-Failures are raised as `CoordinatorError`; the cycle turns them into outcome
+Failures are raised as `BackendError`; the cycle turns them into outcome
 values.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable
 from semel.eos.ledger import Ledger
 
 
-class CoordinatorError(Exception):
+class BackendError(Exception):
     """A broker-side step failed.
 
     `code` is a Kafka error code when the broker gave one (a
@@ -45,7 +45,7 @@ class Record:
     headers: tuple = ()
 
 
-class EosCoordinator(abc.ABC):
+class TxnBackend(abc.ABC):
     """Broker operations of the commit cycle, plus start-time recovery reads."""
 
     transactional_id: str
@@ -111,7 +111,7 @@ class Committed:
 
 
 class RecordingBroker:
-    """In-memory broker state that outlives coordinator instances (a "restart").
+    """In-memory broker state that outlives backend instances (a "restart").
 
     Holds the input log, the committed output records, the committed position
     and ledger, and open transactions keyed by transactional id.
@@ -137,7 +137,7 @@ class RecordingBroker:
 
 @dataclass
 class Fault:
-    """Make one coordinator operation fail. `after=True`: its effect happens first."""
+    """Make one backend operation fail. `after=True`: its effect happens first."""
 
     error: str = "injected failure"
     after: bool = False
@@ -147,8 +147,8 @@ class Fault:
 FaultPlan = Callable[[str, int], "Fault | None"]
 
 
-class RecordingCoordinator(EosCoordinator):
-    """An `EosCoordinator` on a `RecordingBroker`; records calls, injects faults.
+class RecordingTxnBackend(TxnBackend):
+    """A `TxnBackend` on a `RecordingBroker`; records calls, injects faults.
 
     Faults come from `faults` (op name -> Fault, used once) or from `plan`
     (called as plan(op, cycle) before every operation).
@@ -169,7 +169,7 @@ class RecordingCoordinator(EosCoordinator):
 
     def fail(self, op: str, error: str = "injected failure", after: bool = False, fatal: bool = False) -> None:
         if op not in self.OPS:
-            raise ValueError(f"unknown coordinator op {op!r}; known: {', '.join(self.OPS)}")
+            raise ValueError(f"unknown backend op {op!r}; known: {', '.join(self.OPS)}")
         self.faults[op] = Fault(error, after, fatal)
 
     # -- fault plumbing
@@ -183,20 +183,20 @@ class RecordingCoordinator(EosCoordinator):
     def _run(self, op: str, cycle: int, effect: Callable[[], Any]) -> Any:
         fault = self._fault(op, cycle)
         if fault is not None and not fault.after:
-            raise CoordinatorError(op, fault.error, fatal=fault.fatal)
+            raise BackendError(op, fault.error, fatal=fault.fatal)
         value = effect()
         if fault is not None:
-            raise CoordinatorError(op, fault.error, fatal=fault.fatal)
+            raise BackendError(op, fault.error, fatal=fault.fatal)
         return value
 
     def _txn(self, op: str) -> _Open:
         txn = self.broker.open.get(self.transactional_id)
         if txn is None or txn.epoch != self._epoch:
-            raise CoordinatorError(op, "no open transaction for this producer (fenced or never begun)",
+            raise BackendError(op, "no open transaction for this producer (fenced or never begun)",
                                    fatal=txn is not None)
         return txn
 
-    # -- EosCoordinator
+    # -- TxnBackend
     def init(self) -> None:
         def effect() -> None:
             b = self.broker
@@ -219,9 +219,9 @@ class RecordingCoordinator(EosCoordinator):
     def begin_txn(self, cycle: int) -> None:
         def effect() -> None:
             if self.broker.epochs.get(self.transactional_id) != self._epoch:
-                raise CoordinatorError("begin_txn", "producer fenced by a newer instance", fatal=True)
+                raise BackendError("begin_txn", "producer fenced by a newer instance", fatal=True)
             if self.transactional_id in self.broker.open:
-                raise CoordinatorError("begin_txn", "a transaction is already open")
+                raise BackendError("begin_txn", "a transaction is already open")
             self.broker.open[self.transactional_id] = _Open(cycle, self._epoch)
             self._begin_position = self._position
         self._run("begin_txn", cycle, effect)

@@ -1,6 +1,6 @@
 """Users and ACLs of a cluster, kept in etcd so every broker checks the same ones.
 
-A single node keeps them in files under its data dir (semel.broker.auth); in a cluster
+A single node keeps them in files under its data dir (users.py, acl.py); in a cluster
 `semel user|acl --metadata`, CreateAcls and DeleteAcls on any broker write here, and
 every broker's view (EtcdClusterView.key_cache) follows the keys through its watch, so
 a change applies on all brokers without a restart (a deleted user fails its next login
@@ -14,12 +14,14 @@ or re-authentication everywhere). Keys under /semel/<cluster-id>/:
 """
 from __future__ import annotations
 
+import asyncio
 import json
 
-from ..broker.auth.acl import AclBinding, AclFilter, Operation, PatternType, Permission, ResourceType
-from ..broker.auth.users import MECHANISMS, CredentialReader, altered, make_credentials
-from .etcd import Etcd, _b64, mod_equals, put_op
-from .metadata import Keys, KeyCache
+from ...cluster.etcd import Etcd, _b64, mod_equals, put_op
+from ...cluster.metadata import Keys, KeyCache
+from ..config import BrokerConfig
+from .acl import AclBinding, AclFilter, Operation, PatternType, Permission, ResourceType
+from .users import MECHANISMS, CredentialReader, altered, make_credentials
 
 USERS, ACLS = "users/", "acls/"
 
@@ -191,3 +193,17 @@ def cluster_stores(view) -> tuple[ClusterUserStore, ClusterAclStore]:
 
     writer = EtcdSecurity(view.etcd, view.keys.root.split("/")[2], seen)
     return ClusterUserStore(users, writer), ClusterAclStore(acls, writer)
+
+
+def save_users(endpoint: str, users: dict[str, str], cluster_id: str = BrokerConfig.cluster_id) -> None:
+    """SCRAM users (name -> password) in the etcd at `endpoint`, where every broker of
+    the cluster checks logins; blocks until they are written."""
+    async def save():
+        sec = EtcdSecurity(Etcd(endpoint), cluster_id)
+        try:
+            for name, password in users.items():
+                await sec.put_user(name, password)
+        finally:
+            await sec.etcd.close()
+    if users:
+        asyncio.run(save())

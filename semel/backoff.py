@@ -1,13 +1,14 @@
-"""Retry pacing shared by every hand-written retry loop of the clients and the Spark
-connector: a capped exponential delay with jitter, and a deadline measured from the
-last progress.
+"""Retry pacing shared by every retry loop of semel, in every layer (it imports
+nothing of semel, so any layer may import it): a capped exponential delay with
+jitter, and a deadline measured from the last progress.
 
 The deadline counts from the last try that made progress (progress() resets it and the
 delay), so a long operation that keeps moving is not cut off by a deadline from its
 start, while one that stops moving gives up `timeout_s` after it stopped. Jitter keeps
 many tasks that failed together (one broker restarting under a whole Spark job) from
 retrying in lockstep. The clock, the sleep and the random source are parameters so the
-rules can be tested without waiting.
+rules can be tested without waiting. A loop that never gives up passes
+timeout_s=math.inf; an asyncio loop awaits asyncio.sleep(step()) instead of wait().
 """
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ JITTER = 0.2  # each delay is drawn from [delay * (1 - JITTER), delay * (1 + JIT
 
 class Backoff:
     """One retry loop's pacing: expired() says the deadline has passed, fits() that the
-    next wait ends before it, wait() sleeps the next delay (then doubles it up to max_s)."""
+    next wait ends before it, wait() sleeps the next delay (then doubles it up to max_s);
+    step() is wait() without the sleep, for a caller that sleeps itself (asyncio)."""
 
     def __init__(self, timeout_s: float, *, first_s: float = FIRST_S, max_s: float = MAX_S, jitter: float = JITTER,
                  clock: Callable[[], float] | None = None, sleep: Callable[[float], object] | None = None,
@@ -53,9 +55,14 @@ class Backoff:
         return self._next
 
     def wait(self) -> None:
-        self._sleep(self._next)
+        self._sleep(self.step())
+
+    def step(self) -> float:
+        """The delay to wait now; the one after it doubles (up to max_s)."""
+        delay = self._next
         self._base = min(self._base * 2, self.max_s)
         self._next = self._draw()
+        return delay
 
     def _draw(self) -> float:
         spread = 1 + self.jitter * (2 * self._rand() - 1)

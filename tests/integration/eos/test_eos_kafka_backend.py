@@ -1,19 +1,19 @@
-"""The real coordinator on a real broker: ledger, abort rewind, fencing, recovery."""
+"""The real backend on a real broker: ledger, abort rewind, fencing, recovery."""
 from __future__ import annotations
 
 import pytest
 
 from semel.eos import (CommitAborted, CommitFatal, CommitSucceeded, Decision, EosRuntime, Ledger, RuntimeFailed,
                        Step)
-from semel.eos.kafka import KafkaCoordinator
+from semel.eos.kafka import KafkaTxnBackend
 from semel.eos.sinks.memory import MemorySink, MemorySinkState
 from semel.eos.testing import Crash
 
 N = 20
 
 
-def make_coordinator(b, n, instance="0", **kw):
-    return KafkaCoordinator(b.bootstrap, f"{n.app}-{instance}", [(n.input, 0)], marker_topic=kw.pop("marker", None),
+def make_backend(b, n, instance="0", **kw):
+    return KafkaTxnBackend(b.bootstrap, f"{n.app}-{instance}", [(n.input, 0)], marker_topic=kw.pop("marker", None),
                             timeout=20, **kw)
 
 
@@ -47,16 +47,16 @@ def drain(rt, out_topic, want, sink_state, max_cycles=40):
 
 def test_fresh_group_has_an_empty_ledger_and_cycles_record_theirs(eos_broker, names):
     marker = setup_topics(eos_broker, names)
-    coord = make_coordinator(eos_broker, names, marker=marker)
+    backend = make_backend(eos_broker, names, marker=marker)
     state = MemorySinkState()
-    rt = EosRuntime(names.app, "0", coord, [MemorySink("m", state)], commit_interval=0.3)
+    rt = EosRuntime(names.app, "0", backend, [MemorySink("m", state)], commit_interval=0.3)
     report = rt.start()
     assert report.ledger == Ledger(0) and report.next_cycle == 1
     drain(rt, names.output, N, state)
     assert state.committed_rows() == list(range(N))
     last = rt.next_cycle - 1
     rt.close()
-    again = make_coordinator(eos_broker, names, marker=marker)
+    again = make_backend(eos_broker, names, marker=marker)
     again.init()
     assert again.read_ledger() == Ledger(last)
     assert again.positions == {(names.input, 0): N}
@@ -66,13 +66,13 @@ def test_fresh_group_has_an_empty_ledger_and_cycles_record_theirs(eos_broker, na
 def test_cycles_without_input_still_advance_the_ledger(eos_broker, names):
     # Offsets-only transactions: Tansu 0.6 drops their offsets unless the marker record is there.
     marker = setup_topics(eos_broker, names, values=0)
-    rt = EosRuntime(names.app, "0", make_coordinator(eos_broker, names, marker=marker), [MemorySink("m")],
+    rt = EosRuntime(names.app, "0", make_backend(eos_broker, names, marker=marker), [MemorySink("m")],
                     commit_interval=0.1)
     rt.start()
     for _ in range(4):
         assert isinstance(rt.run_cycle(), CommitSucceeded)
     rt.close()
-    again = make_coordinator(eos_broker, names, marker=marker)
+    again = make_backend(eos_broker, names, marker=marker)
     again.init()
     assert again.read_ledger() == Ledger(4)
     again.close()
@@ -83,7 +83,7 @@ def test_offset_metadata_carries_the_ledger_when_the_broker_keeps_it(eos_broker,
         pytest.skip(f"{eos_broker.kind} drops offset metadata; the marker topic carries the ledger there")
     from confluent_kafka import Consumer, TopicPartition
     setup_topics(eos_broker, names, values=3)
-    rt = EosRuntime(names.app, "0", make_coordinator(eos_broker, names), [MemorySink("m")], commit_interval=0.3)
+    rt = EosRuntime(names.app, "0", make_backend(eos_broker, names), [MemorySink("m")], commit_interval=0.3)
     rt.start()
     process, out = processor()
     out[0] = names.output
@@ -98,7 +98,7 @@ def test_offset_metadata_carries_the_ledger_when_the_broker_keeps_it(eos_broker,
 def test_abort_rewinds_consumption_so_records_are_processed_once(eos_broker, names):
     marker = setup_topics(eos_broker, names, values=6)
     state = MemorySinkState()
-    rt = EosRuntime(names.app, "0", make_coordinator(eos_broker, names, marker=marker),
+    rt = EosRuntime(names.app, "0", make_backend(eos_broker, names, marker=marker),
                     [MemorySink("m", state)], commit_interval=1.0)
     rt.start()
     process, out = processor(fail_after=4)
@@ -113,11 +113,11 @@ def test_abort_rewinds_consumption_so_records_are_processed_once(eos_broker, nam
 
 def test_a_newer_instance_fences_the_older_one(eos_broker, names):
     marker = setup_topics(eos_broker, names, values=4)
-    old = EosRuntime(names.app, "0", make_coordinator(eos_broker, names, marker=marker), [MemorySink("m")],
+    old = EosRuntime(names.app, "0", make_backend(eos_broker, names, marker=marker), [MemorySink("m")],
                      commit_interval=0.2)
     old.start()
     new_state = MemorySinkState()
-    new = EosRuntime(names.app, "0", make_coordinator(eos_broker, names, marker=marker),
+    new = EosRuntime(names.app, "0", make_backend(eos_broker, names, marker=marker),
                      [MemorySink("m", new_state)], commit_interval=0.2)
     new.start()
     process, out = processor()
@@ -140,7 +140,7 @@ def test_crash_around_commit_txn_is_resolved_from_the_ledger(eos_broker, names, 
     def crash(event):
         if event == crash_at:
             raise Crash(event)
-    rt = EosRuntime(names.app, "0", make_coordinator(eos_broker, names, marker=marker), [MemorySink("m", state)],
+    rt = EosRuntime(names.app, "0", make_backend(eos_broker, names, marker=marker), [MemorySink("m", state)],
                     commit_interval=1.0, on_event=crash)
     rt.start()
     process, out = processor()
@@ -149,7 +149,7 @@ def test_crash_around_commit_txn_is_resolved_from_the_ledger(eos_broker, names, 
         rt.run(process, max_cycles=1)
     assert list(state.prepared) == [f"{names.app}-0-1"]
     # "restart": a new instance (its init_transactions completes or aborts the open transaction)
-    rt2 = EosRuntime(names.app, "0", make_coordinator(eos_broker, names, marker=marker), [MemorySink("m", state)],
+    rt2 = EosRuntime(names.app, "0", make_backend(eos_broker, names, marker=marker), [MemorySink("m", state)],
                      commit_interval=0.3)
     report = rt2.start()
     assert [(a.txn_id, a.decision) for a in report.actions] == [(f"{names.app}-0-1", decision)]
@@ -158,23 +158,23 @@ def test_crash_around_commit_txn_is_resolved_from_the_ledger(eos_broker, names, 
     assert state.committed_rows() == list(range(5))
     assert (f"{names.app}-0-1" in state.committed) == (decision is Decision.COMMIT)
     rt2.close()
-    rt.coordinator.close()
+    rt.backend.close()
 
 
 def test_transaction_timeout_follows_the_commit_interval():
-    c = KafkaCoordinator("127.0.0.1:1", "a-0", [("t", 0)])
+    c = KafkaTxnBackend("127.0.0.1:1", "a-0", [("t", 0)])
     EosRuntime("a", "0", c, commit_interval=300)
     assert c._producer_config["transaction.timeout.ms"] == 630_000
-    c = KafkaCoordinator("127.0.0.1:1", "a-0", [("t", 0)])
+    c = KafkaTxnBackend("127.0.0.1:1", "a-0", [("t", 0)])
     EosRuntime("a", "0", c, commit_interval=0.1)
     assert c._producer_config["transaction.timeout.ms"] == 60_000
     with pytest.raises(ValueError, match="too short"):
-        EosRuntime("a", "0", KafkaCoordinator("127.0.0.1:1", "a-0", [("t", 0)], transaction_timeout_ms=60_000),
+        EosRuntime("a", "0", KafkaTxnBackend("127.0.0.1:1", "a-0", [("t", 0)], transaction_timeout_ms=60_000),
                    commit_interval=120)
 
 
 def test_bad_configuration_is_a_clear_error():
     with pytest.raises(ValueError, match="input partitions or a marker"):
-        KafkaCoordinator("127.0.0.1:1", "a-0", [])
+        KafkaTxnBackend("127.0.0.1:1", "a-0", [])
     with pytest.raises(ValueError, match="topic, partition"):
-        KafkaCoordinator("127.0.0.1:1", "a-0", [("t", "0")])
+        KafkaTxnBackend("127.0.0.1:1", "a-0", [("t", "0")])

@@ -1,0 +1,17 @@
+"""Shapes that the responses of several APIs share, for the handlers and for the
+refusals of coordinator_gate.py (which the handlers package cannot serve: it imports
+broker.connection, which imports the gate)."""
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+from ..protocol.errors import KafkaError
+
+
+def by_topic(errors: Iterable[tuple[tuple[str, int], int]], make_partition: Callable) -> dict[str, list]:
+    """Per-partition results grouped by topic in first-seen order, as responses
+    nest them: {topic: [make_partition(partition, error), ...]}."""
+    grouped: dict[str, list] = {}
+    for (topic, partition), err in errors:
+        grouped.setdefault(topic, []).append(make_partition(partition, KafkaError(err)))
+    return grouped
