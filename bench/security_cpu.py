@@ -32,7 +32,7 @@ from pathlib import Path
 from bench.common import RESULTS, SHARED_BOX, produce_all, write_result
 from bench.hotpath_bench import PRODUCER, cpu_times, record_profile, tree_env, warm_guest_memory
 from bench.security import certs, own_cpu, secure_args, secure_conf, secure_data
-from semel.cli.process import SemelBroker, free_port, wait_for_port
+from semel.launch.process import SemelBroker, free_port, wait_for_port
 
 RECORDS = 500_000
 SIZE = 1024
