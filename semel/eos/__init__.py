@@ -42,3 +42,17 @@ __all__ = [
     "SinkGuard", "TwoPhaseSink", "IdempotencyTokens", "MemoryBacking", "SqliteBacking", "TransactionalStore",
     "SinkTxnId",
 ]
+
+# The broker side of the commit cycle was called a "coordinator", the word Kafka uses for
+# its group and transaction coordinators; old names still resolve, with a warning.
+_RENAMED = {"EosCoordinator": "TxnBackend", "RecordingCoordinator": "RecordingTxnBackend",
+            "CoordinatorError": "BackendError"}
+
+
+def __getattr__(name: str):
+    new = _RENAMED.get(name)
+    if new is None:
+        raise AttributeError(f"module 'semel.eos' has no attribute {name!r}")
+    import warnings
+    warnings.warn(f"semel.eos.{name} is now semel.eos.{new}", DeprecationWarning, stacklevel=2)
+    return globals()[new]

@@ -311,3 +311,12 @@ class KafkaTxnBackend(TxnBackend):
                 pass
             self._consumer = None
         self._producer = None
+
+
+def __getattr__(name: str):
+    """KafkaCoordinator, the old name of KafkaTxnBackend, still resolves (with a warning)."""
+    if name != "KafkaCoordinator":
+        raise AttributeError(f"module 'semel.eos.kafka' has no attribute {name!r}")
+    import warnings
+    warnings.warn("semel.eos.kafka.KafkaCoordinator is now KafkaTxnBackend", DeprecationWarning, stacklevel=2)
+    return KafkaTxnBackend

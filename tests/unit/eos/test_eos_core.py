@@ -377,3 +377,16 @@ def test_run_stops_when_asked_and_commits_the_partial_cycle():
     out = rt.run(process, stop=lambda: len(seen) >= 4)
     assert isinstance(out, CommitSucceeded) and state.committed_rows() == [0, 1, 2, 3]
     assert broker.position == 4
+
+
+def test_the_old_coordinator_names_still_resolve_with_a_warning():
+    import semel.eos
+    import semel.eos.kafka
+    for module, old, new in ((semel.eos, "EosCoordinator", semel.eos.TxnBackend),
+                             (semel.eos, "RecordingCoordinator", semel.eos.RecordingTxnBackend),
+                             (semel.eos, "CoordinatorError", semel.eos.BackendError),
+                             (semel.eos.kafka, "KafkaCoordinator", semel.eos.kafka.KafkaTxnBackend)):
+        with pytest.warns(DeprecationWarning, match=old):
+            assert getattr(module, old) is new
+    with pytest.raises(AttributeError):
+        semel.eos.NoSuchThing
