@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections import Counter
 
 from ..protocol.errors import ProtocolError
+from ..storage.file_range import FileRange
 from ..protocol.messages import (
     API_VERSIONS_KEY, DecodeInThread, UnsupportedVersion, decode_request, encode_response_parts, partition_count,
     unsupported_api_versions_response,
@@ -299,14 +301,57 @@ async def _write_loop(writer: asyncio.StreamWriter, queue: asyncio.Queue, peer: 
                 writer.close()
                 return
         # Piece by piece: a Fetch's records go out as the buffers storage read them
-        # into (uvloop queues the pieces and sends them with one writev, no copy).
-        for piece in item:
-            writer.write(piece)
+        # into (uvloop queues the pieces and sends them with one writev, no copy), or
+        # as file ranges sent from the page cache.
+        try:
+            for piece in item:
+                if isinstance(piece, FileRange):
+                    _send_range(writer, piece)
+                else:
+                    writer.write(piece)
+        except OSError as exc:   # a range cut short: the frame cannot be completed
+            log.warning("closing %s: %s", peer, exc)
+            writer.transport.abort()
+            return
         metrics.bytes_out.inc(sum(len(piece) for piece in item))
         try:
             await writer.drain()
         except ConnectionError:
             return
+
+
+def _send_range(writer: asyncio.StreamWriter, piece: FileRange) -> None:
+    """Send a file range: with os.sendfile straight to the socket when the transport has
+    nothing queued (so the bytes follow what was written before) and is plain TCP, for
+    as much as the socket takes without blocking; the rest is read and written through
+    the transport. OSError when the file no longer holds the range."""
+    try:
+        sent = _sendfile(writer.transport, piece)
+        if sent < len(piece):
+            writer.write(piece.read(sent))
+    finally:
+        piece.close()
+
+
+def _sendfile(transport, piece: FileRange) -> int:
+    if (transport.get_write_buffer_size() or transport.get_extra_info("sslcontext") is not None
+            or transport.get_extra_info("ssl_object") is not None):
+        return 0
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return 0
+    out, sent, size = sock.fileno(), 0, len(piece)
+    while sent < size:
+        try:
+            n = os.sendfile(out, piece.fd, piece.pos + sent, size - sent)
+        except (BlockingIOError, InterruptedError):
+            break
+        except OSError:
+            break      # the connection is gone: the transport's own write finds out
+        if n == 0:
+            break      # end of file before the range's end: read() raises
+        sent += n
+    return sent
 
 
 def _peer(writer: asyncio.StreamWriter) -> tuple[str, str]:
