@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import time
 from collections import Counter
 
@@ -304,10 +305,10 @@ async def _write_loop(writer: asyncio.StreamWriter, queue: asyncio.Queue, peer: 
         # into (uvloop queues the pieces and sends them with one writev, no copy), or
         # as file ranges sent from the page cache.
         try:
-            for piece in item:
-                if isinstance(piece, FileRange):
-                    _send_range(writer, piece)
-                else:
+            if any(isinstance(piece, FileRange) for piece in item):
+                _send_with_ranges(writer, item)
+            else:
+                for piece in item:
                     writer.write(piece)
         except OSError as exc:   # a range cut short: the frame cannot be completed
             log.warning("closing %s: %s", peer, exc)
@@ -320,30 +321,60 @@ async def _write_loop(writer: asyncio.StreamWriter, queue: asyncio.Queue, peer: 
             return
 
 
-def _send_range(writer: asyncio.StreamWriter, piece: FileRange) -> None:
-    """Send a file range: with os.sendfile straight to the socket when the transport has
-    nothing queued (so the bytes follow what was written before) and is plain TCP, for
-    as much as the socket takes without blocking; the rest is read and written through
-    the transport. OSError when the file no longer holds the range."""
+def _send_with_ranges(writer: asyncio.StreamWriter, item: list) -> None:
+    """Write a response holding file ranges. On a plain TCP socket with nothing queued
+    in the transport (so these bytes follow what went before), the pieces go straight
+    to the socket, the ranges by os.sendfile (page cache to socket, no copy through
+    this process), corked so the frame leaves as full segments with one wake-up of the
+    reader, not one per piece; from the first piece the socket does not take whole,
+    the rest goes through the transport (ranges read). Ranges are closed once handed
+    over. OSError when a file no longer holds its range."""
+    sock = _raw_socket(writer.transport)
+    k, sent = 0, 0          # the piece the socket stopped in, and how much of it went
     try:
-        sent = _sendfile(writer.transport, piece)
-        if sent < len(piece):
-            writer.write(piece.read(sent))
+        if sock is not None:
+            fd = sock.fileno()
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+            try:
+                for k, piece in enumerate(item):
+                    sent = _send_piece(fd, piece)
+                    if sent < len(piece):
+                        break
+                else:
+                    return
+            finally:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)
+        for j in range(k, len(item)):
+            piece, skip = item[j], sent if j == k else 0
+            if isinstance(piece, FileRange):
+                writer.write(piece.read(skip))
+            else:
+                writer.write(memoryview(piece)[skip:] if skip else piece)
     finally:
-        piece.close()
+        for piece in item:
+            if isinstance(piece, FileRange):
+                piece.close()
 
 
-def _sendfile(transport, piece: FileRange) -> int:
+def _raw_socket(transport):
+    """The transport's socket where bytes may be written to it directly: plain TCP and
+    nothing waiting in the transport's buffer; else None."""
     if (transport.get_write_buffer_size() or transport.get_extra_info("sslcontext") is not None
             or transport.get_extra_info("ssl_object") is not None):
-        return 0
+        return None
     sock = transport.get_extra_info("socket")
-    if sock is None:
-        return 0
-    out, sent, size = sock.fileno(), 0, len(piece)
+    return sock if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6) else None
+
+
+def _send_piece(fd: int, piece) -> int:
+    """Bytes of piece the socket took without blocking (all of it, or fewer)."""
+    size, sent = len(piece), 0
     while sent < size:
         try:
-            n = os.sendfile(out, piece.fd, piece.pos + sent, size - sent)
+            if isinstance(piece, FileRange):
+                n = os.sendfile(fd, piece.fd, piece.pos + sent, size - sent)
+            else:
+                n = os.write(fd, memoryview(piece)[sent:])
         except (BlockingIOError, InterruptedError):
             break
         except OSError:

@@ -1,7 +1,8 @@
-"""broker.connection sends a follower's records as a file range: os.sendfile for as
-much as the socket takes, the rest read and written through the transport, in order
-with what was written before and after. A socket with a small send buffer whose peer
-reads only afterwards makes sendfile stop part-way."""
+"""broker.connection writes a follower's fetch answer holding a file range straight to
+a plain TCP socket: os.sendfile for the range, the pieces around it written, corked;
+from the first piece the socket does not take whole, the rest goes through the
+transport, in order. A socket with a small send buffer whose peer reads only
+afterwards makes the socket stop part-way."""
 from __future__ import annotations
 
 import asyncio
@@ -12,20 +13,24 @@ import pytest
 import uvloop
 
 from semel.broker import connection
-from semel.broker.connection import _send_range
 from semel.storage.file_range import FileRange
 
 
 @pytest.mark.parametrize("new_loop", [asyncio.new_event_loop, uvloop.new_event_loop], ids=["asyncio", "uvloop"])
-@pytest.mark.parametrize("sndbuf", [4096, 1 << 20], ids=["partial", "whole"])
+@pytest.mark.parametrize("sndbuf", [4096, 8 << 20], ids=["partial", "whole"])
 def test_file_range_bytes_arrive_whole_and_in_order(tmp_path, sndbuf, new_loop, monkeypatch):
     data = os.urandom(3 << 20)
     path = tmp_path / "segment.log"
     path.write_bytes(b"junk" + data + b"more")
     received = bytearray()
-    sent_by_sendfile = []
-    real = connection._sendfile
-    monkeypatch.setattr(connection, "_sendfile", lambda t, r: sent_by_sendfile.append(real(t, r)) or sent_by_sendfile[-1])
+    taken = []       # (piece kind, bytes the socket took)
+    real = connection._send_piece
+
+    def send_piece(fd, piece):
+        n = real(fd, piece)
+        taken.append((type(piece).__name__, n))
+        return n
+    monkeypatch.setattr(connection, "_send_piece", send_piece)
 
     async def main():
         done = asyncio.get_running_loop().create_future()
@@ -37,10 +42,9 @@ def test_file_range_bytes_arrive_whole_and_in_order(tmp_path, sndbuf, new_loop, 
                 rng = FileRange(fd, 4, len(data))
             finally:
                 os.close(fd)          # the range holds its own descriptor
-            writer.write(b"head")
-            _send_range(writer, rng)
+            connection._send_with_ranges(writer, [b"head", rng, bytearray(b"tail")])
             assert rng.fd == -1       # closed once handed over
-            writer.write(b"tail")
+            writer.write(b"next")
             await writer.drain()
             writer.close()
             done.set_result(None)
@@ -61,7 +65,9 @@ def test_file_range_bytes_arrive_whole_and_in_order(tmp_path, sndbuf, new_loop, 
         loop.run_until_complete(main())
     finally:
         loop.close()
-    assert bytes(received) == b"head" + data + b"tail"
-    assert 0 < sent_by_sendfile[0] <= len(data)
+    assert bytes(received) == b"head" + data + b"tailnext"
+    assert taken[0] == ("bytes", 4) and taken[1][0] == "FileRange" and taken[1][1] > 0
     if sndbuf == 4096:
-        assert sent_by_sendfile[0] < len(data)      # the rest went through the transport
+        assert taken[1][1] < len(data) and len(taken) == 2    # the rest through the transport
+    elif taken[1][1] == len(data):                            # all of it fitted: the tail too
+        assert taken[2] == ("bytearray", 4)
