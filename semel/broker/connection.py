@@ -19,13 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
 import time
 from collections import Counter
 
 from ..protocol.errors import ProtocolError
-from ..storage.file_range import FileRange
 from ..protocol.messages import (
     API_VERSIONS_KEY, DecodeInThread, UnsupportedVersion, decode_request, encode_response_parts, partition_count,
     unsupported_api_versions_response,
@@ -302,87 +299,14 @@ async def _write_loop(writer: asyncio.StreamWriter, queue: asyncio.Queue, peer: 
                 writer.close()
                 return
         # Piece by piece: a Fetch's records go out as the buffers storage read them
-        # into (uvloop queues the pieces and sends them with one writev, no copy), or
-        # as file ranges sent from the page cache.
-        try:
-            if any(isinstance(piece, FileRange) for piece in item):
-                _send_with_ranges(writer, item)
-            else:
-                for piece in item:
-                    writer.write(piece)
-        except OSError as exc:   # a range cut short: the frame cannot be completed
-            log.warning("closing %s: %s", peer, exc)
-            writer.transport.abort()
-            return
+        # into (uvloop queues the pieces and sends them with one writev, no copy).
+        for piece in item:
+            writer.write(piece)
         metrics.bytes_out.inc(sum(len(piece) for piece in item))
         try:
             await writer.drain()
         except ConnectionError:
             return
-
-
-def _send_with_ranges(writer: asyncio.StreamWriter, item: list) -> None:
-    """Write a response holding file ranges. On a plain TCP socket with nothing queued
-    in the transport (so these bytes follow what went before), the pieces go straight
-    to the socket, the ranges by os.sendfile (page cache to socket, no copy through
-    this process), corked so the frame leaves as full segments with one wake-up of the
-    reader, not one per piece; from the first piece the socket does not take whole,
-    the rest goes through the transport (ranges read). Ranges are closed once handed
-    over. OSError when a file no longer holds its range."""
-    sock = _raw_socket(writer.transport)
-    k, sent = 0, 0          # the piece the socket stopped in, and how much of it went
-    try:
-        if sock is not None:
-            fd = sock.fileno()
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
-            try:
-                for k, piece in enumerate(item):
-                    sent = _send_piece(fd, piece)
-                    if sent < len(piece):
-                        break
-                else:
-                    return
-            finally:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)
-        for j in range(k, len(item)):
-            piece, skip = item[j], sent if j == k else 0
-            if isinstance(piece, FileRange):
-                writer.write(piece.read(skip))
-            else:
-                writer.write(memoryview(piece)[skip:] if skip else piece)
-    finally:
-        for piece in item:
-            if isinstance(piece, FileRange):
-                piece.close()
-
-
-def _raw_socket(transport):
-    """The transport's socket where bytes may be written to it directly: plain TCP and
-    nothing waiting in the transport's buffer; else None."""
-    if (transport.get_write_buffer_size() or transport.get_extra_info("sslcontext") is not None
-            or transport.get_extra_info("ssl_object") is not None):
-        return None
-    sock = transport.get_extra_info("socket")
-    return sock if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6) else None
-
-
-def _send_piece(fd: int, piece) -> int:
-    """Bytes of piece the socket took without blocking (all of it, or fewer)."""
-    size, sent = len(piece), 0
-    while sent < size:
-        try:
-            if isinstance(piece, FileRange):
-                n = os.sendfile(fd, piece.fd, piece.pos + sent, size - sent)
-            else:
-                n = os.write(fd, memoryview(piece)[sent:])
-        except (BlockingIOError, InterruptedError):
-            break
-        except OSError:
-            break      # the connection is gone: the transport's own write finds out
-        if n == 0:
-            break      # end of file before the range's end: read() raises
-        sent += n
-    return sent
 
 
 def _peer(writer: asyncio.StreamWriter) -> tuple[str, str]:

@@ -81,15 +81,6 @@ def encode_fetch(api_version: int, correlation_id: int, body: Any) -> list | Non
     return pieces
 
 
-def records_as_bytes(body: Any) -> None:
-    """Replace records that are not a buffer (a storage file range, which encode_fetch
-    passes on as a piece of its own) by their bytes, for the generic codec."""
-    for t in body.responses or ():
-        for p in t.partitions or ():
-            if p.records is not None and not isinstance(p.records, (bytes, bytearray, memoryview)):
-                p.records = bytes(p.records)
-
-
 def _string(out: bytearray, s: str, flexible: bool) -> None:
     raw = s.encode()
     if flexible:

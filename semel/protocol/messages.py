@@ -18,7 +18,7 @@ from kafka.protocol.api_message import ApiMessage
 
 from .api_keys import ApiKey
 from .errors import KafkaError, ProtocolError
-from .fetch_response import encode_fetch, records_as_bytes
+from .fetch_response import encode_fetch
 from .produce_request import FAST_VERSIONS as FAST_PRODUCE_VERSIONS
 from .produce_request import Cursor, DecodeInThread, decode_produce
 from .produce_response import encode_produce
@@ -184,7 +184,6 @@ def encode_response_parts(api_key: int, api_version: int, correlation_id: int, b
         pieces = encode_fetch(api_version, correlation_id, body)
         if pieces is not None:
             return pieces
-        records_as_bytes(body)
     elif api_key == PRODUCE_KEY:
         # The handler's plain ProduceAnswer has no generic encoding: it serves v3-v9,
         # which encode_produce always takes.

@@ -51,7 +51,6 @@ from semel.protocol.records import (
 
 from . import checkpoint as cpfile
 from .errors import AppendError, CorruptLogError, OffsetOutOfRange, ProducerStateError, StorageError
-from .file_range import FileRange
 from .fs import FileSystem
 from .leader_epoch import LeaderEpochCache
 from .log_config import LogConfig
@@ -359,29 +358,6 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
         except OSError as exc:
             raise StorageError(f"read of {self.directory} failed: {exc}") from exc
         return b""
-
-    def read_range(self, offset: int, max_bytes: int, upper_bound: int, min_size: int = 0) -> FileRange | None:
-        """read()'s batches as a FileRange of one segment file (for a reader that checks
-        every CRC itself and can send a file range: a follower on a plain connection), or
-        None where read_checked must answer (nothing to read, damage, a short range)."""
-        self._check_readable()
-        start, leo = self.log_start_offset, self.log_end_offset
-        if offset < start or offset > leo:
-            raise OffsetOutOfRange(offset, start, leo)
-        bound = min(upper_bound, leo)
-        if offset >= bound:
-            return None
-        segs = self._segments
-        i = max(0, bisect_right(self._bases, offset) - 1)
-        try:
-            while i < len(segs):
-                got = segs[i].read_range(offset, max_bytes, bound, min_size)
-                if got is not False:
-                    return None if got is True else got
-                i += 1
-        except OSError as exc:
-            raise StorageError(f"read of {self.directory} failed: {exc}") from exc
-        return None
 
     def read_checked(self, offset: int, max_bytes: int, upper_bound: int | None = None,
                      crc: bool = True) -> bytes:

@@ -28,7 +28,6 @@ from semel.protocol.records import (
     parse_header,
 )
 
-from .file_range import FileRange
 from .fs import FileHandle, FileSystem
 from .txn_index import TxnIndex
 
@@ -41,8 +40,6 @@ INDEX_SUFFIXES = (INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX)
 MAX_RELATIVE_OFFSET = 2**31 - 1   # relative offsets are stored as u32; stay well inside
 _MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
 _SCAN_CHUNK = 1 << 16
-# read_range walks at most this many batch headers (a pread each).
-_RANGE_HEADERS = 16
 _BIG_ENDIAN = sys.byteorder == "big"
 # baseOffset, batchLength, leaderEpoch, magic, crc, attributes, lastOffsetDelta: enough to step
 _PREFIX = struct.Struct(">qiibIhi")
@@ -344,38 +341,6 @@ class Segment:
             buf, p = self.fs.pread(self.log, size, start + p), 0
         end = _batches_end(buf, p + size, p + max(want, size), upper_bound)
         return buf if p == 0 and end == len(buf) else memoryview(buf)[p:end]
-
-    def read_range(self, offset: int, max_bytes: int, upper_bound: int, min_size: int = 0) -> "FileRange | bool":
-        """What read() would return, as a FileRange of this file (found by reading the
-        batch headers only; structure and offsets checked as verified_prefix does, the
-        CRC left to the reader). False when offset is past this segment; True when read()
-        must answer instead: damage in the first batch (read_checked reports it), nothing
-        below upper_bound, a range under min_size, or more than _RANGE_HEADERS batches to
-        walk first (small batches: one pread is cheaper)."""
-        pos, end, size = self.lookup(offset), self.size, 0
-        expected, walked = offset, 0
-        while end - pos - size >= _PREFIX.size and walked < _RANGE_HEADERS:
-            at = pos + size
-            head = self.fs.pread(self.log, _PREFIX.size, at)
-            if len(head) < _PREFIX.size:
-                break                              # cut shorter meanwhile: read() decides
-            base, length, _, magic, _, _, delta = _PREFIX.unpack(head)
-            last, whole = base + delta, LOG_OVERHEAD + length
-            walked += 1
-            if size == 0 and length >= _MIN_BATCH_LENGTH and last < offset:
-                pos += whole                       # before the wanted batch (index entry below it)
-                continue
-            bad = (magic != MAGIC or length < _MIN_BATCH_LENGTH or at + whole > end or last < base
-                   or last < expected or (size and base < expected))
-            if bad or last >= upper_bound or (size and size + whole > max_bytes):
-                break
-            size += whole
-            expected = last + 1
-        if size and size >= min_size:
-            return FileRange(self.log.fd, pos, size)
-        if size:
-            return True
-        return walked >= _RANGE_HEADERS or end - pos >= _PREFIX.size
 
     def _walk_to(self, offset: int, start: int) -> tuple[int, int, int] | None:
         for pos, hdr in self.iter_headers(start):

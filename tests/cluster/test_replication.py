@@ -143,20 +143,6 @@ def test_follower_that_stops_fetching_leaves_the_isr_and_rejoins(cluster):
     assert c.log_bytes(2, "t") == c.log_bytes(0, "t")
 
 
-def test_large_batches_reach_followers_as_file_ranges_byte_for_byte(cluster):
-    """Batches of 16 KiB and more go to followers on a plain connection as file ranges
-    (sendfile, broker.connection); what the followers store is the leader's log."""
-    c = cluster()
-    c.create_topic("t", [(0, 1, 2)])
-    values = [bytes([65 + i % 26]) * 40_000 + b"%04d" % i for i in range(60)]
-    assert all(err is None for err, _ in produce_all(c.bootstrap(), "t", values, **{"batch.size": 200_000}))
-    c.wait(same_log_end(c, "t"), "followers caught up")
-    logs = [c.log_bytes(i, "t") for i in range(3)]
-    assert logs[0] == logs[1] == logs[2]
-    assert record_values(logs[1]) == values
-    assert max(h.size for _, h in iter_batches(logs[0])) >= 16 * 1024
-
-
 def test_batch_damaged_on_the_leaders_disk_is_refused_by_followers_and_consumers(cluster, caplog):
     """The leader serves followers' fetches without re-checking CRCs (a follower checks
     every batch before appending): a batch damaged on the leader's disk reaches the

@@ -16,14 +16,12 @@ import time
 from ...cluster.member import check_leader
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
-from ...protocol.fetch_response import INLINE_RECORDS_BYTES, MAX_VERSION, MIN_VERSION
 from ...storage.errors import CorruptLogError, OffsetOutOfRange, StorageError
 from ..router import handler
 
 log = logging.getLogger("semel.broker.fetch")
 
 READ_COMMITTED = 1
-FETCH_RANGE_VERSIONS = (MIN_VERSION, MAX_VERSION)
 LATEST = -1
 EARLIEST = -2
 
@@ -133,15 +131,11 @@ def _read_partition(ctx, P, topic, p, isolation, budget, first, replica=False, r
     # CRC-32C: it checks every batch's CRC before it appends anything (split_batches in
     # storage.replica_writes) and refuses the whole answer otherwise, then fetches again,
     # so a damaged batch never reaches its log; a pass here over every byte served to each
-    # follower would check the same bytes twice. Clients may not check (librdkafka's
-    # check.crcs is off by default): their fetches keep it.
+    # follower would check the same bytes twice. Clients may not
+    # check (librdkafka's check.crcs is off by default): their fetches keep it.
     try:
-        data = b""
-        if max_bytes > 0 or first:
-            if replica and _sends_file_ranges(ctx):
-                data = plog.read_range(p.fetch_offset, max(max_bytes, 1), bound, INLINE_RECORDS_BYTES)
-            if not data:
-                data = plog.read_checked(p.fetch_offset, max(max_bytes, 1), bound, crc=not replica)
+        data = (plog.read_checked(p.fetch_offset, max(max_bytes, 1), bound, crc=not replica)
+                if max_bytes > 0 or first else b"")
     except OffsetOutOfRange:
         return P(partition_index=p.partition, error_code=KafkaError.OFFSET_OUT_OF_RANGE,
                  high_watermark=hw, last_stable_offset=lso, log_start_offset=plog.log_start_offset,
@@ -160,15 +154,6 @@ def _read_partition(ctx, P, topic, p, isolation, budget, first, replica=False, r
     return P(partition_index=p.partition, error_code=0, high_watermark=hw, last_stable_offset=lso,
              log_start_offset=plog.log_start_offset, aborted_transactions=aborted,
              preferred_read_replica=-1, records=data), len(data)
-
-
-def _sends_file_ranges(ctx) -> bool:
-    """A follower's records can go out as file ranges (broker.connection sends them with
-    os.sendfile, page cache to socket) on a plain TCP connection, in the versions whose
-    response encode_fetch frames around them (a follower asks for one of those)."""
-    conn = ctx.connection
-    return (conn is not None and not (conn.listener is not None and conn.listener.tls)
-            and FETCH_RANGE_VERSIONS[0] <= ctx.api_version <= FETCH_RANGE_VERSIONS[1])
 
 
 def _error_partition(P, index, err):

@@ -9,7 +9,6 @@ many more as fit in max_bytes whose last offset is below the bound.
 """
 from __future__ import annotations
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -73,11 +72,6 @@ def test_read_matches_a_walk_over_every_batch(tmp_path_factory, sizes, interval,
             seg = segment_of(plog.segment_bases, offset)
             same_segment = [w for w in whole if segment_of(plog.segment_bases, w[0]) == seg]
             assert bytes(got) == expected(same_segment, offset, max_bytes, bound), (offset, max_bytes, bound)
-            # The same batches as a file range (a follower's fetch), where one is given.
-            rng = plog.read_range(offset, max_bytes, bound)
-            if rng is not None:
-                assert rng.read() == bytes(got) != b"", (offset, max_bytes, bound)
-                rng.close()
     finally:
         plog.close()
 
@@ -111,47 +105,3 @@ def test_a_batch_far_from_its_index_entry_is_still_found(tmp_path):
             assert bases == list(range(offset, offset + max(1, max_bytes // 1073))), (offset, bases)
     finally:
         plog.close()
-
-
-def test_a_file_range_covers_large_batches_and_fails_once_the_file_is_cut(tmp_path):
-    """A follower's fetch of large batches is a range of the segment file (sent with
-    sendfile); it holds its own descriptor, and a truncation before it is sent makes
-    reading it fail instead of coming back short."""
-    plog = PartitionLog.open(tmp_path / "t-0", LogConfig(index_interval_bytes=4096), FileSystem())
-    try:
-        for i in range(6):
-            append(plog, batch([bytes([65 + i]) * 20_000]))
-        rng = plog.read_range(2, 50_000, plog.log_end_offset, 16 * 1024)
-        assert rng is not None and rng.read() == bytes(plog.read(2, 50_000))
-        assert [h.base_offset for _, h in iter_batches(rng.read())] == [2, 3]
-        assert plog.read_range(1, 1 << 20, 2) is not None          # up to the bound only
-        assert plog.read_range(5, 1 << 20, 5) is None              # nothing below the bound
-        assert plog.read_range(0, 1, plog.log_end_offset, 1 << 20) is None   # under min_size: read()
-        plog.truncate_to(3)
-        with pytest.raises(OSError):
-            rng.read()
-        rng.close()
-    finally:
-        plog.close()
-
-
-def test_a_file_range_stops_before_structural_damage_and_leaves_a_damaged_first_batch_to_read(tmp_path):
-    plog = PartitionLog.open(tmp_path / "t-0", LogConfig(index_interval_bytes=0), FileSystem())
-    try:
-        sizes = [len(append_and_get(plog, i)) for i in range(3)]
-        path = plog.segment_path(0)
-        with open(path, "r+b") as f:          # the third batch's magic byte
-            f.seek(sizes[0] + sizes[1] + 16)
-            f.write(b"\x07")
-        rng = plog.read_range(0, 1 << 20, plog.log_end_offset)
-        assert rng is not None and len(rng) == sizes[0] + sizes[1]
-        rng.close()
-        assert plog.read_range(2, 1 << 20, plog.log_end_offset) is None   # read_checked reports it
-    finally:
-        plog.close()
-
-
-def append_and_get(plog: PartitionLog, i: int) -> bytes:
-    raw = batch([bytes([65 + i]) * 20_000])
-    append(plog, raw)
-    return raw
