@@ -127,9 +127,9 @@ def summarize(rows_file: Path, before: Path | None, after: Path | None, extra: d
                      "alternation": "trees take turns round by round (which goes first alternates); the four "
                                     "cases' order reverses every other round"},
         "load_average_1m_range": [min(r["load_average_1m"] for r in rows), max(r["load_average_1m"] for r in rows)],
-        "load_note": "the VM was loaded by other sessions' test runs throughout (load average 8-12 on 2 cores): "
-                     "CPU seconds are charged per process so they depend on load less than MB/s does, but "
-                     "MB/s and the throughput ratio are noisy",
+        "load_note": "the VM was shared with other sessions' test runs throughout (1-minute load average "
+                     "on 2 cores in load_average_1m_range and per row): CPU seconds are charged per process "
+                     "so they depend on load less than MB/s does, but MB/s and the throughput ratio are noisy",
         "roles": "leader = rf3's (or rf1's) leader; follower_a/b = the other two brokers (for rf1 they do "
                  "nothing but upkeep); producer_client = the bench process (librdkafka's threads)",
         "medians": {t: _tree_summary([r for r in rows if r["cluster"] == t]) for t in trees},

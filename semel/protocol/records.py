@@ -301,10 +301,11 @@ def iter_records(buf, pos: int = 0) -> Iterator[Record]:
         p = rec_end
 
 
-def verified_prefix(data: bytes, from_offset: int) -> tuple[bytes, int | None]:
+def verified_prefix(data: bytes, from_offset: int, crc: bool = True) -> tuple[bytes, int | None]:
     """The whole, well-formed, CRC-correct batches at the start of `data` (offsets
     increasing, the first holding or following `from_offset`), and the offset where
-    a damaged batch begins (None when every byte is good).
+    a damaged batch begins (None when every byte is good). crc=False checks the
+    structure and offsets only (for a reader that checks every CRC itself).
 
     For bytes read back from disk: storage trusts what recovery checked at start,
     so damage that came later (or lies below a clean checkpoint) is caught here,
@@ -314,14 +315,14 @@ def verified_prefix(data: bytes, from_offset: int) -> tuple[bytes, int | None]:
     fields checked are unpacked, no BatchHeader is built."""
     pos, end, expected = 0, len(data), from_offset
     view = memoryview(data)
-    prefix, crc = _VERIFY_PREFIX.unpack_from, crc32c.crc32c
+    prefix, checksum = _VERIFY_PREFIX.unpack_from, crc32c.crc32c
     while end - pos >= HEADER_SIZE:
         base, length, _, magic, stored, _, delta = prefix(view, pos)
         size = LOG_OVERHEAD + length
         last = base + delta
         if (magic != MAGIC or length < _MIN_BATCH_LENGTH or pos + size > end or last < base
                 or last < expected or (pos and base < expected)
-                or crc(view[pos + 21:pos + size]) != stored):
+                or (crc and checksum(view[pos + 21:pos + size]) != stored)):
             return bytes(view[:pos]), expected
         expected = last + 1
         pos += size

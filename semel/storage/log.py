@@ -359,13 +359,15 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
             raise StorageError(f"read of {self.directory} failed: {exc}") from exc
         return b""
 
-    def read_checked(self, offset: int, max_bytes: int, upper_bound: int | None = None) -> bytes:
+    def read_checked(self, offset: int, max_bytes: int, upper_bound: int | None = None,
+                     crc: bool = True) -> bytes:
         """read(), verified batch by batch (structure, offset order, CRC-32C): the good
         batches before any damage, or CorruptLogError naming the segment file when
         the first batch itself is damaged. Readers that hand bytes to clients or
-        replay coordinator state use this, never the unverified read()."""
+        replay coordinator state use this, never the unverified read(). crc=False
+        leaves the CRC-32C to a reader that checks every batch's itself (a follower)."""
         data = self.read(offset, max_bytes, upper_bound)
-        good, bad_at = verified_prefix(data, offset)
+        good, bad_at = verified_prefix(data, offset, crc)
         if not data:
             # Offsets end on batch boundaries (high watermark, LSO, log end), so nothing
             # below the bound means the header there claims offsets it does not hold: a

@@ -8,6 +8,8 @@ the clients are unmodified confluent-kafka and semel's own wire client.
 """
 from __future__ import annotations
 
+import logging
+import os
 import threading
 
 import pytest
@@ -139,6 +141,53 @@ def test_follower_that_stops_fetching_leaves_the_isr_and_rejoins(cluster):
     c.wait(lambda: c.state("t").isr == (0, 1, 2), "broker 2 back in the ISR")
     c.wait(same_log_end(c, "t"), "broker 2 caught up")
     assert c.log_bytes(2, "t") == c.log_bytes(0, "t")
+
+
+def test_batch_damaged_on_the_leaders_disk_is_refused_by_followers_and_consumers(cluster, caplog):
+    """The leader serves followers' fetches without re-checking CRCs (a follower checks
+    every batch before appending): a batch damaged on the leader's disk reaches the
+    followers, which refuse it whole and fetch again, so their logs stop before it; a
+    consumer's fetch keeps the leader's check and gets a storage error, not the batch.
+    Once the bytes are good again the followers take them."""
+    caplog.set_level(logging.WARNING)
+    c = cluster(replica_lag_time_max_ms=400)
+    c.create_topic("t", [(0, 1, 2)])
+    assert all(err is None for err, _ in produce_all(c.bootstrap(), "t", [b"ok%d" % i for i in range(10)]))
+    c.wait(same_log_end(c, "t"), "replicated")
+    good = c.log_bytes(0, "t")
+    # Followers that stopped fetching (out of the ISR, so no fetch of theirs is still out)
+    # see the next batch only once it is damaged.
+    for i in (1, 2):
+        c.run(lambda i=i: setattr(c.brokers[i].replicas, "fetching_paused", True))
+    c.wait(lambda: c.state("t").isr == (0,), "the followers left the ISR")
+    with Client(c.bootstrap(0)) as cl:
+        err, base = cl.produce("t", 0, build_batch([(None, b"payload-to-damage")], timestamp_ms=1), acks=1)
+        assert (err, base) == (KafkaError.NONE, 10)
+        c.wait(lambda: c.log(0, "t").high_watermark == base + 1, "the leader alone committed it")
+        path = c.log(0, "t").segment_path(base)
+        at = len(good) + c.log_bytes(0, "t")[len(good):].index(b"payload-to-damage")
+        fd = os.open(path, os.O_RDWR)
+        try:
+            os.pwrite(fd, b"P", at)          # one byte of a record value: only the CRC tells
+            assert cl.fetch("t", 0, base).error == KafkaError.KAFKA_STORAGE_ERROR
+            caplog.clear()
+            for i in (1, 2):
+                c.run(lambda i=i: setattr(c.brokers[i].replicas, "fetching_paused", False))
+
+            def refused(i):
+                return sum(f"broker-{i}" in r.getMessage() and "CORRUPT_MESSAGE" in r.getMessage()
+                           for r in caplog.records)
+            c.wait(lambda: refused(1) >= 2 and refused(2) >= 2,
+                   "both followers were served the damaged batch and refused it, twice or more")
+            for i in (1, 2):
+                assert c.log(i, "t").log_end_offset == base
+                assert c.log_bytes(i, "t") == good
+            os.pwrite(fd, b"p", at)          # repaired: the next fetch takes it
+        finally:
+            os.close(fd)
+    c.wait(same_log_end(c, "t"), "the followers took the repaired batch")
+    assert c.log_bytes(1, "t") == c.log_bytes(2, "t") == c.log_bytes(0, "t")
+    assert record_values(c.log_bytes(2, "t"))[-1] == b"payload-to-damage"
 
 
 def test_follower_behind_the_leaders_log_start_starts_over_there(cluster):

@@ -11,16 +11,17 @@ from semel.protocol.records import (
 )
 
 
-def reference(data: bytes, from_offset: int) -> tuple[bytes, int | None]:
-    """The rule spelled out with parsed headers: whole magic-2 batches, CRC-correct,
-    offsets increasing, the first one holding or following from_offset."""
+def reference(data: bytes, from_offset: int, crc: bool = True) -> tuple[bytes, int | None]:
+    """The rule spelled out with parsed headers: whole magic-2 batches, CRC-correct
+    (unless crc is False: a follower's fetch), offsets increasing, the first one
+    holding or following from_offset."""
     pos, end, expected = 0, len(data), from_offset
     while end - pos >= HEADER_SIZE:
         hdr = parse_header(data, pos)
         ok = (hdr.magic == MAGIC and hdr.batch_length >= HEADER_SIZE - LOG_OVERHEAD
               and pos + hdr.size <= end and hdr.last_offset_delta >= 0
               and hdr.last_offset >= expected and (pos == 0 or hdr.base_offset >= expected)
-              and crc_ok(data, pos, hdr.size))
+              and (not crc or crc_ok(data, pos, hdr.size)))
         if not ok:
             return bytes(data[:pos]), expected
         expected = hdr.last_offset + 1
@@ -41,15 +42,15 @@ def log_bytes(counts: list[int], start: int) -> bytes:
 @settings(max_examples=300, deadline=None)
 @given(counts=st.lists(st.integers(1, 5), min_size=1, max_size=6), start=st.integers(0, 1000),
        skip=st.integers(0, 3), damage=st.one_of(st.none(), st.tuples(st.integers(0, 10_000), st.integers(1, 255))),
-       cut=st.integers(0, 80))
-def test_same_verdict_as_full_header_check(counts, start, skip, damage, cut):
+       cut=st.integers(0, 80), crc=st.booleans())
+def test_same_verdict_as_full_header_check(counts, start, skip, damage, cut, crc):
     data = bytearray(log_bytes(counts, start))
     if damage is not None:              # one byte changed anywhere: header field, CRC or record
         at, flip = damage
         data[at % len(data)] ^= flip
     data = bytes(data[:len(data) - cut]) if cut else bytes(data)   # a torn tail
     from_offset = start + skip
-    assert verified_prefix(data, from_offset) == reference(data, from_offset)
+    assert verified_prefix(data, from_offset, crc) == reference(data, from_offset, crc)
 
 
 def test_good_batches_come_back_as_they_are():
@@ -64,6 +65,8 @@ def test_corrupt_record_byte_stops_before_its_batch():
     data[second + HEADER_SIZE + 3] ^= 0x40              # inside the second batch's records
     good, bad_at = verified_prefix(bytes(data), 0)
     assert good == bytes(data[:second]) and bad_at == 2
+    # Without the CRC (a follower's fetch: the follower checks it) the batch goes out.
+    assert verified_prefix(bytes(data), 0, crc=False) == (bytes(data), None)
 
 
 def test_a_negative_offset_delta_under_a_correct_crc_is_damage():

@@ -127,8 +127,15 @@ def _read_partition(ctx, P, topic, p, isolation, budget, first, replica=False, r
     # read() returns at least one whole batch even past max_bytes, so the first
     # partition always makes progress (Kafka's rule for oversized batches).
     max_bytes = min(p.partition_max_bytes, budget)
+    # A follower gets the batches with their structure and offsets checked but not their
+    # CRC-32C: it checks every batch's CRC before it appends anything (split_batches in
+    # storage.replica_writes) and refuses the whole answer otherwise, then fetches again,
+    # so a damaged batch never reaches its log; a pass here over every byte served to each
+    # follower would check the same bytes twice. Clients may not
+    # check (librdkafka's check.crcs is off by default): their fetches keep it.
     try:
-        data = plog.read_checked(p.fetch_offset, max(max_bytes, 1), bound) if max_bytes > 0 or first else b""
+        data = (plog.read_checked(p.fetch_offset, max(max_bytes, 1), bound, crc=not replica)
+                if max_bytes > 0 or first else b"")
     except OffsetOutOfRange:
         return P(partition_index=p.partition, error_code=KafkaError.OFFSET_OUT_OF_RANGE,
                  high_watermark=hw, last_stable_offset=lso, log_start_offset=plog.log_start_offset,
