@@ -150,9 +150,10 @@ def _timeline(conf: dict, topic: str, size: int, count: int, metrics_port: int) 
     p.flush(300)
     got = {k: v - before[k] for k, v in _scrape(metrics_port).items()}
     windows = windows[1:] or windows   # the first window holds the warm-up's login
-    out = {f"client_{k}_p50_ms_median": round(statistics.median(w[k] for w in windows), 3)
+    # A run shorter than one statistics window (--quick) has none: its figures are None.
+    out = {f"client_{k}_p50_ms_median": round(statistics.median(w[k] for w in windows), 3) if windows else None
            for k in ("rtt", "int_latency", "outbuf_latency")}
-    out["client_requests_in_flight_median"] = statistics.median(w["in_flight"] for w in windows)
+    out["client_requests_in_flight_median"] = statistics.median(w["in_flight"] for w in windows) if windows else None
     out["broker_produce_requests"] = int(got["produce_n"])
     out["broker_produce_ms_mean"] = round(got["produce_s"] * 1000 / max(1, got["produce_n"]), 3)
     out["broker_loop_lag_ms_mean"] = round(got["lag_s"] * 1000 / max(1, got["lag_n"]), 3)
