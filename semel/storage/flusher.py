@@ -1,6 +1,6 @@
 """Group commit: many acks=all producers waiting on one log share one fsync.
 
-The fsync runs in a worker thread (asyncio.to_thread) so the event loop keeps
+The fsync runs in a worker thread (the loop's default executor) so the event loop keeps
 accepting and appending while the disk works. A waiter whose data arrived after
 the running fsync took its snapshot waits for that fsync to end and then joins
 the next one, so at most one fsync round per log is in flight and every fsync covers
@@ -32,25 +32,50 @@ class GroupCommitFlusher:
         Cancelling a waiter does not cancel the shared fsync.
         """
         while plog.flushed_offset < min(upto_offset, plog.log_end_offset):
-            task = self._inflight.get(plog)
-            # A finished round stays in _inflight until its done-callback runs on
-            # the next loop iteration, and awaiting a finished task does not yield:
-            # reusing it here would spin forever without letting the loop run.
-            if task is None or task.done():
-                task = asyncio.ensure_future(self._flush(plog))
-                self._inflight[plog] = task
-                task.add_done_callback(lambda t, key=plog: self._round_done(key, t))
-            await asyncio.shield(task)
+            await asyncio.shield(self._round(plog))
 
-    async def _flush(self, plog: PartitionLog) -> int:
-        self.rounds += 1
-        return await asyncio.to_thread(plog.flush)
+    async def sync_each(self, targets: list[tuple[PartitionLog, int]]) -> list[StorageError | None]:
+        """sync() for several logs: every round they need starts first (they run in
+        parallel, one per log, as separate sync() calls would), then each is awaited
+        in turn. One waiter instead of a task per log: a Produce naming many
+        partitions pays for its fsyncs, not for a task each. The outcome per target,
+        in order: None, or the StorageError of its round."""
+        # Each round started here is awaited itself, not left to sync(): one that
+        # failed and was already cleared from _inflight would otherwise be followed by
+        # a new round whose success hid the failure (a retried fsync proves nothing).
+        rounds = [self._round(plog) if plog.flushed_offset < min(upto, plog.log_end_offset) else None
+                  for plog, upto in targets]
+        out: list[StorageError | None] = []
+        for (plog, upto), fut in zip(targets, rounds):
+            try:
+                if fut is not None:
+                    await asyncio.shield(fut)
+                await self.sync(plog, upto)
+                out.append(None)
+            except StorageError as exc:
+                out.append(exc)
+        return out
 
-    def _round_done(self, plog: PartitionLog, task: asyncio.Task) -> None:
-        if self._inflight.get(plog) is task:
+    def _round(self, plog: PartitionLog) -> asyncio.Future:
+        """The log's fsync round in flight, or a new one."""
+        fut = self._inflight.get(plog)
+        # A finished round stays in _inflight until its done-callback runs on
+        # the next loop iteration, and awaiting a finished future does not yield:
+        # reusing it here would spin forever without letting the loop run.
+        if fut is None or fut.done():
+            self.rounds += 1
+            # The executor's future itself, not a task around to_thread: a task, a
+            # coroutine and a context copy less per round.
+            fut = asyncio.get_running_loop().run_in_executor(None, plog.flush)
+            self._inflight[plog] = fut
+            fut.add_done_callback(lambda f, key=plog: self._round_done(key, f))
+        return fut
+
+    def _round_done(self, plog: PartitionLog, fut: asyncio.Future) -> None:
+        if self._inflight.get(plog) is fut:
             del self._inflight[plog]
-        if not task.cancelled():
-            task.exception()  # mark retrieved: waiters (if any are left) got it already
+        if not fut.cancelled():
+            fut.exception()  # mark retrieved: waiters (if any are left) got it already
 
     async def run_interval_flush(self, logs_provider: Callable[[], Iterable[PartitionLog]],
                                  interval_ms: int) -> None:
