@@ -82,7 +82,7 @@ def test_a_cancelled_waiter_does_not_cancel_the_fsync(p, fs):
 
 
 def test_sync_each_runs_the_logs_rounds_together_and_reports_each_outcome(tmp_path, fs):
-    """Several logs at once: their fsyncs overlap (not one after another), a log
+    """Several logs at once: every round starts before any is awaited, a log
     already on disk needs none, and a failed fsync is that log's outcome only."""
     logs = [PartitionLog.open(tmp_path / f"{'failing' if i == 1 else 'log'}-{i}", CFG, fs) for i in range(4)]
     targets = []
@@ -106,6 +106,34 @@ def test_sync_each_runs_the_logs_rounds_together_and_reports_each_outcome(tmp_pa
     assert [plog.flushed_offset for plog in logs] == [1, 0, 1, 1]
     out = asyncio.run(GroupCommitFlusher().sync_each(targets))   # the failed one's next round recovers
     assert out == [None] * 4 and logs[1].flushed_offset == 1
+    for plog in logs:
+        plog.close()
+
+
+def test_rounds_asked_for_in_one_turn_of_the_loop_share_one_worker_thread(tmp_path):
+    """One hand-off for all of them: their fsyncs run in one thread, one after another."""
+    import threading
+
+    from semel.storage.fs import FaultyFileSystem
+
+    class ThreadNotingFs(FaultyFileSystem):
+        threads: list[int] = []
+
+        def fsync(self, f):
+            if f.path.endswith(".log"):
+                self.threads.append(threading.get_ident())
+            super().fsync(f)
+
+    fs = ThreadNotingFs()
+    logs = [PartitionLog.open(tmp_path / f"log-{i}", CFG, fs) for i in range(3)]
+    targets = [(plog, append(plog, batch(b"x")).last_offset + 1) for plog in logs]
+
+    async def main():
+        flusher = GroupCommitFlusher()
+        return await asyncio.gather(flusher.sync_each(targets[:2]), flusher.sync(logs[2], 1))
+    asyncio.run(main())
+    assert len(fs.threads) == 3 and len(set(fs.threads)) == 1
+    assert [plog.flushed_offset for plog in logs] == [1, 1, 1]
     for plog in logs:
         plog.close()
 
