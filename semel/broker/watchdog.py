@@ -38,11 +38,15 @@ _OURS_DIR = "/semel/"
 
 
 class LoopWatchdog:
-    def __init__(self, metrics, warn_s: float = 0.2, stall_s: float = 2.0, interval_s: float = 0.05):
+    def __init__(self, metrics, warn_s: float = 0.2, stall_s: float = 2.0, interval_s: float | None = None):
         self.metrics = metrics
         self.warn_s = warn_s
         self.stall_s = stall_s
-        self.interval_s = interval_s
+        # Half the warning bound by default: the thread then looks at least once
+        # while a hold that long is still on the loop. Each tick wakes the loop and
+        # the thread even when nothing runs (most of an idle broker's CPU), so no
+        # more often than that.
+        self.interval_s = warn_s / 2 if interval_s is None else interval_s
         self._beat = time.monotonic()
         self._culprit: str | None = None
         self._thread_late = 0.0     # the observer's own worst lateness since the last beat

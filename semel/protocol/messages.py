@@ -166,13 +166,23 @@ def _null_where_not_allowed(obj, struct, version: int) -> str | None:
     return None
 
 
+class Encoded:
+    """A response body encoded already, for the version it was encoded at: a handler
+    whose answer never changes keeps one (ApiVersions, sent by every new client
+    connection, is ~60 entries of kafka-python objects to build and encode)."""
+    __slots__ = ("payload",)
+
+    def __init__(self, payload: bytes):
+        self.payload = payload
+
+
 def encode_response(api_key: int, api_version: int, correlation_id: int, body: Any) -> bytes:
-    """Frame a response object. The header is flexible when the body version is,
-    except for ApiVersions whose response header never is."""
+    """Frame a response object (or an Encoded body). The header is flexible when the
+    body version is, except for ApiVersions whose response header never is."""
     cls = RESPONSE_CLASSES[api_key]
     flexible = cls.flexible_version_q(api_version) and api_key != API_VERSIONS_KEY
     head = ResponseHeader(correlation_id=correlation_id).encode(flexible=flexible)
-    payload = body.encode(version=api_version)
+    payload = body.payload if isinstance(body, Encoded) else body.encode(version=api_version)
     # One copy of a possibly large Fetch payload, not three.
     return b"".join((struct.pack(">i", len(head) + len(payload)), head, payload))
 
@@ -258,7 +268,7 @@ def encode_request(api_key: int, api_version: int, correlation_id: int, client_i
 
 
 __all__ = [
-    "Request", "UnsupportedVersion", "decode_request", "encode_response", "encode_response_parts",
+    "Encoded", "Request", "UnsupportedVersion", "decode_request", "encode_response", "encode_response_parts",
     "decode_response",
     "encode_request", "unsupported_api_versions_response", "response_class", "request_class",
     "peek_header", "spec_max_version", "RequestHeader", "partition_count",

@@ -1,7 +1,8 @@
 """Group commit: many acks=all producers waiting on one log share one fsync.
 
-The fsync runs in a worker thread (asyncio.to_thread) so the event loop keeps
-accepting and appending while the disk works. A waiter whose data arrived after
+The fsync runs in a worker thread (the loop's default executor; the rounds started
+in one turn of the loop share one) so the event loop keeps accepting and appending
+while the disk works. A waiter whose data arrived after
 the running fsync took its snapshot waits for that fsync to end and then joins
 the next one, so at most one fsync round per log is in flight and every fsync covers
 everyone who arrived while the previous one ran. (A large acks=all append fsyncs
@@ -22,7 +23,8 @@ log = logging.getLogger("semel.storage")
 
 class GroupCommitFlusher:
     def __init__(self) -> None:
-        self._inflight: dict[PartitionLog, asyncio.Task] = {}
+        self._inflight: dict[PartitionLog, asyncio.Future] = {}
+        self._starting: list[tuple[PartitionLog, asyncio.Future]] = []   # rounds to start this turn
         self.rounds = 0   # fsync rounds started (for metrics and tests)
 
     async def sync(self, plog: PartitionLog, upto_offset: int) -> None:
@@ -32,25 +34,60 @@ class GroupCommitFlusher:
         Cancelling a waiter does not cancel the shared fsync.
         """
         while plog.flushed_offset < min(upto_offset, plog.log_end_offset):
-            task = self._inflight.get(plog)
-            # A finished round stays in _inflight until its done-callback runs on
-            # the next loop iteration, and awaiting a finished task does not yield:
-            # reusing it here would spin forever without letting the loop run.
-            if task is None or task.done():
-                task = asyncio.ensure_future(self._flush(plog))
-                self._inflight[plog] = task
-                task.add_done_callback(lambda t, key=plog: self._round_done(key, t))
-            await asyncio.shield(task)
+            await asyncio.shield(self._round(plog))
 
-    async def _flush(self, plog: PartitionLog) -> int:
-        self.rounds += 1
-        return await asyncio.to_thread(plog.flush)
+    async def sync_each(self, targets: list[tuple[PartitionLog, int]]) -> list[StorageError | None]:
+        """sync() for several logs: every round they need starts first (in one
+        worker job, _start_rounds), then each is awaited in turn. One waiter instead of a task per log: a Produce naming many
+        partitions pays for its fsyncs, not for a task each. The outcome per target,
+        in order: None, or the StorageError of its round."""
+        # Each round started here is awaited itself, not left to sync(): one that
+        # failed and was already cleared from _inflight would otherwise be followed by
+        # a new round whose success hid the failure (a retried fsync proves nothing).
+        rounds = [self._round(plog) if plog.flushed_offset < min(upto, plog.log_end_offset) else None
+                  for plog, upto in targets]
+        out: list[StorageError | None] = []
+        for (plog, upto), fut in zip(targets, rounds):
+            try:
+                if fut is not None:
+                    await asyncio.shield(fut)
+                await self.sync(plog, upto)
+                out.append(None)
+            except StorageError as exc:
+                out.append(exc)
+        return out
 
-    def _round_done(self, plog: PartitionLog, task: asyncio.Task) -> None:
-        if self._inflight.get(plog) is task:
+    def _round(self, plog: PartitionLog) -> asyncio.Future:
+        """The log's fsync round in flight, or a new one."""
+        fut = self._inflight.get(plog)
+        # A finished round stays in _inflight until its done-callback runs on
+        # the next loop iteration, and awaiting a finished future does not yield:
+        # reusing it here would spin forever without letting the loop run.
+        if fut is None or fut.done():
+            self.rounds += 1
+            loop = asyncio.get_running_loop()
+            fut = loop.create_future()
+            if not self._starting:
+                loop.call_soon(self._start_rounds)
+            self._starting.append((plog, fut))
+            self._inflight[plog] = fut
+            fut.add_done_callback(lambda f, key=plog: self._round_done(key, f))
+        return fut
+
+    def _start_rounds(self) -> None:
+        """The rounds asked for during one turn of the loop go to one worker thread,
+        which fsyncs their logs one after another: one hand-off to a thread and one
+        wake-up of the loop for all of them (each hand-off costs the broker more CPU
+        than the fsync's own work on a small append), and while it runs, the next
+        appends to those logs gather for the next round."""
+        batch, self._starting = self._starting, []
+        job = asyncio.get_running_loop().run_in_executor(None, _flush_each, [plog for plog, _ in batch])
+        job.add_done_callback(lambda j: _settle_rounds(j, batch))
+    def _round_done(self, plog: PartitionLog, fut: asyncio.Future) -> None:
+        if self._inflight.get(plog) is fut:
             del self._inflight[plog]
-        if not task.cancelled():
-            task.exception()  # mark retrieved: waiters (if any are left) got it already
+        if not fut.cancelled():
+            fut.exception()  # mark retrieved: waiters (if any are left) got it already
 
     async def run_interval_flush(self, logs_provider: Callable[[], Iterable[PartitionLog]],
                                  interval_ms: int) -> None:
@@ -69,6 +106,34 @@ class GroupCommitFlusher:
                     await self.sync(plog, plog.log_end_offset)
                 except StorageError as exc:
                     log.warning("interval flush of %s failed: %s", plog.directory, exc)
+
+
+def _flush_each(logs: list[PartitionLog]) -> list[BaseException | None]:
+    """Worker thread: flush every log in turn; each one's failure, or None."""
+    out: list[BaseException | None] = []
+    for plog in logs:
+        try:
+            plog.flush()
+            out.append(None)
+        except Exception as exc:   # that log's round fails; the others' go on
+            out.append(exc)
+    return out
+
+
+def _settle_rounds(job: asyncio.Future, batch: list[tuple[PartitionLog, asyncio.Future]]) -> None:
+    """Each round's outcome from the worker's job (a cancelled job cancels them all)."""
+    outcomes = None if job.cancelled() else (job.exception() or job.result())
+    for i, (_, fut) in enumerate(batch):
+        if fut.done():
+            continue
+        if outcomes is None:
+            fut.cancel()
+        elif isinstance(outcomes, BaseException):
+            fut.set_exception(outcomes)
+        elif outcomes[i] is not None:
+            fut.set_exception(outcomes[i])
+        else:
+            fut.set_result(None)
 
 
 async def run_interval_flush(logs_provider: Callable[[], Iterable[PartitionLog]], interval_ms: int,

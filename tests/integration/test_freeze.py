@@ -108,7 +108,7 @@ def test_loop_lag_is_on_the_metrics_endpoint(served):
     with connect(served.bootstrap) as s:
         s.sendall(_fetch([]))
         assert recv_frame(s) is not None
-    time.sleep(0.3)   # a few watchdog samples (every 50 ms)
+    time.sleep(0.5)   # a few watchdog samples (every 100 ms)
     m = _scrape(served.metrics_url)
     assert m["semel_event_loop_lag_seconds_count"] > 0
     assert m['semel_event_loop_lag_seconds_bucket{le="+Inf"}'] == m["semel_event_loop_lag_seconds_count"]

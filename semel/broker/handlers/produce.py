@@ -193,9 +193,24 @@ def _check_transactional(ctx, req, topic, partition, batches) -> KafkaError:
 
 
 async def _after_flush(ctx, req, results):
+    if ctx.broker.replicas is None:
+        await _durable_each(ctx.broker, [part for _, parts in results for part in parts if part.log is not None])
+        return _response(ctx, results)
     waits = [_settle(ctx, req, name, part) for name, parts in results for part in parts if part.log is not None]
     await asyncio.gather(*waits)
     return _response(ctx, results)
+
+
+async def _durable_each(broker, parts: list[_PartitionResult]) -> None:
+    """One node: every partition's batch on disk (flush policy), the fsyncs of all of
+    them in flight together (GroupCommitFlusher.sync_each), without a task per partition."""
+    if broker.config.log.flush_mode != "always":
+        return
+    failures = await broker.flusher.sync_each([(p.log, p.upto) for p in parts])
+    for part, exc in zip(parts, failures):
+        if exc is not None:
+            log.error("fsync failed: %s", exc)
+            part.error = KafkaError.KAFKA_STORAGE_ERROR
 
 
 async def _settle(ctx, req, topic: str, part: _PartitionResult) -> None:

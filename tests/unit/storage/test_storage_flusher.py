@@ -81,6 +81,63 @@ def test_a_cancelled_waiter_does_not_cancel_the_fsync(p, fs):
     assert w1.cancelled() and p.flushed_offset == 1
 
 
+def test_sync_each_runs_the_logs_rounds_together_and_reports_each_outcome(tmp_path, fs):
+    """Several logs at once: every round starts before any is awaited, a log
+    already on disk needs none, and a failed fsync is that log's outcome only."""
+    logs = [PartitionLog.open(tmp_path / f"{'failing' if i == 1 else 'log'}-{i}", CFG, fs) for i in range(4)]
+    targets = []
+    for i, plog in enumerate(logs):
+        info = append(plog, batch(b"x%d" % i))
+        targets.append((plog, info.last_offset + 1))
+    logs[3].flush()                              # on disk already: no round for it
+    fs.fail_next_fsync(path_contains="failing-1")
+
+    async def main():
+        flusher = GroupCommitFlusher()
+        waiter = asyncio.ensure_future(flusher.sync_each(targets))
+        await asyncio.sleep(0)                   # its first step: up to the first wait
+        started = len(flusher._inflight)         # every round under way before any is awaited
+        return flusher, started, await waiter
+    fs.fsync_delay_s = 0.01
+    flusher, started, out = asyncio.run(main())
+    assert started == 3
+    assert [type(x) for x in out] == [type(None), StorageError, type(None), type(None)]
+    assert flusher.rounds == 3
+    assert [plog.flushed_offset for plog in logs] == [1, 0, 1, 1]
+    out = asyncio.run(GroupCommitFlusher().sync_each(targets))   # the failed one's next round recovers
+    assert out == [None] * 4 and logs[1].flushed_offset == 1
+    for plog in logs:
+        plog.close()
+
+
+def test_rounds_asked_for_in_one_turn_of_the_loop_share_one_worker_thread(tmp_path):
+    """One hand-off for all of them: their fsyncs run in one thread, one after another."""
+    import threading
+
+    from semel.storage.fs import FaultyFileSystem
+
+    class ThreadNotingFs(FaultyFileSystem):
+        threads: list[int] = []
+
+        def fsync(self, f):
+            if f.path.endswith(".log"):
+                self.threads.append(threading.get_ident())
+            super().fsync(f)
+
+    fs = ThreadNotingFs()
+    logs = [PartitionLog.open(tmp_path / f"log-{i}", CFG, fs) for i in range(3)]
+    targets = [(plog, append(plog, batch(b"x")).last_offset + 1) for plog in logs]
+
+    async def main():
+        flusher = GroupCommitFlusher()
+        return await asyncio.gather(flusher.sync_each(targets[:2]), flusher.sync(logs[2], 1))
+    asyncio.run(main())
+    assert len(fs.threads) == 3 and len(set(fs.threads)) == 1
+    assert [plog.flushed_offset for plog in logs] == [1, 1, 1]
+    for plog in logs:
+        plog.close()
+
+
 def test_interval_flush_flushes_logs_with_unflushed_data(tmp_path, fs):
     logs = [PartitionLog.open(tmp_path / f"t-{i}", CFG.with_overrides(flush_mode=mode), fs)
             for i, mode in enumerate(["interval", "never", "always"])]
