@@ -20,6 +20,9 @@ from .log import PartitionLog
 
 log = logging.getLogger("semel.storage")
 
+# Logs fsynced one after another by one worker job (see _start_rounds).
+LOGS_PER_JOB = 8
+
 
 class GroupCommitFlusher:
     def __init__(self) -> None:
@@ -75,14 +78,20 @@ class GroupCommitFlusher:
         return fut
 
     def _start_rounds(self) -> None:
-        """The rounds asked for during one turn of the loop go to one worker thread,
-        which fsyncs their logs one after another: one hand-off to a thread and one
-        wake-up of the loop for all of them (each hand-off costs the broker more CPU
-        than the fsync's own work on a small append), and while it runs, the next
-        appends to those logs gather for the next round."""
+        """The rounds asked for during one turn of the loop go to worker threads in
+        jobs of up to LOGS_PER_JOB logs, each job fsyncing its logs one after another:
+        one hand-off to a thread and one wake-up of the loop per job, not per log (each
+        hand-off costs the broker more CPU than the fsync's own work on a small append),
+        while a request naming many partitions still has its fsyncs spread over several
+        threads, so a slow disk delays its answer by a few fsyncs in a row, not by all
+        of them. While a job runs, the next appends to its logs gather for the next round."""
         batch, self._starting = self._starting, []
-        job = asyncio.get_running_loop().run_in_executor(None, _flush_each, [plog for plog, _ in batch])
-        job.add_done_callback(lambda j: _settle_rounds(j, batch))
+        loop = asyncio.get_running_loop()
+        for i in range(0, len(batch), LOGS_PER_JOB):
+            part = batch[i:i + LOGS_PER_JOB]
+            job = loop.run_in_executor(None, _flush_each, [plog for plog, _ in part])
+            job.add_done_callback(lambda j, part=part: _settle_rounds(j, part))
+
     def _round_done(self, plog: PartitionLog, fut: asyncio.Future) -> None:
         if self._inflight.get(plog) is fut:
             del self._inflight[plog]

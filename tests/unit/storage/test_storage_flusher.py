@@ -2,11 +2,15 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from storage_helpers import append, batch
 
 from semel.storage import GroupCommitFlusher, LogConfig, PartitionLog, StorageError
+from semel.storage.flusher import LOGS_PER_JOB
+from semel.storage.fs import FaultyFileSystem
 
 CFG = LogConfig(checkpoint_interval_bytes=1 << 40, checkpoint_interval_ms=1 << 40)
 
@@ -110,32 +114,62 @@ def test_sync_each_runs_the_logs_rounds_together_and_reports_each_outcome(tmp_pa
         plog.close()
 
 
-def test_rounds_asked_for_in_one_turn_of_the_loop_share_one_worker_thread(tmp_path):
-    """One hand-off for all of them: their fsyncs run in one thread, one after another."""
-    import threading
+class _ThreadNotingFs(FaultyFileSystem):
+    """Which thread fsyncs each log file."""
 
-    from semel.storage.fs import FaultyFileSystem
+    def __init__(self):
+        super().__init__()
+        self.threads: dict[str, int] = {}
 
-    class ThreadNotingFs(FaultyFileSystem):
-        threads: list[int] = []
+    def fsync(self, f):
+        if f.path.endswith(".log"):
+            self.threads[str(f.path)] = threading.get_ident()
+        super().fsync(f)
 
-        def fsync(self, f):
-            if f.path.endswith(".log"):
-                self.threads.append(threading.get_ident())
-            super().fsync(f)
 
-    fs = ThreadNotingFs()
-    logs = [PartitionLog.open(tmp_path / f"log-{i}", CFG, fs) for i in range(3)]
+class _CountingExecutor(ThreadPoolExecutor):
+    jobs = 0
+
+    def submit(self, *args, **kwargs):
+        self.jobs += 1
+        return super().submit(*args, **kwargs)
+
+
+def _rounds_in_one_turn(tmp_path, n: int) -> tuple[list[int], int]:
+    """Rounds for n logs asked for in one turn of the loop: the thread that fsynced each
+    log, in the logs' order, and how many worker jobs ran."""
+    fs = _ThreadNotingFs()
+    logs = [PartitionLog.open(tmp_path / f"log-{i}", CFG, fs) for i in range(n)]
     targets = [(plog, append(plog, batch(b"x")).last_offset + 1) for plog in logs]
+    executor = _CountingExecutor(4)
 
     async def main():
+        asyncio.get_running_loop().set_default_executor(executor)
         flusher = GroupCommitFlusher()
-        return await asyncio.gather(flusher.sync_each(targets[:2]), flusher.sync(logs[2], 1))
+        return await asyncio.gather(flusher.sync_each(targets[:-1]), flusher.sync(logs[-1], 1))
     asyncio.run(main())
-    assert len(fs.threads) == 3 and len(set(fs.threads)) == 1
-    assert [plog.flushed_offset for plog in logs] == [1, 1, 1]
+    assert [plog.flushed_offset for plog in logs] == [1] * n
+    threads = [next(t for path, t in fs.threads.items() if path.startswith(str(plog.directory)))
+               for plog in logs]
     for plog in logs:
         plog.close()
+    return threads, executor.jobs
+
+
+def test_rounds_asked_for_in_one_turn_of_the_loop_share_one_worker_thread(tmp_path):
+    """One hand-off for all of them: their fsyncs run in one thread, one after another."""
+    threads, jobs = _rounds_in_one_turn(tmp_path, 3)
+    assert len(set(threads)) == 1 and jobs == 1
+
+
+def test_many_rounds_in_one_turn_are_spread_over_jobs_of_a_few_logs(tmp_path):
+    """A request naming many partitions waits for a few fsyncs in a row, not all of them:
+    each job holds at most LOGS_PER_JOB logs, fsynced by one thread."""
+    n = 2 * LOGS_PER_JOB + 1
+    threads, jobs = _rounds_in_one_turn(tmp_path, n)
+    assert jobs == 3
+    for i in range(0, n, LOGS_PER_JOB):    # a job's logs in one thread, in turn
+        assert len(set(threads[i:i + LOGS_PER_JOB])) == 1
 
 
 def test_interval_flush_flushes_logs_with_unflushed_data(tmp_path, fs):
