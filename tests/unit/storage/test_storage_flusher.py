@@ -149,7 +149,7 @@ def _rounds_in_one_turn(tmp_path, n: int) -> tuple[list[int], int]:
         return await asyncio.gather(flusher.sync_each(targets[:-1]), flusher.sync(logs[-1], 1))
     asyncio.run(main())
     assert [plog.flushed_offset for plog in logs] == [1] * n
-    threads = [next(t for path, t in fs.threads.items() if path.startswith(str(plog.directory)))
+    threads = [next(t for path, t in fs.threads.items() if path.startswith(f"{plog.directory}/"))
                for plog in logs]
     for plog in logs:
         plog.close()
