@@ -137,8 +137,8 @@ SPARK_KAFKA_OPTIONS: tuple[SparkOption, ...] = (
                 "range before it fails (default: `kafka.request.timeout.ms`)"),
     SparkOption("fetchOffset.numRetries", "source", MAPPED, "the driver's offset requests are tried at "
                 "most this many times more (default: retried for `kafka.request.timeout.ms`)"),
-    SparkOption("fetchOffset.retryIntervalMs", "source", MAPPED, "the first wait between those tries "
-                "(then doubling, at most 1 s)"),
+    SparkOption("fetchOffset.retryIntervalMs", "source", MAPPED, "the first wait between those tries, "
+                "give or take 20% (random jitter); then doubling, each wait at most 1 s"),
     SparkOption("maxOffsetsPerTrigger", "source", SAME, ""),
     SparkOption("minOffsetsPerTrigger", "source", SAME, ""),
     SparkOption("maxTriggerDelay", "source", SAME, ""),
