@@ -98,22 +98,34 @@ def test_kafka_python_admin(mbroker):
     assert by_name[name]["retention.ms"]["value"] == "123456", desc
 
 
-def test_retention_change_takes_effect(mbroker):
-    admin = _admin(mbroker)
-    name = _topic(admin, {"segment.bytes": "4096"})
-    p = Producer({"bootstrap.servers": mbroker.bootstrap, "linger.ms": 0, "batch.num.messages": 10})
-    for i in range(400):
+def _filled_topic(b) -> str:
+    """A topic of 4 KiB segments holding 400 records of 50 bytes (about ten segments)."""
+    name = _topic(_admin(b), {"segment.bytes": "4096"})
+    p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0, "batch.num.messages": 10})
+    for _ in range(400):
         p.produce(name, value=b"x" * 50, partition=0)
     assert p.flush(30) == 0
-    c = Consumer({"bootstrap.servers": mbroker.bootstrap, "group.id": "wm"})
-    tp = TopicPartition(name, 0)
-    assert c.get_watermark_offsets(tp, 30) == (0, 400)
+    return name
+
+
+def _trimmed(b, name: str, what: str) -> tuple[int, int]:
+    """The watermarks once retention has deleted the topic's first segment."""
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "wm"})
+    try:
+        tp = TopicPartition(name, 0)
+        return wait.until(lambda: (lambda w: w if w[0] > 0 else None)(c.get_watermark_offsets(tp, 30)), what)
+    finally:
+        c.close()
+
+
+def test_retention_change_takes_effect(mbroker):
+    admin = _admin(mbroker)
+    name = _filled_topic(mbroker)
+    assert _watermarks(mbroker, name) == (0, 400)
     _incremental(admin, name, ("retention.bytes", "8192", AlterConfigOpType.SET)).result(30)
     # whole old segments go; the high watermark stays
-    lo, hi = wait.until(lambda: (lambda w: w if w[0] > 0 else None)(c.get_watermark_offsets(tp, 30)),
-                        "retention.bytes trimmed the log")
+    lo, hi = _trimmed(mbroker, name, "retention.bytes trimmed the log")
     assert hi == 400 and 0 < lo < 400
-    c.close()
 
 
 def test_configs_survive_sigkill(mbroker):
@@ -224,23 +236,15 @@ def test_a_single_node_alters_its_dynamic_broker_configs_and_keeps_them(mbroker)
     the broker's own id, in force at once (retention default trims a topic without an
     override), described with their sources, and kept across a SIGKILL."""
     admin = _admin(mbroker)
-    name = _topic(admin, {"segment.bytes": "4096"})
-    p = Producer({"bootstrap.servers": mbroker.bootstrap, "linger.ms": 0, "batch.num.messages": 10})
-    for _ in range(400):
-        p.produce(name, value=b"x" * 50, partition=0)
-    assert p.flush(30) == 0
+    name = _filled_topic(mbroker)
     try:
         assert alter_broker_config(mbroker.bootstrap, "", "log.retention.bytes", "8192") == (0, None)
         res = _broker_res("0", ("connections.max.idle.ms", "123456", AlterConfigOpType.SET))
         admin.incremental_alter_configs([res])[res].result(30)
         assert _broker_config(admin, "log.retention.bytes") == ("8192", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
         assert _broker_config(admin, "connections.max.idle.ms") == ("123456", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
-        c = Consumer({"bootstrap.servers": mbroker.bootstrap, "group.id": "wm"})
-        tp = TopicPartition(name, 0)
-        lo, hi = wait.until(lambda: (lambda w: w if w[0] > 0 else None)(c.get_watermark_offsets(tp, 30)),
-                            "the dynamic retention default trimmed a topic without an override")
+        lo, hi = _trimmed(mbroker, name, "the dynamic retention default trimmed a topic without an override")
         assert hi == 400 and 0 < lo < 400
-        c.close()
         mbroker.kill()
         mbroker.restart()
         admin = _admin(mbroker)
