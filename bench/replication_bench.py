@@ -10,6 +10,11 @@ them to split the gap). Target (issue 13): RF3 acks=all at least
 for the leader's fsync; acks=1 waits for nothing but the append).
 
     python -m bench.replication_bench [--quick] [--profile SECONDS] [--variant 'LABEL:BROKER ARGS']
+                                      [--before DIR]
+
+`--before DIR` also starts a cluster from the semel source tree at DIR (e.g. `git archive`
+of an earlier commit) and runs all four cases on it in the same alternating rounds; the
+results then hold its medians and this tree's over them (`before`, `after_over_before`).
 
 Each broker's CPU seconds per 100 MB produced are in the results
 (`broker_cpu_s_per_100mb`, leader first): on a box with few cores the ratio follows them.
@@ -30,7 +35,7 @@ import time
 from pathlib import Path
 
 from bench.common import RESULTS, SHARED_BOX, load_fields, write_result
-from bench.hotpath_bench import cpu_seconds, top_frames
+from bench.hotpath_bench import cpu_seconds, top_frames, tree_env
 from bench.throughput_bench import produce
 
 SIZE = 1024
@@ -78,11 +83,12 @@ def _profile(cluster, seconds: int, count: int, tmp: Path) -> dict:
     return out
 
 
-def _start(tmp: Path, name: str, broker_args: list[str]):
-    """A started cluster with both topics led and fully in sync; {topic: leader}."""
+def _start(tmp: Path, name: str, broker_args: list[str], tree: Path | None = None):
+    """A started cluster with both topics led and fully in sync; {topic: leader}.
+    `tree`: run the brokers from that semel source tree (None: this one)."""
     from semel.launch.local_cluster import LocalCluster
     from tests.support.cluster import partitions, wait_brokers
-    cluster = LocalCluster(tmp / name, 3, lease_ttl_s=6, broker_args=broker_args)
+    cluster = LocalCluster(tmp / name, 3, lease_ttl_s=6, broker_args=broker_args, env=tree_env(tree) or None)
     cluster.start()
     wait_brokers(cluster, {0, 1, 2})
     _create_topics(cluster.bootstrap)
@@ -108,9 +114,45 @@ def _measure(cluster, leaders: dict, label: str, topic: str, acks: str, r: int, 
     return row
 
 
-def run(out_dir: Path = RESULTS, quick: bool = False, profile_s: int = 0, variants: list[str] = ()) -> dict:
+def _summary(rows: list[dict]) -> tuple[dict, dict]:
+    """Median MB/s per case, and each broker's CPU seconds per 100 MB produced (leader first):
+    the per-broker median over the rounds, what the three together take, and the producer's."""
+    med = {f"{t}_acks_{a}": statistics.median(x["mb_per_s"] for x in rows if (x["topic"], x["acks"]) == (t, a))
+           for t, a in CASES}
+    cpu = {}
+    for t, a in CASES:
+        per = [[x * 1e8 / (r["records"] * SIZE) for x in r["broker_cpu_s"]]
+               for r in rows if (r["topic"], r["acks"]) == (t, a)]
+        client = [r["client_cpu_s"] * 1e8 / (r["records"] * SIZE) for r in rows if (r["topic"], r["acks"]) == (t, a)]
+        cpu[f"{t}_acks_{a}"] = {"per_broker": [round(statistics.median(col), 3) for col in zip(*per)],
+                                "all_brokers": round(statistics.median(sum(p) for p in per), 3),
+                                "client": round(statistics.median(client), 3)}
+    return med, cpu
+
+
+def _before_fields(rows: list[dict], tree: Path, med: dict, cpu: dict) -> dict:
+    """The 'before' cluster's medians beside this tree's, and this tree over it."""
+    bmed, bcpu = _summary(rows)
+    return {"before": {"tree": str(tree), "median_mb_per_s": bmed,
+                       "ratio_rf3_acks_all_to_rf1_acks_1": round(bmed["rf3_acks_all"] / bmed["rf1_acks_1"], 3),
+                       "broker_cpu_s_per_100mb": bcpu},
+            "after_over_before": {
+                **{f"mb_per_s_{k}": _ratio(med[k], bmed[k]) for k in med},
+                **{f"all_brokers_cpu_per_100mb_{k}": _ratio(cpu[k]["all_brokers"], bcpu[k]["all_brokers"])
+                   for k in cpu}}}
+
+
+def _ratio(a: float, b: float) -> float | None:
+    """a / b, None where b rounds to nothing (a --quick run's CPU is below the clock's tick)."""
+    return round(a / b, 3) if b else None
+
+
+def run(out_dir: Path = RESULTS, quick: bool = False, profile_s: int = 0, variants: list[str] = (),
+        before: Path | None = None) -> dict:
     """`variants`: 'LABEL:BROKER ARGS' clusters (e.g. 'no fsync:--flush-mode never') whose RF3
-    acks=all and RF1 acks=1 cases run in the same rounds as the default cluster's."""
+    acks=all and RF1 acks=1 cases run in the same rounds as the default cluster's. `before`: a
+    semel source tree (e.g. `git archive` of an earlier commit) whose cluster runs all four
+    cases in the same rounds, labelled 'before'."""
     count = 5_000 if quick else 100_000
     rounds = 1 if quick else 5
     rows = []
@@ -120,12 +162,14 @@ def run(out_dir: Path = RESULTS, quick: bool = False, profile_s: int = 0, varian
         clusters = {}
         try:
             clusters["default"] = _start(Path(tmp), "default", [])
+            if before:
+                clusters["before"] = _start(Path(tmp), "before", [], before)
             for k, spec in enumerate(variants):
                 label, _, args = spec.partition(":")
                 clusters[label] = _start(Path(tmp), f"variant{k}", args.split())
             for r in range(rounds):
-                order = [("default", t, a) for t, a in CASES] + [
-                    (label, t, a) for label in clusters if label != "default" for t, a in CASES[:2]]
+                order = [(label, t, a) for label in ("default", "before") if label in clusters for t, a in CASES] + [
+                    (label, t, a) for label in clusters if label not in ("default", "before") for t, a in CASES[:2]]
                 for label, topic, acks in (order if r % 2 == 0 else list(reversed(order))):
                     rows.append(_measure(*clusters[label], label, topic, acks, r, count))
             if profile_s:
@@ -136,24 +180,13 @@ def run(out_dir: Path = RESULTS, quick: bool = False, profile_s: int = 0, varian
                 cluster.close()
     variant_medians = {}
     for label in clusters:
-        if label != "default":
+        if label not in ("default", "before"):
             m = {f"{t}_acks_{a}": statistics.median(x["mb_per_s"] for x in rows if x["cluster"] == label
                                                     and (x["topic"], x["acks"]) == (t, a)) for t, a in CASES[:2]}
             variant_medians[label] = {**m, "ratio": round(m["rf3_acks_all"] / m["rf1_acks_1"], 3)}
     rows_all, rows = rows, [x for x in rows if x["cluster"] == "default"]
-    med = {f"{t}_acks_{a}": statistics.median(x["mb_per_s"] for x in rows if (x["topic"], x["acks"]) == (t, a))
-           for t, a in CASES}
+    med, cpu = _summary(rows)
     ratio = round(med["rf3_acks_all"] / med["rf1_acks_1"], 3)
-    # Where the CPU goes: each broker's CPU seconds per 100 MB produced (leader first), the
-    # per-broker median over the rounds, what the three together take, and the producer's.
-    cpu = {}
-    for t, a in CASES:
-        per = [[x * 1e8 / (r["records"] * SIZE) for x in r["broker_cpu_s"]]
-               for r in rows if (r["topic"], r["acks"]) == (t, a)]
-        client = [r["client_cpu_s"] * 1e8 / (r["records"] * SIZE) for r in rows if (r["topic"], r["acks"]) == (t, a)]
-        cpu[f"{t}_acks_{a}"] = {"per_broker": [round(statistics.median(col), 3) for col in zip(*per)],
-                                "all_brokers": round(statistics.median(sum(p) for p in per), 3),
-                                "client": round(statistics.median(client), 3)}
     result = {
         "what": "produce MB/s, 1 KiB records, one partition, confluent-kafka; RF3 acks=all vs RF1 acks=1",
         "cluster": "etcd + 3 semel broker processes on this machine (semel.launch.local_cluster)",
@@ -171,6 +204,7 @@ def run(out_dir: Path = RESULTS, quick: bool = False, profile_s: int = 0, varian
                  "shows that part of the gap, rf3 vs rf1 at acks=all the part replication adds."),
         **load_fields(load_start),
         **({"profile": prof} if prof else {}),
+        **(_before_fields([x for x in rows_all if x["cluster"] == "before"], before, med, cpu) if before else {}),
         **({"variants": {spec.partition(":")[0]: spec.partition(":")[2] for spec in variants},
             "variant_median_mb_per_s": variant_medians} if variants else {}),
         "rows": rows_all,
@@ -188,5 +222,7 @@ if __name__ == "__main__":
                     help="also py-spy every broker for this long during RF3 acks=all produce")
     ap.add_argument("--variant", action="append", default=[], metavar="'LABEL:BROKER ARGS'",
                     help="also a cluster with these broker flags, its two target cases in the same rounds")
+    ap.add_argument("--before", type=Path, default=None, metavar="DIR",
+                    help="also a cluster running the semel source tree at DIR, all cases in the same rounds")
     a = ap.parse_args()
-    run(a.out, a.quick, a.profile, a.variant)
+    run(a.out, a.quick, a.profile, a.variant, a.before)

@@ -10,7 +10,10 @@ spent: on the shared 2-core box both compete for the same two cores, so TLS on t
 client side lowers the ratio as much as TLS on the broker. Writes
 bench/results/security.json.
 
-    python -m bench.security [--quick]
+    python -m bench.security [--quick] [--before DIR]
+
+`--before DIR` also runs a plain and a secured broker of the semel source tree at DIR
+(e.g. `git archive` of an earlier commit) in the same alternating rounds.
 """
 from __future__ import annotations
 
@@ -23,8 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import RESULTS, main, produce_all, write_result
-from bench.hotpath_bench import cpu_seconds
+from bench.common import RESULTS, produce_all, write_result
+from bench.hotpath_bench import cpu_seconds, tree_env
 from bench.throughput_bench import PRODUCER
 from semel.launch.process import SemelBroker, free_port, wait_for_port
 
@@ -37,7 +40,6 @@ def certs(d: Path) -> tuple[Path, Path, Path]:
 
 
 def _semel(*args, data_dir: Path, env=None) -> None:
-    import os
     subprocess.run([sys.executable, "-m", "semel", *args, "--data-dir", str(data_dir)], check=True,
                    capture_output=True, env=dict(os.environ, **(env or {})))
 
@@ -172,58 +174,98 @@ def _load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def run(out_dir: Path = RESULTS, quick: bool = False) -> dict:
+SECURE = "sasl_scram_tls_acls"
+
+
+def _pair(tmp: Path, tree: Path | None, cert: Path, key: Path) -> tuple[dict, dict, int, int]:
+    """A plain and a secured broker running the source tree `tree` (None: this one), started:
+    ({listener: SemelBroker}, {listener: metrics port}, the secured one's TLS port, its ACL count)."""
+    env = tree_env(tree)
+    name = "before" if tree else "this"
+    sdata = tmp / f"secure-{name}"
+    acls = secure_data(sdata)
+    tls_port = free_port()
+    mports = {"plain": free_port(), SECURE: free_port()}
+    brokers = {"plain": SemelBroker(tmp / f"plain-{name}", log_path=tmp / f"plain-{name}.log", env=env,
+                                    extra_args=["--metrics-port", str(mports["plain"])])}
+    brokers[SECURE] = SemelBroker(sdata, log_path=tmp / f"secure-{name}.log", env=env, extra_args=[
+        "--metrics-port", str(mports[SECURE]), *secure_args(tls_port, cert, key)])
+    for b in brokers.values():
+        b.start()
+    wait_for_port("127.0.0.1", tls_port, 60)
+    return brokers, mports, tls_port, acls
+
+
+def _medians(rows: dict, count: int) -> dict:
+    """Throughput and CPU medians of one tree's rounds ({listener: [(wall, broker CPU, client CPU)]})."""
+    times = {k: [row[0] for row in v] for k, v in rows.items()}
+    rate = {k: count / statistics.median(v) for k, v in times.items()}
+    pair_ratios = [round(p / s, 3) for p, s in zip(times["plain"], times[SECURE])]
+    cpu = {k: {"broker": round(statistics.median(row[1] for row in v), 3),
+               "client": round(statistics.median(row[2] for row in v), 3)} for k, v in rows.items()}
+    # CPU per record, each side: what TLS + SCRAM + ACLs add to the broker's work, whatever the load.
+    us_per_record = {k: {side: round(sec * 1e6 / count, 2) for side, sec in v.items()} for k, v in cpu.items()}
+    return {
+        "seconds_per_round": {k: [round(x, 3) for x in v] for k, v in times.items()},
+        "records_per_s_median": {k: round(v) for k, v in rate.items()},
+        "cpu_seconds_per_round_median": cpu,
+        "cpu_us_per_record_median": us_per_record,
+        "broker_cpu_secure_to_plain": round(cpu[SECURE]["broker"] / cpu["plain"]["broker"], 3),
+        "ratio_secure_to_plain": round(rate[SECURE] / rate["plain"], 3),
+        # Each round's two runs are back to back, so their ratio sees about the same load.
+        "ratio_per_round": pair_ratios,
+        "ratio_per_round_median": round(statistics.median(pair_ratios), 3),
+    }
+
+
+def _before_fields(rows: dict, tree: Path, count: int, after: dict) -> dict:
+    """The before tree's medians beside this tree's, and this tree's over them."""
+    before = _medians(rows, count)
+    rate, cpu = after["records_per_s_median"], after["cpu_us_per_record_median"]
+    return {"before": {"tree": str(tree), **before},
+            "after_over_before": {
+                **{f"records_per_s_{k}": round(rate[k] / v, 3) for k, v in before["records_per_s_median"].items()},
+                **{f"broker_cpu_per_record_{k}": round(cpu[k]["broker"] / v["broker"], 3)
+                   for k, v in before["cpu_us_per_record_median"].items()}}}
+
+
+def run(out_dir: Path = RESULTS, quick: bool = False, before: Path | None = None) -> dict:
+    """`before`: a semel source tree whose plain and secured brokers run in the same
+    alternating rounds (results under `before` and `after_over_before`)."""
     size, count, rounds = 1024, (20_000 if quick else 100_000), (3 if quick else 7)
     load_start = _load()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         ca, cert, key = certs(tmp)
-        sdata = tmp / "secure"
-        acls = secure_data(sdata)
-        tls_port = free_port()
-        mports = {"plain": free_port(), "sasl_scram_tls_acls": free_port()}
-        plain = SemelBroker(tmp / "plain", log_path=tmp / "plain.log",
-                            extra_args=["--metrics-port", str(mports["plain"])]).start()
-        secure = SemelBroker(sdata, log_path=tmp / "secure.log", extra_args=[
-            "--metrics-port", str(mports["sasl_scram_tls_acls"]), *secure_args(tls_port, cert, key)]).start()
+        trees = {"this": None, **({"before": before} if before else {})}
+        pairs, started = {}, []
         try:
-            wait_for_port("127.0.0.1", tls_port, 60)
-            confs = {"plain": {"bootstrap.servers": plain.bootstrap},
-                     "sasl_scram_tls_acls": secure_conf(tls_port, ca)}
-            admin_conf = {**confs["sasl_scram_tls_acls"], "sasl.username": "admin"}
-            _create(confs["plain"], "bench-t")
-            _create(admin_conf, "bench-t")
-            pids = {"plain": plain.proc.pid, "sasl_scram_tls_acls": secure.proc.pid}
-            rows: dict[str, list[tuple[float, float, float]]] = {k: [] for k in confs}
+            for label, tree in trees.items():
+                brokers, mports, tls_port, acls = _pair(tmp, tree, cert, key)
+                started += brokers.values()
+                confs = {"plain": {"bootstrap.servers": brokers["plain"].bootstrap},
+                         SECURE: secure_conf(tls_port, ca)}
+                _create(confs["plain"], "bench-t")
+                _create({**confs[SECURE], "sasl.username": "admin"}, "bench-t")
+                pairs[label] = (brokers, mports, confs)
+            runs = [(label, name) for label in pairs for name in ("plain", SECURE)]
+            rows = {label: {name: [] for name in ("plain", SECURE)} for label in pairs}
             for r in range(rounds):
-                order = list(confs) if r % 2 == 0 else list(reversed(confs))
-                for name in order:
-                    rows[name].append(_produce(confs[name], "bench-t", size, count, pids[name]))
+                for label, name in (runs if r % 2 == 0 else list(reversed(runs))):
+                    brokers, _, confs = pairs[label]
+                    rows[label][name].append(_produce(confs[name], "bench-t", size, count, brokers[name].proc.pid))
+            _, mports, confs = pairs["this"]
             timeline = {name: _timeline(conf, "bench-t", size, count, mports[name]) for name, conf in confs.items()}
         finally:
-            plain.close()
-            secure.close()
-    times = {k: [row[0] for row in v] for k, v in rows.items()}
-    rate = {k: count / statistics.median(v) for k, v in times.items()}
-    pair_ratios = [round(p / s, 3) for p, s in zip(times["plain"], times["sasl_scram_tls_acls"])]
-    cpu = {k: {"broker": round(statistics.median(row[1] for row in v), 3),
-               "client": round(statistics.median(row[2] for row in v), 3)} for k, v in rows.items()}
-    # CPU per record, each side: what TLS + SCRAM + ACLs add to the broker's work, whatever the load.
-    us_per_record = {k: {side: round(sec * 1e6 / count, 2) for side, sec in v.items()} for k, v in cpu.items()}
+            for b in started:
+                b.close()
+    after = _medians(rows["this"], count)
     result = {
         "what": "confluent-kafka produce, acks=all, 1 KiB records, 1 partition, flush=always; rounds alternated; "
                 "each round's producer is connected and logged in before its clock starts",
         "records_per_round": count, "record_bytes": size, "rounds": rounds,
         "load_average_1_5_15_min": {"start": load_start, "end": _load()},
-        "seconds_per_round": {k: [round(x, 3) for x in v] for k, v in times.items()},
-        "records_per_s_median": {k: round(v) for k, v in rate.items()},
-        "cpu_seconds_per_round_median": cpu,
-        "cpu_us_per_record_median": us_per_record,
-        "broker_cpu_secure_to_plain": round(cpu["sasl_scram_tls_acls"]["broker"] / cpu["plain"]["broker"], 3),
-        "ratio_secure_to_plain": round(rate["sasl_scram_tls_acls"] / rate["plain"], 3),
-        # Each round's two runs are back to back, so their ratio sees about the same load.
-        "ratio_per_round": pair_ratios,
-        "ratio_per_round_median": round(statistics.median(pair_ratios), 3),
+        **after,
         "target_ratio": 0.9,
         "acls_in_store": acls,
         "request_timeline": timeline,
@@ -232,6 +274,7 @@ def run(out_dir: Path = RESULTS, quick: bool = False) -> dict:
                                  "median over windows; the broker's mean time per Produce from decoded "
                                  "request to response ready (fsync included) and mean event-loop lag "
                                  "(its watchdog wakes every 50 ms)",
+        **(_before_fields(rows["before"], before, count, after) if before else {}),
     }
     result["meets_target"] = result["ratio_secure_to_plain"] >= 0.9
     path = write_result(out_dir, "security", result)
@@ -240,4 +283,11 @@ def run(out_dir: Path = RESULTS, quick: bool = False) -> dict:
 
 
 if __name__ == "__main__":
-    main(run)
+    import argparse
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="smaller sizes")
+    ap.add_argument("--out", type=Path, default=RESULTS, help="results folder")
+    ap.add_argument("--before", type=Path, default=None, metavar="DIR",
+                    help="also a plain and a secured broker of the semel source tree at DIR, in the same rounds")
+    a = ap.parse_args()
+    run(a.out, a.quick, a.before)
