@@ -148,13 +148,13 @@ def _ratio(a: float, b: float) -> float | None:
 
 
 def run(out_dir: Path = RESULTS, quick: bool = False, profile_s: int = 0, variants: list[str] = (),
-        before: Path | None = None) -> dict:
+        before: Path | None = None, records: int | None = None, rounds: int | None = None) -> dict:
     """`variants`: 'LABEL:BROKER ARGS' clusters (e.g. 'no fsync:--flush-mode never') whose RF3
     acks=all and RF1 acks=1 cases run in the same rounds as the default cluster's. `before`: a
     semel source tree (e.g. `git archive` of an earlier commit) whose cluster runs all four
     cases in the same rounds, labelled 'before'."""
-    count = 5_000 if quick else 100_000
-    rounds = 1 if quick else 5
+    count = records or (5_000 if quick else 100_000)
+    rounds = rounds or (1 if quick else 5)
     rows = []
     prof = None
     load_start = os.getloadavg()
@@ -224,5 +224,7 @@ if __name__ == "__main__":
                     help="also a cluster with these broker flags, its two target cases in the same rounds")
     ap.add_argument("--before", type=Path, default=None, metavar="DIR",
                     help="also a cluster running the semel source tree at DIR, all cases in the same rounds")
+    ap.add_argument("--records", type=int, default=None, help="records per case and round (default 100,000)")
+    ap.add_argument("--rounds", type=int, default=None, help="alternating rounds (default 5)")
     a = ap.parse_args()
-    run(a.out, a.quick, a.profile, a.variant, a.before)
+    run(a.out, a.quick, a.profile, a.variant, a.before, a.records, a.rounds)
