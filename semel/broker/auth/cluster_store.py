@@ -18,8 +18,7 @@ import asyncio
 import json
 
 from ...cluster.etcd import Etcd, _b64, mod_equals, put_op
-from ...cluster.metadata import Keys, KeyCache
-from ..config import BrokerConfig
+from ...cluster.metadata import DEFAULT_CLUSTER_ID, Keys, KeyCache
 from .acl import AclBinding, AclFilter, Operation, PatternType, Permission, ResourceType
 from .users import MECHANISMS, CredentialReader, altered, make_credentials
 
@@ -195,7 +194,7 @@ def cluster_stores(view) -> tuple[ClusterUserStore, ClusterAclStore]:
     return ClusterUserStore(users, writer), ClusterAclStore(acls, writer)
 
 
-def save_users(endpoint: str, users: dict[str, str], cluster_id: str = BrokerConfig.cluster_id) -> None:
+def save_users(endpoint: str, users: dict[str, str], cluster_id: str = DEFAULT_CLUSTER_ID) -> None:
     """SCRAM users (name -> password) in the etcd at `endpoint`, where every broker of
     the cluster checks logins; blocks until they are written."""
     async def save():
