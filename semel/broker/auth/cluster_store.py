@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from ...cluster.etcd import Etcd, _b64, mod_equals, put_op
+from ...cluster.etcd import Etcd, b64, mod_equals, put_op
 from ...cluster.metadata import DEFAULT_CLUSTER_ID, Keys, KeyCache
 from .acl import AclBinding, AclFilter, Operation, PatternType, Permission, ResourceType
 from .users import MECHANISMS, CredentialReader, altered, make_credentials
@@ -59,7 +59,7 @@ class EtcdSecurity:
         self.on_write(USERS, name, creds, rev)
 
     async def delete_user(self, name: str) -> bool:
-        ok, rev = await self.etcd.txn([{"key": _b64(self.root + USERS + name), "target": "CREATE",
+        ok, rev = await self.etcd.txn([{"key": b64(self.root + USERS + name), "target": "CREATE",
                                         "result": "GREATER", "create_revision": "0"}],
                                       [_delete_op(self.root + USERS + name)])
         if ok:
@@ -134,7 +134,7 @@ class EtcdSecurity:
 
 
 def _delete_op(key: str) -> dict:
-    return {"request_delete_range": {"key": _b64(key)}}
+    return {"request_delete_range": {"key": b64(key)}}
 
 
 class ClusterUserStore(CredentialReader):
