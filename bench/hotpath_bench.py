@@ -230,11 +230,24 @@ def record_profile(pid: int, seconds: float, load) -> dict:
     return top_frames(raw)
 
 
-# Stacks that wait rather than work: thread-pool workers parked on their queue, the
-# watchdog thread's sleep, the event loop in epoll. py-spy --native samples them (the
-# GIL is released in a C wait) but they burn no CPU, so they are left out.
-IDLE = ("Condition.wait", "_worker", "PyThread_acquire_lock_timed", "pthread_cond_timedwait", "pthread_cond_wait",
-        "epoll_pwait", "epoll_wait", "sem_clockwait", "sem_timedwait", "__futex_abstimed_wait_common")
+# What a thread runs while it waits rather than works: a lock or semaphore acquire (a
+# thread-pool worker parked on its queue, Condition.wait, a wait for the GIL), the event
+# loop's selector poll, a sleep. py-spy --native samples waiting threads too (the GIL is
+# released in a C wait) but they burn no CPU, so they are left out. Only the innermost
+# WAIT_DEPTH frames are looked at (a wait and what it calls down to the futex): a
+# worker thread running a job (the group-commit flusher's fsync, an offloaded pwrite)
+# is busy, though the pool's _worker is up its stack.
+WAITS = frozenset({
+    "wait", "Condition.wait", "sleep", "select", "poll", "__poll", "ppoll", "__select",
+    "PyThread_acquire_lock_timed", "pthread_cond_timedwait", "pthread_cond_wait", "pthread_cond_clockwait",
+    "sem_clockwait", "sem_timedwait", "sem_wait", "__futex_abstimed_wait_common", "futex_wait",
+    "epoll_pwait", "epoll_wait", "clock_nanosleep", "__clock_nanosleep", "nanosleep"})
+WAIT_DEPTH = 6
+
+
+def waiting(frames: list[str]) -> bool:
+    """Whether a sampled stack (outermost frame first) is a thread waiting, not working."""
+    return any(f.partition(" (")[0] in WAITS for f in frames[-WAIT_DEPTH:])
 
 
 def _label(frame: str) -> str:
@@ -257,8 +270,7 @@ def top_frames(raw: Path, n: int = 15) -> dict:
             continue
         k = int(num)
         frames = stack.split(";")
-        names = {f.partition(" (")[0] for f in frames}
-        if any(i in names for i in IDLE):
+        if waiting(frames):
             idle += k
             continue
         total += k

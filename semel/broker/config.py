@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..cluster.metadata import DEFAULT_CLUSTER_ID
 from ..storage.log_config import LogConfig
 
 
@@ -14,7 +15,7 @@ class BrokerConfig:
     port: int = 9092
     advertised_host: str | None = None
     node_id: int = 0
-    cluster_id: str = "semel-cluster"
+    cluster_id: str = DEFAULT_CLUSTER_ID
     # Requests larger than this close the connection (Kafka: socket.request.max.bytes).
     max_request_bytes: int = 100 * 1024 * 1024
     # A single produce payload per partition larger than this: MESSAGE_TOO_LARGE.

@@ -5,6 +5,7 @@ import logging
 import os
 from pathlib import Path
 
+from ..cluster.metadata import DEFAULT_CLUSTER_ID
 from .main import CliError
 
 
@@ -111,7 +112,7 @@ def _cluster_args(s) -> None:
     g.add_argument("--node-id", type=int, default=0, help="this broker's id in the cluster (default 0)")
     g.add_argument("--metadata", default=None, metavar="ENDPOINTS",
                    help="etcd endpoints, HOST:PORT[,HOST:PORT...]: join that cluster")
-    g.add_argument("--cluster-id", default="semel-cluster", help="cluster name (keys under /semel/<id>/ in etcd)")
+    g.add_argument("--cluster-id", default=DEFAULT_CLUSTER_ID, help="cluster name (keys under /semel/<id>/ in etcd)")
     g.add_argument("--lease-ttl-s", type=int, default=6,
                    help="session length: a dead broker's partitions move after about this long (default 6)")
     g.add_argument("--default-replication-factor", type=int, default=1,

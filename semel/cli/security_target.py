@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from ..cluster.metadata import DEFAULT_CLUSTER_ID
 from .main import CliError
 
 
@@ -13,7 +14,7 @@ def add_target_args(sp) -> None:
     where.add_argument("--data-dir", type=Path, help="a single node's data directory")
     where.add_argument("--metadata", metavar="ENDPOINTS",
                        help="a cluster's etcd endpoints (users and ACLs of every broker)")
-    sp.add_argument("--cluster-id", default="semel-cluster", help="the cluster's name (with --metadata)")
+    sp.add_argument("--cluster-id", default=DEFAULT_CLUSTER_ID, help="the cluster's name (with --metadata)")
 
 
 def check_data_dir(args) -> None:

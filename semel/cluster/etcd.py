@@ -39,7 +39,8 @@ class WatchEvent:
     kv: KV
 
 
-def _b64(s: str | bytes) -> str:
+def b64(s: str | bytes) -> str:
+    """A key or value as the etcd JSON gateway takes it: base64 of its bytes (UTF-8 for a str)."""
     return base64.b64encode(s.encode() if isinstance(s, str) else s).decode()
 
 
@@ -47,7 +48,7 @@ def prefix_end(prefix: str) -> str:
     """The range end covering every key that starts with `prefix` (etcd's convention)."""
     raw = bytearray(prefix.encode())
     raw[-1] += 1      # prefixes here end in "/", never 0xff
-    return _b64(bytes(raw))
+    return b64(bytes(raw))
 
 
 def _kv(d: dict) -> KV:
@@ -57,7 +58,7 @@ def _kv(d: dict) -> KV:
 
 
 def put_op(key: str, value: bytes, lease: int = 0) -> dict:
-    op = {"key": _b64(key), "value": _b64(value)}
+    op = {"key": b64(key), "value": b64(value)}
     if lease:
         op["lease"] = str(lease)
     return {"request_put": op}
@@ -65,14 +66,14 @@ def put_op(key: str, value: bytes, lease: int = 0) -> dict:
 
 def delete_prefix_op(prefix: str) -> dict:
     """A transaction operation deleting every key under prefix."""
-    return {"request_delete_range": {"key": _b64(prefix), "range_end": prefix_end(prefix)}}
+    return {"request_delete_range": {"key": b64(prefix), "range_end": prefix_end(prefix)}}
 
 
 def mod_equals(key: str, mod_revision: int) -> dict:
     """Compare: the key's mod_revision is still this (0 = the key does not exist)."""
     if mod_revision == 0:
-        return {"key": _b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": "0"}
-    return {"key": _b64(key), "target": "MOD", "result": "EQUAL", "mod_revision": str(mod_revision)}
+        return {"key": b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": "0"}
+    return {"key": b64(key), "target": "MOD", "result": "EQUAL", "mod_revision": str(mod_revision)}
 
 
 class Etcd:
@@ -120,13 +121,13 @@ class Etcd:
     # --- keys ----------------------------------------------------------------
 
     async def get(self, key: str) -> KV | None:
-        data = await self.call("/v3/kv/range", {"key": _b64(key)})
+        data = await self.call("/v3/kv/range", {"key": b64(key)})
         kvs = data.get("kvs") or []
         return _kv(kvs[0]) if kvs else None
 
     async def get_prefix(self, prefix: str) -> tuple[list[KV], int]:
         """Every key under prefix and the store revision they were read at."""
-        data = await self.call("/v3/kv/range", {"key": _b64(prefix), "range_end": prefix_end(prefix)})
+        data = await self.call("/v3/kv/range", {"key": b64(prefix), "range_end": prefix_end(prefix)})
         return [_kv(d) for d in data.get("kvs") or []], int(data["header"]["revision"])
 
     async def put(self, key: str, value: bytes, lease: int = 0) -> int:
@@ -134,7 +135,7 @@ class Etcd:
         return int(data["header"]["revision"])
 
     async def delete(self, key: str) -> None:
-        await self.call("/v3/kv/deleterange", {"key": _b64(key)})
+        await self.call("/v3/kv/deleterange", {"key": b64(key)})
 
     async def txn(self, compare: list[dict], success: list[dict], failure: list[dict] = ()) -> tuple[bool, int]:
         """(succeeded, revision after): with one put in success, that revision is the
@@ -178,7 +179,7 @@ class Etcd:
         (the caller re-reads and watches again: compaction or a lost endpoint end it)."""
         import aiohttp
         session = await self._http()
-        body = {"create_request": {"key": _b64(prefix), "range_end": prefix_end(prefix),
+        body = {"create_request": {"key": b64(prefix), "range_end": prefix_end(prefix),
                                    "start_revision": str(start_revision)}}
         async with session.post(self.endpoints[0] + "/v3/watch", json=body,
                                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.timeout_s)) as resp:

@@ -77,6 +77,11 @@ def decode_topic(name: str, kv: KV) -> TopicInfo:
                      tuple(d.get("retired_ids") or ()))
 
 
+# The cluster id a broker, `semel broker` and `semel user|acl --metadata` use when none
+# is given: brokers started without one share one cluster's keys.
+DEFAULT_CLUSTER_ID = "semel-cluster"
+
+
 class Keys:
     """The key schema of one cluster id."""
 

@@ -12,14 +12,21 @@ trip. A log with records but no epochs asks OffsetForLeaderEpoch first
 
 Followers do not fsync each fetch (Kafka's default): an acknowledged record is on
 every ISR member, and the leader's own flush policy still applies to it.
+
+A partition whose answers keep failing (a batch damaged on the leader's disk fails its
+CRC here at every fetch) is refetched after a growing delay and warned about sparingly
+(RefusedPartition); the other partitions on that leader are fetched as usual.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import time
 from dataclasses import dataclass
 from typing import Callable
 
+from ..backoff import Backoff
 from ..protocol.api_keys import ApiKey
 from ..protocol.errors import KafkaError
 from ..protocol.messages import request_class
@@ -35,6 +42,12 @@ FETCH_VERSION = 12            # replica_id and current_leader_epoch, topic names
 EPOCH_VERSION = 4             # OffsetForLeaderEpoch with replica_id
 _FENCING = (KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.NOT_LEADER_OR_FOLLOWER,
             KafkaError.UNKNOWN_TOPIC_OR_PARTITION)
+REFETCH_FIRST_S = 0.05        # a failing partition's first refetch waits as long as a failed round does
+REFETCH_MAX_S = 5.0           # ...and the delay doubles up to this; its warning repeats at most this often
+
+
+def refetch_backoff() -> Backoff:
+    return Backoff(math.inf, first_s=REFETCH_FIRST_S, max_s=REFETCH_MAX_S)
 
 
 @dataclass(frozen=True)
@@ -46,17 +59,51 @@ class FetchSettings:
     request_timeout_s: float
 
 
+class RefusedPartition:
+    """A followed partition whose fetched answers keep failing: a batch damaged on the
+    leader's disk fails its CRC here at every fetch, a leader's disk error, a local write
+    that fails. Such a fault usually lasts, so the partition is refetched after a delay
+    that grows (the shared Backoff: doubling, with jitter, up to its max_s) rather than
+    every round, and warned about when it starts and then at most once per max_s with
+    how many refetches failed meanwhile: a lasting fault floods neither the leader nor
+    the log. The follower drops it at the partition's next good answer or new leader
+    epoch, so a repaired batch is taken at the next refetch, a new leader's at once."""
+
+    def __init__(self, pace: Backoff, clock: Callable[[], float]):
+        self.pace = pace
+        self._clock = clock
+        self.retry_at = clock()
+        self.unreported = 0
+        self.reported_at: float | None = None
+
+    def ready(self) -> bool:
+        return self._clock() >= self.retry_at
+
+    def failed(self) -> int:
+        """One more failed fetch: the next waits longer. Returns how many failures to
+        report in a warning now (the first, then one summary per max_s); 0: stay quiet."""
+        now = self._clock()
+        self.retry_at = now + self.pace.step()
+        self.unreported += 1
+        if self.reported_at is not None and now - self.reported_at < self.pace.max_s:
+            return 0
+        count, self.unreported, self.reported_at = self.unreported, 0, now
+        return count
+
+
 @dataclass
 class _Followed:
     epoch: int
     truncate: bool = True
+    refused: RefusedPartition | None = None     # set while its answers keep failing
 
 
 class LeaderFetcher:
     """Fetches every partition this broker follows on one leader broker, over one connection."""
 
     def __init__(self, leader_id: int, view: ClusterView, logs: LogManager, dialer: PeerDialer,
-                 settings: FetchSettings, paused: Callable[[], bool]):
+                 settings: FetchSettings, paused: Callable[[], bool],
+                 pace: Callable[[], Backoff] = refetch_backoff):
         self.leader_id = leader_id
         self.view = view
         self.node_id = view.node_id
@@ -65,6 +112,8 @@ class LeaderFetcher:
         self.settings = settings
         # True while the replica manager pauses fetching (what a stopped follower looks like).
         self.paused = paused
+        self._pace = pace         # a new refused partition's refetch pacing
+        self._clock = time.monotonic
         self.parts: dict[TopicPartition, _Followed] = {}
         self._wake = asyncio.Event()
         self._conn: PeerConnection | None = None
@@ -125,13 +174,26 @@ class LeaderFetcher:
         if self.paused():
             await asyncio.sleep(0.05)
             return
-        pending = {tp: f for tp, f in self.parts.items() if f.truncate}
+        ready = {tp: f for tp, f in self.parts.items() if f.refused is None or f.refused.ready()}
+        if not ready:
+            await self._hold(min(f.refused.retry_at for f in self.parts.values()))
+            return
+        pending = {tp: f for tp, f in ready.items() if f.truncate}
         if pending:
             if not await self._truncate(pending):
                 await asyncio.sleep(0.05)     # the leader has not taken over yet
             return
-        if not await self._fetch():
+        if not await self._fetch(ready):
             await asyncio.sleep(0.05)
+
+    async def _hold(self, until: float) -> None:
+        """Every partition waits for a refetch: sleep until the first is due, or a new
+        partition or leader epoch comes (add)."""
+        self._wake.clear()
+        try:
+            await asyncio.wait_for(self._wake.wait(), max(0.0, until - self._clock()))
+        except asyncio.TimeoutError:
+            pass
 
     def _log(self, tp: TopicPartition):
         return self.logs.get(*tp)
@@ -175,13 +237,13 @@ class LeaderFetcher:
                      plog.log_end_offset, self.leader_id, leader_epoch, end_offset)
         return done
 
-    async def _fetch(self) -> bool:
-        """One Fetch for every followed partition; True when nothing went wrong."""
+    async def _fetch(self, parts: dict[TopicPartition, _Followed]) -> bool:
+        """One Fetch for these followed partitions; True when nothing went wrong."""
         cls = request_class(ApiKey.FETCH)
         T = cls.FetchTopic
         sent: dict[TopicPartition, _Followed] = {}
         by_topic: dict[str, list] = {}
-        for tp, f in self.parts.items():
+        for tp, f in parts.items():
             plog = self._log(tp)
             if plog is None:
                 continue
@@ -238,10 +300,10 @@ class LeaderFetcher:
             else:
                 f.truncate = True
             return False
+        if err in _FENCING:
+            return False          # a leader change under way: its new epoch comes soon
         if err is not KafkaError.NONE:
-            if err not in _FENCING:
-                log.warning("%s-%d: fetch from leader %d: %s", *tp, self.leader_id, err.name)
-            return False
+            return self._refused(tp, f, logging.WARNING, "fetch from leader %d: %s", self.leader_id, err.name)
         div = r.diverging_epoch
         if div is not None and div.epoch >= 0:
             self._truncate_one(tp, div.epoch, div.end_offset)    # the next fetch checks again
@@ -253,14 +315,25 @@ class LeaderFetcher:
                     return self._landed(tp, f, r, plog.append_replicated_begin(r.records))
                 plog.append_replicated(r.records)
             except StorageError as exc:
-                log.error("%s-%d: replicated append failed: %s", *tp, exc)
-                return False
+                return self._refused(tp, f, logging.ERROR, "replicated append failed: %s", exc)
             except AppendError as exc:    # does not continue the local log: find out where we diverged
-                log.warning("%s-%d: %s; truncating again", *tp, exc)
                 f.truncate = True
-                return False
+                return self._refused(tp, f, logging.WARNING, "%s; truncating again", exc)
         self._follower_hw(plog, r)
+        f.refused = None
         return True
+
+    def _refused(self, tp: TopicPartition, f: _Followed, level: int, msg: str, *args) -> bool:
+        """A failed answer for tp: refetch it later, and log it unless reported lately (False)."""
+        if f.refused is None:
+            f.refused = RefusedPartition(self._pace(), self._clock)
+        count = f.refused.failed()
+        if count > 1:
+            msg += "; %d refetches failed since the last report"
+            args += (count,)
+        if count:
+            log.log(level, "%s-%d: " + msg, *tp, *args)
+        return False
 
     async def _landed(self, tp: TopicPartition, f: _Followed, r, write) -> bool:
         """Wait for a write in a worker thread; then the follower's high watermark, unless
@@ -268,10 +341,10 @@ class LeaderFetcher:
         try:
             await write
         except StorageError as exc:
-            log.error("%s-%d: replicated append failed: %s", *tp, exc)
-            return False
+            return self._refused(tp, f, logging.ERROR, "replicated append failed: %s", exc)
         if self.parts.get(tp) is f and not self._closing:
             self._follower_hw(self._log(tp), r)
+            f.refused = None
         return True
 
     @staticmethod

@@ -8,14 +8,17 @@ the clients are unmodified confluent-kafka and semel's own wire client.
 """
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import threading
+import time
 
 import pytest
 from confluent_kafka import KafkaException, Producer
 
 from semel.client.client import Client
+from semel.cluster.replica_fetcher import REFETCH_MAX_S
 from semel.protocol.errors import KafkaError
 from semel.protocol.records import build_batch, iter_batches, iter_records
 from tests.support.consume import read_values
@@ -146,9 +149,11 @@ def test_follower_that_stops_fetching_leaves_the_isr_and_rejoins(cluster):
 def test_batch_damaged_on_the_leaders_disk_is_refused_by_followers_and_consumers(cluster, caplog):
     """The leader serves followers' fetches without re-checking CRCs (a follower checks
     every batch before appending): a batch damaged on the leader's disk reaches the
-    followers, which refuse it whole and fetch again, so their logs stop before it; a
-    consumer's fetch keeps the leader's check and gets a storage error, not the batch.
-    Once the bytes are good again the followers take them."""
+    followers, which refuse it whole and fetch it again after a growing delay, warning
+    when it starts and then once per delay cap, so their logs stop before it and neither
+    the leader nor the log is flooded; a consumer's fetch keeps the leader's check and
+    gets a storage error, not the batch. Once the bytes are good again the followers
+    take them."""
     caplog.set_level(logging.WARNING)
     c = cluster(replica_lag_time_max_ms=400)
     c.create_topic("t", [(0, 1, 2)])
@@ -170,24 +175,48 @@ def test_batch_damaged_on_the_leaders_disk_is_refused_by_followers_and_consumers
         try:
             os.pwrite(fd, b"P", at)          # one byte of a record value: only the CRC tells
             assert cl.fetch("t", 0, base).error == KafkaError.KAFKA_STORAGE_ERROR
+            served = count_replica_fetches(c, 0, "t", base)
             caplog.clear()
+            started = time.monotonic()
             for i in (1, 2):
                 c.run(lambda i=i: setattr(c.brokers[i].replicas, "fetching_paused", False))
 
             def refused(i):
                 return sum(f"broker-{i}" in r.getMessage() and "CORRUPT_MESSAGE" in r.getMessage()
                            for r in caplog.records)
-            c.wait(lambda: refused(1) >= 2 and refused(2) >= 2,
-                   "both followers were served the damaged batch and refused it, twice or more")
+            c.wait(lambda: served[1] >= 3 and served[2] >= 3,
+                   "both followers were served the damaged batch three times or more")
+            time.sleep(2)                    # a window in which a fetch every round would send dozens
+            elapsed = time.monotonic() - started
             for i in (1, 2):
+                assert refused(i) >= 1
+                # Delays of at least 40, 80, 160 ms... (50 ms doubling, less 20 % jitter)
+                # up to 4 s: 7 refetches in the first 5 s, one per 4 s after.
+                assert served[i] <= 8 + elapsed / 4, (served, elapsed)
+                assert refused(i) <= 1 + elapsed / REFETCH_MAX_S, [r.getMessage() for r in caplog.records]
                 assert c.log(i, "t").log_end_offset == base
                 assert c.log_bytes(i, "t") == good
-            os.pwrite(fd, b"p", at)          # repaired: the next fetch takes it
+            os.pwrite(fd, b"p", at)          # repaired: the next refetch takes it
         finally:
             os.close(fd)
     c.wait(same_log_end(c, "t"), "the followers took the repaired batch")
     assert c.log_bytes(1, "t") == c.log_bytes(2, "t") == c.log_bytes(0, "t")
     assert record_values(c.log_bytes(2, "t"))[-1] == b"payload-to-damage"
+
+
+def count_replica_fetches(c: MemCluster, leader: int, topic: str, offset: int) -> dict[int, int]:
+    """From now on, how many fetches of `offset` each follower sends the leader (counted
+    where the leader's replica manager takes them)."""
+    served: dict[int, int] = collections.Counter()
+    replicas = c.brokers[leader].replicas
+    take = replicas.replica_fetch
+
+    def counted(t, partition, replica_id, fetch_offset, *args, **kwargs):
+        if (t, partition, fetch_offset) == (topic, 0, offset):
+            served[replica_id] += 1
+        return take(t, partition, replica_id, fetch_offset, *args, **kwargs)
+    c.run(lambda: setattr(replicas, "replica_fetch", counted))
+    return served
 
 
 def test_follower_behind_the_leaders_log_start_starts_over_there(cluster):

@@ -17,9 +17,8 @@ from __future__ import annotations
 import asyncio
 import json
 
-from ...cluster.etcd import Etcd, _b64, mod_equals, put_op
-from ...cluster.metadata import Keys, KeyCache
-from ..config import BrokerConfig
+from ...cluster.etcd import Etcd, b64, mod_equals, put_op
+from ...cluster.metadata import DEFAULT_CLUSTER_ID, Keys, KeyCache
 from .acl import AclBinding, AclFilter, Operation, PatternType, Permission, ResourceType
 from .users import MECHANISMS, CredentialReader, altered, make_credentials
 
@@ -60,7 +59,7 @@ class EtcdSecurity:
         self.on_write(USERS, name, creds, rev)
 
     async def delete_user(self, name: str) -> bool:
-        ok, rev = await self.etcd.txn([{"key": _b64(self.root + USERS + name), "target": "CREATE",
+        ok, rev = await self.etcd.txn([{"key": b64(self.root + USERS + name), "target": "CREATE",
                                         "result": "GREATER", "create_revision": "0"}],
                                       [_delete_op(self.root + USERS + name)])
         if ok:
@@ -135,7 +134,7 @@ class EtcdSecurity:
 
 
 def _delete_op(key: str) -> dict:
-    return {"request_delete_range": {"key": _b64(key)}}
+    return {"request_delete_range": {"key": b64(key)}}
 
 
 class ClusterUserStore(CredentialReader):
@@ -195,7 +194,7 @@ def cluster_stores(view) -> tuple[ClusterUserStore, ClusterAclStore]:
     return ClusterUserStore(users, writer), ClusterAclStore(acls, writer)
 
 
-def save_users(endpoint: str, users: dict[str, str], cluster_id: str = BrokerConfig.cluster_id) -> None:
+def save_users(endpoint: str, users: dict[str, str], cluster_id: str = DEFAULT_CLUSTER_ID) -> None:
     """SCRAM users (name -> password) in the etcd at `endpoint`, where every broker of
     the cluster checks logins; blocks until they are written."""
     async def save():
