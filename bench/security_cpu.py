@@ -78,15 +78,28 @@ def _admin(conf: dict, topic: str, create: bool) -> None:
     fut[topic].result(60)
 
 
+def loop_sleeps(pid: int) -> int:
+    """Times the broker's main thread (its event loop) went to sleep and was woken:
+    its voluntary context switches (/proc/PID/status)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("voluntary_ctxt_switches:"):
+                return int(line.split()[1])
+    return 0
+
+
 def _phase(pid: int, gb: float, work) -> dict:
-    """Runs work(); the broker's CPU over it per GB (user, system, total), this client's, wall."""
+    """Runs work(); the broker's CPU over it per GB (user, system, total), its event
+    loop's wake-ups per GB, this client process's CPU per GB, MB/s."""
     u0, s0 = cpu_times(pid)
+    w0 = loop_sleeps(pid)
     c0, t0 = own_cpu(), time.perf_counter()
     work()
     wall = time.perf_counter() - t0
     u1, s1 = cpu_times(pid)
     return {"broker_cpu_s_per_gb": round((u1 - u0 + s1 - s0) / gb, 3),
             "broker_user_s_per_gb": round((u1 - u0) / gb, 3), "broker_system_s_per_gb": round((s1 - s0) / gb, 3),
+            "broker_loop_wakeups_per_gb": round((loop_sleeps(pid) - w0) / gb),
             "client_cpu_s_per_gb": round((own_cpu() - c0) / gb, 3), "mb_s": round(gb * 1000 / wall, 1)}
 
 
