@@ -89,20 +89,31 @@ def loop_sleeps(pid: int) -> int:
     return 0
 
 
+def io_calls(pid: int | str) -> tuple[int, int]:
+    """(read, write) system calls the process has made (/proc/PID/io syscr, syscw). A
+    TLS client's writes are about its TLS records: librdkafka writes each with its own."""
+    with open(f"/proc/{pid}/io") as f:
+        fields = dict(line.split(": ") for line in f.read().splitlines())
+    return int(fields["syscr"]), int(fields["syscw"])
+
+
 def _phase(pid: int, gb: float, work) -> dict:
     """Runs work(); the broker's CPU over it per GB (user, system, total), its event
-    loop's wake-ups per GB, this client process's CPU per GB (user, system, total), MB/s."""
+    loop's wake-ups and read calls per GB, this client process's CPU (user, system, total)
+    and write calls per GB, MB/s."""
     u0, s0 = cpu_times(pid)
-    w0 = loop_sleeps(pid)
+    w0, (r0, _), (_, cw0) = loop_sleeps(pid), io_calls(pid), io_calls("self")
     c0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
     work()
     wall = time.perf_counter() - t0
     u1, s1 = cpu_times(pid)
     c1 = resource.getrusage(resource.RUSAGE_SELF)
     cu, cs = c1.ru_utime - c0.ru_utime, c1.ru_stime - c0.ru_stime
+    (r1, _), (_, cw1) = io_calls(pid), io_calls("self")
     return {"broker_cpu_s_per_gb": round((u1 - u0 + s1 - s0) / gb, 3),
             "broker_user_s_per_gb": round((u1 - u0) / gb, 3), "broker_system_s_per_gb": round((s1 - s0) / gb, 3),
             "broker_loop_wakeups_per_gb": round((loop_sleeps(pid) - w0) / gb),
+            "broker_read_calls_per_gb": round((r1 - r0) / gb), "client_write_calls_per_gb": round((cw1 - cw0) / gb),
             "client_cpu_s_per_gb": round((cu + cs) / gb, 3), "client_user_s_per_gb": round(cu / gb, 3),
             "client_system_s_per_gb": round(cs / gb, 3), "mb_s": round(gb * 1000 / wall, 1)}
 
