@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import tempfile
 import time
@@ -31,7 +32,7 @@ from pathlib import Path
 
 from bench.common import RESULTS, SHARED_BOX, produce_all, write_result
 from bench.hotpath_bench import PRODUCER, cpu_times, record_profile, tree_env, warm_guest_memory
-from bench.security import certs, own_cpu, secure_args, secure_conf, secure_data
+from bench.security import certs, secure_args, secure_conf, secure_data
 from semel.launch.process import SemelBroker, free_port, wait_for_port
 
 RECORDS = 500_000
@@ -78,16 +79,43 @@ def _admin(conf: dict, topic: str, create: bool) -> None:
     fut[topic].result(60)
 
 
+def loop_sleeps(pid: int) -> int:
+    """Times the broker's main thread (its event loop) went to sleep and was woken:
+    its voluntary context switches (/proc/PID/status)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("voluntary_ctxt_switches:"):
+                return int(line.split()[1])
+    return 0
+
+
+def io_calls(pid: int | str) -> tuple[int, int]:
+    """(read, write) system calls the process has made (/proc/PID/io syscr, syscw). A
+    TLS client's writes are about its TLS records: librdkafka writes each with its own."""
+    with open(f"/proc/{pid}/io") as f:
+        fields = dict(line.split(": ") for line in f.read().splitlines())
+    return int(fields["syscr"]), int(fields["syscw"])
+
+
 def _phase(pid: int, gb: float, work) -> dict:
-    """Runs work(); the broker's CPU over it per GB (user, system, total), this client's, wall."""
+    """Runs work(); the broker's CPU over it per GB (user, system, total), its event
+    loop's wake-ups and read calls per GB, this client process's CPU (user, system, total)
+    and write calls per GB, MB/s."""
     u0, s0 = cpu_times(pid)
-    c0, t0 = own_cpu(), time.perf_counter()
+    w0, (r0, _), (_, cw0) = loop_sleeps(pid), io_calls(pid), io_calls("self")
+    c0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
     work()
     wall = time.perf_counter() - t0
     u1, s1 = cpu_times(pid)
+    c1 = resource.getrusage(resource.RUSAGE_SELF)
+    cu, cs = c1.ru_utime - c0.ru_utime, c1.ru_stime - c0.ru_stime
+    (r1, _), (_, cw1) = io_calls(pid), io_calls("self")
     return {"broker_cpu_s_per_gb": round((u1 - u0 + s1 - s0) / gb, 3),
             "broker_user_s_per_gb": round((u1 - u0) / gb, 3), "broker_system_s_per_gb": round((s1 - s0) / gb, 3),
-            "client_cpu_s_per_gb": round((own_cpu() - c0) / gb, 3), "mb_s": round(gb * 1000 / wall, 1)}
+            "broker_loop_wakeups_per_gb": round((loop_sleeps(pid) - w0) / gb),
+            "broker_read_calls_per_gb": round((r1 - r0) / gb), "client_write_calls_per_gb": round((cw1 - cw0) / gb),
+            "client_cpu_s_per_gb": round((cu + cs) / gb, 3), "client_user_s_per_gb": round(cu / gb, 3),
+            "client_system_s_per_gb": round(cs / gb, 3), "mb_s": round(gb * 1000 / wall, 1)}
 
 
 def _produce(conf: dict, topic: str, count: int):
