@@ -14,7 +14,9 @@ commit before a change) as a third broker, so before/after come from the same ru
 `--earliest DIR` likewise runs the first measured tree, for CPU per GB against it.
 `--malloc-ab` also runs this tree with glibc's malloc defaults (SEMEL_MALLOC_TUNING=off,
 semel/broker/allocator.py), so the allocator tuning is measured against none in one run;
-`--variant 'LABEL:NAME=VALUE,...'` runs this tree with other environment settings.
+`--variant 'LABEL:NAME=VALUE,...'` runs this tree with other environment settings, and
+`--variant-args 'LABEL:FLAGS'` with other `semel broker start` flags (e.g. 'no fsync:--flush-mode
+never', to set semel beside Tansu's memory storage on equal terms).
 Each row records the load average when it was taken (the box is shared).
 
     python -m bench.hotpath_bench [--quick] [--before /tmp/semel-before] [--malloc-ab]
@@ -348,7 +350,7 @@ def _tree_broker(tmp: str, name: str, tree: Path) -> SemelBroker:
 def run(out_dir: Path = RESULTS, quick: bool = False, before: Path | None = None, rounds: int | None = None,
         cases: list[str] | None = None, malloc_ab: bool = False, name: str = "hotpath",
         variants: list[str] = (), note: str | None = None, earliest: Path | None = None,
-        warm_gib: float = 0.0, scale: float | None = None) -> dict:
+        warm_gib: float = 0.0, scale: float | None = None, variant_args: list[str] = ()) -> dict:
     rounds = rounds or (1 if quick else 5)
     scale = scale or (0.25 if quick else 1.0)
     chosen = [(n, s, p, k, int(c * scale), t) for n, s, p, k, c, t in CASES if not cases or n in cases]
@@ -367,6 +369,10 @@ def run(out_dir: Path = RESULTS, quick: bool = False, before: Path | None = None
             label = label if label.startswith("semel,") else f"semel, {label}"
             brokers[label] = SemelBroker(Path(tmp) / f"variant{k}", log_path=Path(tmp) / f"variant{k}.log",
                                          env=dict(kv.split("=", 1) for kv in env.split(",") if kv))
+        for k, spec in enumerate(variant_args):
+            label, _, args = spec.partition(":")
+            brokers[f"semel, {label}"] = SemelBroker(Path(tmp) / f"args{k}", log_path=Path(tmp) / f"args{k}.log",
+                                                     extra_args=args.split())
         warmup = warm_guest_memory(warm_gib)
         load_start = [round(x, 2) for x in os.getloadavg()]
         try:
@@ -407,6 +413,8 @@ if __name__ == "__main__":
     ap.add_argument("--name", default="hotpath", help="results file name (bench/results/NAME.json)")
     ap.add_argument("--variant", action="append", default=[],
                     help="'LABEL:NAME=VALUE,...': this tree with these environment settings (repeatable)")
+    ap.add_argument("--variant-args", action="append", default=[],
+                    help="'LABEL:BROKER ARGS': this tree with these `semel broker start` flags (repeatable)")
     ap.add_argument("--note", default=None, help="the results file's note")
     ap.add_argument("--warm-memory-gib", type=float, default=0.0,
                     help="touch this much memory before the brokers start (see warm_guest_memory)")
@@ -414,4 +422,4 @@ if __name__ == "__main__":
                     help="multiply every case's record count (longer runs: steadier CPU per GB)")
     a = ap.parse_args()
     run(a.out, a.quick, a.before, a.rounds, a.case, a.malloc_ab, a.name, a.variant, a.note, a.earliest,
-        a.warm_memory_gib, a.scale)
+        a.warm_memory_gib, a.scale, a.variant_args)
