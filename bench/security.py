@@ -177,8 +177,9 @@ def _load() -> list[float]:
 SECURE = "sasl_scram_tls_acls"
 
 
-def _pair(tmp: Path, tree: Path | None, cert: Path, key: Path) -> tuple[dict, dict, int, int]:
-    """A plain and a secured broker running the source tree `tree` (None: this one), started:
+def _pair(tmp: Path, tree: Path | None, cert: Path, key: Path, started: list) -> tuple[dict, dict, int, int]:
+    """A plain and a secured broker running the source tree `tree` (None: this one), started
+    (each added to `started` as it starts, for the caller to close whatever happens next):
     ({listener: SemelBroker}, {listener: metrics port}, the secured one's TLS port, its ACL count)."""
     env = tree_env(tree)
     name = "before" if tree else "this"
@@ -191,7 +192,7 @@ def _pair(tmp: Path, tree: Path | None, cert: Path, key: Path) -> tuple[dict, di
     brokers[SECURE] = SemelBroker(sdata, log_path=tmp / f"secure-{name}.log", env=env, extra_args=[
         "--metrics-port", str(mports[SECURE]), *secure_args(tls_port, cert, key)])
     for b in brokers.values():
-        b.start()
+        started.append(b.start())
     wait_for_port("127.0.0.1", tls_port, 60)
     return brokers, mports, tls_port, acls
 
@@ -241,8 +242,7 @@ def run(out_dir: Path = RESULTS, quick: bool = False, before: Path | None = None
         pairs, started = {}, []
         try:
             for label, tree in trees.items():
-                brokers, mports, tls_port, acls = _pair(tmp, tree, cert, key)
-                started += brokers.values()
+                brokers, mports, tls_port, acls = _pair(tmp, tree, cert, key, started)
                 confs = {"plain": {"bootstrap.servers": brokers["plain"].bootstrap},
                          SECURE: secure_conf(tls_port, ca)}
                 _create(confs["plain"], "bench-t")
