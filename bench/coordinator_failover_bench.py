@@ -1,4 +1,4 @@
-"""Coordinator failover time (issue 13): SIGKILL the broker that is a client's coordinator
+"""Coordinator failover time: SIGKILL the broker that is a client's coordinator
 and time until the client's work goes through again.
 
 One local cluster per lease TTL (etcd + three broker processes, semel.launch.local_cluster,

@@ -1,5 +1,5 @@
 """Failover time: from SIGKILL of a partition's leader to the producer's first
-acknowledged write after it (issue 13), per broker session length (lease TTL).
+acknowledged write after it, per broker session length (lease TTL).
 
 One local cluster per TTL (etcd + three broker processes, semel.launch.local_cluster), one
 partition with replication factor 3 and min.insync.replicas 2. An unmodified

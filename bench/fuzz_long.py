@@ -1,4 +1,4 @@
-"""Long wire fuzz run (issue 14): a million schema-drawn, mutated requests of every
+"""Long wire fuzz run: a million schema-drawn, mutated requests of every
 API and version the broker advertises, over many connections at once, at one real
 broker process; a bystander process meanwhile asks ApiVersions every 20 ms on its
 own connection and keeps its slowest answer.

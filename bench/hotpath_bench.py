@@ -1,4 +1,4 @@
-"""Broker hot path (issue 11): semel (fsync on) and Tansu (memory) side by side.
+"""Broker hot path: semel (fsync on) and Tansu (memory) side by side.
 
 One run, brokers alternated per round, the same confluent-kafka client for both:
 1 producer x 1 partition and 4 x 8 at 1 KiB, 4 x 8 at 100 B, idempotent, plus

@@ -1,4 +1,4 @@
-"""Throughput against the number of broker processes on one machine (issue 13, item 6).
+"""Throughput against the number of broker processes on one machine.
 
 For each count N in --processes (default 1,2: as far as a 2-core machine goes) one local
 cluster is started through the cluster's own path (semel.launch.local_cluster.LocalCluster:

@@ -5,7 +5,7 @@ created through CreateTopics: `rf3` (replication factor 3, min.insync.replicas 2
 and `rf1` (replication factor 1). The same confluent-kafka producer settings write
 1 KiB records to one partition of each, alternating which goes first each round;
 the ratio is of the medians of one run (with RF1 acks=all and RF3 acks=1 beside
-them to split the gap). Target (issue 13): RF3 acks=all at least
+them to split the gap). Target: RF3 acks=all at least
 0.7 of RF1 acks=1. Every broker keeps its default flush policy (acks=all also waits
 for the leader's fsync; acks=1 waits for nothing but the append).
 

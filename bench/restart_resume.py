@@ -1,4 +1,4 @@
-"""Time from a broker restart to the first committed transaction (issue 16), per
+"""Time from a broker restart to the first committed transaction, per
 client library: an unmodified confluent-kafka, kafka-python or aiokafka
 transactional producer (send_offsets_to_transaction in every transaction); the
 broker is SIGKILLed at a seeded point of a transaction and restarted on the same

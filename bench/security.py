@@ -1,4 +1,4 @@
-"""Produce throughput with security on vs off, one run (issue 12's target: >= 0.9).
+"""Produce throughput with security on vs off, one run (target: >= 0.9).
 
 Two semel brokers side by side: one plain (PLAINTEXT, no ACLs) and one secured
 (SASL_SSL listener, SCRAM-SHA-512 login, authorizer on with a few hundred ACLs, the

@@ -1,4 +1,4 @@
-"""Spark pipeline benchmark (issue 10): one run, results in bench/results/spark_pipeline.json.
+"""Spark pipeline benchmark: one run, results in bench/results/spark_pipeline.json.
 
 In one local[2] SparkSession against one semel broker process:
 - throughput of the demo transform (value * 2) over a preloaded topic, trigger availableNow,
