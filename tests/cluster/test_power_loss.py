@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.lazyfs import require_fuse
-from tests.support.power_cut import WHOLE, power_cut_cluster, run_power_cuts
+from tests.support.powercut import require_fuse
+from tests.support.cluster_power import WHOLE, power_cut_cluster, run_power_cuts
 
 pytestmark = pytest.mark.process
 
