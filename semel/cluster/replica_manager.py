@@ -297,10 +297,24 @@ class ReplicaManager:
         else:
             if plog.replicated_hw is None:
                 plog.set_high_watermark(old)       # what the leader alone had committed: its log end now
-            plog.set_high_watermark(high_watermark(old, self.node_id, plog.log_end_offset, ls.hw_isr(), ls.progress))
+            plog.set_high_watermark(high_watermark(old, self.node_id, self._leader_position(plog), ls.hw_isr(),
+                                                   ls.progress))
         if plog.high_watermark > old:
             self.notify(*tp)    # read_committed/uncommitted readers wait on it
         self._settle_waiters(ls)
+
+    def _leader_position(self, plog) -> int:
+        """The leader's own log end as the high watermark counts it: under the durable
+        policy only what it has fsynced, as for its followers, so no reader is ever
+        shown a record a power cut of the whole ISR could take (the leader may be the
+        one elected again, and its followers would truncate to it)."""
+        return min(plog.log_end_offset, plog.flushed_offset) if self.durable is not None else plog.log_end_offset
+
+    def flushed(self, topic: str, partition: int) -> None:
+        """The leader's fsync of the partition completed: the high watermark may move."""
+        ls = self.leading.get((topic, partition))
+        if ls is not None:
+            self._advance_hw((topic, partition), ls)
 
     def _settle_waiters(self, ls: LeaderState) -> None:
         hw, isr = ls.plog.high_watermark, len(ls.state.isr)
@@ -337,7 +351,7 @@ class ReplicaManager:
             return KafkaError.NOT_LEADER_OR_FOLLOWER
         fut = asyncio.get_running_loop().create_future()
         ls.waiters.append([upto, self.min_insync(topic), fut])
-        self._settle_waiters(ls)
+        self._advance_hw((topic, partition), ls)    # its own fsync, done by now, may move it
         if not fut.done():
             # Wake the followers' long-polling fetches (Kafka completes delayed fetches on
             # every leader append). Produce notifies on its own; a coordinator's record is
