@@ -222,7 +222,7 @@ async def _serve(broker, conn: Connection, reader: asyncio.StreamReader, writer:
     writer.close()
 
 
-async def _dispatch(broker, conn: Connection, frame: bytes):
+async def _dispatch(broker, conn: Connection, frame: bytes | bytearray):
     """Returns the response's pieces (a list of bytes-like), a (ctx, Deferred, started)
     tuple, or None (no response).
 
