@@ -169,6 +169,12 @@ async def serve(broker, reader: asyncio.StreamReader, writer: asyncio.StreamWrit
         return
     try:
         await _serve(broker, conn, reader, writer)
+    except asyncio.CancelledError:
+        # The broker is stopping (asyncio.run cancels every connection's task). The task
+        # must end as returned, not as cancelled: the stream server's done-callback asks a
+        # cancelled task for its exception, which raises there and is logged as an ERROR
+        # with a traceback on every clean stop. Nobody awaits this task.
+        writer.transport.abort()
     finally:
         broker.limits.release(conn)
 
