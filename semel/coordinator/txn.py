@@ -258,7 +258,8 @@ class TransactionCoordinator(MarkerCompletion, TxnBranches):
             return KafkaError.NONE, True
 
         def unsynced(error: KafkaError) -> tuple[KafkaError, bool]:
-            log.error("transaction log fsync failed for %s; the record stays in the log", meta.txn_id)
+            log.log(self._clog.failure_level, "transaction log record for %s not made durable here; it stays in the log",
+                    meta.txn_id)
             apply()
             return error, True
 
