@@ -61,8 +61,9 @@ def replica_settings(c: BrokerConfig) -> ReplicaSettings:
 
 def build_replicas(broker) -> ReplicaManager:
     """The replication data plane of a cluster member (after it joined the cluster)."""
+    durable = broker.flusher.sync_each if broker.config.log.flush_mode == "always" else None
     return ReplicaManager(broker.cluster, broker.logs, broker.fs, broker.notifier.notify, broker.peer_dialer,
-                          replica_settings(broker.config))
+                          replica_settings(broker.config), durable=durable)
 
 
 def build_groups(broker):

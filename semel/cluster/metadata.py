@@ -30,7 +30,7 @@ import logging
 import math
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import Awaitable, Callable
 
 from ..backoff import Backoff
 from ..protocol.errors import KafkaError
@@ -190,8 +190,13 @@ class EtcdClusterView:
 
     # --- lifecycle -------------------------------------------------------------
 
-    async def start(self) -> None:
+    async def start(self, before_register: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Register and follow. `before_register` runs once this node id's previous
+        session has ended and before this one begins: what the broker must change in
+        etcd while no other broker can see it live."""
         await self._await_previous_session()
+        if before_register is not None:
+            await before_register()
         await self._register()
         revision = await self._load()
         self._tasks = [asyncio.create_task(self._watch(revision), name="cluster-watch"),
@@ -455,6 +460,15 @@ class EtcdClusterView:
             return None
         self._apply(kv, deleted=False, notify=True)
         return decode_partition(topic, partition, kv)
+
+    async def read_partitions(self) -> list[PartitionState]:
+        """Every partition as etcd holds it now (before start() has loaded anything)."""
+        kvs, _ = await self.etcd.get_prefix(self.keys.partitions)
+        out = []
+        for kv in kvs:
+            topic, _, index = kv.key[len(self.keys.partitions):].rpartition("/")
+            out.append(decode_partition(topic, int(index), kv))
+        return out
 
     async def read_topic(self, name: str) -> TopicInfo | None:
         """The topic as etcd holds it now (live or a deletion marker), None if never created."""

@@ -7,7 +7,8 @@ the leader epoch on appends, track every follower's log end) or a follower (trun
 by leader epoch, then fetch: semel.cluster.replica_fetcher). As leader, Kafka's rules
 (decided by semel.cluster.replica_rules):
 
-- A follower's fetch offset is its log end; the high watermark is the smallest log
+- A follower's fetch offset is its log end (fsynced under the durable flush policy:
+  semel.cluster.replica_fetcher); the high watermark is the smallest log
   end over the ISR and only grows. A follower that has not caught up for
   replica_lag_time_max_ms leaves the ISR; one that reaches the high watermark joins
   again; both by compare-and-set (ClusterView.alter_isr), decided by `isr_change`,
@@ -31,7 +32,7 @@ from ..storage.fs import FileSystem
 from .hw_checkpoint import HW_SAVE_INTERVAL_S, load_hws, save_hws
 from .peer import PeerDialer
 from .reassignment import THROTTLE_RATE, Throttle
-from .replica_fetcher import FetchSettings, LeaderFetcher
+from .replica_fetcher import Durable, FetchSettings, LeaderFetcher
 from .replica_rules import (UNDEFINED, FollowerProgress, TopicPartition, diverging_epoch, high_watermark,
                             isr_change, leader_epoch_error)
 from .state import ClusterView, PartitionState
@@ -74,7 +75,7 @@ class ReplicaManager:
     listener and login)."""
 
     def __init__(self, view: ClusterView, logs: LogManager, fs: FileSystem, notify: Callable[[str, int], None],
-                 dialer: PeerDialer, settings: ReplicaSettings):
+                 dialer: PeerDialer, settings: ReplicaSettings, durable: Durable | None = None):
         self.view = view
         self.node_id = view.node_id
         self.logs = logs
@@ -82,6 +83,7 @@ class ReplicaManager:
         self.notify = notify
         self.dialer = dialer
         self.settings = settings
+        self.durable = durable      # followers fsync before reporting (the durable flush policy)
         self.leading: dict[TopicPartition, LeaderState] = {}
         self.following: dict[TopicPartition, tuple[int, int]] = {}   # -> (leader, leader epoch)
         self.fetchers: dict[int, LeaderFetcher] = {}
@@ -221,7 +223,8 @@ class ReplicaManager:
         fetcher = self.fetchers.get(st.leader)
         if fetcher is None:
             fetcher = self.fetchers[st.leader] = LeaderFetcher(
-                st.leader, self.view, self.logs, self.dialer, self.settings.fetch, lambda: self.fetching_paused)
+                st.leader, self.view, self.logs, self.dialer, self.settings.fetch, lambda: self.fetching_paused,
+                durable=self.durable)
         fetcher.add(tp, st.leader_epoch)
 
     def _stop_following(self, tp: TopicPartition) -> None:

@@ -40,6 +40,7 @@ import logging
 import time
 from typing import Callable
 
+from ..clock import mono_ms
 from ..protocol.errors import KafkaError
 from .group_membership import GroupMembership
 from .group_model import (
@@ -75,7 +76,9 @@ class GroupCoordinator(GroupMembership, GroupOffsetsMixin, GroupReplay, GroupWri
         self.flusher = flusher
         self.config = config or GroupConfig()
         self.clock = clock or wall_clock_ms
-        self.timers = Timers(self.clock)
+        # Deadlines run on the monotonic clock (a wall-clock step expires no session);
+        # a test that gives a clock drives both.
+        self.timers = Timers(clock or mono_ms)
         self._run_timers = run_timers
         self._groups: dict[str, Group] = {}
         self._producer_groups: dict[int, set[str]] = {}   # producer id -> groups with pending offsets
@@ -212,7 +215,7 @@ class GroupCoordinator(GroupMembership, GroupOffsetsMixin, GroupReplay, GroupWri
             try:
                 self._wake.clear()
                 deadline = self.timers.next_deadline()
-                delay = None if deadline is None else (deadline - self.clock()) / 1000
+                delay = None if deadline is None else (deadline - self.timers.now()) / 1000
                 if delay is None or delay > 0:
                     try:
                         await asyncio.wait_for(self._wake.wait(), delay)

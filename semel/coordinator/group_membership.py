@@ -128,7 +128,7 @@ class GroupMembership:
     def _new_member(self, member_id: str, req: "JoinRequest") -> Member:
         m = Member(member_id, req.group_instance_id, req.client_id, req.client_host,
                    req.rebalance_timeout_ms, req.session_timeout_ms, req.protocol_type, req.protocols)
-        m.joined_at = self.clock()
+        m.joined_at = self.timers.now()
         return m
 
     def _add_member_and_rebalance(self, group: Group, member_id: str, req: "JoinRequest") -> asyncio.Future:
@@ -268,7 +268,7 @@ class GroupMembership:
         if member is None or not self._current(group):
             return
         waiting = member.awaiting_join() or member.awaiting_sync()
-        too_long_new = member.is_new and self.clock() - member.joined_at >= NEW_MEMBER_JOIN_TIMEOUT_MS
+        too_long_new = member.is_new and self.timers.now() - member.joined_at >= NEW_MEMBER_JOIN_TIMEOUT_MS
         if waiting and not too_long_new:
             # A member blocked in JoinGroup/SyncGroup cannot heartbeat; the join or
             # sync deadline decides its fate instead.

@@ -49,6 +49,7 @@ from semel.protocol.records import (
     set_leader_epoch, split_batches, verified_prefix,
 )
 
+from ..clock import wall_ms
 from . import checkpoint as cpfile
 from .errors import AppendError, CorruptLogError, OffsetOutOfRange, ProducerStateError, StorageError
 from .fs import FileSystem
@@ -168,7 +169,7 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
         err = self.producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
         if err is not KafkaError.NONE:
             raise ProducerStateError(err, f"{err.name}: marker for producer {producer_id} refused")
-        ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        ts = wall_ms() if timestamp_ms is None else timestamp_ms
         data = build_control_batch(kind, producer_id=producer_id, producer_epoch=producer_epoch,
                                    coordinator_epoch=coordinator_epoch, timestamp_ms=ts)
         batches, _ = split_batches(data)

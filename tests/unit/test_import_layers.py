@@ -18,12 +18,13 @@ from semel.check.graph import sccs
 ROOT = Path(semel.__file__).parent
 
 # Modules below every layer, which every layer may import: they import nothing of semel.
-BASE = frozenset({"backoff"})
+BASE = frozenset({"backoff", "clock"})
 
 # layer -> the other layers it may import (docs/architecture.md) besides BASE; a layer
 # may always import itself. "semel" is the package's own __init__ and __main__.
 ALLOWED: dict[str, frozenset[str]] = {
     "backoff": frozenset(),
+    "clock": frozenset(),
     "protocol": frozenset(),
     "storage": frozenset({"protocol"}),
     "client": frozenset({"protocol"}),
