@@ -30,6 +30,7 @@ from ..protocol.errors import KafkaError
 from ..storage import LogManager
 from ..storage.fs import FileSystem
 from .hw_checkpoint import HW_SAVE_INTERVAL_S, load_hws, save_hws
+from .offline import OfflineLogs
 from .peer import PeerDialer
 from .reassignment import THROTTLE_RATE, Throttle
 from .replica_fetcher import Durable, FetchSettings, LeaderFetcher
@@ -84,6 +85,7 @@ class ReplicaManager:
         self.dialer = dialer
         self.settings = settings
         self.durable = durable      # followers fsync before reporting (the durable flush policy)
+        self.offline = OfflineLogs(view, logs, fs)     # partitions whose disk failed here
         self.leading: dict[TopicPartition, LeaderState] = {}
         self.following: dict[TopicPartition, tuple[int, int]] = {}   # -> (leader, leader epoch)
         self.fetchers: dict[int, LeaderFetcher] = {}
@@ -134,6 +136,8 @@ class ReplicaManager:
         tp = (st.topic, st.partition)
         if st.version < self._versions.get(tp, -1):
             return     # an older state arriving late (our own alter_isr result raced the watch)
+        if self.offline.holds(tp):
+            return     # its disk failed here: no role until it works again (_check_disks)
         plog = self.logs.get(*tp)
         if plog is not None:
             # A fetched write still in a worker thread lands before any role change:
@@ -383,6 +387,7 @@ class ReplicaManager:
         while self._running:
             await asyncio.sleep(interval)
             try:
+                await self._check_disks()
                 self.resync()
                 for tp in list(self.leading):
                     self._schedule_isr_check(tp)
@@ -390,6 +395,23 @@ class ReplicaManager:
                     self._save_hws()
             except Exception:   # never let the loop die: ISR upkeep is what keeps acks=all going
                 log.exception("ISR upkeep failed")
+
+    async def _check_disks(self) -> None:
+        """Take out of service every partition whose log's disk failed since the last
+        round (semel.cluster.offline), and back those whose disk works again."""
+        for tp in list(self.leading) + list(self.following):
+            reason = self.offline.newly_failed(tp)
+            if reason is not None:
+                self._stop_leading(tp)
+                self._stop_following(tp)
+                self.offline.take(tp, reason)
+        if self.offline.offline:
+            await self.offline.leave_isrs()
+            for tp in self.offline.retry_due():
+                self._seen.discard(tp)        # a reopened log: its high watermark starts from the saved one
+                st = self.view.partition(*tp)
+                if st is not None:
+                    self.on_partition(st)
 
     def _save_hws(self) -> None:
         """Atomically (temp file, fsync, rename); a failure only costs restart time."""

@@ -88,6 +88,9 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
         self._io_lock = threading.RLock()
         self._closed = False
         self._failed: str | None = None
+        # Writes and fsyncs of this log that failed (any thread): what a cluster member
+        # watches to stop serving a partition its disk cannot keep (semel.cluster.offline).
+        self.storage_failures = 0
         self._bytes_since_checkpoint = 0
         self._last_checkpoint = time.monotonic()
         self.last_checkpoint_error: OSError | None = None
@@ -105,6 +108,12 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
         self._checkpoint_job = None   # concurrent.futures.Future of a background checkpoint (_note_synced)
         # Runs the work above in a worker thread: submit(fn, *args) -> concurrent.futures.Future.
         self._runner = runner or WRITERS
+
+    @property
+    def failed_reason(self) -> str | None:
+        """Why this log took itself offline (a write it could not undo, a failed
+        truncation or rewrite), None while it is usable."""
+        return self._failed
 
     # ================================================================ opening & recovery
     @classmethod
@@ -251,6 +260,7 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
         """After the pwrite: cut a failed one back, else account for the batches."""
         seg = w.seg
         if failure is not None:
+            self.storage_failures += 1
             self._undo_write(seg, w.start)
             raise StorageError(f"write to {seg.path(LOG_SUFFIX)} failed: {failure}") from failure
         interval = self.config.index_interval_bytes
@@ -287,6 +297,7 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
                 new.create_files()
                 self.fs.fsync_dir(self.directory)
             except OSError as exc:
+                self.storage_failures += 1
                 try:
                     new.delete_files()
                 except OSError:
@@ -461,6 +472,7 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
             try:
                 self.fs.fsync(seg.log)
             except OSError as exc:
+                self.storage_failures += 1
                 raise StorageError(f"fsync of {seg.path(LOG_SUFFIX)} failed: {exc}") from exc
             # max: a write-through append may have moved it past this round's leo meanwhile
             self.flushed_offset = max(self.flushed_offset, leo)

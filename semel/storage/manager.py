@@ -410,6 +410,25 @@ class LogManager:
     def get(self, topic: str, partition: int) -> PartitionLog | None:
         return self._logs.get((topic, partition))
 
+    def reopen(self, topic: str, partition: int) -> PartitionLog:
+        """Open a partition's log again from its files (recovery cuts whatever does not
+        check out), dropping the open one unflushed: how a log whose disk failed comes
+        back once the disk works. StorageError when it cannot (the old log stays in its
+        place, closed: every use of it is refused until a reopen succeeds)."""
+        info = self._topics.get(topic)
+        old = self._logs.get((topic, partition))
+        if info is None or old is None:
+            raise StorageError(f"{topic}-{partition}: no such partition here")
+        if not old.closed:
+            old.abandon()       # first: never two logs on one set of files
+        try:
+            new = PartitionLog.open(self.partition_dir(topic, partition),
+                                    log_config_for(self.default_config, info.config), self.fs)
+        except OSError as exc:
+            raise StorageError(f"cannot reopen {topic}-{partition}: {exc}") from exc
+        self._logs[(topic, partition)] = new
+        return new
+
     def all_logs(self) -> Iterator[tuple[tuple[str, int], PartitionLog]]:
         return iter(list(self._logs.items()))
 
