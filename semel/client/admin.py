@@ -8,6 +8,7 @@ serves them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..protocol.api_keys import ApiKey
 from ..protocol.errors import KafkaError
@@ -68,7 +69,7 @@ class GroupDescription:
 
 def list_transactions(c: Client, states: list[str] | None = None, producer_ids: list[int] | None = None,
                       min_duration_ms: int = -1) -> list[TxnListing]:
-    fields = dict(state_filters=list(states or []), producer_id_filters=list(producer_ids or []))
+    fields: dict[str, Any] = dict(state_filters=list(states or []), producer_id_filters=list(producer_ids or []))
     if c.version(ApiKey.LIST_TRANSACTIONS) >= 1:
         fields["duration_filter"] = min_duration_ms
     resp = c.request(ApiKey.LIST_TRANSACTIONS, **fields)
@@ -131,7 +132,7 @@ def fence_transactional_id(c: Client, txn_id: str, timeout_ms: int = 60_000) -> 
 
 def list_groups(c: Client, states: list[str] | None = None) -> list[tuple[str, str, str]]:
     """[(group id, protocol type, state)]."""
-    fields = {"states_filter": list(states or [])} if c.version(ApiKey.LIST_GROUPS) >= 4 else {}
+    fields: dict[str, Any] = {"states_filter": list(states or [])} if c.version(ApiKey.LIST_GROUPS) >= 4 else {}
     resp = c.request(ApiKey.LIST_GROUPS, **fields)
     _raise(resp.error_code, "ListGroups")
     return sorted((g.group_id, g.protocol_type, getattr(g, "group_state", "") or "") for g in resp.groups)

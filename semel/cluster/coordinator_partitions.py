@@ -82,9 +82,6 @@ class PartitionedCoordinators:
         for c in self.parts:
             c.seat.start(c)
 
-    def serving_partitions(self) -> list[int]:
-        return [p for p, c in enumerate(self.parts) if c.seat.serving()]
-
     async def start(self) -> None:
         for c in self.parts:
             await c.start()

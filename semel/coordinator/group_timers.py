@@ -5,7 +5,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-import time
 from typing import Any, Callable
 
 from ..clock import wall_ms

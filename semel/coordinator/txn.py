@@ -42,7 +42,6 @@ from .txn_completion import MarkerCompletion
 log = logging.getLogger("semel.txn")
 
 TXN_TOPIC = "__transaction_state"
-OFFSETS_PARTITION = (OFFSETS_TOPIC, 0)   # a single node's only one
 MAX_EPOCH = 32767
 # From these request versions on, a fenced producer is told PRODUCER_FENCED;
 # older clients only know INVALID_PRODUCER_EPOCH (KIP-588).
@@ -273,7 +272,8 @@ class TransactionCoordinator(MarkerCompletion, TxnBranches):
             return KafkaError.NONE, True
 
         def unsynced(error: KafkaError) -> tuple[KafkaError, bool]:
-            log.error("transaction log fsync failed for %s; the record stays in the log", meta.txn_id)
+            log.log(self._clog.failure_level, "transaction log record for %s not made durable here; it stays in the log",
+                    meta.txn_id)
             apply()
             return error, True
 

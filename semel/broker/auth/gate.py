@@ -26,7 +26,7 @@ E = KafkaError
 
 
 def authenticated_enough(ctx) -> bool:
-    listener = getattr(ctx.connection, "listener", None)
+    listener = ctx.listener
     if listener is None or not listener.sasl or ctx.api_key in REAUTH_APIS:
         return True
     if session_expired(ctx.connection):

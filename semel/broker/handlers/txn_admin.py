@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import time
 
 from ...cluster.member import check_leader
 from ...cluster.txn_markers import is_coordinator_client

@@ -5,7 +5,6 @@ where transaction markers would sit, as on a real broker.
 """
 from __future__ import annotations
 
-import pytest
 
 from semel.check.checker import analyze
 from semel.check.history import from_events
