@@ -165,3 +165,35 @@ def test_without_fsync_a_power_cut_loses_acknowledged_records(tmp_path):
             assert lost, "a power cut kept records that were never fsynced"
         finally:
             broker.close()
+
+
+def test_acknowledged_topic_offsets_and_record_survive_an_immediate_cut(tmp_path):
+    """Each acknowledgement is on the disk when it is sent: a cut right after them keeps
+    the topic, the group's committed offsets and the record."""
+    from confluent_kafka import Consumer, TopicPartition
+    with power_cut_disk(tmp_path) as disk:
+        broker = _broker(disk, tmp_path)
+        broker.start()
+        try:
+            with Client(broker.bootstrap) as c:
+                c.create_topic("meta", PARTITIONS)
+            consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "keeper",
+                                 "enable.auto.commit": False})
+            consumer.commit(offsets=[TopicPartition("meta", p, 10 + p) for p in range(PARTITIONS)],
+                            asynchronous=False)
+            consumer.close()
+            producing = Producing(broker.bootstrap, "meta", 1)
+            producing.thread.start()
+            producing.thread.join(60)
+            assert producing.acked == ["v0"]
+            broker.kill()
+            disk.cut()
+            broker.start()
+            consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "keeper",
+                                 "enable.auto.commit": False})
+            got = consumer.committed([TopicPartition("meta", p) for p in range(PARTITIONS)], timeout=30)
+            consumer.close()
+            assert [tp.offset for tp in got] == [10 + p for p in range(PARTITIONS)]
+            assert read_values(broker.bootstrap, "meta", PARTITIONS, "read_uncommitted", want=1) == ["v0"]
+        finally:
+            broker.close()
