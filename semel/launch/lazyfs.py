@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import logging
 import os
 import shutil
 import stat as stat_mod
@@ -49,6 +50,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+log = logging.getLogger("semel.lazyfs")
 
 _RENAME_NOREPLACE = 1
 _RENAME_EXCHANGE = 2
@@ -411,7 +414,14 @@ class LazyState:
         chosen_ids = {id(op) for op in chosen}
         self.ops = [op for op in self.ops if id(op) not in chosen_ids]
         for op in reversed(chosen):
-            self._apply(op)
+            try:
+                self._apply(op)
+            except OSError as exc:
+                # A bug of this layer, never of the program on the mount: say so loudly.
+                log.error("lazyfs: cannot apply %s %s to %s: %s", op.kind, op.paths, self.backing, exc)
+                raise
+            if op.kind == "create" and not op.node.linked and op.node.opens == 0:
+                self._drop(op.node)   # unlinked and closed: only its name is left to commit
 
     def _apply(self, op: _Op) -> None:
         b = self.backing
@@ -649,6 +659,7 @@ def _operations_class():
 
 def serve(backing: str, mount: str, cache_dir: str | None = None) -> None:
     """Mount and serve until unmounted or killed (foreground, single-threaded)."""
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     LazyOps, LazyFuse = _operations_class()
     own_cache = cache_dir is None
     if own_cache:
@@ -760,6 +771,16 @@ class PowerCutDisk:
             return self.log_path.read_text(errors="replace")[-600:].strip()
         except OSError:
             return ""
+
+    def logged_errors(self) -> list[str]:
+        """Error lines the daemons of this disk wrote (an operation that failed inside the
+        layer, not one the program on the mount got wrong): a test expects none."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return []
+        return [line for line in text.splitlines() if " ERROR " in line or line.startswith("Traceback")
+                or "Uncaught exception" in line]
 
     @property
     def mounted(self) -> bool:

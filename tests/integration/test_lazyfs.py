@@ -122,6 +122,24 @@ def test_cross_directory_rename_is_durable_with_either_directory(disk):
     assert os.listdir(m / "src") == [] and os.listdir(m / "dst") == ["f"]
 
 
+def test_directory_rename_and_rmdir_held(disk):
+    m = disk.mount
+    os.mkdir(m / "d")
+    os.mkdir(m / "gone")
+    fsync_path(m)
+    write_file(m / "d" / "f", b"f", fsync=True)
+    os.rename(m / "d", m / "e")
+    os.rmdir(m / "gone")
+    assert os.listdir(m) == ["e"] and os.listdir(m / "e") == ["f"]
+    disk.cut()
+    assert sorted(os.listdir(m)) == ["d", "gone"]
+    os.rename(m / "d", m / "e")
+    os.rmdir(m / "gone")
+    fsync_path(m)
+    disk.cut()
+    assert os.listdir(m) == ["e"] and read(m / "e" / "f") == b"f"
+
+
 def test_truncate_and_unlink_held(disk):
     m = disk.mount
     durable_file(disk, "t", b"0123456789")

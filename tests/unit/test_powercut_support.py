@@ -37,3 +37,13 @@ def test_ci_script_installs_fuse_when_missing():
     script = (TESTS.parent / ".ci" / "run").read_text()
     assert "command -v fusermount3" in script and "apt-get install" in script and "fuse3" in script
     assert script.index("apt-get install") < script.index("./run test")
+
+
+def test_logged_errors_finds_failures_inside_the_layer(tmp_path):
+    disk = lazyfs.PowerCutDisk(tmp_path / "b", tmp_path / "m", log_path=tmp_path / "lazyfs.log")
+    assert disk.logged_errors() == []
+    (tmp_path / "lazyfs.log").write_text(
+        "2026-01-01 00:00:00,000 WARNING semel.lazyfs: slow\n"
+        "2026-01-01 00:00:01,000 ERROR fuse: Uncaught exception from FUSE operation readdir_fuse_3\n"
+        "Traceback (most recent call last):\n")
+    assert len(disk.logged_errors()) == 2
