@@ -29,6 +29,9 @@ unlinked keeps working through its descriptor.
 
 A power cut is SIGKILL of this daemon (all pending state is simply gone), a
 lazy unmount, and a fresh daemon on the same BACKING_DIR: `PowerCutDisk.cut()`.
+A torn cut (`cut(torn=True)`, SIGUSR2 to the daemon) first writes a random
+prefix of each pending write range of every durably named file, as a disk may
+leave a half-written tail; pending namespace changes are lost all the same.
 
 Pending file data lives in a scratch directory (the "page cache", one file per
 modified file, copied on first write), pending namespace changes in an
@@ -41,14 +44,19 @@ from __future__ import annotations
 
 import argparse
 import errno
+import logging
 import os
+import random
 import shutil
+import signal
 import stat as stat_mod
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+log = logging.getLogger("semel.lazyfs")
 
 _RENAME_NOREPLACE = 1
 _RENAME_EXCHANGE = 2
@@ -191,14 +199,6 @@ class LazyState:
         if not parent.is_dir:
             raise _oserror(errno.ENOTDIR)
         return parent, name
-
-    @staticmethod
-    def vpath(node: _Node) -> str:
-        parts = []
-        while node.parent is not None:
-            parts.append(node.name)
-            node = node.parent
-        return "/".join(reversed(parts))
 
     # -- attributes --------------------------------------------------------------------
     def attrs(self, node: _Node) -> dict:
@@ -411,7 +411,14 @@ class LazyState:
         chosen_ids = {id(op) for op in chosen}
         self.ops = [op for op in self.ops if id(op) not in chosen_ids]
         for op in reversed(chosen):
-            self._apply(op)
+            try:
+                self._apply(op)
+            except OSError as exc:
+                # A bug of this layer, never of the program on the mount: say so loudly.
+                log.error("lazyfs: cannot apply %s %s to %s: %s", op.kind, op.paths, self.backing, exc)
+                raise
+            if op.kind == "create" and not op.node.linked and op.node.opens == 0:
+                self._drop(op.node)   # unlinked and closed: only its name is left to commit
 
     def _apply(self, op: _Op) -> None:
         b = self.backing
@@ -456,6 +463,23 @@ class LazyState:
             prefix = path + "/"
             for key in [k for k in self.at_dpath if k.startswith(prefix)]:
                 self.at_dpath.pop(key).dpath = None
+
+    def tear(self, rng: random.Random) -> None:
+        """What a disk may have written of the pending data when the power went: for
+        every file with a durable name, a random prefix (often none, sometimes all) of
+        each range written since its last fsync. Namespace changes stay lost."""
+        for node in list(self.at_dpath.values()):
+            if node.is_dir or node.cache_fd is None or not node.dirty:
+                continue
+            dst = self._backing_fd(node)
+            for start, end in node.dirty:
+                keep = rng.choice((0, rng.randrange(0, end - start + 1), end - start))
+                pos = start
+                while pos < start + keep:
+                    n = os.copy_file_range(node.cache_fd, dst, start + keep - pos, pos, pos)
+                    if n == 0:
+                        break
+                    pos += n
 
     def _commit_entry(self, node: _Node) -> None:
         if node.dpath is None:
@@ -647,8 +671,9 @@ def _operations_class():
     return LazyOps, LazyFuse
 
 
-def serve(backing: str, mount: str, cache_dir: str | None = None) -> None:
+def serve(backing: str, mount: str, cache_dir: str | None = None, seed: str | None = None) -> None:
     """Mount and serve until unmounted or killed (foreground, single-threaded)."""
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     LazyOps, LazyFuse = _operations_class()
     own_cache = cache_dir is None
     if own_cache:
@@ -657,6 +682,16 @@ def serve(backing: str, mount: str, cache_dir: str | None = None) -> None:
         os.makedirs(cache_dir, exist_ok=True)
     state = LazyState(backing, cache_dir)
     # SIGTERM (libfuse's handler) unmounts and exits, dropping what was never fsynced.
+    # SIGUSR2 is a torn power cut: part of the pending data reaches the disk, then the
+    # daemon dies. Python runs the handler at the next request's first bytecode (the
+    # sender makes one), so it may fall in the middle of a write, as a real cut does.
+    def torn_cut(*_):
+        try:
+            state.tear(random.Random(seed))
+        finally:
+            os._exit(0)
+
+    signal.signal(signal.SIGUSR2, torn_cut)
     try:
         LazyFuse(LazyOps(state), mount, foreground=True, nothreads=True,
                  fsname="lazyfs", subtype="lazyfs",
@@ -719,13 +754,15 @@ class PowerCutDisk:
     """
 
     def __init__(self, backing: str | Path, mount: str | Path, log_path: str | Path | None = None,
-                 ready_timeout_s: float = 30.0):
+                 ready_timeout_s: float = 30.0, seed: int | None = None):
         self.backing = Path(backing)
         self.mount = Path(mount)
         self.log_path = Path(log_path) if log_path else self.backing.parent / f"{self.backing.name}.lazyfs.log"
         self.ready_timeout_s = ready_timeout_s
+        self.seed = seed       # torn cuts keep the same parts for the same seed and history
+        self.starts = 0
         self.proc: subprocess.Popen | None = None
-        self.cuts = 0
+        self.cuts = 0          # daemons killed by power_off() (and so cut() and stop())
         self._cache: str | None = None
 
     def start(self) -> "PowerCutDisk":
@@ -738,10 +775,12 @@ class PowerCutDisk:
         self.mount.mkdir(parents=True, exist_ok=True)
         _unmount(str(self.mount))
         self._cache = tempfile.mkdtemp(prefix="lazyfs-cache-")
+        seed = [] if self.seed is None else ["--seed", f"{self.seed}-{self.starts}"]
+        self.starts += 1
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "semel.launch.lazyfs", str(self.backing), str(self.mount),
-                 "--cache-dir", self._cache],
+                 "--cache-dir", self._cache, *seed],
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + self.ready_timeout_s
         while not os.path.ismount(self.mount):
@@ -761,15 +800,40 @@ class PowerCutDisk:
         except OSError:
             return ""
 
+    def logged_errors(self) -> list[str]:
+        """Error lines the daemons of this disk wrote (an operation that failed inside the
+        layer, not one the program on the mount got wrong): a test expects none."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return []
+        return [line for line in text.splitlines() if " ERROR " in line or line.startswith("Traceback")
+                or "Uncaught exception" in line]
+
     @property
     def mounted(self) -> bool:
         return self.proc is not None and self.proc.poll() is None and os.path.ismount(self.mount)
 
-    def power_off(self) -> None:
-        """The power goes: the daemon dies with everything not fsynced; the mount is detached."""
+    def power_off(self, torn: bool = False) -> None:
+        """The power goes: the daemon dies with everything not fsynced; the mount is detached.
+
+        torn=True: a random part of each file's pending writes reaches the disk first
+        (a torn tail, garbage in an index), as a real disk may leave it."""
         if self.proc is not None:
             if self.proc.poll() is None:
-                self.proc.kill()
+                if torn:
+                    self.proc.send_signal(signal.SIGUSR2)
+                    try:
+                        os.stat(self.mount)   # a request, so the daemon runs its handler
+                    except OSError:
+                        pass
+                    try:
+                        self.proc.wait(30)
+                    except subprocess.TimeoutExpired:
+                        self.proc.kill()
+                else:
+                    self.proc.kill()
+                self.cuts += 1
             self.proc.wait()
             self.proc = None
         _unmount(str(self.mount))
@@ -777,10 +841,9 @@ class PowerCutDisk:
             shutil.rmtree(self._cache, ignore_errors=True)
             self._cache = None
 
-    def cut(self) -> "PowerCutDisk":
-        """power_off() and start() again on the same backing dir."""
-        self.power_off()
-        self.cuts += 1
+    def cut(self, torn: bool = False) -> "PowerCutDisk":
+        """power_off(torn) and start() again on the same backing dir."""
+        self.power_off(torn)
         return self.start()
 
     def sync(self) -> None:
@@ -817,8 +880,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("backing", help="directory that holds only what was fsynced")
     parser.add_argument("mount", help="where to mount the power-cut view of it")
     parser.add_argument("--cache-dir", help="scratch directory for pending file content (default: a temp dir)")
+    parser.add_argument("--seed", help="seed of what a torn cut (SIGUSR2) keeps (default: random)")
     args = parser.parse_args(argv)
-    serve(args.backing, args.mount, args.cache_dir)
+    serve(args.backing, args.mount, args.cache_dir, args.seed)
     return 0
 
 

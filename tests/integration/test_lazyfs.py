@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from tests.support.powercut import disk  # noqa: F401  (fixture)
+from tests.support.powercut import disk, power_cut_disk  # noqa: F401  (disk: a fixture)
 
 
 def write_file(path, data: bytes, *, fsync: bool) -> None:
@@ -120,6 +120,24 @@ def test_cross_directory_rename_is_durable_with_either_directory(disk):
     fsync_path(m / "dst")
     disk.cut()
     assert os.listdir(m / "src") == [] and os.listdir(m / "dst") == ["f"]
+
+
+def test_directory_rename_and_rmdir_held(disk):
+    m = disk.mount
+    os.mkdir(m / "d")
+    os.mkdir(m / "gone")
+    fsync_path(m)
+    write_file(m / "d" / "f", b"f", fsync=True)
+    os.rename(m / "d", m / "e")
+    os.rmdir(m / "gone")
+    assert os.listdir(m) == ["e"] and os.listdir(m / "e") == ["f"]
+    disk.cut()
+    assert sorted(os.listdir(m)) == ["d", "gone"]
+    os.rename(m / "d", m / "e")
+    os.rmdir(m / "gone")
+    fsync_path(m)
+    disk.cut()
+    assert os.listdir(m) == ["e"] and read(m / "e" / "f") == b"f"
 
 
 def test_truncate_and_unlink_held(disk):
@@ -358,3 +376,26 @@ def _run_random(disk, seed: int, steps: int) -> int:
 def test_random_operations_then_cut_match_the_durable_model(disk, seed):
     checks = _run_random(disk, seed, steps=400)
     assert checks > 10
+
+
+def test_torn_cut_keeps_a_prefix_of_each_pending_write(tmp_path):
+    with power_cut_disk(tmp_path, seed=3) as disk:
+        _torn_cuts(disk)
+
+
+def _torn_cuts(disk):
+    m = disk.mount
+    base = b"B" * 100
+    tails = set()
+    for _ in range(12):
+        durable_file(disk, "seg", base)
+        with open(m / "seg", "ab") as f:
+            f.write(b"0123456789" * 50)
+        write_file(m / "new", b"never durable", fsync=False)
+        disk.cut(torn=True)
+        got = read(m / "seg")
+        assert got[:100] == base
+        assert (b"0123456789" * 50).startswith(got[100:])
+        assert not (m / "new").exists()
+        tails.add(len(got) - 100)
+    assert len(tails) > 1, "every torn cut kept the same part"

@@ -25,16 +25,18 @@ def require_fuse() -> None:
 
 
 @contextmanager
-def power_cut_disk(base, name: str = "disk"):
-    """A started PowerCutDisk with backing dir base/NAME-backing mounted at base/NAME."""
+def power_cut_disk(base, name: str = "disk", seed: int | None = None):
+    """A started PowerCutDisk with backing dir base/NAME-backing mounted at base/NAME;
+    on a clean exit its daemons must have logged no error."""
     from semel.launch.lazyfs import PowerCutDisk
     require_fuse()
-    disk = PowerCutDisk(base / f"{name}-backing", base / name)
+    disk = PowerCutDisk(base / f"{name}-backing", base / name, seed=seed)
     disk.start()
     try:
         yield disk
     finally:
         disk.stop()
+    assert disk.logged_errors() == [], f"the power-cut disk failed inside (log: {disk.log_path})"
 
 
 @pytest.fixture
