@@ -15,6 +15,11 @@ by leader epoch, then fetch: semel.cluster.replica_fetcher). As leader, Kafka's 
 - acks=all completes when the high watermark passes the batch (`wait_for_hw`);
   NOT_ENOUGH_REPLICAS before the append when the ISR is below min.insync.replicas,
   NOT_ENOUGH_REPLICAS_AFTER_APPEND when it fell below while waiting.
+- A leader that would shrink its ISR below min.insync.replicas because none of its
+  followers reaches it, while they are registered and enough to take writes, hands
+  leadership to them instead (replica_rules.hand_over).
+- An ISR change that cannot reach etcd is retried by the next check; the outage is
+  logged once (the view's OutageLog), never as a task's unretrieved exception.
 """
 from __future__ import annotations
 
@@ -32,8 +37,10 @@ from .hw_checkpoint import HW_SAVE_INTERVAL_S, load_hws, save_hws
 from .peer import PeerDialer
 from .reassignment import THROTTLE_RATE, Throttle
 from .replica_fetcher import FetchSettings, LeaderFetcher
-from .replica_rules import (UNDEFINED, FollowerProgress, TopicPartition, diverging_epoch, high_watermark,
-                            isr_change, leader_epoch_error)
+from .etcd import EtcdError
+from .replica_rules import (UNDEFINED, FollowerProgress, TopicPartition, diverging_epoch, hand_over,
+                            high_watermark, isr_change, leader_epoch_error)
+from .session import OutageLog
 from .state import ClusterView, PartitionState
 
 log = logging.getLogger("semel.cluster.replica_manager")
@@ -95,6 +102,7 @@ class ReplicaManager:
         # Followers here stop fetching while set: what a stopped (SIGSTOP) follower looks
         # like to its leaders, without stopping the rest of the broker.
         self.fetching_paused = False
+        self.outage = getattr(view, "outage", None) or OutageLog(log, f"broker {view.node_id}")
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
@@ -346,7 +354,17 @@ class ReplicaManager:
         ls = self.leading.get(tp)
         if ls is not None and not ls.isr_busy:
             ls.isr_busy = True
-            asyncio.get_running_loop().create_task(self._update_isr(tp, ls))
+            asyncio.get_running_loop().create_task(self._update_isr_logged(tp, ls))
+
+    async def _update_isr_logged(self, tp: TopicPartition, ls: LeaderState) -> None:
+        """The task `_schedule_isr_check` starts: nothing may escape it unhandled (the ISR
+        loop schedules the check again within lag_time_max_ms / 4)."""
+        try:
+            await self._update_isr(tp, ls)
+        except EtcdError as exc:
+            self.outage.failed(f"ISR change of {tp[0]}-{tp[1]}", exc)
+        except Exception:
+            log.exception("%s-%d: ISR change failed", *tp)
 
     async def _update_isr(self, tp: TopicPartition, ls: LeaderState) -> None:
         try:
@@ -360,6 +378,10 @@ class ReplicaManager:
                                  self.settings.lag_time_max_ms, ls.epoch_start, alive=self.view.brokers())
                 if new is None:
                     return
+                handed = hand_over(st, new, self.min_insync(tp[0]), self.view.brokers())
+                if handed is not None:
+                    await self._hand_over(tp, st, handed)
+                    return
                 ls.pending_isr = new
                 self._advance_hw(tp, ls)      # a joining replica fixes the high watermark from now on
                 try:
@@ -368,12 +390,23 @@ class ReplicaManager:
                     ls.pending_isr = ()
                     if self.leading.get(tp) is ls:
                         self._advance_hw(tp, ls)     # a lost CAS may leave the leader alone again
+                self.outage.ok()
                 if done is not None:
                     log.info("%s-%d: isr %s -> %s", *tp, list(st.isr), list(done.isr))
                     self.on_partition(done)
                     return
         finally:
             ls.isr_busy = False
+
+    async def _hand_over(self, tp: TopicPartition, st: PartitionState, handed: PartitionState) -> None:
+        done = await self.view.write_partition(st, handed)
+        self.outage.ok()
+        if done is None:
+            return       # the state moved on: the next check decides from it
+        log.warning("%s-%d: no follower reaches this leader (isr %s would fall below min.insync.replicas); "
+                    "leadership handed to %d at epoch %d, isr %s", *tp, list(st.isr), done.leader,
+                    done.leader_epoch, list(done.isr))
+        self.on_partition(done)
 
     async def _isr_loop(self) -> None:
         interval = max(self.settings.lag_time_max_ms / 4, 20) / 1000

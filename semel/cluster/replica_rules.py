@@ -16,10 +16,10 @@ Kafka's rules:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..protocol.errors import KafkaError
-from .state import PartitionState
+from .state import NO_LEADER, PartitionState
 
 UNDEFINED = -1
 
@@ -131,3 +131,26 @@ def diverging_epoch(epochs, log_start: int, log_end: int, fetch_offset: int,
         return epoch, end
     return None
 
+
+
+def hand_over(state: PartitionState, new_isr: tuple[int, ...], min_isr: int, alive) -> PartitionState | None:
+    """Instead of shrinking the ISR to `new_isr`, the state that moves leadership away, or
+    None to shrink as asked.
+
+    A leader that would fall below `min_isr` because no follower reaches it, while the
+    followers it would drop are registered (alive: broker ids) and are themselves at
+    least `min_isr`, is most likely the one cut off: shrinking would leave every acks=all
+    producer waiting on NOT_ENOUGH_REPLICAS for as long as the cut lasts, where those
+    followers together can take writes. Leadership goes to the first of them in replica
+    order, at a new epoch, with an ISR of exactly them: every one was in the ISR, so holds
+    everything up to the high watermark (every acknowledged write), and the old leader
+    joins again only by catching up. Requiring `min_isr` of them keeps it from bouncing:
+    the new leader's own ISR is then exactly that many or more, so one more missing
+    follower makes it shrink, not hand over again."""
+    if len(new_isr) >= min_isr or state.leader == NO_LEADER:
+        return None
+    alive = set(alive)
+    others = tuple(r for r in state.replicas if r in state.isr and r != state.leader)
+    if len(others) < min_isr or not all(r in alive for r in others):
+        return None
+    return replace(state, leader=others[0], leader_epoch=state.leader_epoch + 1, isr=others)
