@@ -15,9 +15,10 @@ by leader epoch, then fetch: semel.cluster.replica_fetcher). As leader, Kafka's 
 - acks=all completes when the high watermark passes the batch (`wait_for_hw`);
   NOT_ENOUGH_REPLICAS before the append when the ISR is below min.insync.replicas,
   NOT_ENOUGH_REPLICAS_AFTER_APPEND when it fell below while waiting.
-- A leader that would shrink its ISR below min.insync.replicas because none of its
-  followers reaches it, while they are registered and enough to take writes, hands
-  leadership to them instead (replica_rules.hand_over).
+- A leader that would be left alone in its ISR, below min.insync.replicas, because none
+  of its followers reaches it, while they are registered and enough to take writes,
+  hands leadership to them instead (replica_rules.hand_over), once they have been
+  silent for 1.5 lease times (a dead one is unregistered by then).
 - An ISR change that cannot reach etcd is retried by the next check; the outage is
   logged once (the view's OutageLog), never as a task's unretrieved exception.
 """
@@ -380,8 +381,9 @@ class ReplicaManager:
                     return
                 handed = hand_over(st, new, self.min_insync(tp[0]), self.view.brokers())
                 if handed is not None:
-                    await self._hand_over(tp, st, handed)
-                    return
+                    if self._quiet_ms(ls, handed.isr) >= self._hand_over_after_ms():
+                        await self._hand_over(tp, st, handed)
+                    return    # neither shrink nor hand over yet: a dead follower may still look registered
                 ls.pending_isr = new
                 self._advance_hw(tp, ls)      # a joining replica fixes the high watermark from now on
                 try:
@@ -397,6 +399,16 @@ class ReplicaManager:
                     return
         finally:
             ls.isr_busy = False
+
+    def _hand_over_after_ms(self) -> float:
+        """How long the in-sync followers must have been silent before leadership goes to
+        them: past the lag limit, and long enough that one that died has lost its
+        registration (a lease, and half of one for etcd's expiry check and the watch)."""
+        return max(self.settings.lag_time_max_ms, 1500 * getattr(self.view, "lease_ttl_s", 0))
+
+    def _quiet_ms(self, ls: LeaderState, followers) -> float:
+        last = max((ls.progress[r].last_caught_up_ms for r in followers if r in ls.progress), default=0.0)
+        return self._now_ms() - last
 
     async def _hand_over(self, tp: TopicPartition, st: PartitionState, handed: PartitionState) -> None:
         done = await self.view.write_partition(st, handed)

@@ -137,20 +137,23 @@ def hand_over(state: PartitionState, new_isr: tuple[int, ...], min_isr: int, ali
     """Instead of shrinking the ISR to `new_isr`, the state that moves leadership away, or
     None to shrink as asked.
 
-    A leader that would fall below `min_isr` because no follower reaches it, while the
-    followers it would drop are registered (alive: broker ids) and are themselves at
-    least `min_isr`, is most likely the one cut off: shrinking would leave every acks=all
-    producer waiting on NOT_ENOUGH_REPLICAS for as long as the cut lasts, where those
-    followers together can take writes. Leadership goes to the first of them in replica
-    order, at a new epoch, with an ISR of exactly them: every one was in the ISR, so holds
-    everything up to the high watermark (every acknowledged write), and the old leader
-    joins again only by catching up. Requiring `min_isr` of them keeps it from bouncing:
-    the new leader's own ISR is then exactly that many or more, so one more missing
-    follower makes it shrink, not hand over again."""
-    if len(new_isr) >= min_isr or state.leader == NO_LEADER:
+    A leader about to be left alone in its ISR, below `min_isr`, hears none of its in-sync
+    followers. When they are still registered (alive: broker ids), and with the other
+    registered replicas are at least `min_isr`, the leader is most likely the one cut off:
+    shrinking would keep every acks=all producer on NOT_ENOUGH_REPLICAS for as long as
+    the cut lasts, where they can take writes together. Leadership goes to the first of
+    them in replica order, at a new epoch, with an ISR of exactly them: each was in the
+    ISR, so holds everything up to the high watermark (every acknowledged write); the
+    other replicas, the old leader too, join again by catching up. Only a leader that is
+    alone hands over, so one that still hears a follower shrinks as before; the caller
+    waits first until a follower that died would have left the registrations (its lease
+    ended), so leadership is not handed to a dead broker."""
+    if min_isr <= 1 or state.leader == NO_LEADER or tuple(new_isr) != (state.leader,):
         return None
     alive = set(alive)
     others = tuple(r for r in state.replicas if r in state.isr and r != state.leader)
-    if len(others) < min_isr or not all(r in alive for r in others):
+    if not others or not all(r in alive for r in others):
+        return None
+    if sum(1 for r in state.replicas if r != state.leader and r in alive) < min_isr:
         return None
     return replace(state, leader=others[0], leader_epoch=state.leader_epoch + 1, isr=others)

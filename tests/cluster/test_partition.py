@@ -25,6 +25,9 @@ pytestmark = [pytest.mark.process,
               pytest.mark.skipif(WHY is not None and not os.environ.get("CI"), reason=f"no namespaces: {WHY}")]
 
 CUT_S = 16
+# Where the numbers go in the results file: "after" for this tree; a run on an older
+# tree (with this harness copied in) sets PARTITION_RESULT_KEY=before.
+RESULT_KEY = os.environ.get("PARTITION_RESULT_KEY", "after")
 AFTER_HEAL_S = 6
 TXN_TIMEOUT_S = 60
 
@@ -86,7 +89,7 @@ def test_leader_cut_from_peers_and_etcd_but_reachable_by_clients(cluster, tmp_pa
                                                                "leaders": leaders(md)}}
     topic = "cut-leader"
     recs, result = run_cut(cluster, tmp_path, topic, cut, zombie)
-    save("leader_cut_from_peers_and_etcd", "after", result)
+    save("leader_cut_from_peers_and_etcd", RESULT_KEY, result)
     check_safety(recs)
     assert result["zombie_answers"][-1][1] == KafkaError.NOT_LEADER_OR_FOLLOWER.name, result
     # The zombie answers NOT_LEADER by the time its lease would have ended (plus a probe).
@@ -102,7 +105,7 @@ def test_broker_cut_from_everyone_but_etcd(cluster, tmp_path):
             cluster.net.cut(BROKERS[leader], h)
         return f"b{leader} (leader of p0) from its peers and the clients; etcd reaches it"
     recs, result = run_cut(cluster, tmp_path, "cut-all-but-etcd", cut)
-    save("broker_cut_from_everyone_but_etcd", "after", result)
+    save("broker_cut_from_everyone_but_etcd", RESULT_KEY, result)
     check_safety(recs)
     assert_available(result)
 
@@ -113,7 +116,7 @@ def test_leader_that_cannot_hear_its_followers(cluster, tmp_path):
             cluster.net.cut(h, BROKERS[leader], one_way=True)
         return f"b{leader} (leader of p0) hears nothing from its followers; all else flows"
     recs, result = run_cut(cluster, tmp_path, "cut-followers", cut)
-    save("leader_cannot_hear_followers", "after", result)
+    save("leader_cannot_hear_followers", RESULT_KEY, result)
     check_safety(recs)
     assert_available(result)
 
@@ -137,7 +140,7 @@ def test_controller_cut_from_etcd(cluster, tmp_path):
         cluster_controller.append(controller)
         return cut(leader, controller)
     recs, result = run_cut(cluster, tmp_path, topic, cut_and_remember, stale)
-    save("controller_cut_from_etcd", "after", result)
+    save("controller_cut_from_etcd", RESULT_KEY, result)
     check_safety(recs)
     seen = result["controller_metadata_after_lease"]
     assert seen["controller"] == -1, result       # it names no controller, itself least of all

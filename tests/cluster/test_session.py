@@ -89,19 +89,29 @@ def test_leader_no_follower_reaches_hands_over_to_the_registered_followers():
     assert new.replicas == ST.replicas
 
 
+def test_a_leader_whose_isr_shrank_one_by_one_hands_to_the_last_follower():
+    """Followers fall silent one lag check apart: the ISR shrinks to (0, 2) first, and
+    when the leader would be alone, 2 leads alone until 1 catches up with it."""
+    shrunk = PartitionState("t", 0, (0, 1, 2), 0, 4, (0, 2), version=8)
+    new = hand_over(shrunk, (0,), 2, {0, 1, 2})
+    assert (new.leader, new.leader_epoch, new.isr) == (2, 5, (2,))
+
+
 @pytest.mark.parametrize("new_isr,min_isr,alive", [
-    ((0, 1), 2, {0, 1, 2}),     # one follower left: a shrink still takes writes
+    ((0, 1), 2, {0, 1, 2}),     # a follower still reaches it: a shrink still takes writes
+    ((0, 2), 3, {0, 1, 2}),     # it hears a follower: shrink
     ((0,), 1, {0, 1, 2}),       # min.insync 1: the leader alone takes writes
-    ((0,), 2, {0, 1}),          # a follower gone from etcd: really dead, shrink
-    ((0,), 3, {0, 1, 2}),       # the followers alone could not take writes either
+    ((0,), 2, {0, 1}),          # an in-sync follower gone from etcd: really dead, shrink
+    ((0,), 3, {0, 1, 2}),       # the others could not take writes either
 ])
 def test_no_hand_over(new_isr, min_isr, alive):
     assert hand_over(ST, new_isr, min_isr, alive) is None
 
 
-def test_no_bounce_between_the_new_leader_and_the_other_follower():
+def test_no_bounce_while_the_new_leader_hears_a_follower():
     first = hand_over(ST, (0,), 2, {0, 1, 2})
-    assert hand_over(first, (first.leader,), 2, {0, 1, 2}) is None
+    assert hand_over(first, (first.leader, 2), 2, {0, 1, 2}) is None
+    assert hand_over(first, (first.leader,), 2, {0, 1, 2}).leader == 2   # alone again: it moves on
 
 
 def test_no_hand_over_from_a_leaderless_or_single_replica_state():

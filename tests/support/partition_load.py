@@ -25,7 +25,7 @@ from tests.support.copier import Copier
 
 CLIENT_RULES = {"retry.backoff.ms": 100, "retry.backoff.max.ms": 500, "topic.metadata.refresh.interval.ms": 5000,
                 "metadata.recovery.strategy": "none"}
-PRODUCER_RULES = {**CLIENT_RULES, "request.timeout.ms": 5000, "message.timeout.ms": 180000}
+PRODUCER_RULES = {**CLIENT_RULES, "request.timeout.ms": 5000, "socket.timeout.ms": 5000, "message.timeout.ms": 180000}
 
 
 class Out:
@@ -55,7 +55,9 @@ class StoppableCopier(Copier):
 
 
 def produce(bootstrap: str, topic: str, parts: int, out: Out, stop: threading.Event) -> None:
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, **PRODUCER_RULES})
+    debug = {"debug": os.environ["PARTITION_LOAD_DEBUG"]} if os.environ.get("PARTITION_LOAD_DEBUG") else {}
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, **PRODUCER_RULES,
+                  **debug})
 
     def delivered(err, msg):
         if err is None:
