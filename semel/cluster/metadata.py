@@ -292,7 +292,9 @@ class EtcdClusterView:
         while not self._stopping:
             if not self._fenced and self.fenced:
                 self._fence()
-            await asyncio.sleep(min(max(self.session.remaining(), 0.02), self.lease_ttl_s / 3))
+            wait = self.lease_ttl_s / 3 if self._fenced else min(max(self.session.remaining(), 0.02),
+                                                                 self.lease_ttl_s / 3)
+            await asyncio.sleep(wait)
 
     def _fence(self) -> None:
         self._fenced = True
