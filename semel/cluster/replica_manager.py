@@ -379,9 +379,11 @@ class ReplicaManager:
                                  self.settings.lag_time_max_ms, ls.epoch_start, alive=self.view.brokers())
                 if new is None:
                     return
-                handed = hand_over(st, new, self.min_insync(tp[0]), self.view.brokers())
+                wait_ms = self._hand_over_after_ms()
+                handed = (hand_over(st, new, self.min_insync(tp[0]), self.view.brokers())
+                          if wait_ms is not None else None)
                 if handed is not None:
-                    if self._quiet_ms(ls, handed.isr) >= self._hand_over_after_ms():
+                    if self._quiet_ms(ls, handed.isr) >= wait_ms:
                         await self._hand_over(tp, st, handed)
                     return    # neither shrink nor hand over yet: a dead follower may still look registered
                 ls.pending_isr = new
@@ -400,11 +402,16 @@ class ReplicaManager:
         finally:
             ls.isr_busy = False
 
-    def _hand_over_after_ms(self) -> float:
+    def _hand_over_after_ms(self) -> float | None:
         """How long the in-sync followers must have been silent before leadership goes to
         them: past the lag limit, and long enough that one that died has lost its
-        registration (a lease, and half of one for etcd's expiry check and the watch)."""
-        return max(self.settings.lag_time_max_ms, 1500 * getattr(self.view, "lease_ttl_s", 0))
+        registration (a lease, and half of one for etcd's expiry check and the watch).
+        None where registrations are not sessions (an in-memory view: every broker always
+        looks registered, so "registered" says nothing about a follower): never then."""
+        lease_s = getattr(self.view, "lease_ttl_s", None)
+        if not lease_s:
+            return None
+        return max(self.settings.lag_time_max_ms, 1500 * lease_s)
 
     def _quiet_ms(self, ls: LeaderState, followers) -> float:
         last = max((ls.progress[r].last_caught_up_ms for r in followers if r in ls.progress), default=0.0)
