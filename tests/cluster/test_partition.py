@@ -17,8 +17,9 @@ import pytest
 
 from semel.launch.netns import available
 from semel.protocol.errors import KafkaError
-from tests.support.partition_nemesis import (BROKERS, LEASE_S, NetnsCluster, Load, check_safety, create_topic,
+from tests.support.partition_nemesis import (BROKERS, LEASE_S, Load, NetnsCluster, check_safety, create_topic,
                                              leaders, measure, save, zombie_answers)
+from tests.support.txn import call
 
 WHY = available()
 pytestmark = [pytest.mark.process,
@@ -85,8 +86,10 @@ def test_leader_cut_from_peers_and_etcd_but_reachable_by_clients(cluster, tmp_pa
     def zombie(leader, t_cut, t_heal):
         answers = zombie_answers(cluster, leader, topic, 0, t_heal - 1)
         md = cluster.metadata(leader, [topic])
+        found = cluster.client(lambda c: call(c, 10, 3, key=f"copier-{topic}", key_type=1), leader)
         return {"zombie_answers": answers, "zombie_metadata": {"controller": md.controller_id,
-                                                               "leaders": leaders(md)}}
+                                                               "leaders": leaders(md)},
+                "zombie_find_coordinator": KafkaError(found.error_code).name}
     topic = "cut-leader"
     recs, result = run_cut(cluster, tmp_path, topic, cut, zombie)
     save("leader_cut_from_peers_and_etcd", RESULT_KEY, result)
@@ -95,6 +98,7 @@ def test_leader_cut_from_peers_and_etcd_but_reachable_by_clients(cluster, tmp_pa
     # The zombie answers NOT_LEADER by the time its lease would have ended (plus a probe).
     assert result["zombie_answers"][-1][0] <= LEASE_S + 2, result
     assert result["zombie_metadata"]["controller"] == -1
+    assert result["zombie_find_coordinator"] == KafkaError.COORDINATOR_NOT_AVAILABLE.name, result
     assert result["leader"] not in result["zombie_metadata"]["leaders"].values()
     assert_available(result)
 
