@@ -249,24 +249,41 @@ class EtcdClusterView:
 
     async def _register(self) -> None:
         sent = self.session.clock()
-        self.lease = await self.etcd.lease_grant(self.lease_ttl_s, self._call_timeout())
+        self.lease = await self.etcd.lease_grant(self.lease_ttl_s, self.lease_ttl_s)
         self.session.renewed(sent, self.lease_ttl_s)
         body = json.dumps({"node_id": self.node_id, "host": self.info.host, "port": self.info.port,
                            "rack": self.info.rack, "endpoints": [list(e) for e in self.info.endpoints]}).encode()
         await self.etcd.put(self.keys.broker(self.node_id), body, lease=self.lease)
 
-    def _call_timeout(self) -> float:
-        """Each lease call gives up after a third of the TTL, so a request lost on the way
-        leaves time for two more tries before the lease ends."""
-        return self.lease_ttl_s / 3
-
     async def _keepalive(self) -> None:
-        while not self._stopping:
-            await asyncio.sleep(self.lease_ttl_s / 3)
+        """A keepalive every third of the TTL, each in its own task: a slow answer still
+        renews from its send time, so none is cut short, and a slow one does not hold
+        back the next (an answer later than the TTL renews nothing)."""
+        lock = asyncio.Lock()
+        pending: set[asyncio.Task] = set()
+        try:
+            while not self._stopping:
+                await asyncio.sleep(self.lease_ttl_s / 3)
+                task = asyncio.create_task(self._renew(lock), name="cluster-lease-renew")
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+        finally:
+            for task in list(pending):
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _renew(self, lock: asyncio.Lock) -> None:
+        sent, lease = self.session.clock(), self.lease
+        try:
+            ttl = await self.etcd.lease_keepalive(lease, self.lease_ttl_s)
+        except EtcdError as exc:
+            self.outage.failed("lease keepalive", exc)
+            return
+        self.outage.ok()
+        async with lock:     # one registration or resumption at a time
+            if lease != self.lease:
+                return       # an answer about a lease already replaced
             try:
-                sent = self.session.clock()
-                ttl = await self.etcd.lease_keepalive(self.lease, self._call_timeout())
-                self.outage.ok()
                 if ttl > 0:
                     self.session.renewed(sent, ttl)
                 else:
@@ -277,7 +294,7 @@ class EtcdClusterView:
                 if self._fenced:
                     await self._resume()
             except EtcdError as exc:
-                self.outage.failed("lease keepalive", exc)
+                self.outage.failed("registering again", exc)
 
     @property
     def fenced(self) -> bool:

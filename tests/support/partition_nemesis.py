@@ -138,8 +138,9 @@ class Load:
         self.stop_file.touch()
         try:
             self.proc.wait(400)
-        except subprocess.TimeoutExpired:
+        except BaseException:    # timed out or interrupted: no client outlives the run
             self.proc.kill()
+            self.proc.wait()
             raise
         return self.records()
 
