@@ -16,6 +16,12 @@ by leader epoch, then fetch: semel.cluster.replica_fetcher). As leader, Kafka's 
 - acks=all completes when the high watermark passes the batch (`wait_for_hw`);
   NOT_ENOUGH_REPLICAS before the append when the ISR is below min.insync.replicas,
   NOT_ENOUGH_REPLICAS_AFTER_APPEND when it fell below while waiting.
+- A leader that would be left alone in its ISR, below min.insync.replicas, because none
+  of its followers reaches it, while they are registered and enough to take writes,
+  hands leadership to them instead (replica_rules.hand_over), once they have been
+  silent for 1.5 lease times (a dead one is unregistered by then).
+- An ISR change that cannot reach etcd is retried by the next check; the outage is
+  logged once (the view's OutageLog), never as a task's unretrieved exception.
 """
 from __future__ import annotations
 
@@ -33,9 +39,11 @@ from .hw_checkpoint import HW_SAVE_INTERVAL_S, load_hws, save_hws
 from .offline import OfflineLogs
 from .peer import PeerDialer
 from .reassignment import THROTTLE_RATE, Throttle
+from .etcd import EtcdError
 from .replica_fetcher import Durable, FetchSettings, LeaderFetcher
-from .replica_rules import (UNDEFINED, FollowerProgress, TopicPartition, diverging_epoch, high_watermark,
-                            isr_change, leader_epoch_error)
+from .replica_rules import (UNDEFINED, FollowerProgress, TopicPartition, diverging_epoch, hand_over,
+                            high_watermark, isr_change, leader_epoch_error)
+from .session import OutageLog
 from .state import ClusterView, PartitionState
 
 log = logging.getLogger("semel.cluster.replica_manager")
@@ -99,6 +107,7 @@ class ReplicaManager:
         # Followers here stop fetching while set: what a stopped (SIGSTOP) follower looks
         # like to its leaders, without stopping the rest of the broker.
         self.fetching_paused = False
+        self.outage = getattr(view, "outage", None) or OutageLog(log, f"broker {view.node_id}")
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
@@ -367,7 +376,17 @@ class ReplicaManager:
         ls = self.leading.get(tp)
         if ls is not None and not ls.isr_busy:
             ls.isr_busy = True
-            asyncio.get_running_loop().create_task(self._update_isr(tp, ls))
+            asyncio.get_running_loop().create_task(self._update_isr_logged(tp, ls))
+
+    async def _update_isr_logged(self, tp: TopicPartition, ls: LeaderState) -> None:
+        """The task `_schedule_isr_check` starts: nothing may escape it unhandled (the ISR
+        loop schedules the check again within lag_time_max_ms / 4)."""
+        try:
+            await self._update_isr(tp, ls)
+        except EtcdError as exc:
+            self.outage.failed(f"ISR change of {tp[0]}-{tp[1]}", exc)
+        except Exception:
+            log.exception("%s-%d: ISR change failed", *tp)
 
     async def _update_isr(self, tp: TopicPartition, ls: LeaderState) -> None:
         try:
@@ -381,6 +400,13 @@ class ReplicaManager:
                                  self.settings.lag_time_max_ms, ls.epoch_start, alive=self.view.brokers())
                 if new is None:
                     return
+                wait_ms = self._hand_over_after_ms()
+                handed = (hand_over(st, new, self.min_insync(tp[0]), self.view.brokers())
+                          if wait_ms is not None else None)
+                if handed is not None and wait_ms is not None:
+                    if self._quiet_ms(ls, handed.isr) >= wait_ms:
+                        await self._hand_over(tp, st, handed)
+                    return    # neither shrink nor hand over yet: a dead follower may still look registered
                 ls.pending_isr = new
                 self._advance_hw(tp, ls)      # a joining replica fixes the high watermark from now on
                 try:
@@ -389,12 +415,38 @@ class ReplicaManager:
                     ls.pending_isr = ()
                     if self.leading.get(tp) is ls:
                         self._advance_hw(tp, ls)     # a lost CAS may leave the leader alone again
+                self.outage.ok()
                 if done is not None:
                     log.info("%s-%d: isr %s -> %s", *tp, list(st.isr), list(done.isr))
                     self.on_partition(done)
                     return
         finally:
             ls.isr_busy = False
+
+    def _hand_over_after_ms(self) -> float | None:
+        """How long the in-sync followers must have been silent before leadership goes to
+        them: past the lag limit, and long enough that one that died has lost its
+        registration (a lease, and half of one for etcd's expiry check and the watch).
+        None where registrations are not sessions (an in-memory view: every broker always
+        looks registered, so "registered" says nothing about a follower): never then."""
+        lease_s = getattr(self.view, "lease_ttl_s", None)
+        if not lease_s:
+            return None
+        return max(self.settings.lag_time_max_ms, 1500 * lease_s)
+
+    def _quiet_ms(self, ls: LeaderState, followers) -> float:
+        last = max((ls.progress[r].last_caught_up_ms for r in followers if r in ls.progress), default=0.0)
+        return self._now_ms() - last
+
+    async def _hand_over(self, tp: TopicPartition, st: PartitionState, handed: PartitionState) -> None:
+        done = await self.view.write_partition(st, handed)
+        self.outage.ok()
+        if done is None:
+            return       # the state moved on: the next check decides from it
+        log.warning("%s-%d: no follower reaches this leader (isr %s would fall below min.insync.replicas); "
+                    "leadership handed to %d at epoch %d, isr %s", *tp, list(st.isr), done.leader,
+                    done.leader_epoch, list(done.isr))
+        self.on_partition(done)
 
     async def _isr_loop(self) -> None:
         interval = max(self.settings.lag_time_max_ms / 4, 20) / 1000
