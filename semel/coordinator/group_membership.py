@@ -37,6 +37,10 @@ class GroupMembership:
         if not err and not (self.config.min_session_timeout_ms <= session_timeout_ms
                             <= self.config.max_session_timeout_ms):
             err = KafkaError.INVALID_SESSION_TIMEOUT
+        consumer = self._consumer_groups.get(group_id) if not err else None
+        if consumer is not None and consumer.members:
+            # A group of the consumer protocol with members: no online migration (yet).
+            err = KafkaError.INCONSISTENT_GROUP_PROTOCOL
         if err:
             return done_future(JoinResult(err, member_id))
         if rebalance_timeout_ms is None or rebalance_timeout_ms <= 0:
@@ -469,6 +473,9 @@ class GroupMembership:
             group = self._groups.get(gid)
             if err:
                 out.append(GroupSummary(gid, err, "", "", ""))
+            elif gid in self._consumer_groups:
+                # As Kafka: DescribeGroups describes classic groups; ConsumerGroupDescribe these.
+                out.append(GroupSummary(gid, KafkaError.GROUP_ID_NOT_FOUND, S.DEAD.value, "", ""))
             elif group is None:
                 out.append(GroupSummary(gid, KafkaError.NONE, S.DEAD.value, "", ""))
             else:
@@ -494,11 +501,13 @@ class GroupMembership:
         if err:
             return err, []
         wanted = {STATE_BY_NAME.get(s.lower()) for s in states or ()}
+        consumer = self.consumer_group_rows()
+        names = {s.lower() for s in states or ()}
         return KafkaError.NONE, [
             (g.group_id, g.protocol_type or "", g.state.value)
             for g in self._groups.values()
-            if not wanted or g.state in wanted
-        ]
+            if (not wanted or g.state in wanted) and g.group_id not in self._consumer_groups
+        ] + [row for row in consumer if not names or row[2].lower() in names]
 
     def delete_groups(self, group_ids: Iterable[str]) -> "asyncio.Future[dict[str, KafkaError]]":
         """Delete empty groups: tombstones for the group and all its offsets."""

