@@ -21,6 +21,7 @@ CLIENT_MAX = {
     # admin (semel.client.admin): groups, KIP-664 transaction tooling
     ApiKey.DESCRIBE_GROUPS: 5, ApiKey.LIST_GROUPS: 4, ApiKey.WRITE_TXN_MARKERS: 1, ApiKey.DELETE_GROUPS: 2,
     ApiKey.DESCRIBE_PRODUCERS: 0, ApiKey.DESCRIBE_TRANSACTIONS: 0, ApiKey.LIST_TRANSACTIONS: 2,
+    ApiKey.CONSUMER_GROUP_DESCRIBE: 1,
     # topic admin (semel topic alter | delete-records | reassign)
     ApiKey.DELETE_RECORDS: 2, ApiKey.CREATE_PARTITIONS: 3, ApiKey.INCREMENTAL_ALTER_CONFIGS: 1,
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: 0, ApiKey.LIST_PARTITION_REASSIGNMENTS: 0,

@@ -171,3 +171,99 @@ def test_two_members_split_then_one_leaves(broker):
     read = a.seen + b.seen
     assert len(read) == len(set(read)) == PARTITIONS * RECORDS
     assert _committed(broker.bootstrap, group, topic) == {p: RECORDS for p in range(PARTITIONS)}
+
+
+def test_static_member_comes_back_to_its_partitions(broker):
+    topic, group = f"cp-static-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
+    _create_and_fill(broker.bootstrap, topic)
+    a = Member(broker.bootstrap, group, [topic], **{"group.instance.id": "static-a"})
+    b = Member(broker.bootstrap, group, [topic])
+    a.start()
+    b.start()
+    _wait(lambda: len(a.holding()) == 2 and len(b.holding()) == 2, 60, "two members, two partitions each")
+    held_a, held_b = a.holding(), b.holding()
+    epoch_before = _group_epoch(broker.bootstrap, group)
+    a.stop()   # a static member's close leaves with epoch -2: its partitions wait for it
+    _wait(lambda: _member_epochs(broker.bootstrap, group).get("static-a") == -2, 30, "static leave recorded")
+    assert b.holding() == held_b
+    again = Member(broker.bootstrap, group, [topic], **{"group.instance.id": "static-a"})
+    again.start()
+    try:
+        _wait(lambda: again.holding() == held_a, 60, "the static member back on its partitions")
+        assert b.holding() == held_b
+        assert _group_epoch(broker.bootstrap, group) == epoch_before   # no rebalance
+    finally:
+        again.stop()
+        b.stop()
+
+
+def _group_view(bootstrap: str, group: str):
+    """The group as ConsumerGroupDescribe shows it, read with semel's own client."""
+    from semel.client import Client
+    from semel.protocol.api_keys import ApiKey
+    with Client(bootstrap) as c:
+        (g,) = c.request(ApiKey.CONSUMER_GROUP_DESCRIBE, group_ids=[group],
+                         include_authorized_operations=False).groups
+    return g
+
+
+def _group_epoch(bootstrap: str, group: str) -> int:
+    return _group_view(bootstrap, group).group_epoch
+
+
+def _member_epochs(bootstrap: str, group: str) -> dict:
+    return {m.instance_id or m.member_id: m.member_epoch for m in _group_view(bootstrap, group).members}
+
+
+def test_regex_subscription_picks_up_a_new_topic(broker):
+    prefix = f"cp-re-{uuid.uuid4().hex[:6]}"
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    _create_and_fill(broker.bootstrap, f"{prefix}-one", partitions=2, n=10)
+    m = Member(broker.bootstrap, group, [f"^{prefix}-.*"])
+    m.start()
+    try:
+        _wait(lambda: m.count() >= 20, 60, "the first matching topic's records")
+        _create_and_fill(broker.bootstrap, f"{prefix}-two", partitions=2, n=10)
+        _create_and_fill(broker.bootstrap, f"other-{prefix}", partitions=1, n=5)   # does not match
+        _wait(lambda: m.count() >= 40, 90, "the new matching topic's records")
+        time.sleep(1)
+        assert {t for t, _, _ in m.seen} == {f"{prefix}-one", f"{prefix}-two"}
+        # The broker matched the regex (librdkafka sends its regexes joined, in parentheses).
+        assert f"^{prefix}-.*" in _group_view(broker.bootstrap, group).members[0].subscribed_topic_regex
+    finally:
+        m.stop()
+    assert len(m.seen) == len(set(m.seen)) == 40
+
+
+def test_group_survives_a_broker_sigkill(start_broker):
+    b = start_broker("--group-consumer-heartbeat-interval-ms", str(HEARTBEAT_MS),
+                     "--group-consumer-session-timeout-ms", "30000")
+    topic, group = "cp-kill", "g-kill"
+    _create_and_fill(b.bootstrap, topic)
+    m = Member(b.bootstrap, group, [topic])
+    m.start()
+    try:
+        _wait(lambda: m.count() >= PARTITIONS * RECORDS, 60, "every record before the kill")
+        _wait(lambda: _committed(b.bootstrap, group, topic) == {p: RECORDS for p in range(PARTITIONS)},
+              30, "commits")
+        before = _group_view(b.bootstrap, group)
+        b.kill()
+        b.restart()
+        after = _group_view(b.bootstrap, group)
+        # The same group, members, epochs and assignment: it was in __consumer_offsets.
+        assert (after.group_epoch, after.assignment_epoch) == (before.group_epoch, before.assignment_epoch)
+        assert [(x.member_id, x.member_epoch) for x in after.members] == \
+            [(x.member_id, x.member_epoch) for x in before.members]
+        # The member goes on (heartbeats at its epoch are accepted) and reads what comes next.
+        from confluent_kafka import Producer
+        p = Producer({"bootstrap.servers": b.bootstrap})
+        for part in range(PARTITIONS):
+            p.produce(topic, value=b"after", partition=part)
+        assert p.flush(30) == 0
+        _wait(lambda: m.count() >= PARTITIONS * (RECORDS + 1), 60, "records produced after the restart")
+        assert [x.member_id for x in _group_view(b.bootstrap, group).members] == [before.members[0].member_id]
+    finally:
+        m.stop()
+    assert len(m.seen) == len(set(m.seen)) == PARTITIONS * (RECORDS + 1)
+    assert _committed(b.bootstrap, group, topic) == {p: RECORDS + 1 for p in range(PARTITIONS)}
+    assert _group_view(b.bootstrap, group).members == []   # it left when it closed
