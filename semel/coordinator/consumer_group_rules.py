@@ -172,15 +172,18 @@ def subscribed_topics(meta: MemberMeta, topics: Mapping[str, int], matches: Matc
     return frozenset(names)
 
 
-def _refresh(group: ConsumerGroup, topics: Mapping[str, int], matches: Matcher) -> dict[str, frozenset[str]]:
+def _refresh(group: ConsumerGroup, topics: Mapping[str, int], matches: Matcher,
+             bumped: bool = False) -> dict[str, frozenset[str]]:
     """Bump the group epoch when the subscribed topics' partition counts changed since it
-    last accounted for them; recompute the target when the group epoch moved past it."""
+    last accounted for them (once per transition: `bumped` when it moved already);
+    recompute the target when the group epoch moved past it."""
     subs = {mid: subscribed_topics(m, topics, matches) for mid, m in group.members.items()}
     wanted = sorted({t for s in subs.values() for t in s})
     counts = tuple((t, topics[t]) for t in wanted if t in topics)
     if counts != group.topic_counts:
         group.topic_counts = counts
-        group.epoch += 1
+        if not bumped:
+            group.epoch += 1
     if group.target_epoch < group.epoch:
         assign = ASSIGNORS[group.assignor]
         group.target = dict(assign(subs, dict(counts), group.target))
@@ -240,6 +243,7 @@ def heartbeat(group: ConsumerGroup | None, group_id: str, hb: Heartbeat, topics:
     if not hb.member_id and not (hb.coordinator_names_member and hb.member_epoch == 0):
         return refuse(KafkaError.INVALID_REQUEST, "MemberId can't be empty.")
     g = group.copy() if group is not None else ConsumerGroup(group_id)
+    start_epoch = g.epoch
 
     if hb.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
         return _leave(group, g, hb)
@@ -263,7 +267,7 @@ def heartbeat(group: ConsumerGroup | None, group_id: str, hb: Heartbeat, topics:
                           f"member epoch {hb.member_epoch} is not the current one")
         _update_meta(g, member_id, hb)
 
-    _refresh(g, topics, matches)
+    _refresh(g, topics, matches, bumped=g.epoch > start_epoch)
     before = g.current[member_id]
     after = reconcile(before, g.target_epoch, g.target.get(member_id, EMPTY),
                       g.owned_by_others(member_id), hb.owned if hb.member_epoch != 0 else before.assigned)
