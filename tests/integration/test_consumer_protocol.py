@@ -46,7 +46,7 @@ def _create_and_fill(bootstrap: str, topic: str, partitions: int = PARTITIONS, n
     p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     for part in range(partitions):
         for i in range(n):
-            p.produce(topic, key=f"{part}-{i}".encode(), value=f"v{i}".encode(), partition=part)
+            p.produce(topic, key=f"{part}-{i}".encode(), value=f"{topic}-{part}-{i}".encode(), partition=part)
     assert p.flush(30) == 0
 
 
@@ -267,3 +267,65 @@ def test_group_survives_a_broker_sigkill(start_broker):
     assert len(m.seen) == len(set(m.seen)) == PARTITIONS * (RECORDS + 1)
     assert _committed(b.bootstrap, group, topic) == {p: RECORDS + 1 for p in range(PARTITIONS)}
     assert _group_view(b.bootstrap, group).members == []   # it left when it closed
+
+
+def _tail(path, lines: int = 8) -> str:
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return " | ".join(line for line in text if not line.startswith("%"))[-2000:] or " | ".join(text[-lines:])
+
+
+def test_transactional_copier_exactly_once_through_broker_sigkills(start_broker, tmp_path):
+    """consume (consumer protocol) -> produce + offsets in one transaction, the broker
+    SIGKILLed twice on the way: the sink holds every source record exactly once."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from semel.client import Client
+    from tests.support.consume import read_values
+
+    b = start_broker("--group-consumer-heartbeat-interval-ms", str(HEARTBEAT_MS),
+                     "--group-consumer-session-timeout-ms", str(SESSION_MS),
+                     "--transaction-abort-check-interval-ms", "200")
+    total = PARTITIONS * 50
+    with Client(b.bootstrap) as c:
+        c.create_topic("sink", PARTITIONS)
+    _create_and_fill(b.bootstrap, "source", n=50)
+    script = Path(__file__).resolve().parents[1] / "support" / "consumer_protocol_copier.py"
+
+    def start_copier():
+        return subprocess.Popen([sys.executable, str(script), "--bootstrap", b.bootstrap, "--source", "source",
+                                 "--sink", "sink", "--group", "copier", "--txn-id", "copier-1",
+                                 "--batch", "4", "--pause-ms", "400"],
+                                stdout=subprocess.DEVNULL, stderr=open(tmp_path / "copier.err", "ab"))
+
+    def progress() -> int:
+        # Offsets the copier committed (a read of the sink would wait for the copy to pause).
+        nonlocal copier
+        if copier.poll() is not None:   # it stops on any error; a new one takes over
+            copier = start_copier()
+        return sum(max(0, o) for o in _committed(b.bootstrap, "copier", "source").values())
+
+    copier = start_copier()
+    at_kills = []
+    try:
+        for _ in range(2):
+            _wait(lambda: progress() > len(at_kills) * 40, 60,
+                  f"progress after {at_kills}: {_tail(tmp_path / 'copier.err')}")
+            at_kills.append(progress())
+            b.kill()
+            time.sleep(0.3)
+            b.restart()
+        _wait(lambda: progress() >= total, 180, "every record copied")
+        time.sleep(2)   # a duplicate would show up after the count is reached
+    finally:
+        copier.kill()
+        copier.wait()
+    copied = read_values(b.bootstrap, "sink", PARTITIONS, idle_s=2.0)
+    source = read_values(b.bootstrap, "source", PARTITIONS, idle_s=2.0)
+    assert sorted(copied) == sorted(source) and len(set(copied)) == len(copied) == total
+    assert at_kills[0] < total, f"the broker was killed only after the copy had finished: {at_kills}"
+    assert _committed(b.bootstrap, "copier", "source") == {p: 50 for p in range(PARTITIONS)}
