@@ -19,7 +19,7 @@ CLIENT_MAX = {
     ApiKey.DELETE_TOPICS: 6, ApiKey.INIT_PRODUCER_ID: 4, ApiKey.ADD_PARTITIONS_TO_TXN: 3, ApiKey.ADD_OFFSETS_TO_TXN: 3,
     ApiKey.END_TXN: 3, ApiKey.TXN_OFFSET_COMMIT: 3, ApiKey.DESCRIBE_CONFIGS: 4,
     # admin (semel.client.admin): groups, KIP-664 transaction tooling
-    ApiKey.DESCRIBE_GROUPS: 5, ApiKey.LIST_GROUPS: 4, ApiKey.WRITE_TXN_MARKERS: 1, ApiKey.DELETE_GROUPS: 2,
+    ApiKey.DESCRIBE_GROUPS: 5, ApiKey.LIST_GROUPS: 5, ApiKey.WRITE_TXN_MARKERS: 1, ApiKey.DELETE_GROUPS: 2,
     ApiKey.DESCRIBE_PRODUCERS: 0, ApiKey.DESCRIBE_TRANSACTIONS: 0, ApiKey.LIST_TRANSACTIONS: 2,
     ApiKey.CONSUMER_GROUP_DESCRIBE: 1,
     # topic admin (semel topic alter | delete-records | reassign)

@@ -155,6 +155,7 @@ class GroupCoordinators(PartitionedCoordinators):
 
     join_group = _by_id("join_group")
     consumer_group_heartbeat = _by_id("consumer_group_heartbeat")
+    group_type = _by_id("group_type")
     sync_group = _by_id("sync_group")
     heartbeat = _by_id("heartbeat")
     leave_group = _by_id("leave_group")

@@ -155,6 +155,10 @@ class ConsumerGroupsMixin:
                 out.append(ConsumerGroupView(gid, KafkaError.NONE, g))
         return out
 
+    def group_type(self, group_id: str) -> str:
+        """Kafka's group type (ListGroups v5): `consumer` for this protocol, else `classic`."""
+        return "consumer" if group_id in self._consumer_groups else "classic"
+
     def consumer_group_rows(self) -> list[tuple[str, str, str]]:
         """(group_id, protocol type, state) of each consumer group, for ListGroups."""
         return [(g.group_id, "consumer", g.state_name()) for g in self._consumer_groups.values()]

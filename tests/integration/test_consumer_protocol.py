@@ -111,6 +111,14 @@ class Member(threading.Thread):
         self.join(30)
 
 
+def _semel(*args) -> str:
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "semel", *args], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
 def _committed(bootstrap: str, group: str, topic: str, partitions: int = PARTITIONS) -> dict[int, int]:
     from confluent_kafka import Consumer, TopicPartition
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
@@ -163,6 +171,17 @@ def test_two_members_split_then_one_leaves(broker):
     _wait(split, 60, "two members with two partitions each")
     desc = _describe(broker.bootstrap, group)
     assert len(desc.members) == 2
+    _wait(lambda: _group_view(broker.bootstrap, group).group_state == "Stable", 30, "a stable group")
+    # `semel group list|describe` show the protocol, the epochs and who holds what.
+    listed = _semel("group", "list", "--bootstrap", broker.bootstrap)
+    assert f"{group}\tStable\tconsumer\tconsumer" in listed.splitlines()
+    view = _group_view(broker.bootstrap, group)
+    described = _semel("group", "describe", group, "--bootstrap", broker.bootstrap)
+    assert (f"group {group}: Stable, 2 member(s), consumer protocol (KIP-848), assignor uniform, "
+            f"group epoch {view.group_epoch}, assignment epoch {view.assignment_epoch}") in described
+    for m in view.members:
+        held = ",".join(f"{tp.topic_name}-{p}" for tp in m.assignment.topic_partitions for p in tp.partitions)
+        assert f"member {m.member_id} " in described and f"epoch {m.member_epoch} assigned {held}" in described
     _wait(lambda: a.count() + b.count() >= PARTITIONS * RECORDS, 60, "every record")
     b.stop()
     _wait(lambda: len(a.holding()) == PARTITIONS, 60, "the remaining member holds all partitions")
