@@ -93,7 +93,34 @@ class ConsumerGroupsMixin:
             else:
                 self.timers.set(key, self.config.consumer_session_timeout_ms,
                                 lambda: self._cg_session_expired(group_id, answer.member_id))
+            self._arm_revocation(group_id, answer.member_id)
         return answer
+
+    def _arm_revocation(self, group_id: str, member_id: str) -> None:
+        """A member told to give partitions up has its rebalance timeout to do so (from the
+        moment it was told); one that keeps them longer is fenced, as in Kafka, so a client
+        that heartbeats but never revokes cannot hold its partitions from the others."""
+        key = ("cg-revoke", group_id, member_id)
+        g = self._consumer_groups.get(group_id)
+        cur = g.current.get(member_id) if g is not None else None
+        if cur is None or cur.state is not rules.MemberState.UNREVOKED_PARTITIONS:
+            self.timers.cancel(key)
+        elif not self.timers.active(key):
+            epoch = cur.epoch
+            self.timers.set(key, g.members[member_id].rebalance_timeout_ms,
+                            lambda: self._spawn(self._cg_revocation_overdue(group_id, member_id, epoch)))
+
+    async def _cg_revocation_overdue(self, group_id: str, member_id: str, epoch: int) -> None:
+        while (pending := self._cg_pending.get(group_id)) is not None:
+            await asyncio.wait([pending])
+        old = self._consumer_groups.get(group_id)
+        cur = old.current.get(member_id) if old is not None and not self._ready_error() else None
+        if cur is None or cur.state is not rules.MemberState.UNREVOKED_PARTITIONS or cur.epoch != epoch:
+            return
+        log.info("member %s of consumer group %s kept partitions past its rebalance timeout; fenced",
+                 member_id, group_id)
+        self.timers.cancel(("cg", group_id, member_id))
+        await self._cg_write(group_id, old, rules.remove_member(old, member_id), Answer())
 
     def _cg_write(self, group_id: str, old: ConsumerGroup | None, new: ConsumerGroup | None,
                   answer: Answer) -> "asyncio.Future[Answer]":
@@ -192,12 +219,14 @@ class ConsumerGroupsMixin:
     # --- replay, compaction, unload ----------------------------------------------------------------
 
     def _arm_consumer_sessions(self) -> None:
-        """Members restored from the log get a full session to find the coordinator again."""
+        """Members restored from the log get a full session (and a member revoking, its full
+        rebalance timeout) to find the coordinator again."""
         for g in self._consumer_groups.values():
             for mid in g.members:
                 gid = g.group_id
                 self.timers.set(("cg", gid, mid), self.config.consumer_session_timeout_ms,
                                 lambda gid=gid, mid=mid: self._cg_session_expired(gid, mid))
+                self._arm_revocation(gid, mid)
 
     def _consumer_snapshot_records(self) -> list[tuple[bytes, bytes | None]]:
         out: list[tuple[bytes, bytes | None]] = []

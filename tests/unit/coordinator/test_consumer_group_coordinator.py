@@ -167,3 +167,41 @@ async def test_classic_and_consumer_groups_keep_to_their_own_protocol():
     assert leave.member_epoch == -1
     assert (await h.coord.delete_groups(["g"]))["g"] == KafkaError.NONE
     assert h.coord.consumer_group_describe(["g"])[0].error == KafkaError.GROUP_ID_NOT_FOUND
+
+
+@async_test
+async def test_a_member_that_never_revokes_is_fenced_after_its_rebalance_timeout():
+    h = await started(consumer_session_timeout_ms=60_000)
+    a = await h.coord.consumer_group_heartbeat("g", hb("a", 0, rebalance_timeout_ms=5000), TOPICS)
+    b = await h.coord.consumer_group_heartbeat("g", hb("b", 0), TOPICS)
+    told = await h.coord.consumer_group_heartbeat("g", hb("a", a.member_epoch, owned=a.assignment), TOPICS)
+    assert len(told.assignment) == 2          # a must give two partitions up
+    for _ in range(4):                        # ...and keeps heartbeating with all four
+        h.clock.advance(1000)
+        again = await h.coord.consumer_group_heartbeat("g", hb("a", told.member_epoch, owned=a.assignment), TOPICS)
+        assert again.error == KafkaError.NONE
+        h.coord.fire_timers()
+        await settle(h.coord)
+    assert "a" in h.coord.consumer_group_describe(["g"])[0].group.members   # 4 s: within its timeout
+    h.clock.advance(1500)
+    h.coord.fire_timers()
+    await settle(h.coord)
+    g = h.coord.consumer_group_describe(["g"])[0].group
+    assert set(g.members) == {"b"}
+    b2 = await h.coord.consumer_group_heartbeat("g", hb("b", b.member_epoch, owned=frozenset()), TOPICS)
+    assert b2.assignment == {("t", p) for p in range(4)}
+
+
+@async_test
+async def test_a_member_that_revokes_in_time_is_not_fenced():
+    h = await started(consumer_session_timeout_ms=60_000)
+    a = await h.coord.consumer_group_heartbeat("g", hb("a", 0, rebalance_timeout_ms=5000), TOPICS)
+    await h.coord.consumer_group_heartbeat("g", hb("b", 0), TOPICS)
+    told = await h.coord.consumer_group_heartbeat("g", hb("a", a.member_epoch, owned=a.assignment), TOPICS)
+    h.clock.advance(1000)
+    done = await h.coord.consumer_group_heartbeat("g", hb("a", told.member_epoch, owned=told.assignment), TOPICS)
+    assert done.member_epoch > told.member_epoch
+    h.clock.advance(10_000)
+    h.coord.fire_timers()
+    await settle(h.coord)
+    assert set(h.coord.consumer_group_describe(["g"])[0].group.members) == {"a", "b"}
