@@ -223,3 +223,47 @@ def test_transactional_copier_exactly_once_through_broker_sigkills(start_broker,
     assert sorted(copied) == sorted(source) and len(set(copied)) == len(copied) == total
     assert at_kills[0] < total, f"the broker was killed only after the copy had finished: {at_kills}"
     assert committed_offsets(b.bootstrap, "copier", "source") == {p: 50 for p in range(PARTITIONS)}
+
+
+def _heartbeat(c, version: int, **fields):
+    from semel.protocol.api_keys import ApiKey
+    base = dict(group_id="wire", member_id="", member_epoch=0, instance_id=None, rack_id=None,
+                rebalance_timeout_ms=30000, subscribed_topic_names=None, server_assignor=None,
+                topic_partitions=None)
+    if version >= 1:
+        base["subscribed_topic_regex"] = None
+    base.update(fields)
+    (answer,) = c.request_many([(ApiKey.CONSUMER_GROUP_HEARTBEAT, {**base, "_version": version})])
+    return answer
+
+
+def test_heartbeat_on_the_wire(broker):
+    """v0 (the coordinator names the member) and v1 (the member names itself), and the
+    errors Kafka answers with, as values on the wire."""
+    from semel.client import Client
+    from semel.protocol.errors import KafkaError as E
+    topic = f"cp-wire-{uuid.uuid4().hex[:6]}"
+    create_and_fill(broker.bootstrap, topic, partitions=2, n=1)
+    with Client(broker.bootstrap) as c:
+        group = f"wire-{uuid.uuid4().hex[:6]}"
+        a = _heartbeat(c, 0, group_id=group, subscribed_topic_names=[topic], topic_partitions=[])
+        assert a.error_code == 0 and a.member_id and a.member_epoch == 1
+        assert a.heartbeat_interval_ms == HEARTBEAT_MS
+        assert sorted(p for t in a.assignment.topic_partitions for p in t.partitions) == [0, 1]
+        assert _heartbeat(c, 0, group_id=group, member_id=a.member_id, member_epoch=7,
+                          topic_partitions=[]).error_code == E.FENCED_MEMBER_EPOCH
+        assert _heartbeat(c, 1, group_id=group, member_id="stranger", member_epoch=3,
+                          topic_partitions=[]).error_code == E.UNKNOWN_MEMBER_ID
+        assert _heartbeat(c, 1, group_id=group, member_id="", subscribed_topic_names=[topic],
+                          topic_partitions=[]).error_code == E.INVALID_REQUEST
+        assert _heartbeat(c, 1, group_id=group, member_id="m2", subscribed_topic_names=[topic],
+                          server_assignor="sticky", topic_partitions=[]).error_code == E.UNSUPPORTED_ASSIGNOR
+        assert _heartbeat(c, 1, group_id=group, member_id="m2", subscribed_topic_regex="(",
+                          topic_partitions=[]).error_code == E.INVALID_REGULAR_EXPRESSION
+        b = _heartbeat(c, 1, group_id=group, member_id="m2", subscribed_topic_names=[topic],
+                       server_assignor="range", topic_partitions=[])
+        assert b.error_code == 0 and b.member_id == "m2" and b.member_epoch == 2
+        assert group_view(broker.bootstrap, group).assignor_name == "range"
+        left = _heartbeat(c, 1, group_id=group, member_id="m2", member_epoch=-1)
+        assert (left.error_code, left.member_epoch) == (0, -1)
+        assert [m.member_id for m in group_view(broker.bootstrap, group).members] == [a.member_id]
