@@ -4,7 +4,8 @@ ConsumerGroupDescribe, session expiry, and the member-epoch checks of offset com
 Every change takes the coordinator's one path: the rules (consumer_group_rules, pure)
 prepare the next state of the group from the current one; the difference is appended
 to __consumer_offsets as records (consumer_records); once durable those records are
-applied to memory by the same function the start-up replay uses. While a group has a
+applied to memory by the same function the start-up replay uses (also when their
+fsync failed: they are in the log, so memory stays what a replay gives). While a group has a
 write in flight, the next request for it waits for that write to be applied and then
 decides on the state it left, never on state read before an await.
 
@@ -137,7 +138,15 @@ class ConsumerGroupsMixin:
         def fail(error: KafkaError) -> Answer:
             return Answer(error, answer.member_id, -1)
 
-        fut = self._write(lambda: self._append_records(records), apply, fail)
+        def unsynced(error: KafkaError) -> Answer:
+            # The records are in the log though their fsync failed, and a replay will apply
+            # them: memory follows the log (as the transaction coordinator's does), so the
+            # next transition is computed from what a restart would load. The member is
+            # answered with the error and retries, as after a lost answer.
+            apply(None)
+            return fail(error)
+
+        fut = self._clog.write(lambda: self._append_records(records), apply, fail, unsynced=unsynced)
         if fut.done():   # applied already (no fsync to wait for) or refused
             return fut
         self._cg_pending[group_id] = fut

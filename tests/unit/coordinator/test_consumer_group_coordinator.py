@@ -63,12 +63,19 @@ async def test_a_second_heartbeat_waits_for_the_first_write():
 
 
 @async_test
-async def test_a_failed_fsync_changes_nothing():
+async def test_a_failed_append_changes_nothing_and_a_failed_fsync_leaves_memory_as_the_log():
     h = await started()
-    h.flusher.fail_next = 1
+    h.log.fail_appends = 1
     answer = await h.coord.consumer_group_heartbeat("g", hb("a", 0), TOPICS)
     assert answer.error == KafkaError.COORDINATOR_NOT_AVAILABLE
-    assert h.coord.consumer_group_describe(["g"])[0].group is None
+    assert h.coord.consumer_group_describe(["g"])[0].group is None and h.log.log_end_offset == 0
+    h.flusher.fail_next = 1
+    answer = await h.coord.consumer_group_heartbeat("g", hb("a", 0), TOPICS)
+    assert answer.error == KafkaError.COORDINATOR_NOT_AVAILABLE      # the member retries
+    replayed = await started(logs=h.logs)
+    assert h.coord.consumer_group_describe(["g"])[0].group == replayed.coord.consumer_group_describe(["g"])[0].group
+    again = await h.coord.consumer_group_heartbeat("g", hb("a", 0), TOPICS)
+    assert again.error == KafkaError.NONE and again.assignment == {("t", p) for p in range(4)}
 
 
 @async_test
