@@ -124,7 +124,7 @@ class ConsumerGroupsMixin:
         await self._cg_write(group_id, old, rules.remove_member(old, member_id), Answer())
 
     def _cg_write(self, group_id: str, old: ConsumerGroup | None, new: ConsumerGroup | None,
-                  answer: Answer) -> "asyncio.Future[Answer]":
+                  answer: Answer | None) -> "asyncio.Future[Answer]":
         """Append the records from `old` to `new`; apply them once durable."""
         records = records_between(old, new)
         if not records:
@@ -136,7 +136,7 @@ class ConsumerGroupsMixin:
             return answer
 
         def fail(error: KafkaError) -> Answer:
-            return Answer(error, answer.member_id, -1)
+            return Answer(error, answer.member_id if answer else "", -1)
 
         def unsynced(error: KafkaError) -> Answer:
             # The records are in the log though their fsync failed, and a replay will apply
@@ -181,7 +181,7 @@ class ConsumerGroupsMixin:
             if err:
                 out.append(ConsumerGroupView(gid, err))
                 continue
-            g = self._consumer_groups.get(gid)
+            g = self._consumer_groups.get(gid) if self.group_type(gid) == "consumer" else None
             if g is None:
                 classic = self._groups.get(gid)
                 msg = (f"Group {gid} is not a consumer group." if classic is not None and not classic.is_empty()
@@ -192,12 +192,19 @@ class ConsumerGroupsMixin:
         return out
 
     def group_type(self, group_id: str) -> str:
-        """Kafka's group type (ListGroups v5): `consumer` for this protocol, else `classic`."""
-        return "consumer" if group_id in self._consumer_groups else "classic"
+        """Kafka's group type (ListGroups v5): `consumer` for this protocol, else `classic`.
+        A consumer group whose members all left, joined by a classic member meanwhile, is
+        classic already (its records are on their way out)."""
+        if group_id not in self._consumer_groups:
+            return "classic"
+        classic = self._groups.get(group_id)
+        consumer = self._consumer_groups[group_id]
+        return "consumer" if consumer.members or classic is None or classic.is_empty() else "classic"
 
     def consumer_group_rows(self) -> list[tuple[str, str, str]]:
         """(group_id, protocol type, state) of each consumer group, for ListGroups."""
-        return [(g.group_id, "consumer", g.state_name()) for g in self._consumer_groups.values()]
+        return [(g.group_id, "consumer", g.state_name()) for g in self._consumer_groups.values()
+                if self.group_type(g.group_id) == "consumer"]
 
     # --- member epochs of offset commits ----------------------------------------------------------
 

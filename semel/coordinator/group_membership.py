@@ -46,6 +46,10 @@ class GroupMembership:
             err = KafkaError.INCONSISTENT_GROUP_PROTOCOL
         if err:
             return done_future(JoinResult(err, member_id))
+        if consumer is not None:
+            # Its last member of the consumer protocol left: the group becomes a classic
+            # one, and the consumer protocol's records of it go (its offsets stay).
+            self._cg_write(group_id, consumer, None, None)
         if rebalance_timeout_ms is None or rebalance_timeout_ms <= 0:
             rebalance_timeout_ms = session_timeout_ms   # JoinGroup v0 has no rebalance timeout
         protocols = [(name, bytes(meta or b"")) for name, meta in protocols]
@@ -476,7 +480,7 @@ class GroupMembership:
             group = self._groups.get(gid)
             if err:
                 out.append(GroupSummary(gid, err, "", "", ""))
-            elif gid in self._consumer_groups:
+            elif self.group_type(gid) == "consumer":
                 # As Kafka: DescribeGroups describes classic groups; ConsumerGroupDescribe these.
                 out.append(GroupSummary(gid, KafkaError.GROUP_ID_NOT_FOUND, S.DEAD.value, "", ""))
             elif group is None:
@@ -509,7 +513,7 @@ class GroupMembership:
         return KafkaError.NONE, [
             (g.group_id, g.protocol_type or "", g.state.value)
             for g in self._groups.values()
-            if (not wanted or g.state in wanted) and g.group_id not in self._consumer_groups
+            if (not wanted or g.state in wanted) and self.group_type(g.group_id) == "classic"
         ] + [row for row in consumer if not names or row[2].lower() in names]
 
     def delete_groups(self, group_ids: Iterable[str]) -> "asyncio.Future[dict[str, KafkaError]]":

@@ -212,3 +212,28 @@ async def test_a_member_that_revokes_in_time_is_not_fenced():
     h.coord.fire_timers()
     await settle(h.coord)
     assert set(h.coord.consumer_group_describe(["g"])[0].group.members) == {"a", "b"}
+
+
+@async_test
+async def test_an_emptied_consumer_group_becomes_classic_when_a_classic_member_joins():
+    h = await started(initial_rebalance_delay_ms=0)
+    a = await h.coord.consumer_group_heartbeat("g", hb("a", 0), TOPICS)
+    await h.coord.commit_offsets("g", a.member_epoch, "a", {("t", 0): (5, -1, "")}, api_version=9)
+    await h.coord.consumer_group_heartbeat("g", hb("a", -1), TOPICS)
+    fut = h.coord.join_group("g", "", protocol_type="consumer", protocols=[("range", b"")],
+                             session_timeout_ms=10_000, require_known_member_id=False)
+    await settle(h.coord)
+    h.coord.fire_timers()                      # the (zero) initial rebalance delay
+    joined = await asyncio.wait_for(fut, 5)
+    assert joined.error == KafkaError.NONE
+    await settle(h.coord)
+    assert h.coord.group_type("g") == "classic"
+    assert "g" not in h.coord._consumer_groups                        # its records are tombstoned
+    assert h.coord.describe_groups(["g"])[0].error == KafkaError.NONE
+    assert [r[0] for r in h.coord.list_groups()[1]] == ["g"]
+    assert h.coord.fetch_offsets("g", [("t", 0)])[1][0].offset == 5  # the offsets stay
+    replayed = await started(logs=h.logs)
+    assert "g" not in replayed.coord._consumer_groups
+    # Back the other way is refused while the classic member is there.
+    back = await h.coord.consumer_group_heartbeat("g", hb("b", 0), TOPICS)
+    assert back.error == KafkaError.GROUP_ID_NOT_FOUND
