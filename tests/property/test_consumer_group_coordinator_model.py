@@ -112,7 +112,10 @@ class CoordinatorModel(RuleBasedStateMachine):
     @rule(ms=st.sampled_from([3000, 11_000]))
     def time_passes(self, ms):
         self.clock.advance(ms)
-        self.h.coord.fire_timers()
+
+        async def fire():   # on the loop, as the coordinator's timer task fires them
+            self.h.coord.fire_timers()
+        self.loop.run_until_complete(fire())
         self._spin()
 
     @invariant()
