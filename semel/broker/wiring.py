@@ -42,6 +42,8 @@ def group_config(c: BrokerConfig) -> GroupConfig:
         initial_rebalance_delay_ms=c.group_initial_rebalance_delay_ms,
         min_session_timeout_ms=c.group_min_session_timeout_ms,
         max_session_timeout_ms=c.group_max_session_timeout_ms,
+        consumer_heartbeat_interval_ms=c.group_consumer_heartbeat_interval_ms,
+        consumer_session_timeout_ms=c.group_consumer_session_timeout_ms,
         offsets_retention_ms=c.offsets_retention_ms,
         compact_records=c.offsets_log_compact_records,
         segment_bytes=c.offsets_log_segment_bytes,

@@ -42,6 +42,8 @@ from typing import Callable
 
 from ..clock import mono_ms
 from ..protocol.errors import KafkaError
+from .consumer_group import ConsumerGroupsMixin
+from .consumer_group_rules import ConsumerGroup
 from .group_membership import GroupMembership
 from .group_model import (
     OFFSETS_TOPIC, FetchedOffset, Group, GroupConfig, GroupSummary, JoinResult, MemberSummary,
@@ -58,7 +60,7 @@ from .ports import CoordinatorSeat, PartitionWriter
 log = logging.getLogger("semel.coordinator.group")
 
 
-class GroupCoordinator(GroupMembership, GroupOffsetsMixin, GroupReplay, GroupWriteQueue):
+class GroupCoordinator(GroupMembership, ConsumerGroupsMixin, GroupOffsetsMixin, GroupReplay, GroupWriteQueue):
     """Consumer groups and committed offsets of one broker (it coordinates every group).
 
     `logs` is the storage LogManager, `flusher` the PartitionWriter its writes wait on
@@ -82,6 +84,9 @@ class GroupCoordinator(GroupMembership, GroupOffsetsMixin, GroupReplay, GroupWri
         self._run_timers = run_timers
         self._groups: dict[str, Group] = {}
         self._producer_groups: dict[int, set[str]] = {}   # producer id -> groups with pending offsets
+        # Groups of the consumer protocol (KIP-848), and the write each is waiting for.
+        self._consumer_groups: dict[str, ConsumerGroup] = {}
+        self._cg_pending: dict[str, asyncio.Future] = {}
         self._log = None
         self._status = "new"
         self._tasks: set[asyncio.Task] = set()
@@ -164,6 +169,8 @@ class GroupCoordinator(GroupMembership, GroupOffsetsMixin, GroupReplay, GroupWri
                 resolve_future(m.sync_future, SyncResult(KafkaError.NOT_COORDINATOR))
         self._clog.fail_all(KafkaError.NOT_COORDINATOR)
         self._groups.clear()
+        self._consumer_groups.clear()
+        self._cg_pending.clear()
         self._producer_groups.clear()
         self.timers.cancel_if(lambda key: isinstance(key, tuple))   # per-group deadlines
 

@@ -18,6 +18,7 @@ from kafka.protocol.api_message import ApiMessage
 
 from .api_keys import ApiKey
 from .errors import KafkaError, ProtocolError
+from .extra_messages import EXTRA_MESSAGES
 from .fetch_response import encode_fetch
 from .produce_request import FAST_VERSIONS as FAST_PRODUCE_VERSIONS
 from .produce_request import Cursor, DecodeInThread, decode_produce
@@ -35,6 +36,9 @@ def _collect(kind: str) -> dict[int, type[ApiMessage]]:
             cls: Any = obj   # kafka-python is untyped: a message class's attributes are Any
             if cls.type == kind:
                 out[cls.API_KEY] = cls
+    for cls in EXTRA_MESSAGES:
+        if cls.type == kind:
+            out.setdefault(cls.API_KEY, cls)
     return out
 
 
