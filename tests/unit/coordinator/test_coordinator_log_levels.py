@@ -63,7 +63,8 @@ def test_a_moved_partition_logs_no_error(caplog):
     caplog.set_level(logging.DEBUG, logger="semel.coordinator.log")
     result, level = _write_through(AppendError(KafkaError.NOT_LEADER_OR_FOLLOWER, "__transaction_state-0 moved"))
     assert result == "unsynced" and level == logging.INFO
-    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+    # Only the coordinator's own lines: a thread another test left behind may log meanwhile.
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("semel.coordinator")] == []
     assert any("moved to another broker" in r.getMessage() for r in caplog.records)
 
 
