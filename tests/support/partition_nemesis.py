@@ -156,8 +156,8 @@ def longest_gap(times: list[float], start: float, end: float) -> float:
 def measure(recs: list[dict], t_cut: float, t_heal: float) -> dict:
     """Per partition the longest time without an acknowledgement across the cut, the
     time to the first acknowledgement sent after the cut began, and how many came in
-    the cut's second half; the same for the copier's commits (its gap runs on past the
-    heal when it committed nothing during the cut)."""
+    the cut's second half and how many after the heal; the same for the copier's commits
+    (its gap runs on past the heal when it committed nothing during the cut)."""
     acks = {p: sorted(r["t"] for r in recs if r["kind"] == "ack" and r["p"] == p) for p in range(PARTS)}
     commits = sorted(r["t"] for r in recs if r["kind"] == "commit")
     half = (t_cut + t_heal) / 2
@@ -171,6 +171,8 @@ def measure(recs: list[dict], t_cut: float, t_heal: float) -> dict:
                                           else later), 2),
         "copier_commits_in_cut": sum(1 for t in commits if t_cut <= t <= t_heal),
         "copier_first_commit_after_cut_s": round(first_commit - t_cut, 2) if first_commit else None,
+        "acks_after_heal": {p: sum(1 for t in ts if t > t_heal) for p, ts in acks.items()},
+        "copier_commits_after_heal": sum(1 for t in commits if t > t_heal),
     }
 
 
