@@ -192,8 +192,11 @@ def check_safety(recs: list[dict]) -> None:
         assert set(copied) <= set(values)
 
 
-def save(scenario: str, when: str, result: dict) -> None:
-    """Merge one scenario's numbers into bench/results/partition_gaps.json under `when`."""
+def save(scenario: str, when: str | None, result: dict) -> None:
+    """Merge one scenario's numbers into bench/results/partition_gaps.json under `when`
+    (PARTITION_RESULT_KEY: "before" or "after"); nothing when it is None."""
+    if when is None:
+        return
     data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     data.setdefault(when, {})[scenario] = result
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
