@@ -175,6 +175,7 @@ class LogManager:
         self.data_dir = Path(data_dir)
         self.default_config = (default_config or LogConfig()).validate()
         self.fs = fs or FileSystem()
+        self.reads_wait_for_fsync = False
         self._topics: dict[str, TopicInfo] = {}
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         # (log end offset at the last compaction pass, when a tombstone it kept expires)
@@ -262,7 +263,16 @@ class LogManager:
     def _open_logs(self, info: TopicInfo, partitions) -> None:
         cfg = log_config_for(self.default_config, info.config)
         for p in partitions:
-            self._logs[(info.name, p)] = PartitionLog.open(self.partition_dir(info.name, p), cfg, self.fs)
+            plog = PartitionLog.open(self.partition_dir(info.name, p), cfg, self.fs)
+            plog.reads_wait_for_fsync = self.reads_wait_for_fsync
+            self._logs[(info.name, p)] = plog
+
+    def set_reads_wait_for_fsync(self, on: bool) -> None:
+        """Every log, open now or later, shows readers only its fsynced end (a single
+        broker under flush_mode "always"; PartitionLog.reads_wait_for_fsync)."""
+        self.reads_wait_for_fsync = on
+        for plog in self._logs.values():
+            plog.reads_wait_for_fsync = on
 
     def _remove_dirs(self, topic: str, partitions: int, start: int = 0) -> None:
         for p in range(start, partitions):
@@ -426,6 +436,7 @@ class LogManager:
                                     log_config_for(self.default_config, info.config), self.fs)
         except OSError as exc:
             raise StorageError(f"cannot reopen {topic}-{partition}: {exc}") from exc
+        new.reads_wait_for_fsync = self.reads_wait_for_fsync
         self._logs[(topic, partition)] = new
         return new
 

@@ -23,6 +23,7 @@ from semel.launch.process import SemelBroker
 from tests.support.consume import read_values
 from tests.support.copier import Copier
 from tests.support.powercut import power_cut_disk
+from tests.support.wait import until
 
 PARTITIONS = 3
 # Small segments and internal logs rewritten often: the cuts also fall on segment rolls,
@@ -78,6 +79,15 @@ class Producing:
 
 def _broker(disk, tmp_path, *args: str) -> SemelBroker:
     return SemelBroker(disk.mount / "data", log_path=tmp_path / "broker.log", extra_args=list(args))
+
+
+def _arm_faults(control_file, spec: str) -> None:
+    """Arm file-system faults in a running broker (semel/storage/fs.py: control_file);
+    returns once it took them."""
+    tmp = control_file.with_name(control_file.name + ".tmp")
+    tmp.write_text(spec)
+    os.replace(tmp, control_file)
+    until(lambda: not control_file.exists(), f"the broker taking the fault spec {spec!r}")
 
 
 def _ends(bootstrap: str, topic: str) -> dict[int, int]:
@@ -204,5 +214,32 @@ def test_acknowledged_topic_offsets_and_record_survive_an_immediate_cut(tmp_path
             consumer.close()
             assert [tp.offset for tp in got] == [10 + p for p in range(PARTITIONS)]
             assert read_values(broker.bootstrap, "meta", PARTITIONS, "read_uncommitted", want=1) == ["v0"]
+        finally:
+            broker.close()
+
+
+def test_a_record_a_reader_saw_survives_a_power_cut(tmp_path):
+    """Readers see a record only once it is fsynced, whatever the producer's acks: a
+    record read and then lost would leave a reader's committed offset past the log end
+    (a copier then rewinds to the earliest offset and copies twice). Slow fsyncs, armed
+    once the topic exists, hold the record in the page cache long enough for a reader
+    that is shown it early to see it before the cut."""
+    from confluent_kafka import Producer
+    with power_cut_disk(tmp_path) as disk:
+        broker = SemelBroker(disk.mount / "data", log_path=tmp_path / "broker.log",
+                             env={"SEMEL_FS_FAULTS": f"control_file={tmp_path / 'faults'}"})
+        broker.start()
+        try:
+            with Client(broker.bootstrap) as c:
+                c.create_topic("seen", 1)
+            _arm_faults(tmp_path / "faults", "fsync_delay_ms=1500")
+            producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": 1})
+            producer.produce("seen", value=b"v0")
+            assert producer.flush(30) == 0
+            assert read_values(broker.bootstrap, "seen", 1, "read_committed", idle_s=30.0, want=1) == ["v0"]
+            broker.kill()
+            disk.cut()
+            broker.start()
+            assert read_values(broker.bootstrap, "seen", 1, "read_committed", want=1) == ["v0"]
         finally:
             broker.close()

@@ -66,11 +66,27 @@ async def produce(ctx, req):
             else:
                 parts.append(await _append_partition(ctx, req, topic.name, pdata, budget))
         results.append((topic.name, parts))
+    if acks != -1 and ctx.broker.replicas is None and ctx.broker.config.log.flush_mode == "always":
+        _flush_soon(ctx.broker, results)
     if acks == 0:
         return None
     if acks == -1 and (ctx.broker.replicas is not None or not _all_flushed(ctx, results)):
         return Deferred(_after_flush(ctx, req, results))
     return _response(ctx, results)
+
+
+_FLUSHING: set = set()   # background flushes of acks=0/1 appends (a task needs a reference)
+
+
+def _flush_soon(broker, results) -> None:
+    """acks=0/1 on one node under flush_mode "always": nobody waits for the fsync, but
+    readers see a record only once it is fsynced (PartitionLog.reads_wait_for_fsync),
+    so it is fsynced now rather than whenever a later acks=all write comes."""
+    named = [(name, part) for name, parts in results for part in parts if part.log is not None]
+    if named:
+        task = asyncio.get_running_loop().create_task(_durable_each(broker, named))
+        _FLUSHING.add(task)
+        task.add_done_callback(_FLUSHING.discard)
 
 
 def _all_flushed(ctx, results) -> bool:
@@ -194,23 +210,28 @@ def _check_transactional(ctx, req, topic, partition, batches) -> KafkaError:
 
 async def _after_flush(ctx, req, results):
     if ctx.broker.replicas is None:
-        await _durable_each(ctx.broker, [part for _, parts in results for part in parts if part.log is not None])
+        await _durable_each(ctx.broker, [(name, part) for name, parts in results for part in parts
+                                         if part.log is not None])
         return _response(ctx, results)
     waits = [_settle(ctx, req, name, part) for name, parts in results for part in parts if part.log is not None]
     await asyncio.gather(*waits)
     return _response(ctx, results)
 
 
-async def _durable_each(broker, parts: list[_PartitionResult]) -> None:
+async def _durable_each(broker, parts: list[tuple[str, _PartitionResult]]) -> None:
     """One node: every partition's batch on disk (flush policy), the fsyncs of all of
-    them in flight together (GroupCommitFlusher.sync_each), without a task per partition."""
+    them in flight together (GroupCommitFlusher.sync_each), without a task per partition.
+    Readers waiting on a partition are woken again: its fsynced end, which they may
+    read up to, just moved."""
     if broker.config.log.flush_mode != "always":
         return
-    failures = await broker.flusher.sync_each([(p.log, p.upto) for p in parts])
-    for part, exc in zip(parts, failures):
+    failures = await broker.flusher.sync_each([(p.log, p.upto) for _, p in parts])
+    for (topic, part), exc in zip(parts, failures):
         if exc is not None:
             log.error("fsync failed: %s", exc)
             part.error = KafkaError.KAFKA_STORAGE_ERROR
+        else:
+            broker.notifier.notify(topic, part.index)
 
 
 async def _settle(ctx, req, topic: str, part: _PartitionResult) -> None:
