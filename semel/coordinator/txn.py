@@ -227,7 +227,10 @@ class TransactionCoordinator(MarkerCompletion, TxnBranches):
             self.txns[meta.txn_id] = meta
 
     async def _roll_forward_prepared(self) -> None:
-        for meta in [m for m in self.txns.values() if m.state in PREPARED]:
+        # A prepared branch of a prepared parent is its parent's to complete, with the
+        # parent's other branches in the same appends: completed on its own it would
+        # show its rows of the batch before theirs.
+        for meta in [m for m in self.txns.values() if m.state in PREPARED and m.txn_id not in self._joined]:
             log.info("rolling forward %s of %s (producer %d epoch %d)", meta.state.name, meta.txn_id,
                      meta.producer_id, meta.epoch)
             await self._complete(meta)
