@@ -253,7 +253,7 @@ class SemelBatchWriter(DataSourceArrowWriter):
                     f"EndTxn {self.o.parent}")
             for m in _written(winners):
                 _end_branch(r, self.o, self.job, [m.partition, m.attempt, m.pid, m.epoch])
-            _fence_losers(r, self.o, self.job, winners)
+            _fence_losers(r, self.o, self.job, winners, earlier=False)
 
     def abort(self, messages) -> None:
         abort_batch(self.o, messages, self.job)
