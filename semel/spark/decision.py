@@ -355,8 +355,11 @@ def _open_branches(r: ClusterRouter, o: SinkOptions, batches: Callable[[int], bo
     the parent's coordinator (a branch hashes like its parent); None where the broker
     cannot filter by id."""
     c = _txn(r, o, o.parent)
-    if c.version(ApiKey.LIST_TRANSACTIONS) < 2:
-        return None
+    try:
+        if c.version(ApiKey.LIST_TRANSACTIONS) < 2:
+            return None
+    except ClientError:
+        return None   # no ListTransactions at all (Tansu 0.6)
     resp = c.request(ApiKey.LIST_TRANSACTIONS, state_filters=["Ongoing"], producer_id_filters=[],
                      duration_filter=-1, transactional_id_pattern=_branch_pattern(o))
     if resp.error_code != KafkaError.NONE:
