@@ -17,8 +17,8 @@ their own branch (semel.spark.branch_writer, as format("semel")'s tasks do, with
 same decided-yet check); the branch messages of the winning attempts collected to the
 driver (small: no rows travel); then commit_batch, the same decision, roll-forward
 and abort of losers as format("semel")'s commit(). A batch Spark replays after a crash
-is recognised from the query's committed offsets and rolled forward, never written
-twice. The query group, parent transaction and branch ids are those format("semel")
+is recognised from the query's committed offsets (by the tasks, which then write
+nothing, and by commit_batch, which rolls it forward), never written twice. The query group, parent transaction and branch ids are those format("semel")
 derives from the same options, so a query may move between the two.
 """
 from __future__ import annotations
@@ -28,7 +28,6 @@ from typing import Any, Callable, Mapping
 
 from semel.spark import decision, sink
 from semel.spark.branch_writer import ArrowInput, write_branch
-from semel.spark.routing import _connect
 from semel.spark.sink_options import SinkError
 
 
@@ -47,12 +46,10 @@ def write_each_batch(options: Mapping[str, str]) -> Callable[[Any, int], None]:
         o, plan = decision.plan_batch(o)
         offsets = plan.offsets if plan.batch == batch_id else decision.batch_offsets(o, batch_id)
         parts = decision.decision_partitions(o, offsets)
-        with _connect(o) as r:
-            done = decision.read_decision(r, o, parts, fence_open=False)
-        if done is None or done["batch"] < batch_id:
-            messages = _write(df, o, cols, batch_id, parts)
-        else:
-            messages = []   # decided before a crash: roll forward only, write nothing again
+        # The job runs even for a batch decided before a crash: Spark requires a stateful
+        # query's foreachBatch to process every partition (its state stores commit then);
+        # each task finds the batch decided and writes nothing, and commit_batch rolls it forward.
+        messages = _write(df, o, cols, batch_id, parts)
         decision.commit_batch(o, messages, batch_id, offsets)
     return run
 

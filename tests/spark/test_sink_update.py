@@ -115,6 +115,7 @@ def run_driver(bs: str, src: str, dst: str, ck: str, kill_at: str | None) -> int
     return proc.returncode
 
 
+@pytest.mark.timeout(900)   # 200 stateful tasks a batch on local[2]: ~40 s a batch here, four driver starts
 def test_update_mode_with_200_shuffle_partitions_survives_driver_kills(spark, spark_broker, tmp_path):
     bs = spark_broker.bootstrap
     src = setup(bs, "upd-kill")
