@@ -41,7 +41,6 @@ from pathlib import Path
 from bench.common import RESULTS, write_result
 from semel.demo.job import session
 from semel.launch.process import SemelBroker
-from semel.spark import sink
 from semel.spark import trace as spark_trace
 
 LATENCY_QUERY = "bench-latency"

@@ -50,10 +50,6 @@ class Backoff:
         """Whether the next wait ends by the deadline."""
         return self._clock() + self._next <= self.deadline
 
-    def next_delay(self) -> float:
-        """The delay the next wait() sleeps."""
-        return self._next
-
     def wait(self) -> None:
         self._sleep(self.step())
 

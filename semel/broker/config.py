@@ -30,6 +30,10 @@ class BrokerConfig:
     group_initial_rebalance_delay_ms: int = 300
     group_min_session_timeout_ms: int = 6_000
     group_max_session_timeout_ms: int = 1_800_000
+    # The consumer protocol (KIP-848): Kafka's group.consumer.heartbeat.interval.ms and
+    # group.consumer.session.timeout.ms, told to members by the broker.
+    group_consumer_heartbeat_interval_ms: int = 5_000
+    group_consumer_session_timeout_ms: int = 45_000
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
     offsets_log_compact_records: int = 50_000
     offsets_log_segment_bytes: int = 8 * 1024 * 1024

@@ -28,6 +28,7 @@ from ..protocol.messages import (
     unsupported_api_versions_response,
 )
 from .auth.gate import authenticated_enough, guarded
+from .config import Listener
 from .coordinator_gate import coordinator_guard
 from .deferred import Deferred
 from .frame_reader import FrameReader
@@ -95,7 +96,7 @@ class Connection:
         self.last_active = time.monotonic()
         self.principal = None
         self.session = None
-        self.listener = None    # config.Listener it came on (None: the default PLAINTEXT one)
+        self.listener: Listener | None = None    # the one it came on (None: the default PLAINTEXT one)
         self.closing = False    # set by a handler: close once this response is written (failed SASL)
 
 
@@ -160,7 +161,8 @@ class ConnectionLimits:
         conn.transport.abort()
 
 
-async def serve(broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, listener=None) -> None:
+async def serve(broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                listener: Listener | None = None) -> None:
     peer, ip = _peer(writer)
     conn = Connection(peer, ip, writer.transport, _frames(reader, writer, broker.config.max_request_bytes))
     conn.listener = listener
@@ -169,6 +171,12 @@ async def serve(broker, reader: asyncio.StreamReader, writer: asyncio.StreamWrit
         return
     try:
         await _serve(broker, conn, reader, writer)
+    except asyncio.CancelledError:
+        # The broker is stopping (asyncio.run cancels every connection's task). The task
+        # must end as returned, not as cancelled: the stream server's done-callback asks a
+        # cancelled task for its exception, which raises there and is logged as an ERROR
+        # with a traceback on every clean stop. Nobody awaits this task.
+        writer.transport.abort()
     finally:
         broker.limits.release(conn)
 
@@ -222,7 +230,7 @@ async def _serve(broker, conn: Connection, reader: asyncio.StreamReader, writer:
     writer.close()
 
 
-async def _dispatch(broker, conn: Connection, frame: bytes):
+async def _dispatch(broker, conn: Connection, frame: bytes | bytearray):
     """Returns the response's pieces (a list of bytes-like), a (ctx, Deferred, started)
     tuple, or None (no response).
 

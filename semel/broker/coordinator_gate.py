@@ -52,6 +52,11 @@ def _txn_offset_commit(ctx, body, E):
     return ctx.response(throttle_time_ms=0, topics=[T(name=n, partitions=ps) for n, ps in grouped.items()])
 
 
+def _consumer_group_heartbeat(ctx, body, E):
+    return ctx.response(throttle_time_ms=0, error_code=E, member_id=body.member_id or None,
+                        member_epoch=-1, heartbeat_interval_ms=0, assignment=None)
+
+
 # api key -> refusal. InitProducerId only with a transactional id: idempotent
 # producer ids come from any broker.
 REFUSALS = {
@@ -60,6 +65,7 @@ REFUSALS = {
     ApiKey.SYNC_GROUP: _top_level, ApiKey.INIT_PRODUCER_ID: _top_level,
     ApiKey.ADD_PARTITIONS_TO_TXN: _add_partitions, ApiKey.ADD_OFFSETS_TO_TXN: _top_level, ApiKey.END_TXN: _top_level,
     ApiKey.TXN_OFFSET_COMMIT: _txn_offset_commit,
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: _consumer_group_heartbeat,
 }
 
 

@@ -12,6 +12,7 @@ from typing import Any, Awaitable, Callable
 
 from ..protocol.messages import response_class, spec_max_version
 from .auth.check import authorize
+from .config import Listener
 
 Handler = Callable[["RequestContext", Any], Awaitable[Any]]
 
@@ -59,8 +60,15 @@ class RequestContext:
     client_id: str | None
     peer: str
     # The broker.connection.Connection the request came on: per-connection state
-    # (principal / session for the security layer).
+    # (principal / session for the security layer). None: a context built without one.
     connection: Any = None
+
+    @property
+    def listener(self) -> Listener | None:
+        """The listener this request came on; None on the default PLAINTEXT one and
+        without a connection."""
+        conn = self.connection
+        return None if conn is None else conn.listener
 
     def response(self, **fields) -> Any:
         """The response object of this request's API at this version."""
@@ -74,7 +82,7 @@ class RequestContext:
     def listener_port(self) -> int:
         """The port of the listener this request came on: Metadata and FindCoordinator
         advertise it, so a client stays on the listener (TLS, SASL) it chose."""
-        listener = getattr(self.connection, "listener", None)
+        listener = self.listener
         return listener.port if listener is not None else self.broker.config.port
 
     def authorize(self, operation, resource_type, name: str) -> bool:

@@ -12,6 +12,7 @@ import logging
 import signal
 import time
 
+from ..clock import wall_ms
 from ..cluster.broker_configs import FileBrokerConfigs
 from ..cluster.peer import PeerDialer
 from ..cluster.shutdown import controlled_shutdown
@@ -220,7 +221,7 @@ class Broker:
         while True:
             await asyncio.sleep(interval)
             try:
-                self.logs.enforce_retention(int(time.time() * 1000))
+                self.logs.enforce_retention(wall_ms())
             except Exception:  # retention must never take the broker down
                 log.exception("retention failed")
 

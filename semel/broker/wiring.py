@@ -42,6 +42,8 @@ def group_config(c: BrokerConfig) -> GroupConfig:
         initial_rebalance_delay_ms=c.group_initial_rebalance_delay_ms,
         min_session_timeout_ms=c.group_min_session_timeout_ms,
         max_session_timeout_ms=c.group_max_session_timeout_ms,
+        consumer_heartbeat_interval_ms=c.group_consumer_heartbeat_interval_ms,
+        consumer_session_timeout_ms=c.group_consumer_session_timeout_ms,
         offsets_retention_ms=c.offsets_retention_ms,
         compact_records=c.offsets_log_compact_records,
         segment_bytes=c.offsets_log_segment_bytes,
@@ -61,8 +63,9 @@ def replica_settings(c: BrokerConfig) -> ReplicaSettings:
 
 def build_replicas(broker) -> ReplicaManager:
     """The replication data plane of a cluster member (after it joined the cluster)."""
+    durable = broker.flusher.sync_each if broker.config.log.flush_mode == "always" else None
     return ReplicaManager(broker.cluster, broker.logs, broker.fs, broker.notifier.notify, broker.peer_dialer,
-                          replica_settings(broker.config))
+                          replica_settings(broker.config), durable=durable)
 
 
 def build_groups(broker):

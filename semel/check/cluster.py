@@ -7,6 +7,14 @@ The nemesis aims at the roles replication must survive:
   follower-kill  SIGKILL a broker that follows some partition (in its ISR)
   broker-pause   SIGSTOP a broker, SIGCONT it later; half the pauses outlast the
                  lease TTL, so its session expires and its partitions elect anew
+  power-loss     the power of one broker, or of every broker and etcd at once, goes:
+                 SIGKILL, then its power-cut disk (semel.launch.lazyfs) drops all it had
+                 not fsynced, creations, renames and removals included; then on again
+  disk           a broker's disk fails: every fsync and write of its data directory
+                 raises EIO for a while (the storage seam's faults, armed in the
+                 running process), then works again
+  clock          a broker's wall clock steps an hour forward or back for a while
+                 (semel.clock's test-only step file), then back
 After each episode the nemesis waits (bounded) for every partition to have a
 leader and a full ISR again, so one fault never stacks on the last one's
 shrunken ISR: with RF3 and min.insync.replicas 2 that would only refuse writes.
@@ -25,17 +33,22 @@ the sequence of fault kinds and their timings.
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..clock import STEP_FILE_ENV
+from ..launch.lazyfs import FuseUnavailable, PowerCutDisk
 from ..launch.local_cluster import LocalCluster
 from .errors import WorkloadError
 from .history import NEMESIS
 from .threads import blocking
 
-CLUSTER_FAULTS = ("leader-kill", "follower-kill", "broker-pause")
+CLUSTER_FAULTS = ("leader-kill", "follower-kill", "broker-pause", "power-loss", "disk", "clock")
+# Faults the brokers must be set up for when the cluster starts (disks, seams).
+SETUP_FAULTS = frozenset({"power-loss", "disk", "clock"})
 # Kafka's names of the coordinators' topics: their partitions' leaders are the coordinators.
 INTERNAL_TOPICS = ("__transaction_state", "__consumer_offsets")
 REPLICA_LAG_MS = 5000        # a paused follower leaves the ISR after this (the broker's default is 30 s)
@@ -75,7 +88,8 @@ def pick(x: float, candidates: list):
 class CheckCluster:
     """A LocalCluster under data_dir whose brokers the nemesis may kill and pause."""
 
-    def __init__(self, data_dir: Path, nodes: int = 3, lease_ttl_s: int = 3, nemesis_coordinator: bool = False):
+    def __init__(self, data_dir: Path, nodes: int = 3, lease_ttl_s: int = 3, nemesis_coordinator: bool = False,
+                 faults: tuple[str, ...] = ()):
         if nodes < 3:
             raise ClusterStartError("--cluster needs at least 3 nodes (replication factor 3)")
         self.nodes = nodes
@@ -89,6 +103,7 @@ class CheckCluster:
         self.local = LocalCluster(Path(data_dir), nodes, lease_ttl_s=lease_ttl_s,
                                   broker_args=["--replica-lag-time-max-ms", str(REPLICA_LAG_MS),
                                                "--group-initial-rebalance-delay-ms", "0", *one_coordinator])
+        self.seams = FaultSeams(Path(data_dir), self.local, set(faults) & SETUP_FAULTS)
         self.paused: set[int] = set()
         self.topic: str | None = None
         self.first_view: View | None = None
@@ -100,6 +115,7 @@ class CheckCluster:
 
     def start(self, timeout_s: float = 60.0) -> None:
         try:
+            self.seams.start()
             self.local.start(timeout_s)
         except (RuntimeError, TimeoutError, OSError) as exc:
             self.close()
@@ -121,6 +137,7 @@ class CheckCluster:
 
     def close(self) -> None:
         self.local.close()
+        self.seams.stop()
 
     # ------------------------------------------------------------ reading state
 
@@ -194,6 +211,9 @@ class CheckCluster:
         if v is None:
             wl.note("cluster-no-view", fault=name)
             return
+        if name in SETUP_FAULTS:
+            await self._seam_fault(name, x, hold, v, wl)
+            return
         if name == "leader-kill":
             choice = pick(x, self.leaders(v))
             victim, partition = (choice[1], choice[0]) if choice else (None, None)
@@ -219,9 +239,40 @@ class CheckCluster:
         wl.note(f, node=victim, hold_s=hold, settled=after is not None,
                 epochs=after.epochs() if after else None, controller=after.controller if after else None)
 
+    async def _seam_fault(self, name: str, x: float, hold: float, v: View, wl) -> None:
+        """power-loss, disk and clock: one episode, recorded, then wait to settle."""
+        whole = name == "power-loss" and x >= 0.5     # half the power cuts take the whole cluster
+        victim = None if whole else pick(x * 2 % 1, self.pausable(v))
+        if victim is None and not whole:
+            wl.note("cluster-no-victim", fault=name, controller=v.controller)
+            return
+        step = 3600 if x * 4 % 1 < 0.5 else -3600
+        value = {"node": victim, "whole_cluster": whole, "hold_s": hold, "controller": v.controller,
+                 "epochs": v.epochs()}
+        if name == "clock":
+            value["step_s"] = step
+        wl.record({"process": NEMESIS, "type": "invoke", "f": name, "value": value})
+        if name == "power-loss":
+            await blocking(self.seams.power_cut, None if whole else victim, int(x * 1000))
+        elif name == "disk":
+            await blocking(self.seams.arm_disk, victim, "fail_next_fsync=100000000,fail_next_write=100000000")
+            await asyncio.sleep(hold)
+            await blocking(self.seams.arm_disk, victim, "clear=1")
+        else:
+            await blocking(self.seams.step_clock, victim, step)
+            await asyncio.sleep(hold)
+            await blocking(self.seams.step_clock, victim, 0)
+        self.episodes[name] = self.episodes.get(name, 0) + 1
+        after = await blocking(self.wait_settled, SETTLE_TIMEOUT_S * (3 if whole else 1))
+        wl.note(name, node=victim, whole_cluster=whole, hold_s=hold, settled=after is not None,
+                epochs=after.epochs() if after else None, controller=after.controller if after else None)
+
     def _hold(self, name: str, rng: random.Random) -> float:
         """Outage length: kills 0.1-1.5 s; pauses either within the lease TTL or
-        past it (1.5-2.5 TTL), half each, so some pauses end the broker's session."""
+        past it (1.5-2.5 TTL), half each, so some pauses end the broker's session;
+        a failing disk or a stepped clock 2-8 s; a power cut is over at once."""
+        if name in ("disk", "clock"):
+            return round(rng.uniform(2.0, 8.0), 2)
         if name != "broker-pause":
             return round(rng.uniform(0.1, 1.5), 2)
         ttl = self.lease_ttl_s
@@ -255,3 +306,80 @@ class CheckCluster:
         # has expired, and only then does the controller move what it led: until then
         # Metadata still shows the old leaders and ISRs, which would pass for settled.
         await asyncio.sleep(max(0.0, session_over - time.monotonic()))
+
+
+class FaultSeams:
+    """What the brokers are set up with for the faults that need it: power-cut disks
+    under every broker's and etcd's data (power-loss), a fault control file per broker
+    (disk), a clock step file per broker (clock)."""
+
+    def __init__(self, root: Path, local: LocalCluster, faults: set[str]):
+        self.root, self.local, self.faults = root, local, faults
+        self.disks: dict[str, PowerCutDisk] = {}
+        for n, b in enumerate(local.brokers):
+            if "disk" in faults:
+                b.env["SEMEL_FS_FAULTS"] = f"control_file={self._control(n)}"
+            if "clock" in faults:
+                b.env[STEP_FILE_ENV] = str(self._clock(n))
+        if "power-loss" in faults:
+            names = [f"broker-{n}" for n in range(len(local.brokers))] + ["etcd"]
+            self.disks = {name: PowerCutDisk(root / "power-cut-backing" / name, root / name) for name in names}
+
+    def _control(self, n: int) -> Path:
+        return self.root / f"disk-faults-{n}"
+
+    def _clock(self, n: int) -> Path:
+        return self.root / f"clock-step-{n}"
+
+    def start(self) -> None:
+        try:
+            for disk in self.disks.values():
+                disk.start()
+        except FuseUnavailable as exc:
+            self.stop()
+            raise ClusterStartError(f"power-loss needs FUSE: {exc}") from None
+
+    def stop(self) -> None:
+        for disk in self.disks.values():
+            disk.stop()
+
+    def power_cut(self, node: int | None, turn: int) -> None:
+        """Cut one broker's power (node), or every broker's and etcd's (None), and
+        switch them on again: etcd first, the brokers in an order `turn` rotates."""
+        brokers = self.local.brokers if node is None else [self.local.brokers[node]]
+        for b in brokers:
+            b.kill()
+        if node is None:
+            self.local.etcd.kill()
+        names = ["etcd", *(f"broker-{n}" for n in range(len(self.local.brokers)))] if node is None \
+            else [f"broker-{node}"]
+        for name in names:
+            self.disks[name].cut()
+        if node is None:
+            self.local.etcd.start()
+        turn %= len(brokers)
+        for b in brokers[turn:] + brokers[:turn]:
+            for _ in range(RESTART_ATTEMPTS):
+                try:
+                    b.start(60)
+                    break
+                except (RuntimeError, TimeoutError, OSError):
+                    time.sleep(1.0)
+            else:
+                raise WorkloadError(f"a broker did not come back after a power cut (log: {b.log_path})")
+
+    def arm_disk(self, node: int, spec: str) -> None:
+        """Arm storage faults in a running broker; returns once it took them."""
+        _replace(self._control(node), spec)
+        deadline = time.monotonic() + 10
+        while self._control(node).exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def step_clock(self, node: int, seconds: int) -> None:
+        _replace(self._clock(node), str(seconds))
+
+
+def _replace(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)

@@ -20,8 +20,10 @@ from .processes import signal_worker
 from .target import BrokerStartError
 from .threads import blocking
 
-FAULTS = ("client-kill", "client-pause", "broker-kill", "disk-full", "slow-fsync") + CLUSTER_FAULTS
-BROKER_FAULTS = frozenset({"broker-kill", "disk-full", "slow-fsync"})
+FAULTS = tuple(dict.fromkeys(("client-kill", "client-pause", "broker-kill", "power-loss", "disk-full", "slow-fsync")
+                             + CLUSTER_FAULTS))
+# Faults of a broker check runs itself; power-loss is one of the cluster's as well.
+BROKER_FAULTS = frozenset({"broker-kill", "power-loss", "disk-full", "slow-fsync"})
 
 
 class FaultInjection:
@@ -38,7 +40,7 @@ class FaultInjection:
             except asyncio.TimeoutError:
                 pass
             fault = rng.choice(faults)
-            if fault in CLUSTER_FAULTS:
+            if fault in CLUSTER_FAULTS and self.cfg.cluster is not None:
                 await self.cfg.cluster.fault(fault, rng, self)
             else:
                 await getattr(self, "fault_" + fault.replace("-", "_"))(rng)
@@ -90,6 +92,18 @@ class FaultInjection:
         await asyncio.sleep(down)
         await self._restart_broker()
         self.note("kill-broker", down_s=down)
+
+    async def fault_power_loss(self, rng: random.Random) -> None:
+        """The broker's power goes: SIGKILL, then its power-cut disk drops everything
+        it had not fsynced (creations, renames and removals too); then on again."""
+        down = round(rng.uniform(0.1, 1.0), 2)
+        self.record({"process": NEMESIS, "type": "invoke", "f": "power-loss", "value": {"down_s": down}})
+        broker = self.cfg.broker
+        await blocking(broker.kill)
+        await blocking(broker.disk.cut)
+        await asyncio.sleep(down)
+        await self._restart_broker()
+        self.note("power-loss", down_s=down)
 
     async def _fs_episode(self, f: str, spec: str, hold_s: float) -> None:
         """Restart the broker with a storage fault, hold it, restart it healthy."""

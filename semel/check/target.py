@@ -37,6 +37,9 @@ class ManagedBroker:
         self.proc: subprocess.Popen | None = None
         self.env_extra: dict = {}
         self.starts = 0
+        # The power-cut disk (semel.launch.lazyfs) the data directory is mounted from,
+        # when the power-loss fault is asked for; the caller starts and stops it.
+        self.disk = None
         self.command()  # a bad template fails now, not at the first restart
 
     @property

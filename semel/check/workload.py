@@ -72,11 +72,16 @@ class WorkloadConfig:
         unknown = set(self.faults) - set(FAULTS)
         if unknown:
             raise WorkloadError(f"unknown fault {sorted(unknown)[0]!r}; known: {', '.join(FAULTS)}")
-        if BROKER_FAULTS & set(self.faults) and self.broker is None:
+        asked = set(self.faults)
+        if self.cluster is not None:
+            single = sorted(asked & (BROKER_FAULTS - set(CLUSTER_FAULTS)))
+            if single:
+                raise WorkloadError(f"{single[0]} is a fault of a single broker, not of --cluster")
+        elif (set(CLUSTER_FAULTS) - BROKER_FAULTS) & asked:
+            raise WorkloadError("cluster faults need --cluster")
+        elif BROKER_FAULTS & asked and self.broker is None:
             raise WorkloadError("broker faults need a broker that check starts itself "
                                 "(--broker-cmd or --spawn-semel)")
-        if set(CLUSTER_FAULTS) & set(self.faults) and self.cluster is None:
-            raise WorkloadError("cluster faults (leader-kill, follower-kill, broker-pause) need --cluster")
         if self.keys < 1 or self.producers < 1:
             raise WorkloadError("need at least one key and one producer")
         if self.zombies == 1 or self.zombies < 0:

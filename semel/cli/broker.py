@@ -29,6 +29,10 @@ def add_parser(sub) -> None:
     s.add_argument("--retention-bytes", type=int, default=None)
     s.add_argument("--max-request-bytes", type=int, default=None)
     s.add_argument("--group-min-session-timeout-ms", type=int, default=None)
+    s.add_argument("--group-consumer-heartbeat-interval-ms", type=int, default=None,
+                   help="consumer protocol (KIP-848): heartbeat interval told to members (default 5000)")
+    s.add_argument("--group-consumer-session-timeout-ms", type=int, default=None,
+                   help="consumer protocol (KIP-848): a member silent this long is fenced (default 45000)")
     s.add_argument("--group-initial-rebalance-delay-ms", type=int, default=None)
     s.add_argument("--transaction-max-timeout-ms", type=int, default=None)
     s.add_argument("--transaction-abort-check-interval-ms", type=int, default=None)
@@ -76,6 +80,8 @@ _OVERRIDES = {
     "max_request_bytes": "max_request_bytes",
     "group_min_session_timeout_ms": "group_min_session_timeout_ms",
     "group_initial_rebalance_delay_ms": "group_initial_rebalance_delay_ms",
+    "group_consumer_heartbeat_interval_ms": "group_consumer_heartbeat_interval_ms",
+    "group_consumer_session_timeout_ms": "group_consumer_session_timeout_ms",
     "transaction_max_timeout_ms": "transaction_max_timeout_ms",
     "transaction_abort_check_interval_ms": "transaction_abort_check_interval_ms",
     "transactional_id_expiration_ms": "transactional_id_expiration_ms",

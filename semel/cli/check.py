@@ -54,8 +54,9 @@ def add_parser(sub) -> None:
     p.add_argument("--duration", type=float, metavar="S", help="seconds of workload before heal and drain")
     p.add_argument("--seed", type=int, default=None, help="seed for the schedule (default: time based, printed)")
     p.add_argument("--faults", metavar="LIST",
-                   help="comma list of client-kill, client-pause, broker-kill, disk-full, slow-fsync, "
-                        "leader-kill, follower-kill, broker-pause (--cluster); or none / all")
+                   help="comma list of client-kill, client-pause, broker-kill, power-loss, disk-full, slow-fsync, "
+                        "or with --cluster leader-kill, follower-kill, broker-pause, power-loss, disk, clock; "
+                        "or none / all (power-loss needs FUSE: fusermount3)")
     p.add_argument("--keys", type=int, default=4, help="partitions of the check topic (default 4)")
     p.add_argument("--producers", type=int, default=3, help="transactional producer slots (default 3)")
     p.add_argument("--zombies", type=int, default=2,
@@ -72,6 +73,10 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
+# Names that stand for several faults: a partition of the network is one of them later.
+_EXPAND: dict[str, str] = {}
+
+
 def _faults(args, managed: bool) -> tuple:
     from ..check.faults import BROKER_FAULTS, CLUSTER_FAULTS, FAULTS
     spec = args.faults
@@ -84,17 +89,19 @@ def _faults(args, managed: bool) -> tuple:
     if spec == "all":
         allowed = set(CLUSTER_FAULTS) if args.cluster else set(BROKER_FAULTS) if managed else set()
         return tuple(f for f in FAULTS if f in allowed or f not in BROKER_FAULTS | set(CLUSTER_FAULTS))
+    spec = ",".join(_EXPAND.get(f.strip(), f.strip()) for f in spec.split(","))
     faults = tuple(dict.fromkeys(f.strip() for f in spec.split(",") if f.strip()))
     unknown = [f for f in faults if f not in FAULTS]
     if unknown:
         raise CliError(f"unknown fault {unknown[0]!r}; known: {', '.join(FAULTS)}, none, all")
-    if args.cluster and BROKER_FAULTS & set(faults):
-        raise CliError("with --cluster the broker faults are leader-kill, follower-kill and broker-pause")
-    if not managed and BROKER_FAULTS & set(faults):
-        raise CliError("broker faults (broker-kill, disk-full, slow-fsync) need --broker-cmd or --spawn-semel: "
+    if args.cluster and (BROKER_FAULTS - set(CLUSTER_FAULTS)) & set(faults):
+        raise CliError(f"with --cluster the broker faults are {', '.join(CLUSTER_FAULTS)}")
+    if not managed and not args.cluster and BROKER_FAULTS & set(faults):
+        raise CliError(f"broker faults ({', '.join(sorted(BROKER_FAULTS))}) need --broker-cmd or --spawn-semel: "
                        "check must run the broker to kill it")
-    if not args.cluster and set(CLUSTER_FAULTS) & set(faults):
-        raise CliError("cluster faults (leader-kill, follower-kill, broker-pause) need --cluster")
+    if not args.cluster and (set(CLUSTER_FAULTS) - BROKER_FAULTS) & set(faults):
+        raise CliError(f"cluster faults ({', '.join(f for f in CLUSTER_FAULTS if f not in BROKER_FAULTS)}) "
+                       "need --cluster")
     return faults
 
 
@@ -178,14 +185,18 @@ def run(args) -> int:
     broker = cluster = None
     bootstrap = args.bootstrap
     if args.cluster:
-        cluster = _start_cluster(args, out)
+        cluster = _start_cluster(args, out, faults)
         bootstrap = cluster.bootstrap
     elif managed:
         template = args.broker_cmd or SEMEL_TEMPLATE
         try:
             broker = ManagedBroker(template, args.data_dir or out / "broker-data", out / "broker.log")
+            if "power-loss" in faults:
+                broker.disk = _power_cut_disk(out / "broker-data-backing", broker.data_dir)
             broker.start()
         except BrokerStartError as exc:
+            if broker is not None and broker.disk is not None:
+                broker.disk.stop()
             raise CliError(str(exc)) from None
         bootstrap = broker.bootstrap
     elif ":" not in bootstrap:
@@ -218,6 +229,8 @@ def run(args) -> int:
         signal.signal(signal.SIGTERM, previous)
         if broker is not None:
             broker.stop(timeout_s=10)
+            if broker.disk is not None:
+                broker.disk.stop()
         if cluster is not None:
             run_info["cluster"] = cluster.summary()
             cluster.stop()
@@ -227,11 +240,19 @@ def run(args) -> int:
     return _report(result, out, run_info, not args.no_plot)
 
 
-def _start_cluster(args, out: Path):
+def _power_cut_disk(backing: Path, mount: Path):
+    from ..launch.lazyfs import FuseUnavailable, PowerCutDisk
+    try:
+        return PowerCutDisk(backing, mount).start()
+    except FuseUnavailable as exc:
+        raise CliError(f"power-loss needs FUSE: {exc}") from None
+
+
+def _start_cluster(args, out: Path, faults: tuple):
     from ..check.cluster import CheckCluster, ClusterStartError
     try:
         cluster = CheckCluster(args.data_dir or out / "cluster", args.nodes, args.lease_ttl_s,
-                               args.nemesis_coordinator)
+                               args.nemesis_coordinator, faults=faults)
         cluster.start()
     except ClusterStartError as exc:
         raise CliError(str(exc)) from None

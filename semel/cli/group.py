@@ -46,9 +46,9 @@ def run(args) -> int:
 
 
 def _list(client, args) -> int:
-    print("group\tstate\tprotocol-type")
-    for gid, ptype, state in admin.list_groups(client, args.state):
-        print(f"{gid}\t{state}\t{ptype or '-'}")
+    print("group\tstate\tprotocol-type\tgroup-type")
+    for gid, ptype, state, kind in admin.list_groups(client, args.state):
+        print(f"{gid}\t{state}\t{ptype or '-'}\t{kind}")
     return 0
 
 
@@ -64,16 +64,26 @@ def _describe(client, args) -> int:
     offsets = admin.fetch_offsets(client, args.group)
     if d.state == "Dead" and not offsets:
         raise CliError(f"group {args.group!r} does not exist")
-    print(f"group {d.group_id}: {d.state}, {len(d.members)} member(s)"
-          + (f", protocol {d.protocol}" if d.protocol else ""))
+    if d.group_type == "consumer":
+        print(f"group {d.group_id}: {d.state}, {len(d.members)} member(s), consumer protocol (KIP-848), "
+              f"assignor {d.protocol}, group epoch {d.group_epoch}, assignment epoch {d.assignment_epoch}")
+    else:
+        print(f"group {d.group_id}: {d.state}, {len(d.members)} member(s), classic protocol"
+              + (f", assignor {d.protocol}" if d.protocol else ""))
     for m in d.members:
         print(f"  member {m.member_id} client {m.client_id} host {m.client_host}"
-              + (f" instance {m.group_instance_id}" if m.group_instance_id else ""))
+              + (f" instance {m.group_instance_id}" if m.group_instance_id else "")
+              + (f" epoch {m.member_epoch} assigned {_tps(m.assigned)}" if m.member_epoch is not None else "")
+              + (f" target {_tps(m.target)}" if m.member_epoch is not None and m.target != m.assigned else ""))
     print("topic\tpartition\tcommitted\tlog-end\tlag")
     for (topic, partition), committed in sorted(offsets.items()):
         end = client.list_offset(topic, partition, -1)
         print(f"{topic}\t{partition}\t{committed}\t{end}\t{max(0, end - committed)}")
     return 0
+
+
+def _tps(parts) -> str:
+    return ",".join(f"{t}-{p}" for t, p in parts) or "-"
 
 
 def _reset(client, args) -> int:

@@ -28,6 +28,7 @@ SUBCOMMANDS = {
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="semel", description="exactly-once streaming over the Kafka protocol")
+    parser.add_argument("--version", action="version", version=f"semel {installed_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name, modname in SUBCOMMANDS.items():
@@ -39,6 +40,16 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         mod.add_parser(sub)
     return parser
+
+
+def installed_version() -> str:
+    """The installed distribution's version (pyproject.toml's), or "unknown" when semel
+    runs from a source tree that was never installed."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("semel")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 
 from rich.console import Console
@@ -15,12 +16,27 @@ from .main import CliError
 @contextlib.contextmanager
 def embedded_postgres(root: Path):
     """A pgserver instance under root, stopped afterwards (table mode needs no prepared transactions)."""
-    import pgserver
+    pgserver = import_pgserver()
     srv = pgserver.get_server(root / "pg", cleanup_mode="stop")
     try:
         yield srv.get_uri()
     finally:
         srv.cleanup()
+
+
+def import_pgserver():
+    """pgserver, imported without a RuntimeDirWarning on the demo's first lines. pgserver
+    asks platformdirs for the user's runtime directory at import (for its lock file);
+    where XDG_RUNTIME_DIR is unset or unusable (a root shell, a container, CI) platformdirs
+    warns and falls back to /run/user/<uid> or a private directory under /tmp, either of
+    which serves that lock as well."""
+    import platformdirs
+    category = getattr(platformdirs, "RuntimeDirWarning", None)   # older platformdirs: no such warning
+    with warnings.catch_warnings():
+        if category is not None:
+            warnings.simplefilter("ignore", category)
+        import pgserver
+    return pgserver
 
 
 def run_spark_demo(args) -> int:

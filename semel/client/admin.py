@@ -8,6 +8,7 @@ serves them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..protocol.api_keys import ApiKey
 from ..protocol.errors import KafkaError
@@ -52,6 +53,10 @@ class GroupMember:
     group_instance_id: str | None
     client_id: str
     client_host: str
+    # Consumer protocol (KIP-848) only: the member's epoch and partitions, held and target.
+    member_epoch: int | None = None
+    assigned: tuple[tuple[str, int], ...] = ()
+    target: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -62,13 +67,17 @@ class GroupDescription:
     protocol_type: str
     protocol: str
     members: tuple[GroupMember, ...] = field(default=())
+    # "classic" or "consumer" (KIP-848); the epochs are the consumer protocol's.
+    group_type: str = "classic"
+    group_epoch: int | None = None
+    assignment_epoch: int | None = None
 
 
 # --- transactions --------------------------------------------------------------------------
 
 def list_transactions(c: Client, states: list[str] | None = None, producer_ids: list[int] | None = None,
                       min_duration_ms: int = -1) -> list[TxnListing]:
-    fields = dict(state_filters=list(states or []), producer_id_filters=list(producer_ids or []))
+    fields: dict[str, Any] = dict(state_filters=list(states or []), producer_id_filters=list(producer_ids or []))
     if c.version(ApiKey.LIST_TRANSACTIONS) >= 1:
         fields["duration_filter"] = min_duration_ms
     resp = c.request(ApiKey.LIST_TRANSACTIONS, **fields)
@@ -129,21 +138,48 @@ def fence_transactional_id(c: Client, txn_id: str, timeout_ms: int = 60_000) -> 
 
 # --- groups --------------------------------------------------------------------------------
 
-def list_groups(c: Client, states: list[str] | None = None) -> list[tuple[str, str, str]]:
-    """[(group id, protocol type, state)]."""
-    fields = {"states_filter": list(states or [])} if c.version(ApiKey.LIST_GROUPS) >= 4 else {}
+def list_groups(c: Client, states: list[str] | None = None) -> list[tuple[str, str, str, str]]:
+    """[(group id, protocol type, state, group type)]; the group type is "classic" from a
+    broker without ListGroups v5."""
+    version = c.version(ApiKey.LIST_GROUPS)
+    fields: dict[str, Any] = {"states_filter": list(states or [])} if version >= 4 else {}
+    if version >= 5:
+        fields["types_filter"] = []
     resp = c.request(ApiKey.LIST_GROUPS, **fields)
     _raise(resp.error_code, "ListGroups")
-    return sorted((g.group_id, g.protocol_type, getattr(g, "group_state", "") or "") for g in resp.groups)
+    return sorted((g.group_id, g.protocol_type, getattr(g, "group_state", "") or "",
+                   getattr(g, "group_type", "") or "classic") for g in resp.groups)
 
 
 def describe_groups(c: Client, group_ids: list[str]) -> list[GroupDescription]:
+    """Classic groups by DescribeGroups; a group it does not find is asked for again by
+    ConsumerGroupDescribe (KIP-848) where the broker serves it, as Kafka's tools do."""
     resp = c.request(ApiKey.DESCRIBE_GROUPS, groups=list(group_ids), include_authorized_operations=False)
-    return [GroupDescription(g.group_id, KafkaError(g.error_code), g.group_state, g.protocol_type,
-                             g.protocol_data,
-                             tuple(GroupMember(m.member_id, m.group_instance_id, m.client_id, m.client_host)
-                                   for m in g.members))
-            for g in resp.groups]
+    out = [GroupDescription(g.group_id, KafkaError(g.error_code), g.group_state, g.protocol_type,
+                            g.protocol_data,
+                            tuple(GroupMember(m.member_id, m.group_instance_id, m.client_id, m.client_host)
+                                  for m in g.members))
+           for g in resp.groups]
+    again = [d.group_id for d in out if d.error == KafkaError.GROUP_ID_NOT_FOUND]
+    if again and ApiKey.CONSUMER_GROUP_DESCRIBE in c.versions:
+        found = {d.group_id: d for d in describe_consumer_groups(c, again) if not d.error}
+        out = [found.get(d.group_id, d) for d in out]
+    return out
+
+
+def _partitions(assignment) -> tuple[tuple[str, int], ...]:
+    return tuple(sorted((t.topic_name, p) for t in assignment.topic_partitions for p in t.partitions))
+
+
+def describe_consumer_groups(c: Client, group_ids: list[str]) -> list[GroupDescription]:
+    resp = c.request(ApiKey.CONSUMER_GROUP_DESCRIBE, group_ids=list(group_ids),
+                     include_authorized_operations=False)
+    return [GroupDescription(
+        g.group_id, KafkaError(g.error_code), g.group_state, "consumer", g.assignor_name,
+        tuple(GroupMember(m.member_id, m.instance_id, m.client_id, m.client_host, m.member_epoch,
+                          _partitions(m.assignment), _partitions(m.target_assignment))
+              for m in g.members),
+        "consumer", g.group_epoch, g.assignment_epoch) for g in resp.groups]
 
 
 def delete_groups(c: Client, group_ids: list[str]) -> dict[str, KafkaError]:
@@ -185,6 +221,7 @@ def _raise(code: int, what: str) -> None:
 
 
 __all__ = ["TxnListing", "TxnDescription", "ProducerInfo", "GroupMember", "GroupDescription",
+           "describe_consumer_groups",
            "list_transactions", "describe_transactions", "describe_producers", "abort_partition",
            "fence_transactional_id", "list_groups", "describe_groups", "delete_groups",
            "fetch_offsets", "commit_offsets"]

@@ -11,7 +11,7 @@ is gone fails the query, it never hangs it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from ..backoff import Backoff
 from ..protocol.api_keys import ApiKey
@@ -352,7 +352,7 @@ class ClusterRouter:
     # --- fetch ------------------------------------------------------------------
 
     def _fetch(self, address: str, positions: dict[TP, int], read_committed: bool, max_bytes: int,
-               min_bytes: int = 1, max_wait_ms: int = 100) -> dict[TP, object]:
+               min_bytes: int = 1, max_wait_ms: int = 100) -> dict[TP, Any]:
         """One Fetch of several partitions led by one broker; partition responses by tp.
         Reads wait up to 100 ms, never 0: Tansu 0.6 answers a zero wait with no
         partitions at all (then a zero wait is not used again on this cluster)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from ..protocol.api_keys import ApiKey
 from ..protocol.errors import KafkaError
@@ -33,15 +34,17 @@ class TxnState:
 # so that several can go in one write (pipelined, Client.request_many); `x(c, ...)` sends
 # one on its own.
 
-Call = tuple[int, dict]
+Call = tuple[int, dict[str, Any]]
+# What turns a call's response into its result.
+ResultFn = Callable[[Any], Any]
 
 
-def pipelined(c: Client, *calls: tuple[Call, object]) -> list:
+def pipelined(c: Client, *calls: tuple[Call, ResultFn]) -> list[Any]:
     """[(call, result_fn), ...] in one round trip: each response through its result_fn."""
     return [fn(r) for r, (_, fn) in zip(c.request_many([call for call, _ in calls]), calls)]
 
 
-def scatter(calls: dict[Client, list[tuple[Call, object]]]) -> dict[Client, list]:
+def scatter(calls: dict[Client, list[tuple[Call, ResultFn]]]) -> dict[Client, list[Any]]:
     """pipelined() on several connections at once: every write goes out before any
     answer is read, so the round trips to different brokers overlap."""
     sent = {c: c.send_many([call for call, _ in cs]) for c, cs in calls.items()}

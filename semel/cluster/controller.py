@@ -89,6 +89,15 @@ def decide(st: PartitionState, live: Iterable[int]) -> PartitionState | None:
     return None
 
 
+def _etcd_failed(view, exc: EtcdError) -> None:
+    """Counted in the view's outage log (one line per outage), logged here without one."""
+    outage = getattr(view, "outage", None)
+    if outage is not None:
+        outage.failed("controller step", exc)
+    else:
+        log.warning("controller step failed: %s", exc)
+
+
 class Controller:
     """Runs on every broker; acts only while this broker holds the controller seat.
 
@@ -130,7 +139,7 @@ class Controller:
             try:
                 await self.step()
             except EtcdError as exc:
-                log.warning("controller step failed: %s", exc)
+                _etcd_failed(self.view, exc)
             except Exception:   # a bug here must not stop elections for good
                 log.exception("controller step failed")
             try:
@@ -140,6 +149,8 @@ class Controller:
             self._wake.clear()
 
     async def step(self) -> None:
+        if getattr(self.view, "fenced", False):
+            return     # its view may be stale and its seat gone: no decision from here
         if self.view.controller_id() is None and await self.view.try_become_controller():
             log.info("broker %d is the controller", self.view.node_id)
         if self.active:

@@ -82,9 +82,6 @@ class PartitionedCoordinators:
         for c in self.parts:
             c.seat.start(c)
 
-    def serving_partitions(self) -> list[int]:
-        return [p for p, c in enumerate(self.parts) if c.seat.serving()]
-
     async def start(self) -> None:
         for c in self.parts:
             await c.start()
@@ -154,6 +151,8 @@ class GroupCoordinators(PartitionedCoordinators):
         return self.parts[0].config
 
     join_group = _by_id("join_group")
+    consumer_group_heartbeat = _by_id("consumer_group_heartbeat")
+    group_type = _by_id("group_type")
     sync_group = _by_id("sync_group")
     heartbeat = _by_id("heartbeat")
     leave_group = _by_id("leave_group")
@@ -166,6 +165,9 @@ class GroupCoordinators(PartitionedCoordinators):
 
     def describe_groups(self, group_ids) -> list:
         return [s for gid in group_ids for s in self.for_key(gid).describe_groups([gid])]
+
+    def consumer_group_describe(self, group_ids) -> list:
+        return [s for gid in group_ids for s in self.for_key(gid).consumer_group_describe([gid])]
 
     def list_groups(self, states=None) -> tuple[KafkaError, list]:
         """Kafka's ListGroups: the groups of every partition this broker coordinates;

@@ -52,6 +52,23 @@ def unclean(st: PartitionState, live: set[int]) -> PartitionState | KafkaError:
 ELECTIONS = {PREFERRED: preferred, UNCLEAN: unclean}
 
 
+def leave_isr(st: PartitionState, node: int) -> PartitionState | None:
+    """The state without `node` in the ISR, for a replica that may lack records it once
+    reported to its leader (its last run ended in a crash without the durable flush
+    policy, or its disk came back empty): out of the ISR it can be elected by no clean
+    election, so it never leads over a replica that has what was acknowledged, and
+    leaders take it back once it has caught up. Were it the leader of record, the
+    partition is left leaderless (epoch + 1) for the controller to elect from the rest.
+    The last member stays (the ISR is never empty: it is the last replica standing).
+    None when nothing changes."""
+    if node not in st.isr or len(st.isr) == 1:
+        return None
+    isr = tuple(r for r in st.isr if r != node)
+    if st.leader == node:
+        return replace(st, isr=isr, leader=NO_LEADER, leader_epoch=st.leader_epoch + 1)
+    return replace(st, isr=isr)
+
+
 def elect(st: PartitionState, live: Iterable[int], election_type: int) -> PartitionState | KafkaError:
     """The new state an election of `election_type` (0 preferred, 1 unclean) gives, or
     Kafka's error for the partition (INVALID_REQUEST for an unknown type)."""

@@ -99,15 +99,17 @@ class Etcd:
             await self._session.close()
             self._session = None
 
-    async def call(self, path: str, body: dict) -> dict:
-        """POST to the first endpoint that answers; EtcdError when none does."""
+    async def call(self, path: str, body: dict, timeout_s: float | None = None) -> dict:
+        """POST to the first endpoint that answers; EtcdError when none does. `timeout_s`
+        per endpoint (default: the client's): a lease keepalive must give up well within
+        the lease, or one lost request would outlast it."""
         import aiohttp
         session = await self._http()
         last: Exception | None = None
         for i, ep in enumerate(self.endpoints):
             try:
                 async with session.post(ep + path, json=body,
-                                        timeout=aiohttp.ClientTimeout(total=self.timeout_s)) as resp:
+                                        timeout=aiohttp.ClientTimeout(total=timeout_s or self.timeout_s)) as resp:
                     data = await resp.json(content_type=None)
                     if resp.status != 200 or "error" in data or "code" in data:
                         raise EtcdError(f"etcd {path}: {data.get('message') or data.get('error') or resp.status}")
@@ -151,13 +153,13 @@ class Etcd:
 
     # --- leases --------------------------------------------------------------
 
-    async def lease_grant(self, ttl_s: int) -> int:
-        data = await self.call("/v3/lease/grant", {"TTL": str(ttl_s)})
+    async def lease_grant(self, ttl_s: int, timeout_s: float | None = None) -> int:
+        data = await self.call("/v3/lease/grant", {"TTL": str(ttl_s)}, timeout_s)
         return int(data["ID"])
 
-    async def lease_keepalive(self, lease_id: int) -> int:
+    async def lease_keepalive(self, lease_id: int, timeout_s: float | None = None) -> int:
         """Refresh a lease; its remaining TTL, 0 when it has already expired."""
-        data = await self.call("/v3/lease/keepalive", {"ID": str(lease_id)})
+        data = await self.call("/v3/lease/keepalive", {"ID": str(lease_id)}, timeout_s)
         return int((data.get("result") or {}).get("TTL", 0))
 
     async def lease_granted_ttl(self, lease_id: int) -> int:

@@ -12,8 +12,10 @@ import logging
 from typing import Callable, NamedTuple
 
 from ..protocol.errors import KafkaError
+from ..storage.manager import NEW, UNCLEAN
 from .broker_configs import EtcdBrokerConfigs
 from .controller import Controller
+from .elections import leave_isr
 from .etcd import Etcd
 from .internal_topics import coordinator_node, ensure_internal_topic
 from .metadata import EtcdClusterView
@@ -22,6 +24,7 @@ from .state import BrokerInfo, ClusterView
 from .topic_sync import deleted_names, sync_local_topics
 
 log = logging.getLogger("semel.cluster.member")
+CAS_TRIES = 5
 
 
 class InternalTopic(NamedTuple):
@@ -61,7 +64,7 @@ class ClusterMember:
         cfg = self.config
         self.view.info = BrokerInfo(cfg.node_id, cfg.advertised, cfg.port, endpoints=self._endpoints())
         try:
-            await self.view.start()
+            await self.view.start(before_register=self._leave_isrs_if_lossy)
         except BaseException:
             await self.view.etcd.close()
             raise
@@ -71,6 +74,36 @@ class ClusterMember:
         self.controller.start()
         log.info("broker %d joined cluster %s (metadata %s)", cfg.node_id, cfg.cluster_id,
                  ",".join(self.view.etcd.endpoints))
+
+    def may_have_lost_records(self) -> bool:
+        """Whether this broker's logs may lack records it reported to a leader: its disk
+        came back without a catalogue (new or wiped), or its last run ended without a
+        clean stop while followers report unsynced writes (a flush mode other than
+        always: semel.cluster.replica_fetcher)."""
+        last_stop = self.logs.last_stop
+        return last_stop == NEW or (last_stop == UNCLEAN and self.config.log.flush_mode != "always")
+
+    async def _leave_isrs_if_lossy(self) -> None:
+        """Before registering, a broker that may have lost records leaves every ISR it
+        is in (elections.leave_isr), by compare-and-set while no other broker sees it
+        live, so no election picks it over a replica that holds what was acknowledged."""
+        if not self.may_have_lost_records():
+            return
+        me = self.config.node_id
+        for st in await self.view.read_partitions():
+            for _ in range(CAS_TRIES):
+                want = leave_isr(st, me) if st is not None else None
+                if want is None:
+                    if st is not None and st.isr == (me,):
+                        log.warning("%s-%d: this broker is its only in-sync replica and its last run "
+                                    "ended %s; records it reported may be lost", st.topic, st.partition,
+                                    self.logs.last_stop)
+                    break
+                if await self.view.write_partition(st, want) is not None:
+                    log.info("%s-%d: left the ISR (last run ended %s); back once caught up",
+                             st.topic, st.partition, self.logs.last_stop)
+                    break
+                st = await self.view.read_partition(st.topic, st.partition)
 
     def _endpoints(self) -> tuple[tuple[str, str, int], ...]:
         """The broker's other listeners as peers reach them (one bound to every address is

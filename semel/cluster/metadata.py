@@ -21,6 +21,17 @@ broker is gone and how a dead controller's seat falls vacant.
 
 The view holds a cache filled by one range read and kept current by a watch from
 the revision after it; listeners run on the event loop in revision order.
+
+A broker whose lease may have ended is fenced (semel.cluster.session.LeaseClock: no
+keepalive came back renewed within the TTL of its sending). While fenced the view
+shows every partition without a leader and no controller, to its listeners (the
+replica manager and coordinator seats drop their roles, failing what they hold) and
+to every reader (produce, fetch and Metadata answer as for a partition without a
+leader here), and refuses partition writes. Once a keepalive succeeds again (after
+registering anew when the lease had ended) it reads the whole state afresh, watches
+from there, starts a new leader epoch for each partition the fresh state still says
+this broker leads (so its coordinators load again, and nothing of the old epoch's
+roles is trusted), and only then shows the real states again.
 """
 from __future__ import annotations
 
@@ -30,12 +41,13 @@ import logging
 import math
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import Awaitable, Callable
 
 from ..backoff import Backoff
 from ..protocol.errors import KafkaError
 from .etcd import KV, Etcd, EtcdError, delete_prefix_op, mod_equals, put_op
-from .state import BrokerInfo, PartitionListener, PartitionState
+from .session import LeaseClock, OutageLog
+from .state import NO_LEADER, BrokerInfo, PartitionListener, PartitionState
 
 log = logging.getLogger("semel.cluster.metadata")
 
@@ -187,15 +199,24 @@ class EtcdClusterView:
         self._pid_lock = asyncio.Lock()
         self._caches: dict[str, KeyCache] = {}      # full key prefix -> cache (key_cache)
         self._configs = self.key_cache("configs/")
+        self.session = LeaseClock()
+        self._fenced = False     # set once the lapse was acted on; cleared by _resume only
+        self.outage = OutageLog(log, f"broker {node_id}")
 
     # --- lifecycle -------------------------------------------------------------
 
-    async def start(self) -> None:
+    async def start(self, before_register: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Register and follow. `before_register` runs once this node id's previous
+        session has ended and before this one begins: what the broker must change in
+        etcd while no other broker can see it live."""
         await self._await_previous_session()
+        if before_register is not None:
+            await before_register()
         await self._register()
         revision = await self._load()
         self._tasks = [asyncio.create_task(self._watch(revision), name="cluster-watch"),
-                       asyncio.create_task(self._keepalive(), name="cluster-lease")]
+                       asyncio.create_task(self._keepalive(), name="cluster-lease"),
+                       asyncio.create_task(self._guard(), name="cluster-session-guard")]
 
     async def stop(self) -> None:
         self._stopping = True   # the loops end on it even where a cancel gets swallowed
@@ -232,22 +253,114 @@ class EtcdClusterView:
             await asyncio.sleep(0.2)
 
     async def _register(self) -> None:
-        self.lease = await self.etcd.lease_grant(self.lease_ttl_s)
+        sent = self.session.clock()
+        self.lease = await self.etcd.lease_grant(self.lease_ttl_s, self.lease_ttl_s)
+        self.session.renewed(sent, self.lease_ttl_s)
         body = json.dumps({"node_id": self.node_id, "host": self.info.host, "port": self.info.port,
                            "rack": self.info.rack, "endpoints": [list(e) for e in self.info.endpoints]}).encode()
         await self.etcd.put(self.keys.broker(self.node_id), body, lease=self.lease)
 
     async def _keepalive(self) -> None:
-        while not self._stopping:
-            await asyncio.sleep(self.lease_ttl_s / 3)
+        """A keepalive every third of the TTL, each in its own task: a slow answer still
+        renews from its send time, so none is cut short, and a slow one does not hold
+        back the next (an answer later than the TTL renews nothing)."""
+        lock = asyncio.Lock()
+        pending: set[asyncio.Task] = set()
+        try:
+            while not self._stopping:
+                await asyncio.sleep(self.lease_ttl_s / 3)
+                task = asyncio.create_task(self._renew(lock), name="cluster-lease-renew")
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+        finally:
+            for task in list(pending):
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _renew(self, lock: asyncio.Lock) -> None:
+        sent, lease = self.session.clock(), self.lease
+        try:
+            ttl = await self.etcd.lease_keepalive(lease, self.lease_ttl_s)
+        except EtcdError as exc:
+            self.outage.failed("lease keepalive", exc)
+            return
+        self.outage.ok()
+        async with lock:     # one registration or resumption at a time
+            if lease != self.lease:
+                return       # an answer about a lease already replaced
             try:
-                if await self.etcd.lease_keepalive(self.lease) <= 0:
+                if ttl > 0:
+                    self.session.renewed(sent, ttl)
+                else:
                     # Expired while we were stopped or cut off: the cluster saw this broker
                     # die; come back as a new session (the controller treats it as a return).
                     log.warning("broker %d lease expired; registering again", self.node_id)
                     await self._register()
+                if self._fenced:
+                    await self._resume()
             except EtcdError as exc:
-                log.warning("lease keepalive failed: %s", exc)
+                self.outage.failed("registering again", exc)
+
+    @property
+    def fenced(self) -> bool:
+        """True while this broker may not act on its roles: its lease may have ended
+        (checked at each call, so a request never waits for the guard), or it has not
+        yet taken fresh state since it did."""
+        return self._fenced or (self.lease != 0 and self.session.lapsed())
+
+    async def _guard(self) -> None:
+        """Act on a lapse as it happens: drop every role and fail what they hold, even
+        when no request comes to find the lapse."""
+        while not self._stopping:
+            if not self._fenced and self.fenced:
+                self._fence()
+            wait = self.lease_ttl_s / 3 if self._fenced else min(max(self.session.remaining(), 0.02),
+                                                                 self.lease_ttl_s / 3)
+            await asyncio.sleep(wait)
+
+    def _fence(self) -> None:
+        self._fenced = True
+        log.warning("broker %d: no lease renewal for %ds: its etcd session may have ended; giving up "
+                    "leadership and coordination until it has registered and read the cluster afresh",
+                    self.node_id, self.lease_ttl_s)
+        for st in list(self._parts.values()):
+            self._notify(st)
+        self._changed()
+
+    async def _resume(self) -> None:
+        """After a lapse, with the lease renewed (or a new one): fresh state, a fresh watch,
+        a new epoch for what this broker still leads, then the real states to listeners."""
+        revision = await self._reload()
+        watch = next((t for t in self._tasks if t.get_name() == "cluster-watch"), None)
+        if watch is not None:
+            watch.cancel()
+            await asyncio.gather(watch, return_exceptions=True)
+            self._tasks.remove(watch)
+        self._tasks.append(asyncio.create_task(self._watch(revision), name="cluster-watch"))
+        for st in [st for st in self._parts.values() if st.leader == self.node_id]:
+            new = replace(st, leader_epoch=st.leader_epoch + 1)
+            rev = await self.etcd.cas(self.keys.partition(st.topic, st.partition), encode_partition(new),
+                                      st.version)
+            if rev is not None:
+                self._cache(replace(new, version=rev), notify=False)
+        if self.session.lapsed():
+            return     # lapsed again meanwhile: the next renewal tries again
+        self._fenced = False
+        log.warning("broker %d: etcd session renewed and state re-read; taking up its roles again", self.node_id)
+        for st in list(self._parts.values()):
+            self._notify(st)
+        self._changed()
+
+    def _shown(self, st: PartitionState) -> PartitionState:
+        """What readers and listeners see of a partition: leaderless while fenced."""
+        if self.fenced and st.leader != NO_LEADER:
+            return replace(st, leader=NO_LEADER)
+        return st
+
+    def _notify(self, st: PartitionState) -> None:
+        shown = self._shown(st)
+        for fn in list(self._listeners):
+            fn(shown)
 
     def _topics_first(self, kvs: list[KV]) -> list[KV]:
         """A range read returns keys sorted, partitions/ before topics/: listeners should
@@ -272,14 +385,15 @@ class EtcdClusterView:
                         revision = max(revision, ev.kv.mod_revision)
                     self._changed()
             except (EtcdError, OSError, asyncio.TimeoutError, ValueError) as exc:
-                log.warning("cluster watch interrupted (%s); re-reading", exc)
+                self.outage.failed("watch", exc)
             except Exception as exc:   # aiohttp's payload errors and the like: same remedy
                 log.warning("cluster watch failed (%r); re-reading", exc)
             await asyncio.sleep(pace.step())
             try:
                 revision = await self._reload()
+                self.outage.ok()
             except EtcdError as exc:
-                log.warning("cluster re-read failed: %s", exc)
+                self.outage.failed("re-read after the watch ended", exc)
 
     async def _reload(self) -> int:
         """A fresh snapshot after the watch broke (events may have been missed)."""
@@ -360,8 +474,7 @@ class EtcdClusterView:
             return
         self._parts[(st.topic, st.partition)] = st
         if notify:
-            for fn in list(self._listeners):
-                fn(st)
+            self._notify(st)
 
     def _changed(self) -> None:
         for fn in list(self._change_listeners):
@@ -373,13 +486,14 @@ class EtcdClusterView:
         return dict(self._brokers)
 
     def partition(self, topic: str, partition: int) -> PartitionState | None:
-        return self._parts.get((topic, partition))
+        st = self._parts.get((topic, partition))
+        return self._shown(st) if st is not None else None
 
     def partitions(self) -> list[PartitionState]:
-        return list(self._parts.values())
+        return [self._shown(st) for st in self._parts.values()]
 
     def controller_id(self) -> int | None:
-        return self._controller
+        return None if self.fenced else self._controller
 
     async def alter_isr(self, state: PartitionState, isr: tuple[int, ...]) -> PartitionState | None:
         if state.leader != self.node_id or not isr or not set(isr) <= set(state.replicas):
@@ -436,10 +550,14 @@ class EtcdClusterView:
         info = self._topics.get(name)
         if info is None:
             return []
-        return [p for p in (self._parts.get((name, i)) for i in range(info.partitions)) if p is not None]
+        return [self._shown(p) for p in (self._parts.get((name, i)) for i in range(info.partitions)) if p is not None]
 
     async def write_partition(self, old: PartitionState, new: PartitionState) -> PartitionState | None:
-        """CAS `new` over `old` (compared by version); the stored state or None when it lost."""
+        """CAS `new` over `old` (compared by version); the stored state or None when it lost.
+        EtcdError while fenced: what this broker holds may be stale, and a decision taken
+        on it must not be written."""
+        if self.fenced:
+            raise EtcdError(f"broker {self.node_id} is fenced: its etcd session lapsed")
         rev = await self.etcd.cas(self.keys.partition(old.topic, old.partition), encode_partition(new), old.version)
         if rev is None:
             return None
@@ -454,7 +572,16 @@ class EtcdClusterView:
         if kv is None:
             return None
         self._apply(kv, deleted=False, notify=True)
-        return decode_partition(topic, partition, kv)
+        return self._shown(decode_partition(topic, partition, kv))
+
+    async def read_partitions(self) -> list[PartitionState]:
+        """Every partition as etcd holds it now (before start() has loaded anything)."""
+        kvs, _ = await self.etcd.get_prefix(self.keys.partitions)
+        out = []
+        for kv in kvs:
+            topic, _, index = kv.key[len(self.keys.partitions):].rpartition("/")
+            out.append(decode_partition(topic, int(index), kv))
+        return out
 
     async def read_topic(self, name: str) -> TopicInfo | None:
         """The topic as etcd holds it now (live or a deletion marker), None if never created."""

@@ -10,8 +10,14 @@ epoch instead of records (KIP-320/KIP-595); the follower truncates by it
 trip. A log with records but no epochs asks OffsetForLeaderEpoch first
 (KIP-101/KIP-279). Follower high watermark = min(leader's high watermark, own log end).
 
-Followers do not fsync each fetch (Kafka's default): an acknowledged record is on
-every ISR member, and the leader's own flush policy still applies to it.
+A follower's fetch offset is also its position for the leader's high watermark, so
+under the durable flush policy (`--flush-mode always`, the default) a follower fsyncs
+what it fetched before its next fetch reports it (`durable`, the broker's group-commit
+flusher: one fsync round per log, the logs of one round in a few worker jobs). An
+acks=all record is then on the disk of every ISR member before it is acknowledged, and
+a power cut of the whole cluster loses none: whichever ISR member leads next has it.
+Under the other policies a follower reports what it wrote (Kafka's default), which a
+power cut can take.
 
 A partition whose answers keep failing (a batch damaged on the leader's disk fails its
 CRC here at every fetch) is refetched after a growing delay and warned about sparingly
@@ -24,7 +30,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Awaitable, Callable
 
 from ..backoff import Backoff
 from ..protocol.api_keys import ApiKey
@@ -44,6 +50,10 @@ _FENCING = (KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH, Kaf
             KafkaError.UNKNOWN_TOPIC_OR_PARTITION)
 REFETCH_FIRST_S = 0.05        # a failing partition's first refetch waits as long as a failed round does
 REFETCH_MAX_S = 5.0           # ...and the delay doubles up to this; its warning repeats at most this often
+
+# fsync these logs up to these offsets; the outcome per log (None or the StorageError).
+# The broker's GroupCommitFlusher.sync_each.
+Durable = Callable[[list[tuple[object, int]]], Awaitable[list[StorageError | None]]]
 
 
 def refetch_backoff() -> Backoff:
@@ -103,7 +113,7 @@ class LeaderFetcher:
 
     def __init__(self, leader_id: int, view: ClusterView, logs: LogManager, dialer: PeerDialer,
                  settings: FetchSettings, paused: Callable[[], bool],
-                 pace: Callable[[], Backoff] = refetch_backoff):
+                 pace: Callable[[], Backoff] = refetch_backoff, durable: Durable | None = None):
         self.leader_id = leader_id
         self.view = view
         self.node_id = view.node_id
@@ -113,6 +123,7 @@ class LeaderFetcher:
         # True while the replica manager pauses fetching (what a stopped follower looks like).
         self.paused = paused
         self._pace = pace         # a new refused partition's refetch pacing
+        self._durable = durable   # None: report what was written, fsynced or not
         self._clock = time.monotonic
         self.parts: dict[TopicPartition, _Followed] = {}
         self._wake = asyncio.Event()
@@ -237,8 +248,27 @@ class LeaderFetcher:
                      plog.log_end_offset, self.leader_id, leader_epoch, end_offset)
         return done
 
+    async def _make_durable(self, parts: dict[TopicPartition, _Followed]) -> dict[TopicPartition, _Followed]:
+        """fsync what the last round wrote before the fetch offsets report it; the
+        partitions whose fsync failed sit this round out (refused), so a position the
+        disk does not hold never reaches the leader."""
+        if self._durable is None:
+            return parts
+        dirty = [(tp, plog) for tp in parts if (plog := self._log(tp)) is not None
+                 and plog.flushed_offset < plog.log_end_offset]
+        if not dirty:
+            return parts
+        outcomes = await self._durable([(plog, plog.log_end_offset) for _, plog in dirty])
+        out = dict(parts)
+        for (tp, _), exc in zip(dirty, outcomes):
+            if exc is not None:
+                f = out.pop(tp)
+                self._refused(tp, f, logging.ERROR, "fsync of replicated records failed: %s", exc)
+        return out
+
     async def _fetch(self, parts: dict[TopicPartition, _Followed]) -> bool:
         """One Fetch for these followed partitions; True when nothing went wrong."""
+        parts = await self._make_durable(parts)
         cls = request_class(ApiKey.FETCH)
         T = cls.FetchTopic
         sent: dict[TopicPartition, _Followed] = {}

@@ -7,7 +7,8 @@ the leader epoch on appends, track every follower's log end) or a follower (trun
 by leader epoch, then fetch: semel.cluster.replica_fetcher). As leader, Kafka's rules
 (decided by semel.cluster.replica_rules):
 
-- A follower's fetch offset is its log end; the high watermark is the smallest log
+- A follower's fetch offset is its log end (fsynced under the durable flush policy:
+  semel.cluster.replica_fetcher); the high watermark is the smallest log
   end over the ISR and only grows. A follower that has not caught up for
   replica_lag_time_max_ms leaves the ISR; one that reaches the high watermark joins
   again; both by compare-and-set (ClusterView.alter_isr), decided by `isr_change`,
@@ -15,6 +16,12 @@ by leader epoch, then fetch: semel.cluster.replica_fetcher). As leader, Kafka's 
 - acks=all completes when the high watermark passes the batch (`wait_for_hw`);
   NOT_ENOUGH_REPLICAS before the append when the ISR is below min.insync.replicas,
   NOT_ENOUGH_REPLICAS_AFTER_APPEND when it fell below while waiting.
+- A leader that would be left alone in its ISR, below min.insync.replicas, because none
+  of its followers reaches it, while they are registered and enough to take writes,
+  hands leadership to them instead (replica_rules.hand_over), once they have been
+  silent for 1.5 lease times (a dead one is unregistered by then).
+- An ISR change that cannot reach etcd is retried by the next check; the outage is
+  logged once (the view's OutageLog), never as a task's unretrieved exception.
 """
 from __future__ import annotations
 
@@ -29,11 +36,14 @@ from ..protocol.errors import KafkaError
 from ..storage import LogManager
 from ..storage.fs import FileSystem
 from .hw_checkpoint import HW_SAVE_INTERVAL_S, load_hws, save_hws
+from .offline import OfflineLogs
 from .peer import PeerDialer
 from .reassignment import THROTTLE_RATE, Throttle
-from .replica_fetcher import FetchSettings, LeaderFetcher
-from .replica_rules import (UNDEFINED, FollowerProgress, TopicPartition, diverging_epoch, high_watermark,
-                            isr_change, leader_epoch_error)
+from .etcd import EtcdError
+from .replica_fetcher import Durable, FetchSettings, LeaderFetcher
+from .replica_rules import (UNDEFINED, FollowerProgress, TopicPartition, diverging_epoch, hand_over,
+                            high_watermark, isr_change, leader_epoch_error)
+from .session import OutageLog
 from .state import ClusterView, PartitionState
 
 log = logging.getLogger("semel.cluster.replica_manager")
@@ -74,7 +84,7 @@ class ReplicaManager:
     listener and login)."""
 
     def __init__(self, view: ClusterView, logs: LogManager, fs: FileSystem, notify: Callable[[str, int], None],
-                 dialer: PeerDialer, settings: ReplicaSettings):
+                 dialer: PeerDialer, settings: ReplicaSettings, durable: Durable | None = None):
         self.view = view
         self.node_id = view.node_id
         self.logs = logs
@@ -82,6 +92,8 @@ class ReplicaManager:
         self.notify = notify
         self.dialer = dialer
         self.settings = settings
+        self.durable = durable      # followers fsync before reporting (the durable flush policy)
+        self.offline = OfflineLogs(view, logs, fs)     # partitions whose disk failed here
         self.leading: dict[TopicPartition, LeaderState] = {}
         self.following: dict[TopicPartition, tuple[int, int]] = {}   # -> (leader, leader epoch)
         self.fetchers: dict[int, LeaderFetcher] = {}
@@ -95,6 +107,7 @@ class ReplicaManager:
         # Followers here stop fetching while set: what a stopped (SIGSTOP) follower looks
         # like to its leaders, without stopping the rest of the broker.
         self.fetching_paused = False
+        self.outage = getattr(view, "outage", None) or OutageLog(log, f"broker {view.node_id}")
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
@@ -132,6 +145,8 @@ class ReplicaManager:
         tp = (st.topic, st.partition)
         if st.version < self._versions.get(tp, -1):
             return     # an older state arriving late (our own alter_isr result raced the watch)
+        if self.offline.holds(tp):
+            return     # its disk failed here: no role until it works again (_check_disks)
         plog = self.logs.get(*tp)
         if plog is not None:
             # A fetched write still in a worker thread lands before any role change:
@@ -221,7 +236,8 @@ class ReplicaManager:
         fetcher = self.fetchers.get(st.leader)
         if fetcher is None:
             fetcher = self.fetchers[st.leader] = LeaderFetcher(
-                st.leader, self.view, self.logs, self.dialer, self.settings.fetch, lambda: self.fetching_paused)
+                st.leader, self.view, self.logs, self.dialer, self.settings.fetch, lambda: self.fetching_paused,
+                durable=self.durable)
         fetcher.add(tp, st.leader_epoch)
 
     def _stop_following(self, tp: TopicPartition) -> None:
@@ -290,10 +306,24 @@ class ReplicaManager:
         else:
             if plog.replicated_hw is None:
                 plog.set_high_watermark(old)       # what the leader alone had committed: its log end now
-            plog.set_high_watermark(high_watermark(old, self.node_id, plog.log_end_offset, ls.hw_isr(), ls.progress))
+            plog.set_high_watermark(high_watermark(old, self.node_id, self._leader_position(plog), ls.hw_isr(),
+                                                   ls.progress))
         if plog.high_watermark > old:
             self.notify(*tp)    # read_committed/uncommitted readers wait on it
         self._settle_waiters(ls)
+
+    def _leader_position(self, plog) -> int:
+        """The leader's own log end as the high watermark counts it: under the durable
+        policy only what it has fsynced, as for its followers, so no reader is ever
+        shown a record a power cut of the whole ISR could take (the leader may be the
+        one elected again, and its followers would truncate to it)."""
+        return min(plog.log_end_offset, plog.flushed_offset) if self.durable is not None else plog.log_end_offset
+
+    def flushed(self, topic: str, partition: int) -> None:
+        """The leader's fsync of the partition completed: the high watermark may move."""
+        ls = self.leading.get((topic, partition))
+        if ls is not None:
+            self._advance_hw((topic, partition), ls)
 
     def _settle_waiters(self, ls: LeaderState) -> None:
         hw, isr = ls.plog.high_watermark, len(ls.state.isr)
@@ -330,7 +360,7 @@ class ReplicaManager:
             return KafkaError.NOT_LEADER_OR_FOLLOWER
         fut = asyncio.get_running_loop().create_future()
         ls.waiters.append([upto, self.min_insync(topic), fut])
-        self._settle_waiters(ls)
+        self._advance_hw((topic, partition), ls)    # its own fsync, done by now, may move it
         if not fut.done():
             # Wake the followers' long-polling fetches (Kafka completes delayed fetches on
             # every leader append). Produce notifies on its own; a coordinator's record is
@@ -346,7 +376,17 @@ class ReplicaManager:
         ls = self.leading.get(tp)
         if ls is not None and not ls.isr_busy:
             ls.isr_busy = True
-            asyncio.get_running_loop().create_task(self._update_isr(tp, ls))
+            asyncio.get_running_loop().create_task(self._update_isr_logged(tp, ls))
+
+    async def _update_isr_logged(self, tp: TopicPartition, ls: LeaderState) -> None:
+        """The task `_schedule_isr_check` starts: nothing may escape it unhandled (the ISR
+        loop schedules the check again within lag_time_max_ms / 4)."""
+        try:
+            await self._update_isr(tp, ls)
+        except EtcdError as exc:
+            self.outage.failed(f"ISR change of {tp[0]}-{tp[1]}", exc)
+        except Exception:
+            log.exception("%s-%d: ISR change failed", *tp)
 
     async def _update_isr(self, tp: TopicPartition, ls: LeaderState) -> None:
         try:
@@ -360,6 +400,13 @@ class ReplicaManager:
                                  self.settings.lag_time_max_ms, ls.epoch_start, alive=self.view.brokers())
                 if new is None:
                     return
+                wait_ms = self._hand_over_after_ms()
+                handed = (hand_over(st, new, self.min_insync(tp[0]), self.view.brokers())
+                          if wait_ms is not None else None)
+                if handed is not None and wait_ms is not None:
+                    if self._quiet_ms(ls, handed.isr) >= wait_ms:
+                        await self._hand_over(tp, st, handed)
+                    return    # neither shrink nor hand over yet: a dead follower may still look registered
                 ls.pending_isr = new
                 self._advance_hw(tp, ls)      # a joining replica fixes the high watermark from now on
                 try:
@@ -368,6 +415,7 @@ class ReplicaManager:
                     ls.pending_isr = ()
                     if self.leading.get(tp) is ls:
                         self._advance_hw(tp, ls)     # a lost CAS may leave the leader alone again
+                self.outage.ok()
                 if done is not None:
                     log.info("%s-%d: isr %s -> %s", *tp, list(st.isr), list(done.isr))
                     self.on_partition(done)
@@ -375,11 +423,37 @@ class ReplicaManager:
         finally:
             ls.isr_busy = False
 
+    def _hand_over_after_ms(self) -> float | None:
+        """How long the in-sync followers must have been silent before leadership goes to
+        them: past the lag limit, and long enough that one that died has lost its
+        registration (a lease, and half of one for etcd's expiry check and the watch).
+        None where registrations are not sessions (an in-memory view: every broker always
+        looks registered, so "registered" says nothing about a follower): never then."""
+        lease_s = getattr(self.view, "lease_ttl_s", None)
+        if not lease_s:
+            return None
+        return max(self.settings.lag_time_max_ms, 1500 * lease_s)
+
+    def _quiet_ms(self, ls: LeaderState, followers) -> float:
+        last = max((ls.progress[r].last_caught_up_ms for r in followers if r in ls.progress), default=0.0)
+        return self._now_ms() - last
+
+    async def _hand_over(self, tp: TopicPartition, st: PartitionState, handed: PartitionState) -> None:
+        done = await self.view.write_partition(st, handed)
+        self.outage.ok()
+        if done is None:
+            return       # the state moved on: the next check decides from it
+        log.warning("%s-%d: no follower reaches this leader (isr %s would fall below min.insync.replicas); "
+                    "leadership handed to %d at epoch %d, isr %s", *tp, list(st.isr), done.leader,
+                    done.leader_epoch, list(done.isr))
+        self.on_partition(done)
+
     async def _isr_loop(self) -> None:
         interval = max(self.settings.lag_time_max_ms / 4, 20) / 1000
         while self._running:
             await asyncio.sleep(interval)
             try:
+                await self._check_disks()
                 self.resync()
                 for tp in list(self.leading):
                     self._schedule_isr_check(tp)
@@ -387,6 +461,23 @@ class ReplicaManager:
                     self._save_hws()
             except Exception:   # never let the loop die: ISR upkeep is what keeps acks=all going
                 log.exception("ISR upkeep failed")
+
+    async def _check_disks(self) -> None:
+        """Take out of service every partition whose log's disk failed since the last
+        round (semel.cluster.offline), and back those whose disk works again."""
+        for tp in list(self.leading) + list(self.following):
+            reason = self.offline.newly_failed(tp)
+            if reason is not None:
+                self._stop_leading(tp)
+                self._stop_following(tp)
+                self.offline.take(tp, reason)
+        if self.offline.offline:
+            await self.offline.leave_isrs()
+            for tp in self.offline.retry_due():
+                self._seen.discard(tp)        # a reopened log: its high watermark starts from the saved one
+                st = self.view.partition(*tp)
+                if st is not None:
+                    self.on_partition(st)
 
     def _save_hws(self) -> None:
         """Atomically (temp file, fsync, rename); a failure only costs restart time."""

@@ -16,10 +16,10 @@ Kafka's rules:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..protocol.errors import KafkaError
-from .state import PartitionState
+from .state import NO_LEADER, PartitionState
 
 UNDEFINED = -1
 
@@ -131,3 +131,29 @@ def diverging_epoch(epochs, log_start: int, log_end: int, fetch_offset: int,
         return epoch, end
     return None
 
+
+
+def hand_over(state: PartitionState, new_isr: tuple[int, ...], min_isr: int, alive) -> PartitionState | None:
+    """Instead of shrinking the ISR to `new_isr`, the state that moves leadership away, or
+    None to shrink as asked.
+
+    A leader about to be left alone in its ISR, below `min_isr`, hears none of its in-sync
+    followers. When they are still registered (alive: broker ids), and with the other
+    registered replicas are at least `min_isr`, the leader is most likely the one cut off:
+    shrinking would keep every acks=all producer on NOT_ENOUGH_REPLICAS for as long as
+    the cut lasts, where they can take writes together. Leadership goes to the first of
+    them in replica order, at a new epoch, with an ISR of exactly them: each was in the
+    ISR, so holds everything up to the high watermark (every acknowledged write); the
+    other replicas, the old leader too, join again by catching up. Only a leader that is
+    alone hands over, so one that still hears a follower shrinks as before; the caller
+    waits first until a follower that died would have left the registrations (its lease
+    ended), so leadership is not handed to a dead broker."""
+    if min_isr <= 1 or state.leader == NO_LEADER or tuple(new_isr) != (state.leader,):
+        return None
+    alive = set(alive)
+    others = tuple(r for r in state.replicas if r in state.isr and r != state.leader)
+    if not others or not all(r in alive for r in others):
+        return None
+    if sum(1 for r in state.replicas if r != state.leader and r in alive) < min_isr:
+        return None
+    return replace(state, leader=others[0], leader_epoch=state.leader_epoch + 1, isr=others)

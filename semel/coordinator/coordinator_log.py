@@ -33,15 +33,31 @@ T = TypeVar("T")
 
 _WAITING, _SYNCED, _FAILED = 0, 1, 2
 
+# Why a durability wait fails when this broker stops leading the coordinator's partition
+# (a reassignment, a controlled shutdown, an election). The coordinator that takes the
+# partition over answers the clients, so such a record left unanswered here is an
+# expected hand-over, not a fault.
+HAND_OVER_ERRORS = frozenset({KafkaError.NOT_LEADER_OR_FOLLOWER, KafkaError.NOT_COORDINATOR,
+                              KafkaError.FENCED_LEADER_EPOCH})
+
+
+def sync_failure_level(exc: BaseException) -> int:
+    """The log level of a failed durability wait: INFO for a hand-over of the partition,
+    ERROR for anything else (the disk failed, too few in-sync replicas, a timeout)."""
+    if isinstance(exc, AppendError) and not isinstance(exc, StorageError) and exc.error in HAND_OVER_ERRORS:
+        return logging.INFO
+    return logging.ERROR
+
 
 class InFlightWrite:
     """A record appended to the log and not yet applied to memory."""
-    __slots__ = ("info", "apply", "fail", "unsynced", "future", "state", "error")
+    __slots__ = ("info", "apply", "fail", "unsynced", "future", "state", "error", "failure_level")
 
     def __init__(self, info, apply, fail, unsynced, future, error):
         self.info, self.apply, self.fail, self.future = info, apply, fail, future
         self.unsynced = unsynced
         self.state, self.error = _WAITING, error
+        self.failure_level = logging.ERROR
 
 
 def done_future(value: T) -> "asyncio.Future[T]":
@@ -70,6 +86,8 @@ class CoordinatorLog:
         self.plog = None
         self.inflight: deque[InFlightWrite] = deque()
         self.records_since_compaction = 0
+        # While an `unsynced` callback runs: the level its own line about the failure takes.
+        self.failure_level = logging.ERROR
 
     def append(self, data: bytes):
         """Append well-formed batches (built by the coordinator) now; returns the append info."""
@@ -114,7 +132,12 @@ class CoordinatorLog:
             await self.flusher.sync(self.plog, entry.info.last_offset + 1)
             entry.state = _SYNCED
         except Exception as exc:
-            log.error("fsync of %s failed: %s", self.topic, exc)
+            entry.failure_level = sync_failure_level(exc)
+            if entry.failure_level == logging.INFO:
+                log.info("%s: a write stays unanswered here, its partition moved to another broker: %s",
+                         self.topic, exc)
+            else:
+                log.error("fsync of %s failed: %s", self.topic, exc)
             entry.state = _FAILED
         self._drain()
 
@@ -126,6 +149,7 @@ class CoordinatorLog:
                 if entry.state == _SYNCED:
                     result = entry.apply(entry.info)
                 else:
+                    self.failure_level = entry.failure_level
                     result = entry.unsynced(entry.error)
             except Exception as exc:  # a bug: report it to the waiter, keep draining
                 log.exception("applying a write to %s failed", self.topic)

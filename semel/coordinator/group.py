@@ -40,7 +40,10 @@ import logging
 import time
 from typing import Callable
 
+from ..clock import mono_ms
 from ..protocol.errors import KafkaError
+from .consumer_group import ConsumerGroupsMixin
+from .consumer_group_rules import ConsumerGroup
 from .group_membership import GroupMembership
 from .group_model import (
     OFFSETS_TOPIC, FetchedOffset, Group, GroupConfig, GroupSummary, JoinResult, MemberSummary,
@@ -57,7 +60,7 @@ from .ports import CoordinatorSeat, PartitionWriter
 log = logging.getLogger("semel.coordinator.group")
 
 
-class GroupCoordinator(GroupMembership, GroupOffsetsMixin, GroupReplay, GroupWriteQueue):
+class GroupCoordinator(GroupMembership, ConsumerGroupsMixin, GroupOffsetsMixin, GroupReplay, GroupWriteQueue):
     """Consumer groups and committed offsets of one broker (it coordinates every group).
 
     `logs` is the storage LogManager, `flusher` the PartitionWriter its writes wait on
@@ -75,10 +78,15 @@ class GroupCoordinator(GroupMembership, GroupOffsetsMixin, GroupReplay, GroupWri
         self.flusher = flusher
         self.config = config or GroupConfig()
         self.clock = clock or wall_clock_ms
-        self.timers = Timers(self.clock)
+        # Deadlines run on the monotonic clock (a wall-clock step expires no session);
+        # a test that gives a clock drives both.
+        self.timers = Timers(clock or mono_ms)
         self._run_timers = run_timers
         self._groups: dict[str, Group] = {}
         self._producer_groups: dict[int, set[str]] = {}   # producer id -> groups with pending offsets
+        # Groups of the consumer protocol (KIP-848), and the write each is waiting for.
+        self._consumer_groups: dict[str, ConsumerGroup] = {}
+        self._cg_pending: dict[str, asyncio.Future] = {}
         self._log = None
         self._status = "new"
         self._tasks: set[asyncio.Task] = set()
@@ -161,6 +169,8 @@ class GroupCoordinator(GroupMembership, GroupOffsetsMixin, GroupReplay, GroupWri
                 resolve_future(m.sync_future, SyncResult(KafkaError.NOT_COORDINATOR))
         self._clog.fail_all(KafkaError.NOT_COORDINATOR)
         self._groups.clear()
+        self._consumer_groups.clear()
+        self._cg_pending.clear()
         self._producer_groups.clear()
         self.timers.cancel_if(lambda key: isinstance(key, tuple))   # per-group deadlines
 
@@ -212,7 +222,7 @@ class GroupCoordinator(GroupMembership, GroupOffsetsMixin, GroupReplay, GroupWri
             try:
                 self._wake.clear()
                 deadline = self.timers.next_deadline()
-                delay = None if deadline is None else (deadline - self.clock()) / 1000
+                delay = None if deadline is None else (deadline - self.timers.now()) / 1000
                 if delay is None or delay > 0:
                     try:
                         await asyncio.wait_for(self._wake.wait(), delay)

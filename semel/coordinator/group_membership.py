@@ -16,7 +16,10 @@ from .group_model import (
 )
 from .group_states import HEARTBEAT_RESULT, STATE_BY_NAME, SYNC_RESULT, Event, GroupState
 from .coordinator_log import done_future, resolve_future
-from .offsets import GroupRecord, MemberRecord, TopicPartition, group_key, group_value, offset_key
+from .consumer_records import apply_record, records_between
+from .offsets import (
+    GroupRecord, MemberRecord, TopicPartition, decode_key, group_key, group_value, offset_key,
+)
 
 log = logging.getLogger("semel.coordinator.group")
 
@@ -37,8 +40,16 @@ class GroupMembership:
         if not err and not (self.config.min_session_timeout_ms <= session_timeout_ms
                             <= self.config.max_session_timeout_ms):
             err = KafkaError.INVALID_SESSION_TIMEOUT
+        consumer = self._consumer_groups.get(group_id) if not err else None
+        if consumer is not None and consumer.members:
+            # A group of the consumer protocol with members: no online migration (yet).
+            err = KafkaError.INCONSISTENT_GROUP_PROTOCOL
         if err:
             return done_future(JoinResult(err, member_id))
+        if consumer is not None:
+            # Its last member of the consumer protocol left: the group becomes a classic
+            # one, and the consumer protocol's records of it go (its offsets stay).
+            self._cg_write(group_id, consumer, None, None)
         if rebalance_timeout_ms is None or rebalance_timeout_ms <= 0:
             rebalance_timeout_ms = session_timeout_ms   # JoinGroup v0 has no rebalance timeout
         protocols = [(name, bytes(meta or b"")) for name, meta in protocols]
@@ -128,7 +139,7 @@ class GroupMembership:
     def _new_member(self, member_id: str, req: "JoinRequest") -> Member:
         m = Member(member_id, req.group_instance_id, req.client_id, req.client_host,
                    req.rebalance_timeout_ms, req.session_timeout_ms, req.protocol_type, req.protocols)
-        m.joined_at = self.clock()
+        m.joined_at = self.timers.now()
         return m
 
     def _add_member_and_rebalance(self, group: Group, member_id: str, req: "JoinRequest") -> asyncio.Future:
@@ -268,7 +279,7 @@ class GroupMembership:
         if member is None or not self._current(group):
             return
         waiting = member.awaiting_join() or member.awaiting_sync()
-        too_long_new = member.is_new and self.clock() - member.joined_at >= NEW_MEMBER_JOIN_TIMEOUT_MS
+        too_long_new = member.is_new and self.timers.now() - member.joined_at >= NEW_MEMBER_JOIN_TIMEOUT_MS
         if waiting and not too_long_new:
             # A member blocked in JoinGroup/SyncGroup cannot heartbeat; the join or
             # sync deadline decides its fate instead.
@@ -469,6 +480,9 @@ class GroupMembership:
             group = self._groups.get(gid)
             if err:
                 out.append(GroupSummary(gid, err, "", "", ""))
+            elif self.group_type(gid) == "consumer":
+                # As Kafka: DescribeGroups describes classic groups; ConsumerGroupDescribe these.
+                out.append(GroupSummary(gid, KafkaError.GROUP_ID_NOT_FOUND, S.DEAD.value, "", ""))
             elif group is None:
                 out.append(GroupSummary(gid, KafkaError.NONE, S.DEAD.value, "", ""))
             else:
@@ -494,54 +508,67 @@ class GroupMembership:
         if err:
             return err, []
         wanted = {STATE_BY_NAME.get(s.lower()) for s in states or ()}
+        consumer = self.consumer_group_rows()
+        names = {s.lower() for s in states or ()}
         return KafkaError.NONE, [
             (g.group_id, g.protocol_type or "", g.state.value)
             for g in self._groups.values()
-            if not wanted or g.state in wanted
-        ]
+            if (not wanted or g.state in wanted) and self.group_type(g.group_id) == "classic"
+        ] + [row for row in consumer if not names or row[2].lower() in names]
 
     def delete_groups(self, group_ids: Iterable[str]) -> "asyncio.Future[dict[str, KafkaError]]":
         """Delete empty groups: tombstones for the group and all its offsets."""
         err = self._ready_error()
         results: dict[str, KafkaError] = {}
-        doomed: list[Group] = []
+        doomed: list[str] = []
         for gid in group_ids:
             group = self._groups.get(gid)
+            consumer = self._consumer_groups.get(gid)
             if err:
                 results[gid] = err
             elif not gid:
                 results[gid] = KafkaError.INVALID_GROUP_ID
-            elif group is None or group.state is S.DEAD:
-                results[gid] = KafkaError.GROUP_ID_NOT_FOUND
-            elif group.state is not S.EMPTY or not group.is_empty():
+            elif consumer is not None and consumer.members:
                 results[gid] = KafkaError.NON_EMPTY_GROUP
-            elif group not in doomed:
-                doomed.append(group)
+            elif (group is None or group.state is S.DEAD) and consumer is None:
+                results[gid] = KafkaError.GROUP_ID_NOT_FOUND
+            elif group is not None and (group.state is not S.EMPTY or not group.is_empty()):
+                results[gid] = KafkaError.NON_EMPTY_GROUP
+            elif gid not in doomed:
+                doomed.append(gid)
         if not doomed:
             return done_future(results)
         pairs: list[tuple[bytes, bytes | None]] = []
-        plan: list[tuple[Group, list[TopicPartition]]] = []
-        for group in doomed:
-            tps = list(group.offsets.committed)
-            pairs += [(offset_key(group.group_id, t, p), None) for t, p in tps]
-            pairs.append((group_key(group.group_id), None))
-            plan.append((group, tps))
+        plan: list[tuple[str, Group | None, list[TopicPartition], list]] = []
+        for gid in doomed:
+            group = self._groups.get(gid)
+            tps = list(group.offsets.committed) if group is not None else []
+            pairs += [(offset_key(gid, t, p), None) for t, p in tps]
+            if group is not None:
+                pairs.append((group_key(gid), None))
+            # An empty group of the consumer protocol goes too: its records are tombstoned.
+            consumer = records_between(self._consumer_groups.get(gid), None)
+            pairs += consumer
+            plan.append((gid, group, tps, consumer))
 
         def apply(info) -> dict[str, KafkaError]:
             at = info.first_offset
-            for group, tps in plan:
+            for gid, group, tps, consumer in plan:
                 for tp in tps:
-                    self._apply_offset(group.group_id, tp, None, at)
+                    self._apply_offset(gid, tp, None, at)
                     at += 1
-                if group.is_empty() and group.state is S.EMPTY:
-                    group.persisted = False
-                    self._apply_group_record(group.group_id, None)
-                at += 1
-                results[group.group_id] = KafkaError.NONE
+                if group is not None:
+                    if group.is_empty() and group.state is S.EMPTY:
+                        group.persisted = False
+                        self._apply_group_record(gid, None)
+                    at += 1
+                for key, value in consumer:
+                    apply_record(self._consumer_groups, decode_key(key), value)
+                results[gid] = KafkaError.NONE
             return results
 
         def fail(error: KafkaError) -> dict[str, KafkaError]:
-            results.update({g.group_id: error for g in doomed})
+            results.update({gid: error for gid in doomed})
             return results
 
         return self._write(lambda: self._append_records(pairs), apply, fail)

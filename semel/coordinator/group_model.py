@@ -36,6 +36,10 @@ class GroupConfig:
     compact_check_interval_ms: int = 5_000
     compact_records: int = 50_000
     segment_bytes: int = 8 * 1024 * 1024
+    # The consumer protocol (KIP-848): the broker sets the heartbeat interval and the
+    # session timeout (group.consumer.heartbeat.interval.ms / .session.timeout.ms).
+    consumer_heartbeat_interval_ms: int = 5_000
+    consumer_session_timeout_ms: int = 45_000
 
 
 class Member:

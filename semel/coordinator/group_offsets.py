@@ -31,14 +31,18 @@ class GroupOffsetsMixin:
 
     def commit_offsets(self, group_id: str, generation: int, member_id: str,
                        offsets: dict[TopicPartition, Any], *,
-                       group_instance_id: str | None = None
+                       group_instance_id: str | None = None, api_version: int | None = None
                        ) -> "asyncio.Future[dict[TopicPartition, KafkaError]]":
         """Commit `{(topic, partition): CommittedOffset(offset, leader_epoch, metadata)}`
         (plain (offset, leader_epoch, metadata) tuples work too). Generation -1 with
         an empty member id commits for a group without members (manual assignment)."""
         err = self._ready_error()
         group = self._groups.get(group_id) if not err else None
-        if not err:
+        consumer = None if err else self.check_consumer_commit(
+            group_id, generation, member_id, transactional=False, api_version=api_version)
+        if consumer is not None:
+            err = consumer
+        elif not err:
             err = self._check_commit(group, generation, member_id, group_instance_id)
         if err:
             return done_future({tp: err for tp in offsets})
@@ -137,7 +141,11 @@ class GroupOffsetsMixin:
         producer's id/epoch; they stay pending (invisible to OffsetFetch) until
         `complete_txn`. KIP-447: member and generation are checked when given."""
         err = self._ready_error()
-        if not err:
+        consumer = None if err else self.check_consumer_commit(
+            group_id, generation, member_id, transactional=True, api_version=None)
+        if consumer is not None:
+            err = consumer
+        elif not err:
             err = self._check_txn_commit(self._groups.get(group_id), generation, member_id,
                                          group_instance_id)
         if err:
@@ -275,6 +283,9 @@ class GroupOffsetsMixin:
         for group in list(self._groups.values()):
             if group.state is not S.EMPTY or not group.is_empty() or group.offsets.pending:
                 continue
+            consumer = self._consumer_groups.get(group.group_id)
+            if consumer is not None and consumer.members:
+                continue
             since = group.state_ts if group.protocol_type else None
             expired = group.offsets.expired(now, self.config.offsets_retention_ms, since)
             drop = len(expired) == len(group.offsets.committed)
@@ -299,7 +310,7 @@ class GroupOffsetsMixin:
         live = sum(len(g.offsets.committed) + 1 for g in self._groups.values())
         if self._ready_error() or self._clog.records_since_compaction < max(self.config.compact_records, 4 * live):
             return
-        if self._inflight or self._producer_groups or any(g.offsets.pending for g in self._groups.values()):
+        if self._inflight or self._cg_pending or self._producer_groups or any(g.offsets.pending for g in self._groups.values()):
             return
         pairs: list[tuple[bytes, bytes | None]] = []
         rewritten: list[tuple[Group, TopicPartition | None, Any]] = []   # in record order
@@ -310,6 +321,9 @@ class GroupOffsetsMixin:
             for (t, p), v in group.offsets.committed.items():
                 pairs.append((offset_key(group.group_id, t, p), offset_value(v)))
                 rewritten.append((group, (t, p), v))
+        for pair in self._consumer_snapshot_records():
+            pairs.append(pair)
+            rewritten.append((None, None, None))
         if not pairs:
             return
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 from ..protocol import records as rb
 from .group_model import Group, Member
 from .group_states import Event, GroupState
+from .consumer_records import apply_record
 from .offsets import (
-    CommittedOffset, GroupRecord, OffsetKey, TopicPartition, decode_group_value,
+    CommittedOffset, ConsumerGroupKey, GroupRecord, OffsetKey, TopicPartition, decode_group_value,
     decode_key, decode_offset_value, scan_log,
 )
 
@@ -98,6 +99,9 @@ class GroupReplay:
                             self._apply_pending(hdr.producer_id, key.group, tp, value, rec.offset)
                     else:
                         self._apply_offset(key.group, tp, value, rec.offset)
+                elif isinstance(key, ConsumerGroupKey):
+                    if not hdr.is_transactional:
+                        apply_record(self._consumer_groups, key, rec.value)
                 elif not hdr.is_transactional:
                     value = None if rec.value is None else decode_group_value(rec.value)
                     self._apply_group_record(key.group, value)
@@ -105,3 +109,4 @@ class GroupReplay:
         for group in self._groups.values():
             for m in group.members.values():
                 self._arm_heartbeat(group, m)
+        self._arm_consumer_sessions()

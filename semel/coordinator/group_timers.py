@@ -5,14 +5,15 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-import time
 from typing import Any, Callable
+
+from ..clock import wall_ms
 
 log = logging.getLogger("semel.coordinator.group")
 
 
 def wall_clock_ms() -> int:
-    return int(time.time() * 1000)
+    return wall_ms()
 
 
 class Timers:
@@ -52,6 +53,10 @@ class Timers:
     def _is_stale(self, entry: tuple[int, int, Any]) -> bool:
         live = self._live.get(entry[2])
         return live is None or live[1] != entry[1]
+
+    def now(self) -> int:
+        """The clock the deadlines are on."""
+        return self._clock()
 
     def next_deadline(self) -> int | None:
         while self._heap and self._is_stale(self._heap[0]):

@@ -5,6 +5,11 @@ Record format (semel's own, versioned; Kafka's tools cannot read it and need not
   key   = int16 key_type, then
           key_type 1 (offset):  string group, string topic, int32 partition
           key_type 2 (group):   string group
+          key_types 3-8: a consumer group of the KIP-848 protocol, numbered as
+                Kafka numbers these records (consumer_records.py has their values):
+                3 group metadata, 5 member metadata, 6 target assignment metadata,
+                7 target assignment of a member, 8 current assignment of a member;
+                string group, then (5, 7, 8) string member_id
   value = null for a tombstone (the key is deleted), else int16 value_version, then
           offset v0: int64 offset, int32 leader_epoch, nullable string metadata,
                      int64 commit_timestamp_ms
@@ -34,6 +39,14 @@ from ..protocol.records import iter_batches
 
 KEY_OFFSET = 1
 KEY_GROUP = 2
+KEY_CG_METADATA = 3
+KEY_CG_MEMBER = 5
+KEY_CG_TARGET_METADATA = 6
+KEY_CG_TARGET_MEMBER = 7
+KEY_CG_CURRENT_MEMBER = 8
+CONSUMER_GROUP_KEYS = (KEY_CG_METADATA, KEY_CG_MEMBER, KEY_CG_TARGET_METADATA,
+                       KEY_CG_TARGET_MEMBER, KEY_CG_CURRENT_MEMBER)
+_MEMBER_KEYS = (KEY_CG_MEMBER, KEY_CG_TARGET_MEMBER, KEY_CG_CURRENT_MEMBER)
 VALUE_VERSION = 0
 
 TopicPartition = tuple[str, int]
@@ -165,6 +178,13 @@ def group_key(group: str) -> bytes:
     return _Writer().i16(KEY_GROUP).string(group).done()
 
 
+def consumer_group_key(kind: int, group: str, member_id: str | None = None) -> bytes:
+    w = _Writer().i16(kind).string(group)
+    if kind in _MEMBER_KEYS:
+        w.string(member_id or "")
+    return w.done()
+
+
 def offset_value(value: CommittedOffset) -> bytes:
     return (_Writer().i16(VALUE_VERSION).i64(value.offset).i32(value.leader_epoch)
             .string(value.metadata).i64(value.commit_ts).done())
@@ -192,7 +212,13 @@ class GroupKey(NamedTuple):
     group: str
 
 
-def decode_key(raw: bytes | None) -> OffsetKey | GroupKey:
+class ConsumerGroupKey(NamedTuple):
+    kind: int
+    group: str
+    member_id: str | None
+
+
+def decode_key(raw: bytes | None) -> OffsetKey | GroupKey | ConsumerGroupKey:
     if raw is None:
         raise OffsetsLogError("record without a key")
     r = _Reader(raw)
@@ -207,6 +233,12 @@ def decode_key(raw: bytes | None) -> OffsetKey | GroupKey:
         if group is None:
             raise OffsetsLogError("group key with a null name")
         return GroupKey(group)
+    if kind in CONSUMER_GROUP_KEYS:
+        group = r.string()
+        member = r.string() if kind in _MEMBER_KEYS else None
+        if group is None or (kind in _MEMBER_KEYS and member is None):
+            raise OffsetsLogError("consumer group key with a null name")
+        return ConsumerGroupKey(kind, group, member)
     raise OffsetsLogError(f"unknown key type {kind} (written by a newer semel?)")
 
 

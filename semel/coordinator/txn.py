@@ -42,7 +42,6 @@ from .txn_completion import MarkerCompletion
 log = logging.getLogger("semel.txn")
 
 TXN_TOPIC = "__transaction_state"
-OFFSETS_PARTITION = (OFFSETS_TOPIC, 0)   # a single node's only one
 MAX_EPOCH = 32767
 # From these request versions on, a fenced producer is told PRODUCER_FENCED;
 # older clients only know INVALID_PRODUCER_EPOCH (KIP-588).
@@ -75,6 +74,19 @@ class _Uncounted:
     def txn_timed_out(self) -> None:
         pass
 
+
+
+def timeout_deadline(prev: TxnMeta | None, meta: TxnMeta) -> float:
+    """When (time.monotonic()) the ONGOING transaction `meta` times out. The same
+    transaction growing by a partition keeps its deadline; a new one gets its whole
+    timeout. One replayed from the log (a restart, a failover) gets what its wall-clock
+    start leaves, between nothing and the whole timeout, so a clock stepped meanwhile
+    can neither end it early by more than that nor keep it open for longer."""
+    if (prev is not None and prev.state == TxnState.ONGOING and prev.start_ms == meta.start_ms
+            and (prev.producer_id, prev.epoch) == (meta.producer_id, meta.epoch)):
+        return prev.deadline
+    left_ms = min(max(meta.start_ms + meta.timeout_ms - now_ms(), 0), meta.timeout_ms)
+    return time.monotonic() + left_ms / 1000
 
 class TransactionCoordinator(MarkerCompletion, TxnBranches):
     """One transaction coordinator: of the single node, or of one __transaction_state
@@ -220,6 +232,8 @@ class TransactionCoordinator(MarkerCompletion, TxnBranches):
             self._apply(decode_value(txn_id, value))
 
     def _apply(self, meta: TxnMeta) -> None:
+        if meta.state == TxnState.ONGOING:
+            meta.deadline = timeout_deadline(self.txns.get(meta.txn_id), meta)
         self._index_branches(self.txns.get(meta.txn_id), meta)
         if meta.state == TxnState.DEAD:
             self.txns.pop(meta.txn_id, None)
@@ -261,7 +275,8 @@ class TransactionCoordinator(MarkerCompletion, TxnBranches):
             return KafkaError.NONE, True
 
         def unsynced(error: KafkaError) -> tuple[KafkaError, bool]:
-            log.error("transaction log fsync failed for %s; the record stays in the log", meta.txn_id)
+            log.log(self._clog.failure_level, "transaction log record for %s not made durable here; it stays in the log",
+                    meta.txn_id)
             apply()
             return error, True
 
@@ -603,10 +618,10 @@ class TransactionCoordinator(MarkerCompletion, TxnBranches):
                             now - meta.pending_since)
 
     async def abort_timed_out(self) -> int:
-        now = now_ms()
+        now = time.monotonic()
         # A joined branch is timed by its parent (the parent's abort ends it too).
         expired = [m for m in self.txns.values()
-                   if m.state == TxnState.ONGOING and m.pending is None and m.start_ms + m.timeout_ms < now
+                   if m.state == TxnState.ONGOING and m.pending is None and m.deadline < now
                    and m.txn_id not in self._joined]
         for meta in expired:
             if self.txns.get(meta.txn_id) is not meta or meta.pending is not None or meta.txn_id in self._joined:

@@ -1,11 +1,13 @@
 """Transaction states, their transition table, and the coordinator-log record codec."""
 from __future__ import annotations
 
+import math
 import struct
 import time
 from enum import IntEnum
 
 from ..protocol.errors import KafkaError
+from ..clock import wall_ms
 
 
 class TxnState(IntEnum):
@@ -24,7 +26,7 @@ class TxnState(IntEnum):
 
 
 def now_ms() -> int:
-    return int(time.time() * 1000)
+    return wall_ms()
 
 
 S = TxnState
@@ -77,8 +79,8 @@ def end_txn_outcome(state: TxnState, commit: bool) -> TxnState | KafkaError:
 class TxnMeta:
     """One transactional id. Kept small: 100k idle ids must fit in ~50 MB."""
     __slots__ = ("txn_id", "producer_id", "epoch", "last_producer_id", "last_epoch", "timeout_ms",
-                 "state", "partitions", "start_ms", "update_ms", "_pending", "pending_since")
-    _LOGGED = __slots__[:-2]   # what a state record holds and copy() carries
+                 "state", "partitions", "start_ms", "update_ms", "_pending", "pending_since", "deadline")
+    _LOGGED = __slots__[:-3]   # what a state record holds and copy() carries
 
     def __init__(self, txn_id, producer_id, epoch, last_producer_id, last_epoch, timeout_ms, state,
                  partitions, start_ms, update_ms):
@@ -97,6 +99,9 @@ class TxnMeta:
         # been completing (update_ms is the last completed change, which after a
         # coordinator failover can be long before the transition now under way).
         self.pending_since = 0.0
+        # time.monotonic() past which an ONGOING transaction times out (set when it is
+        # applied: TransactionCoordinator._apply); start_ms, the wall clock's, is only shown.
+        self.deadline = math.inf
 
     @property
     def pending(self) -> TxnState | None:

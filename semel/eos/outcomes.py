@@ -46,10 +46,6 @@ SinkOutcome = Union[Ok, Retryable, Fatal]
 SINK_OUTCOME_TYPES = (Ok, Retryable, Fatal)
 
 
-def is_ok(outcome: SinkOutcome) -> bool:
-    return isinstance(outcome, Ok)
-
-
 # ---------------------------------------------------------------- cycle steps
 
 class Step(str, Enum):
@@ -65,9 +61,6 @@ class Step(str, Enum):
 
     def __str__(self) -> str:  # log lines and metric labels use the spec's names
         return self.value
-
-
-STEP_ORDER: tuple[Step, ...] = tuple(Step)
 
 
 # ---------------------------------------------------------------- cycle outcomes

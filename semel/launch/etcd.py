@@ -45,7 +45,7 @@ class EtcdProcess(ManagedProcess):
 
     def start(self, timeout_s: float = 60) -> "EtcdProcess":
         super().start(timeout_s)
-        wait_healthy(self.endpoint, timeout_s)
+        self.reach(wait_healthy, self.endpoint, timeout_s)
         return self
 
 

@@ -62,7 +62,7 @@ class ManagedProcess:
             self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT, env=self.env,
                                          start_new_session=True)
             try:
-                wait_for_port(self.host, self.port, timeout_s, self.proc)
+                self.reach(wait_for_port, self.host, self.port, timeout_s, self.proc)
                 break
             except RuntimeError:
                 # free_port() released the port before we bound it; on a first start
@@ -72,6 +72,11 @@ class ManagedProcess:
                 self.port = free_port()
         self._port_chosen = False  # restarts must come back on the same port
         return self
+
+    def reach(self, fn, *args):
+        """Run `fn(*args)` where this process's address can be reached from (here; a
+        process in a network namespace reaches it from inside: semel.launch.netns)."""
+        return fn(*args)
 
     @property
     def pid(self) -> int:

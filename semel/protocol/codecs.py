@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import struct
 import zlib
+from typing import Any, Callable
 
 from .errors import KafkaError
-from .records import ATTR_COMPRESSION_MASK, HEADER_SIZE, parse_header
+from .records import ATTR_COMPRESSION_MASK, HEADER_SIZE, Buffer, parse_header
 
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER = 16      # magic (8) + version (4) + compatible version (4)
@@ -33,7 +34,7 @@ class DecodeError(Exception):
         self.error = error
 
 
-def uncompressed_batch(raw, limit: int) -> bytes:
+def uncompressed_batch(raw: Buffer, limit: int) -> bytes:
     """The batch `raw` (one whole batch) with its records uncompressed."""
     hdr = parse_header(raw, 0)
     codec = hdr.attributes & ATTR_COMPRESSION_MASK
@@ -62,7 +63,7 @@ def _gzip(payload: bytes, limit: int) -> bytes:
     return out
 
 
-def _cramjam(name: str):
+def _cramjam(name: str) -> Any:
     try:
         import cramjam
     except ImportError:   # the spark extra brings it; the base install reads gzip only
@@ -70,7 +71,8 @@ def _cramjam(name: str):
     return getattr(cramjam, name)
 
 
-def _into_growing_buffer(decompress_into, payload: bytes, limit: int, name: str) -> bytes:
+def _into_growing_buffer(decompress_into: Callable[[bytes, bytearray], int], payload: bytes, limit: int,
+                         name: str) -> bytes:
     size = min(limit, max(64 * 1024, 8 * len(payload)))
     while True:
         buf = bytearray(size)

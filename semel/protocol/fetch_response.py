@@ -48,7 +48,7 @@ def _length(out: bytearray, n: int | None, flexible: bool) -> None:
         out += _I32.pack(-1 if n is None else n)
 
 
-def encode_fetch(api_version: int, correlation_id: int, body: Any) -> list | None:
+def encode_fetch(api_version: int, correlation_id: int, body: Any) -> list[Any] | None:
     """The framed response as pieces (bytes-like), or None when it needs the generic codec."""
     if not MIN_VERSION <= api_version <= MAX_VERSION:
         return None
@@ -60,7 +60,7 @@ def encode_fetch(api_version: int, correlation_id: int, body: Any) -> list | Non
         out += _TOP_V7.pack(body.throttle_time_ms, body.error_code, body.session_id)
     else:
         out += _I32.pack(body.throttle_time_ms)
-    pieces: list = []
+    pieces: list[Any] = []
     topics = body.responses or ()
     _length(out, len(topics), flexible)
     for t in topics:
@@ -90,7 +90,7 @@ def _string(out: bytearray, s: str, flexible: bool) -> None:
     out += raw
 
 
-def _partition(out: bytearray, p: Any, version: int, flexible: bool, pieces: list) -> bytearray:
+def _partition(out: bytearray, p: Any, version: int, flexible: bool, pieces: list[Any]) -> bytearray:
     """Append one partition's fields; a large records buffer becomes its own piece.
     Returns the buffer to continue in."""
     if version >= 5:

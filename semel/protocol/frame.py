@@ -29,6 +29,7 @@ class FrameDecoder:
         a produce request's records are views of its frame, and storage patches
         their offsets in place instead of copying the payload again."""
         buf = self._buf
+        src: bytes | bytearray
         if buf:
             buf += data
             src = buf

@@ -18,6 +18,7 @@ from kafka.protocol.api_message import ApiMessage
 
 from .api_keys import ApiKey
 from .errors import KafkaError, ProtocolError
+from .extra_messages import EXTRA_MESSAGES
 from .fetch_response import encode_fetch
 from .produce_request import FAST_VERSIONS as FAST_PRODUCE_VERSIONS
 from .produce_request import Cursor, DecodeInThread, decode_produce
@@ -29,9 +30,15 @@ def _collect(kind: str) -> dict[int, type[ApiMessage]]:
     # sasl has no __all__: its classes are read by name.
     for mod in (admin, consumer, metadata, producer, sasl):
         for name in getattr(mod, "__all__", dir(mod)):
-            cls = getattr(mod, name)
-            if isinstance(cls, type) and issubclass(cls, ApiMessage) and cls.type == kind:
+            obj = getattr(mod, name)
+            if not (isinstance(obj, type) and issubclass(obj, ApiMessage)):
+                continue
+            cls: Any = obj   # kafka-python is untyped: a message class's attributes are Any
+            if cls.type == kind:
                 out[cls.API_KEY] = cls
+    for cls in EXTRA_MESSAGES:
+        if cls.type == kind:
+            out.setdefault(cls.API_KEY, cls)
     return out
 
 
@@ -62,14 +69,14 @@ class UnsupportedVersion(Exception):
         self.correlation_id = correlation_id
 
 
-def peek_header(frame: bytes) -> tuple[int, int, int]:
+def peek_header(frame: bytes | bytearray) -> tuple[int, int, int]:
     """(api_key, api_version, correlation_id) without decoding the rest."""
     if len(frame) < _HEAD.size:
         raise ProtocolError("request shorter than its header")
     return _HEAD.unpack_from(frame, 0)
 
 
-def decode_request(frame: bytes, supported: dict[int, tuple[int, int]], *,
+def decode_request(frame: bytes | bytearray, supported: dict[int, tuple[int, int]], *,
                    loop_partitions: int | None = None) -> Request:
     """Decode one frame payload. `supported` maps api key -> (min, max).
 
@@ -125,10 +132,12 @@ def _short(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} chars)"
 
 
-_NULL_PLANS: dict[tuple[int, int], list] = {}
+# (field name, nullable, nested struct or None, is an array)
+_NullPlan = list[tuple[str, bool, Any, bool]]
+_NULL_PLANS: dict[tuple[int, int], _NullPlan] = {}
 
 
-def _null_plan(struct, version: int) -> list:
+def _null_plan(struct: Any, version: int) -> _NullPlan:
     """(name, nullable, nested struct or None) for the fields of `struct` at `version`
     that can decode as None: arrays, strings, bytes, structs."""
     key = (id(struct), version)
@@ -146,7 +155,7 @@ def _null_plan(struct, version: int) -> list:
     return plan
 
 
-def _null_where_not_allowed(obj, struct, version: int) -> str | None:
+def _null_where_not_allowed(obj: Any, struct: Any, version: int) -> str | None:
     """The name of the first field holding None where the schema forbids it."""
     for name, nullable, nested, is_array in _null_plan(struct, version):
         value = getattr(obj, name, None)
@@ -187,7 +196,7 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, body: A
     return b"".join((struct.pack(">i", len(head) + len(payload)), head, payload))
 
 
-def encode_response_parts(api_key: int, api_version: int, correlation_id: int, body: Any) -> list:
+def encode_response_parts(api_key: int, api_version: int, correlation_id: int, body: Any) -> list[Any]:
     """encode_response as pieces to write in order. A Fetch response keeps each
     partition's records as the buffer storage read them into (fetch_response.py)."""
     if api_key == FETCH_KEY:
@@ -247,7 +256,8 @@ def request_class(api_key: int) -> type[ApiMessage]:
 
 
 def spec_max_version(api_key: int) -> int:
-    return REQUEST_CLASSES[api_key].max_version
+    version: int = REQUEST_CLASSES[api_key].max_version
+    return version
 
 
 def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, Any]:

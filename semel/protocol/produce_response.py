@@ -33,7 +33,7 @@ class ProducePartitionAnswer:
                  error_message: str | None = None, log_append_time_ms: int = -1):
         self.index, self.error_code, self.base_offset = index, int(error_code), base_offset
         self.log_append_time_ms, self.log_start_offset = log_append_time_ms, log_start_offset
-        self.record_errors: list = []
+        self.record_errors: list[RecordError] = []
         self.error_message = error_message
 
 
@@ -48,7 +48,7 @@ class RecordError:
 class ProduceTopicAnswer:
     __slots__ = ("name", "partition_responses")
 
-    def __init__(self, name: str, partition_responses: list):
+    def __init__(self, name: str, partition_responses: list[ProducePartitionAnswer]):
         self.name, self.partition_responses = name, partition_responses
 
 
@@ -56,7 +56,7 @@ class ProduceAnswer:
     """The body of a Produce response; `responses` may be extended (ACL gate)."""
     __slots__ = ("version", "responses", "throttle_time_ms")
 
-    def __init__(self, version: int, responses: list, throttle_time_ms: int = 0):
+    def __init__(self, version: int, responses: list[ProduceTopicAnswer], throttle_time_ms: int = 0):
         self.version, self.responses, self.throttle_time_ms = version, responses, throttle_time_ms
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import struct
 import time
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import crc32c
 
@@ -33,6 +33,11 @@ CONTROL_COMMIT = 1
 
 NO_PRODUCER_ID = -1
 NO_SEQUENCE = -1
+
+# What record-batch bytes arrive as: a file's read, a request frame or a view of either.
+Buffer = bytes | bytearray | memoryview
+# A record header as build_batch takes it (a str key is UTF-8 encoded).
+Header = tuple[str | bytes, bytes | None]
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _OFFSET = struct.Struct(">q")
@@ -94,18 +99,19 @@ class BatchHeader:
         return (self.base_sequence + self.last_offset_delta) & 0x7FFFFFFF
 
 
-def parse_header(buf, pos: int = 0) -> BatchHeader:
+def parse_header(buf: Buffer, pos: int = 0) -> BatchHeader:
     return BatchHeader(*_HEADER.unpack_from(buf, pos))
 
 
-def batch_size_at(buf, pos: int) -> int:
+def batch_size_at(buf: Buffer, pos: int) -> int:
     """Total bytes of the batch starting at pos (needs 12 bytes)."""
-    return LOG_OVERHEAD + _LENGTH_AT_8.unpack_from(buf, pos + 8)[0]
+    length: int = _LENGTH_AT_8.unpack_from(buf, pos + 8)[0]
+    return LOG_OVERHEAD + length
 
 
-def crc_ok(buf, pos: int, size: int) -> bool:
-    stored = struct.unpack_from(">I", buf, pos + 17)[0]
-    return crc32c.crc32c(memoryview(buf)[pos + 21:pos + size]) == stored
+def crc_ok(buf: Buffer, pos: int, size: int) -> bool:
+    stored: int = struct.unpack_from(">I", buf, pos + 17)[0]
+    return bool(crc32c.crc32c(memoryview(buf)[pos + 21:pos + size]) == stored)
 
 
 def set_base_offset(buf: bytearray, pos: int, base_offset: int) -> None:
@@ -162,7 +168,7 @@ def write_varint(out: bytearray, n: int) -> None:
     out.append(v)
 
 
-def read_varint(buf, pos: int) -> tuple[int, int]:
+def read_varint(buf: Buffer, pos: int) -> tuple[int, int]:
     shift = result = 0
     while True:
         if pos >= len(buf):
@@ -195,7 +201,7 @@ def _write_bytes(out: bytearray, b: bytes | None) -> None:
         out += b
 
 
-def _read_bytes(buf, pos: int) -> tuple[bytes | None, int]:
+def _read_bytes(buf: Buffer, pos: int) -> tuple[bytes | None, int]:
     n, pos = read_varint(buf, pos)
     if n < 0:
         return None, pos
@@ -205,7 +211,7 @@ def _read_bytes(buf, pos: int) -> tuple[bytes | None, int]:
 
 
 def build_batch(
-    records: list[tuple[bytes | None, bytes | None]] | list[tuple[bytes | None, bytes | None, list]],
+    records: Sequence[tuple[bytes | None, bytes | None] | tuple[bytes | None, bytes | None, Sequence[Header]]],
     *,
     base_offset: int = 0,
     timestamp_ms: int | None = None,
@@ -269,10 +275,11 @@ def control_type(batch: bytes | memoryview, pos: int = 0) -> int:
     recs = list(iter_records(batch, pos))
     if not recs or recs[0].key is None or len(recs[0].key) < 4:
         raise ValueError("control batch without a control record")
-    return struct.unpack(">hh", recs[0].key[:4])[1]
+    kind: int = struct.unpack(">hh", recs[0].key[:4])[1]
+    return kind
 
 
-def iter_records(buf, pos: int = 0) -> Iterator[Record]:
+def iter_records(buf: Buffer, pos: int = 0) -> Iterator[Record]:
     """Records of one uncompressed batch at buf[pos:]."""
     hdr = parse_header(buf, pos)
     if hdr.compression:
@@ -331,7 +338,7 @@ def verified_prefix(data: bytes, from_offset: int, crc: bool = True) -> tuple[by
     return data, None
 
 
-def iter_batches(buf, pos: int = 0, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
+def iter_batches(buf: Buffer, pos: int = 0, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
     """(position, header) of each complete batch in buf[pos:end]."""
     end = len(buf) if end is None else end
     while end - pos >= HEADER_SIZE:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from .errors import StorageError
 from .log import PartitionLog
@@ -26,8 +26,8 @@ LOGS_PER_JOB = 8
 
 class GroupCommitFlusher:
     def __init__(self) -> None:
-        self._inflight: dict[PartitionLog, asyncio.Future] = {}
-        self._starting: list[tuple[PartitionLog, asyncio.Future]] = []   # rounds to start this turn
+        self._inflight: dict[PartitionLog, asyncio.Future[Any]] = {}
+        self._starting: list[tuple[PartitionLog, asyncio.Future[Any]]] = []   # rounds to start this turn
         self.rounds = 0   # fsync rounds started (for metrics and tests)
 
     async def sync(self, plog: PartitionLog, upto_offset: int) -> None:
@@ -60,7 +60,7 @@ class GroupCommitFlusher:
                 out.append(exc)
         return out
 
-    def _round(self, plog: PartitionLog) -> asyncio.Future:
+    def _round(self, plog: PartitionLog) -> asyncio.Future[Any]:
         """The log's fsync round in flight, or a new one."""
         fut = self._inflight.get(plog)
         # A finished round stays in _inflight until its done-callback runs on
@@ -92,7 +92,7 @@ class GroupCommitFlusher:
             job = loop.run_in_executor(None, _flush_each, [plog for plog, _ in part])
             job.add_done_callback(lambda j, part=part: _settle_rounds(j, part))
 
-    def _round_done(self, plog: PartitionLog, fut: asyncio.Future) -> None:
+    def _round_done(self, plog: PartitionLog, fut: asyncio.Future[Any]) -> None:
         if self._inflight.get(plog) is fut:
             del self._inflight[plog]
         if not fut.cancelled():
@@ -129,7 +129,7 @@ def _flush_each(logs: list[PartitionLog]) -> list[BaseException | None]:
     return out
 
 
-def _settle_rounds(job: asyncio.Future, batch: list[tuple[PartitionLog, asyncio.Future]]) -> None:
+def _settle_rounds(job: asyncio.Future[Any], batch: list[tuple[PartitionLog, asyncio.Future[Any]]]) -> None:
     """Each round's outcome from the worker's job (a cancelled job cancels them all)."""
     outcomes = None if job.cancelled() else (job.exception() or job.result())
     for i, (_, fut) in enumerate(batch):

@@ -49,6 +49,7 @@ from semel.protocol.records import (
     set_leader_epoch, split_batches, verified_prefix,
 )
 
+from ..clock import wall_ms
 from . import checkpoint as cpfile
 from .errors import AppendError, CorruptLogError, OffsetOutOfRange, ProducerStateError, StorageError
 from .fs import FileSystem
@@ -87,6 +88,9 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
         self._io_lock = threading.RLock()
         self._closed = False
         self._failed: str | None = None
+        # Writes and fsyncs of this log that failed (any thread): what a cluster member
+        # watches to stop serving a partition its disk cannot keep (semel.cluster.offline).
+        self.storage_failures = 0
         self._bytes_since_checkpoint = 0
         self._last_checkpoint = time.monotonic()
         self.last_checkpoint_error: OSError | None = None
@@ -104,6 +108,12 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
         self._checkpoint_job = None   # concurrent.futures.Future of a background checkpoint (_note_synced)
         # Runs the work above in a worker thread: submit(fn, *args) -> concurrent.futures.Future.
         self._runner = runner or WRITERS
+
+    @property
+    def failed_reason(self) -> str | None:
+        """Why this log took itself offline (a write it could not undo, a failed
+        truncation or rewrite), None while it is usable."""
+        return self._failed
 
     # ================================================================ opening & recovery
     @classmethod
@@ -180,7 +190,7 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
             err = self.producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
             if err is not KafkaError.NONE:
                 raise ProducerStateError(err, f"{err.name}: marker for producer {producer_id} refused")
-        ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        ts = wall_ms() if timestamp_ms is None else timestamp_ms
         data = b"".join(build_control_batch(kind, producer_id=pid, producer_epoch=epoch,
                                             coordinator_epoch=coordinator_epoch, timestamp_ms=ts)
                         for pid, epoch in producers)
@@ -263,6 +273,7 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
         """After the pwrite: cut a failed one back, else account for the batches."""
         seg = w.seg
         if failure is not None:
+            self.storage_failures += 1
             self._undo_write(seg, w.start)
             raise StorageError(f"write to {seg.path(LOG_SUFFIX)} failed: {failure}") from failure
         interval = self.config.index_interval_bytes
@@ -299,6 +310,7 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
                 new.create_files()
                 self.fs.fsync_dir(self.directory)
             except OSError as exc:
+                self.storage_failures += 1
                 try:
                     new.delete_files()
                 except OSError:
@@ -473,6 +485,7 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
             try:
                 self.fs.fsync(seg.log)
             except OSError as exc:
+                self.storage_failures += 1
                 raise StorageError(f"fsync of {seg.path(LOG_SUFFIX)} failed: {exc}") from exc
             # max: a write-through append may have moved it past this round's leo meanwhile
             self.flushed_offset = max(self.flushed_offset, leo)

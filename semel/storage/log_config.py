@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 FLUSH_MODES = ("always", "interval", "never")
 _DAY_MS = 24 * 3600 * 1000
@@ -45,6 +46,6 @@ class LogConfig:
                 raise ValueError(f"LogConfig.{name}={value!r}: {why}")
         return self
 
-    def with_overrides(self, **changes) -> "LogConfig":
+    def with_overrides(self, **changes: Any) -> "LogConfig":
         return replace(self, **changes).validate()
 

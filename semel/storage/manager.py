@@ -32,6 +32,10 @@ from .log import LogConfig, PartitionLog
 log = logging.getLogger("semel.storage")
 
 CATALOGUE = "topics.catalogue"
+# Present only between a clean close and the next open: its absence at open means the
+# last run ended without one (a crash or a power cut), when unsynced writes may be gone.
+CLEAN_STOP = ".clean-stop"
+NEW, CLEAN, UNCLEAN = "new", "clean", "unclean"
 _HEADER = "semel-catalogue 1 "
 # Kafka's default delete.retention.ms: how long a compacted topic keeps a tombstone.
 DEFAULT_DELETE_RETENTION_MS = 86_400_000
@@ -176,9 +180,13 @@ class LogManager:
         # (log end offset at the last compaction pass, when a tombstone it kept expires)
         self._cleaned_upto: dict[Path, tuple[int, int | None]] = {}
         self.last_error_message = ""
+        # How the previous run on this directory ended: NEW (no catalogue: a first start,
+        # or a disk that lost everything), CLEAN (closed by close()) or UNCLEAN.
+        self.last_stop = NEW
         try:
             self.fs.makedirs(self.data_dir)
             self.fs.unlink(self.data_dir / (CATALOGUE + ".tmp"))
+            self.last_stop = self._take_clean_stop()
             self._topics = self._load_catalogue()
             self._finish_deletions()
             for info in self._topics.values():
@@ -189,6 +197,19 @@ class LogManager:
         except StorageError:
             self._close_logs()
             raise
+
+    def _take_clean_stop(self) -> str:
+        """How the last run ended; the marker goes (durably) before anything is written,
+        so a crash from here on reads as unclean at the next open."""
+        marker = self.data_dir / CLEAN_STOP
+        if self.fs.exists(marker):
+            self.fs.unlink(marker)
+            self.fs.fsync_dir(self.data_dir)
+            return CLEAN
+        return UNCLEAN if self.fs.exists(self.data_dir / CATALOGUE) else NEW
+
+    def _mark_clean_stop(self) -> None:
+        self.fs.write_atomic(self.data_dir / CLEAN_STOP, b"", sync_dir=True)
 
     # -- catalogue ---------------------------------------------------------------------
     def _load_catalogue(self) -> dict[str, TopicInfo]:
@@ -389,6 +410,25 @@ class LogManager:
     def get(self, topic: str, partition: int) -> PartitionLog | None:
         return self._logs.get((topic, partition))
 
+    def reopen(self, topic: str, partition: int) -> PartitionLog:
+        """Open a partition's log again from its files (recovery cuts whatever does not
+        check out), dropping the open one unflushed: how a log whose disk failed comes
+        back once the disk works. StorageError when it cannot (the old log stays in its
+        place, closed: every use of it is refused until a reopen succeeds)."""
+        info = self._topics.get(topic)
+        old = self._logs.get((topic, partition))
+        if info is None or old is None:
+            raise StorageError(f"{topic}-{partition}: no such partition here")
+        if not old.closed:
+            old.abandon()       # first: never two logs on one set of files
+        try:
+            new = PartitionLog.open(self.partition_dir(topic, partition),
+                                    log_config_for(self.default_config, info.config), self.fs)
+        except OSError as exc:
+            raise StorageError(f"cannot reopen {topic}-{partition}: {exc}") from exc
+        self._logs[(topic, partition)] = new
+        return new
+
     def all_logs(self) -> Iterator[tuple[tuple[str, int], PartitionLog]]:
         return iter(list(self._logs.items()))
 
@@ -434,6 +474,10 @@ class LogManager:
         errors = self._close_logs()
         if errors:
             raise StorageError("; ".join(errors))
+        try:
+            self._mark_clean_stop()
+        except OSError as exc:
+            raise StorageError(f"{self.data_dir}: cannot record the clean stop: {exc}") from exc
 
     def _close_logs(self) -> list[str]:
         errors = []

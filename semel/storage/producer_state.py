@@ -48,7 +48,7 @@ class ProducerEntry:
 
     __slots__ = ("producer_id", "epoch", "batches", "last_timestamp", "coordinator_epoch", "txn_first_offset")
 
-    def __init__(self, producer_id: int, epoch: int, batches: list | None = None, last_timestamp: int = -1,
+    def __init__(self, producer_id: int, epoch: int, batches: list[tuple[int, int, int, int]] | None = None, last_timestamp: int = -1,
                  coordinator_epoch: int = -1, txn_first_offset: int | None = None):
         self.producer_id = producer_id
         self.epoch = epoch

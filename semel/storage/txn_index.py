@@ -104,12 +104,6 @@ class TxnIndex:
         finally:
             self.fs.close(f)
 
-    def aborted_between(self, start: int, end: int) -> list[tuple[int, int]]:
-        """(producer_id, first_offset) of aborted transactions overlapping [start, end)."""
-        out: list[tuple[int, int]] = []
-        self.collect(start, end, out)
-        return out
-
     def collect(self, start: int, end: int, out: list[tuple[int, int]]) -> bool:
         """Add overlapping entries to out; True when no later segment can add more."""
         for e in self.entries:

@@ -58,3 +58,27 @@ def test_semel_cluster_passes_check_under_leader_kills_and_pauses(tmp_path):
     assert summary["stats"]["reads_read_committed"] > 0 and summary["stats"]["reads_read_uncommitted"] > 0
     assert summary["valid"] is True, explain(proc)
     assert proc.returncode == 0 and "VALID: no anomaly found" in proc.stdout, explain(proc)
+
+
+def test_semel_cluster_passes_check_under_power_cuts_disk_errors_and_clock_steps(tmp_path):
+    """The nemeses beyond a crash: power cuts of one broker or the whole cluster with etcd
+    (power-cut disks), a broker's disk failing with EIO for seconds, a broker's wall clock
+    stepped an hour. Seed 14's schedule (cluster faults only, so fixed by the seed): a
+    power cut of the whole cluster, a clock step, a failing disk, then a cut of one broker."""
+    from tests.support.powercut import require_fuse
+    require_fuse()
+    out = tmp_path / "out"
+    proc, summary = run_check(out, "--cluster", "--nodes", "3", "--duration", "40", "--seed", "14",
+                              "--faults", "power-loss,disk,clock", "--fault-interval", "1", "2",
+                              "--no-plot", timeout_s=220)
+    assert summary, explain(proc)
+    faults = summary["stats"]["faults"]
+    assert {"power-loss", "disk", "clock"} <= set(faults), (faults, explain(proc))
+    for f in ("power-loss", "disk", "clock"):
+        for invoke, done in nemesis_events(out, f):
+            assert done["value"]["settled"] is True, (invoke, done)
+    cuts = [invoke["value"] for invoke, _ in nemesis_events(out, "power-loss")]
+    assert cuts and cuts[0]["whole_cluster"] is True, cuts
+    assert summary["stats"]["ops"].get("txn:ok", 0) > 20, explain(proc)
+    assert summary["valid"] is True, explain(proc)
+    assert proc.returncode == 0 and "VALID: no anomaly found" in proc.stdout, explain(proc)

@@ -23,7 +23,7 @@ from semel.client.client import Client
 from semel.eos import EosRuntime
 from semel.eos.kafka import KafkaTxnBackend
 from semel.eos.sinks.memory import MemorySink, MemorySinkState
-from tests.support.cluster import fill, key_leader, metadata, module_cluster, partitions, wait_brokers
+from tests.support.cluster import fill, key_leader, module_cluster, partitions, wait_brokers
 from tests.support.consume import read_values
 from tests.support.markers import starts_processes
 from tests.support.wait import in_background, until

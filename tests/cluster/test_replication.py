@@ -114,6 +114,7 @@ def test_a_record_appended_without_produce_wakes_the_followers_fetches(cluster):
         plog = c.log(0, "t")
         batch = build_batch([(None, b"coordinator record")], timestamp_ms=1)
         info = plog.append(batch, split_batches(batch)[0])
+        plog.flush()     # as a coordinator does first: the high watermark counts the leader's fsynced end
         return await c.brokers[0].replicas.wait_for_hw("t", 0, info.last_offset + 1, 30)
     assert c.run(append_and_wait, timeout=90) == KafkaError.NONE
     assert c.log(0, "t").high_watermark == 1

@@ -92,7 +92,7 @@ def test_group_with_live_member_is_read_and_protected(filled):
         wait.until(lambda: _listed(filled.bootstrap).get(GROUP) == "STABLE", "the group is stable")
 
         r = semel("group", "list", *b)
-        assert f"{GROUP}\tStable\tconsumer" in r.stdout.splitlines()
+        assert f"{GROUP}\tStable\tconsumer\tclassic" in r.stdout.splitlines()
         desc = _admin(filled.bootstrap).describe_consumer_groups([GROUP])[GROUP].result(30)
         assert desc.state.name == "STABLE" and [m.client_id for m in desc.members] == ["ops-member"]
         r = semel("group", "describe", GROUP, *b)

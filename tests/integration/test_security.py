@@ -438,7 +438,7 @@ def test_cli_over_sasl_ssl(sec):
             "--sasl-username", "admin"]
     r = semel(*base, "--ssl-cafile", str(sec.ca), env={"SEMEL_SASL_PASSWORD": PASSWORDS["admin"]})
     assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines()[0] == "group\tstate\tprotocol-type"
+    assert r.stdout.splitlines()[0] == "group\tstate\tprotocol-type\tgroup-type"
     r = semel(*base, "--sasl-password-env", "NOPE", "--ssl", env={"NOPE": "wrong"})   # system CAs: not ours
     assert r.returncode == 2 and "certificate was not accepted" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1

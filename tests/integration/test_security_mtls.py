@@ -5,7 +5,6 @@ one real broker; each denial is read back as the super user (end offsets unchang
 from __future__ import annotations
 
 import gc
-import os
 import subprocess
 import sys
 
@@ -14,7 +13,6 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from semel.launch.process import SemelBroker, free_port
-from tests.support import wait
 from tests.support.certs import make_certs, make_client_cert
 
 ADMIN, ALICE = "User:CN=admin,OU=payments", "User:CN=alice,OU=payments"

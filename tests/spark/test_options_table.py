@@ -3,7 +3,6 @@ what format("semel") does, or refused with the reason; and docs/spark.md's migra
 table is the code's table (semel.spark.options.SPARK_KAFKA_OPTIONS), row for row."""
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from semel.client.client import Client, ClientError
+from semel.client.client import Client
 from semel.protocol import records
 from semel.protocol.errors import KafkaError
 

@@ -88,3 +88,33 @@ class FakeEtcd:
             for key in sorted(k for k in self.kvs if start <= k < end):
                 del self.kvs[key]
                 self.events.append(WatchEvent("DELETE", KV(key, b"", self.revision, 0)))
+
+    # Leases, for the view's session: granted and kept alive while `reachable`; a
+    # keepalive of a lease the test marked expired answers 0, as etcd does.
+    reachable = True
+    expired: set = set()
+    _next_lease = 0x100
+
+    def _reach(self) -> None:
+        from semel.cluster.etcd import EtcdError
+        if not self.reachable:
+            raise EtcdError("no etcd endpoint answered (fake etcd cut off)")
+
+    async def lease_grant(self, ttl_s: int, timeout_s=None) -> int:
+        await self._yield()
+        self._reach()
+        self._next_lease += 1
+        return self._next_lease
+
+    async def lease_keepalive(self, lease_id: int, timeout_s=None) -> int:
+        await self._yield()
+        self._reach()
+        return 0 if lease_id in self.expired else 3
+
+    async def lease_revoke(self, lease_id: int) -> None:
+        self.expired = self.expired | {lease_id}
+
+    async def watch_prefix(self, prefix: str, start_revision: int):
+        """A watch that delivers nothing (the tests read the cache after their own writes)."""
+        await asyncio.Event().wait()
+        yield []

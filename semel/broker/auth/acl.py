@@ -96,7 +96,7 @@ class AclBinding:
 
     def validate(self) -> "AclBinding":
         if self.resource_type not in VALID_OPERATIONS:
-            raise InvalidAcl(f"resource type must be one of topic, group, cluster, transactional-id")
+            raise InvalidAcl("resource type must be one of topic, group, cluster, transactional-id")
         if self.pattern not in (PatternType.LITERAL, PatternType.PREFIXED):
             raise InvalidAcl("pattern type must be literal or prefixed")
         if self.permission not in (Permission.ALLOW, Permission.DENY):

@@ -28,7 +28,7 @@ def certificate_principal(conn) -> str | None:
     Kafka names it: "User:CN=alice,OU=payments,O=Example" (RFC 2253: last RDN first).
     None without a verified certificate (ANONYMOUS) and on SASL listeners, where
     the SASL login is the principal."""
-    listener = getattr(conn, "listener", None)
+    listener = conn.listener
     if listener is None or not listener.tls or listener.sasl:
         return None
     cert = conn.transport.get_extra_info("peercert") if conn.transport is not None else None

@@ -26,7 +26,7 @@ E = KafkaError
 
 
 def authenticated_enough(ctx) -> bool:
-    listener = getattr(ctx.connection, "listener", None)
+    listener = ctx.listener
     if listener is None or not listener.sasl or ctx.api_key in REAUTH_APIS:
         return True
     if session_expired(ctx.connection):
@@ -454,6 +454,7 @@ RULES = {
     ApiKey.HEARTBEAT: _group(Op.READ),
     ApiKey.LEAVE_GROUP: _group(Op.READ),
     ApiKey.SYNC_GROUP: _group(Op.READ),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: _group(Op.READ),
     ApiKey.DESCRIBE_GROUPS: _describe_groups,
     ApiKey.LIST_GROUPS: _list_groups,
     ApiKey.CREATE_TOPICS: _create_topics,

@@ -1,5 +1,6 @@
 """Consumer group membership APIs (classic protocol): JoinGroup (11), Heartbeat (12),
-LeaveGroup (13), SyncGroup (14), DescribeGroups (15), ListGroups (16), DeleteGroups (42).
+LeaveGroup (13), SyncGroup (14), DescribeGroups (15), ListGroups (16: the groups of both
+protocols, v5 with their type), DeleteGroups (42).
 
 Each handler translates wire fields to a `GroupCoordinator` call and its result
 back to the response of the request's version. JoinGroup and SyncGroup change
@@ -126,13 +127,19 @@ async def describe_groups(ctx, req):
     return ctx.response(groups=groups)
 
 
-@handler(ApiKey.LIST_GROUPS, 0, 4)
+@handler(ApiKey.LIST_GROUPS, 0, 5)
 async def list_groups(ctx, req):
-    states = req.states_filter if ctx.api_version >= 4 else None
+    v = ctx.api_version
+    states = req.states_filter if v >= 4 else None
+    types = {t.lower() for t in req.types_filter or ()} if v >= 5 else set()
     err, rows = ctx.broker.groups.list_groups(states)
     listed = ctx.cls().ListedGroup
-    return ctx.response(error_code=err, groups=[
-        listed(group_id=gid, protocol_type=ptype, group_state=state) for gid, ptype, state in rows])
+    groups = []
+    for gid, ptype, state in rows:
+        kind = ctx.broker.groups.group_type(gid)
+        if not types or kind in types:
+            groups.append(listed(group_id=gid, protocol_type=ptype, group_state=state, group_type=kind))
+    return ctx.response(error_code=err, groups=groups)
 
 
 @handler(ApiKey.DELETE_GROUPS, 0, 2)

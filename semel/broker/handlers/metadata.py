@@ -147,7 +147,7 @@ def _address(ctx, info) -> tuple[str, int]:
     """Where a client on this request's listener reaches broker `info` (a BrokerInfo): that
     broker's listener of the same name, as Kafka answers per listener, else its main one
     (a broker that registered no such listener)."""
-    listener = getattr(ctx.connection, "listener", None)
+    listener = ctx.listener
     return (info.address(listener.name) if listener is not None else None) or (info.host, info.port)
 
 

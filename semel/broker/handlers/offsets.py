@@ -1,4 +1,4 @@
-"""OffsetCommit (8, v2-8) and OffsetFetch (9, v1-7).
+"""OffsetCommit (8, v2-9) and OffsetFetch (9, v1-7).
 
 OffsetCommit appends the offsets to __consumer_offsets while the request is
 handled (so commits of one connection keep their order) and answers once they
@@ -23,7 +23,7 @@ def _partition_known(ctx, topic: str, partition: int) -> bool:
         return False
 
 
-@handler(ApiKey.OFFSET_COMMIT, 2, 8)
+@handler(ApiKey.OFFSET_COMMIT, 2, 9)
 async def offset_commit(ctx, req):
     v = ctx.api_version
     offsets: dict[tuple[str, int], tuple[int, int, str | None]] = {}
@@ -41,7 +41,7 @@ async def offset_commit(ctx, req):
     if offsets:
         fut = ctx.broker.groups.commit_offsets(
             req.group_id, req.generation_id_or_member_epoch, req.member_id or "", offsets,
-            group_instance_id=req.group_instance_id if v >= 7 else None)
+            group_instance_id=req.group_instance_id if v >= 7 else None, api_version=v)
     else:
         fut = None
 

@@ -222,9 +222,17 @@ async def _settle(ctx, req, topic: str, part: _PartitionResult) -> None:
         part.error = await _durable(broker, part)
         return
     durable, replicated = await asyncio.gather(
-        _durable(broker, part),
+        _durable_here(broker, topic, part),
         broker.replicas.wait_for_hw(topic, part.index, part.upto, max(req.timeout_ms, 0) / 1000))
     part.error = durable or replicated
+
+
+async def _durable_here(broker, topic: str, part: _PartitionResult) -> KafkaError:
+    """_durable, then the high watermark looks again: under the durable policy it
+    counts the leader's own fsynced end, which just moved."""
+    err = await _durable(broker, part)
+    broker.replicas.flushed(topic, part.index)
+    return err
 
 
 async def _durable(broker, part: _PartitionResult) -> KafkaError:

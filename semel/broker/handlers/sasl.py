@@ -27,7 +27,7 @@ def sasl_settings(config, listener, oauth_signed=None) -> SaslSettings:
 
 def _session(ctx) -> SaslSession | None:
     conn = ctx.connection
-    listener = getattr(conn, "listener", None)
+    listener = ctx.listener
     if conn is None or listener is None or not listener.sasl:
         return None
     if conn.session is None:

@@ -16,10 +16,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import time
 
 from ...cluster.member import check_leader
 from ...cluster.txn_markers import is_coordinator_client
+from ...clock import wall_ms
 from ...coordinator.txn import OFFSETS_TOPIC
 from ...coordinator.txn_states import PREPARED, TxnState
 from ...protocol import records
@@ -61,7 +61,7 @@ def _find(ctx, txn_id: str):
 
 
 def _now_ms() -> int:
-    return int(time.time() * 1000)
+    return wall_ms()
 
 
 # --- DescribeTransactions ---------------------------------------------------------------

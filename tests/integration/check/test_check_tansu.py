@@ -24,7 +24,7 @@ def test_tansu_aborted_reads_are_reported(tansu, tmp_path):
     # Every reported case really is a read_committed read of an aborted transaction.
     for case in summary["anomalies"]["aborted-read"]:
         assert case["writer"]["type"] == "fail" and case["writer"]["f"] == "txn"
-    assert f"aborted-read (" in proc.stdout and "INVALID" in proc.stdout
+    assert "aborted-read (" in proc.stdout and "INVALID" in proc.stdout
     # The workload did what it says: commits and aborts, reads at both isolations, faults.
     ops = summary["stats"]["ops"]
     assert ops.get("txn:ok", 0) > 20 and ops.get("txn:fail", 0) > 5

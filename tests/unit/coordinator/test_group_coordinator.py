@@ -2,7 +2,6 @@
 static members, describe/list/delete. Storage is in memory, time is a fake clock."""
 import asyncio
 
-import pytest
 from test_group_support import async_test, settle, started
 
 from semel.coordinator.group import GroupConfig, GroupCoordinator

@@ -1,7 +1,6 @@
 """The coordinator on the real storage layer: offsets flushed before the answer,
 kept across a clean restart and a crash (files abandoned without close), and disk
 faults that leave both the log and memory unchanged."""
-import asyncio
 
 import pytest
 from test_group_coordinator import stable_group

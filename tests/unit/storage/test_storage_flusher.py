@@ -43,6 +43,7 @@ def test_waves_of_waiters_each_need_at_most_one_more_round(p, fs):
         return flusher
     flusher = asyncio.run(main())
     assert fs.count("fsync", ".log") <= 2 * 5
+    assert 5 <= flusher.rounds <= 2 * 5
     assert p.flushed_offset == p.log_end_offset == 250
 
 

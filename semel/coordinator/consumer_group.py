@@ -1,0 +1,251 @@
+"""Consumer groups of the KIP-848 protocol in the group coordinator: ConsumerGroupHeartbeat,
+ConsumerGroupDescribe, session expiry, and the member-epoch checks of offset commits.
+
+Every change takes the coordinator's one path: the rules (consumer_group_rules, pure)
+prepare the next state of the group from the current one; the difference is appended
+to __consumer_offsets as records (consumer_records); once durable those records are
+applied to memory by the same function the start-up replay uses (also when their
+fsync failed: they are in the log, so memory stays what a replay gives). While a group has a
+write in flight, the next request for it waits for that write to be applied and then
+decides on the state it left, never on state read before an await.
+
+The groups share the coordinator's log, timers and committed offsets (a group's
+offsets live in the classic `Group` of the same id, which holds no members while the
+group uses this protocol).
+"""
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from dataclasses import dataclass
+from typing import Mapping
+
+import re2
+
+from ..protocol.errors import KafkaError
+from . import consumer_group_rules as rules
+from .consumer_group_rules import Answer, ConsumerGroup, Heartbeat
+from .consumer_records import apply_record, records_between
+from .coordinator_log import done_future
+from .offsets import decode_key
+
+log = logging.getLogger("semel.coordinator.consumer_group")
+
+
+@functools.lru_cache(maxsize=4096)
+def _compiled(regex: str):
+    return re2.compile(regex)
+
+
+def regex_matches(regex: str, topic: str) -> bool:
+    """Kafka's rule: the whole topic name matches, with RE2 semantics."""
+    return _compiled(regex).fullmatch(topic) is not None
+
+
+def regex_error(regex: str) -> str | None:
+    try:
+        _compiled(regex)
+    except re2.error as exc:
+        return str(exc)
+    return None
+
+
+@dataclass(slots=True)
+class ConsumerGroupView:
+    """ConsumerGroupDescribe's view of one group."""
+    group_id: str
+    error: KafkaError
+    group: ConsumerGroup | None = None
+    message: str | None = None
+
+
+class ConsumerGroupsMixin:
+    """Mixin of GroupCoordinator (uses _consumer_groups, _cg_pending, _write, timers, config)."""
+
+    # --- ConsumerGroupHeartbeat ---------------------------------------------------------------
+
+    async def consumer_group_heartbeat(self, group_id: str, hb: Heartbeat,
+                                       topics: Mapping[str, int]) -> Answer:
+        """One heartbeat; `topics` maps each topic a member may subscribe to -> partitions."""
+        if hb.regex and (bad := regex_error(hb.regex)) is not None:
+            return Answer(KafkaError.INVALID_REGULAR_EXPRESSION, hb.member_id, -1, None, bad)
+        while True:
+            err = self._ready_error()
+            if err:
+                return Answer(err, hb.member_id, -1)
+            pending = self._cg_pending.get(group_id)
+            if pending is None:
+                break
+            await asyncio.wait([pending])
+        classic = self._groups.get(group_id)
+        if classic is not None and not classic.is_empty():
+            return Answer(KafkaError.GROUP_ID_NOT_FOUND, hb.member_id, -1, None,
+                          f"Group {group_id} is a classic group with members.")
+        old = self._consumer_groups.get(group_id)
+        new, answer = rules.heartbeat(old, group_id, hb, topics, regex_matches)
+        if answer.error:
+            return answer
+        answer = await self._cg_write(group_id, old, new, answer)
+        if not answer.error:
+            key = ("cg", group_id, answer.member_id)
+            if answer.member_epoch == rules.LEAVE_EPOCH:
+                self.timers.cancel(key)
+            else:
+                self.timers.set(key, self.config.consumer_session_timeout_ms,
+                                lambda: self._cg_session_expired(group_id, answer.member_id))
+            self._arm_revocation(group_id, answer.member_id)
+        return answer
+
+    def _arm_revocation(self, group_id: str, member_id: str) -> None:
+        """A member told to give partitions up has its rebalance timeout to do so (from the
+        moment it was told); one that keeps them longer is fenced, as in Kafka, so a client
+        that heartbeats but never revokes cannot hold its partitions from the others."""
+        key = ("cg-revoke", group_id, member_id)
+        g = self._consumer_groups.get(group_id)
+        cur = g.current.get(member_id) if g is not None else None
+        if cur is None or cur.state is not rules.MemberState.UNREVOKED_PARTITIONS:
+            self.timers.cancel(key)
+        elif not self.timers.active(key):
+            epoch = cur.epoch
+            self.timers.set(key, g.members[member_id].rebalance_timeout_ms,
+                            lambda: self._spawn(self._cg_revocation_overdue(group_id, member_id, epoch)))
+
+    async def _cg_revocation_overdue(self, group_id: str, member_id: str, epoch: int) -> None:
+        while (pending := self._cg_pending.get(group_id)) is not None:
+            await asyncio.wait([pending])
+        old = self._consumer_groups.get(group_id)
+        cur = old.current.get(member_id) if old is not None and not self._ready_error() else None
+        if cur is None or cur.state is not rules.MemberState.UNREVOKED_PARTITIONS or cur.epoch != epoch:
+            return
+        log.info("member %s of consumer group %s kept partitions past its rebalance timeout; fenced",
+                 member_id, group_id)
+        self.timers.cancel(("cg", group_id, member_id))
+        await self._cg_write(group_id, old, rules.remove_member(old, member_id), Answer())
+
+    def _cg_write(self, group_id: str, old: ConsumerGroup | None, new: ConsumerGroup | None,
+                  answer: Answer | None) -> "asyncio.Future[Answer]":
+        """Append the records from `old` to `new`; apply them once durable."""
+        records = records_between(old, new)
+        if not records:
+            return done_future(answer)
+
+        def apply(info) -> Answer:
+            for key, value in records:
+                apply_record(self._consumer_groups, decode_key(key), value)
+            return answer
+
+        def fail(error: KafkaError) -> Answer:
+            return Answer(error, answer.member_id if answer else "", -1)
+
+        def unsynced(error: KafkaError) -> Answer:
+            # The records are in the log though their fsync failed, and a replay will apply
+            # them: memory follows the log (as the transaction coordinator's does), so the
+            # next transition is computed from what a restart would load. The member is
+            # answered with the error and retries, as after a lost answer.
+            apply(None)
+            return fail(error)
+
+        fut = self._clog.write(lambda: self._append_records(records), apply, fail, unsynced=unsynced)
+        if fut.done():   # applied already (no fsync to wait for) or refused
+            return fut
+        self._cg_pending[group_id] = fut
+
+        def done(_):
+            if self._cg_pending.get(group_id) is fut:
+                del self._cg_pending[group_id]
+        fut.add_done_callback(done)
+        return fut
+
+    def _cg_session_expired(self, group_id: str, member_id: str) -> None:
+        self._spawn(self._cg_fence(group_id, member_id))
+
+    async def _cg_fence(self, group_id: str, member_id: str) -> None:
+        """The member missed its session: it is removed and its partitions go to others."""
+        while (pending := self._cg_pending.get(group_id)) is not None:
+            await asyncio.wait([pending])
+        if self._ready_error() or self.timers.active(("cg", group_id, member_id)):
+            return   # not serving, or the member heartbeated meanwhile
+        old = self._consumer_groups.get(group_id)
+        if old is None or member_id not in old.members:
+            return
+        log.info("member %s of consumer group %s missed its session; fenced", member_id, group_id)
+        await self._cg_write(group_id, old, rules.remove_member(old, member_id), Answer())
+
+    # --- ConsumerGroupDescribe, ListGroups ------------------------------------------------------
+
+    def consumer_group_describe(self, group_ids) -> list[ConsumerGroupView]:
+        err = self._ready_error()
+        out = []
+        for gid in group_ids:
+            if err:
+                out.append(ConsumerGroupView(gid, err))
+                continue
+            g = self._consumer_groups.get(gid) if self.group_type(gid) == "consumer" else None
+            if g is None:
+                classic = self._groups.get(gid)
+                msg = (f"Group {gid} is not a consumer group." if classic is not None and not classic.is_empty()
+                       else f"Group {gid} not found.")
+                out.append(ConsumerGroupView(gid, KafkaError.GROUP_ID_NOT_FOUND, None, msg))
+            else:
+                out.append(ConsumerGroupView(gid, KafkaError.NONE, g))
+        return out
+
+    def group_type(self, group_id: str) -> str:
+        """Kafka's group type (ListGroups v5): `consumer` for this protocol, else `classic`.
+        A consumer group whose members all left, joined by a classic member meanwhile, is
+        classic already (its records are on their way out)."""
+        if group_id not in self._consumer_groups:
+            return "classic"
+        classic = self._groups.get(group_id)
+        consumer = self._consumer_groups[group_id]
+        return "consumer" if consumer.members or classic is None or classic.is_empty() else "classic"
+
+    def consumer_group_rows(self) -> list[tuple[str, str, str]]:
+        """(group_id, protocol type, state) of each consumer group, for ListGroups."""
+        return [(g.group_id, "consumer", g.state_name()) for g in self._consumer_groups.values()
+                if self.group_type(g.group_id) == "consumer"]
+
+    # --- member epochs of offset commits ----------------------------------------------------------
+
+    def check_consumer_commit(self, group_id: str, member_epoch: int, member_id: str, *,
+                              transactional: bool, api_version: int | None) -> KafkaError | None:
+        """The answer to an offset commit for a group of this protocol (None: not one,
+        the classic rules decide). Kafka's rules: a commit without a member (epoch < 0)
+        only while the group has no members, or from a producer that names no member;
+        otherwise the member must exist and its epoch match: an older one is
+        STALE_MEMBER_EPOCH (ILLEGAL_GENERATION for TxnOffsetCommit, whose clients do not
+        know that code), a newer one FENCED_MEMBER_EPOCH."""
+        g = self._consumer_groups.get(group_id)
+        if g is None:
+            return None
+        if member_epoch < 0 and (not g.members or (transactional and not member_id)):
+            return KafkaError.NONE
+        current = g.current.get(member_id)
+        if current is None:
+            return KafkaError.UNKNOWN_MEMBER_ID
+        if not transactional and api_version is not None and api_version < 9:
+            return KafkaError.UNSUPPORTED_VERSION
+        if member_epoch > current.epoch:
+            return KafkaError.FENCED_MEMBER_EPOCH
+        if member_epoch < current.epoch:
+            return KafkaError.ILLEGAL_GENERATION if transactional else KafkaError.STALE_MEMBER_EPOCH
+        return KafkaError.NONE
+
+    # --- replay, compaction, unload ----------------------------------------------------------------
+
+    def _arm_consumer_sessions(self) -> None:
+        """Members restored from the log get a full session (and a member revoking, its full
+        rebalance timeout) to find the coordinator again."""
+        for g in self._consumer_groups.values():
+            for mid in g.members:
+                gid = g.group_id
+                self.timers.set(("cg", gid, mid), self.config.consumer_session_timeout_ms,
+                                lambda gid=gid, mid=mid: self._cg_session_expired(gid, mid))
+                self._arm_revocation(gid, mid)
+
+    def _consumer_snapshot_records(self) -> list[tuple[bytes, bytes | None]]:
+        out: list[tuple[bytes, bytes | None]] = []
+        for g in self._consumer_groups.values():
+            out += records_between(None, g)
+        return out

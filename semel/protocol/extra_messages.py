@@ -1,0 +1,36 @@
+"""Messages kafka-python's codec lacks, defined from schemas in `specs/` and built by
+the codec's own machinery (so decoding, encoding, flexible versions and tagged
+fields behave as for every other API)."""
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.api_message import ApiMessage
+
+from . import specs
+
+
+class ConsumerGroupHeartbeatRequest(ApiMessage, load_json=specs):
+    pass
+
+
+class ConsumerGroupHeartbeatResponse(ApiMessage, load_json=specs):
+    pass
+
+
+class ConsumerGroupDescribeRequest(ApiMessage, load_json=specs):
+    pass
+
+
+class ConsumerGroupDescribeResponse(ApiMessage, load_json=specs):
+    @classmethod
+    def json_patch(cls, json: dict[str, Any]) -> dict[str, Any]:
+        # The codec's own messages mark AuthorizedOperations this way: a set of operation
+        # codes in, Kafka's 32-bit field (or -2^31 for None) on the wire.
+        group = next(f for f in json['fields'] if f['name'] == 'Groups')
+        next(f for f in group['fields'] if f['name'] == 'AuthorizedOperations')['type'] = 'bitfield'
+        return json
+
+
+EXTRA_MESSAGES = (ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse,
+                  ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse)

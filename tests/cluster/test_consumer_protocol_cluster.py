@@ -1,0 +1,93 @@
+"""The consumer group protocol (KIP-848) on a real local cluster (etcd and three broker
+processes): a confluent-kafka member on `group.protocol=consumer` reads a replicated
+topic; the group coordinator's broker is SIGKILLed; the next leader of
+`__consumer_offsets` serves the same group (epochs, member, assignment, read from the
+replicated log), the member goes on at its epoch and reads what comes next, each
+record once."""
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from semel.client.client import Client
+from semel.protocol.api_keys import ApiKey
+from tests.support.cluster import module_cluster, wait_brokers
+from tests.support.consumer_protocol import Member, wait_for
+from tests.support.markers import starts_processes
+from tests.support.wait import until
+
+OFFSETS_TOPIC = "__consumer_offsets"
+PARTS = 3
+N = 30   # per partition
+
+
+@pytest.fixture(scope="module")
+@starts_processes
+def cluster(tmp_path_factory):
+    with module_cluster(tmp_path_factory, "consumer-protocol", 3, 2, "--min-insync-replicas", "2",
+                        "--offsets-topic-partitions", "1", "--group-consumer-heartbeat-interval-ms", "500",
+                        "--group-consumer-session-timeout-ms", "30000") as c:
+        yield c
+
+
+def leader_of(cluster, topic: str, skip=frozenset()) -> int:
+    def lead():
+        md = cluster.metadata([topic], skip=skip)
+        if md is None or not md.topics or md.topics[0].error_code or not md.topics[0].partitions:
+            return None
+        leader = md.topics[0].partitions[0].leader_id
+        return (leader,) if leader >= 0 and leader not in skip else None
+    return until(lead, f"a live leader of {topic}-0", 90)[0]
+
+
+def view(cluster, node: int, group: str):
+    with Client(cluster.brokers[node].bootstrap, timeout_s=10) as c:
+        (g,) = c.request(ApiKey.CONSUMER_GROUP_DESCRIBE, group_ids=[group],
+                         include_authorized_operations=False).groups
+    return g
+
+
+def produce(bootstrap: str, topic: str, tag: str) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
+    for part in range(PARTS):
+        for i in range(N):
+            p.produce(topic, value=f"{tag}-{part}-{i}".encode(), partition=part)
+    assert p.flush(60) == 0
+
+
+def test_group_moves_with_the_coordinator(cluster):
+    wait_brokers(cluster, {0, 1, 2})
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic("cp-in", PARTS, 3)])["cp-in"].result(30)
+    produce(cluster.bootstrap, "cp-in", "a")
+    m = Member(cluster.bootstrap, "cp-group", ["cp-in"])
+    m.start()
+    victim = None
+    try:
+        wait_for(lambda: m.count() >= PARTS * N, 90, "every record before the failover")
+        victim = leader_of(cluster, OFFSETS_TOPIC)
+        before = view(cluster, victim, "cp-group")
+        assert before.group_state == "Stable" and len(before.members) == 1
+        cluster.brokers[victim].kill()
+        successor = leader_of(cluster, OFFSETS_TOPIC, skip={victim})
+
+        def served():
+            try:
+                g = view(cluster, successor, "cp-group")
+            except Exception:   # still loading, or the view has not moved yet
+                return None
+            return g if g.error_code == 0 else None
+        after = until(served, "the group served by the new coordinator", 90)
+        assert (after.group_epoch, after.assignment_epoch) == (before.group_epoch, before.assignment_epoch)
+        assert [(x.member_id, x.member_epoch) for x in after.members] == \
+            [(x.member_id, x.member_epoch) for x in before.members]
+        produce(cluster.bootstrap, "cp-in", "b")
+        wait_for(lambda: m.count() >= 2 * PARTS * N, 120, "records produced after the failover")
+        assert [x.member_id for x in view(cluster, successor, "cp-group").members] == [before.members[0].member_id]
+    finally:
+        m.stop()
+        if victim is not None:
+            cluster.brokers[victim].restart()
+    values = [(t, p, o) for t, p, o in m.seen]
+    assert len(values) == len(set(values)) == 2 * PARTS * N
