@@ -138,9 +138,9 @@ class TxnCoordinators(PartitionedCoordinators):
     verify_produce = _by_id("verify_produce")
     verify_offsets = _by_id("verify_offsets")
 
-    async def write_partition_marker(self, *args) -> None:
-        # A marker written here as the partition's leader: no coordinator state involved.
-        await self.parts[0].write_partition_marker(*args)
+    async def write_partition_markers(self, *args) -> None:
+        # Markers written here as the partition's leader: no coordinator state involved.
+        await self.parts[0].write_partition_markers(*args)
 
 
 class GroupCoordinators(PartitionedCoordinators):

@@ -65,15 +65,17 @@ class MarkerChannel:
         self.dialer = dialer or PeerDialer()   # the inter-broker listener and login
         self._conns: dict[int, PeerConnection] = {}
         # Markers waiting for the next request to each broker, and that broker's sender.
-        self._queued: dict[int, list[tuple[tuple, tuple[str, int], asyncio.Future]]] = {}
+        self._queued: dict[int, list[tuple[list[tuple], tuple[str, int], asyncio.Future]]] = {}
         self._senders: dict[int, asyncio.Task] = {}
 
     def leads_here(self, tp: tuple[str, int]) -> bool:
         return local_leader(self.view, self.node_id, tp)
 
-    async def write(self, tp: tuple[str, int], commit: bool, producer_id: int, producer_epoch: int,
+    async def write(self, tp: tuple[str, int], commit: bool, producers: list[tuple[int, int]],
                     coordinator_epoch: int) -> KafkaError:
-        """Write one marker through tp's current leader (another broker); NONE once it is replicated.
+        """Write the markers of `producers` ((producer id, epoch) each: a decision's parent
+        and branches) through tp's current leader (another broker), which appends them in
+        one write; NONE once they are replicated.
 
         Markers asked for while a request to the same broker is in flight go together
         in the next one (Kafka sends one WriteTxnMarkers per broker), so a transaction's
@@ -84,8 +86,8 @@ class MarkerChannel:
         if st.leader < 0 or st.leader not in self.view.brokers():
             return KafkaError.LEADER_NOT_AVAILABLE
         done = asyncio.get_running_loop().create_future()
-        self._queued.setdefault(st.leader, []).append(
-            ((producer_id, producer_epoch, commit, coordinator_epoch), tp, done))
+        keys = [(pid, epoch, commit, coordinator_epoch) for pid, epoch in producers]
+        self._queued.setdefault(st.leader, []).append((keys, tp, done))
         if st.leader not in self._senders:
             task = asyncio.create_task(self._send_queued(st.leader), name=f"txn-markers-{st.leader}")
             self._senders[st.leader] = task
@@ -183,10 +185,11 @@ def _request_markers(batch) -> list:
     """One WritableTxnMarker per (producer id, epoch, result, coordinator epoch), its partitions by topic."""
     M = request_class(ApiKey.WRITE_TXN_MARKERS).WritableTxnMarker
     by_marker: dict[tuple, dict[str, list[int]]] = {}
-    for key, (topic, partition), _ in batch:
-        parts = by_marker.setdefault(key, {}).setdefault(topic, [])
-        if partition not in parts:
-            parts.append(partition)
+    for keys, (topic, partition), _ in batch:
+        for key in keys:
+            parts = by_marker.setdefault(key, {}).setdefault(topic, [])
+            if partition not in parts:
+                parts.append(partition)
     return [M(producer_id=pid, producer_epoch=epoch, transaction_result=commit, coordinator_epoch=cepoch,
               topics=[M.WritableTxnMarkerTopic(name=t, partition_indexes=ps) for t, ps in topics.items()])
             for (pid, epoch, commit, cepoch), topics in by_marker.items()]

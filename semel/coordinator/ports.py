@@ -54,9 +54,10 @@ class MarkerWriter(Protocol):
     def leads_here(self, tp: tuple[str, int]) -> bool:
         """Is this broker tp's leader (the marker is written into the local log)?"""
 
-    async def write(self, tp: tuple[str, int], commit: bool, producer_id: int, epoch: int,
+    async def write(self, tp: tuple[str, int], commit: bool, producers: list[tuple[int, int]],
                     coordinator_epoch: int) -> KafkaError:
-        """Have tp's leader write the marker; NONE once it is committed there."""
+        """Have tp's leader write the markers of `producers` ((producer id, epoch) each)
+        in one append; NONE once they are committed there."""
 
     def close(self) -> None:
         """Drop connections (the broker stops)."""
@@ -69,7 +70,7 @@ class LocalMarkers:
     def leads_here(self, tp: tuple[str, int]) -> bool:
         return True
 
-    async def write(self, tp: tuple[str, int], commit: bool, producer_id: int, epoch: int,
+    async def write(self, tp: tuple[str, int], commit: bool, producers: list[tuple[int, int]],
                     coordinator_epoch: int) -> KafkaError:
         return KafkaError.NOT_LEADER_OR_FOLLOWER    # there is no other broker to write it
 

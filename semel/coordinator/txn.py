@@ -241,7 +241,10 @@ class TransactionCoordinator(MarkerCompletion, TxnBranches):
             self.txns[meta.txn_id] = meta
 
     async def _roll_forward_prepared(self) -> None:
-        for meta in [m for m in self.txns.values() if m.state in PREPARED]:
+        # A prepared branch of a prepared parent is its parent's to complete, with the
+        # parent's other branches in the same appends: completed on its own it would
+        # show its rows of the batch before theirs.
+        for meta in [m for m in self.txns.values() if m.state in PREPARED and m.txn_id not in self._joined]:
             log.info("rolling forward %s of %s (producer %d epoch %d)", meta.state.name, meta.txn_id,
                      meta.producer_id, meta.epoch)
             await self._complete(meta)
@@ -279,6 +282,44 @@ class TransactionCoordinator(MarkerCompletion, TxnBranches):
 
         return await self._clog.write(lambda: self._clog.append(batch), apply, lambda error: (error, False),
                                       unsynced=unsynced, durable=durable)
+
+    async def _log_states(self, metas: list[TxnMeta], durable: bool = True) -> tuple[KafkaError, bool]:
+        """_log_state of several transactional ids in one record batch: one append, one
+        fsync, applied together (a decision's branches)."""
+        if not self.serving():
+            return KafkaError.NOT_COORDINATOR, False
+        batch = records.build_batch([(m.txn_id.encode(), encode_value(m)) for m in metas])
+
+        def apply(_info=None) -> tuple[KafkaError, bool]:
+            for meta in metas:
+                previous = self.txns.get(meta.txn_id)
+                self._apply(meta)
+                self.stats.txn_transition(previous.state if previous is not None else None, meta.state)
+            return KafkaError.NONE, True
+
+        def unsynced(error: KafkaError) -> tuple[KafkaError, bool]:
+            log.error("transaction log fsync failed for %d transactional id(s); the records stay in the log",
+                      len(metas))
+            apply()
+            return error, True
+
+        return await self._clog.write(lambda: self._clog.append(batch), apply, lambda error: (error, False),
+                                      unsynced=unsynced, durable=durable)
+
+    async def _transition_all(self, currents: list[TxnMeta], news: list[TxnMeta], durable: bool = True) -> KafkaError:
+        """_transition of several ids at once: all begun, one record batch, or none."""
+        begun: list[TxnMeta] = []
+        try:
+            for current, new in zip(currents, news):
+                err = self._begin(current, new.state)
+                if err:
+                    return err
+                begun.append(current)
+            err, _ = await self._log_states(news, durable=durable)
+            return err
+        finally:
+            for current in begun:
+                current.pending = None
 
     @property
     def _unapplied(self) -> int:

@@ -5,7 +5,10 @@ pseudo-partition (`__semel_branch:<branch transactional id>`, 0) with a standard
 AddPartitionsToTxn. The pseudo-partition is then one of the parent's partitions, so it
 is in the parent's log records and its Prepare record decides the branch too;
 completing the parent "writes the marker" of a branch by preparing and completing the
-branch under the branch's own producer id/epoch. While joined, a branch is the
+branch under the branch's own producer id/epoch. All branches of one decision are
+prepared in one coordinator record batch, and each data partition gets the markers
+of every branch in one append (semel.coordinator.txn_completion), so a
+read_committed reader sees a decided batch in a partition whole or not at all. While joined, a branch is the
 parent's: its own timeout, EndTxn and produce are refused, and an InitProducerId of
 the branch (a restarted task) aborts the undecided parent first, taking every branch
 with it. A Kafka broker refuses the pseudo-topic (invalid name), which is how the sink
@@ -15,7 +18,7 @@ same way.
 
 TxnBranches is the part of TransactionCoordinator (semel.coordinator.txn) that keeps
 the branch index `_joined` and decides joins; it uses the coordinator's `txns`,
-`_transition`, `_begin`, `_abort_with_bump` and `_try_complete`.
+`_transition_all`, `_begin` and `_abort_with_bump`.
 """
 from __future__ import annotations
 
@@ -85,26 +88,45 @@ class TxnBranches:
         # fail the join, never be committed as if it were whole.
         return KafkaError.NONE if branch.state == TxnState.ONGOING else KafkaError.INVALID_TXN_STATE
 
-    async def _complete_branch(self, branch: str, commit: bool, parent: str) -> None:
-        """The parent's decision carried out on one branch: its own Prepare record,
-        markers under its producer id/epoch, Complete. Idempotent (a roll-forward
-        after a crash finds it half or wholly done); AppendError makes the parent retry."""
-        meta = self.txns.get(branch)
-        if meta is None or meta.state in COMPLETED:
-            if commit and meta is not None and meta.state == TxnState.COMPLETE_ABORT:
-                log.error("branch %s of committed %s was aborted: the batch is incomplete", branch, parent)
-            return
-        if meta.pending is not None:
-            raise AppendError(KafkaError.CONCURRENT_TRANSACTIONS, f"branch {branch} is busy")
+    async def _prepare_branches(self, parent: TxnMeta, commit: bool) -> list[TxnMeta]:
+        """The parent's decision carried to its branches not completed yet: the ongoing
+        ones are prepared the parent's way in one record batch (one append, one fsync).
+        Returns them, prepared, for their markers. Idempotent (a roll-forward after a
+        crash finds them ongoing, prepared or complete); AppendError makes the parent retry."""
         target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
-        if meta.state == TxnState.ONGOING:
-            await self._transition(meta, meta.copy(state=target, update_ms=now_ms()))
-            meta = self.txns.get(branch)
-            if meta is None or meta.pending is not None or meta.state not in PREPARED:
-                raise AppendError(KafkaError.COORDINATOR_NOT_AVAILABLE, f"branch {branch} not prepared")
-        err = self._begin(meta, COMPLETE_OF[meta.state])
+        live: list[TxnMeta] = []
+        for tp in sorted(parent.parts()):
+            branch = branch_of(tp)
+            meta = self.txns.get(branch) if branch is not None else None
+            if meta is None or meta.state in COMPLETED:
+                if commit and meta is not None and meta.state == TxnState.COMPLETE_ABORT:
+                    log.error("branch %s of committed %s was aborted: the batch is incomplete", branch, parent.txn_id)
+                continue
+            if meta.pending is not None:
+                raise AppendError(KafkaError.CONCURRENT_TRANSACTIONS, f"branch {branch} is busy")
+            if meta.state in PREPARED and meta.state != target:
+                # Never expected (a joined branch cannot end on its own): it keeps its own
+                # decision, carried out when the coordinator next starts.
+                log.error("branch %s of %s is prepared the other way (%s)", branch, parent.txn_id, meta.state.name)
+                continue
+            live.append(meta)
+        ongoing = [m for m in live if m.state == TxnState.ONGOING]
+        if ongoing:
+            err = await self._transition_all(ongoing, [m.copy(state=target, update_ms=now_ms()) for m in ongoing])
+            if err:
+                raise AppendError(err, f"{len(ongoing)} branch(es) of {parent.txn_id} not prepared: {err.name}")
+        prepared = [self.txns.get(m.txn_id) for m in live]
+        if any(m is None or m.pending is not None or m.state != target for m in prepared):
+            raise AppendError(KafkaError.COORDINATOR_NOT_AVAILABLE, f"branches of {parent.txn_id} not prepared")
+        return prepared
+
+    async def _complete_branches(self, branches: list[TxnMeta]) -> None:
+        """The Complete records of prepared branches whose markers are all written, in one
+        record batch. Like the parent's, it need not wait for its fsync: if lost, the
+        parent's Prepare is replayed and its branches are rolled forward again."""
+        if not branches:
+            return
+        err = await self._transition_all(branches, [m.copy(state=COMPLETE_OF[m.state], partitions=None,
+                                                           update_ms=now_ms()) for m in branches], durable=False)
         if err:
-            raise AppendError(err, f"branch {branch} cannot complete")
-        if not await self._try_complete(meta, set()):
-            meta.pending = None
-            raise AppendError(KafkaError.COORDINATOR_NOT_AVAILABLE, f"branch {branch} not completed")
+            raise AppendError(err, f"{len(branches)} branch(es) not completed: {err.name}")

@@ -67,10 +67,26 @@ class MarkerCompletion:
         except AppendError as exc:
             log.warning("transaction log fsync before markers for %s failed (%s); will retry", meta.txn_id, exc)
             return False
-        # All partitions at once: each marker is appended, then their fsyncs run
-        # together, so EndTxn costs one fsync round however many partitions it spans.
-        todo = sorted(meta.parts() - done)
-        results = await asyncio.gather(*(self._write_marker(tp, kind, meta) for tp in todo),
+        # The branches this decision carries (the Spark sink's tasks) are prepared in one
+        # coordinator record batch, then every partition gets the markers of the parent and
+        # of all its branches in one append: a read_committed reader of a partition sees
+        # the whole decision there or none of it, never one branch before another.
+        try:
+            branches = await self._prepare_branches(meta, commit)
+        except AppendError as exc:
+            log.warning("preparing the branches of %s failed (%s); will retry", meta.txn_id, exc)
+            return False
+        marks: dict[tuple[str, int], list[tuple[int, int]]] = {}
+        for tp in meta.parts() - done:
+            if branch_of(tp) is None:
+                marks.setdefault(tp, []).append((meta.producer_id, meta.epoch))
+        for branch in branches:
+            for tp in branch.parts() - done:
+                marks.setdefault(tp, []).append((branch.producer_id, branch.epoch))
+        # All partitions at once: each partition's markers are appended, then their fsyncs
+        # run together, so EndTxn costs one fsync round however many partitions it spans.
+        todo = sorted(marks)
+        results = await asyncio.gather(*(self._write_markers(tp, kind, marks[tp], meta.txn_id) for tp in todo),
                                        return_exceptions=True)
         failed = False
         for tp, result in zip(todo, results):
@@ -83,6 +99,11 @@ class MarkerCompletion:
                 done.add(tp)
         if failed:
             return False
+        try:
+            await self._complete_branches(branches)
+        except AppendError as exc:
+            log.warning("completing the branches of %s failed (%s); will retry", meta.txn_id, exc)
+            return False
         if self.txns.get(meta.txn_id) is not meta:
             return True   # unloaded while the markers were written: the next coordinator completes it
         final = meta.copy(state=COMPLETE_OF[meta.state], partitions=None, update_ms=now_ms())
@@ -94,40 +115,40 @@ class MarkerCompletion:
         # before it is durable replays the Prepare record and rolls forward again.
         return applied
 
-    async def _write_marker(self, tp: tuple[str, int], kind: int, meta: TxnMeta) -> None:
-        branch = branch_of(tp)
-        if branch is not None:
-            await self._complete_branch(branch, kind == records.CONTROL_COMMIT, meta.txn_id)
-            return
+    async def _write_markers(self, tp: tuple[str, int], kind: int, producers: list[tuple[int, int]],
+                             txn_id: str) -> None:
+        """The markers of `producers` (a decision's parent and branches) on tp, in one append."""
+        commit = kind == records.CONTROL_COMMIT
         if tp[0] == OFFSETS_TOPIC and self.markers.leads_here(tp):
             groups = self.groups.for_partition(tp[1])
             if groups is None:
                 raise AppendError(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"no group coordinator for {tp}")
-            result = groups.complete_txn(meta.producer_id, meta.epoch, self.coordinator_epoch,
-                                         kind == records.CONTROL_COMMIT)
-            if inspect.isawaitable(result):
-                result = await result
-            if result:
-                raise StorageError(f"offsets marker for {meta.txn_id}: {KafkaError(result).name}")
+            for producer_id, epoch in producers:
+                result = groups.complete_txn(producer_id, epoch, self.coordinator_epoch, commit)
+                if inspect.isawaitable(result):
+                    result = await result
+                if result:
+                    raise StorageError(f"offsets marker for {txn_id}: {KafkaError(result).name}")
             return
         if not self.markers.leads_here(tp):
-            # Led by another broker (or by nobody right now): the current leader writes it.
-            err = await self.markers.write(tp, kind == records.CONTROL_COMMIT, meta.producer_id, meta.epoch,
-                                           self.coordinator_epoch)
+            # Led by another broker (or by nobody right now): the current leader writes
+            # them, all of this partition's in one WriteTxnMarkers request and one append.
+            err = await self.markers.write(tp, commit, producers, self.coordinator_epoch)
             if err:
-                raise AppendError(err, f"marker for {meta.txn_id} on {tp[0]}-{tp[1]} via its leader: {err.name}")
+                raise AppendError(err, f"markers for {txn_id} on {tp[0]}-{tp[1]} via its leader: {err.name}")
             return
-        await self.write_partition_marker(tp, kind, meta.producer_id, meta.epoch, self.coordinator_epoch)
+        await self.write_partition_markers(tp, kind, producers, self.coordinator_epoch)
 
-    async def write_partition_marker(self, tp: tuple[str, int], kind: int, producer_id: int, epoch: int,
-                                     coordinator_epoch: int) -> None:
-        """Write one marker into this broker's log of tp (its leader) and wait until it is
-        durable and, in a cluster, replicated. AppendError when refused or not replicated.
-        Also serves WriteTxnMarkers from a coordinator on another broker."""
+    async def write_partition_markers(self, tp: tuple[str, int], kind: int, producers: list[tuple[int, int]],
+                                      coordinator_epoch: int) -> None:
+        """Write the markers of `producers` into this broker's log of tp (its leader) in
+        one append and wait until they are durable and, in a cluster, replicated.
+        AppendError when refused or not replicated. Also serves WriteTxnMarkers from a
+        coordinator on another broker."""
         plog = self.logs.get(*tp)
         if plog is None:  # the topic was deleted: nothing left to mark
             return
-        info = plog.append_control(kind, producer_id, epoch, coordinator_epoch)
+        info = plog.append_controls(kind, producers, coordinator_epoch)
         await self.flusher.sync(plog, info.last_offset + 1)
         replicas = self.high_watermarks()
         if replicas is not None:
@@ -135,6 +156,6 @@ class MarkerCompletion:
             # every in-sync replica holds its marker, or a new leader would keep it open.
             err = await replicas.wait_for_hw(*tp, info.last_offset + 1, self.config.request_timeout_ms / 1000)
             if err:
-                raise AppendError(err, f"marker of producer {producer_id} on {tp[0]}-{tp[1]} not replicated: "
+                raise AppendError(err, f"markers of {len(producers)} producer(s) on {tp[0]}-{tp[1]} not replicated: "
                                        f"{err.name}")
         self.on_marker(*tp)

@@ -3,10 +3,11 @@
 The batch's parent transaction joins every winning branch (one per task) with a
 standard AddPartitionsToTxn of the pseudo-partition `(__semel_branch:<branch id>, 0)`.
 On a semel broker the join is part of the parent's log records, so the parent's
-single EndTxn decides the whole batch in one coordinator-log record: a
-read_committed reader never sees one task's output of a batch without the
-others' (beyond the instant the markers take), and a joined branch is not aborted
-by its own timeout while the parent is undecided. See semel/coordinator/txn.py.
+single EndTxn decides the whole batch in one coordinator-log record, and the
+coordinator writes the markers of all its branches into each partition in one
+append: a read_committed reader never sees one task's output of a batch without
+the others', and a joined branch is not aborted by its own timeout while the
+parent is undecided. See semel/coordinator/txn_branches.py.
 
 Capability detection (option `semel.atomicBatches` = auto | true | false): at
 query start the sink asks a probe parent to join a branch that does not exist. A

@@ -4,6 +4,8 @@ the re-check that the batch was not decided meanwhile.
 """
 from __future__ import annotations
 
+import itertools
+
 import os
 import time
 from typing import Iterator
@@ -154,6 +156,12 @@ def write_branch(o: SinkOptions, cols: dict[str, int], rows: Iterator, batch: in
     """One task attempt's branch. `parts`: where the batch's decision is recorded (from
     the writer's plan; without one, the `topic` option's partition 0)."""
     ph = Phases(o, f"write p{partition} a{attempt}", batch)
+    rows = _unless_empty(rows)
+    if rows is None:
+        # Nothing to write (most of an aggregation's 200 shuffle partitions in a small
+        # batch): no branch, no broker round trip; commit() finds no branch to decide.
+        ph.done(rows=0)
+        return BranchMessage(partition, attempt)
     bid = branch_id(o, batch, partition, attempt)
     if check and parts is None:
         parts = decision_partitions(o, {})
@@ -185,6 +193,20 @@ def write_branch(o: SinkOptions, cols: dict[str, int], rows: Iterator, batch: in
             raise SinkError("semel sink: injected failure of a first task attempt (test hook)")
         return BranchMessage(partition, attempt, st.pid, st.epoch, producer.total,
                              counts={f"{t}:{p}": n for (t, p), n in producer.counts.items()})
+
+
+def _unless_empty(rows):
+    """The same input, or None when it holds no row (only what it takes to see that is read)."""
+    if isinstance(rows, ArrowInput):
+        rest = iter(rows.batches)
+        for first in rest:
+            if first.num_rows:
+                return ArrowInput(itertools.chain([first], rest), rows.columnar)
+        return None
+    rows = iter(rows)
+    for first in rows:
+        return itertools.chain([first], rows)
+    return None
 
 
 def _check_and_init(r: ClusterRouter, o: SinkOptions, batch: int, bid: str, check: bool, parts: list[TP] | None):

@@ -6,8 +6,10 @@ and metadata, then the branches' EndTxn). See semel/spark/sink.py for the protoc
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass, field, replace
+from typing import Callable
 
 from pyspark.sql.datasource import WriterCommitMessage
 
@@ -226,7 +228,7 @@ def commit_batch(o: SinkOptions, messages, batch: int, offsets: dict[TP, int] | 
         _join_and_offsets(r, o, st, [branch_id(o, batch, m.partition, m.attempt) for m in written], marks, meta)
         ph.mark("join_and_offsets")
         kill_if("commit:parent-offsets", batch)
-        losers = _decide(r, o, st, _loser_ids(o, batch, winners))
+        _decide(r, o, st)
         ph.mark("end_txn")
         kill_if("commit:decided", batch)
         # Mode (a): the parent's EndTxn has completed every joined branch already (the
@@ -236,8 +238,7 @@ def commit_batch(o: SinkOptions, messages, batch: int, offsets: dict[TP, int] | 
             if i == 0:
                 kill_if("commit:branch", batch)
         ph.mark("end_branches")
-        for txn_id in losers:
-            _fence(r, o, txn_id)
+        _fence_losers(r, o, batch, winners)
         ph.mark("fence_losers")
         ph.done(branches=len(written))
 
@@ -312,48 +313,92 @@ def _offsets(r: ClusterRouter, o: SinkOptions, st: wire.TxnState, marks: dict[TP
         raise SinkError(f"semel sink: TxnOffsetCommit: {', '.join(f'{t}-{p} {e.name}' for (t, p), e in bad.items())}")
 
 
-def _decide(r: ClusterRouter, o: SinkOptions, st: wire.TxnState, losers: list[str]) -> list[str]:
-    """EndTxn(commit) of the parent: the batch's durable decision. In mode (a) the look
-    at which losing attempts the broker knows (_known) goes in the same write, answered
-    after the decision as before (the losers' ids hash like the parent's: one
-    coordinator). Returns the losers to fence."""
-    calls = [(wire.end_txn_call(o.parent, st.pid, st.epoch, True), wire.error_result)]
-    look = o.atomic and bool(losers)
-    if look:
-        calls.append(_known_call(losers))
-    got = wire.pipelined(_txn(r, o, o.parent), *calls)
-    if got[0] != KafkaError.NONE:
-        r.seen(got[0], coordinator=(o.parent, TRANSACTION))
+def _decide(r: ClusterRouter, o: SinkOptions, st: wire.TxnState) -> None:
+    """EndTxn(commit) of the parent: the batch's durable decision."""
+    err = wire.pipelined(_txn(r, o, o.parent), (wire.end_txn_call(o.parent, st.pid, st.epoch, True),
+                                                wire.error_result))[0]
+    if err != KafkaError.NONE:
+        r.seen(err, coordinator=(o.parent, TRANSACTION))
         _ok(_retrying(o, "EndTxn", lambda: _end(r, o, o.parent, st.pid, st.epoch, True)), f"EndTxn {o.parent}")
-        return _known(r, o, losers)  # look again: the first look came before the decision
-    return got[1] if look else losers
 
 
 def _loser_ids(o: SinkOptions, batch: int, winners: list[BranchMessage]) -> list[str]:
-    """Failed and speculative attempts wrote under other attempt numbers. One attempt
-    number past the highest winner covers a speculative copy that lost."""
+    """Where the broker cannot list transactions by id (see _open_branches): the losing
+    attempts' ids guessed from the winners' attempt numbers, one past the highest
+    winner covering a speculative copy that lost."""
     return [branch_id(o, batch, m.partition, attempt) for m in winners
             for attempt in range(0, m.attempt + 2) if attempt != m.attempt]
 
 
-def _known_call(ids: list[str]):
-    """DescribeTransactions as a (call, result): the ids the broker knows."""
-    def result(r) -> list[str]:
-        unknown = {t.transactional_id for t in r.transaction_states
-                   if KafkaError(t.error_code) == KafkaError.TRANSACTIONAL_ID_NOT_FOUND}
-        return [i for i in ids if i not in unknown]
-    return (ApiKey.DESCRIBE_TRANSACTIONS, dict(transactional_ids=list(ids))), result
-
-
 def _known(r: ClusterRouter, o: SinkOptions, ids: list[str]) -> list[str]:
-    """The losers worth fencing. A semel broker (mode a) answers DescribeTransactions: an
-    id it has never seen holds no rows, and fencing it would only add a coordinator
-    record. (A copy that starts after this look is no different from one that starts
-    after a fence: it finds the batch decided and ends its own branch.) Mode (b) keeps
-    to the APIs every broker has and fences them all."""
+    """The guessed losers worth fencing. A semel broker (mode a) answers
+    DescribeTransactions: an id it has never seen holds no rows, and fencing it would
+    only add a coordinator record. Mode (b) keeps to the APIs every broker has and
+    fences them all."""
     if not (o.atomic and ids):
         return ids
-    return wire.pipelined(_txn(r, o, o.parent), _known_call(ids))[0]
+    resp = _txn(r, o, o.parent).request(ApiKey.DESCRIBE_TRANSACTIONS, transactional_ids=list(ids))
+    unknown = {t.transactional_id for t in resp.transaction_states
+               if KafkaError(t.error_code) == KafkaError.TRANSACTIONAL_ID_NOT_FOUND}
+    return [i for i in ids if i not in unknown]
+
+
+def _branch_pattern(o: SinkOptions) -> str:
+    """A regular expression (Java's and Python's alike) matching this query's branch ids,
+    the batch number in its first group (see branch_id, atomic.branch_name)."""
+    return "^" + re.escape(f"{o.parent}.b") + r"([0-9]+)\.p[0-9]+\.a[0-9]+\."
+
+
+def _open_branches(r: ClusterRouter, o: SinkOptions, batches: Callable[[int], bool]) -> list[str] | None:
+    """The ids of this query's branches still open (Ongoing) whose batch number passes
+    `batches`, from ListTransactions with an id pattern (KIP-1152: semel, Kafka 4.1+) on
+    the parent's coordinator (a branch hashes like its parent); None where the broker
+    cannot filter by id."""
+    c = _txn(r, o, o.parent)
+    try:
+        if c.version(ApiKey.LIST_TRANSACTIONS) < 2:
+            return None
+    except ClientError:
+        return None   # no ListTransactions at all (Tansu 0.6)
+    resp = c.request(ApiKey.LIST_TRANSACTIONS, state_filters=["Ongoing"], producer_id_filters=[],
+                     duration_filter=-1, transactional_id_pattern=_branch_pattern(o))
+    if resp.error_code != KafkaError.NONE:
+        return None
+    pattern = re.compile(_branch_pattern(o))
+    out = []
+    for t in resp.transaction_states:
+        m = pattern.match(t.transactional_id)
+        if m is not None and batches(int(m.group(1))):
+            out.append(t.transactional_id)
+    return out
+
+
+def _fence_all(r: ClusterRouter, o: SinkOptions, txn_ids: list[str]) -> None:
+    """InitProducerId of every id in one write (each aborts what that id left open); an
+    id not answered NONE is fenced again on its own, with retries."""
+    if not txn_ids:
+        return
+    got = wire.pipelined(_txn(r, o, o.parent), *[(wire.init_producer_id_call(t, o.restart_window_ms),
+                                                  wire.init_producer_id_result(t)) for t in txn_ids])
+    for txn_id, (err, _) in zip(txn_ids, got):
+        if err != KafkaError.NONE:
+            _fence(r, o, txn_id)
+
+
+def _fence_losers(r: ClusterRouter, o: SinkOptions, batch: int, winners: list[BranchMessage],
+                  earlier: bool = True) -> None:
+    """After `batch` is decided and its winners ended: abort every branch of it still
+    open, whatever its attempt number (failed, speculative and killed attempts: an open
+    one would hold back read_committed readers of its partitions until its timeout),
+    and with `earlier` every branch of an earlier batch left open too (a copy killed
+    after that batch's decision, or by a crash of an earlier run). Branches of later
+    batches are being written now and are left alone. Where the broker cannot list
+    them, the losers are guessed from the attempt numbers (_loser_ids, _known)."""
+    keep = {branch_id(o, batch, m.partition, m.attempt) for m in winners}
+    found = _open_branches(r, o, (lambda b: b <= batch) if earlier else (lambda b: b == batch))
+    if found is None:
+        found = _known(r, o, _loser_ids(o, batch, winners))
+    _fence_all(r, o, [t for t in found if t not in keep])
 
 
 def _join(r: ClusterRouter, o: SinkOptions, st: wire.TxnState, branch_ids: list[str]) -> None:
@@ -373,15 +418,12 @@ def _roll_forward(r: ClusterRouter, o: SinkOptions, done: dict, batch: int, winn
     if done["batch"] == batch:
         for b in done["branches"]:
             _end_branch(r, o, batch, b)
-    for m in winners:  # this replay's own branches lost: the batch was decided without them
-        if (m.partition, m.attempt) not in recorded:
-            _fence(r, o, branch_id(o, batch, m.partition, m.attempt))
-
-
-def _fence_losers(r: ClusterRouter, o: SinkOptions, batch: int, winners: list[BranchMessage]) -> None:
-    """Abort what the losing attempts left open (see _loser_ids, _known)."""
-    for txn_id in _known(r, o, _loser_ids(o, batch, winners)):
-        _fence(r, o, txn_id)
+    # This replay's own branches lost (the batch was decided without them), as did every
+    # other branch of it or of an earlier batch still open.
+    _fence_all(r, o, [branch_id(o, batch, m.partition, m.attempt) for m in winners
+                      if (m.partition, m.attempt) not in recorded])
+    if done["batch"] == batch:
+        _fence_losers(r, o, batch, [BranchMessage(b[0], b[1]) for b in done.get("branches", [])])
 
 
 def abort_batch(o: SinkOptions, messages, batch: int) -> None:

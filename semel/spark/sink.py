@@ -37,8 +37,10 @@ commit(messages, batch), in a fresh Python worker on the driver side:
    + TxnOffsetCommit of the batch's source end offsets (Spark's offset log
    `<checkpoint>/offsets/<batch>`) with metadata naming the batch and its
    winning branches, EndTxn(commit) of P: this is the durable decision;
-3. EndTxn(commit) of each winning branch with its (pid, epoch), then fence the
-   losing attempts' ids (InitProducerId aborts what they left open).
+3. EndTxn(commit) of each winning branch with its (pid, epoch), then abort every
+   branch of this batch or an earlier one still open (InitProducerId aborts what it
+   left open), found with ListTransactions by id pattern where the broker has it,
+   else guessed from the winners' attempt numbers.
 A crash anywhere is resolved by the next commit() of the same batch (Spark
 replays the batch after a restart from the checkpoint).
 
@@ -253,7 +255,7 @@ class SemelBatchWriter(DataSourceArrowWriter):
                     f"EndTxn {self.o.parent}")
             for m in _written(winners):
                 _end_branch(r, self.o, self.job, [m.partition, m.attempt, m.pid, m.epoch])
-            _fence_losers(r, self.o, self.job, winners)
+            _fence_losers(r, self.o, self.job, winners, earlier=False)
 
     def abort(self, messages) -> None:
         abort_batch(self.o, messages, self.job)

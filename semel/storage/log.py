@@ -173,25 +173,38 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
         ProducerStateError(INVALID_PRODUCER_EPOCH); so does an older coordinator epoch
         (TRANSACTION_COORDINATOR_FENCED).
         """
+        return self.append_controls(kind, [(producer_id, producer_epoch)], coordinator_epoch,
+                                    timestamp_ms=timestamp_ms)
+
+    def append_controls(self, kind: int, producers: list[tuple[int, int]], coordinator_epoch: int,
+                        *, timestamp_ms: int | None = None) -> AppendInfo:
+        """One marker of `kind` for each (producer id, epoch), all in one write: the
+        transactions they end stop holding back the last stable offset at the same
+        instant, so a read_committed reader sees all of them committed or none (the
+        branches of one Spark micro-batch). All or nothing: one refused marker (see
+        append_control) refuses the write."""
         if kind not in (CONTROL_ABORT, CONTROL_COMMIT):
             raise ValueError(f"control kind must be 0 (abort) or 1 (commit), not {kind!r}")
-        if producer_id < 0:
+        producers = list(dict.fromkeys(producers))
+        if not producers or any(pid < 0 for pid, _ in producers):
             raise ValueError("a transaction marker needs a producer id")
         self._check_writable()
         self._check_leading()
-        err = self.producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
-        if err is not KafkaError.NONE:
-            raise ProducerStateError(err, f"{err.name}: marker for producer {producer_id} refused")
+        for producer_id, producer_epoch in producers:
+            err = self.producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
+            if err is not KafkaError.NONE:
+                raise ProducerStateError(err, f"{err.name}: marker for producer {producer_id} refused")
         ts = wall_ms() if timestamp_ms is None else timestamp_ms
-        data = build_control_batch(kind, producer_id=producer_id, producer_epoch=producer_epoch,
-                                   coordinator_epoch=coordinator_epoch, timestamp_ms=ts)
+        data = b"".join(build_control_batch(kind, producer_id=pid, producer_epoch=epoch,
+                                            coordinator_epoch=coordinator_epoch, timestamp_ms=ts)
+                        for pid, epoch in producers)
         batches, _ = split_batches(data)
 
         def apply(placed) -> None:
-            marker = placed[0][1]
-            first = self.producers.complete_txn(producer_id, producer_epoch, coordinator_epoch, ts)
-            if kind == CONTROL_ABORT and first is not None:
-                self._index_abort(self._segments[-1], producer_id, first, marker)
+            for (producer_id, producer_epoch), (_, marker, _) in zip(producers, placed):
+                first = self.producers.complete_txn(producer_id, producer_epoch, coordinator_epoch, ts)
+                if kind == CONTROL_ABORT and first is not None:
+                    self._index_abort(self._segments[-1], producer_id, first, marker)
         return self._write(data, batches, on_success=apply)
 
     def _check_layout(self, data, batches: list[tuple[int, BatchHeader]]) -> None:

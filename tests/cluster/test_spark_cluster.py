@@ -21,11 +21,13 @@ while a request is in flight are checked on a model (tests/spark/test_router_mod
 from __future__ import annotations
 
 import random
+import threading
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from semel.client import txn as wire
+from semel.client.client import Client
 from semel.coordinator.txn import TXN_TOPIC
 from semel.protocol.errors import KafkaError
 from semel.protocol.txn_hash import aligned, java_string_hash, partition_for
@@ -194,3 +196,91 @@ def test_an_output_leader_sigkilled_between_two_runs_keeps_it_exact(spark, clust
     finally:
         cluster.brokers[victim].restart()
         wait_brokers(cluster, {0, 1, 2})
+
+
+
+class StablePoller(threading.Thread):
+    """A read_committed poller of one partition at its leader: the last stable offset
+    (the end a read_committed fetch stops at), asked for in a tight loop while batches
+    commit; every distinct value it saw."""
+
+    def __init__(self, bootstrap: str, topic: str, partition: int):
+        super().__init__(daemon=True)
+        self.args, self.seen, self.stop = (bootstrap, topic, partition), set(), threading.Event()
+
+    def run(self) -> None:
+        bootstrap, topic, partition = self.args
+        with Client(bootstrap, timeout_s=10) as c:
+            while not self.stop.is_set():
+                self.seen.add(c.list_offset(topic, partition, -1, 1))
+
+
+def batch_ranges(bootstrap: str, topic: str, partition: int) -> dict[int, tuple[int, int]]:
+    """batch -> (first, last) offset of its rows in the partition (read_uncommitted)."""
+    from confluent_kafka import Consumer, KafkaError as KE, TopicPartition
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "ranges", "isolation.level": "read_uncommitted",
+                  "enable.auto.commit": False, "enable.partition.eof": True})
+    out: dict[int, tuple[int, int]] = {}
+    try:
+        c.assign([TopicPartition(topic, partition, 0)])
+        while True:
+            m = c.poll(5)
+            assert m is not None, "no end of partition"
+            if m.error():
+                assert m.error().code() == KE._PARTITION_EOF
+                return out
+            b = int(m.value().decode().split(":")[0])
+            first, _ = out.get(b, (m.offset(), m.offset()))
+            out[b] = (first, m.offset())
+    finally:
+        c.close()
+
+
+def test_a_read_committed_poller_never_sees_part_of_a_batch_on_the_cluster(cluster):
+    """Mode (a) on 3 brokers, the output's partitions led by all three: each batch is 8
+    tasks' branches, every task writing to every partition, decided by the sink's
+    commit (the parent's coordinator sends each leader one WriteTxnMarkers carrying
+    every branch, and the leader appends a partition's markers at once). Pollers ask each
+    partition's leader for its last stable offset in a tight loop: none ever falls inside
+    a batch's rows there. An unmodified confluent-kafka read_committed consumer polls all
+    the while; it never holds part of a batch once it read past it, never gets a row late
+    or twice, and ends with all."""
+    from semel.spark import branch_writer
+    from semel.spark import decision as spark_decision
+    from tests.spark.test_sink_atomic import LiveReader, partial_batches
+    dst = "scq-poll"
+    create(cluster, dst, 3)
+    assert {leader for leader, *_ in partitions(cluster, dst).values()} == {0, 1, 2}
+    o = sink.probe(sink.parse_options({"kafka.bootstrap.servers": cluster.bootstrap, "semel.query.id": "poll",
+                                       "topic": dst, "semel.atomicBatches": "true"}))
+    assert o.atomic
+    reader = LiveReader(cluster.bootstrap, dst, 3)
+    reader.start()
+    leaders = {p: cluster.brokers[leader].bootstrap for p, (leader, *_) in partitions(cluster, dst).items()}
+    pollers = [StablePoller(leaders[p], dst, p) for p in range(3)]
+    for poller in pollers:
+        poller.start()
+    expected: dict[int, set] = {}
+    batches, tasks = 12, 8
+    for b in range(batches):
+        msgs = []
+        for t in range(tasks):
+            rows = [(f"{b}:{t}:{p}:{i}".encode(), p) for p in range(3) for i in range(2)]
+            expected.setdefault(b, set()).update(v.decode() for v, _ in rows)
+            msgs.append(branch_writer.write_branch(o, {"value": 0, "partition": 1}, iter(rows), b, t, 0))
+        spark_decision.commit_batch(o, msgs, b)
+    for poller in pollers:
+        poller.stop.set()
+        poller.join(30)
+    total = sum(len(v) for v in expected.values())
+    # No last stable offset any poller saw lies inside a batch's rows of its partition
+    # (some of them below it, visible, and some above).
+    for p, poller in enumerate(pollers):
+        ranges = batch_ranges(cluster.bootstrap, dst, p)
+        assert len(ranges) == batches and len(poller.seen) > batches
+        inside = sorted((b, lso) for lso in poller.seen for b, (first, last) in ranges.items() if first < lso <= last)
+        assert inside == [], f"partition {p}: part of a batch visible (batch, LSO): {inside[:5]}"
+    reader.finish(total, 120)
+    assert len(reader.history) == total, "the reader did not get every row"
+    observed = [(q, int(v.split(":")[0]), v) for q, v, _ in reader.history]
+    assert partial_batches(observed, expected, 3) == []

@@ -30,10 +30,30 @@ def test_markers_asked_for_together_go_in_one_request_to_their_leader():
     ch._send = fake_send
 
     async def go():
-        return await asyncio.gather(ch.write(("t", 0), True, 7, 1, 0), ch.write(("t", 1), True, 7, 1, 0))
+        return await asyncio.gather(ch.write(("t", 0), True, [(7, 1)], 0), ch.write(("t", 1), True, [(7, 1)], 0))
     assert asyncio.run(go()) == [E.NONE, E.NONE]
     assert sent == [(1, [("t", 0), ("t", 1)])]
     assert ch.leads_here(("t", 2)) and not ch.leads_here(("t", 0))
+
+
+def test_the_markers_of_every_producer_on_a_partition_go_in_one_request():
+    """A decision's parent and branches: one write per partition, every producer in the
+    same WriteTxnMarkers, each as its own marker of that partition."""
+    ch, _ = channel()
+    sent = []
+
+    async def fake_send(node, batch):
+        sent.append(_request_markers(batch))
+        return {tp: E.NONE for _, tp, _ in batch}
+    ch._send = fake_send
+
+    async def go():
+        return await asyncio.gather(ch.write(("t", 0), True, [(7, 1), (8, 0), (9, 2)], 4),
+                                    ch.write(("t", 1), True, [(8, 0)], 4))
+    assert asyncio.run(go()) == [E.NONE, E.NONE]
+    assert len(sent) == 1
+    assert sorted((m.producer_id, m.producer_epoch, [(t.name, t.partition_indexes) for t in m.topics])
+                  for m in sent[0]) == [(7, 1, [("t", [0])]), (8, 0, [("t", [0, 1])]), (9, 2, [("t", [0])])]
 
 
 def test_a_failed_request_fails_each_of_its_markers_and_unknown_leaders_are_values():
@@ -42,10 +62,10 @@ def test_a_failed_request_fails_each_of_its_markers_and_unknown_leaders_are_valu
     async def fake_send(node, batch):
         return {tp: E.NOT_LEADER_OR_FOLLOWER for _, tp, _ in batch}
     ch._send = fake_send
-    assert asyncio.run(ch.write(("t", 0), False, 7, 1, 0)) == E.NOT_LEADER_OR_FOLLOWER
-    assert asyncio.run(ch.write(("nope", 0), False, 7, 1, 0)) == E.UNKNOWN_TOPIC_OR_PARTITION
+    assert asyncio.run(ch.write(("t", 0), False, [(7, 1)], 0)) == E.NOT_LEADER_OR_FOLLOWER
+    assert asyncio.run(ch.write(("nope", 0), False, [(7, 1)], 0)) == E.UNKNOWN_TOPIC_OR_PARTITION
     table.brokers.pop(1)
-    assert asyncio.run(ch.write(("t", 0), False, 7, 1, 0)) == E.LEADER_NOT_AVAILABLE
+    assert asyncio.run(ch.write(("t", 0), False, [(7, 1)], 0)) == E.LEADER_NOT_AVAILABLE
 
 
 def test_markers_of_a_deleted_partition_are_dropped_not_retried_for_ever():
@@ -55,15 +75,15 @@ def test_markers_of_a_deleted_partition_are_dropped_not_retried_for_ever():
     live = {"t": SimpleNamespace(partitions=3), "again": SimpleNamespace(partitions=1)}
     ch.view.topics = lambda: live
     ch.view.deleted_topics = lambda: {"gone": SimpleNamespace(partitions=2)}
-    assert asyncio.run(ch.write(("gone", 1), True, 7, 1, 0)) == E.NONE           # deleted
-    assert asyncio.run(ch.write(("again", 2), True, 7, 1, 0)) == E.NONE          # created again, smaller
-    assert asyncio.run(ch.write(("unseen", 0), True, 7, 1, 0)) == E.UNKNOWN_TOPIC_OR_PARTITION   # view lags
+    assert asyncio.run(ch.write(("gone", 1), True, [(7, 1)], 0)) == E.NONE           # deleted
+    assert asyncio.run(ch.write(("again", 2), True, [(7, 1)], 0)) == E.NONE          # created again, smaller
+    assert asyncio.run(ch.write(("unseen", 0), True, [(7, 1)], 0)) == E.UNKNOWN_TOPIC_OR_PARTITION   # view lags
 
 
 def test_request_groups_partitions_per_marker_and_answers_map_back():
     fut = None
-    batch = [((7, 1, True, 3), ("a", 0), fut), ((7, 1, True, 3), ("a", 1), fut), ((7, 1, True, 3), ("b", 0), fut),
-             ((8, 0, False, 3), ("a", 0), fut)]
+    batch = [([(7, 1, True, 3)], ("a", 0), fut), ([(7, 1, True, 3)], ("a", 1), fut), ([(7, 1, True, 3)], ("b", 0), fut),
+             ([(8, 0, False, 3)], ("a", 0), fut)]
     markers = _request_markers(batch)
     assert [(m.producer_id, m.transaction_result, [(t.name, t.partition_indexes) for t in m.topics])
             for m in markers] == [(7, True, [("a", [0, 1]), ("b", [0])]), (8, False, [("a", [0])])]
@@ -95,11 +115,11 @@ def test_an_unexpected_failure_answers_its_markers_and_the_next_request_goes_out
     ch._send = fake_send
 
     async def go():
-        first = asyncio.create_task(ch.write(("t", 0), True, 7, 1, 0))
+        first = asyncio.create_task(ch.write(("t", 0), True, [(7, 1)], 0))
         await asyncio.sleep(0)
-        second = asyncio.create_task(ch.write(("t", 1), True, 7, 1, 0))
+        second = asyncio.create_task(ch.write(("t", 1), True, [(7, 1)], 0))
         answers = await asyncio.wait_for(asyncio.gather(first, second), 10)
-        return answers, await asyncio.wait_for(ch.write(("t", 0), True, 7, 1, 0), 10)
+        return answers, await asyncio.wait_for(ch.write(("t", 0), True, [(7, 1)], 0), 10)
     answers, retried = asyncio.run(go())
     assert answers == [E.UNKNOWN_SERVER_ERROR, E.NONE]
     assert retried == E.NONE
@@ -115,7 +135,7 @@ def test_a_cancelled_sender_answers_the_batch_in_flight():
     ch._send = fake_send
 
     async def go():
-        write = asyncio.create_task(ch.write(("t", 0), True, 7, 1, 0))
+        write = asyncio.create_task(ch.write(("t", 0), True, [(7, 1)], 0))
         await asyncio.sleep(0.01)
         ch.close()
         return await asyncio.wait_for(write, 10)

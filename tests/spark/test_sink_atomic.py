@@ -3,6 +3,7 @@ extension (semel/coordinator/txn.py), against real semel/Tansu brokers and local
 Spark, read back by an independent confluent-kafka read_committed consumer."""
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -128,6 +129,38 @@ def test_a_batch_of_many_tasks(spark_broker, mode):
             spark_decision.commit_batch(o, msgs, 0)
         spark_decision.abort_batch(o, msgs, 0)
         assert read_values(bs, topic, 1, idle_s=0.5) == []
+
+
+def test_the_decision_does_not_grow_with_the_task_count(spark_broker):
+    """Batches of 10, 200 and 2,000 writing tasks commit in mode (a) on a broker holding
+    Kafka's default offset.metadata.max.bytes (4096, shown by an unmodified client's
+    commit of 4,097 bytes being refused); the decision's metadata is the same size for
+    all three, and a read_committed reader gets every task's row once."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    from semel.client import txn as wire
+    bs = spark_broker.bootstrap
+    create(bs, "am-size", 1)
+    c = Consumer({"bootstrap.servers": bs, "group.id": "am-size-limit", "enable.auto.commit": False})
+    try:
+        c.commit(offsets=[TopicPartition("am-size", 0, 1, "x" * 4097)], asynchronous=False)
+        raise AssertionError("4097 bytes of offset metadata were accepted")
+    except KafkaException as exc:
+        assert exc.args[0].name() == "OFFSET_METADATA_TOO_LARGE"
+    finally:
+        c.close()
+    o = opts(bs, "amsize", "am-size", "true")
+    sizes, want = [], []
+    for batch, tasks in enumerate((10, 200, 2000)):
+        msgs = [branch_writer.write_branch(o, {"value": 0}, iter([(f"b{batch}t{p}".encode(),)]), batch, p, 0)
+                for p in range(tasks)]
+        spark_decision.commit_batch(o, msgs, batch)
+        with Client(bs) as cl:
+            (_, meta), = wire.committed_with_metadata(cl, o.group, [("am-size", 0)]).values()
+        assert json.loads(meta)["batch"] == batch
+        sizes.append(len(meta) - len(str(batch)))
+        want += [f"b{batch}t{p}" for p in range(tasks)]
+    assert sizes[0] == sizes[1] == sizes[2] < 200, sizes
+    assert sorted(read_values(bs, "am-size", 1, want=len(want))) == sorted(want)
 
 
 @pytest.mark.parametrize("mode", ["true", "false"])

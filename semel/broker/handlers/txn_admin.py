@@ -183,45 +183,65 @@ async def write_txn_markers(ctx, req):
     T = R.WritableTxnMarkerTopicResult
     # Kafka: markers are a cluster action (brokers write them; an admin abort needs the same right).
     allowed = ctx.authorize("CLUSTER_ACTION", "CLUSTER", "kafka-cluster")
+    markers = list(req.markers or ())
+    wanted = [[(t.name, p) for t in m.topics or () for p in t.partition_indexes or ()] for m in markers]
+    if not allowed:
+        errs = [[KafkaError.CLUSTER_AUTHORIZATION_FAILED] * len(w) for w in wanted]
+    elif is_coordinator_client(ctx.client_id):
+        errs = await _coordinator_markers(ctx, markers, wanted)
+    else:
+        # All partitions of a marker at once, as the coordinator writes its own: one fsync round.
+        errs = [await asyncio.gather(*(_abort_partition(ctx, m, tp) for tp in w)) for m, w in zip(markers, wanted)]
     out = []
-    for marker in req.markers or ():
-        wanted = [(t.name, p) for t in marker.topics or () for p in t.partition_indexes or ()]
-        write = _coordinator_marker if is_coordinator_client(ctx.client_id) else _abort_partition
-        if allowed:
-            # All partitions at once, as the coordinator writes its own: one fsync round.
-            errs = await asyncio.gather(*(write(ctx, marker, tp) for tp in wanted))
-        else:
-            errs = [KafkaError.CLUSTER_AUTHORIZATION_FAILED] * len(wanted)
-        errors = list(zip(wanted, errs))
-        grouped = by_topic(errors, lambda p, err: T.WritableTxnMarkerPartitionResult(
+    for marker, w, e in zip(markers, wanted, errs):
+        grouped = by_topic(list(zip(w, e)), lambda p, err: T.WritableTxnMarkerPartitionResult(
             partition_index=p, error_code=err))
         out.append(R(producer_id=marker.producer_id,
                      topics=[T(name=name, partitions=ps) for name, ps in grouped.items()]))
     return ctx.response(markers=out)
 
 
-async def _coordinator_marker(ctx, marker, tp: tuple[str, int]) -> KafkaError:
-    """A marker sent by the transaction coordinator on another broker (Kafka's use of
-    WriteTxnMarkers): written as decided, COMMIT or ABORT, by the partition's leader,
-    answered once durable and replicated. The coordinator retries any error."""
+async def _coordinator_markers(ctx, markers, wanted) -> list[list[KafkaError]]:
+    """Markers sent by the transaction coordinator on another broker (Kafka's use of
+    WriteTxnMarkers), written as decided by the partitions' leader and answered once
+    durable and replicated; the coordinator retries any error. Every marker of one
+    partition (a decision's parent and branches) goes in one append, so a read_committed
+    reader there sees them all or none; the partitions are written at once."""
+    groups: dict[tuple, list[tuple[int, int]]] = {}   # (tp, result, coordinator epoch) -> (marker, position)
+    for i, (marker, tps) in enumerate(zip(markers, wanted)):
+        for j, tp in enumerate(tps):
+            groups.setdefault((tp, bool(marker.transaction_result), marker.coordinator_epoch), []).append((i, j))
+    keys = list(groups)
+    results = await asyncio.gather(*(_coordinator_partition(ctx, tp, commit, cepoch,
+                                                            [markers[i] for i, _ in groups[(tp, commit, cepoch)]])
+                                     for tp, commit, cepoch in keys))
+    errs = [[KafkaError.NONE] * len(w) for w in wanted]
+    for key, got in zip(keys, results):
+        for (i, j), err in zip(groups[key], got):
+            errs[i][j] = err
+    return errs
+
+
+async def _coordinator_partition(ctx, tp: tuple[str, int], commit: bool, coordinator_epoch: int,
+                                 markers: list) -> list[KafkaError]:
+    """The markers of one partition (one result and coordinator epoch): one error each."""
     topic, partition = tp
-    kind = records.CONTROL_COMMIT if marker.transaction_result else records.CONTROL_ABORT
     if topic == OFFSETS_TOPIC:
-        return await _offsets_marker(ctx, marker, partition)
+        return [await _offsets_marker(ctx, m, partition) for m in markers]
     if topic.startswith("__"):
-        return KafkaError.INVALID_TOPIC_EXCEPTION   # no transaction spans the transaction log
+        return [KafkaError.INVALID_TOPIC_EXCEPTION] * len(markers)   # no transaction spans the transaction log
     err = check_leader(ctx.broker.cluster, topic, partition)
-    if err:
-        return err
-    try:
-        await ctx.broker.txns.write_partition_marker(tp, kind, marker.producer_id, marker.producer_epoch,
-                                                     marker.coordinator_epoch)
-    except StorageError as exc:
-        log.error("marker on %s-%d for producer %d failed: %s", topic, partition, marker.producer_id, exc)
-        return KafkaError.KAFKA_STORAGE_ERROR
-    except AppendError as exc:   # not the leader any more, fenced, or not replicated in time
-        return exc.error
-    return KafkaError.NONE
+    if not err:
+        kind = records.CONTROL_COMMIT if commit else records.CONTROL_ABORT
+        try:
+            await ctx.broker.txns.write_partition_markers(tp, kind, [(m.producer_id, m.producer_epoch)
+                                                                     for m in markers], coordinator_epoch)
+        except StorageError as exc:
+            log.error("markers on %s-%d for %d producer(s) failed: %s", topic, partition, len(markers), exc)
+            err = KafkaError.KAFKA_STORAGE_ERROR
+        except AppendError as exc:   # not the leader any more, fenced, or not replicated in time
+            err = exc.error
+    return [err] * len(markers)
 
 
 async def _offsets_marker(ctx, marker, partition: int) -> KafkaError:

@@ -66,6 +66,39 @@ def test_markers_are_control_batches_in_the_log(p):
     assert p.producers.entry(9).coordinator_epoch == 4
 
 
+def test_markers_of_several_producers_end_their_transactions_in_one_write(p):
+    """append_controls: one write whose control batches all land before the LSO moves,
+    so no instant shows one of the transactions committed and another still open."""
+    a, b, c = Producer(p, 1), Producer(p, 2), Producer(p, 3)
+    a.send(2)                                  # 0-1
+    b.send()                                   # 2
+    c.send()                                   # 3
+    writes = []
+    real = p._write
+    p._write = lambda *args, **kw: writes.append(1) or real(*args, **kw)
+    info = p.append_controls(COMMIT, [(1, 0), (2, 0)], 0)
+    assert writes == [1]
+    assert (info.first_offset, info.last_offset) == (4, 5)
+    assert p.last_stable_offset == 3           # c's transaction still holds it
+    hdrs = [h for _, h in iter_batches(p.read(4, 10_000))]
+    assert [(h.base_offset, h.is_control, h.producer_id) for h in hdrs] == [(4, True, 1), (5, True, 2)]
+    p.append_controls(ABORT, [(3, 0)], 0)
+    assert p.last_stable_offset == p.high_watermark == 7
+    assert p.aborted_transactions(0, 7) == [(3, 3)]
+
+
+def test_one_refused_marker_refuses_the_whole_write(p):
+    a, b = Producer(p, 1, epoch=2), Producer(p, 2)
+    a.send()
+    b.send()
+    end = p.log_end_offset
+    with pytest.raises(ProducerStateError) as exc:
+        p.append_controls(COMMIT, [(2, 0), (1, 1)], 0)     # producer 1's epoch is older than its data
+    assert exc.value.error == KafkaError.INVALID_PRODUCER_EPOCH
+    assert p.log_end_offset == end and p.last_stable_offset == 0
+    assert p.producers.ongoing_first_offsets() == {1: 0, 2: 1}
+
+
 def test_aborted_transactions_overlapping_a_range(p):
     fill(p, 3)                                 # 0-2 plain
     a, b = Producer(p, 1), Producer(p, 2)
