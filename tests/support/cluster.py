@@ -40,6 +40,27 @@ def partitions(cluster, topic: str) -> dict[int, tuple]:
             for p in t.partitions}
 
 
+def create_replicated(cluster, topics, parts: int) -> None:
+    """Topics of `parts` partitions, replication factor 3, min.insync.replicas 2."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    futs = admin.create_topics([NewTopic(t, parts, 3, config={"min.insync.replicas": "2"}) for t in topics])
+    for f in futs.values():
+        f.result(30)
+
+
+def all_led(cluster, topics, full_isr: bool = False) -> bool:
+    """Every partition of `topics` has a leader (and, with full_isr, all three in sync)."""
+    for topic in topics:
+        try:
+            parts = partitions(cluster, topic)
+        except (AssertionError, ValueError):
+            return False
+        if not parts or any(p[0] < 0 or (full_isr and len(p[3]) != 3) for p in parts.values()):
+            return False
+    return True
+
+
 def wait_brokers(cluster, nodes: set[int]) -> None:
     """Until every live broker lists exactly `nodes` (registration and expiry are asynchronous)."""
     def agreed():

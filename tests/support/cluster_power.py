@@ -20,7 +20,7 @@ from pathlib import Path
 
 from semel.launch.lazyfs import PowerCutDisk
 from semel.launch.local_cluster import LocalCluster
-from tests.support.cluster import fill, partitions, wait_brokers
+from tests.support.cluster import all_led, create_replicated, fill, wait_brokers
 from tests.support.consume import read_values
 from tests.support.copier import Copier
 from tests.support.wait import in_background, until
@@ -97,24 +97,9 @@ def power_cut_cluster(root: Path, *broker_args: str):
         yield pc
 
 
-def create_topics(cluster) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    futs = admin.create_topics([NewTopic(t, PARTS, 3, config={"min.insync.replicas": "2"}) for t in (DATA, SRC, DST)])
-    for f in futs.values():
-        f.result(30)
-
-
 def led(cluster) -> bool:
     """Every partition of the test's and the internal topics has a leader."""
-    for topic in (DATA, SRC, DST, *INTERNAL):
-        try:
-            parts = partitions(cluster, topic)
-        except (AssertionError, ValueError):
-            return False
-        if not parts or any(p[0] < 0 for p in parts.values()):
-            return False
-    return True
+    return all_led(cluster, (DATA, SRC, DST, *INTERNAL))
 
 
 def run_power_cuts(pc: PowerCutCluster, schedule: list[str | int], seed: int, copy_records: int = 1500) -> Outcome:
@@ -122,7 +107,7 @@ def run_power_cuts(pc: PowerCutCluster, schedule: list[str | int], seed: int, co
     moment while both clients work; then let both finish and read what survived."""
     from confluent_kafka import Producer
     cluster, rng, out = pc.cluster, random.Random(seed), Outcome()
-    create_topics(cluster)
+    create_replicated(cluster, (DATA, SRC, DST), PARTS)
     out.input_values = fill(cluster, SRC, copy_records, PARTS)
     ends = {p: sum(1 for i in range(copy_records) if i % PARTS == p) for p in range(PARTS)}
     copier = Copier(cluster, SRC, DST, "pc-copy")

@@ -18,7 +18,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from tests.support.cluster import fill, partitions, wait_brokers
+from tests.support.cluster import all_led, create_replicated, fill, wait_brokers
 from tests.support.consume import read_values
 from tests.support.copier import Copier
 from tests.support.wait import in_background, until
@@ -70,24 +70,9 @@ class Outcome:
                 "restarts": self.restarts}
 
 
-def create_topics(cluster) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    futs = admin.create_topics([NewTopic(t, PARTS, 3, config={"min.insync.replicas": "2"}) for t in (DATA, SRC, DST)])
-    for f in futs.values():
-        f.result(30)
-
-
 def settled(cluster) -> bool:
     """Every partition of the test's and the internal topics led, with all three in sync."""
-    for topic in (DATA, SRC, DST, *INTERNAL):
-        try:
-            parts = partitions(cluster, topic)
-        except (AssertionError, ValueError):
-            return False
-        if not parts or any(p[0] < 0 or len(p[3]) != 3 for p in parts.values()):
-            return False
-    return True
+    return all_led(cluster, (DATA, SRC, DST, *INTERNAL), full_isr=True)
 
 
 def _handover(log_path, seen: int) -> tuple[int, int] | None:
@@ -101,7 +86,7 @@ def rolling_restart(cluster, copy_records: int = 2000) -> Outcome:
     """Run the scenario on a started 3-broker cluster; what happened, for the caller to check."""
     from confluent_kafka import Producer
     out = Outcome()
-    create_topics(cluster)
+    create_replicated(cluster, (DATA, SRC, DST), PARTS)
     out.input_values = fill(cluster, SRC, copy_records, PARTS)
     ends = {p: sum(1 for i in range(copy_records) if i % PARTS == p) for p in range(PARTS)}
     restarting = threading.Event()
