@@ -15,6 +15,10 @@ The nemesis aims at the roles replication must survive:
                  running process), then works again
   clock          a broker's wall clock steps an hour forward or back for a while
                  (semel.clock's test-only step file), then back
+  partition      the network splits for a while (semel.launch.netns: etcd, every broker
+                 and check's own clients each in a network namespace): a broker cut from
+                 everything, from its peers and etcd while clients still reach it, from
+                 etcd only, or its packets to its peers dropped one way; then it heals
 After each episode the nemesis waits (bounded) for every partition to have a
 leader and a full ISR again, so one fault never stacks on the last one's
 shrunken ISR: with RF3 and min.insync.replicas 2 that would only refuse writes.
@@ -42,13 +46,17 @@ from pathlib import Path
 from ..clock import STEP_FILE_ENV
 from ..launch.lazyfs import FuseUnavailable, PowerCutDisk
 from ..launch.local_cluster import LocalCluster
+from ..launch.netns import Network, place
+from ..launch.netns import available as netns_unavailable
 from .errors import WorkloadError
 from .history import NEMESIS
 from .threads import blocking
 
-CLUSTER_FAULTS = ("leader-kill", "follower-kill", "broker-pause", "power-loss", "disk", "clock")
-# Faults the brokers must be set up for when the cluster starts (disks, seams).
-SETUP_FAULTS = frozenset({"power-loss", "disk", "clock"})
+CLUSTER_FAULTS = ("leader-kill", "follower-kill", "broker-pause", "power-loss", "disk", "clock", "partition")
+# Faults the brokers must be set up for when the cluster starts (disks, seams, a network).
+SETUP_FAULTS = frozenset({"power-loss", "disk", "clock", "partition"})
+# How a partition cuts its victim off (chosen by the episode's draw).
+CUTS = ("isolated", "from peers and etcd", "from etcd", "one way to peers")
 # Kafka's names of the coordinators' topics: their partitions' leaders are the coordinators.
 INTERNAL_TOPICS = ("__transaction_state", "__consumer_offsets")
 REPLICA_LAG_MS = 5000        # a paused follower leaves the ISR after this (the broker's default is 30 s)
@@ -251,9 +259,16 @@ class CheckCluster:
                  "epochs": v.epochs()}
         if name == "clock":
             value["step_s"] = step
+        cut = CUTS[int(x * 8 % 1 * len(CUTS))]
+        if name == "partition":
+            value["cut"] = cut
         wl.record({"process": NEMESIS, "type": "invoke", "f": name, "value": value})
         if name == "power-loss":
             await blocking(self.seams.power_cut, None if whole else victim, int(x * 1000))
+        elif name == "partition":
+            await blocking(self.seams.cut, victim, cut)
+            await asyncio.sleep(hold)
+            await blocking(self.seams.heal)
         elif name == "disk":
             await blocking(self.seams.arm_disk, victim, "fail_next_fsync=100000000,fail_next_write=100000000")
             await asyncio.sleep(hold)
@@ -263,7 +278,7 @@ class CheckCluster:
             await asyncio.sleep(hold)
             await blocking(self.seams.step_clock, victim, 0)
         self.episodes[name] = self.episodes.get(name, 0) + 1
-        after = await blocking(self.wait_settled, SETTLE_TIMEOUT_S * (3 if whole else 1))
+        after = await blocking(self.wait_settled, SETTLE_TIMEOUT_S * (3 if whole or name == "partition" else 1))
         wl.note(name, node=victim, whole_cluster=whole, hold_s=hold, settled=after is not None,
                 epochs=after.epochs() if after else None, controller=after.controller if after else None)
 
@@ -271,7 +286,7 @@ class CheckCluster:
         """Outage length: kills 0.1-1.5 s; pauses either within the lease TTL or
         past it (1.5-2.5 TTL), half each, so some pauses end the broker's session;
         a failing disk or a stepped clock 2-8 s; a power cut is over at once."""
-        if name in ("disk", "clock"):
+        if name in ("disk", "clock", "partition"):
             return round(rng.uniform(2.0, 8.0), 2)
         if name != "broker-pause":
             return round(rng.uniform(0.1, 1.5), 2)
@@ -316,6 +331,13 @@ class FaultSeams:
     def __init__(self, root: Path, local: LocalCluster, faults: set[str]):
         self.root, self.local, self.faults = root, local, faults
         self.disks: dict[str, PowerCutDisk] = {}
+        self.net: Network | None = None
+        if "partition" in faults:
+            # etcd first: the brokers are made again to name it at its address there.
+            n_brokers = len(local.brokers)
+            self.net = Network([*(f"b{n}" for n in range(n_brokers)), "etcd", "client"])
+            place(local.etcd, self.net, "etcd")
+            local.brokers = [place(local._broker(n), self.net, f"b{n}") for n in range(n_brokers)]
         for n, b in enumerate(local.brokers):
             if "disk" in faults:
                 b.env["SEMEL_FS_FAULTS"] = f"control_file={self._control(n)}"
@@ -338,10 +360,39 @@ class FaultSeams:
         except FuseUnavailable as exc:
             self.stop()
             raise ClusterStartError(f"power-loss needs FUSE: {exc}") from None
+        if self.net is not None:
+            why = netns_unavailable()
+            if why:
+                self.stop()
+                raise ClusterStartError(f"partition needs network namespaces: {why}")
+            self.net.create()
+            # check's own clients (the workers it starts, its Metadata reads) are one
+            # more host: the calling thread moves there, and all it starts from now on.
+            self.net.enter("client")
 
     def stop(self) -> None:
         for disk in self.disks.values():
             disk.stop()
+        if self.net is not None:
+            self.net.close()
+
+    def cut(self, node: int, how: str) -> None:
+        assert self.net is not None
+        me = f"b{node}"
+        peers = [f"b{n}" for n in range(len(self.local.brokers)) if n != node]
+        if how == "isolated":
+            self.net.isolate(me)
+        elif how == "from peers and etcd":
+            self.net.isolate(me, [*peers, "etcd"])
+        elif how == "from etcd":
+            self.net.cut(me, "etcd")
+        else:
+            for peer in peers:
+                self.net.cut(me, peer, one_way=True)
+
+    def heal(self) -> None:
+        assert self.net is not None
+        self.net.heal()
 
     def power_cut(self, node: int | None, turn: int) -> None:
         """Cut one broker's power (node), or every broker's and etcd's (None), and

@@ -147,18 +147,19 @@ class Network:
                 self.cuts.discard((src, dst))
 
     # -- running things inside -------------------------------------------------------------
+    def enter(self, host: str) -> None:
+        """Move the calling thread into `host`'s namespace for good: the threads and
+        processes it starts from then on are there too (how `semel check` runs its
+        clients as one more host of the network)."""
+        _setns(os.path.join(NETNS_DIR, self.ns(host)), self.ns(host))
+
     def within(self, host: str, fn: Callable, *args, **kwargs):
         """fn(*args, **kwargs) in a thread that entered `host`'s network namespace (a
         thread's namespace is its own: the caller's stays as it was)."""
         out: dict = {}
 
         def run() -> None:
-            fd = os.open(os.path.join(NETNS_DIR, self.ns(host)), os.O_RDONLY)
-            try:
-                if ctypes.CDLL(None, use_errno=True).setns(fd, CLONE_NEWNET) != 0:
-                    raise OSError(ctypes.get_errno(), f"setns into {self.ns(host)} failed")
-            finally:
-                os.close(fd)
+            _setns(os.path.join(NETNS_DIR, self.ns(host)), self.ns(host))
             try:
                 out["value"] = fn(*args, **kwargs)
             except BaseException as exc:   # handed to the caller below
@@ -169,6 +170,15 @@ class Network:
         if "error" in out:
             raise out["error"]
         return out.get("value")
+
+
+def _setns(path: str, name: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if ctypes.CDLL(None, use_errno=True).setns(fd, CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), f"setns into {name} failed")
+    finally:
+        os.close(fd)
 
 
 def place(proc, net: Network, host: str):
