@@ -60,21 +60,28 @@ def test_semel_cluster_passes_check_under_leader_kills_and_pauses(tmp_path):
     assert proc.returncode == 0 and "VALID: no anomaly found" in proc.stdout, explain(proc)
 
 
-def test_semel_cluster_passes_check_under_power_cuts_disk_errors_and_clock_steps(tmp_path):
+def test_semel_cluster_passes_check_under_power_cuts_disk_errors_clock_steps_and_partitions(tmp_path):
     """The nemeses beyond a crash: power cuts of one broker or the whole cluster with etcd
     (power-cut disks), a broker's disk failing with EIO for seconds, a broker's wall clock
-    stepped an hour. Seed 14's schedule (cluster faults only, so fixed by the seed): a
-    power cut of the whole cluster, a clock step, a failing disk, then a cut of one broker."""
-    from tests.support.powercut import require_fuse
+    stepped an hour, a broker's packets to its peers dropped (network namespaces). Seed
+    151's schedule (cluster faults only, so fixed by the seed): a power cut of the whole
+    cluster, a failing disk, a clock step, then a one-way cut."""
+    from semel.launch.netns import available
+    from tests.support.powercut import in_ci, require_fuse
     require_fuse()
+    why = available()
+    if why is not None:
+        if in_ci():
+            pytest.fail(f"network namespaces are required in CI: {why}")
+        pytest.skip(f"no network namespaces: {why}")
     out = tmp_path / "out"
-    proc, summary = run_check(out, "--cluster", "--nodes", "3", "--duration", "40", "--seed", "14",
-                              "--faults", "power-loss,disk,clock", "--fault-interval", "1", "2",
-                              "--no-plot", timeout_s=220)
+    proc, summary = run_check(out, "--cluster", "--nodes", "3", "--duration", "50", "--seed", "151",
+                              "--faults", "power-loss,disk,clock,partition", "--fault-interval", "1", "2",
+                              "--no-plot", timeout_s=230)
     assert summary, explain(proc)
     faults = summary["stats"]["faults"]
-    assert {"power-loss", "disk", "clock"} <= set(faults), (faults, explain(proc))
-    for f in ("power-loss", "disk", "clock"):
+    assert {"power-loss", "disk", "clock", "partition"} <= set(faults), (faults, explain(proc))
+    for f in ("power-loss", "disk", "clock", "partition"):
         for invoke, done in nemesis_events(out, f):
             assert done["value"]["settled"] is True, (invoke, done)
     cuts = [invoke["value"] for invoke, _ in nemesis_events(out, "power-loss")]
