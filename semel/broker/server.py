@@ -98,8 +98,9 @@ class Broker:
             self.broker_configs = self.cluster_member.configs
             self._use_cluster_security()
         else:   # a damaged file stops the start here, naming it
-            # Alone, nothing else keeps a reader below what a power cut would leave.
-            self.logs.set_reads_wait_for_fsync(self.config.log.flush_mode == "always")
+            # Alone, nothing else keeps a reader below what a power cut would leave (a
+            # cluster view given from outside, as tests do, keeps its own high watermark).
+            self.logs.set_reads_wait_for_fsync(self.cluster is None and self.config.log.flush_mode == "always")
             self.broker_configs = FileBrokerConfigs(self, self.config.node_id, self.fs, self.config.data_dir)
             self.broker_configs.load()
             self.broker_configs.apply()

@@ -1,7 +1,7 @@
 """A 3-broker cluster (RF 3, min.insync.replicas 2, acks=all) whose brokers and etcd keep
 their data on power-cut disks (semel.launch.lazyfs): what was not fsynced is gone when
 the power goes. Under an idempotent acks=all producer and a transactional copier
-(tests/support/power_cut.py), the power of the whole cluster is cut at random moments,
+(tests/support/cluster_power.py), the power of the whole cluster is cut at random moments,
 and of single brokers in between: every acknowledged record survives exactly once
 (producer state too: no retry doubles a record), and the copy is exact (committed
 transactions and committed offsets survived). Each cut is followed by a restart of
@@ -26,8 +26,9 @@ def pc(tmp_path_factory):
         yield pc
 
 
+@pytest.mark.timeout(600)    # each whole-cluster cut: etcd and three brokers restart, elect, and clients reconnect
 def test_power_cuts_of_the_whole_cluster_lose_no_acknowledged_record(pc):
-    out = run_power_cuts(pc, [WHOLE, 1, WHOLE, 2, WHOLE], seed=7)
+    out = run_power_cuts(pc, [WHOLE, 1, WHOLE, 2], seed=7, copy_records=1000)
     assert out.failed == [], out.failed[:5]
     acked = sorted(v.decode() for v in out.acked)
     missing = sorted(set(acked) - set(out.data_values))

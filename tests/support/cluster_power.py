@@ -155,7 +155,7 @@ def run_power_cuts(pc: PowerCutCluster, schedule: list[str | int], seed: int, co
     finally:
         stop.set()
         prod_thread.join(330)
-        copy_thread.join(600)
+        copy_thread.join(240)
     assert not prod_errors and not prod_thread.is_alive(), prod_errors
     assert not copy_errors and not copy_thread.is_alive(), (copy_errors, copier.failures[-5:])
     out.copy_commits = copier.commits
