@@ -285,7 +285,7 @@ class CheckCluster:
     def _hold(self, name: str, rng: random.Random) -> float:
         """Outage length: kills 0.1-1.5 s; pauses either within the lease TTL or
         past it (1.5-2.5 TTL), half each, so some pauses end the broker's session;
-        a failing disk or a stepped clock 2-8 s; a power cut is over at once."""
+        a failing disk, a stepped clock or a network cut 2-8 s; a power cut is over at once."""
         if name in ("disk", "clock", "partition"):
             return round(rng.uniform(2.0, 8.0), 2)
         if name != "broker-pause":
@@ -337,7 +337,7 @@ class FaultSeams:
             n_brokers = len(local.brokers)
             self.net = Network([*(f"b{n}" for n in range(n_brokers)), "etcd", "client"])
             place(local.etcd, self.net, "etcd")
-            local.brokers = [place(local._broker(n), self.net, f"b{n}") for n in range(n_brokers)]
+            local.brokers = [place(local.new_broker(n), self.net, f"b{n}") for n in range(n_brokers)]
         for n, b in enumerate(local.brokers):
             if "disk" in faults:
                 b.env["SEMEL_FS_FAULTS"] = f"control_file={self._control(n)}"

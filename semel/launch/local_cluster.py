@@ -30,11 +30,12 @@ class LocalCluster:
         self.etcd = EtcdProcess(self.data_dir / "etcd", etcd_port, etcd_port + 1 if etcd_port else None,
                                 log_path=self.data_dir / "etcd.log")
         self.base_port, self.lease_ttl_s, self.broker_args, self.env = base_port, lease_ttl_s, list(broker_args), env
-        self.brokers = [self._broker(n) for n in range(nodes)]
+        self.brokers = [self.new_broker(n) for n in range(nodes)]
         self.connect = connect or _plain_client
         self.prepare = prepare
 
-    def _broker(self, n: int) -> SemelBroker:
+    def new_broker(self, n: int) -> SemelBroker:
+        """Broker `n` as this cluster makes it (not started): node id, etcd, lease, flags."""
         return SemelBroker(self.data_dir / f"broker-{n}", self.base_port + n if self.base_port else None,
                            log_path=self.data_dir / f"broker-{n}.log",
                            extra_args=["--node-id", str(n), "--metadata", self.etcd.bootstrap,
@@ -44,7 +45,7 @@ class LocalCluster:
         """Start one more broker (the next node id, the same flags) and return its node id.
         It joins with no replicas: reassignment moves partitions onto it."""
         n = len(self.brokers)
-        self.brokers.append(self._broker(n))
+        self.brokers.append(self.new_broker(n))
         self.brokers[n].start(timeout_s)
         return n
 
