@@ -16,39 +16,20 @@ group uses this protocol).
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from dataclasses import dataclass
 from typing import Mapping
 
-import re2
-
 from ..protocol.errors import KafkaError
 from . import consumer_group_rules as rules
+from .consumer_group_classic import ClassicMembersMixin
 from .consumer_group_rules import Answer, ConsumerGroup, Heartbeat
+from .consumer_regex import regex_error, regex_matches
 from .consumer_records import apply_record, records_between
 from .coordinator_log import done_future
 from .offsets import decode_key
 
 log = logging.getLogger("semel.coordinator.consumer_group")
-
-
-@functools.lru_cache(maxsize=4096)
-def _compiled(regex: str):
-    return re2.compile(regex)
-
-
-def regex_matches(regex: str, topic: str) -> bool:
-    """Kafka's rule: the whole topic name matches, with RE2 semantics."""
-    return _compiled(regex).fullmatch(topic) is not None
-
-
-def regex_error(regex: str) -> str | None:
-    try:
-        _compiled(regex)
-    except re2.error as exc:
-        return str(exc)
-    return None
 
 
 @dataclass(slots=True)
@@ -60,7 +41,7 @@ class ConsumerGroupView:
     message: str | None = None
 
 
-class ConsumerGroupsMixin:
+class ConsumerGroupsMixin(ClassicMembersMixin):
     """Mixin of GroupCoordinator (uses _consumer_groups, _cg_pending, _write, timers, config)."""
 
     # --- ConsumerGroupHeartbeat ---------------------------------------------------------------
@@ -78,22 +59,24 @@ class ConsumerGroupsMixin:
             if pending is None:
                 break
             await asyncio.wait([pending])
-        classic = self._groups.get(group_id)
-        if classic is not None and not classic.is_empty():
-            return Answer(KafkaError.GROUP_ID_NOT_FOUND, hb.member_id, -1, None,
-                          f"Group {group_id} is a classic group with members.")
-        old = self._consumer_groups.get(group_id)
+        upgraded, refused = self._upgrade_start(group_id)
+        if refused is not None:
+            return Answer(refused.error, hb.member_id, -1, None, refused.message)
+        old = upgraded or self._consumer_groups.get(group_id)
         new, answer = rules.heartbeat(old, group_id, hb, topics, regex_matches)
         if answer.error:
             return answer
-        answer = await self._cg_write(group_id, old, new, answer)
+        if upgraded is not None and new is not None:
+            answer = await self._upgrade_write(group_id, new, answer)
+        elif answer.member_epoch == rules.LEAVE_EPOCH and old is not None and new is not None:
+            answer = await self._cg_commit(group_id, old, new, answer)
+        else:
+            answer = await self._cg_write(group_id, old, new, answer)
         if not answer.error:
-            key = ("cg", group_id, answer.member_id)
             if answer.member_epoch == rules.LEAVE_EPOCH:
-                self.timers.cancel(key)
+                self.timers.cancel(("cg", group_id, answer.member_id))
             else:
-                self.timers.set(key, self.config.consumer_session_timeout_ms,
-                                lambda: self._cg_session_expired(group_id, answer.member_id))
+                self._arm_member_session(group_id, answer.member_id)
             self._arm_revocation(group_id, answer.member_id)
         return answer
 
@@ -121,18 +104,23 @@ class ConsumerGroupsMixin:
         log.info("member %s of consumer group %s kept partitions past its rebalance timeout; fenced",
                  member_id, group_id)
         self.timers.cancel(("cg", group_id, member_id))
-        await self._cg_write(group_id, old, rules.remove_member(old, member_id), Answer())
+        await self._cg_commit(group_id, old, rules.remove_member(old, member_id), Answer())
 
     def _cg_write(self, group_id: str, old: ConsumerGroup | None, new: ConsumerGroup | None,
-                  answer: Answer | None) -> "asyncio.Future[Answer]":
-        """Append the records from `old` to `new`; apply them once durable."""
+                  answer: Answer | None, *, before=(), after=(), on_apply=None) -> "asyncio.Future[Answer]":
+        """Append the records from `old` to `new`; apply them once durable. A conversion
+        between the protocols puts the classic group's records `before` or `after` them in
+        the same batch, and `on_apply` applies those."""
         records = records_between(old, new)
-        if not records:
+        batch = [*before, *records, *after]
+        if not batch:
             return done_future(answer)
 
         def apply(info) -> Answer:
             for key, value in records:
                 apply_record(self._consumer_groups, decode_key(key), value)
+            if on_apply is not None:
+                on_apply()
             return answer
 
         def fail(error: KafkaError) -> Answer:
@@ -146,7 +134,7 @@ class ConsumerGroupsMixin:
             apply(None)
             return fail(error)
 
-        fut = self._clog.write(lambda: self._append_records(records), apply, fail, unsynced=unsynced)
+        fut = self._clog.write(lambda: self._append_records(batch), apply, fail, unsynced=unsynced)
         if fut.done():   # applied already (no fsync to wait for) or refused
             return fut
         self._cg_pending[group_id] = fut
@@ -170,7 +158,7 @@ class ConsumerGroupsMixin:
         if old is None or member_id not in old.members:
             return
         log.info("member %s of consumer group %s missed its session; fenced", member_id, group_id)
-        await self._cg_write(group_id, old, rules.remove_member(old, member_id), Answer())
+        await self._cg_commit(group_id, old, rules.remove_member(old, member_id), Answer())
 
     # --- ConsumerGroupDescribe, ListGroups ------------------------------------------------------
 
@@ -224,6 +212,10 @@ class ConsumerGroupsMixin:
         current = g.current.get(member_id)
         if current is None:
             return KafkaError.UNKNOWN_MEMBER_ID
+        meta = g.members.get(member_id)
+        if meta is not None and meta.classic is not None:
+            # A classic member commits with its generation, which is its member epoch.
+            return KafkaError.NONE if member_epoch == current.epoch else KafkaError.ILLEGAL_GENERATION
         if not transactional and api_version is not None and api_version < 9:
             return KafkaError.UNSUPPORTED_VERSION
         if member_epoch > current.epoch:
@@ -239,10 +231,8 @@ class ConsumerGroupsMixin:
         rebalance timeout) to find the coordinator again."""
         for g in self._consumer_groups.values():
             for mid in g.members:
-                gid = g.group_id
-                self.timers.set(("cg", gid, mid), self.config.consumer_session_timeout_ms,
-                                lambda gid=gid, mid=mid: self._cg_session_expired(gid, mid))
-                self._arm_revocation(gid, mid)
+                self._arm_member_session(g.group_id, mid)
+                self._arm_revocation(g.group_id, mid)
 
     def _consumer_snapshot_records(self) -> list[tuple[bytes, bytes | None]]:
         out: list[tuple[bytes, bytes | None]] = []

@@ -66,6 +66,14 @@ MEMBER_TRANSITIONS: dict[tuple[MemberState, Step], MemberState] = {
 
 
 @dataclass(frozen=True)
+class ClassicMeta:
+    """A member on the classic protocol (JoinGroup/SyncGroup/Heartbeat) of a group of this
+    protocol: its session timeout and its (name, metadata) protocols in its order."""
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True)
 class MemberMeta:
     """What a member told the coordinator about itself."""
     member_id: str
@@ -77,6 +85,7 @@ class MemberMeta:
     regex: str | None = None
     assignor: str | None = None
     rebalance_timeout_ms: int = 300_000
+    classic: ClassicMeta | None = None
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import Iterable
+from typing import Callable, Iterable, Mapping
 
 from ..protocol.errors import KafkaError
 from .group_model import (
@@ -33,19 +33,25 @@ class GroupMembership:
                    protocols: list[tuple[str, bytes]], session_timeout_ms: int,
                    rebalance_timeout_ms: int = -1, group_instance_id: str | None = None,
                    client_id: str = "", client_host: str = "",
-                   require_known_member_id: bool = True) -> "asyncio.Future[JoinResult]":
+                   require_known_member_id: bool = True,
+                   topics: "Callable[[], Mapping[str, int]] | None" = None) -> "asyncio.Future[JoinResult]":
+        """`topics` gives each topic's partition count, for a consumer group's classic members."""
         err = self._ready_error()
         if not err and not group_id:
             err = KafkaError.INVALID_GROUP_ID
         if not err and not (self.config.min_session_timeout_ms <= session_timeout_ms
                             <= self.config.max_session_timeout_ms):
             err = KafkaError.INVALID_SESSION_TIMEOUT
-        consumer = self._consumer_groups.get(group_id) if not err else None
-        if consumer is not None and consumer.members:
-            # A group of the consumer protocol with members: no online migration (yet).
-            err = KafkaError.INCONSISTENT_GROUP_PROTOCOL
         if err:
             return done_future(JoinResult(err, member_id))
+        consumer = self._consumer_groups.get(group_id)
+        if consumer is not None and consumer.members:
+            # A consumer group answers its classic members (consumer_group_classic).
+            return self.classic_join(
+                group_id, member_id, protocol_type=protocol_type, protocols=protocols,
+                session_timeout_ms=session_timeout_ms, rebalance_timeout_ms=rebalance_timeout_ms,
+                group_instance_id=group_instance_id, client_id=client_id, client_host=client_host,
+                require_known_member_id=require_known_member_id, topics=topics)
         if consumer is not None:
             # Its last member of the consumer protocol left: the group becomes a classic
             # one, and the consumer protocol's records of it go (its offsets stay).
@@ -317,6 +323,8 @@ class GroupMembership:
             return err
         if not group_id:
             return KafkaError.INVALID_GROUP_ID
+        if self.hosts_classic_members(group_id):
+            return self.classic_heartbeat(group_id, generation, member_id)
         group = self._groups.get(group_id)
         if group is None:
             return KafkaError.UNKNOWN_MEMBER_ID
@@ -341,6 +349,8 @@ class GroupMembership:
         err = self._ready_error()
         if not err and not group_id:
             err = KafkaError.INVALID_GROUP_ID
+        if not err and self.hosts_classic_members(group_id):
+            return self.classic_sync(group_id, generation, member_id)
         group = self._groups.get(group_id) if not err else None
         if not err:
             err = self._check_sync(group, generation, member_id, group_instance_id,
@@ -445,6 +455,8 @@ class GroupMembership:
             err = KafkaError.INVALID_GROUP_ID
         if err:
             return err, []
+        if self.hosts_classic_members(group_id):
+            return KafkaError.NONE, self.classic_leave(group_id, members)
         group = self._groups.get(group_id)
         if group is None:
             return KafkaError.NONE, [KafkaError.UNKNOWN_MEMBER_ID] * len(members)

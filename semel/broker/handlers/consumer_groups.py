@@ -15,25 +15,10 @@ from ...protocol.errors import KafkaError
 from ..auth.acl import ResourceType
 from ..auth.check import authorized_operations
 from ..router import handler
-from .groups import _host
+from .groups import _host, topic_catalogue
 
-_DELETING = "deleting"
 # ConsumerGroupDescribe v1 MemberType: 1 = a member of the consumer protocol.
 MEMBER_TYPE_CONSUMER = 1
-
-
-def topic_catalogue(broker) -> dict[str, tuple[uuid.UUID, int]]:
-    """name -> (topic id, partition count) of every user topic that exists now (internal
-    topics are never subscribed to, as in Kafka; a cluster keeps deleted names as markers)."""
-    source = broker.cluster if broker.cluster is not None else broker.logs
-    out = {}
-    for name, info in source.topics().items():
-        if (getattr(info, "internal", False) or name.startswith("__") or getattr(info, "deleted", False)
-                or getattr(info, "state", None) == _DELETING):
-            continue
-        topic_id = uuid.UUID(info.topic_id) if info.topic_id else uuid.UUID(int=0)
-        out[name] = (topic_id, info.partitions)
-    return out
 
 
 @handler(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, 1)

@@ -10,12 +10,30 @@ connection keeps serving the member's other requests (heartbeats, commits).
 """
 from __future__ import annotations
 
+import uuid
+
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..auth.acl import ResourceType
 from ..auth.check import authorized_operations
 from ..deferred import Deferred
 from ..router import handler
+
+_DELETING = "deleting"
+
+
+def topic_catalogue(broker) -> dict[str, tuple[uuid.UUID, int]]:
+    """name -> (topic id, partition count) of every user topic that exists now (internal
+    topics are never subscribed to, as in Kafka; a cluster keeps deleted names as markers)."""
+    source = broker.cluster if broker.cluster is not None else broker.logs
+    out = {}
+    for name, info in source.topics().items():
+        if (getattr(info, "internal", False) or name.startswith("__") or getattr(info, "deleted", False)
+                or getattr(info, "state", None) == _DELETING):
+            continue
+        topic_id = uuid.UUID(info.topic_id) if info.topic_id else uuid.UUID(int=0)
+        out[name] = (topic_id, info.partitions)
+    return out
 
 
 def _host(ctx) -> str:
@@ -46,6 +64,7 @@ async def join_group(ctx, req):
         client_id=ctx.client_id or "",
         client_host=_host(ctx),
         require_known_member_id=v >= 4,
+        topics=lambda: {name: count for name, (_, count) in topic_catalogue(ctx.broker).items()},
     )
 
     def build(res):
