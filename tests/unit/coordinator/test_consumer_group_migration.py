@@ -148,7 +148,7 @@ async def test_the_migration_policy_decides():
 
     h = await started(initial_rebalance_delay_ms=0, consumer_migration_policy="upgrade")
     a, b = await stable_classic_group(h)
-    c = await h.coord.consumer_group_heartbeat("g", Heartbeat("c", 0, topics=("t",), owned=frozenset()), TOPICS)
+    await h.coord.consumer_group_heartbeat("g", Heartbeat("c", 0, topics=("t",), owned=frozenset()), TOPICS)
     await settle(h.coord)
     await h.coord.consumer_group_heartbeat("g", Heartbeat("c", -1), TOPICS)
     await settle(h.coord)
