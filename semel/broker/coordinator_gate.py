@@ -89,6 +89,8 @@ def coordinator_guard(broker, fn):
 
     async def guarded(ctx, body):
         refuse = REFUSALS.get(ctx.api_key)
+        if ctx.api_key == ApiKey.OFFSET_FETCH and ctx.api_version >= 8:
+            refuse = None   # several groups: the handler asks each one's coordinator
         if refuse is not None and (ctx.api_key != ApiKey.INIT_PRODUCER_ID or body.transactional_id is not None):
             coordinators = broker.txns if ctx.api_key in TXN_APIS else broker.groups
             err = coordinators.error_for(coordinator_key(ctx.api_key, body))

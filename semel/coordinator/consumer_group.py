@@ -224,6 +224,19 @@ class ConsumerGroupsMixin(ClassicMembersMixin):
             return KafkaError.ILLEGAL_GENERATION if transactional else KafkaError.STALE_MEMBER_EPOCH
         return KafkaError.NONE
 
+    def check_consumer_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> KafkaError:
+        """OffsetFetch v9 in a group of this protocol, as Kafka checks it: a request that
+        names no member (epoch -1, no id: an admin client or a consumer outside group
+        management) is served; otherwise the member must exist (UNKNOWN_MEMBER_ID) at
+        that very epoch (STALE_MEMBER_EPOCH)."""
+        g = self._consumer_groups.get(group_id)
+        if g is None or (member_epoch < 0 and member_id is None):
+            return KafkaError.NONE
+        current = g.current.get(member_id or "")
+        if current is None:
+            return KafkaError.UNKNOWN_MEMBER_ID
+        return KafkaError.NONE if member_epoch == current.epoch else KafkaError.STALE_MEMBER_EPOCH
+
     # --- replay, compaction, unload ----------------------------------------------------------------
 
     def _arm_consumer_sessions(self) -> None:
