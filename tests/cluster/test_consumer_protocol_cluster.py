@@ -91,3 +91,55 @@ def test_group_moves_with_the_coordinator(cluster):
             cluster.brokers[victim].restart()
     values = [(t, p, o) for t, p, o in m.seen]
     assert len(values) == len(set(values)) == 2 * PARTS * N
+
+
+def test_group_survives_a_reassignment_of_its_offsets_partition(cluster):
+    """__consumer_offsets-0 is moved off the broker leading it (kafka-python's admin, as an
+    operator does): the broker it moves to loads the group from the replicated log with the
+    same epochs, member and assignment, and the member goes on reading, each record once."""
+    from kafka import TopicPartition as KTP
+    from kafka.admin import KafkaAdminClient
+
+    from tests.support.cluster import partitions
+    wait_brokers(cluster, {0, 1, 2})
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic("cp-ra", PARTS, 3)])["cp-ra"].result(30)
+    produce(cluster.bootstrap, "cp-ra", "a")
+    m = Member(cluster.bootstrap, "cp-ra-group", ["cp-ra"])
+    m.start()
+    kp = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+    try:
+        wait_for(lambda: m.count() >= PARTS * N, 90, "every record before the move")
+        leader = leader_of(cluster, OFFSETS_TOPIC)
+        until(lambda: view(cluster, leader, "cp-ra-group").group_state == "Stable" or None,
+              "a stable group", 60)
+        before = view(cluster, leader, "cp-ra-group")
+        _, _, replicas, _ = partitions(cluster, OFFSETS_TOPIC)[0]
+        target = [n for n in (0, 1, 2) if n != leader][:len(replicas)]
+        tp = KTP(OFFSETS_TOPIC, 0)
+        assert kp.alter_partition_reassignments({tp: target}) == {tp: None}
+        until(lambda: kp.list_partition_reassignments() == {} or None, "the move finished", 120)
+        successor = leader_of(cluster, OFFSETS_TOPIC, skip={leader})
+        assert successor != leader and tuple(partitions(cluster, OFFSETS_TOPIC)[0][2]) == tuple(target)
+
+        def served():
+            try:
+                g = view(cluster, successor, "cp-ra-group")
+            except Exception:   # still loading, or the view has not moved yet
+                return None
+            return g if g.error_code == 0 else None
+        after = until(served, "the group served by the broker the partition moved to", 90)
+        assert (after.group_epoch, after.assignment_epoch) == (before.group_epoch, before.assignment_epoch)
+        assert [(x.member_id, x.member_epoch, sorted((t.topic_name, tuple(t.partitions))
+                                                    for t in x.assignment.topic_partitions))
+                for x in after.members] == \
+            [(x.member_id, x.member_epoch, sorted((t.topic_name, tuple(t.partitions))
+                                                 for t in x.assignment.topic_partitions))
+             for x in before.members]
+        produce(cluster.bootstrap, "cp-ra", "b")
+        wait_for(lambda: m.count() >= 2 * PARTS * N, 120, "records produced after the move")
+    finally:
+        m.stop()
+        kp.close()
+    values = [(t, p, o) for t, p, o in m.seen]
+    assert len(values) == len(set(values)) == 2 * PARTS * N

@@ -15,7 +15,7 @@ import uuid
 import pytest
 
 from tests.support.brokers import module_broker_fixture
-from tests.support.consumer_protocol import PARTITIONS, Member, committed_offsets, wait_for
+from tests.support.consumer_protocol import PARTITIONS, Member, committed_offsets, group_view, wait_for
 
 pytest.importorskip("confluent_kafka")
 pytest.importorskip("kafka")
@@ -152,6 +152,8 @@ def test_classic_members_and_a_consumer_protocol_member_share_a_group_through_up
         wait_for(lambda: group_type(broker.bootstrap, group) == "consumer", 60, "the group upgraded")
         wait_for(lambda: c.holding() and sorted(a.holding() | b.holding() | c.holding()) == every,
                  90, "the new member holds partitions beside the classic ones")
+        # ConsumerGroupDescribe tells the kinds apart (member type 0: classic, 1: consumer).
+        assert sorted(m.member_type for m in group_view(broker.bootstrap, group).members) == [0, 0, 1]
         produce(broker.bootstrap, topic, PHASE)
         wait_for(lambda: len(read()) == 2 * PARTITIONS * PHASE, 60, "phase 2 read")
         wait_for(lambda: a.commits and b.commits and c.count(), 30, "commits by both kinds")

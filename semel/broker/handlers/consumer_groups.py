@@ -17,8 +17,9 @@ from ..auth.check import authorized_operations
 from ..router import handler
 from .groups import _host, topic_catalogue
 
-# ConsumerGroupDescribe v1 MemberType: 1 = a member of the consumer protocol.
-MEMBER_TYPE_CONSUMER = 1
+# ConsumerGroupDescribe v1 MemberType: 0 = a classic member (online migration), 1 = a
+# member of the consumer protocol.
+MEMBER_TYPE_CLASSIC, MEMBER_TYPE_CONSUMER = 0, 1
 
 
 @handler(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, 1)
@@ -102,7 +103,7 @@ async def consumer_group_describe(ctx, req):
                 subscribed_topic_regex=meta.regex,
                 assignment=assignment(cur.assigned if cur else ()),
                 target_assignment=assignment(g.target.get(mid, ())),
-                member_type=MEMBER_TYPE_CONSUMER))
+                member_type=MEMBER_TYPE_CLASSIC if meta.classic is not None else MEMBER_TYPE_CONSUMER))
         groups.append(G(
             error_code=KafkaError.NONE, group_id=g.group_id, group_state=g.state_name(),
             group_epoch=g.epoch, assignment_epoch=g.target_epoch, assignor_name=g.assignor,
