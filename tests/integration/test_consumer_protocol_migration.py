@@ -15,7 +15,9 @@ import uuid
 import pytest
 
 from tests.support.brokers import module_broker_fixture
-from tests.support.consumer_protocol import PARTITIONS, Member, committed_offsets, group_view, wait_for
+from tests.support.consumer_protocol import (
+    PARTITIONS, Member, committed_offsets, group_view, semel_cli, wait_for,
+)
 
 pytest.importorskip("confluent_kafka")
 pytest.importorskip("kafka")
@@ -154,6 +156,9 @@ def test_classic_members_and_a_consumer_protocol_member_share_a_group_through_up
                  90, "the new member holds partitions beside the classic ones")
         # ConsumerGroupDescribe tells the kinds apart (member type 0: classic, 1: consumer).
         assert sorted(m.member_type for m in group_view(broker.bootstrap, group).members) == [0, 0, 1]
+        described = semel_cli("group", "describe", group, "--bootstrap", broker.bootstrap)
+        assert "consumer protocol (KIP-848)" in described
+        assert sum(" classic protocol epoch " in line for line in described.splitlines()) == 2
         produce(broker.bootstrap, topic, PHASE)
         wait_for(lambda: len(read()) == 2 * PARTITIONS * PHASE, 60, "phase 2 read")
         wait_for(lambda: a.commits and b.commits and c.count(), 30, "commits by both kinds")

@@ -60,6 +60,7 @@ class MigrationModel(RuleBasedStateMachine):
         self.clients: dict[str, tuple[int, frozenset]] = {
             m.member_id: (3, decode_assignment(m.assignment)) for m in members}
         self.downgraded = False
+        self.received: dict[str, frozenset] = {}   # a classic member's last SyncGroup assignment
 
     def _apply(self, new: R.ConsumerGroup | None) -> None:
         if new is not self.group:
@@ -70,10 +71,14 @@ class MigrationModel(RuleBasedStateMachine):
     def _remove(self, mid: str) -> None:
         new = R.remove_member(self.group, mid)
         self.clients.pop(mid, None)
+        self.received.pop(mid, None)
         if mig.downgrades(new, mig.MigrationPolicy.BIDIRECTIONAL) and mid in CONSUMERS:
-            # Classic again: what each classic member holds is its snapshot's assignment.
+            # Classic again (from here the classic protocol's clients keep their partitions
+            # apart): the snapshot gives each member what its last SyncGroup gave it.
             for m in mig.to_classic(new):
-                assert self.clients[m.member_id][1] <= decode_assignment(m.assignment)
+                cur = new.current[m.member_id]
+                assert decode_assignment(m.assignment) == cur.assigned
+                assert self.clients[m.member_id][1] <= cur.assigned | cur.revoking
             self._apply(None)
             self.downgraded = True
             return
@@ -112,7 +117,16 @@ class MigrationModel(RuleBasedStateMachine):
         self._apply(new)
         err, cur = mig.classic_sync(self.group, mid, answer.member_epoch)
         assert err == KafkaError.NONE
-        self.clients[mid] = (answer.member_epoch, cur.assigned)   # a cooperative one revokes the rest
+        # A cooperative member keeps using what it held until it has revoked what its new
+        # assignment leaves out (classic_revokes); an eager one held nothing.
+        self.clients[mid] = (answer.member_epoch, held | cur.assigned)
+        self.received[mid] = cur.assigned
+
+    @precondition(lambda self: not self.downgraded)
+    @rule(mid=st.sampled_from(CLASSICS))
+    def classic_revokes(self, mid):
+        if mid in self.clients and mid in self.received:
+            self.clients[mid] = (self.clients[mid][0], self.received[mid])
 
     @precondition(lambda self: not self.downgraded)
     @rule(mid=st.sampled_from(CLASSICS))
