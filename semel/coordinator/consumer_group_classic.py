@@ -121,8 +121,8 @@ class ClassicMembersMixin:
 
         def converted() -> None:
             for mid in new.members:
-                self.timers.cancel(("cg", group_id, mid))
-                self.timers.cancel(("cg-revoke", group_id, mid))
+                for kind in ("cg", "cg-revoke", "cg-rejoin"):
+                    self.timers.cancel((kind, group_id, mid))
             self._apply_group_record(group_id, record)
             group = self._groups[group_id]
             for m in group.members.values():
@@ -177,6 +177,7 @@ class ClassicMembersMixin:
             # Became classic meanwhile: the member joins again, there.
             return JoinResult(KafkaError.REBALANCE_IN_PROGRESS, m.member_id)
         old = self._consumer_groups[group_id]
+        self.timers.cancel(("cg-rejoin", group_id, m.member_id))
         new, answer = mig.classic_join(old, m, topics(), regex_matches)
         if answer.error:
             return JoinResult(answer.error, m.member_id)
@@ -208,7 +209,28 @@ class ClassicMembersMixin:
         err = mig.classic_heartbeat(self._consumer_groups[group_id], member_id, generation)
         if err in (KafkaError.NONE, KafkaError.REBALANCE_IN_PROGRESS):
             self._arm_member_session(group_id, member_id)
+        if err == KafkaError.REBALANCE_IN_PROGRESS:
+            self._arm_rejoin(group_id, member_id)
         return err
+
+    def _arm_rejoin(self, group_id: str, member_id: str) -> None:
+        """A classic member told to rejoin has its rebalance timeout to do so, from the first
+        time it was told; one that keeps heartbeating without rejoining would otherwise hold
+        its partitions from the others for ever. It is fenced then, as in Kafka."""
+        key = ("cg-rejoin", group_id, member_id)
+        if self.timers.active(key):
+            return
+        timeout = self._consumer_groups[group_id].members[member_id].rebalance_timeout_ms
+        self.timers.set(key, timeout, lambda: self._spawn(self._rejoin_overdue(group_id, member_id)))
+
+    async def _rejoin_overdue(self, group_id: str, member_id: str) -> None:
+        await self._cg_settled(group_id)
+        old = self._consumer_groups.get(group_id)
+        if self._ready_error() or old is None or member_id not in old.members:
+            return
+        log.info("classic member %s of consumer group %s did not rejoin within its rebalance timeout; fenced",
+                 member_id, group_id)
+        await self._cg_remove(group_id, member_id)
 
     def classic_leave(self, group_id: str, members: list[tuple[str, str | None]]) -> list[KafkaError]:
         g = self._consumer_groups[group_id]
@@ -229,6 +251,6 @@ class ClassicMembersMixin:
         old = self._consumer_groups.get(group_id)
         if self._ready_error() or old is None or member_id not in old.members:
             return
-        self.timers.cancel(("cg", group_id, member_id))
-        self.timers.cancel(("cg-revoke", group_id, member_id))
+        for kind in ("cg", "cg-revoke", "cg-rejoin"):
+            self.timers.cancel((kind, group_id, member_id))
         await self._cg_commit(group_id, old, rules.remove_member(old, member_id), Answer())

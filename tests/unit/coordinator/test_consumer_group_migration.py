@@ -176,3 +176,29 @@ async def test_a_cooperative_classic_member_gives_partitions_up_before_another_g
     await classic_join(h, a.member_id, owned=kept)
     assert h.coord._consumer_groups["g"].current[a.member_id].revoking == frozenset()
     assert all(len(ms) == 1 for ms in owners(h).values())
+
+
+@async_test
+async def test_a_classic_member_that_never_rejoins_is_fenced_after_its_rebalance_timeout():
+    h = await started(initial_rebalance_delay_ms=0)
+    a, b = await stable_classic_group(h)
+    c = await h.coord.consumer_group_heartbeat("g", Heartbeat("c", 0, topics=("t",), owned=frozenset()), TOPICS)
+    await settle(h.coord)
+    ra = await classic_join(h, a.member_id)
+    await classic_sync(h, a.member_id, ra.generation)
+    # b is told to rejoin and keeps heartbeating (within its session) without ever rejoining.
+    for _ in range(4):
+        assert h.coord.heartbeat("g", b.generation, b.member_id) == KafkaError.REBALANCE_IN_PROGRESS
+        h.coord.heartbeat("g", ra.generation, a.member_id)
+        h.clock.advance(2_000)
+        h.coord.fire_timers()
+        await settle(h.coord)
+    assert b.member_id in h.coord._consumer_groups["g"].members     # 8 s: within its 10 s
+    h.coord.heartbeat("g", ra.generation, a.member_id)
+    h.clock.advance(2_500)
+    h.coord.fire_timers()
+    await settle(h.coord)
+    g = h.coord._consumer_groups["g"]
+    assert set(g.members) == {a.member_id, "c"}
+    c2 = await h.coord.consumer_group_heartbeat("g", Heartbeat("c", c.member_epoch, owned=frozenset()), TOPICS)
+    assert c2.assignment and all(len(ms) == 1 for ms in owners(h).values())
