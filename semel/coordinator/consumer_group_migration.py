@@ -117,7 +117,7 @@ def classic_join(group: ConsumerGroup, m: ClassicMember, topics: Mapping[str, in
         return group, Answer(KafkaError.INCONSISTENT_GROUP_PROTOCOL, m.member_id, -1)
     g = group.copy()
     start = g.epoch
-    old = g.members.get(m.member_id)
+    old = g.members.get(m.member_id) or _take_over(g, m)
     if old is None:
         g.current[m.member_id] = MemberAssignment()
         g.epoch += 1
@@ -133,6 +133,22 @@ def classic_join(group: ConsumerGroup, m: ClassicMember, topics: Mapping[str, in
                       g.owned_by_others(m.member_id), sub.owned)
     g.current[m.member_id] = after
     return g, Answer(KafkaError.NONE, m.member_id, after.epoch, after.assigned)
+
+
+def _take_over(g: ConsumerGroup, m: ClassicMember) -> MemberMeta | None:
+    """A static classic member back under a new member id (its process restarted) takes
+    its predecessor's place, target and epoch, with no new group epoch; the predecessor
+    is gone (its requests are UNKNOWN_MEMBER_ID)."""
+    if m.instance_id is None:
+        return None
+    holder = next((mid for mid, x in g.members.items() if x.instance_id == m.instance_id), None)
+    if holder is None:
+        return None
+    meta = replace(g.members.pop(holder), member_id=m.member_id)
+    g.members[m.member_id] = meta
+    g.target[m.member_id] = g.target.pop(holder, EMPTY)
+    g.current[m.member_id] = g.current.pop(holder)
+    return meta
 
 
 def classic_heartbeat(group: ConsumerGroup, member_id: str, generation: int) -> KafkaError:

@@ -207,7 +207,9 @@ def reconcile(cur: MemberAssignment, target_epoch: int, target: Partitions,
         if reported is None or reported & cur.revoking:
             return _to(cur, Step.STILL_OWNS_REVOKED)
         cur = replace(cur, revoking=EMPTY)
-    if cur.epoch == target_epoch and cur.state is M.STABLE:
+    if cur.epoch == target_epoch and cur.state is M.STABLE and cur.assigned == target:
+        # (A classic member that rejoined having given its partitions up is at the target's
+        # epoch without holding it: it goes on below and gets them again.)
         return _to(cur, Step.UP_TO_DATE)
     kept = cur.assigned & target
     revoke = cur.assigned - target

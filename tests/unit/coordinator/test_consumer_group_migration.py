@@ -202,3 +202,44 @@ async def test_a_classic_member_that_never_rejoins_is_fenced_after_its_rebalance
     assert set(g.members) == {a.member_id, "c"}
     c2 = await h.coord.consumer_group_heartbeat("g", Heartbeat("c", c.member_epoch, owned=frozenset()), TOPICS)
     assert c2.assignment and all(len(ms) == 1 for ms in owners(h).values())
+
+
+@async_test
+async def test_an_eager_classic_member_rejoining_on_its_own_gets_its_partitions_back():
+    h = await started(initial_rebalance_delay_ms=0)
+    a, b = await stable_classic_group(h)
+    c = await h.coord.consumer_group_heartbeat("g", Heartbeat("c", 0, topics=("t",), owned=frozenset()), TOPICS)
+    await settle(h.coord)
+    ra = await classic_join(h, a.member_id)
+    held = decode_assignment((await classic_sync(h, a.member_id, ra.generation)).assignment)
+    assert held and h.coord.heartbeat("g", ra.generation, a.member_id) == KafkaError.NONE
+    # Nothing asked it to, yet it rejoins having revoked everything (as an eager client does
+    # after a metadata change): it is given its target again, not left with nothing.
+    again = await classic_join(h, a.member_id)
+    assert decode_assignment((await classic_sync(h, a.member_id, again.generation)).assignment) == held
+    assert c.error == KafkaError.NONE
+
+
+@async_test
+async def test_a_static_classic_member_restarting_takes_its_predecessors_place():
+    h = await started(initial_rebalance_delay_ms=0)
+    a, b = await stable_classic_group(h)
+    await h.coord.consumer_group_heartbeat("g", Heartbeat("c", 0, topics=("t",), owned=frozenset()), TOPICS)
+    await settle(h.coord)
+    fut = h.coord.join_group("g", "", protocol_type="consumer", protocols=[("range", subscription(["t"]))],
+                             session_timeout_ms=10_000, group_instance_id="i-1", require_known_member_id=False,
+                             topics=lambda: TOPICS)
+    await settle(h.coord)
+    first = await asyncio.wait_for(fut, 5)
+    held = decode_assignment((await classic_sync(h, first.member_id, first.generation)).assignment)
+    epoch = h.coord._consumer_groups["g"].epoch
+    fut = h.coord.join_group("g", "", protocol_type="consumer", protocols=[("range", subscription(["t"]))],
+                             session_timeout_ms=10_000, group_instance_id="i-1", require_known_member_id=False,
+                             topics=lambda: TOPICS)
+    await settle(h.coord)
+    second = await asyncio.wait_for(fut, 5)
+    g = h.coord._consumer_groups["g"]
+    assert second.member_id != first.member_id and first.member_id not in g.members
+    assert g.epoch == epoch                                   # no rebalance for the others
+    assert decode_assignment((await classic_sync(h, second.member_id, second.generation)).assignment) == held
+    assert h.coord.heartbeat("g", first.generation, first.member_id) == KafkaError.UNKNOWN_MEMBER_ID
