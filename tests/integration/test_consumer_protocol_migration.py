@@ -1,10 +1,11 @@
 """Online migration of a live group between the classic protocol and the consumer
-protocol (KIP-848) with unmodified clients against a real broker: two kafka-python
-classic consumers hold a group; a confluent-kafka consumer on group.protocol=consumer
-joins it (the group is upgraded, the classic members keep working through
-JoinGroup/SyncGroup/Heartbeat answered by the server's assignor), then leaves (the group
-is classic again). Every member's holdings are sampled throughout: no partition is ever
-held by two members; every record is consumed; both kinds commit offsets.
+protocol (KIP-848) with unmodified clients against a real broker: two classic consumers
+(kafka-python or aiokafka, eager; or librdkafka's cooperative-sticky) hold a group; a
+confluent-kafka consumer on group.protocol=consumer joins it (the group is upgraded, the
+classic members keep working through JoinGroup/SyncGroup/Heartbeat answered by the
+server's assignor), then leaves (the group is classic again). Every member's holdings are
+sampled throughout: no partition is ever held by two members; every record is consumed;
+both kinds commit offsets.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from tests.support.consumer_protocol import (
 
 pytest.importorskip("confluent_kafka")
 pytest.importorskip("kafka")
+pytest.importorskip("aiokafka")
 
 broker = module_broker_fixture(
     "consumer-protocol-migration", "--group-consumer-heartbeat-interval-ms", "500",
@@ -91,6 +93,66 @@ class ClassicMember(threading.Thread):
         self.join(30)
 
 
+class AioClassicMember(threading.Thread):
+    """An aiokafka consumer (classic protocol, eager) on its own event loop, with the same
+    face as ClassicMember: holdings from its rebalance callbacks, commits after each batch."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str):
+        super().__init__(daemon=True)
+        self.bootstrap, self.group, self.topic = bootstrap, group, topic
+        self.lock = threading.Lock()
+        self.assigned: set[tuple[str, int]] = set()
+        self.seen: list[tuple[str, int, int]] = []
+        self.commits = 0
+        self.error: BaseException | None = None
+        self.stop_flag = threading.Event()
+
+    def run(self):
+        import asyncio
+        try:
+            asyncio.run(self._consume())
+        except BaseException as exc:   # reported by the test thread
+            self.error = exc
+
+    async def _consume(self):
+        from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
+        from aiokafka.errors import CommitFailedError, KafkaError
+        member = self
+
+        class Listener(ConsumerRebalanceListener):
+            async def on_partitions_revoked(self, revoked):
+                with member.lock:
+                    member.assigned -= {(tp.topic, tp.partition) for tp in revoked}
+
+            async def on_partitions_assigned(self, assigned):
+                with member.lock:
+                    member.assigned |= {(tp.topic, tp.partition) for tp in assigned}
+
+        c = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=self.group, enable_auto_commit=False,
+                             auto_offset_reset="earliest", session_timeout_ms=6000, heartbeat_interval_ms=300,
+                             max_poll_interval_ms=30000, metadata_max_age_ms=1000)
+        c.subscribe([self.topic], listener=Listener())
+        await c.start()
+        try:
+            while not self.stop_flag.is_set():
+                batches = await c.getmany(timeout_ms=100)
+                with self.lock:
+                    for tp, msgs in batches.items():
+                        self.seen += [(tp.topic, tp.partition, m.offset) for m in msgs]
+                if batches:
+                    try:
+                        await c.commit()
+                        self.commits += 1
+                    except (CommitFailedError, KafkaError):
+                        pass   # a rebalance took the partitions: the next owner reads them again
+        finally:
+            await c.stop()
+
+    holding = ClassicMember.holding
+    read = ClassicMember.read
+    stop = ClassicMember.stop
+
+
 def produce(bootstrap: str, topic: str, n: int) -> None:
     from confluent_kafka import Producer
     p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
@@ -111,6 +173,8 @@ def group_type(bootstrap: str, group: str) -> str:
 def classic_member(kind: str, bootstrap: str, group: str, topic: str):
     if kind == "kafka-python-eager":
         return ClassicMember(bootstrap, group, topic)
+    if kind == "aiokafka-eager":
+        return AioClassicMember(bootstrap, group, topic)
     # librdkafka's classic protocol, cooperative: its JoinGroup reports what it still owns.
     return Member(bootstrap, group, [topic], **{
         "group.protocol": "classic", "partition.assignment.strategy": "cooperative-sticky",
@@ -118,18 +182,18 @@ def classic_member(kind: str, bootstrap: str, group: str, topic: str):
 
 
 def reads(m) -> set:
-    if isinstance(m, ClassicMember):
+    if isinstance(m, (ClassicMember, AioClassicMember)):
         return m.read()
     with m.lock:
         return {tuple(s) for s in m.seen}
 
 
 def committed_some(m) -> bool:
-    return bool(m.commits) if isinstance(m, ClassicMember) else m.count() > 0
+    return bool(m.commits) if isinstance(m, (ClassicMember, AioClassicMember)) else m.count() > 0
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("kind", ["kafka-python-eager", "confluent-classic-cooperative"])
+@pytest.mark.parametrize("kind", ["kafka-python-eager", "aiokafka-eager", "confluent-classic-cooperative"])
 def test_classic_members_and_a_consumer_protocol_member_share_a_group_through_upgrade_and_downgrade(broker, kind):
     from confluent_kafka.admin import AdminClient, NewTopic
     topic, group = f"mig-{uuid.uuid4().hex[:6]}", f"mig-g-{uuid.uuid4().hex[:6]}"
