@@ -20,10 +20,6 @@ import semel.coordinator
 import semel.storage
 
 PACKAGES = (semel.storage, semel.coordinator)
-# The one class still mixed from parts (classic membership, consumer-protocol groups,
-# offsets, replay, the write queue). The test fails when another appears, and when this
-# one is composed: then the set is emptied, so it cannot come back.
-STILL_MIXED = {"semel.coordinator.group.GroupCoordinator"}
 
 
 def _own_bases(cls: type) -> list[type]:
@@ -47,8 +43,7 @@ def _modules(package: ModuleType) -> list[ModuleType]:
 def test_no_storage_or_coordinator_class_is_mixed_from_parts():
     modules = [m for package in PACKAGES for m in _modules(package)]
     assert len(modules) > 30          # the walk found the packages' modules
-    mixed = {c.split("(")[0] for m in modules for c in mixed_classes(m)}
-    assert mixed == STILL_MIXED
+    assert [c for m in modules for c in mixed_classes(m)] == []
 
 
 def test_the_check_sees_a_mixin_and_lets_a_protocol_pass():
