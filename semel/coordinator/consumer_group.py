@@ -28,10 +28,7 @@ from . import consumer_group_rules as rules
 from .consumer_group_rules import Answer, ConsumerGroup, Heartbeat
 from .consumer_records import apply_record, records_between
 from .coordinator_log import done_future
-from .group_model import GroupConfig
-from .group_replay import GroupStore
-from .group_timers import Timers
-from .group_write_queue import GroupWrites
+from .group_context import GroupContext
 from .offsets import decode_key
 
 log = logging.getLogger("semel.coordinator.consumer_group")
@@ -67,18 +64,13 @@ class ConsumerGroupView:
 class ConsumerGroups:
     """GroupCoordinator's groups of the consumer protocol.
 
-    Made with the coordinator's groups (`store`, which holds these groups beside the
-    classic ones), its write path (`writes`), its timers and settings, `ready` (NONE while
-    it serves) and `spawn` (its background tasks). Owns `pending`: the write each group
-    is waiting for."""
+    Made with the coordinator's GroupContext (its store holds these groups beside the
+    classic ones) and `spawn` (the coordinator's background tasks). Owns `pending`: the
+    write each group is waiting for."""
 
-    def __init__(self, store: GroupStore, writes: GroupWrites, timers: Timers, config: GroupConfig,
-                 ready: Callable[[], KafkaError], spawn: Callable[[Coroutine[Any, Any, None]], object]) -> None:
-        self._store = store
-        self._writes = writes
-        self.timers = timers
-        self.config = config
-        self._ready = ready
+    def __init__(self, ctx: GroupContext, spawn: Callable[[Coroutine[Any, Any, None]], object]) -> None:
+        self._store, self._writes, self._ready = ctx.store, ctx.writes, ctx.ready
+        self.timers, self.config = ctx.timers, ctx.config
         self._spawn = spawn
         self.pending: dict[str, asyncio.Future[Answer]] = {}
 

@@ -49,6 +49,7 @@ from ..clock import mono_ms
 from ..protocol.errors import KafkaError
 from .consumer_group import ConsumerGroups, ConsumerGroupView
 from .consumer_group_rules import Answer, Heartbeat
+from .group_context import GroupContext
 from .group_membership import GroupMembership
 from .group_model import (
     OFFSETS_TOPIC, FetchedOffset, GroupConfig, GroupSummary, JoinResult, MemberSummary,
@@ -105,12 +106,10 @@ class GroupCoordinator:
         # The parts, each given what it works with.
         self.store = GroupStore(self.clock)
         self.writes = GroupWrites(self._clog, self.clock)
-        self.consumers = ConsumerGroups(self.store, self.writes, self.timers, self.config, self.ready_error,
-                                        self.spawn)
-        self.membership = GroupMembership(self.store, self.writes, self.timers, self.config, self.clock,
-                                          self.ready_error, self.consumers, seat)
-        self.offset_manager = OffsetManager(self.store, self.writes, self.timers, self.config, self.clock,
-                                            self.ready_error, self.membership, self.consumers)
+        ctx = GroupContext(self.store, self.writes, self.timers, self.config, self.clock, self.ready_error)
+        self.consumers = ConsumerGroups(ctx, self.spawn)
+        self.membership = GroupMembership(ctx, self.consumers, seat)
+        self.offset_manager = OffsetManager(ctx, self.membership, self.consumers)
 
     # A single node has one __consumer_offsets partition: every group is in it.
     @staticmethod

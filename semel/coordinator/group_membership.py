@@ -7,19 +7,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import Callable, Iterable
+from typing import Iterable
 
 from ..protocol.errors import KafkaError
 from .consumer_group import ConsumerGroups
 from .group_model import (
-    NEW_MEMBER_JOIN_TIMEOUT_MS, Group, GroupConfig, GroupSummary, JoinResult, Member, MemberSummary,
+    NEW_MEMBER_JOIN_TIMEOUT_MS, Group, GroupSummary, JoinResult, Member, MemberSummary,
     SyncResult, JoinRequest,
 )
 from .group_states import HEARTBEAT_RESULT, STATE_BY_NAME, SYNC_RESULT, Event, GroupState
 from .coordinator_log import done_future, resolve_future
-from .group_replay import GroupStore
-from .group_timers import Timers
-from .group_write_queue import GroupWrites
+from .group_context import GroupContext
 from .ports import CoordinatorSeat
 from .consumer_records import apply_record, records_between
 from .offsets import (
@@ -34,19 +32,12 @@ S = GroupState
 class GroupMembership:
     """GroupCoordinator's classic membership and rebalancing.
 
-    Made with the coordinator's groups (`store`), its write path (`writes`), its timers,
-    settings and clock, `ready` (NONE while it serves), the consumer-protocol groups
-    (`consumers`: a group id is of one protocol at a time) and the coordinator's seat."""
+    Made with the coordinator's GroupContext, the consumer-protocol groups (`consumers`:
+    a group id is of one protocol at a time) and the coordinator's seat."""
 
-    def __init__(self, store: GroupStore, writes: GroupWrites, timers: Timers, config: GroupConfig,
-                 clock: Callable[[], int], ready: Callable[[], KafkaError], consumers: ConsumerGroups,
-                 seat: CoordinatorSeat | None) -> None:
-        self._store = store
-        self._writes = writes
-        self.timers = timers
-        self.config = config
-        self.clock = clock
-        self._ready = ready
+    def __init__(self, ctx: GroupContext, consumers: ConsumerGroups, seat: CoordinatorSeat | None) -> None:
+        self._store, self._writes, self._ready = ctx.store, ctx.writes, ctx.ready
+        self.timers, self.config, self.clock = ctx.timers, ctx.config, ctx.clock
         self._consumers = consumers
         self.seat = seat
 

@@ -11,10 +11,8 @@ from ..protocol import records as rb
 from ..protocol.errors import KafkaError
 from .consumer_group import ConsumerGroups
 from .group_membership import GroupMembership
-from .group_model import MAX_RECORDS_PER_BATCH, FetchedOffset, Group, GroupConfig
-from .group_replay import GroupStore
-from .group_timers import Timers
-from .group_write_queue import GroupWrites
+from .group_context import GroupContext
+from .group_model import MAX_RECORDS_PER_BATCH, FetchedOffset, Group
 from .group_states import COMMIT_RESULT, GroupState
 from .coordinator_log import done_future
 from .offsets import CommittedOffset, TopicPartition, group_key, group_value, offset_key, offset_value
@@ -34,20 +32,13 @@ def _as_committed(value) -> CommittedOffset:
 class OffsetManager:
     """GroupCoordinator's committed offsets, their expiry, and compaction of its log.
 
-    Made with the coordinator's groups (`store`), its write path (`writes`), its timers,
-    settings and clock, `ready` (NONE while it serves), and the two parts whose state a
-    commit also checks or a compaction also rewrites (`membership`, `consumers`). Owns
+    Made with the coordinator's GroupContext and the two parts whose state a commit also
+    checks or a compaction also rewrites (`membership`, `consumers`). Owns
     `topics_dropped`: the deleted topics whose offsets it dropped since the load."""
 
-    def __init__(self, store: GroupStore, writes: GroupWrites, timers: Timers, config: GroupConfig,
-                 clock: Callable[[], int], ready: Callable[[], KafkaError], membership: GroupMembership,
-                 consumers: ConsumerGroups) -> None:
-        self._store = store
-        self._writes = writes
-        self.timers = timers
-        self.config = config
-        self.clock = clock
-        self._ready = ready
+    def __init__(self, ctx: GroupContext, membership: GroupMembership, consumers: ConsumerGroups) -> None:
+        self._store, self._writes, self._ready = ctx.store, ctx.writes, ctx.ready
+        self.timers, self.config, self.clock = ctx.timers, ctx.config, ctx.clock
         self._membership = membership
         self._consumers = consumers
         self.topics_dropped: set[str] = set()
