@@ -13,8 +13,10 @@ on a single node.
 """
 from __future__ import annotations
 
+from ..cluster.coordinator_partitions import GroupCoordinators, TxnCoordinators
 from ..protocol.api_keys import ApiKey
 from .responses import by_topic
+from .services import Services
 
 
 def _top_level(ctx, body, E):
@@ -82,15 +84,16 @@ def coordinator_key(api_key: int, body) -> str | None:
     return body.transactional_id if api_key in TXN_APIS else body.group_id
 
 
-def coordinator_guard(broker, fn):
+def coordinator_guard(services: Services, fn):
     """The handler `fn`, refusing the coordinator requests this broker must not serve now."""
-    if broker.cluster_member is None:
-        return fn
+    txns, groups = services.txn_coordinator, services.group_coordinator
+    if not (isinstance(txns, TxnCoordinators) and isinstance(groups, GroupCoordinators)):
+        return fn   # a single node's own coordinators: no seat, always serving
 
     async def guarded(ctx, body):
         refuse = REFUSALS.get(ctx.api_key)
         if refuse is not None and (ctx.api_key != ApiKey.INIT_PRODUCER_ID or body.transactional_id is not None):
-            coordinators = broker.txns if ctx.api_key in TXN_APIS else broker.groups
+            coordinators = txns if ctx.api_key in TXN_APIS else groups
             err = coordinators.error_for(coordinator_key(ctx.api_key, body))
             if err:
                 return refuse(ctx, body, err)

@@ -48,7 +48,7 @@ def _rfc2253_escape(value: str) -> str:
 
 
 def authorize(ctx, operation, resource_type, name: str) -> bool:
-    authorizer = ctx.broker.authorizer
+    authorizer = ctx.services.authorizer
     if not authorizer.enabled:
         return True
     op = operation if isinstance(operation, Operation) else Operation[str(operation).upper()]
@@ -62,7 +62,7 @@ def authorize(ctx, operation, resource_type, name: str) -> bool:
 
 
 def authorize_any(ctx, operation: Operation, resource_type: ResourceType) -> bool:
-    authorizer = ctx.broker.authorizer
+    authorizer = ctx.services.authorizer
     if not authorizer.enabled:
         return True
     principal, host = principal_of(ctx)
@@ -78,7 +78,7 @@ def authorized_operations(ctx, asked: bool, resource_type: ResourceType, name: s
     if not asked:
         return None
     supported = VALID_OPERATIONS[resource_type] - {Operation.ALL}
-    authorizer = ctx.broker.authorizer
+    authorizer = ctx.services.authorizer
     if not authorizer.enabled:
         return {int(op) for op in supported}
     principal, host = principal_of(ctx)
@@ -86,5 +86,5 @@ def authorized_operations(ctx, asked: bool, resource_type: ResourceType, name: s
 
 
 def _denied(ctx, principal: str, op: Operation, rtype: ResourceType, name: str) -> None:
-    ctx.broker.metrics.authorization_denials.labels(op.name, rtype.name).inc()
+    ctx.services.metrics.authorization_denials.labels(op.name, rtype.name).inc()
     log.info("denied %s %s on %s %r (api %d from %s)", principal, op.name, rtype.name, name, ctx.api_key, ctx.peer)

@@ -35,7 +35,7 @@ def authenticated_enough(ctx) -> bool:
 
 
 def _enabled(ctx) -> bool:
-    return ctx.broker.authorizer.enabled
+    return ctx.services.authorizer.enabled
 
 
 async def guarded(ctx, body, fn):

@@ -34,7 +34,7 @@ async def create_acls(ctx, body):
     results = []
     for c in body.creations or []:
         try:
-            await ctx.broker.acls.create([_binding(c).validate()])
+            await ctx.services.acls.create([_binding(c).validate()])
             results.append(R(error_code=KafkaError.NONE, error_message=None))
         except InvalidAcl as exc:
             results.append(R(error_code=KafkaError.INVALID_REQUEST, error_message=str(exc)))
@@ -46,7 +46,7 @@ async def create_acls(ctx, body):
 @handler(ApiKey.DESCRIBE_ACLS, 0, 3)
 async def describe_acls(ctx, body):
     cls = ctx.cls()
-    found = ctx.broker.acls.describe(_filter(body))
+    found = ctx.services.acls.describe(_filter(body))
     grouped: dict[tuple, list] = {}
     for b in found:
         grouped.setdefault((b.resource_type, b.name, b.pattern), []).append(b)
@@ -66,7 +66,7 @@ async def delete_acls(ctx, body):
     results = []
     for f in body.filters or []:
         try:
-            gone = await ctx.broker.acls.delete(_filter(f))
+            gone = await ctx.services.acls.delete(_filter(f))
         except ConnectionError as exc:   # a cluster's etcd unreachable (what was removed stays removed)
             results.append(F(error_code=KafkaError.UNKNOWN_SERVER_ERROR, error_message=f"metadata service: {exc}",
                              matching_acls=[]))

@@ -6,6 +6,7 @@ at the log end. In a cluster the answer comes from the partition's leader-epoch
 cache (KIP-101/KIP-279): followers truncate to it after a leader change."""
 from __future__ import annotations
 
+from ...cluster.replica_manager import ReplicaManager
 from ...cluster.elections import PREFERRED, elect, run_election
 from ...cluster.state import PartitionState
 from ...protocol.api_keys import ApiKey
@@ -13,6 +14,7 @@ from ...protocol.errors import KafkaError
 from ..auth.acl import ResourceType
 from ..auth.check import authorized_operations
 from ..router import handler
+from ..services import Services
 
 LEADER_EPOCH = 0
 ENDPOINT_BROKERS, ENDPOINT_CONTROLLERS = 1, 2
@@ -21,7 +23,7 @@ NO_OPERATIONS = None  # the codec writes Kafka's "not asked for" (-2^31) for Non
 
 @handler(ApiKey.DESCRIBE_CLUSTER, 0, 2)
 async def describe_cluster(ctx, req):
-    cfg = ctx.broker.config
+    cfg = ctx.services.config
     cls = ctx.cls()
     endpoint = req.endpoint_type if ctx.api_version >= 1 else ENDPOINT_BROKERS
     if endpoint != ENDPOINT_BROKERS:
@@ -31,7 +33,7 @@ async def describe_cluster(ctx, req):
         return ctx.response(throttle_time_ms=0, error_code=err, error_message=err.name,
                             endpoint_type=endpoint, cluster_id=cfg.cluster_id, controller_id=-1,
                             brokers=[], authorized_operations=NO_OPERATIONS)
-    view = ctx.broker.cluster
+    view = ctx.services.cluster
     if view is None:
         brokers = [cls.DescribeClusterBroker(broker_id=cfg.node_id, host=cfg.advertised, port=cfg.port,
                                              rack=None, is_fenced=False)]
@@ -59,11 +61,12 @@ async def offset_for_leader_epoch(ctx, req):
 
 
 def _epoch_end(ctx, topic: str, p) -> dict:
-    plog = ctx.broker.logs.get(topic, p.partition)
+    plog = ctx.services.logs.get(topic, p.partition)
     if plog is None:
         return _undefined(KafkaError.UNKNOWN_TOPIC_OR_PARTITION)
-    if ctx.broker.replicas is not None:
-        return _replicated_epoch_end(ctx.broker, topic, p, plog)
+    replicas = ctx.services.replicas
+    if replicas is not None:
+        return _replicated_epoch_end(replicas, topic, p, plog)
     # current_leader_epoch -1 means "do not fence"; Kafka's checks otherwise.
     if p.current_leader_epoch > LEADER_EPOCH:
         return _undefined(KafkaError.UNKNOWN_LEADER_EPOCH)
@@ -75,10 +78,10 @@ def _epoch_end(ctx, topic: str, p) -> dict:
     return {"error_code": KafkaError.NONE, "leader_epoch": LEADER_EPOCH, "end_offset": plog.log_end_offset}
 
 
-def _replicated_epoch_end(broker, topic: str, p, plog) -> dict:
+def _replicated_epoch_end(replicas: ReplicaManager, topic: str, p, plog) -> dict:
     """Only the leader answers, at the asker's epoch (KIP-320 fencing); the end of the
     requested epoch is the start of the next larger one, or the log end for the latest."""
-    err = broker.replicas.leader_error(topic, p.partition, p.current_leader_epoch)
+    err = replicas.leader_error(topic, p.partition, p.current_leader_epoch)
     if err:
         return _undefined(err)
     epoch, end = plog.epochs.end_offset_for(p.leader_epoch, plog.log_end_offset)
@@ -105,13 +108,13 @@ async def elect_leaders(ctx, req):
             for t in req.topic_partitions or ()]
         return ctx.response(throttle_time_ms=0, error_code=err, replica_election_results=results)
     everything = req.topic_partitions is None
-    asked = _all_partitions(ctx.broker) if everything else \
+    asked = _all_partitions(ctx.services) if everything else \
         [(t.topic, list(t.partitions)) for t in req.topic_partitions]
     results = []
     for topic, parts in asked:
         done = []
         for p in parts:
-            err = await _elect_one(ctx.broker, topic, p, election_type)
+            err = await _elect_one(ctx.services, topic, p, election_type)
             if everything and err == KafkaError.ELECTION_NOT_NEEDED:
                 continue
             done.append(R.PartitionResult(partition_id=p, error_code=err,
@@ -121,24 +124,24 @@ async def elect_leaders(ctx, req):
     return ctx.response(throttle_time_ms=0, error_code=KafkaError.NONE, replica_election_results=results)
 
 
-def _all_partitions(broker) -> list[tuple[str, list[int]]]:
-    view = broker.cluster
+def _all_partitions(services: Services) -> list[tuple[str, list[int]]]:
+    view = services.cluster
     if view is None:
-        return [(name, list(range(info.partitions))) for name, info in sorted(broker.logs.topics().items())]
+        return [(name, list(range(info.partitions))) for name, info in sorted(services.logs.topics().items())]
     return [(name, list(range(info.partitions))) for name, info in sorted(view.topics().items())]
 
 
-async def _elect_one(broker, topic: str, partition: int, election_type: int) -> KafkaError:
-    view = broker.cluster
+async def _elect_one(services: Services, topic: str, partition: int, election_type: int) -> KafkaError:
+    view = services.cluster
     if view is not None:
         return await run_election(view, topic, partition, election_type)
-    if broker.logs.get(topic, partition) is None:
+    if services.logs.get(topic, partition) is None:
         return KafkaError.UNKNOWN_TOPIC_OR_PARTITION
     # One node leads every partition: nothing to elect (elect() says which error).
-    err = elect(_single_node_state(broker, topic, partition), (broker.config.node_id,), election_type)
+    err = elect(_single_node_state(services, topic, partition), (services.config.node_id,), election_type)
     return err if isinstance(err, KafkaError) else KafkaError.NONE
 
 
-def _single_node_state(broker, topic: str, partition: int):
-    me = broker.config.node_id
+def _single_node_state(services: Services, topic: str, partition: int):
+    me = services.config.node_id
     return PartitionState(topic, partition, (me,), me, LEADER_EPOCH, (me,))

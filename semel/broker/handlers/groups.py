@@ -36,7 +36,7 @@ def _answer(fut, build):
 @handler(ApiKey.JOIN_GROUP, 0, 7)
 async def join_group(ctx, req):
     v = ctx.api_version
-    fut = ctx.broker.groups.join_group(
+    fut = ctx.services.group_coordinator.join_group(
         req.group_id, req.member_id or "",
         protocol_type=req.protocol_type,
         protocols=[(p.name, p.metadata) for p in req.protocols],
@@ -67,7 +67,7 @@ async def join_group(ctx, req):
 @handler(ApiKey.SYNC_GROUP, 0, 5)
 async def sync_group(ctx, req):
     v = ctx.api_version
-    fut = ctx.broker.groups.sync_group(
+    fut = ctx.services.group_coordinator.sync_group(
         req.group_id, req.generation_id, req.member_id,
         group_instance_id=req.group_instance_id if v >= 3 else None,
         protocol_type=req.protocol_type if v >= 5 else None,
@@ -83,7 +83,7 @@ async def sync_group(ctx, req):
 
 @handler(ApiKey.HEARTBEAT, 0, 4)
 async def heartbeat(ctx, req):
-    err = ctx.broker.groups.heartbeat(
+    err = ctx.services.group_coordinator.heartbeat(
         req.group_id, req.generation_id, req.member_id,
         req.group_instance_id if ctx.api_version >= 3 else None)
     return ctx.response(error_code=err)
@@ -96,7 +96,7 @@ async def leave_group(ctx, req):
         leaving = [(m.member_id or "", m.group_instance_id) for m in req.members or ()]
     else:
         leaving = [(req.member_id or "", None)]
-    err, per_member = ctx.broker.groups.leave_group(req.group_id, leaving)
+    err, per_member = ctx.services.group_coordinator.leave_group(req.group_id, leaving)
     if v < 3:
         # One member per request: its error is the answer.
         if not err and per_member:
@@ -113,7 +113,7 @@ async def describe_groups(ctx, req):
     group_cls = ctx.cls().DescribedGroup
     member_cls = group_cls.DescribedGroupMember
     groups = []
-    for s in ctx.broker.groups.describe_groups(req.groups or ()):
+    for s in ctx.services.group_coordinator.describe_groups(req.groups or ()):
         groups.append(group_cls(
             error_code=s.error, group_id=s.group_id, group_state=s.state,
             protocol_type=s.protocol_type, protocol_data=s.protocol,
@@ -132,11 +132,11 @@ async def list_groups(ctx, req):
     v = ctx.api_version
     states = req.states_filter if v >= 4 else None
     types = {t.lower() for t in req.types_filter or ()} if v >= 5 else set()
-    err, rows = ctx.broker.groups.list_groups(states)
+    err, rows = ctx.services.group_coordinator.list_groups(states)
     listed = ctx.cls().ListedGroup
     groups = []
     for gid, ptype, state in rows:
-        kind = ctx.broker.groups.group_type(gid)
+        kind = ctx.services.group_coordinator.group_type(gid)
         if not types or kind in types:
             groups.append(listed(group_id=gid, protocol_type=ptype, group_state=state, group_type=kind))
     return ctx.response(error_code=err, groups=groups)
@@ -144,7 +144,7 @@ async def list_groups(ctx, req):
 
 @handler(ApiKey.DELETE_GROUPS, 0, 2)
 async def delete_groups(ctx, req):
-    fut = ctx.broker.groups.delete_groups(req.groups_names or ())
+    fut = ctx.services.group_coordinator.delete_groups(req.groups_names or ())
     result_cls = ctx.cls().DeletableGroupResult
 
     def build(results):

@@ -23,7 +23,7 @@ def subscribed_topics(metadata: bytes) -> set[str]:
 @handler(ApiKey.OFFSET_DELETE, 0, 0)
 async def offset_delete(ctx, req):
     order = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
-    fut = ctx.broker.groups.delete_offsets(req.group_id, list(dict.fromkeys(order)), subscribed_topics)
+    fut = ctx.services.group_coordinator.delete_offsets(req.group_id, list(dict.fromkeys(order)), subscribed_topics)
 
     def build(result):
         err, per_partition = result

@@ -18,7 +18,7 @@ from .groups import _answer
 
 def _partition_known(ctx, topic: str, partition: int) -> bool:
     try:
-        return ctx.broker.logs.get(topic, partition) is not None
+        return ctx.services.logs.get(topic, partition) is not None
     except Exception:  # a name storage cannot even look up is not a known partition
         return False
 
@@ -39,7 +39,7 @@ async def offset_commit(ctx, req):
             epoch = p.committed_leader_epoch if v >= 6 else -1
             offsets[tp] = (p.committed_offset, epoch, p.committed_metadata)
     if offsets:
-        fut = ctx.broker.groups.commit_offsets(
+        fut = ctx.services.group_coordinator.commit_offsets(
             req.group_id, req.generation_id_or_member_epoch, req.member_id or "", offsets,
             group_instance_id=req.group_instance_id if v >= 7 else None, api_version=v)
     else:
@@ -65,7 +65,7 @@ async def offset_fetch(ctx, req):
     if req.topics is not None:
         wanted = [(t.name, p) for t in req.topics for p in t.partition_indexes or ()]
     require_stable = bool(req.require_stable) if v >= 7 else False
-    err, fetched = ctx.broker.groups.fetch_offsets(req.group_id, wanted, require_stable)
+    err, fetched = ctx.services.group_coordinator.fetch_offsets(req.group_id, wanted, require_stable)
     topic_cls = ctx.cls().OffsetFetchResponseTopic
     part_cls = topic_cls.OffsetFetchResponsePartition
     if err and v < 2:

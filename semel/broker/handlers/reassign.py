@@ -18,7 +18,7 @@ CAS_TRIES = 10
 async def alter_partition_reassignments(ctx, req):
     cls = ctx.cls()
     T, P = cls.ReassignableTopicResponse, cls.ReassignableTopicResponse.ReassignablePartitionResponse
-    view = ctx.broker.cluster
+    view = ctx.services.cluster
     topics = []
     for t in req.topics:
         parts = []
@@ -59,7 +59,7 @@ async def list_partition_reassignments(ctx, req):
     cls = ctx.cls()
     T = cls.OngoingTopicReassignment
     P = T.OngoingPartitionReassignment
-    view = ctx.broker.cluster
+    view = ctx.services.cluster
     states = view.partitions() if view is not None else []
     if req.topics is not None:
         wanted = {(t.name, i) for t in req.topics for i in t.partition_indexes}

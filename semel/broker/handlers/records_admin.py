@@ -24,7 +24,7 @@ async def delete_records(ctx, req):
 
 def _delete_one(ctx, topic: str, partition: int, offset: int) -> dict:
     """{low_watermark, error_code} for one partition, with Kafka's errors."""
-    logs = ctx.broker.logs
+    logs = ctx.services.logs
     info = logs.topics().get(topic)
     plog = logs.get(topic, partition) if info is not None else None
     if plog is None:

@@ -31,14 +31,14 @@ def _session(ctx) -> SaslSession | None:
     if conn is None or listener is None or not listener.sasl:
         return None
     if conn.session is None:
-        conn.session = SaslSession(ctx.broker.users, sasl_settings(ctx.broker.config, listener,
-                                                                   ctx.broker.oauth_signed))
+        conn.session = SaslSession(ctx.services.users, sasl_settings(ctx.services.config, listener,
+                                                                   ctx.services.oauth_signed))
     return conn.session
 
 
 @handler(ApiKey.SASL_HANDSHAKE, 1, 1)
 async def sasl_handshake(ctx, body):
-    enabled = list(ctx.broker.config.sasl_enabled_mechanisms)
+    enabled = list(ctx.services.config.sasl_enabled_mechanisms)
     session = _session(ctx)
     if session is None:
         return ctx.response(error_code=KafkaError.ILLEGAL_SASL_STATE, mechanisms=[])
@@ -85,7 +85,7 @@ async def sasl_authenticate(ctx, body):
     if session.principal is not None:
         ctx.connection.principal = session.principal
         if reauth:
-            ctx.broker.metrics.reauthentications.labels(session.mechanism).inc()
+            ctx.services.metrics.reauthentications.labels(session.mechanism).inc()
             log.info("%s re-authenticated as %s (%s), session lifetime %d ms", ctx.peer, session.principal,
                      session.mechanism, session.lifetime_ms)
         else:
@@ -102,6 +102,6 @@ def _auth_response(ctx, code: KafkaError, message: str | None, token: bytes = b"
 def _failed(ctx, mechanism: str, why: str) -> None:
     # The label is an enabled mechanism or "unsupported": a client naming made-up
     # mechanisms must not grow the metric by a series each.
-    label = mechanism if mechanism in ctx.broker.config.sasl_enabled_mechanisms else "unsupported"
-    ctx.broker.metrics.failed_logins.labels(label).inc()
+    label = mechanism if mechanism in ctx.services.config.sasl_enabled_mechanisms else "unsupported"
+    ctx.services.metrics.failed_logins.labels(label).inc()
     bad_input_log.warning("failed login from %s (%s): %s", ctx.peer, mechanism, why)

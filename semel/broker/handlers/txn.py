@@ -20,7 +20,7 @@ def _debug(api: str, txn_id, err) -> None:
 
 
 def _txns(ctx):
-    return ctx.broker.txns
+    return ctx.services.txn_coordinator
 
 
 @handler(ApiKey.INIT_PRODUCER_ID, 0, 4)
@@ -76,7 +76,7 @@ async def txn_offset_commit(ctx, req):
         generation = req.generation_id if ctx.api_version >= 3 else -1
         member = req.member_id if ctx.api_version >= 3 else ""
         instance = req.group_instance_id if ctx.api_version >= 3 else None
-        result = await ctx.broker.groups.txn_commit_offsets(
+        result = await ctx.services.group_coordinator.txn_commit_offsets(
             req.producer_id, req.producer_epoch, req.group_id, generation, member, instance, offsets)
     _debug("TxnOffsetCommit", req.transactional_id, first_error(result))
     T = ctx.cls().TxnOffsetCommitResponseTopic

@@ -51,12 +51,12 @@ LIVE = frozenset({TxnState.ONGOING}) | PREPARED
 
 def _transactions(ctx) -> list:
     """A snapshot of the coordinator's transactional ids (TxnMeta objects, never changed here)."""
-    txns = ctx.broker.txns
+    txns = ctx.services.txn_coordinator
     return [] if txns is None else list(txns.txns.values())
 
 
 def _find(ctx, txn_id: str):
-    txns = ctx.broker.txns
+    txns = ctx.services.txn_coordinator
     return None if txns is None else txns.txns.get(txn_id)
 
 
@@ -76,9 +76,9 @@ async def describe_transactions(ctx, req):
 def _describe_one(ctx, T, txn_id: str):
     if not ctx.authorize("DESCRIBE", "TRANSACTIONAL_ID", txn_id):
         return _not_described(T, txn_id, KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-    if ctx.broker.cluster_member is not None:
+    if ctx.services.cluster_member is not None:
         # Kafka: only the id's coordinator describes it (NOT_COORDINATOR elsewhere).
-        err = ctx.broker.txns.error_for(txn_id)
+        err = ctx.services.txn_coordinator.error_for(txn_id)
         if err:
             return _not_described(T, txn_id, err)
     meta = _find(ctx, txn_id) if txn_id else None
@@ -151,7 +151,7 @@ async def describe_producers(ctx, req):
                 parts.append(P(partition_index=index, error_code=KafkaError.TOPIC_AUTHORIZATION_FAILED,
                                error_message=None, active_producers=[]))
                 continue
-            plog = ctx.broker.logs.get(topic.name, index)
+            plog = ctx.services.logs.get(topic.name, index)
             if plog is None or topic.name.startswith("__"):
                 parts.append(P(partition_index=index, error_code=KafkaError.UNKNOWN_TOPIC_OR_PARTITION,
                                error_message=None, active_producers=[]))
@@ -230,11 +230,11 @@ async def _coordinator_partition(ctx, tp: tuple[str, int], commit: bool, coordin
         return [await _offsets_marker(ctx, m, partition) for m in markers]
     if topic.startswith("__"):
         return [KafkaError.INVALID_TOPIC_EXCEPTION] * len(markers)   # no transaction spans the transaction log
-    err = check_leader(ctx.broker.cluster, topic, partition)
+    err = check_leader(ctx.services.cluster, topic, partition)
     if not err:
         kind = records.CONTROL_COMMIT if commit else records.CONTROL_ABORT
         try:
-            await ctx.broker.txns.write_partition_markers(tp, kind, [(m.producer_id, m.producer_epoch)
+            await ctx.services.txn_coordinator.write_partition_markers(tp, kind, [(m.producer_id, m.producer_epoch)
                                                                      for m in markers], coordinator_epoch)
         except StorageError as exc:
             log.error("markers on %s-%d for %d producer(s) failed: %s", topic, partition, len(markers), exc)
@@ -249,7 +249,7 @@ async def _offsets_marker(ctx, marker, partition: int) -> KafkaError:
     the group coordinator of that __consumer_offsets partition here (its leader) writes
     it and makes the transaction's offsets committed or drops them, answering once
     replicated."""
-    groups = ctx.broker.groups.for_partition(partition)
+    groups = ctx.services.group_coordinator.for_partition(partition)
     if groups is None:
         return KafkaError.UNKNOWN_TOPIC_OR_PARTITION
     err = groups.seat.error() if groups.seat is not None else KafkaError.NONE
@@ -270,7 +270,7 @@ async def _abort_partition(ctx, marker, tp: tuple[str, int]) -> KafkaError:
     if marker.transaction_result:
         return KafkaError.INVALID_REQUEST
     topic, partition = tp
-    plog = ctx.broker.logs.get(topic, partition)
+    plog = ctx.services.logs.get(topic, partition)
     if plog is None or topic.startswith("__"):
         return KafkaError.UNKNOWN_TOPIC_OR_PARTITION
     owner = _coordinator_owner(ctx, marker.producer_id, tp)
@@ -284,7 +284,7 @@ async def _abort_partition(ctx, marker, tp: tuple[str, int]) -> KafkaError:
     try:
         info = plog.append_control(records.CONTROL_ABORT, marker.producer_id, marker.producer_epoch,
                                    marker.coordinator_epoch)
-        await ctx.broker.ensure_durable(plog, info.last_offset + 1)
+        await ctx.services.ensure_durable(plog, info.last_offset + 1)
     except StorageError as exc:
         log.error("admin abort marker on %s-%d failed: %s", topic, partition, exc)
         return KafkaError.KAFKA_STORAGE_ERROR
@@ -292,7 +292,7 @@ async def _abort_partition(ctx, marker, tp: tuple[str, int]) -> KafkaError:
         return exc.error
     log.warning("admin abort: wrote an ABORT marker for producer %d (epoch %d) in %s-%d at offset %d",
                 marker.producer_id, marker.producer_epoch, topic, partition, info.first_offset)
-    ctx.broker.notifier.notify(topic, partition)
+    ctx.services.notifier.notify(topic, partition)
     return KafkaError.NONE
 
 

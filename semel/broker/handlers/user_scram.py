@@ -62,7 +62,7 @@ async def alter_user_scram_credentials(ctx, body):
     R = ctx.cls().AlterUserScramCredentialsResult
     changes, errors = plan(body.deletions or [], body.upsertions or [])
     try:
-        refused = await ctx.broker.users.alter(changes) if changes else {}
+        refused = await ctx.services.users.alter(changes) if changes else {}
     except ConnectionError as exc:   # a cluster's etcd unreachable
         refused = {}
         errors.update({n: (KafkaError.UNKNOWN_SERVER_ERROR, f"metadata service: {exc}") for n in changes})
@@ -80,7 +80,7 @@ async def describe_user_scram_credentials(ctx, body):
     cls = ctx.cls()
     R = cls.DescribeUserScramCredentialsResult
     C = R.CredentialInfo
-    users = ctx.broker.users.credentials()
+    users = ctx.services.users.credentials()
     asked = [u.name for u in body.users] if body.users else sorted(users)
     results = []
     for i, name in enumerate(asked):
