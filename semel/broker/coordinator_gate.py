@@ -13,24 +13,28 @@ on a single node.
 """
 from __future__ import annotations
 
+from typing import Any, Callable
+
 from ..cluster.coordinator_partitions import GroupCoordinators, TxnCoordinators
 from ..protocol.api_keys import ApiKey
+from ..protocol.errors import KafkaError
 from .responses import by_topic
+from .router import RequestContext
 from .services import Services
 
 
-def _top_level(ctx, body, E):
+def _top_level(ctx: RequestContext, body, E):
     return ctx.response(error_code=E)
 
 
-def _offset_commit(ctx, body, E):
+def _offset_commit(ctx: RequestContext, body, E):
     T = ctx.cls().OffsetCommitResponseTopic
     grouped = by_topic((((t.name, p.partition_index), E) for t in body.topics or () for p in t.partitions or ()),
                        lambda p, err: T.OffsetCommitResponsePartition(partition_index=p, error_code=err))
     return ctx.response(topics=[T(name=n, partitions=ps) for n, ps in grouped.items()])
 
 
-def _offset_fetch(ctx, body, E):
+def _offset_fetch(ctx: RequestContext, body, E):
     T = ctx.cls().OffsetFetchResponseTopic
     wanted = (((t.name, p), E) for t in body.topics or () for p in t.partition_indexes or ())
     grouped = by_topic(wanted, lambda p, err: T.OffsetFetchResponsePartition(
@@ -38,7 +42,7 @@ def _offset_fetch(ctx, body, E):
     return ctx.response(topics=[T(name=n, partitions=ps) for n, ps in grouped.items()], error_code=E)
 
 
-def _add_partitions(ctx, body, E):
+def _add_partitions(ctx: RequestContext, body, E):
     T = ctx.cls().AddPartitionsToTxnTopicResult
     grouped = by_topic((((t.name, p), E) for t in body.v3_and_below_topics for p in t.partitions),
                        lambda p, err: T.AddPartitionsToTxnPartitionResult(partition_index=p,
@@ -47,21 +51,21 @@ def _add_partitions(ctx, body, E):
                         results_by_topic_v3_and_below=[T(name=n, results_by_partition=ps) for n, ps in grouped.items()])
 
 
-def _txn_offset_commit(ctx, body, E):
+def _txn_offset_commit(ctx: RequestContext, body, E):
     T = ctx.cls().TxnOffsetCommitResponseTopic
     grouped = by_topic((((t.name, p.partition_index), E) for t in body.topics for p in t.partitions),
                        lambda p, err: T.TxnOffsetCommitResponsePartition(partition_index=p, error_code=err))
     return ctx.response(throttle_time_ms=0, topics=[T(name=n, partitions=ps) for n, ps in grouped.items()])
 
 
-def _consumer_group_heartbeat(ctx, body, E):
+def _consumer_group_heartbeat(ctx: RequestContext, body, E):
     return ctx.response(throttle_time_ms=0, error_code=E, member_id=body.member_id or None,
                         member_epoch=-1, heartbeat_interval_ms=0, assignment=None)
 
 
 # api key -> refusal. InitProducerId only with a transactional id: idempotent
 # producer ids come from any broker.
-REFUSALS = {
+REFUSALS: dict[int, Callable[[RequestContext, Any, KafkaError], Any]] = {
     ApiKey.OFFSET_COMMIT: _offset_commit, ApiKey.OFFSET_FETCH: _offset_fetch,
     ApiKey.JOIN_GROUP: _top_level, ApiKey.HEARTBEAT: _top_level, ApiKey.LEAVE_GROUP: _top_level,
     ApiKey.SYNC_GROUP: _top_level, ApiKey.INIT_PRODUCER_ID: _top_level,
@@ -90,7 +94,7 @@ def coordinator_guard(services: Services, fn):
     if not (isinstance(txns, TxnCoordinators) and isinstance(groups, GroupCoordinators)):
         return fn   # a single node's own coordinators: no seat, always serving
 
-    async def guarded(ctx, body):
+    async def guarded(ctx: RequestContext, body):
         refuse = REFUSALS.get(ctx.api_key)
         if refuse is not None and (ctx.api_key != ApiKey.INIT_PRODUCER_ID or body.transactional_id is not None):
             coordinators = txns if ctx.api_key in TXN_APIS else groups

@@ -62,15 +62,13 @@ class RequestContext:
     client_id: str | None
     peer: str
     # The semel.broker.session.Connection the request came on: per-connection state
-    # (principal / session for the security layer). None: a context built without one.
-    connection: Connection | None = None
+    # (principal / session for the security layer).
+    connection: Connection
 
     @property
     def listener(self) -> Listener | None:
-        """The listener this request came on; None on the default PLAINTEXT one and
-        without a connection."""
-        conn = self.connection
-        return None if conn is None else conn.listener
+        """The listener this request came on; None on the default PLAINTEXT one."""
+        return self.connection.listener
 
     def response(self, **fields) -> Any:
         """The response object of this request's API at this version."""

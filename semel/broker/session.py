@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from .auth.sasl import SaslSession
 from .config import Listener
 from .frame_reader import FrameReader
 
@@ -21,7 +22,7 @@ class Connection:
         self.transport = transport
         self.decoder = decoder
         self.last_active = time.monotonic()
-        self.principal = None
-        self.session = None
+        self.principal: str | None = None
+        self.session: SaslSession | None = None
         self.listener: Listener | None = None    # the one it came on (None: the default PLAINTEXT one)
         self.closing = False    # set by a handler: close once this response is written (failed SASL)

@@ -9,11 +9,13 @@ nothing. Handlers added later call `ctx.authorize(...)` themselves (the ops APIs
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
 
 from ...coordinator.txn_branches import branch_of
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..deferred import Deferred
+from ..router import RequestContext
 from .acl import CLUSTER_NAME, Operation as Op, ResourceType as Rt
 from .check import authorize_any
 from .sasl import session_expired
@@ -25,7 +27,7 @@ REAUTH_APIS = {ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE}
 E = KafkaError
 
 
-def authenticated_enough(ctx) -> bool:
+def authenticated_enough(ctx: RequestContext) -> bool:
     listener = ctx.listener
     if listener is None or not listener.sasl or ctx.api_key in REAUTH_APIS:
         return True
@@ -34,11 +36,11 @@ def authenticated_enough(ctx) -> bool:
     return ctx.api_key in PRE_AUTH_APIS or ctx.connection.principal is not None
 
 
-def _enabled(ctx) -> bool:
+def _enabled(ctx: RequestContext) -> bool:
     return ctx.services.authorizer.enabled
 
 
-async def guarded(ctx, body, fn):
+async def guarded(ctx: RequestContext, body, fn):
     rule = RULES.get(ctx.api_key)
     if rule is None or not _enabled(ctx):
         return await fn(ctx, body)
@@ -47,7 +49,7 @@ async def guarded(ctx, body, fn):
 
 # --- whole-request checks ---------------------------------------------------------
 
-def _deny(ctx, code: KafkaError, **extra):
+def _deny(ctx: RequestContext, code: KafkaError, **extra):
     return ctx.response(error_code=code, **extra)
 
 
@@ -56,7 +58,7 @@ def _txn_id(body) -> str | None:
 
 
 def _single(op: Op, rtype: Rt, name_of, code: KafkaError):
-    async def rule(ctx, body, fn):
+    async def rule(ctx: RequestContext, body, fn):
         if not ctx.authorize(op, rtype, name_of(body)):
             return _deny(ctx, code)
         return await fn(ctx, body)
@@ -69,7 +71,7 @@ def _group(op: Op):
 
 def _acl_change(req_list: str, resp_list: str):
     """CreateAcls / DeleteAcls: Alter on the cluster, else each entry denied."""
-    async def rule(ctx, body, fn):
+    async def rule(ctx: RequestContext, body, fn):
         if ctx.authorize(Op.ALTER, Rt.CLUSTER, CLUSTER_NAME):
             return await fn(ctx, body)
         R = _entry_class(ctx.cls(), resp_list)
@@ -78,7 +80,7 @@ def _acl_change(req_list: str, resp_list: str):
     return rule
 
 
-async def _alter_scram(ctx, body, fn):
+async def _alter_scram(ctx: RequestContext, body, fn):
     """AlterUserScramCredentials: Alter on the cluster, else every user named is denied."""
     if ctx.authorize(Op.ALTER, Rt.CLUSTER, CLUSTER_NAME):
         return await fn(ctx, body)
@@ -91,14 +93,14 @@ async def _alter_scram(ctx, body, fn):
 
 def _cluster(op: Op):
     """DescribeAcls, DescribeCluster: top-level error and message."""
-    async def rule(ctx, body, fn):
+    async def rule(ctx: RequestContext, body, fn):
         if not ctx.authorize(op, Rt.CLUSTER, CLUSTER_NAME):
             return _deny(ctx, E.CLUSTER_AUTHORIZATION_FAILED, error_message="Cluster authorization failed.")
         return await fn(ctx, body)
     return rule
 
 
-async def _init_producer_id(ctx, body, fn):
+async def _init_producer_id(ctx: RequestContext, body, fn):
     tid = _txn_id(body)
     if tid is not None:
         if not ctx.authorize(Op.WRITE, Rt.TRANSACTIONAL_ID, tid):
@@ -109,7 +111,7 @@ async def _init_producer_id(ctx, body, fn):
     return await fn(ctx, body)
 
 
-async def _add_offsets_to_txn(ctx, body, fn):
+async def _add_offsets_to_txn(ctx: RequestContext, body, fn):
     if not ctx.authorize(Op.WRITE, Rt.TRANSACTIONAL_ID, body.transactional_id):
         return _deny(ctx, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     if not ctx.authorize(Op.READ, Rt.GROUP, body.group_id):
@@ -117,7 +119,7 @@ async def _add_offsets_to_txn(ctx, body, fn):
     return await fn(ctx, body)
 
 
-async def _find_coordinator(ctx, body, fn):
+async def _find_coordinator(ctx: RequestContext, body, fn):
     kind = (Rt.TRANSACTIONAL_ID, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED) if body.key_type == 1 \
         else (Rt.GROUP, E.GROUP_AUTHORIZATION_FAILED)
     keys = getattr(body, "coordinator_keys", None)
@@ -158,7 +160,7 @@ def _entry_class(owner_cls, field_name: str):
     return getattr(owner_cls, field.type_str.lstrip("[]"))
 
 
-def _denied_entry(ctx, shape: TopicShape, topic, code: KafkaError):
+def _denied_entry(ctx: RequestContext, shape: TopicShape, topic, code: KafkaError):
     T = _entry_class(ctx.cls(), shape.resp_list)
     name = getattr(topic, shape.req_name)
     if shape.resp_parts is None:
@@ -169,7 +171,7 @@ def _denied_entry(ctx, shape: TopicShape, topic, code: KafkaError):
     return T(**{shape.resp_name: name, shape.resp_parts: parts})
 
 
-async def _run_topics(ctx, body, fn, shape: TopicShape, denied: list, code: KafkaError):
+async def _run_topics(ctx: RequestContext, body, fn, shape: TopicShape, denied: list, code: KafkaError):
     """The handler on the allowed topics, the denied ones answered with `code`."""
     topics = getattr(body, shape.req_list) or []
     if not denied:
@@ -199,7 +201,7 @@ def _merge(result, field: str, entries: list):
 
 def _topics(op: Op, shape: TopicShape, whole=None):
     """Per-topic `op`; `whole(ctx, body)` may deny every topic with one code first."""
-    async def rule(ctx, body, fn):
+    async def rule(ctx: RequestContext, body, fn):
         topics = getattr(body, shape.req_list) or []
         code = whole(ctx, body) if whole else None
         if code:
@@ -209,31 +211,31 @@ def _topics(op: Op, shape: TopicShape, whole=None):
     return rule
 
 
-def _produce_txn(ctx, body):
+def _produce_txn(ctx: RequestContext, body):
     tid = _txn_id(body)
     if tid is not None and not ctx.authorize(Op.WRITE, Rt.TRANSACTIONAL_ID, tid):
         return E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     return None
 
 
-def _group_read(ctx, body):
+def _group_read(ctx: RequestContext, body):
     return None if ctx.authorize(Op.READ, Rt.GROUP, body.group_id) else E.GROUP_AUTHORIZATION_FAILED
 
 
-async def _offset_delete(ctx, body, fn):
+async def _offset_delete(ctx: RequestContext, body, fn):
     """OffsetDelete: Delete on the group (else a top-level error), Read on each topic."""
     if not ctx.authorize(Op.DELETE, Rt.GROUP, body.group_id):
         return _deny(ctx, E.GROUP_AUTHORIZATION_FAILED, topics=[])
     return await _topics(Op.READ, _OFFSET_COMMIT)(ctx, body, fn)
 
 
-def _txn_offset_commit(ctx, body):
+def _txn_offset_commit(ctx: RequestContext, body):
     if not ctx.authorize(Op.WRITE, Rt.TRANSACTIONAL_ID, body.transactional_id):
         return E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     return _group_read(ctx, body)
 
 
-def _may_add(ctx, t) -> bool:
+def _may_add(ctx: RequestContext, t) -> bool:
     """Write on the topic; for a branch's pseudo-partition (a Spark sink batch joining
     its branches, coordinator.txn_branches.branch_of) Write on the branch's transactional id,
     the resource that pseudo-partition stands for."""
@@ -243,7 +245,7 @@ def _may_add(ctx, t) -> bool:
     return ctx.authorize(Op.WRITE, Rt.TOPIC, t.name)
 
 
-async def _add_partitions_to_txn(ctx, body, fn):
+async def _add_partitions_to_txn(ctx: RequestContext, body, fn):
     """Kafka answers AddPartitionsToTxn all or nothing: denied topics get their
     code, the others OPERATION_NOT_ATTEMPTED."""
     if ctx.api_version >= 4:
@@ -264,7 +266,7 @@ async def _add_partitions_to_txn(ctx, body, fn):
                                              for p in t.partitions]) for t in topics])
 
 
-async def _metadata(ctx, body, fn):
+async def _metadata(ctx: RequestContext, body, fn):
     """Topics without Describe: omitted from a listing, TOPIC_AUTHORIZATION_FAILED
     when named (and never auto-created)."""
     named = body.topics
@@ -288,14 +290,14 @@ async def _metadata(ctx, body, fn):
     return result
 
 
-async def _create_topics(ctx, body, fn):
+async def _create_topics(ctx: RequestContext, body, fn):
     cluster_ok = ctx.authorize(Op.CREATE, Rt.CLUSTER, CLUSTER_NAME)
     denied = [] if cluster_ok else [t for t in body.topics or []
                                     if not ctx.authorize(Op.CREATE, Rt.TOPIC, t.name)]
     return await _run_topics(ctx, body, fn, _CREATE, denied, E.TOPIC_AUTHORIZATION_FAILED)
 
 
-async def _describe_groups(ctx, body, fn):
+async def _describe_groups(ctx: RequestContext, body, fn):
     groups = body.groups or []
     denied = [g for g in groups if not ctx.authorize(Op.DESCRIBE, Rt.GROUP, g)]
     if not denied:
@@ -309,7 +311,7 @@ async def _describe_groups(ctx, body, fn):
     return result
 
 
-async def _delete_groups(ctx, body, fn):
+async def _delete_groups(ctx: RequestContext, body, fn):
     """Delete on each group; denied ones are answered GROUP_AUTHORIZATION_FAILED and
     never reach the coordinator (their offsets stay)."""
     names = list(body.groups_names or [])
@@ -324,14 +326,14 @@ async def _delete_groups(ctx, body, fn):
     return _merge(await fn(ctx, body), "results", entries)
 
 
-async def _list_groups(ctx, body, fn):
+async def _list_groups(ctx: RequestContext, body, fn):
     result = await fn(ctx, body)
     if not ctx.authorize(Op.DESCRIBE, Rt.CLUSTER, CLUSTER_NAME):
         result.groups = [g for g in result.groups if ctx.authorize(Op.DESCRIBE, Rt.GROUP, g.group_id)]
     return result
 
 
-async def _offset_fetch(ctx, body, fn):
+async def _offset_fetch(ctx: RequestContext, body, fn):
     if ctx.api_version >= 8:
         for g in body.groups or []:
             if not ctx.authorize(Op.DESCRIBE, Rt.GROUP, g.group_id):
@@ -342,7 +344,7 @@ async def _offset_fetch(ctx, body, fn):
     return await fn(ctx, body)
 
 
-def _deny_offset_fetch_groups(ctx, body):
+def _deny_offset_fetch_groups(ctx: RequestContext, body):
     G = _entry_class(ctx.cls(), "groups")
     return ctx.response(groups=[G(group_id=g.group_id, topics=[],
                                   error_code=E.GROUP_AUTHORIZATION_FAILED
@@ -353,12 +355,12 @@ def _deny_offset_fetch_groups(ctx, body):
 def _configs(op: Op, resp_list: str, **extra):
     """DescribeConfigs / AlterConfigs / IncrementalAlterConfigs: `op` on the topic
     (ConfigResource type 2) or on the cluster (a broker, type 4), per resource."""
-    def allowed(ctx, r) -> bool:
+    def allowed(ctx: RequestContext, r) -> bool:
         if r.resource_type == 2:
             return ctx.authorize(op, Rt.TOPIC, r.resource_name)
         return ctx.authorize(op, Rt.CLUSTER, CLUSTER_NAME)
 
-    async def rule(ctx, body, fn):
+    async def rule(ctx: RequestContext, body, fn):
         resources = body.resources or []
         denied = [r for r in resources if not allowed(ctx, r)]
         if not denied:
@@ -389,14 +391,14 @@ _CREATE = TopicShape("topics", "name", None, None, "topics", "name", None, None)
 _CREATE_PARTITIONS = TopicShape("topics", "name", None, None, "results", "name", None, None)
 
 
-def _cluster_action(ctx) -> bool:
+def _cluster_action(ctx: RequestContext) -> bool:
     return ctx.authorize(Op.CLUSTER_ACTION, Rt.CLUSTER, CLUSTER_NAME)
 
 
 _CONSUMER_FETCH = _topics(Op.READ, _FETCH)
 
 
-async def _fetch(ctx, body, fn):
+async def _fetch(ctx: RequestContext, body, fn):
     """A follower's Fetch (replica_id >= 0) needs ClusterAction on the cluster, as in Kafka:
     it reads past the high watermark and its fetch offsets move the leader's ISR and high
     watermark, so a client faking one could see uncommitted records or have acks=all
@@ -415,7 +417,7 @@ async def _fetch(ctx, body, fn):
 _DESCRIBE_EPOCHS = _topics(Op.DESCRIBE, _LEADER_EPOCH)
 
 
-async def _offset_for_leader_epoch(ctx, body, fn):
+async def _offset_for_leader_epoch(ctx: RequestContext, body, fn):
     """Kafka: ClusterAction on the cluster (a follower) or Describe on each topic (a consumer
     checking for truncation, KIP-320). Only a request naming a replica is checked for the
     former, so a consumer's is not counted as a cluster denial."""
@@ -424,7 +426,7 @@ async def _offset_for_leader_epoch(ctx, body, fn):
     return await _DESCRIBE_EPOCHS(ctx, body, fn)
 
 
-async def _delete_topics(ctx, body, fn):
+async def _delete_topics(ctx: RequestContext, body, fn):
     names = body.topic_names if ctx.api_version < 6 else [t.name for t in body.topics or []]
     denied = {n for n in names or [] if not ctx.authorize(Op.DELETE, Rt.TOPIC, n)}
     if not denied:
@@ -442,7 +444,8 @@ async def _delete_topics(ctx, body, fn):
     return result
 
 
-RULES = {
+# api key -> rule(ctx, body, handler): the answer, the handler's or a denial
+RULES: dict[int, Callable[[RequestContext, Any, Any], Awaitable[Any]]] = {
     ApiKey.PRODUCE: _topics(Op.WRITE, _PRODUCE, whole=_produce_txn),
     ApiKey.FETCH: _fetch,
     ApiKey.LIST_OFFSETS: _topics(Op.DESCRIBE, _LIST_OFFSETS),

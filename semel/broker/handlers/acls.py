@@ -6,7 +6,7 @@ from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..auth.acl import (AclBinding, AclFilter, InvalidAcl, Operation, PatternType, Permission,
                         ResourceType)
-from ..router import handler
+from ..router import RequestContext, handler
 
 
 def _enum(enum, value):
@@ -29,7 +29,7 @@ def _filter(f) -> AclFilter:
 
 
 @handler(ApiKey.CREATE_ACLS, 0, 3)
-async def create_acls(ctx, body):
+async def create_acls(ctx: RequestContext, body):
     R = ctx.cls().AclCreationResult
     results = []
     for c in body.creations or []:
@@ -44,7 +44,7 @@ async def create_acls(ctx, body):
 
 
 @handler(ApiKey.DESCRIBE_ACLS, 0, 3)
-async def describe_acls(ctx, body):
+async def describe_acls(ctx: RequestContext, body):
     cls = ctx.cls()
     found = ctx.services.acls.describe(_filter(body))
     grouped: dict[tuple, list] = {}
@@ -60,7 +60,7 @@ async def describe_acls(ctx, body):
 
 
 @handler(ApiKey.DELETE_ACLS, 0, 3)
-async def delete_acls(ctx, body):
+async def delete_acls(ctx: RequestContext, body):
     F = ctx.cls().DeleteAclsFilterResult
     M = F.DeleteAclsMatchingAcl
     results = []

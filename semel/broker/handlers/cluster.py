@@ -13,7 +13,7 @@ from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..auth.acl import ResourceType
 from ..auth.check import authorized_operations
-from ..router import handler
+from ..router import RequestContext, handler
 from ..services import Services
 
 LEADER_EPOCH = 0
@@ -22,7 +22,7 @@ NO_OPERATIONS = None  # the codec writes Kafka's "not asked for" (-2^31) for Non
 
 
 @handler(ApiKey.DESCRIBE_CLUSTER, 0, 2)
-async def describe_cluster(ctx, req):
+async def describe_cluster(ctx: RequestContext, req):
     cfg = ctx.services.config
     cls = ctx.cls()
     endpoint = req.endpoint_type if ctx.api_version >= 1 else ENDPOINT_BROKERS
@@ -42,8 +42,8 @@ async def describe_cluster(ctx, req):
         brokers = [cls.DescribeClusterBroker(broker_id=b.node_id, host=b.host, port=b.port, rack=b.rack,
                                              is_fenced=False)
                    for b in sorted(view.brokers().values(), key=lambda b: b.node_id)]
-        controller = view.controller_id()
-        controller = -1 if controller is None else controller
+        vacant_or_id = view.controller_id()
+        controller = -1 if vacant_or_id is None else vacant_or_id
     return ctx.response(throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=endpoint,
                         cluster_id=cfg.cluster_id, controller_id=controller, brokers=brokers,
                         authorized_operations=authorized_operations(
@@ -51,7 +51,7 @@ async def describe_cluster(ctx, req):
 
 
 @handler(ApiKey.OFFSET_FOR_LEADER_EPOCH, 2, 4)
-async def offset_for_leader_epoch(ctx, req):
+async def offset_for_leader_epoch(ctx: RequestContext, req):
     cls = ctx.cls()
     T = cls.OffsetForLeaderTopicResult
     topics = [T(topic=t.topic, partitions=[
@@ -60,7 +60,7 @@ async def offset_for_leader_epoch(ctx, req):
     return ctx.response(throttle_time_ms=0, topics=topics)
 
 
-def _epoch_end(ctx, topic: str, p) -> dict:
+def _epoch_end(ctx: RequestContext, topic: str, p) -> dict:
     plog = ctx.services.logs.get(topic, p.partition)
     if plog is None:
         return _undefined(KafkaError.UNKNOWN_TOPIC_OR_PARTITION)
@@ -93,7 +93,7 @@ def _undefined(err: KafkaError) -> dict:
 
 
 @handler(ApiKey.ELECT_LEADERS, 0, 2)
-async def elect_leaders(ctx, req):
+async def elect_leaders(ctx: RequestContext, req):
     """ElectLeaders: preferred (0) or unclean (1) election of the partitions named, or of
     every partition when none are (then only those where something happened, or failed,
     are listed, as Kafka does). Any broker answers: the election is a compare-and-set in

@@ -6,6 +6,7 @@ from ...cluster.metadata import ClusterMetadata
 from ...protocol.errors import KafkaError
 from ...storage.manager import validate_topic_name
 from ..config import BrokerConfig
+from ..router import RequestContext
 
 
 def first_error(errors: dict) -> KafkaError:
@@ -43,7 +44,7 @@ async def auto_create_in_cluster(config: BrokerConfig, view: ClusterMetadata, na
     return KafkaError.NONE if err == KafkaError.TOPIC_ALREADY_EXISTS else err
 
 
-def lookup(ctx, topic: str, partition: int):
+def lookup(ctx: RequestContext, topic: str, partition: int):
     """(log, error): the partition's log, auto-creating the topic when configured on a
     single node (a cluster creates it through etcd before: auto_create_in_cluster)."""
     logs = ctx.services.logs

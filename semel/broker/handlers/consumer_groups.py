@@ -14,7 +14,7 @@ from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..auth.acl import ResourceType
 from ..auth.check import authorized_operations
-from ..router import handler
+from ..router import RequestContext, handler
 from .groups import _host
 from ..services import Services
 
@@ -38,7 +38,7 @@ def topic_catalogue(services: Services) -> dict[str, tuple[uuid.UUID, int]]:
 
 
 @handler(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, 1)
-async def consumer_group_heartbeat(ctx, req):
+async def consumer_group_heartbeat(ctx: RequestContext, req):
     v = ctx.api_version
     catalogue = topic_catalogue(ctx.services)
     names_by_id = {tid: name for name, (tid, _) in catalogue.items()}
@@ -61,7 +61,7 @@ async def consumer_group_heartbeat(ctx, req):
                    catalogue, answer.message)
 
 
-def _answer(ctx, err, member_id, epoch, assignment, catalogue, message=None):
+def _answer(ctx: RequestContext, err, member_id, epoch, assignment, catalogue, message=None):
     cls = ctx.cls()
     body = None
     if not err and assignment is not None:
@@ -79,7 +79,7 @@ def _answer(ctx, err, member_id, epoch, assignment, catalogue, message=None):
 
 
 @handler(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, 1)
-async def consumer_group_describe(ctx, req):
+async def consumer_group_describe(ctx: RequestContext, req):
     cls = ctx.cls()
     G = cls.DescribedGroup
     M = G.Member

@@ -18,7 +18,7 @@ from ...cluster.replica_manager import ReplicaManager
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ...storage.errors import CorruptLogError, OffsetOutOfRange, StorageError
-from ..router import handler
+from ..router import RequestContext, handler
 from ..services import Services
 
 log = logging.getLogger("semel.broker.fetch")
@@ -33,17 +33,16 @@ def upper_bound(plog, isolation: int) -> int:
 
 
 @handler(ApiKey.FETCH, 4, 12)
-async def fetch(ctx, req):
+async def fetch(ctx: RequestContext, req):
     services = ctx.services
     deadline = time.monotonic() + max(req.max_wait_ms, 0) / 1000
     keys = list(dict.fromkeys((t.topic, p.partition) for t in req.topics for p in t.partitions))
     # A follower's fetch (cluster only): its fetch offsets are its log ends, recorded once
     # per request; it reads up to the log end, not the high watermark.
     replicas = services.replicas if req.replica_id >= 0 else None
-    replica = replicas is not None
     refused = _replica_progress(replicas, req) if replicas is not None else {}
     while True:
-        topics, total = _read_all(ctx, req, replica, refused)
+        topics, total = _read_all(ctx, req, replicas, refused)
         remaining = deadline - time.monotonic()
         # Nothing to wait on (no partitions: Kafka answers at once) is an answer too;
         # waiting for an append that cannot come once spun the loop until the deadline.
@@ -69,7 +68,9 @@ def _replica_progress(replicas: ReplicaManager, req) -> dict:
     return refused
 
 
-def _read_all(ctx, req, replica=False, refused=None):
+def _read_all(ctx: RequestContext, req, replicas: ReplicaManager | None = None, refused=None):
+    """`replicas`: the replica manager when a follower fetches, else None."""
+    replica = replicas is not None
     cls = ctx.cls()
     T = cls.FetchableTopicResponse
     # The broker caps a response below what clients ask for (50 MiB by default):
@@ -89,29 +90,29 @@ def _read_all(ctx, req, replica=False, refused=None):
         parts = []
         for p in t.partitions:
             left, first = budget - total, total == 0
-            allowed = ctx.services.replicas.throttle_allowance(t.topic, p.partition, req.replica_id) if replica else -1
+            allowed = replicas.throttle_allowance(t.topic, p.partition, req.replica_id) if replicas is not None else -1
             if allowed >= 0:   # a reassignment's new replica, throttled: no more than the budget
                 left, first = min(left, allowed), False
             part, size = _read_partition(ctx, T.PartitionData, t.topic, p, req.isolation_level,
                                          left, first=first, replica=replica,
                                          refused=(refused or {}).get((t.topic, p.partition)))
-            if allowed >= 0:
-                ctx.services.replicas.throttle.spend(size)
+            if replicas is not None and allowed >= 0:
+                replicas.throttle.spend(size)
             total += size
             parts.append(part)
         topics.append(T(topic=t.topic, partitions=parts))
     return topics, total
 
 
-def _read_partition(ctx, P, topic, p, isolation, budget, first, replica=False, refused=None):
-    if isinstance(refused, tuple):   # KIP-320/KIP-595: no records, where to truncate instead
-        plog = ctx.services.logs.get(topic, p.partition)
+def _read_partition(ctx: RequestContext, P, topic, p, isolation, budget, first, replica=False, refused=None):
+    plog = ctx.services.logs.get(topic, p.partition) if isinstance(refused, tuple) else None
+    if plog is not None:   # KIP-320/KIP-595: no records, where to truncate instead
         epoch, end = refused
         return P(partition_index=p.partition, error_code=0, high_watermark=plog.high_watermark,
                  last_stable_offset=plog.last_stable_offset, log_start_offset=plog.log_start_offset,
                  aborted_transactions=None, diverging_epoch=P.EpochEndOffset(epoch=epoch, end_offset=end),
                  records=b""), 0
-    if refused:
+    if refused and not isinstance(refused, tuple):
         return P(partition_index=p.partition, error_code=refused, high_watermark=-1, last_stable_offset=-1,
                  log_start_offset=-1, aborted_transactions=None, records=b""), 0
     # CLUSTER-HOOK: a follower's Fetch (replica_id >= 0) passes the same leadership and
@@ -165,7 +166,7 @@ def _error_partition(P, index, err):
 
 
 @handler(ApiKey.LIST_OFFSETS, 1, 7)
-async def list_offsets(ctx, req):
+async def list_offsets(ctx: RequestContext, req):
     cls = ctx.cls()
     T = cls.ListOffsetsTopicResponse
     P = T.ListOffsetsPartitionResponse
@@ -191,7 +192,7 @@ def _leader_epoch(services: Services, topic, partition) -> int:
     return st.leader_epoch if st is not None else 0
 
 
-def _offset_for(ctx, topic, partition, timestamp, isolation):
+def _offset_for(ctx: RequestContext, topic, partition, timestamp, isolation):
     plog = ctx.services.logs.get(topic, partition)
     if plog is None:
         return KafkaError.UNKNOWN_TOPIC_OR_PARTITION, -1, -1

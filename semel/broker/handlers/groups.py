@@ -15,10 +15,10 @@ from ...protocol.errors import KafkaError
 from ..auth.acl import ResourceType
 from ..auth.check import authorized_operations
 from ..deferred import Deferred
-from ..router import handler
+from ..router import RequestContext, handler
 
 
-def _host(ctx) -> str:
+def _host(ctx: RequestContext) -> str:
     # Kafka reports the client address as "/<ip>"; clients display it as such.
     return "/" + ctx.peer.rsplit(":", 1)[0] if ctx.peer and ctx.peer != "?" else ""
 
@@ -34,7 +34,7 @@ def _answer(fut, build):
 
 
 @handler(ApiKey.JOIN_GROUP, 0, 7)
-async def join_group(ctx, req):
+async def join_group(ctx: RequestContext, req):
     v = ctx.api_version
     fut = ctx.services.group_coordinator.join_group(
         req.group_id, req.member_id or "",
@@ -65,7 +65,7 @@ async def join_group(ctx, req):
 
 
 @handler(ApiKey.SYNC_GROUP, 0, 5)
-async def sync_group(ctx, req):
+async def sync_group(ctx: RequestContext, req):
     v = ctx.api_version
     fut = ctx.services.group_coordinator.sync_group(
         req.group_id, req.generation_id, req.member_id,
@@ -82,7 +82,7 @@ async def sync_group(ctx, req):
 
 
 @handler(ApiKey.HEARTBEAT, 0, 4)
-async def heartbeat(ctx, req):
+async def heartbeat(ctx: RequestContext, req):
     err = ctx.services.group_coordinator.heartbeat(
         req.group_id, req.generation_id, req.member_id,
         req.group_instance_id if ctx.api_version >= 3 else None)
@@ -90,7 +90,7 @@ async def heartbeat(ctx, req):
 
 
 @handler(ApiKey.LEAVE_GROUP, 0, 4)
-async def leave_group(ctx, req):
+async def leave_group(ctx: RequestContext, req):
     v = ctx.api_version
     if v >= 3:
         leaving = [(m.member_id or "", m.group_instance_id) for m in req.members or ()]
@@ -109,7 +109,7 @@ async def leave_group(ctx, req):
 
 
 @handler(ApiKey.DESCRIBE_GROUPS, 0, 5)
-async def describe_groups(ctx, req):
+async def describe_groups(ctx: RequestContext, req):
     group_cls = ctx.cls().DescribedGroup
     member_cls = group_cls.DescribedGroupMember
     groups = []
@@ -128,7 +128,7 @@ async def describe_groups(ctx, req):
 
 
 @handler(ApiKey.LIST_GROUPS, 0, 5)
-async def list_groups(ctx, req):
+async def list_groups(ctx: RequestContext, req):
     v = ctx.api_version
     states = req.states_filter if v >= 4 else None
     types = {t.lower() for t in req.types_filter or ()} if v >= 5 else set()
@@ -143,7 +143,7 @@ async def list_groups(ctx, req):
 
 
 @handler(ApiKey.DELETE_GROUPS, 0, 2)
-async def delete_groups(ctx, req):
+async def delete_groups(ctx: RequestContext, req):
     fut = ctx.services.group_coordinator.delete_groups(req.groups_names or ())
     result_cls = ctx.cls().DeletableGroupResult
 

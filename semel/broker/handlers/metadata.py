@@ -9,19 +9,19 @@ from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..auth.acl import ResourceType
 from ..auth.check import authorized_operations
-from ..router import handler
+from ..router import RequestContext, handler
 from .common import auto_create_in_cluster, may_auto_create, unknown_topic
 
 ZERO_UUID = uuid.UUID(int=0)
 
 
 @handler(ApiKey.METADATA, 0, 12)
-async def metadata(ctx, req):
+async def metadata(ctx: RequestContext, req):
     build = _cluster_metadata if ctx.services.cluster is not None else _node_metadata
     return _with_authorized_operations(ctx, req, await build(ctx, req))
 
 
-def _with_authorized_operations(ctx, req, result):
+def _with_authorized_operations(ctx: RequestContext, req, result):
     """KIP-430 (v8+): what the requester may do on each topic described and (v8-v10)
     on the cluster; the request's flags are False at versions without them. Topics
     the gate denies are added after this, without operations, as Kafka answers them."""
@@ -33,7 +33,7 @@ def _with_authorized_operations(ctx, req, result):
     return result
 
 
-async def _node_metadata(ctx, req):
+async def _node_metadata(ctx: RequestContext, req):
     services = ctx.services
     cfg = services.config
     cls = ctx.cls()
@@ -57,7 +57,7 @@ async def _node_metadata(ctx, req):
                         controller_id=cfg.node_id, topics=topics)
 
 
-def _creation_asked(ctx, req) -> bool:
+def _creation_asked(ctx: RequestContext, req) -> bool:
     """May this request create the topics it names (v4+ says; before, it always may)?
     Whether the broker does is may_auto_create's part."""
     return ctx.api_version < 4 or req.allow_auto_topic_creation
@@ -89,7 +89,7 @@ def _topic_metadata(cls, logs, name, node_id):
     return T(error_code=0, name=name, topic_id=topic_id, is_internal=info.internal, partitions=parts)
 
 
-async def _cluster_metadata(ctx, req):
+async def _cluster_metadata(ctx: RequestContext, req):
     """Metadata from the cluster view: every live broker, each partition's leader,
     epoch, replicas and ISR (LEADER_NOT_AVAILABLE while a partition has none). With
     auto-creation on, an unknown legal name is created through etcd first, as on one node."""
@@ -129,7 +129,7 @@ async def _cluster_metadata(ctx, req):
                         controller_id=-1 if controller is None else controller, topics=topics)
 
 
-async def _auto_create(ctx, view: ClusterMetadata, req, missing: list[str]) -> dict[str, KafkaError]:
+async def _auto_create(ctx: RequestContext, view: ClusterMetadata, req, missing: list[str]) -> dict[str, KafkaError]:
     """{name: error to answer while it is not in this broker's view}: the creation's
     error, or LEADER_NOT_AVAILABLE (retriable, Kafka's answer for a topic being created)
     when another broker created it and the watch has not brought it here yet."""
@@ -144,7 +144,7 @@ async def _auto_create(ctx, view: ClusterMetadata, req, missing: list[str]) -> d
     return out
 
 
-def _address(ctx, info) -> tuple[str, int]:
+def _address(ctx: RequestContext, info) -> tuple[str, int]:
     """Where a client on this request's listener reaches broker `info` (a BrokerInfo): that
     broker's listener of the same name, as Kafka answers per listener, else its main one
     (a broker that registered no such listener)."""
@@ -160,7 +160,7 @@ def _cluster_requested_name(t, known):
 
 
 @handler(ApiKey.FIND_COORDINATOR, 0, 4)
-async def find_coordinator(ctx, req):
+async def find_coordinator(ctx: RequestContext, req):
     # key_type 0 = group, 1 = transaction. v4+ (KIP-699) asks for several keys at once.
     key_type = req.key_type if ctx.api_version >= 1 else 0
     if ctx.api_version >= 1 and key_type not in (0, 1):
@@ -181,7 +181,7 @@ async def find_coordinator(ctx, req):
     return ctx.response(error_code=err, error_message=None, node_id=node, host=host, port=port)
 
 
-async def _coordinator(ctx, key_type: int, key: str | None) -> tuple[KafkaError, int, str, int]:
+async def _coordinator(ctx: RequestContext, key_type: int, key: str | None) -> tuple[KafkaError, int, str, int]:
     """(error, node id, host, port) of the coordinator of `key`: this broker on a single
     node; in a cluster the leader of the key's internal partition (docs/cluster.md)."""
     member = ctx.services.cluster_member

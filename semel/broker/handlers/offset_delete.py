@@ -7,7 +7,7 @@ from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..responses import by_topic
-from ..router import handler
+from ..router import RequestContext, handler
 from .groups import _answer
 
 
@@ -21,7 +21,7 @@ def subscribed_topics(metadata: bytes) -> set[str]:
 
 
 @handler(ApiKey.OFFSET_DELETE, 0, 0)
-async def offset_delete(ctx, req):
+async def offset_delete(ctx: RequestContext, req):
     order = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
     fut = ctx.services.group_coordinator.delete_offsets(req.group_id, list(dict.fromkeys(order)), subscribed_topics)
 

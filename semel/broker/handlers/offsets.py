@@ -12,11 +12,11 @@ from __future__ import annotations
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..responses import by_topic
-from ..router import handler
+from ..router import RequestContext, handler
 from .groups import _answer
 
 
-def _partition_known(ctx, topic: str, partition: int) -> bool:
+def _partition_known(ctx: RequestContext, topic: str, partition: int) -> bool:
     try:
         return ctx.services.logs.get(topic, partition) is not None
     except Exception:  # a name storage cannot even look up is not a known partition
@@ -24,7 +24,7 @@ def _partition_known(ctx, topic: str, partition: int) -> bool:
 
 
 @handler(ApiKey.OFFSET_COMMIT, 2, 9)
-async def offset_commit(ctx, req):
+async def offset_commit(ctx: RequestContext, req):
     v = ctx.api_version
     offsets: dict[tuple[str, int], tuple[int, int, str | None]] = {}
     refused: dict[tuple[str, int], KafkaError] = {}
@@ -59,7 +59,7 @@ async def offset_commit(ctx, req):
 
 
 @handler(ApiKey.OFFSET_FETCH, 1, 7)
-async def offset_fetch(ctx, req):
+async def offset_fetch(ctx: RequestContext, req):
     v = ctx.api_version
     wanted = None
     if req.topics is not None:

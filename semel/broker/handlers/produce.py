@@ -24,7 +24,7 @@ from ...protocol.produce_response import ProduceAnswer, ProducePartitionAnswer, 
 from ...storage import compaction
 from ...storage.errors import AppendError, StorageError
 from ..connection import Deferred
-from ..router import handler
+from ..router import RequestContext, handler
 from .common import auto_create_in_cluster, lookup, may_auto_create, unknown_topic
 from ..config import BrokerConfig
 from ..services import Services
@@ -57,7 +57,7 @@ LOOP_WRITE_BUDGET_BYTES = 8 * 1024 * 1024
 
 
 @handler(ApiKey.PRODUCE, 3, 9)
-async def produce(ctx, req):
+async def produce(ctx: RequestContext, req):
     acks = req.acks
     results: list[tuple[str, list[_PartitionResult]]] = []
     single = len(req.topic_data) == 1 and len(req.topic_data[0].partition_data) == 1
@@ -93,7 +93,7 @@ def _flush_soon(services: Services, results) -> None:
         task.add_done_callback(_FLUSHING.discard)
 
 
-def _all_flushed(ctx, results) -> bool:
+def _all_flushed(ctx: RequestContext, results) -> bool:
     """acks=all on one node: is every appended batch on disk already? A large append
     is fsynced by its own write (write-through, PartitionLog.append_async), so most
     Produce requests are answered without a group-commit round; the rest wait for one."""
@@ -102,7 +102,7 @@ def _all_flushed(ctx, results) -> bool:
     return all(p.log is None or p.log.flushed_offset >= p.upto for _, parts in results for p in parts)
 
 
-async def _append_partition(ctx, req, topic: str, pdata, budget: list[int]) -> _PartitionResult:
+async def _append_partition(ctx: RequestContext, req, topic: str, pdata, budget: list[int]) -> _PartitionResult:
     services = ctx.services
     if topic.startswith("__"):
         return _PartitionResult(pdata.index, KafkaError.INVALID_TOPIC_EXCEPTION, message="internal topic")
@@ -174,7 +174,7 @@ def _debug_refusal(req, topic, partition, batches, what, offset=None) -> None:
                   getattr(what, "name", what), "" if offset is None else f" (original offset {offset})")
 
 
-def _check_keys(ctx, topic, partition, data, batches) -> _PartitionResult | None:
+def _check_keys(ctx: RequestContext, topic, partition, data, batches) -> _PartitionResult | None:
     """A compacted topic takes only keyed records (Kafka: INVALID_RECORD for the whole
     batch, naming each keyless record by its index, KIP-467, so a client can tell the
     bad records from the ones refused with them). None when the records may go in."""
@@ -193,7 +193,7 @@ def _check_keys(ctx, topic, partition, data, batches) -> _PartitionResult | None
         record_errors=[RecordError(i, f"record {i} of the batch has no key; {why}") for i in keyless])
 
 
-def _check_transactional(ctx, req, topic, partition, batches) -> KafkaError:
+def _check_transactional(ctx: RequestContext, req, topic, partition, batches) -> KafkaError:
     """A transactional batch must come with the request's transactional id, and
     its partition must be part of that producer's ongoing transaction."""
     if any(h.is_control for _, h in batches):
@@ -213,7 +213,7 @@ def _check_transactional(ctx, req, topic, partition, batches) -> KafkaError:
     return KafkaError.NONE
 
 
-async def _after_flush(ctx, req, results):
+async def _after_flush(ctx: RequestContext, req, results):
     if ctx.services.replicas is None:
         await _durable_each(ctx.services, [(name, part) for name, parts in results for part in parts
                                          if part.log is not None])
@@ -239,7 +239,7 @@ async def _durable_each(services: Services, parts: list[tuple[str, _PartitionRes
             services.notifier.notify(topic, part.index)
 
 
-async def _settle(ctx, req, topic: str, part: _PartitionResult) -> None:
+async def _settle(ctx: RequestContext, req, topic: str, part: _PartitionResult) -> None:
     """acks=all: the batch is on disk here (flush policy) and, in a cluster, the high
     watermark has passed it (every ISR member holds it). The two waits run together:
     followers fetch from the page cache while the leader's fsync is under way."""
@@ -272,7 +272,7 @@ async def _durable(services: Services, part: _PartitionResult) -> KafkaError:
     return KafkaError.NONE
 
 
-def _response(ctx, results):
+def _response(ctx: RequestContext, results):
     """Plain answer objects (protocol.produce_response): kafka-python's cost tens of
     microseconds per partition to build and encode, paid by every Produce."""
     topics = []

@@ -12,11 +12,11 @@ from ...cluster.topic_sync import is_internal
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ...storage.manager import validate_topic_config, validate_topic_name
-from ..router import handler
+from ..router import RequestContext, handler
 
 
 @handler(ApiKey.CREATE_TOPICS, 2, 7)
-async def create_topics(ctx, req):
+async def create_topics(ctx: RequestContext, req):
     cls = ctx.cls()
     results = []
     for t in req.topics:
@@ -32,7 +32,7 @@ async def create_topics(ctx, req):
     return ctx.response(throttle_time_ms=0, topics=results)
 
 
-async def _create_in_cluster(ctx, t, validate_only: bool):
+async def _create_in_cluster(ctx: RequestContext, t, validate_only: bool):
     """(error, message, partitions, replication factor): the assignment is decided here
     (Kafka's spread over the live brokers, or the request's own) and written to etcd in
     one create-if-absent transaction; every broker then opens the logs (ClusterMember)."""
@@ -78,7 +78,7 @@ async def _create_in_cluster(ctx, t, validate_only: bool):
     return err, (None if err == 0 else "topic exists"), len(assignment), rf
 
 
-def _create_one(ctx, t, validate_only: bool):
+def _create_one(ctx: RequestContext, t, validate_only: bool):
     if t.assignments:
         # An explicit assignment (num_partitions = replication_factor = -1 on the wire)
         # names every partition; Kafka refuses it mixed with a count.
@@ -109,20 +109,20 @@ def _create_one(ctx, t, validate_only: bool):
     return err, (None if err == 0 else (logs.last_error_message or err.name)), nparts
 
 
-def _partition_count(ctx, t) -> int:
+def _partition_count(ctx: RequestContext, t) -> int:
     if t.assignments:
         return len(t.assignments)
     return t.num_partitions if t.num_partitions != -1 else ctx.services.config.default_partitions
 
 
-def _check_create_assignment(ctx, assignments) -> tuple[KafkaError, str]:
+def _check_create_assignment(ctx: RequestContext, assignments) -> tuple[KafkaError, str]:
     """Partitions 0..n-1 each once, each on this broker (the only one)."""
     if sorted(a.partition_index for a in assignments) != list(range(len(assignments))):
         return KafkaError.INVALID_REPLICA_ASSIGNMENT, "assigned partitions must be 0..n-1, each once"
     return _check_brokers(ctx, (a.broker_ids for a in assignments))
 
 
-def _check_brokers(ctx, replica_lists) -> tuple[KafkaError, str]:
+def _check_brokers(ctx: RequestContext, replica_lists) -> tuple[KafkaError, str]:
     node = ctx.services.config.node_id
     if any(list(ids) != [node] for ids in replica_lists):
         return KafkaError.INVALID_REPLICA_ASSIGNMENT, f"this cluster has one broker, id {node}"
@@ -130,7 +130,7 @@ def _check_brokers(ctx, replica_lists) -> tuple[KafkaError, str]:
 
 
 @handler(ApiKey.DELETE_TOPICS, 1, 6)
-async def delete_topics(ctx, req):
+async def delete_topics(ctx: RequestContext, req):
     cls = ctx.cls()
     names = [t.name for t in req.topics] if ctx.api_version >= 6 else list(req.topic_names)
     if ctx.services.cluster is not None:
@@ -157,7 +157,7 @@ async def delete_topics(ctx, req):
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-async def _delete_in_cluster(ctx, name, topic_id):
+async def _delete_in_cluster(ctx: RequestContext, name, topic_id):
     """(name, error, message): the topic marked deleted in etcd by compare-and-set (its
     partitions go in the same transaction); this broker's logs are gone before the answer,
     the others' as their watch delivers it. By name, or by topic id (v6)."""
@@ -179,7 +179,7 @@ async def _delete_in_cluster(ctx, name, topic_id):
 
 
 @handler(ApiKey.CREATE_PARTITIONS, 0, 3)
-async def create_partitions(ctx, req):
+async def create_partitions(ctx: RequestContext, req):
     cls = ctx.cls()
     names = [t.name for t in req.topics]
     results = []
@@ -195,7 +195,7 @@ async def create_partitions(ctx, req):
     return ctx.response(throttle_time_ms=0, results=results)
 
 
-async def _grow_in_cluster(ctx, t, validate_only: bool) -> tuple[KafkaError, str]:
+async def _grow_in_cluster(ctx: RequestContext, t, validate_only: bool) -> tuple[KafkaError, str]:
     """New partitions written to etcd with the topic's new count in one transaction on the
     topic's version (decided again when it lost); each led by its first replica at epoch 0
     with ISR = replicas, like a new topic's; every broker then opens their logs."""
@@ -239,7 +239,7 @@ def _decide_growth(t, live: list[int], cap: int, info):
     return KafkaError.NONE, "", lists
 
 
-def _grow_one(ctx, t, validate_only: bool) -> tuple[KafkaError, str]:
+def _grow_one(ctx: RequestContext, t, validate_only: bool) -> tuple[KafkaError, str]:
     """Kafka's checks in its order: topic known, count grows, assignment fits the new partitions."""
     logs = ctx.services.logs
     info = logs.topics().get(t.name)
@@ -262,7 +262,7 @@ def _grow_one(ctx, t, validate_only: bool) -> tuple[KafkaError, str]:
     return err, logs.last_error_message
 
 
-def _check_assignment(ctx, assignments, new: int) -> tuple[KafkaError, str]:
+def _check_assignment(ctx: RequestContext, assignments, new: int) -> tuple[KafkaError, str]:
     if len(assignments) != new:
         return KafkaError.INVALID_REPLICA_ASSIGNMENT, (
             f"{len(assignments)} assignments given for {new} new partitions")

@@ -17,6 +17,7 @@ import asyncio
 import logging
 import re
 
+from ...cluster.coordinator_partitions import TxnCoordinators
 from ...cluster.member import check_leader
 from ...cluster.txn_markers import is_coordinator_client
 from ...clock import wall_ms
@@ -27,7 +28,7 @@ from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ...storage.errors import AppendError, StorageError
 from ..responses import by_topic
-from ..router import handler
+from ..router import RequestContext, handler
 
 log = logging.getLogger("semel.broker.txn_admin")
 
@@ -49,13 +50,13 @@ _NEVER_LISTED = frozenset({"PrepareEpochFence"})
 LIVE = frozenset({TxnState.ONGOING}) | PREPARED
 
 
-def _transactions(ctx) -> list:
+def _transactions(ctx: RequestContext) -> list:
     """A snapshot of the coordinator's transactional ids (TxnMeta objects, never changed here)."""
     txns = ctx.services.txn_coordinator
     return [] if txns is None else list(txns.txns.values())
 
 
-def _find(ctx, txn_id: str):
+def _find(ctx: RequestContext, txn_id: str):
     txns = ctx.services.txn_coordinator
     return None if txns is None else txns.txns.get(txn_id)
 
@@ -67,18 +68,19 @@ def _now_ms() -> int:
 # --- DescribeTransactions ---------------------------------------------------------------
 
 @handler(ApiKey.DESCRIBE_TRANSACTIONS, 0, 0)
-async def describe_transactions(ctx, req):
+async def describe_transactions(ctx: RequestContext, req):
     T = ctx.cls().TransactionState
     return ctx.response(throttle_time_ms=0, transaction_states=[
         _describe_one(ctx, T, txn_id) for txn_id in req.transactional_ids or ()])
 
 
-def _describe_one(ctx, T, txn_id: str):
+def _describe_one(ctx: RequestContext, T, txn_id: str):
     if not ctx.authorize("DESCRIBE", "TRANSACTIONAL_ID", txn_id):
         return _not_described(T, txn_id, KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-    if ctx.services.cluster_member is not None:
+    coordinators = ctx.services.txn_coordinator
+    if isinstance(coordinators, TxnCoordinators):
         # Kafka: only the id's coordinator describes it (NOT_COORDINATOR elsewhere).
-        err = ctx.services.txn_coordinator.error_for(txn_id)
+        err = coordinators.error_for(txn_id)
         if err:
             return _not_described(T, txn_id, err)
     meta = _find(ctx, txn_id) if txn_id else None
@@ -104,7 +106,7 @@ def _not_described(T, txn_id: str, err: KafkaError):
 # --- ListTransactions -------------------------------------------------------------------
 
 @handler(ApiKey.LIST_TRANSACTIONS, 0, 2)
-async def list_transactions(ctx, req):
+async def list_transactions(ctx: RequestContext, req):
     v = ctx.api_version
     wanted_states = set(req.state_filters or ())
     unknown = sorted(s for s in wanted_states if s not in _STATE_BY_NAME and s not in _NEVER_LISTED)
@@ -139,7 +141,7 @@ async def list_transactions(ctx, req):
 # --- DescribeProducers ------------------------------------------------------------------
 
 @handler(ApiKey.DESCRIBE_PRODUCERS, 0, 0)
-async def describe_producers(ctx, req):
+async def describe_producers(ctx: RequestContext, req):
     cls = ctx.cls()
     T = cls.TopicResponse
     P = T.PartitionResponse
@@ -178,7 +180,7 @@ def _producer_row(S, e):
 # --- WriteTxnMarkers (admin abort) ----------------------------------------------------------
 
 @handler(ApiKey.WRITE_TXN_MARKERS, 0, 1)
-async def write_txn_markers(ctx, req):
+async def write_txn_markers(ctx: RequestContext, req):
     R = ctx.cls().WritableTxnMarkerResult
     T = R.WritableTxnMarkerTopicResult
     # Kafka: markers are a cluster action (brokers write them; an admin abort needs the same right).
@@ -201,7 +203,7 @@ async def write_txn_markers(ctx, req):
     return ctx.response(markers=out)
 
 
-async def _coordinator_markers(ctx, markers, wanted) -> list[list[KafkaError]]:
+async def _coordinator_markers(ctx: RequestContext, markers, wanted) -> list[list[KafkaError]]:
     """Markers sent by the transaction coordinator on another broker (Kafka's use of
     WriteTxnMarkers), written as decided by the partitions' leader and answered once
     durable and replicated; the coordinator retries any error. Every marker of one
@@ -222,7 +224,7 @@ async def _coordinator_markers(ctx, markers, wanted) -> list[list[KafkaError]]:
     return errs
 
 
-async def _coordinator_partition(ctx, tp: tuple[str, int], commit: bool, coordinator_epoch: int,
+async def _coordinator_partition(ctx: RequestContext, tp: tuple[str, int], commit: bool, coordinator_epoch: int,
                                  markers: list) -> list[KafkaError]:
     """The markers of one partition (one result and coordinator epoch): one error each."""
     topic, partition = tp
@@ -244,7 +246,7 @@ async def _coordinator_partition(ctx, tp: tuple[str, int], commit: bool, coordin
     return [err] * len(markers)
 
 
-async def _offsets_marker(ctx, marker, partition: int) -> KafkaError:
+async def _offsets_marker(ctx: RequestContext, marker, partition: int) -> KafkaError:
     """The offsets "marker" of a transaction whose coordinator sits on another broker:
     the group coordinator of that __consumer_offsets partition here (its leader) writes
     it and makes the transaction's offsets committed or drops them, answering once
@@ -259,7 +261,7 @@ async def _offsets_marker(ctx, marker, partition: int) -> KafkaError:
                                       bool(marker.transaction_result))
 
 
-async def _abort_partition(ctx, marker, tp: tuple[str, int]) -> KafkaError:
+async def _abort_partition(ctx: RequestContext, marker, tp: tuple[str, int]) -> KafkaError:
     """Write an ABORT marker for a transaction nobody else will end.
 
     Refused (nothing written) when it would contradict the coordinator: a COMMIT
@@ -296,7 +298,7 @@ async def _abort_partition(ctx, marker, tp: tuple[str, int]) -> KafkaError:
     return KafkaError.NONE
 
 
-def _coordinator_owner(ctx, producer_id: int, tp: tuple[str, int]):
+def _coordinator_owner(ctx: RequestContext, producer_id: int, tp: tuple[str, int]):
     """The coordinator's live transaction of producer_id that includes tp, if any."""
     for meta in _transactions(ctx):
         if meta.producer_id == producer_id and meta.state in LIVE and tp in meta.parts():
