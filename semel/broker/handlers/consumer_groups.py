@@ -15,7 +15,7 @@ from ...protocol.errors import KafkaError
 from ..auth.acl import ResourceType
 from ..auth.check import authorized_operations
 from ..router import RequestContext, handler
-from .groups import _host
+from .groups import requester_host
 from ..services import Services
 
 _DELETING = "deleting"
@@ -53,7 +53,7 @@ async def consumer_group_heartbeat(ctx: RequestContext, req):
         topics=tuple(req.subscribed_topic_names) if req.subscribed_topic_names is not None else None,
         regex=req.subscribed_topic_regex if v >= 1 else None,
         assignor=req.server_assignor, owned=owned,
-        client_id=ctx.client_id or "", client_host=_host(ctx),
+        client_id=ctx.client_id or "", client_host=requester_host(ctx),
         coordinator_names_member=v == 0)
     answer = await ctx.services.group_coordinator.consumer_group_heartbeat(
         req.group_id, hb, {name: count for name, (_, count) in catalogue.items()})

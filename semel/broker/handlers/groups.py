@@ -18,12 +18,12 @@ from ..deferred import Deferred
 from ..router import RequestContext, handler
 
 
-def _host(ctx: RequestContext) -> str:
+def requester_host(ctx: RequestContext) -> str:
     # Kafka reports the client address as "/<ip>"; clients display it as such.
     return "/" + ctx.peer.rsplit(":", 1)[0] if ctx.peer and ctx.peer != "?" else ""
 
 
-def _answer(fut, build):
+def answer_when_done(fut, build):
     """A response now when the future is already done, else a Deferred one."""
     if fut.done():
         return build(fut.result())
@@ -44,7 +44,7 @@ async def join_group(ctx: RequestContext, req):
         rebalance_timeout_ms=req.rebalance_timeout_ms if v >= 1 else -1,
         group_instance_id=req.group_instance_id if v >= 5 else None,
         client_id=ctx.client_id or "",
-        client_host=_host(ctx),
+        client_host=requester_host(ctx),
         require_known_member_id=v >= 4,
     )
 
@@ -61,7 +61,7 @@ async def join_group(ctx: RequestContext, req):
             members=[member_cls(member_id=mid, group_instance_id=inst, metadata=meta)
                      for mid, inst, meta in res.members],
         )
-    return _answer(fut, build)
+    return answer_when_done(fut, build)
 
 
 @handler(ApiKey.SYNC_GROUP, 0, 5)
@@ -78,7 +78,7 @@ async def sync_group(ctx: RequestContext, req):
     def build(res):
         return ctx.response(error_code=res.error, assignment=res.assignment,
                             protocol_type=res.protocol_type, protocol_name=res.protocol_name)
-    return _answer(fut, build)
+    return answer_when_done(fut, build)
 
 
 @handler(ApiKey.HEARTBEAT, 0, 4)
@@ -149,4 +149,4 @@ async def delete_groups(ctx: RequestContext, req):
 
     def build(results):
         return ctx.response(results=[result_cls(group_id=gid, error_code=e) for gid, e in results.items()])
-    return _answer(fut, build)
+    return answer_when_done(fut, build)

@@ -8,7 +8,7 @@ from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..responses import by_topic
 from ..router import RequestContext, handler
-from .groups import _answer
+from .groups import answer_when_done
 
 
 def subscribed_topics(metadata: bytes) -> set[str]:
@@ -35,4 +35,4 @@ async def offset_delete(ctx: RequestContext, req):
                            lambda p, e: P(partition_index=p, error_code=e))
         return ctx.response(error_code=KafkaError.NONE, throttle_time_ms=0,
                             topics=[T(name=n, partitions=ps) for n, ps in grouped.items()])
-    return _answer(fut, build)
+    return answer_when_done(fut, build)

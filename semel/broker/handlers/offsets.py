@@ -13,7 +13,7 @@ from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..responses import by_topic
 from ..router import RequestContext, handler
-from .groups import _answer
+from .groups import answer_when_done
 
 
 def _partition_known(ctx: RequestContext, topic: str, partition: int) -> bool:
@@ -55,7 +55,7 @@ async def offset_commit(ctx: RequestContext, req):
 
     if fut is None:
         return build({})
-    return _answer(fut, build)
+    return answer_when_done(fut, build)
 
 
 @handler(ApiKey.OFFSET_FETCH, 1, 7)
