@@ -50,8 +50,8 @@ def test_decision_alone_makes_the_whole_batch_visible_only_in_mode_a(spark_broke
     o = opts(bs, f"amd{mode}", topic, mode)
     msgs = two_branches(o, 0)
     with monkeypatch.context() as m:
-        m.setattr(spark_decision, "_end_branch", lambda *a: None)     # the crash: no branch is ended by the driver
-        m.setattr(spark_decision, "_fence_losers", lambda *a: None)
+        m.setattr(spark_decision, "end_branch", lambda *a: None)     # the crash: no branch is ended by the driver
+        m.setattr(spark_decision, "fence_losers", lambda *a: None)
         spark_decision.commit_batch(o, msgs, 0)
     want = sorted(f"p{p}-{i}" for p in (0, 1) for i in range(3))
     if mode == "true":
