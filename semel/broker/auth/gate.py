@@ -8,13 +8,14 @@ answers the denied ones with TOPIC_AUTHORIZATION_FAILED, so a denial writes
 nothing. Handlers added later call `ctx.authorize(...)` themselves (the ops APIs)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 from ...coordinator.txn_branches import branch_of
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..deferred import Deferred
+from ..refusal import (CREATE_PARTITIONS, CREATE_TOPICS, FETCH, LEADER_EPOCH, LIST_OFFSETS, OFFSET_COMMIT, PRODUCE,
+                       TopicShape, add_partitions_answer, entry_class, refuse, topic_entry)
 from ..router import RequestContext
 from .acl import CLUSTER_NAME, Operation as Op, ResourceType as Rt
 from .check import authorize_any
@@ -49,10 +50,6 @@ async def guarded(ctx: RequestContext, body, fn):
 
 # --- whole-request checks ---------------------------------------------------------
 
-def _deny(ctx: RequestContext, code: KafkaError, **extra):
-    return ctx.response(error_code=code, **extra)
-
-
 def _txn_id(body) -> str | None:
     return getattr(body, "transactional_id", None)
 
@@ -60,7 +57,7 @@ def _txn_id(body) -> str | None:
 def _single(op: Op, rtype: Rt, name_of, code: KafkaError):
     async def rule(ctx: RequestContext, body, fn):
         if not ctx.authorize(op, rtype, name_of(body)):
-            return _deny(ctx, code)
+            return refuse(ctx, body, code)
         return await fn(ctx, body)
     return rule
 
@@ -74,7 +71,7 @@ def _acl_change(req_list: str, resp_list: str):
     async def rule(ctx: RequestContext, body, fn):
         if ctx.authorize(Op.ALTER, Rt.CLUSTER, CLUSTER_NAME):
             return await fn(ctx, body)
-        R = _entry_class(ctx.cls(), resp_list)
+        R = entry_class(ctx.cls(), resp_list)
         return ctx.response(**{resp_list: [R(error_code=E.CLUSTER_AUTHORIZATION_FAILED, error_message="denied")
                                            for _ in getattr(body, req_list) or ()]})
     return rule
@@ -84,7 +81,7 @@ async def _alter_scram(ctx: RequestContext, body, fn):
     """AlterUserScramCredentials: Alter on the cluster, else every user named is denied."""
     if ctx.authorize(Op.ALTER, Rt.CLUSTER, CLUSTER_NAME):
         return await fn(ctx, body)
-    R = _entry_class(ctx.cls(), "results")
+    R = entry_class(ctx.cls(), "results")
     names = dict.fromkeys(e.name for e in [*(body.deletions or []), *(body.upsertions or [])])
     return ctx.response(throttle_time_ms=0, results=[
         R(user=n, error_code=E.CLUSTER_AUTHORIZATION_FAILED, error_message="Cluster authorization failed.")
@@ -95,7 +92,7 @@ def _cluster(op: Op):
     """DescribeAcls, DescribeCluster: top-level error and message."""
     async def rule(ctx: RequestContext, body, fn):
         if not ctx.authorize(op, Rt.CLUSTER, CLUSTER_NAME):
-            return _deny(ctx, E.CLUSTER_AUTHORIZATION_FAILED, error_message="Cluster authorization failed.")
+            return refuse(ctx, body, E.CLUSTER_AUTHORIZATION_FAILED, error_message="Cluster authorization failed.")
         return await fn(ctx, body)
     return rule
 
@@ -104,18 +101,18 @@ async def _init_producer_id(ctx: RequestContext, body, fn):
     tid = _txn_id(body)
     if tid is not None:
         if not ctx.authorize(Op.WRITE, Rt.TRANSACTIONAL_ID, tid):
-            return _deny(ctx, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, producer_id=-1, producer_epoch=-1)
+            return refuse(ctx, body, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     elif not (authorize_any(ctx, Op.WRITE, Rt.TRANSACTIONAL_ID)
               or ctx.authorize(Op.IDEMPOTENT_WRITE, Rt.CLUSTER, CLUSTER_NAME)):
-        return _deny(ctx, E.CLUSTER_AUTHORIZATION_FAILED, producer_id=-1, producer_epoch=-1)
+        return refuse(ctx, body, E.CLUSTER_AUTHORIZATION_FAILED)
     return await fn(ctx, body)
 
 
 async def _add_offsets_to_txn(ctx: RequestContext, body, fn):
     if not ctx.authorize(Op.WRITE, Rt.TRANSACTIONAL_ID, body.transactional_id):
-        return _deny(ctx, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        return refuse(ctx, body, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     if not ctx.authorize(Op.READ, Rt.GROUP, body.group_id):
-        return _deny(ctx, E.GROUP_AUTHORIZATION_FAILED)
+        return refuse(ctx, body, E.GROUP_AUTHORIZATION_FAILED)
     return await fn(ctx, body)
 
 
@@ -125,7 +122,7 @@ async def _find_coordinator(ctx: RequestContext, body, fn):
     keys = getattr(body, "coordinator_keys", None)
     if ctx.api_version < 4 or keys is None:
         if not ctx.authorize(Op.DESCRIBE, kind[0], body.key):
-            return _deny(ctx, kind[1], node_id=-1, host="", port=-1)
+            return refuse(ctx, body, kind[1])
         return await fn(ctx, body)
     denied = [k for k in keys if not ctx.authorize(Op.DESCRIBE, kind[0], k)]
     if not denied:
@@ -140,37 +137,6 @@ async def _find_coordinator(ctx: RequestContext, body, fn):
 
 # --- per-topic checks ---------------------------------------------------------------
 
-@dataclass(frozen=True)
-class TopicShape:
-    """Where the topics sit in one API's request and response."""
-    req_list: str
-    req_name: str
-    req_parts: str | None          # partitions list in the request topic (None: topic-level API)
-    req_index: str | None
-    resp_list: str
-    resp_name: str
-    resp_parts: str | None
-    resp_index: str | None
-    resp_error: str = "error_code"
-
-
-def _entry_class(owner_cls, field_name: str):
-    field = next(f for f in owner_cls._struct._fields if f.name == field_name)
-    # The entry class is the owner's attribute named after the field's type ("[]AclDescription").
-    return getattr(owner_cls, field.type_str.lstrip("[]"))
-
-
-def _denied_entry(ctx: RequestContext, shape: TopicShape, topic, code: KafkaError):
-    T = _entry_class(ctx.cls(), shape.resp_list)
-    name = getattr(topic, shape.req_name)
-    if shape.resp_parts is None:
-        return T(**{shape.resp_name: name, shape.resp_error: code})
-    P = _entry_class(T, shape.resp_parts)
-    parts = [P(**{shape.resp_index: getattr(p, shape.req_index), shape.resp_error: code})
-             for p in getattr(topic, shape.req_parts) or ()]
-    return T(**{shape.resp_name: name, shape.resp_parts: parts})
-
-
 async def _run_topics(ctx: RequestContext, body, fn, shape: TopicShape, denied: list, code: KafkaError):
     """The handler on the allowed topics, the denied ones answered with `code`."""
     topics = getattr(body, shape.req_list) or []
@@ -178,7 +144,7 @@ async def _run_topics(ctx: RequestContext, body, fn, shape: TopicShape, denied: 
         return await fn(ctx, body)
     gone = {id(t) for t in denied}
     allowed = [t for t in topics if id(t) not in gone]
-    entries = [_denied_entry(ctx, shape, t, code) for t in denied]
+    entries = [topic_entry(ctx, shape, t, code) for t in denied]
     if not allowed:
         return ctx.response(**{shape.resp_list: entries})
     setattr(body, shape.req_list, allowed)
@@ -225,8 +191,8 @@ def _group_read(ctx: RequestContext, body):
 async def _offset_delete(ctx: RequestContext, body, fn):
     """OffsetDelete: Delete on the group (else a top-level error), Read on each topic."""
     if not ctx.authorize(Op.DELETE, Rt.GROUP, body.group_id):
-        return _deny(ctx, E.GROUP_AUTHORIZATION_FAILED, topics=[])
-    return await _topics(Op.READ, _OFFSET_COMMIT)(ctx, body, fn)
+        return refuse(ctx, body, E.GROUP_AUTHORIZATION_FAILED)
+    return await _topics(Op.READ, OFFSET_COMMIT)(ctx, body, fn)
 
 
 def _txn_offset_commit(ctx: RequestContext, body):
@@ -259,11 +225,7 @@ async def _add_partitions_to_txn(ctx: RequestContext, body, fn):
             return await fn(ctx, body)
         codes = {id(t): E.TOPIC_AUTHORIZATION_FAILED if id(t) in bad else E.OPERATION_NOT_ATTEMPTED
                  for t in topics}
-    T = _entry_class(ctx.cls(), "results_by_topic_v3_and_below")
-    P = _entry_class(T, "results_by_partition")
-    return ctx.response(results_by_topic_v3_and_below=[
-        T(name=t.name, results_by_partition=[P(partition_index=p, partition_error_code=codes[id(t)])
-                                             for p in t.partitions]) for t in topics])
+    return add_partitions_answer(ctx, body, lambda t: codes[id(t)])
 
 
 async def _metadata(ctx: RequestContext, body, fn):
@@ -284,7 +246,7 @@ async def _metadata(ctx: RequestContext, body, fn):
         if allowed is None and not ctx.authorize(Op.DESCRIBE, Rt.TOPIC, t.name):
             continue
         keep.append(t)
-    T = _entry_class(ctx.cls(), "topics")
+    T = entry_class(ctx.cls(), "topics")
     keep += [T(name=n, error_code=E.TOPIC_AUTHORIZATION_FAILED, partitions=[]) for n in sorted(denied)]
     result.topics = keep
     return result
@@ -294,7 +256,7 @@ async def _create_topics(ctx: RequestContext, body, fn):
     cluster_ok = ctx.authorize(Op.CREATE, Rt.CLUSTER, CLUSTER_NAME)
     denied = [] if cluster_ok else [t for t in body.topics or []
                                     if not ctx.authorize(Op.CREATE, Rt.TOPIC, t.name)]
-    return await _run_topics(ctx, body, fn, _CREATE, denied, E.TOPIC_AUTHORIZATION_FAILED)
+    return await _run_topics(ctx, body, fn, CREATE_TOPICS, denied, E.TOPIC_AUTHORIZATION_FAILED)
 
 
 async def _describe_groups(ctx: RequestContext, body, fn):
@@ -304,7 +266,7 @@ async def _describe_groups(ctx: RequestContext, body, fn):
         return await fn(ctx, body)
     body.groups = [g for g in groups if g not in denied]
     result = await fn(ctx, body) if body.groups else ctx.response(groups=[])
-    G = _entry_class(ctx.cls(), "groups")
+    G = entry_class(ctx.cls(), "groups")
     result.groups = list(result.groups) + [
         G(group_id=g, error_code=E.GROUP_AUTHORIZATION_FAILED, group_state="", protocol_type="",
           protocol_data="", members=[]) for g in denied]
@@ -318,7 +280,7 @@ async def _delete_groups(ctx: RequestContext, body, fn):
     denied = [g for g in names if not ctx.authorize(Op.DELETE, Rt.GROUP, g)]
     if not denied:
         return await fn(ctx, body)
-    R = _entry_class(ctx.cls(), "results")
+    R = entry_class(ctx.cls(), "results")
     entries = [R(group_id=g, error_code=E.GROUP_AUTHORIZATION_FAILED) for g in denied]
     body.groups_names = [g for g in names if g not in denied]
     if not body.groups_names:
@@ -340,12 +302,12 @@ async def _offset_fetch(ctx: RequestContext, body, fn):
                 return _deny_offset_fetch_groups(ctx, body)
         return await fn(ctx, body)
     if not ctx.authorize(Op.DESCRIBE, Rt.GROUP, body.group_id):
-        return ctx.response(error_code=E.GROUP_AUTHORIZATION_FAILED, topics=[])
+        return refuse(ctx, body, E.GROUP_AUTHORIZATION_FAILED)
     return await fn(ctx, body)
 
 
 def _deny_offset_fetch_groups(ctx: RequestContext, body):
-    G = _entry_class(ctx.cls(), "groups")
+    G = entry_class(ctx.cls(), "groups")
     return ctx.response(groups=[G(group_id=g.group_id, topics=[],
                                   error_code=E.GROUP_AUTHORIZATION_FAILED
                                   if not ctx.authorize(Op.DESCRIBE, Rt.GROUP, g.group_id)
@@ -368,7 +330,7 @@ def _configs(op: Op, resp_list: str, **extra):
         gone = {id(r) for r in denied}
         body.resources = [r for r in resources if id(r) not in gone]
         result = await fn(ctx, body) if body.resources else ctx.response(**{resp_list: []})
-        R = _entry_class(ctx.cls(), resp_list)
+        R = entry_class(ctx.cls(), resp_list)
         setattr(result, resp_list, list(getattr(result, resp_list)) + [
             R(error_code=E.TOPIC_AUTHORIZATION_FAILED if r.resource_type == 2 else E.CLUSTER_AUTHORIZATION_FAILED,
               error_message="denied", resource_type=r.resource_type, resource_name=r.resource_name, **extra)
@@ -377,25 +339,11 @@ def _configs(op: Op, resp_list: str, **extra):
     return rule
 
 
-_PRODUCE = TopicShape("topic_data", "name", "partition_data", "index",
-                      "responses", "name", "partition_responses", "index")
-_FETCH = TopicShape("topics", "topic", "partitions", "partition",
-                    "responses", "topic", "partitions", "partition_index")
-_LIST_OFFSETS = TopicShape("topics", "name", "partitions", "partition_index",
-                           "topics", "name", "partitions", "partition_index")
-_OFFSET_COMMIT = TopicShape("topics", "name", "partitions", "partition_index",
-                            "topics", "name", "partitions", "partition_index")
-_LEADER_EPOCH = TopicShape("topics", "topic", "partitions", "partition",
-                           "topics", "topic", "partitions", "partition")
-_CREATE = TopicShape("topics", "name", None, None, "topics", "name", None, None)
-_CREATE_PARTITIONS = TopicShape("topics", "name", None, None, "results", "name", None, None)
-
-
 def _cluster_action(ctx: RequestContext) -> bool:
     return ctx.authorize(Op.CLUSTER_ACTION, Rt.CLUSTER, CLUSTER_NAME)
 
 
-_CONSUMER_FETCH = _topics(Op.READ, _FETCH)
+_CONSUMER_FETCH = _topics(Op.READ, FETCH)
 
 
 async def _fetch(ctx: RequestContext, body, fn):
@@ -410,11 +358,11 @@ async def _fetch(ctx: RequestContext, body, fn):
     if _cluster_action(ctx):
         return await fn(ctx, body)
     return ctx.response(throttle_time_ms=0, error_code=E.CLUSTER_AUTHORIZATION_FAILED, session_id=0,
-                        responses=[_denied_entry(ctx, _FETCH, t, E.TOPIC_AUTHORIZATION_FAILED)
+                        responses=[topic_entry(ctx, FETCH, t, E.TOPIC_AUTHORIZATION_FAILED)
                                    for t in body.topics or ()])
 
 
-_DESCRIBE_EPOCHS = _topics(Op.DESCRIBE, _LEADER_EPOCH)
+_DESCRIBE_EPOCHS = _topics(Op.DESCRIBE, LEADER_EPOCH)
 
 
 async def _offset_for_leader_epoch(ctx: RequestContext, body, fn):
@@ -438,7 +386,7 @@ async def _delete_topics(ctx: RequestContext, body, fn):
         body.topics = [t for t in body.topics if t.name not in denied]
         left = body.topics
     result = await fn(ctx, body) if left else ctx.response(responses=[])
-    R = _entry_class(ctx.cls(), "responses")
+    R = entry_class(ctx.cls(), "responses")
     result.responses = list(result.responses) + [R(name=n, error_code=E.TOPIC_AUTHORIZATION_FAILED)
                                                  for n in sorted(denied)]
     return result
@@ -446,11 +394,11 @@ async def _delete_topics(ctx: RequestContext, body, fn):
 
 # api key -> rule(ctx, body, handler): the answer, the handler's or a denial
 RULES: dict[int, Callable[[RequestContext, Any, Any], Awaitable[Any]]] = {
-    ApiKey.PRODUCE: _topics(Op.WRITE, _PRODUCE, whole=_produce_txn),
+    ApiKey.PRODUCE: _topics(Op.WRITE, PRODUCE, whole=_produce_txn),
     ApiKey.FETCH: _fetch,
-    ApiKey.LIST_OFFSETS: _topics(Op.DESCRIBE, _LIST_OFFSETS),
+    ApiKey.LIST_OFFSETS: _topics(Op.DESCRIBE, LIST_OFFSETS),
     ApiKey.METADATA: _metadata,
-    ApiKey.OFFSET_COMMIT: _topics(Op.READ, _OFFSET_COMMIT, whole=_group_read),
+    ApiKey.OFFSET_COMMIT: _topics(Op.READ, OFFSET_COMMIT, whole=_group_read),
     ApiKey.OFFSET_FETCH: _offset_fetch,
     ApiKey.FIND_COORDINATOR: _find_coordinator,
     ApiKey.JOIN_GROUP: _group(Op.READ),
@@ -462,20 +410,20 @@ RULES: dict[int, Callable[[RequestContext, Any, Any], Awaitable[Any]]] = {
     ApiKey.LIST_GROUPS: _list_groups,
     ApiKey.CREATE_TOPICS: _create_topics,
     ApiKey.DELETE_TOPICS: _delete_topics,
-    ApiKey.DELETE_RECORDS: _topics(Op.DELETE, _LIST_OFFSETS),
+    ApiKey.DELETE_RECORDS: _topics(Op.DELETE, LIST_OFFSETS),
     ApiKey.INIT_PRODUCER_ID: _init_producer_id,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: _offset_for_leader_epoch,
     ApiKey.ADD_PARTITIONS_TO_TXN: _add_partitions_to_txn,
     ApiKey.ADD_OFFSETS_TO_TXN: _add_offsets_to_txn,
     ApiKey.END_TXN: _single(Op.WRITE, Rt.TRANSACTIONAL_ID, lambda b: b.transactional_id,
                 E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
-    ApiKey.TXN_OFFSET_COMMIT: _topics(Op.READ, _OFFSET_COMMIT, whole=_txn_offset_commit),
+    ApiKey.TXN_OFFSET_COMMIT: _topics(Op.READ, OFFSET_COMMIT, whole=_txn_offset_commit),
     ApiKey.DESCRIBE_ACLS: _cluster(Op.DESCRIBE),
     ApiKey.CREATE_ACLS: _acl_change("creations", "results"),
     ApiKey.DELETE_ACLS: _acl_change("filters", "filter_results"),
     ApiKey.DESCRIBE_CONFIGS: _configs(Op.DESCRIBE_CONFIGS, "results", configs=[]),
     ApiKey.ALTER_CONFIGS: _configs(Op.ALTER_CONFIGS, "responses"),
-    ApiKey.CREATE_PARTITIONS: _topics(Op.ALTER, _CREATE_PARTITIONS),
+    ApiKey.CREATE_PARTITIONS: _topics(Op.ALTER, CREATE_PARTITIONS),
     ApiKey.DELETE_GROUPS: _delete_groups,
     ApiKey.OFFSET_DELETE: _offset_delete,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: _configs(Op.ALTER_CONFIGS, "responses"),

@@ -6,6 +6,7 @@ from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
 
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
+from ..refusal import refuse
 from ..responses import by_topic
 from ..router import RequestContext, handler
 from .groups import answer_when_done
@@ -30,7 +31,7 @@ async def offset_delete(ctx: RequestContext, req):
         T = ctx.cls().OffsetDeleteResponseTopic
         P = T.OffsetDeleteResponsePartition
         if err:  # a group-level error leaves the partition list empty, as in Kafka
-            return ctx.response(error_code=err, throttle_time_ms=0, topics=[])
+            return refuse(ctx, req, err)
         grouped = by_topic(((tp, per_partition.get(tp, KafkaError.NONE)) for tp in dict.fromkeys(order)),
                            lambda p, e: P(partition_index=p, error_code=e))
         return ctx.response(error_code=KafkaError.NONE, throttle_time_ms=0,

@@ -6,6 +6,7 @@ import logging
 
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
+from ..refusal import refuse
 from ..responses import by_topic
 from ..router import RequestContext, handler
 from .common import first_error
@@ -71,13 +72,13 @@ async def txn_offset_commit(ctx: RequestContext, req):
     err = _txns(ctx).verify_offsets(req.transactional_id, req.producer_id, req.producer_epoch, ctx.api_version,
                                     group_id=req.group_id)
     if err:
-        result = {tp: err for tp in offsets}
-    else:
-        generation = req.generation_id if ctx.api_version >= 3 else -1
-        member = req.member_id if ctx.api_version >= 3 else ""
-        instance = req.group_instance_id if ctx.api_version >= 3 else None
-        result = await ctx.services.group_coordinator.txn_commit_offsets(
-            req.producer_id, req.producer_epoch, req.group_id, generation, member, instance, offsets)
+        _debug("TxnOffsetCommit", req.transactional_id, err)
+        return refuse(ctx, req, err)
+    generation = req.generation_id if ctx.api_version >= 3 else -1
+    member = req.member_id if ctx.api_version >= 3 else ""
+    instance = req.group_instance_id if ctx.api_version >= 3 else None
+    result = await ctx.services.group_coordinator.txn_commit_offsets(
+        req.producer_id, req.producer_epoch, req.group_id, generation, member, instance, offsets)
     _debug("TxnOffsetCommit", req.transactional_id, first_error(result))
     T = ctx.cls().TxnOffsetCommitResponseTopic
     grouped = by_topic(result.items(), lambda p, err: T.TxnOffsetCommitResponsePartition(
