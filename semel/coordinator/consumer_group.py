@@ -68,7 +68,7 @@ class ConsumerGroups:
     classic ones) and `spawn` (the coordinator's background tasks). Owns `pending`: the
     write each group is waiting for."""
 
-    def __init__(self, ctx: GroupContext, spawn: Callable[[Coroutine[Any, Any, None]], object]) -> None:
+    def __init__(self, ctx: GroupContext, spawn: Callable[[Coroutine[Any, Any, None]], Any]) -> None:
         self._store, self._writes, self._ready = ctx.store, ctx.writes, ctx.ready
         self.timers, self.config = ctx.timers, ctx.config
         self._spawn = spawn
