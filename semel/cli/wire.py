@@ -28,11 +28,26 @@ def add_bootstrap(parsers, run) -> None:
 def run_action(args, actions: dict) -> int:
     """actions[args.action](client, args) on a connection to args.bootstrap."""
     try:
-        with Client(args.bootstrap, ssl_context=tls_context(args)) as client:
-            _login(client, args)
+        with connector(args)(args.bootstrap) as client:
             return actions[args.action](client, args)
     except ClientError as exc:
         raise CliError(str(exc)) from None
+
+
+def connector(args, timeout_s: float = 30.0):
+    """A function HOST:PORT -> Client, connected with the flags' TLS and logged in with
+    their SASL settings (for commands that talk to every broker of a cluster)."""
+    ctx = tls_context(args)
+
+    def connect(address: str) -> Client:
+        client = Client(address, timeout_s=timeout_s, ssl_context=ctx)
+        try:
+            _login(client, args)
+        except BaseException:
+            client.close()
+            raise
+        return client
+    return connect
 
 
 def tls_context(args):

@@ -7,6 +7,7 @@ serves them.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,6 +137,29 @@ def fence_transactional_id(c: Client, txn_id: str, timeout_ms: int = 60_000) -> 
     return KafkaError(resp.error_code), resp.producer_id, resp.producer_epoch
 
 
+def fence_until_settled(c: Client, txn_id: str, timeout_ms: int = 60_000,
+                        tries: int = 50) -> tuple[KafkaError, int, int]:
+    """fence_transactional_id, asked again while the coordinator answers
+    CONCURRENT_TRANSACTIONS (it is still writing an earlier transition's markers);
+    after `tries` that error is returned for the caller to explain."""
+    for _ in range(tries):
+        err, pid, epoch = fence_transactional_id(c, txn_id, timeout_ms)
+        if err != KafkaError.CONCURRENT_TRANSACTIONS:
+            break
+        time.sleep(0.1)
+    return err, pid, epoch
+
+
+# --- records -------------------------------------------------------------------------------
+
+def delete_records(c: Client, topic: str, before: dict[int, int]) -> dict[int, tuple[KafkaError, int]]:
+    """DeleteRecords: each partition's records before its offset; {partition: (error, new log start)}."""
+    T = request_class(ApiKey.DELETE_RECORDS).DeleteRecordsTopic
+    resp = c.request(ApiKey.DELETE_RECORDS, timeout_ms=30000, topics=[T(name=topic, partitions=[
+        T.DeleteRecordsPartition(partition_index=p, offset=o) for p, o in sorted(before.items())])])
+    return {r.partition_index: (KafkaError(r.error_code), r.low_watermark) for r in resp.topics[0].partitions}
+
+
 # --- groups --------------------------------------------------------------------------------
 
 def list_groups(c: Client, states: list[str] | None = None) -> list[tuple[str, str, str, str]]:
@@ -223,5 +247,5 @@ def _raise(code: int, what: str) -> None:
 __all__ = ["TxnListing", "TxnDescription", "ProducerInfo", "GroupMember", "GroupDescription",
            "describe_consumer_groups",
            "list_transactions", "describe_transactions", "describe_producers", "abort_partition",
-           "fence_transactional_id", "list_groups", "describe_groups", "delete_groups",
+           "fence_transactional_id", "fence_until_settled", "delete_records", "list_groups", "describe_groups", "delete_groups",
            "fetch_offsets", "commit_offsets"]

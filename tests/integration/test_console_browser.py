@@ -1,0 +1,155 @@
+"""`semel console` in a real browser (Debian's chromium, headless, driven by Playwright)
+against a real broker, as an operator uses it:
+
+- a transaction left open by confluent-kafka's transactional producer appears on
+  /transactions with its age and the LSO gap it causes (also on /topics), and
+  aborting it from the page (confirming the dialog that says what it will do)
+  clears the gap;
+- a consumer group's lag on /groups moves as the group consumes;
+- the live chart fills from the server-sent events without a reload;
+- a console started without --allow-writes offers no write and refuses one.
+"""
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from playwright.sync_api import expect
+
+from semel.client import Client
+from semel.protocol.errors import KafkaError
+from tests.support.brokers import module_broker_fixture
+from tests.support.console import browser_page, console_process, post, screenshot
+
+broker = module_broker_fixture("console", "--group-initial-rebalance-delay-ms", "0")
+
+
+@pytest.fixture(scope="module")
+def console(broker, tmp_path_factory):
+    with console_process(broker.bootstrap, tmp_path_factory.mktemp("console") / "console.log",
+                         "--allow-writes") as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def page(console):
+    with browser_page() as p:
+        yield p
+
+
+def _topic(bootstrap: str, name: str, partitions: int = 1) -> None:
+    with Client(bootstrap) as c:
+        assert c.create_topic(name, partitions) == KafkaError.NONE
+
+
+def test_open_transaction_shown_with_its_gap_and_aborted_from_the_page(broker, console, page, tmp_path):
+    _topic(broker.bootstrap, "payments", 2)
+    committed = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(3):
+        committed.produce("payments", f"ok-{i}".encode(), partition=0)
+    committed.flush(30)
+    stuck = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "payments-copier",
+                      "transaction.timeout.ms": 60_000})
+    stuck.init_transactions(30)
+    stuck.begin_transaction()
+    for i in range(5):
+        stuck.produce("payments", f"open-{i}".encode(), partition=0)
+    stuck.flush(30)   # sent and acknowledged; the transaction stays open
+
+    page.goto(f"{console}/transactions")
+    row = page.locator("#txn-payments-copier")
+    expect(row).to_have_attribute("data-gap", "5")
+    expect(row.locator(".holds")).to_contain_text("payments-0: 5 records")
+    expect(row).to_contain_text("Ongoing")
+    # The age counts up live (server-sent events), against the 60 s timeout.
+    expect(row.locator(".age")).to_contain_text("/ 60 s")
+    first_age = int(row.get_attribute("data-age"))
+    expect(row).not_to_have_attribute("data-age", str(first_age), timeout=10_000)
+    screenshot(page, tmp_path, "transactions")
+
+    page.goto(f"{console}/topics")
+    tp = page.locator("#tp-payments-0")
+    expect(tp).to_have_attribute("data-gap", "5")
+    expect(tp).to_have_attribute("data-hw", "8")
+    expect(tp).to_have_attribute("data-lso", "3")
+    screenshot(page, tmp_path, "topics")
+
+    page.goto(f"{console}/transactions")
+    dialogs: list[str] = []
+
+    def accept(dialog):
+        dialogs.append(dialog.message)
+        dialog.accept()
+    page.once("dialog", accept)
+    page.locator("#txn-payments-copier button").click()
+    expect(page.locator("#flash")).to_contain_text("aborted 'payments-copier'")
+    assert "Abort transaction 'payments-copier'" in dialogs[0] and "payments-0" in dialogs[0], dialogs
+    expect(page.locator("#txn-payments-copier")).to_have_count(0)
+
+    page.goto(f"{console}/topics")
+    expect(page.locator("#tp-payments-0")).to_have_attribute("data-gap", "0")
+    # The abort marker took an offset; every record is now readable under read_committed.
+    expect(page.locator("#tp-payments-0")).to_have_attribute("data-lso", "9")
+
+
+def test_group_lag_moves_as_it_consumes(broker, console, page, tmp_path):
+    _topic(broker.bootstrap, "clicks")
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(100):
+        p.produce("clicks", f"c-{i}".encode(), partition=0)
+    p.flush(30)
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "click-readers", "enable.auto.commit": False,
+                  "auto.offset.reset": "earliest"})
+    try:
+        c.assign([TopicPartition("clicks", 0, 0)])
+        got = _consume(c, 40)
+        c.commit(offsets=[TopicPartition("clicks", 0, got)], asynchronous=False)
+
+        page.goto(f"{console}/groups")
+        lag = page.locator("#lag-click-readers-clicks-0")
+        expect(lag).to_have_attribute("data-lag", "60")
+        screenshot(page, tmp_path, "groups")
+
+        got += _consume(c, 60)
+        c.commit(offsets=[TopicPartition("clicks", 0, got)], asynchronous=False)
+        expect(lag).to_have_attribute("data-lag", "0")
+    finally:
+        c.close()
+
+
+def _consume(c: Consumer, n: int) -> int:
+    got = 0
+    deadline = time.monotonic() + 60
+    while got < n:
+        assert time.monotonic() < deadline, f"consumed {got} of {n}"
+        for m in c.consume(n - got, timeout=1):
+            assert m.error() is None, m.error()
+            got += 1
+    return got
+
+
+def test_brokers_page_and_live_chart(console, page, tmp_path):
+    page.goto(f"{console}/brokers")
+    expect(page.locator("#broker-0")).to_have_attribute("data-live", "yes")
+    expect(page.locator("#broker-0")).to_contain_text("controller")
+    # The chart is fed by /events/series: its point count grows without a reload.
+    chart = page.locator("#chart")
+    expect(chart).to_have_attribute("data-points", re.compile(r"\d+"))
+    before = int(chart.get_attribute("data-points"))
+    page.wait_for_function(f"Number(document.getElementById('chart').dataset.points) > {before}")
+    screenshot(page, tmp_path, "brokers")
+    for name in ("spark", "check"):
+        page.goto(f"{console}/{name}")
+        expect(page.locator("#live")).to_contain_text("Start the console with")
+
+
+def test_read_only_console_refuses_writes(broker, page, tmp_path):
+    with console_process(broker.bootstrap, tmp_path / "console.log") as url:
+        status, body = post(url, "/actions/abort", {"key": "anything"})
+        assert status == 403 and "read-only" in body, (status, body)
+        page.goto(f"{url}/topics")
+        expect(page.locator("header .mode")).to_have_text("read-only")
+        expect(page.locator("#partitions")).to_be_visible()
+        expect(page.locator("button")).to_have_count(0)
