@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,7 @@ def build(poller: Poller, connect: Connect, allow_writes: bool, extras: Extras |
     extras = extras or Extras()
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),
                              autoescape=jinja2.select_autoescape(["html"]), trim_blocks=True, lstrip_blocks=True)
+    env.filters["clock"] = lambda ms: time.strftime("%H:%M:%S UTC", time.gmtime(ms / 1000)) if ms else "not yet"
 
     def fragment(page: str) -> str:
         ctx = {"snap": poller.snapshot, "writes": allow_writes, "plan": actions.abort_plan}

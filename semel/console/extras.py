@@ -79,17 +79,24 @@ def timeline(history: Path, summary: dict) -> dict:
                 continue
             t = ev.get("time", 0) / 1e9
             if ev.get("process") == "nemesis":
-                if ev.get("type") == "invoke" or ev.get("type") == "info":
-                    faults.append((round(t, 2), f"{ev.get('f')} {ev.get('value') or ''}".strip()))
+                if ev.get("type") == "invoke":   # a fault begins (its info event is the heal)
+                    faults.append((round(t, 2), _fault_text(ev.get("f"), ev.get("value"))))
                 continue
             if ev.get("type") in counts:
                 counts[ev["type"]][int(t // TIMELINE_BUCKET_S)] += 1
     last = max((max(c) for c in counts.values() if c), default=0)
-    anomalies = sorted((round(t, 2), name) for name, cases in (summary.get("anomalies") or {}).items()
-                       for case in cases for t in _times(case))
+    # An anomaly case is placed at the first operation it names.
+    anomalies = sorted((round(min(times), 2), name) for name, cases in (summary.get("anomalies") or {}).items()
+                       for case in cases if (times := _times(case)))
     return {"t": [b * TIMELINE_BUCKET_S for b in range(last + 1)],
             **{k: [c.get(b, 0) for b in range(last + 1)] for k, c in counts.items()},
             "faults": faults, "anomalies": anomalies}
+
+
+def _fault_text(name, value) -> str:
+    if isinstance(value, dict):
+        return " ".join([str(name)] + [f"{k}={v}" for k, v in value.items()])
+    return f"{name} {value}" if value not in (None, "") else str(name)
 
 
 def _times(case) -> list[float]:

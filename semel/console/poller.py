@@ -28,7 +28,7 @@ class Poller:
         self.interval_s = interval_s
         self.known: dict[int, str] = {}
         self.history: deque[Point] = deque(maxlen=max(2, int(history_s / interval_s)))
-        self.snapshot: Snapshot = Snapshot(time_ms=0, errors=["reading the cluster..."])
+        self.snapshot: Snapshot = Snapshot(time_ms=0)   # until the first read
         self.version = 0              # bumped on every stored snapshot (the live pages wait on it)
         self._wake = threading.Event()       # read again now: a write action, or stop()
         self._closed = threading.Event()

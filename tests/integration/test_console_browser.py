@@ -11,7 +11,10 @@ against a real broker, as an operator uses it:
 """
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
 import time
 
 import pytest
@@ -118,6 +121,21 @@ def test_group_lag_moves_as_it_consumes(broker, console, page, tmp_path):
     finally:
         c.close()
 
+    # Writes from the page: the group (it has no members: the consumer assigned its
+    # partition itself) is reset to the earliest offsets, then the topic's records are
+    # deleted up to the high watermark, each after a confirmation saying what it does.
+    page.once("dialog", lambda d: d.accept() if "Commit the earliest offsets of 1 partition(s) for group "
+              "click-readers" in d.message else d.dismiss())
+    page.locator("#group-click-readers button", has_text="reset to earliest").click()
+    expect(page.locator("#flash")).to_contain_text("reset 1 partition(s) of group click-readers")
+    expect(lag).to_have_attribute("data-lag", "100")
+
+    page.goto(f"{console}/topics")
+    page.once("dialog", lambda d: d.accept() if "before offset 100" in d.message else d.dismiss())
+    page.locator("#tp-clicks-0 button").click()
+    expect(page.locator("#flash")).to_contain_text("clicks-0: records before 100 deleted; log start now 100")
+    expect(page.locator("#tp-clicks-0")).to_have_attribute("data-start", "100")
+
 
 def _consume(c: Consumer, n: int) -> int:
     got = 0
@@ -145,11 +163,34 @@ def test_brokers_page_and_live_chart(console, page, tmp_path):
         expect(page.locator("#live")).to_contain_text("Start the console with")
 
 
-def test_read_only_console_refuses_writes(broker, page, tmp_path):
-    with console_process(broker.bootstrap, tmp_path / "console.log") as url:
+@pytest.fixture()
+def console_bin_args(broker, tmp_path):
+    """console_process's arguments for a second, read-only console on the same broker."""
+    return broker.bootstrap, tmp_path / "console-2.log"
+
+
+def test_read_only_console_refuses_writes(console_bin_args, page):
+    with console_process(*console_bin_args) as url:
         status, body = post(url, "/actions/abort", {"key": "anything"})
         assert status == 403 and "read-only" in body, (status, body)
         page.goto(f"{url}/topics")
         expect(page.locator("header .mode")).to_have_text("read-only")
         expect(page.locator("#partitions")).to_be_visible()
         expect(page.locator("button")).to_have_count(0)
+
+
+def test_check_report_page(console_bin_args, page, tmp_path):
+    """A real `semel check` run (a few seconds against its own broker, killed twice) shown
+    on /check: the verdict, the timeline of its history, and the faults in time order."""
+    out = tmp_path / "check"
+    r = subprocess.run([sys.executable, "-m", "semel", "check", "--spawn-semel", "--duration", "4", "--seed", "7",
+                        "--faults", "broker-kill", "--fault-interval", "1", "2", "--no-plot", "--out", str(out)],
+                       capture_output=True, text=True, timeout=240)
+    assert (out / "summary.json").exists(), r.stdout[-3000:] + r.stderr[-3000:]
+    valid = json.loads((out / "summary.json").read_text())["valid"]
+    with console_process(*console_bin_args, "--check-report", str(out)) as url:
+        page.goto(f"{url}/check")
+        expect(page.locator("#verdict")).to_contain_text("VALID" if valid else "INVALID")
+        expect(page.locator("#timeline canvas")).to_be_attached()
+        expect(page.locator("#events")).to_contain_text("fault: kill-broker down_s=")
+        screenshot(page, tmp_path, "check")
