@@ -2,15 +2,22 @@
 real 3-broker cluster: a killed broker shows as down on /brokers, the partitions it
 led move to live leaders on /topics, and the console keeps answering throughout; an
 open transaction shows the gap it holds on a replicated partition, read from the
-partition's leader and the transaction's coordinator, wherever they are.
+partition's leader and the transaction's coordinator, wherever they are. The
+brokers' Prometheus endpoints agree: the survivors report the shrunken ISRs and
+count the partitions as under-replicated.
 """
 from __future__ import annotations
+
+import urllib.request
 
 import pytest
 from confluent_kafka import Producer
 from playwright.sync_api import expect
+from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.cluster import all_led, create_replicated, fill, module_cluster, partitions
+from semel.launch.local_cluster import LocalCluster
+from semel.launch.process import free_port
+from tests.support.cluster import all_led, create_replicated, fill, partitions, wait_brokers
 from tests.support.console import browser_page, console_process, screenshot
 from tests.support.wait import until
 
@@ -20,11 +27,26 @@ PARTS = 3
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    with module_cluster(tmp_path_factory, "console-cluster", 3, 2) as c:
+    c = LocalCluster(tmp_path_factory.mktemp("console-cluster"), 3, lease_ttl_s=2)
+    for b in c.brokers:   # each broker's Prometheus endpoint (the replication gauges)
+        b.metrics_port = free_port()
+        b.extra_args += ["--metrics-port", str(b.metrics_port)]
+    try:
+        c.start()
+        wait_brokers(c, {0, 1, 2})
         create_replicated(c, [TOPIC], PARTS)
         until(lambda: all_led(c, [TOPIC], full_isr=True), "every partition led, all replicas in sync")
         fill(c, TOPIC, 30, PARTS)
         yield c
+    finally:
+        c.stop()
+        c.close()
+
+
+def _gauges(port: int) -> dict[str, float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    return {s.name + repr(sorted(s.labels.items())): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
 
 
 def test_open_transaction_on_a_replicated_partition(cluster, tmp_path):
@@ -67,3 +89,14 @@ def test_killed_broker_shown_down_and_its_partitions_move(cluster, tmp_path):
         # Its replicas left the ISR: those partitions are highlighted as under-replicated.
         expect(page.locator(f"#tp-{TOPIC}-{moved[0]}")).to_have_class("warn", timeout=60_000)
         screenshot(page, tmp_path, "topics-cluster")
+
+    # The brokers' Prometheus endpoints say the same: every partition of TOPIC is led by a
+    # survivor with two replicas in sync of three, and counted as under-replicated there.
+    live = [b for n, b in enumerate(cluster.brokers) if n != victim]
+    scraped = [_gauges(b.metrics_port) for b in live]
+    under = sum(g.get("semel_under_replicated_partitions[]", 0) for g in scraped)
+    assert under >= PARTS, scraped
+    for p in range(PARTS):
+        key = f"[('partition', '{p}'), ('topic', '{TOPIC}')]"
+        assert [g["semel_partition_isr_size" + key] for g in scraped if "semel_partition_isr_size" + key in g] == [2]
+        assert [g["semel_partition_replicas" + key] for g in scraped if "semel_partition_replicas" + key in g] == [3]
