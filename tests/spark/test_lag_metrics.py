@@ -79,3 +79,36 @@ def test_endpoint_serves_the_last_progress(spark, spark_broker, tmp_path):
     finally:
         spark.streams.removeListener(listener)
         listener.close()
+
+
+def test_console_shows_the_listener_queries(spark, spark_broker, tmp_path):
+    """`semel console --spark-metrics` lists a running query from its lag listener, per
+    source and per partition, in a real browser."""
+    from playwright.sync_api import expect
+
+    from tests.support.console import browser_page, console_process, screenshot
+    bs = spark_broker.bootstrap
+    create(bs, "lag-console", 1)
+    produce(bs, "lag-console", [f"c{i}" for i in range(30)])
+    port = free_port()
+    listener = LagListener.install(spark, port=port, addr="127.0.0.1")
+    try:
+        q = (spark.readStream.format("semel").option("kafka.bootstrap.servers", bs).option("subscribe", "lag-console")
+             .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "10").load()
+             .writeStream.format("noop").queryName("lagconsole").option("checkpointLocation", str(tmp_path / "ck"))
+             .trigger(processingTime="200 milliseconds").start())
+        try:
+            key = 'semel_spark_max_offsets_behind_latest{query="lagconsole",source="semel:lag-console"}'
+            wait.until(lambda: scrape(port).get(key) == 0, "the running query caught up on the endpoint")
+            with console_process(bs, tmp_path / "console.log", "--spark-metrics", f"127.0.0.1:{port}") as url, \
+                    browser_page() as page:
+                page.goto(f"{url}/spark")
+                section = page.locator("#query-lagconsole")
+                expect(section).to_contain_text("semel:lag-console")
+                expect(section.locator("tr", has_text="lag-console")).to_have_count(2)   # source and partition 0
+                screenshot(page, tmp_path, "spark")
+        finally:
+            q.stop()
+    finally:
+        spark.streams.removeListener(listener)
+        listener.close()
