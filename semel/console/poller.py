@@ -63,7 +63,7 @@ class Poller:
     def _store(self, snap: Snapshot) -> None:
         prev = self.snapshot
         dt = (snap.time_ms - prev.time_ms) / 1000 if prev.time_ms else 0
-        rate = max(0, snap.high_watermarks - prev.high_watermarks) / dt if dt > 0 and prev.partitions else 0.0
+        rate = appended(prev, snap) / dt if dt > 0 else 0.0
         self.history.append(Point(snap.time_ms / 1000, round(rate, 1), snap.lag, snap.lso_gap))
         with self._changed:
             self.snapshot = snap
@@ -76,3 +76,10 @@ class Poller:
         return {"t": [p.time_s for p in pts], "throughput": [p.throughput for p in pts],
                 "lag": [float(p.lag) for p in pts], "lso_gap": [float(p.lso_gap) for p in pts]}
 
+
+def appended(prev: Snapshot, snap: Snapshot) -> int:
+    """Records appended between two views: the high watermarks' growth, over the
+    partitions both views read (one whose leader did not answer counts in neither)."""
+    before = {(p.topic, p.partition): p.high_watermark for p in prev.partitions if p.high_watermark >= 0}
+    return sum(max(0, p.high_watermark - before[(p.topic, p.partition)]) for p in snap.partitions
+               if p.high_watermark >= 0 and (p.topic, p.partition) in before)

@@ -214,10 +214,6 @@ class Snapshot:
     errors: list[str] = field(default_factory=list)
 
     @property
-    def high_watermarks(self) -> int:
-        return sum(p.high_watermark for p in self.partitions if p.high_watermark >= 0)
-
-    @property
     def lso_gap(self) -> int:
         return sum(p.gap for p in self.partitions)
 
