@@ -23,13 +23,14 @@ CHROMIUM = "/usr/bin/chromium"
 
 
 @contextmanager
-def console_process(bootstrap: str, log: Path, *extra: str):
-    """`semel console` on a free local port; yields its base URL once it answers."""
+def console_process(bootstrap: str, log: Path, *extra: str, env: dict | None = None):
+    """`semel console` on a free local port; yields its base URL once it answers.
+    env: variables added to its environment (a SASL password)."""
     port = free_port()
     with open(log, "w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "semel", "console", "--bootstrap", bootstrap,
                                  "--port", str(port), "--interval", "0.5", *extra],
-                                stdout=out, stderr=subprocess.STDOUT)
+                                stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ, **(env or {})))
     url = f"http://127.0.0.1:{port}"
     try:
         until(lambda: _answers(url) or proc.poll() is not None, "the console answers", 60)
@@ -46,6 +47,11 @@ def _answers(url: str) -> bool:
             return resp.status == 200
     except OSError:
         return False
+
+
+def get(url: str, path: str) -> str:
+    with urllib.request.urlopen(url + path, timeout=30) as resp:
+        return resp.read().decode()
 
 
 def post(url: str, path: str, fields: dict) -> tuple[int, str]:
