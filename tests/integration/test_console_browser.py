@@ -137,6 +137,30 @@ def test_group_lag_moves_as_it_consumes(broker, console, page, tmp_path):
     expect(page.locator("#tp-clicks-0")).to_have_attribute("data-start", "100")
 
 
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_group_members_and_their_assignment(broker, console, page, protocol):
+    """A subscribed consumer's group: its protocol, state and member with the partitions
+    it was assigned (decoded from the classic protocol's assignment bytes, or read from
+    ConsumerGroupDescribe for the KIP-848 consumer protocol)."""
+    topic, group = f"views-{protocol}", f"view-readers-{protocol}"
+    _topic(broker.bootstrap, topic, 2)
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "group.protocol": protocol,
+                  "auto.offset.reset": "earliest", "client.id": f"viewer-{protocol}"})
+    try:
+        c.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while not c.assignment():
+            assert time.monotonic() < deadline, "never assigned"
+            c.poll(0.2)
+        page.goto(f"{console}/groups")
+        section = page.locator(f"#group-{group}")
+        expect(section).to_contain_text(f"{protocol} protocol")
+        expect(section.locator(".members")).to_contain_text(f"viewer-{protocol}")
+        expect(section.locator(".members .assigned")).to_have_text(f"{topic}-0, {topic}-1")
+    finally:
+        c.close()
+
+
 def _consume(c: Consumer, n: int) -> int:
     got = 0
     deadline = time.monotonic() + 60
