@@ -175,7 +175,7 @@ class _BrokerStateCollector(Collector):
         """Per partition this broker leads in a cluster: its ISR and replica counts, and
         how many of them are under-replicated (each leader reports its own, so a
         cluster's total is the sum over brokers)."""
-        replicas = getattr(self.broker, "replicas", None)   # None on a single node
+        replicas = self.broker.replicas   # None on a single node and until the broker starts
         if replicas is None:
             return
         leading = list(replicas.leading.items())
