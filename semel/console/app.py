@@ -29,6 +29,7 @@ from .poller import Poller
 from .snapshot import Connect
 
 HERE = Path(__file__).parent
+SSE_POLL_S = 0.1
 PAGES = ("brokers", "topics", "transactions", "groups", "spark", "check")
 TITLES = {"brokers": "Brokers", "topics": "Topics", "transactions": "Transactions", "groups": "Consumer groups",
           "spark": "Spark queries", "check": "semel check"}
@@ -74,11 +75,15 @@ def build(poller: Poller, connect: Connect, allow_writes: bool, extras: Extras |
             return HTMLResponse("no such page", 404)
 
         async def stream():
+            # Polls the poller's version rather than waiting in a thread: an open page
+            # must not hold one of the few worker threads the page renders need.
             seen = -1
             while True:
-                seen = await asyncio.to_thread(poller.wait_newer, seen, 15.0)
-                if await request.is_disconnected():
-                    return
+                while poller.version == seen:
+                    if await request.is_disconnected():
+                        return
+                    await asyncio.sleep(SSE_POLL_S)
+                seen = poller.version
                 if name == "series":
                     yield {"event": "series", "data": json.dumps(poller.series())}
                 else:

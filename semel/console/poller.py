@@ -32,7 +32,6 @@ class Poller:
         self.version = 0              # bumped on every stored snapshot (the live pages wait on it)
         self._wake = threading.Event()       # read again now: a write action, or stop()
         self._closed = threading.Event()
-        self._changed = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="console-poller", daemon=True)
 
     def start(self) -> None:
@@ -48,12 +47,6 @@ class Poller:
         """Read again before the interval is up (after a write action)."""
         self._wake.set()
 
-    def wait_newer(self, version: int, timeout_s: float) -> int:
-        """Block until a snapshot newer than `version` is stored (or the timeout); the current version."""
-        with self._changed:
-            self._changed.wait_for(lambda: self.version > version, timeout=timeout_s)
-            return self.version
-
     def _run(self) -> None:
         while not self._closed.is_set():
             self._store(collect(self.pool, self.bootstrap, self.known))
@@ -65,10 +58,8 @@ class Poller:
         dt = (snap.time_ms - prev.time_ms) / 1000 if prev.time_ms else 0
         rate = appended(prev, snap) / dt if dt > 0 else 0.0
         self.history.append(Point(snap.time_ms / 1000, round(rate, 1), snap.lag, snap.lso_gap))
-        with self._changed:
-            self.snapshot = snap
-            self.version += 1
-            self._changed.notify_all()
+        self.snapshot = snap
+        self.version += 1   # after the snapshot: a reader that sees the new version reads the new view
 
     def series(self) -> dict[str, list[float]]:
         """The history as columns (uPlot's data layout)."""

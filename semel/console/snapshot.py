@@ -76,6 +76,9 @@ class Pool:
 
     def get(self, address: str) -> Client:
         c = self.conns.get(address)
+        if c is not None and not c.idle_open():   # the broker closed it, or died, since the last read
+            self.drop(address)
+            c = None
         if c is None:
             c = self.conns[address] = self.connect(address)
         return c
