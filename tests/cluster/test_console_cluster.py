@@ -19,6 +19,7 @@ from semel.launch.local_cluster import LocalCluster
 from semel.launch.process import free_port
 from tests.support.cluster import all_led, create_replicated, fill, partitions, wait_brokers
 from tests.support.console import browser_page, console_process, screenshot
+from tests.support.markers import starts_processes
 from tests.support.wait import until
 
 TOPIC = "orders"
@@ -26,6 +27,7 @@ PARTS = 3
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def cluster(tmp_path_factory):
     c = LocalCluster(tmp_path_factory.mktemp("console-cluster"), 3, lease_ttl_s=2)
     for b in c.brokers:   # each broker's Prometheus endpoint (the replication gauges)
