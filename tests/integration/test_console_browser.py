@@ -5,14 +5,20 @@ against a real broker, as an operator uses it:
   /transactions with its age and the LSO gap it causes (also on /topics), and
   aborting it from the page (confirming the dialog that says what it will do)
   clears the gap;
-- a consumer group's lag on /groups moves as the group consumes;
+- a consumer group's lag on /groups moves as the group consumes; its offsets are
+  reset and a partition's records deleted from the page; a subscribed group shows
+  its member's assignment (classic and KIP-848 protocols);
 - the live chart fills from the server-sent events without a reload;
-- a console started without --allow-writes offers no write and refuses one.
+- a console started without --allow-writes offers no write and refuses one;
+- /check shows a real `semel check` run: verdict, timeline, faults;
+- a hanging transaction (its coordinator state lost) is flagged and aborted in its
+  partition from the page.
 """
 from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -218,3 +224,33 @@ def test_check_report_page(console_bin_args, page, tmp_path):
         expect(page.locator("#timeline canvas")).to_be_attached()
         expect(page.locator("#events")).to_contain_text("fault: kill-broker down_s=")
         screenshot(page, tmp_path, "check")
+
+
+def test_hanging_transaction_flagged_and_aborted_in_its_partition(broker, console, page, tmp_path):
+    """KIP-664's hanging transaction, made the way they arise: a producer leaves a
+    transaction open and the coordinator's state is lost (removed while the broker is
+    down). The page flags it (producer state no coordinator transaction owns) with the
+    gap it holds; aborting it writes the ABORT marker in its partition. Runs last: it
+    restarts the module's broker, and the console carries on across the restart."""
+    _topic(broker.bootstrap, "ledger")
+    stuck = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "ledger-copier"})
+    stuck.init_transactions(30)
+    stuck.begin_transaction()
+    for i in range(3):
+        stuck.produce("ledger", f"lost-{i}".encode(), partition=0)
+    stuck.flush(30)
+    broker.stop()
+    shutil.rmtree(broker.data_dir / "__transaction_state-0")   # the coordinator forgets the transaction
+    broker.start()
+
+    page.goto(f"{console}/transactions")
+    row = page.locator("#txns tr.bad", has_text="ledger-0")
+    expect(row).to_contain_text("no coordinator transaction owns it: nothing will end it", timeout=30_000)
+    expect(row.locator(".holds")).to_have_text("ledger-0: 3 records")
+    screenshot(page, tmp_path, "transactions-hanging")
+    page.once("dialog", lambda d: d.accept() if "Write an ABORT marker for producer" in d.message else d.dismiss())
+    row.locator("button").click()
+    expect(page.locator("#flash")).to_contain_text("transaction in ledger-0")
+    expect(row).to_have_count(0)
+    page.goto(f"{console}/topics")
+    expect(page.locator("#tp-ledger-0")).to_have_attribute("data-gap", "0")
