@@ -50,7 +50,7 @@ def run(args) -> int:
     poller = Poller(connect, args.bootstrap, interval_s=args.interval)
     extras = Extras(spark=(lambda: spark_metrics(args.spark_metrics)) if args.spark_metrics else None,
                     check=(lambda: check_report(args.check_report)) if args.check_report else None)
-    app = build(poller, connect, args.allow_writes, extras)
+    app = build(poller, connect, args.allow_writes, extras, allowed_hosts=_host_names(args.host))
     poller.start()
     print(f"semel console: http://{args.host}:{args.port}/ over {args.bootstrap}"
           f" ({'writes allowed' if args.allow_writes else 'read-only'})", file=sys.stderr, flush=True)
@@ -59,3 +59,12 @@ def run(args) -> int:
     finally:
         poller.stop()
     return 0
+
+
+def _host_names(host: str) -> list[str] | None:
+    """The Host headers a console bound to `host` answers: its loopback names when bound
+    to loopback (DNS rebinding gets nothing), any when the operator chose to serve others."""
+    if host in ("127.0.0.1", "localhost", "::1"):
+        return ["127.0.0.1", "localhost", "[::1]", "::1"]
+    return None
+

@@ -19,6 +19,8 @@ import jinja2
 from markupsafe import escape
 from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -43,7 +45,10 @@ class Extras:
     check: Callable[[], dict] | None = None
 
 
-def build(poller: Poller, connect: Connect, allow_writes: bool, extras: Extras | None = None) -> Starlette:
+def build(poller: Poller, connect: Connect, allow_writes: bool, extras: Extras | None = None,
+          allowed_hosts: list[str] | None = None) -> Starlette:
+    """allowed_hosts: the Host header values served (a page of another site that made
+    its name resolve to this machine gets nothing); None serves any."""
     extras = extras or Extras()
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),
                              autoescape=jinja2.select_autoescape(["html"]), trim_blocks=True, lstrip_blocks=True)
@@ -95,6 +100,9 @@ def build(poller: Poller, connect: Connect, allow_writes: bool, extras: Extras |
             if not allow_writes:
                 return HTMLResponse('<p class="error" role="alert">This console is read-only: start it with '
                                     '--allow-writes to abort transactions, reset offsets or delete records.</p>', 403)
+            refused = _cross_site(request)
+            if refused:
+                return HTMLResponse(f'<p class="error" role="alert">{escape(refused)}</p>', 403)
             # htmx posts its fields url-encoded; parsed here, so that no multipart parser is needed
             form = {k: v[-1] for k, v in urllib.parse.parse_qs((await request.body()).decode()).items()}
             try:
@@ -134,4 +142,18 @@ def build(poller: Poller, connect: Connect, allow_writes: bool, extras: Extras |
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         Route("/{page}", page),
     ]
-    return Starlette(routes=routes)
+    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts)] if allowed_hosts else []
+    return Starlette(routes=routes, middleware=middleware)
+
+
+def _cross_site(request: Request) -> str:
+    """Why a write may not come from where this one did ("" when it may). A form on
+    another site can POST here from the operator's own browser; it cannot add htmx's
+    HX-Request header without the browser asking first (CORS), which nothing here
+    allows, and the browser names its origin."""
+    if request.headers.get("hx-request") != "true":
+        return "writes are taken only from the console's own pages"
+    origin = request.headers.get("origin")
+    if origin and urllib.parse.urlsplit(origin).netloc != request.headers.get("host"):
+        return f"a write from {origin} is not taken: only from the console's own pages"
+    return ""

@@ -30,7 +30,8 @@ from playwright.sync_api import expect
 from semel.client import Client
 from semel.protocol.errors import KafkaError
 from tests.support.brokers import module_broker_fixture
-from tests.support.console import browser_page, console_process, post, screenshot
+from tests.support.console import browser_page, console_process, get, post, screenshot
+from tests.support.wait import until
 
 broker = module_broker_fixture("console", "--group-initial-rebalance-delay-ms", "0")
 
@@ -224,6 +225,29 @@ def test_check_report_page(console_bin_args, page, tmp_path):
         expect(page.locator("#timeline canvas")).to_be_attached()
         expect(page.locator("#events")).to_contain_text("fault: kill-broker down_s=")
         screenshot(page, tmp_path, "check")
+
+
+def test_writes_only_from_the_consoles_own_pages(broker, console):
+    """Another site's form, or script, posting from the operator's browser is refused
+    (no htmx header, or a foreign Origin); a foreign Host name gets nothing at all."""
+    _topic(broker.bootstrap, "guarded")
+    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "guarded-copier"})
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce("guarded", b"x", partition=0)
+    p.flush(30)
+    try:
+        until(lambda: 'id="txn-guarded-copier"' in get(console, "/transactions"), "the console lists it")
+        status, body = post(console, "/actions/abort", {"key": "guarded-copier"})
+        assert status == 403 and "only from the console" in body, (status, body)
+        status, body = post(console, "/actions/abort", {"key": "guarded-copier"},
+                            {"HX-Request": "true", "Origin": "http://evil.example"})
+        assert status == 403 and "http://evil.example is not taken" in body, (status, body)
+        status, _ = post(console, "/brokers", {}, {"Host": "evil.example"})
+        assert status == 400
+        assert 'id="txn-guarded-copier"' in get(console, "/transactions")   # still open
+    finally:
+        p.abort_transaction(30)
 
 
 def test_hanging_transaction_flagged_and_aborted_in_its_partition(broker, console, page, tmp_path):

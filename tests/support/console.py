@@ -54,11 +54,12 @@ def get(url: str, path: str) -> str:
         return resp.read().decode()
 
 
-def post(url: str, path: str, fields: dict) -> tuple[int, str]:
-    """A form POST as the page sends it: (status, body)."""
+def post(url: str, path: str, fields: dict, headers: dict | None = None) -> tuple[int, str]:
+    """A form POST (as a plain HTML form sends it, unless headers add more): (status, body)."""
     data = urllib.parse.urlencode(fields).encode()
     try:
-        with urllib.request.urlopen(urllib.request.Request(url + path, data=data), timeout=30) as resp:
+        with urllib.request.urlopen(urllib.request.Request(url + path, data=data, headers=headers or {}),
+                                    timeout=30) as resp:
             return resp.status, resp.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode()
