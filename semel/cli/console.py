@@ -54,6 +54,9 @@ def run(args) -> int:
     poller.start()
     print(f"semel console: http://{args.host}:{args.port}/ over {args.bootstrap}"
           f" ({'writes allowed' if args.allow_writes else 'read-only'})", file=sys.stderr, flush=True)
+    if _host_names(args.host) is None:
+        print(f"semel console: serving every machine that reaches {args.host}:{args.port}; the console has no "
+              f"login of its own", file=sys.stderr, flush=True)
     try:
         uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     finally:

@@ -38,6 +38,7 @@ def connector(args, timeout_s: float = 30.0):
     """A function HOST:PORT -> Client, connected with the flags' TLS and logged in with
     their SASL settings (for commands that talk to every broker of a cluster)."""
     ctx = tls_context(args)
+    _credentials(args)   # missing ones fail here, before any connection is tried
 
     def connect(address: str) -> Client:
         client = Client(address, timeout_s=timeout_s, ssl_context=ctx)
@@ -65,11 +66,19 @@ def tls_context(args):
     return ctx
 
 
-def _login(client: Client, args) -> None:
+def _credentials(args) -> str | None:
+    """The SASL password the flags name (None without --sasl-mechanism)."""
     if args.sasl_mechanism is None:
-        return
+        return None
     password = os.environ.get(args.sasl_password_env)
     if not args.sasl_username or password is None:
         raise CliError(f"--sasl-mechanism needs --sasl-username and the password in ${args.sasl_password_env}")
+    return password
+
+
+def _login(client: Client, args) -> None:
+    password = _credentials(args)
+    if password is None:
+        return
     from ..client.sasl import authenticate
     authenticate(client, args.sasl_mechanism, args.sasl_username, password)

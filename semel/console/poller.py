@@ -6,11 +6,15 @@ what this thread last stored; a slow or dead broker slows this thread, never a p
 """
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass
 
 from .snapshot import Connect, Pool, Snapshot, collect
+
+log = logging.getLogger("semel.console")
 
 
 @dataclass(frozen=True)
@@ -49,7 +53,14 @@ class Poller:
 
     def _run(self) -> None:
         while not self._closed.is_set():
-            self._store(collect(self.pool, self.bootstrap, self.known))
+            try:
+                snap = collect(self.pool, self.bootstrap, self.known)
+            except Exception as exc:   # a fault of the console itself: shown, and the next read tries again
+                log.exception("reading the cluster failed")
+                self.pool.close()
+                snap = Snapshot(time_ms=int(time.time() * 1000), errors=[f"the console failed to read the cluster: "
+                                                                        f"{exc!r} (its log has the traceback)"])
+            self._store(snap)
             self._wake.wait(self.interval_s)
             self._wake.clear()
 

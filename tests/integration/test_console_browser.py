@@ -17,6 +17,7 @@ against a real broker, as an operator uses it:
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -278,3 +279,13 @@ def test_hanging_transaction_flagged_and_aborted_in_its_partition(broker, consol
     expect(row).to_have_count(0)
     page.goto(f"{console}/topics")
     expect(page.locator("#tp-ledger-0")).to_have_attribute("data-gap", "0")
+
+
+def test_console_refuses_bad_options_in_one_line(tmp_path):
+    """Before serving anything: a SASL login without its password, a missing report."""
+    env = {k: v for k, v in os.environ.items() if k != "SEMEL_SASL_PASSWORD"}
+    for extra, said in ((["--sasl-mechanism", "PLAIN", "--sasl-username", "ops"], "the password in $SEMEL_SASL_PASSWORD"),
+                        (["--check-report", str(tmp_path / "none")], "--check-report: no directory at")):
+        r = subprocess.run([sys.executable, "-m", "semel", "console", "--bootstrap", "127.0.0.1:1", *extra],
+                           capture_output=True, text=True, timeout=60, env=env)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and said in r.stderr, r.stderr
