@@ -31,7 +31,7 @@ from ..protocol.consumer_protocol import (
 from ..protocol.errors import KafkaError
 from .consumer_group_rules import (
     EMPTY, Answer, ClassicMeta, ConsumerGroup, Matcher, MemberAssignment, MemberMeta, MemberState,
-    _refresh, reconcile,
+    reconcile, refresh,
 )
 
 
@@ -125,7 +125,7 @@ def classic_join(group: ConsumerGroup, m: ClassicMember, topics: Mapping[str, in
     if old is not None and (new.topics, new.regex, new.assignor) != (old.topics, old.regex, old.assignor):
         g.epoch += 1
     g.members[m.member_id] = new
-    _refresh(g, topics, matches, bumped=g.epoch > start)
+    refresh(g, topics, matches, bumped=g.epoch > start)
     cur = g.current[m.member_id]
     # What it reports not owning any more it has given up (an eager member, all of it).
     before = replace(cur, assigned=cur.assigned & sub.owned, revoking=cur.revoking & sub.owned)

@@ -181,7 +181,7 @@ def subscribed_topics(meta: MemberMeta, topics: Mapping[str, int], matches: Matc
     return frozenset(names)
 
 
-def _refresh(group: ConsumerGroup, topics: Mapping[str, int], matches: Matcher,
+def refresh(group: ConsumerGroup, topics: Mapping[str, int], matches: Matcher,
              bumped: bool = False) -> dict[str, frozenset[str]]:
     """Bump the group epoch when the subscribed topics' partition counts changed since it
     last accounted for them (once per transition: `bumped` when it moved already);
@@ -278,7 +278,7 @@ def heartbeat(group: ConsumerGroup | None, group_id: str, hb: Heartbeat, topics:
                           f"member epoch {hb.member_epoch} is not the current one")
         _update_meta(g, member_id, hb)
 
-    _refresh(g, topics, matches, bumped=g.epoch > start_epoch)
+    refresh(g, topics, matches, bumped=g.epoch > start_epoch)
     before = g.current[member_id]
     after = reconcile(before, g.target_epoch, g.target.get(member_id, EMPTY),
                       g.owned_by_others(member_id), hb.owned if hb.member_epoch != 0 else before.assigned)

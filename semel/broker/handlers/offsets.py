@@ -9,22 +9,23 @@ offsets_retention_ms).
 """
 from __future__ import annotations
 
+from ...cluster.coordinator_partitions import GroupCoordinators
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..responses import by_topic
-from ..router import handler
-from .groups import _answer
+from ..router import RequestContext, handler
+from .groups import answer_when_done
 
 
-def _partition_known(ctx, topic: str, partition: int) -> bool:
+def _partition_known(ctx: RequestContext, topic: str, partition: int) -> bool:
     try:
-        return ctx.broker.logs.get(topic, partition) is not None
+        return ctx.services.logs.get(topic, partition) is not None
     except Exception:  # a name storage cannot even look up is not a known partition
         return False
 
 
 @handler(ApiKey.OFFSET_COMMIT, 2, 9)
-async def offset_commit(ctx, req):
+async def offset_commit(ctx: RequestContext, req):
     v = ctx.api_version
     offsets: dict[tuple[str, int], tuple[int, int, str | None]] = {}
     refused: dict[tuple[str, int], KafkaError] = {}
@@ -39,7 +40,7 @@ async def offset_commit(ctx, req):
             epoch = p.committed_leader_epoch if v >= 6 else -1
             offsets[tp] = (p.committed_offset, epoch, p.committed_metadata)
     if offsets:
-        fut = ctx.broker.groups.commit_offsets(
+        fut = ctx.services.group_coordinator.commit_offsets(
             req.group_id, req.generation_id_or_member_epoch, req.member_id or "", offsets,
             group_instance_id=req.group_instance_id if v >= 7 else None, api_version=v)
     else:
@@ -55,11 +56,11 @@ async def offset_commit(ctx, req):
 
     if fut is None:
         return build({})
-    return _answer(fut, build)
+    return answer_when_done(fut, build)
 
 
 @handler(ApiKey.OFFSET_FETCH, 1, 9)
-async def offset_fetch(ctx, req):
+async def offset_fetch(ctx: RequestContext, req):
     v = ctx.api_version
     if v >= 8:
         return _offset_fetch_groups(ctx, req)
@@ -67,7 +68,7 @@ async def offset_fetch(ctx, req):
     if req.topics is not None:
         wanted = [(t.name, p) for t in req.topics for p in t.partition_indexes or ()]
     require_stable = bool(req.require_stable) if v >= 7 else False
-    err, fetched = ctx.broker.groups.fetch_offsets(req.group_id, wanted, require_stable)
+    err, fetched = ctx.services.group_coordinator.fetch_offsets(req.group_id, wanted, require_stable)
     topic_cls = ctx.cls().OffsetFetchResponseTopic
     part_cls = topic_cls.OffsetFetchResponsePartition
     if err and v < 2:
@@ -85,11 +86,12 @@ def _fetched_topics(topic_cls, part_cls, fetched) -> list:
     return [topic_cls(name=n, partitions=ps) for n, ps in topics.items()]
 
 
-def _offset_fetch_groups(ctx, req):
+def _offset_fetch_groups(ctx: RequestContext, req):
     """v8+: several groups in one request, each with its own error; v9 names the member
     (id and epoch) of a consumer-protocol group, checked as Kafka checks it. In a cluster
     each group is answered by its own coordinator, or NOT_COORDINATOR when not here."""
     v = ctx.api_version
+    groups = ctx.services.group_coordinator
     group_cls = ctx.cls().OffsetFetchResponseGroup
     topic_cls = group_cls.OffsetFetchResponseTopics
     part_cls = topic_cls.OffsetFetchResponsePartitions
@@ -99,11 +101,11 @@ def _offset_fetch_groups(ctx, req):
         if g.topics is not None:
             wanted = [(t.name, p) for t in g.topics for p in t.partition_indexes or ()]
         err = KafkaError.NONE
-        if ctx.broker.cluster_member is not None:
-            err = ctx.broker.groups.error_for(g.group_id)
+        if isinstance(groups, GroupCoordinators):   # a cluster: is this broker the group's coordinator?
+            err = groups.error_for(g.group_id)
         fetched: list = []
         if not err:
-            err, fetched = ctx.broker.groups.fetch_offsets(
+            err, fetched = groups.fetch_offsets(
                 g.group_id, wanted, bool(req.require_stable),
                 member_id=g.member_id if v >= 9 else None, member_epoch=g.member_epoch if v >= 9 else -1)
         out.append(group_cls(group_id=g.group_id, error_code=err,

@@ -69,7 +69,7 @@ async def stable_classic_group(h):
 
 def owners(h, group="g"):
     """partition -> members holding it (assigned or still revoking) in the consumer group."""
-    g = h.coord._consumer_groups[group]
+    g = h.coord.store.consumer_groups[group]
     out: dict = {}
     for mid, cur in g.current.items():
         for tp in cur.assigned | cur.revoking:
@@ -116,7 +116,7 @@ async def test_a_classic_group_is_upgraded_and_its_classic_members_keep_working(
 
     # A replay finds the consumer group with its classic members.
     replayed = await started(logs=h.logs)
-    g = replayed.coord._consumer_groups["g"]
+    g = replayed.coord.store.consumer_groups["g"]
     assert set(g.members) == {a.member_id, b.member_id, "c"}
     assert g.members[a.member_id].classic is not None and g.members["c"].classic is None
     assert replayed.coord.group_type("g") == "consumer"
@@ -125,7 +125,7 @@ async def test_a_classic_group_is_upgraded_and_its_classic_members_keep_working(
     left = await h.coord.consumer_group_heartbeat("g", Heartbeat("c", -1), TOPICS)
     assert left.member_epoch == -1
     await settle(h.coord)
-    assert h.coord.group_type("g") == "classic" and "g" not in h.coord._consumer_groups
+    assert h.coord.group_type("g") == "classic" and "g" not in h.coord.store.consumer_groups
     assert h.coord.describe_groups(["g"])[0].state == "PreparingRebalance"
     assert h.coord.heartbeat("g", ra.generation, a.member_id) == KafkaError.REBALANCE_IN_PROGRESS
     again = await asyncio.gather(classic_join(h, a.member_id), classic_join(h, b.member_id))
@@ -134,7 +134,7 @@ async def test_a_classic_group_is_upgraded_and_its_classic_members_keep_working(
     assert h.coord.fetch_offsets("g", [("t", 0), ("t", 1)])[1][0].offset == 4
     assert h.coord.fetch_offsets("g", [("t", 1)])[1][0].offset == 7
     replayed = await started(logs=h.logs)
-    assert "g" not in replayed.coord._consumer_groups and replayed.coord.group_type("g") == "classic"
+    assert "g" not in replayed.coord.store.consumer_groups and replayed.coord.group_type("g") == "classic"
 
 
 @async_test
@@ -153,7 +153,7 @@ async def test_the_migration_policy_decides():
     await h.coord.consumer_group_heartbeat("g", Heartbeat("c", -1), TOPICS)
     await settle(h.coord)
     assert h.coord.group_type("g") == "consumer"     # no downgrade under `upgrade`
-    assert set(h.coord._consumer_groups["g"].members) == {a.member_id, b.member_id}
+    assert set(h.coord.store.consumer_groups["g"].members) == {a.member_id, b.member_id}
 
 
 @async_test
@@ -167,14 +167,14 @@ async def test_a_cooperative_classic_member_gives_partitions_up_before_another_g
     ra = await classic_join(h, a.member_id, owned=held_a)
     kept = decode_assignment((await classic_sync(h, a.member_id, ra.generation)).assignment)
     assert kept <= held_a
-    cur = h.coord._consumer_groups["g"].current[a.member_id]
+    cur = h.coord.store.consumer_groups["g"].current[a.member_id]
     assert cur.revoking == held_a - kept
     if cur.revoking:
         assert h.coord.heartbeat("g", ra.generation, a.member_id) == KafkaError.REBALANCE_IN_PROGRESS
         c2 = await h.coord.consumer_group_heartbeat("g", Heartbeat("c", c.member_epoch, owned=frozenset()), TOPICS)
         assert not (c2.assignment or frozenset()) & cur.revoking      # not before a lets go
     await classic_join(h, a.member_id, owned=kept)
-    assert h.coord._consumer_groups["g"].current[a.member_id].revoking == frozenset()
+    assert h.coord.store.consumer_groups["g"].current[a.member_id].revoking == frozenset()
     assert all(len(ms) == 1 for ms in owners(h).values())
 
 
@@ -193,12 +193,12 @@ async def test_a_classic_member_that_never_rejoins_is_fenced_after_its_rebalance
         h.clock.advance(2_000)
         h.coord.fire_timers()
         await settle(h.coord)
-    assert b.member_id in h.coord._consumer_groups["g"].members     # 8 s: within its 10 s
+    assert b.member_id in h.coord.store.consumer_groups["g"].members     # 8 s: within its 10 s
     h.coord.heartbeat("g", ra.generation, a.member_id)
     h.clock.advance(2_500)
     h.coord.fire_timers()
     await settle(h.coord)
-    g = h.coord._consumer_groups["g"]
+    g = h.coord.store.consumer_groups["g"]
     assert set(g.members) == {a.member_id, "c"}
     c2 = await h.coord.consumer_group_heartbeat("g", Heartbeat("c", c.member_epoch, owned=frozenset()), TOPICS)
     assert c2.assignment and all(len(ms) == 1 for ms in owners(h).values())
@@ -232,13 +232,13 @@ async def test_a_static_classic_member_restarting_takes_its_predecessors_place()
     await settle(h.coord)
     first = await asyncio.wait_for(fut, 5)
     held = decode_assignment((await classic_sync(h, first.member_id, first.generation)).assignment)
-    epoch = h.coord._consumer_groups["g"].epoch
+    epoch = h.coord.store.consumer_groups["g"].epoch
     fut = h.coord.join_group("g", "", protocol_type="consumer", protocols=[("range", subscription(["t"]))],
                              session_timeout_ms=10_000, group_instance_id="i-1", require_known_member_id=False,
                              topics=lambda: TOPICS)
     await settle(h.coord)
     second = await asyncio.wait_for(fut, 5)
-    g = h.coord._consumer_groups["g"]
+    g = h.coord.store.consumer_groups["g"]
     assert second.member_id != first.member_id and first.member_id not in g.members
     assert g.epoch == epoch                                   # no rebalance for the others
     assert decode_assignment((await classic_sync(h, second.member_id, second.generation)).assignment) == held
