@@ -8,8 +8,8 @@ turns into the API's refusal: a broker that does not lead that partition
 answers NOT_COORDINATOR, one still loading it COORDINATOR_LOAD_IN_PROGRESS,
 so a client holding an old coordinator looks it up again instead of splitting a group
 or a transactional id across two brokers. Each refusal has its API's response shape:
-one top-level error code, or the error on every partition the request named. A no-op
-on a single node.
+one top-level error code, or the error on every partition the request named. A single
+node's coordinators have one partition each, on a seat that always serves.
 """
 from __future__ import annotations
 
@@ -84,9 +84,6 @@ def coordinator_key(api_key: int, body) -> str | None:
 
 def coordinator_guard(broker, fn):
     """The handler `fn`, refusing the coordinator requests this broker must not serve now."""
-    if broker.cluster_member is None:
-        return fn
-
     async def guarded(ctx, body):
         refuse = REFUSALS.get(ctx.api_key)
         if refuse is not None and (ctx.api_key != ApiKey.INIT_PRODUCER_ID or body.transactional_id is not None):

@@ -130,11 +130,11 @@ class Broker:
         if self.cluster is not None:
             self.replicas = build_replicas(self)
             await self.replicas.start()
-            # After replication: each partition state reaches the replica manager (which
-            # takes the role) before the coordinators' seats act on it.
-            self.groups.start_seats()
-            self.txns.start_seats()
-            await self._open_doors()
+        # After replication: each partition state reaches the replica manager (which
+        # takes the role) before the coordinators' seats act on it.
+        self.groups.start_seats()
+        self.txns.start_seats()
+        await self._open_doors()
         # Watched from the moment clients can connect (loading logs at start holds the
         # loop on purpose: nobody is being served yet).
         self._tasks.append(asyncio.create_task(self.watchdog.run(), name="loop-watchdog"))
@@ -149,19 +149,20 @@ class Broker:
                  self.config.host, self.config.port, self.config.data_dir, time.monotonic() - t0)
 
     async def _listen(self, lst: Listener):
-        # A cluster member binds its ports first (it registers them) but accepts
-        # connections only once it has joined (`_open_doors`), as a Kafka broker enables
-        # request processing only after catching up with the metadata.
+        # A broker binds its ports first (a cluster member registers them) but accepts
+        # connections only once its coordinators' seats started and, in a cluster, it has
+        # joined (`_open_doors`), as a Kafka broker enables request processing only after
+        # catching up with the metadata.
         server = await asyncio.start_server(
             lambda r, w: serve(self, r, w, lst), lst.host, lst.port,
             reuse_address=True, limit=1 << 20, ssl=self._tls_context() if lst.tls else None,
-            start_serving=self.cluster is None)
+            start_serving=False)
         lst.port = server.sockets[0].getsockname()[1]
         log.info("listener %s %s://%s:%d", lst.name, lst.protocol, lst.host, lst.port)
         return server
 
     async def _open_doors(self) -> None:
-        """Cluster: start accepting once joined. A broker restarted within its lease's TTL
+        """Start accepting once the seats started (and, in a cluster, once joined). A broker restarted within its lease's TTL
         waits there for its old session to end; a Metadata answered meanwhile, from a view
         not yet loaded, listed no broker and no topic, and librdkafka drops every broker
         it knows that an answer leaves out: with metadata.recovery.strategy=none it then

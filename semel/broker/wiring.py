@@ -1,12 +1,13 @@
 """Builds the coordinators and the replica manager, choosing what they are given: the
 one place that does.
 
-A coordinator depends only on the interfaces of semel.coordinator.ports. On a single
-node they are the broker's own: the group-commit flusher as PartitionWriter, the
-producer-id file as ProducerIdSource, no seat (the coordinator loads its one log at
-start and always serves) and LocalMarkers as MarkerWriter (every partition is led
-here). In a
-cluster each partition of __transaction_state and __consumer_offsets gets its own
+A coordinator depends only on the interfaces of semel.coordinator.ports. The
+coordinators have one shape (semel.cluster.coordinator_partitions): one coordinator per
+partition of __transaction_state and __consumer_offsets, a single node having one
+partition of each. On a single node the ports are the broker's own: the group-commit
+flusher as PartitionWriter, the producer-id file as ProducerIdSource, a LocalSeat (the
+coordinator loads its log when the seat starts and always serves) and LocalMarkers as
+MarkerWriter (every partition is led here). In a cluster each partition of __transaction_state and __consumer_offsets gets its own
 coordinator with the cluster's implementations: a SeatedCoordinator as its seat, a
 ReplicatedFlusher (acks=all) as the writer of its log, producer ids from etcd and
 markers sent to other leaders through one MarkerChannel.
@@ -31,7 +32,7 @@ from ..cluster.topic_sync import deleted_names
 from ..cluster.txn_markers import MarkerChannel
 from ..coordinator.group import GroupCoordinator
 from ..coordinator.group_model import GroupConfig
-from ..coordinator.ports import LocalMarkers
+from ..coordinator.ports import LocalMarkers, LocalSeat
 from ..coordinator.producer_ids import ProducerIdManager
 from ..coordinator.txn import OFFSETS_TOPIC, TXN_TOPIC, TransactionCoordinator
 from .config import BrokerConfig
@@ -68,12 +69,13 @@ def build_replicas(broker) -> ReplicaManager:
                           replica_settings(broker.config), durable=durable)
 
 
-def build_groups(broker):
-    """The group coordinator: the single node's one, or one per __consumer_offsets
-    partition (semel.cluster.coordinator_partitions.GroupCoordinators)."""
+def build_groups(broker) -> GroupCoordinators:
+    """The group coordinators, one per __consumer_offsets partition
+    (semel.cluster.coordinator_partitions.GroupCoordinators; one on a single node)."""
     config = group_config(broker.config)
     if broker.cluster is None:
-        return GroupCoordinator(broker.logs, broker.flusher, config)
+        seat = LocalSeat(broker.logs, config.offsets_topic, GroupCoordinator.log_configs(config))
+        return GroupCoordinators([GroupCoordinator(broker.logs, broker.flusher, config, seat=seat)])
     view, topic = broker.cluster, config.offsets_topic
     # Every write waits for the replicated high watermark (acks=all); sync_writes says
     # only whether the local fsync comes first.
@@ -85,15 +87,17 @@ def build_groups(broker):
     return GroupCoordinators(parts, lambda: topic_partition_count(view, topic))
 
 
-def build_txns(broker):
-    """The transaction coordinator: the single node's one, or one per __transaction_state
-    partition (semel.cluster.coordinator_partitions.TxnCoordinators), sharing the
-    producer-id pool and the marker channel. Needs `broker.groups` built."""
+def build_txns(broker) -> TxnCoordinators:
+    """The transaction coordinators, one per __transaction_state partition
+    (semel.cluster.coordinator_partitions.TxnCoordinators; one on a single node), sharing
+    the producer-id pool and the marker channel. Needs `broker.groups` built."""
     cfg = broker.config
     pids = ProducerIdManager(cfg.data_dir / "producer_ids", broker.fs)
     if broker.cluster is None:
-        return TransactionCoordinator(broker.logs, broker.flusher, broker.groups, cfg, pids,
-                                      broker.notifier.notify, broker.metrics, markers=LocalMarkers())
+        seat = LocalSeat(broker.logs, TXN_TOPIC, TransactionCoordinator.log_configs(cfg))
+        return TxnCoordinators([TransactionCoordinator(broker.logs, broker.flusher, broker.groups, cfg, pids,
+                                                       broker.notifier.notify, broker.metrics, seat=seat,
+                                                       markers=LocalMarkers())])
     view = broker.cluster
     shared_pids = ClusterProducerIds(pids, view)   # ids from the cluster-wide counter
     markers = MarkerChannel(view, cfg.node_id, cfg.request_timeout_ms / 1000, broker.peer_dialer)

@@ -503,8 +503,8 @@ class GroupMembership:
         """(error, [(group_id, protocol_type, state name)]), filtered by state names
         (case-insensitive) when `states` is non-empty."""
         err = self._ready_error()
-        if err == KafkaError.NOT_COORDINATOR and self.seat is not None:
-            return KafkaError.NONE, []   # a cluster broker coordinating no group lists none, as in Kafka
+        if err == KafkaError.NOT_COORDINATOR:
+            return KafkaError.NONE, []   # a broker coordinating no group lists none, as in Kafka
         if err:
             return err, []
         wanted = {STATE_BY_NAME.get(s.lower()) for s in states or ()}

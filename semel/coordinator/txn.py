@@ -107,7 +107,7 @@ class TransactionCoordinator(MarkerCompletion, TxnBranches):
     """
 
     def __init__(self, logs, flusher, groups, config, pid_manager: ProducerIdSource, on_marker=None,
-                 stats=None, *, markers: MarkerWriter = LocalMarkers(), seat: CoordinatorSeat | None = None,
+                 stats=None, *, seat: CoordinatorSeat, markers: MarkerWriter = LocalMarkers(),
                  high_watermarks: Callable[[], HighWatermarks | None] = lambda: None,
                  data_flusher: PartitionWriter | None = None, txn_partitions: int = 1):
         self.logs = logs
@@ -134,7 +134,7 @@ class TransactionCoordinator(MarkerCompletion, TxnBranches):
         # can verify a transactional produce; a leader that is not the coordinator relies
         # on producer state (epochs, sequences) as Kafka did before KIP-890.
         self.seat = seat
-        self.serving = seat.serving if seat is not None else (lambda: True)
+        self.serving = seat.serving
         self.is_coordinator = self.serving
         self._epoch: int | None = None   # the leader epoch served at (cluster), else the local counter
         # A parent and its branches must share one coordinator: with several partitions a
@@ -157,15 +157,10 @@ class TransactionCoordinator(MarkerCompletion, TxnBranches):
     # --- lifecycle -------------------------------------------------------------
 
     async def start(self) -> None:
-        if self.seat is None:   # single node: this broker's own log, loaded now
-            if TXN_TOPIC not in self.logs.topics():
-                self.logs.create_topic(TXN_TOPIC, 1, self.log_configs(self.config), internal=True)
-            self.log = self._clog.plog = self.logs.get(TXN_TOPIC, 0)
-            self._replay()
-            await self._roll_forward_prepared()
+        """Start the housekeeping; the transactions are loaded when the seat loads the log."""
         self._tasks.append(asyncio.create_task(self._housekeeping_loop(), name="txn-housekeeping"))
 
-    # --- cluster: the seat loads, serves and drops this coordinator ----------------------
+    # --- the seat loads, serves and drops this coordinator ---------------------------------
 
     def unload(self) -> None:
         """Not the coordinator (any more): forget every transactional id, stop completing,
@@ -179,19 +174,19 @@ class TransactionCoordinator(MarkerCompletion, TxnBranches):
         self._joined.clear()
         self._initializing = set()
 
-    def load(self, plog, epoch: int) -> None:
-        """Replay the replicated log (synchronously) as the coordinator at `epoch`."""
+    def load(self, plog, epoch: int | None) -> None:
+        """Replay the log (synchronously) as the coordinator at `epoch` (None: the
+        ProducerIdSource's coordinator epoch, on a single node)."""
         self.log = self._clog.plog = plog
         self._epoch = epoch
         self._replay()
 
-    def serve(self, epoch: int) -> None:
+    def serve(self, epoch: int | None) -> None:
         """Serving at `epoch`: carry out every decision the log holds, in the background."""
         self._spawn(self._roll_forward_prepared())
 
     async def stop(self) -> None:
-        if self.seat is not None:
-            await self.seat.stop()
+        await self.seat.stop()
         for task in self._tasks + list(self._background):
             task.cancel()
         await asyncio.gather(*self._tasks, *self._background, return_exceptions=True)

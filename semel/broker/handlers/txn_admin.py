@@ -51,13 +51,11 @@ LIVE = frozenset({TxnState.ONGOING}) | PREPARED
 
 def _transactions(ctx) -> list:
     """A snapshot of the coordinator's transactional ids (TxnMeta objects, never changed here)."""
-    txns = ctx.broker.txns
-    return [] if txns is None else list(txns.txns.values())
+    return ctx.broker.txns.transactions()
 
 
 def _find(ctx, txn_id: str):
-    txns = ctx.broker.txns
-    return None if txns is None else txns.txns.get(txn_id)
+    return ctx.broker.txns.transaction(txn_id)
 
 
 def _now_ms() -> int:
@@ -76,11 +74,10 @@ async def describe_transactions(ctx, req):
 def _describe_one(ctx, T, txn_id: str):
     if not ctx.authorize("DESCRIBE", "TRANSACTIONAL_ID", txn_id):
         return _not_described(T, txn_id, KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-    if ctx.broker.cluster_member is not None:
-        # Kafka: only the id's coordinator describes it (NOT_COORDINATOR elsewhere).
-        err = ctx.broker.txns.error_for(txn_id)
-        if err:
-            return _not_described(T, txn_id, err)
+    # Kafka: only the id's coordinator describes it (NOT_COORDINATOR elsewhere).
+    err = ctx.broker.txns.error_for(txn_id)
+    if err:
+        return _not_described(T, txn_id, err)
     meta = _find(ctx, txn_id) if txn_id else None
     if meta is None:
         return _not_described(T, txn_id, KafkaError.TRANSACTIONAL_ID_NOT_FOUND)

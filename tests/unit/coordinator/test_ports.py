@@ -14,7 +14,7 @@ from semel.cluster.state import MemoryClusterView
 from semel.cluster.txn_markers import MarkerChannel
 from semel.coordinator.group import GroupCoordinator
 from semel.coordinator.ports import (
-    CoordinatorSeat, HighWatermarks, Loadable, LocalMarkers, MarkerWriter, PartitionWriter, ProducerIdSource,
+    CoordinatorSeat, HighWatermarks, Loadable, LocalMarkers, LocalSeat, MarkerWriter, PartitionWriter, ProducerIdSource,
 )
 from semel.coordinator.producer_ids import ProducerIdManager
 from semel.coordinator.txn import TransactionCoordinator
@@ -44,6 +44,8 @@ def test_seat_and_what_it_drives():
     seat = SeatedCoordinator(view, 0, SimpleNamespace(get=lambda topic, partition: None), lambda: None,
                              "__consumer_offsets", 0)
     assert isinstance(seat, CoordinatorSeat)
+    assert isinstance(LocalSeat(SimpleNamespace(get=lambda topic, partition: None), "__consumer_offsets", {}),
+                      CoordinatorSeat)
     assert issubclass(GroupCoordinator, Loadable)
     assert issubclass(TransactionCoordinator, Loadable)
 
