@@ -16,6 +16,7 @@ from ..clock import wall_ms
 from ..cluster.broker_configs import FileBrokerConfigs
 from ..cluster.peer import PeerDialer
 from ..cluster.shutdown import controlled_shutdown
+from ..storage.committed import Committed, HighWatermarks, OneNode
 from ..storage.flusher import GroupCommitFlusher
 from ..storage.fs import fs_from_env
 from ..storage.errors import StorageError
@@ -68,6 +69,14 @@ class Broker:
         # Replication data plane (semel.cluster.replica_manager.ReplicaManager), started when
         # `cluster` is set; None on a single node.
         self.replicas = None
+        # What a commit waits on past this broker's fsync (semel.storage.committed): a
+        # single node is the ISR of every partition (OneNode); a cluster member's replica
+        # manager, once replication runs (None until then: nothing is committed).
+        self.high_watermarks: HighWatermarks | None = OneNode(self.notifier.notify)
+        # Produce acks=all and admin markers: fsynced as the flush policy asks, then past
+        # the high watermark.
+        self.committed = Committed(self.flusher if config.log.flush_mode == "always" else None,
+                                   lambda: self.high_watermarks, config.request_timeout_ms / 1000)
         # semel.cluster.peer.PeerDialer in a cluster: the inter-broker listener and login.
         self.peer_dialer = None
         # Signed OAUTHBEARER tokens (auth.oauth_jwks.SignedValidator) when a JWKS is set.
@@ -105,6 +114,7 @@ class Broker:
             self.broker_configs.load()
             self.broker_configs.apply()
         if self.cluster is not None:   # how followers and the coordinator reach other brokers
+            self.high_watermarks = None   # until replication runs
             self.peer_dialer = PeerDialer.from_config(self.config)
             who = self.peer_dialer.principal
             if who and self.authorizer.enabled and who not in self.config.super_users:
@@ -129,6 +139,7 @@ class Broker:
             await self.cluster_member.start()
         if self.cluster is not None:
             self.replicas = build_replicas(self)
+            self.high_watermarks = self.replicas
             await self.replicas.start()
         # After replication: each partition state reaches the replica manager (which
         # takes the role) before the coordinators' seats act on it.
@@ -228,13 +239,6 @@ class Broker:
                 self.logs.enforce_retention(wall_ms())
             except Exception:  # retention must never take the broker down
                 log.exception("retention failed")
-
-    # --- helpers used by handlers -----------------------------------------
-
-    async def ensure_durable(self, plog, upto_offset: int) -> None:
-        """Wait until `upto_offset` is on disk when the flush policy asks for it."""
-        if self.config.log.flush_mode == "always":
-            await self.flusher.sync(plog, upto_offset)
 
 
 class BrokerStartError(Exception):

@@ -5,12 +5,11 @@ brokers. They are given these when they are built (semel.broker.wiring chooses t
 single-node or the cluster implementation) and never look further:
 
   PartitionWriter   records appended to a partition log are committed when `sync`
-                    returns: fsynced as the flush policy asks and, in a cluster, on
-                    every in-sync replica (the high watermark passed them).
-                    Single node: storage's GroupCommitFlusher. Cluster:
-                    cluster.replicated_flusher.ReplicatedFlusher.
-  HighWatermarks    what a marker written into a local data partition waits for
-                    before it counts. Single node: none (the fsync is enough).
+                    returns: fsynced and on every in-sync replica (the high watermark
+                    passed them). storage.committed.PartitionCommit, on a single node
+                    as in a cluster (storage's GroupCommitFlusher alone in tests).
+  HighWatermarks    (storage.committed) the high-watermark wait a commit ends with.
+                    Single node: storage.committed.OneNode (a cluster of one: at once).
                     Cluster: cluster.replica_manager.ReplicaManager.
   MarkerWriter      a transaction marker for a partition this broker does not lead,
                     written by its leader. Single node: LocalMarkers below (every
@@ -34,6 +33,10 @@ from __future__ import annotations
 from typing import Any, Protocol, runtime_checkable
 
 from ..protocol.errors import KafkaError
+from ..storage.committed import HighWatermarks
+
+__all__ = ["CoordinatorSeat", "HighWatermarks", "Loadable", "LocalMarkers", "LocalSeat", "MarkerWriter",
+           "PartitionWriter", "ProducerIdSource"]
 
 
 @runtime_checkable
@@ -41,13 +44,6 @@ class PartitionWriter(Protocol):
     async def sync(self, plog, upto_offset: int) -> None:
         """Return once plog's records before `upto_offset` are committed; AppendError
         (or StorageError) when they are not."""
-
-
-@runtime_checkable
-class HighWatermarks(Protocol):
-    async def wait_for_hw(self, topic: str, partition: int, upto_offset: int, timeout_s: float) -> KafkaError:
-        """NONE once the partition's high watermark reached `upto_offset` (every in-sync
-        replica holds what is before it); the reason otherwise."""
 
 
 @runtime_checkable

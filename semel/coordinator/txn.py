@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Callable
 
 from ..protocol import records
 from ..protocol.api_keys import ApiKey
@@ -31,7 +30,8 @@ from ..protocol.errors import KafkaError
 from ..storage.errors import StorageError
 from .coordinator_log import CoordinatorLog
 from .group_model import OFFSETS_TOPIC
-from .ports import CoordinatorSeat, HighWatermarks, LocalMarkers, MarkerWriter, PartitionWriter, ProducerIdSource
+from ..storage.committed import Committed
+from .ports import CoordinatorSeat, LocalMarkers, MarkerWriter, ProducerIdSource
 from .txn_states import (
     COMPLETE_OF, COMPLETED, PREPARED, TxnMeta, TxnState, can_transition, decode_value, encode_value,
     end_txn_outcome, now_ms,
@@ -93,27 +93,23 @@ class TransactionCoordinator(MarkerCompletion, TxnBranches):
     partition in a cluster. What it needs from around it is given here
     (semel.coordinator.ports; semel.broker.wiring chooses the implementations):
 
-    `flusher`    the PartitionWriter of its own log (in a cluster: committed = replicated)
+    `flusher`    the PartitionWriter of its own log (semel.storage.committed: fsynced,
+                 then past the high watermark)
     `pid_manager` the ProducerIdSource
     `markers`    the MarkerWriter for partitions led by other brokers (LocalMarkers:
                  every partition is led here, as on a single node)
     `seat`       the CoordinatorSeat that loads, serves and drops it (None: it loads its
                  own log at start and always serves)
-    `data_flusher`     the PartitionWriter markers written into local data partitions
-                 wait on (default `flusher`; in a cluster the broker's own flusher)
-    `high_watermarks`  returns what those markers then wait on before they count
-                 (the replica manager's wait_for_hw; None: the fsync is enough)
+    `markers_committed` what markers written into local data partitions wait on before
+                 they count (semel.storage.committed.Committed: fsynced, then past the
+                 high watermark, as Kafka writes markers with acks=all)
     `txn_partitions`   the partition count of __transaction_state
     """
 
     def __init__(self, logs, flusher, groups, config, pid_manager: ProducerIdSource, on_marker=None,
                  stats=None, *, seat: CoordinatorSeat, markers: MarkerWriter = LocalMarkers(),
-                 high_watermarks: Callable[[], HighWatermarks | None] = lambda: None,
-                 data_flusher: PartitionWriter | None = None, txn_partitions: int = 1):
+                 markers_committed: Committed, txn_partitions: int = 1):
         self.logs = logs
-        # Markers on data partitions wait for the broker's own flush policy; the
-        # coordinator's log for `flusher` (which in a cluster also waits for replication).
-        self.flusher = data_flusher or flusher
         self.groups = groups
         self.config = config
         self.pids = pid_manager
@@ -128,7 +124,7 @@ class TransactionCoordinator(MarkerCompletion, TxnBranches):
         self._background: set[asyncio.Task] = set()
         self._clog = CoordinatorLog(TXN_TOPIC, flusher, self._spawn)
         self._tasks: list[asyncio.Task] = []
-        self.high_watermarks = high_watermarks
+        self.markers_committed = markers_committed
         self.markers = markers
         # Nothing is appended to the log unless `serving()`. Only the coordinator's state
         # can verify a transactional produce; a leader that is not the coordinator relies

@@ -149,13 +149,7 @@ class MarkerCompletion:
         if plog is None:  # the topic was deleted: nothing left to mark
             return
         info = plog.append_controls(kind, producers, coordinator_epoch)
-        await self.flusher.sync(plog, info.last_offset + 1)
-        replicas = self.high_watermarks()
-        if replicas is not None:
-            # Kafka writes markers with acks=all: the transaction is complete only once
-            # every in-sync replica holds its marker, or a new leader would keep it open.
-            err = await replicas.wait_for_hw(*tp, info.last_offset + 1, self.config.request_timeout_ms / 1000)
-            if err:
-                raise AppendError(err, f"markers of {len(producers)} producer(s) on {tp[0]}-{tp[1]} not replicated: "
-                                       f"{err.name}")
+        # Kafka writes markers with acks=all: the transaction is complete only once every
+        # in-sync replica holds its marker (fsynced), or a new leader would keep it open.
+        await self.markers_committed.wait(*tp, plog, info.last_offset + 1)
         self.on_marker(*tp)

@@ -7,6 +7,7 @@ from semel.cluster.coordinator_partitions import GroupCoordinators
 from semel.coordinator.group import GroupConfig, GroupCoordinator
 from semel.coordinator.ports import LocalSeat
 from semel.coordinator.txn import TXN_TOPIC, TransactionCoordinator
+from semel.storage.committed import Committed, OneNode
 
 
 def group_coordinator(logs, flusher=None, config: GroupConfig | None = None, clock=None, **kw) -> GroupCoordinator:
@@ -17,7 +18,10 @@ def group_coordinator(logs, flusher=None, config: GroupConfig | None = None, clo
 
 def txn_coordinator(logs, flusher, groups: GroupCoordinator, config, pids, **kw) -> TransactionCoordinator:
     seat = LocalSeat(logs, TXN_TOPIC, TransactionCoordinator.log_configs(config))
-    return TransactionCoordinator(logs, flusher, GroupCoordinators([groups]), config, pids, seat=seat, **kw)
+    one_node = OneNode(lambda topic, partition: None)
+    markers_committed = Committed(flusher, lambda: one_node, config.request_timeout_ms / 1000)
+    return TransactionCoordinator(logs, flusher, GroupCoordinators([groups]), config, pids, seat=seat,
+                                  markers_committed=markers_committed, **kw)
 
 
 async def start(coordinator) -> None:

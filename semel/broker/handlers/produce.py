@@ -81,10 +81,11 @@ _FLUSHING: set = set()   # background flushes of acks=0/1 appends (a task needs 
 def _flush_soon(broker, results) -> None:
     """acks=0/1 on one node under flush_mode "always": nobody waits for the fsync, but
     readers see a record only once it is fsynced (PartitionLog.reads_wait_for_fsync),
-    so it is fsynced now rather than whenever a later acks=all write comes."""
-    named = [(name, part) for name, parts in results for part in parts if part.log is not None]
+    so it is committed now rather than whenever a later acks=all write comes."""
+    named = [(name, part.index, part.log, part.upto) for name, parts in results for part in parts
+             if part.log is not None]
     if named:
-        task = asyncio.get_running_loop().create_task(_durable_each(broker, named))
+        task = asyncio.get_running_loop().create_task(broker.committed.wait_each(named))
         _FLUSHING.add(task)
         task.add_done_callback(_FLUSHING.discard)
 
@@ -209,60 +210,15 @@ def _check_transactional(ctx, req, topic, partition, batches) -> KafkaError:
 
 
 async def _after_flush(ctx, req, results):
-    if ctx.broker.replicas is None:
-        await _durable_each(ctx.broker, [(name, part) for name, parts in results for part in parts
-                                         if part.log is not None])
-        return _response(ctx, results)
-    waits = [_settle(ctx, req, name, part) for name, parts in results for part in parts if part.log is not None]
-    await asyncio.gather(*waits)
+    """acks=all: every batch committed (semel.storage.committed): on disk here as the
+    flush policy asks, the fsyncs of all partitions in flight together, then past the high
+    watermark (every ISR member holds it; at once on a single node)."""
+    named = [(name, part) for name, parts in results for part in parts if part.log is not None]
+    errors = await ctx.broker.committed.wait_each([(name, p.index, p.log, p.upto) for name, p in named],
+                                                  max(req.timeout_ms, 0) / 1000)
+    for (_, part), err in zip(named, errors):
+        part.error = err
     return _response(ctx, results)
-
-
-async def _durable_each(broker, parts: list[tuple[str, _PartitionResult]]) -> None:
-    """One node: every partition's batch on disk (flush policy), the fsyncs of all of
-    them in flight together (GroupCommitFlusher.sync_each), without a task per partition.
-    Readers waiting on a partition are woken again: its fsynced end, which they may
-    read up to, just moved."""
-    if broker.config.log.flush_mode != "always":
-        return
-    failures = await broker.flusher.sync_each([(p.log, p.upto) for _, p in parts])
-    for (topic, part), exc in zip(parts, failures):
-        if exc is not None:
-            log.error("fsync failed: %s", exc)
-            part.error = KafkaError.KAFKA_STORAGE_ERROR
-        else:
-            broker.notifier.notify(topic, part.index)
-
-
-async def _settle(ctx, req, topic: str, part: _PartitionResult) -> None:
-    """acks=all: the batch is on disk here (flush policy) and, in a cluster, the high
-    watermark has passed it (every ISR member holds it). The two waits run together:
-    followers fetch from the page cache while the leader's fsync is under way."""
-    broker = ctx.broker
-    if broker.replicas is None:
-        part.error = await _durable(broker, part)
-        return
-    durable, replicated = await asyncio.gather(
-        _durable_here(broker, topic, part),
-        broker.replicas.wait_for_hw(topic, part.index, part.upto, max(req.timeout_ms, 0) / 1000))
-    part.error = durable or replicated
-
-
-async def _durable_here(broker, topic: str, part: _PartitionResult) -> KafkaError:
-    """_durable, then the high watermark looks again: under the durable policy it
-    counts the leader's own fsynced end, which just moved."""
-    err = await _durable(broker, part)
-    broker.replicas.flushed(topic, part.index)
-    return err
-
-
-async def _durable(broker, part: _PartitionResult) -> KafkaError:
-    try:
-        await broker.ensure_durable(part.log, part.upto)
-    except StorageError as exc:
-        log.error("fsync failed: %s", exc)
-        return KafkaError.KAFKA_STORAGE_ERROR
-    return KafkaError.NONE
 
 
 def _response(ctx, results):

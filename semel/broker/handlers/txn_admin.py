@@ -281,7 +281,7 @@ async def _abort_partition(ctx, marker, tp: tuple[str, int]) -> KafkaError:
     try:
         info = plog.append_control(records.CONTROL_ABORT, marker.producer_id, marker.producer_epoch,
                                    marker.coordinator_epoch)
-        await ctx.broker.ensure_durable(plog, info.last_offset + 1)
+        await ctx.broker.committed.wait(topic, partition, plog, info.last_offset + 1)
     except StorageError as exc:
         log.error("admin abort marker on %s-%d failed: %s", topic, partition, exc)
         return KafkaError.KAFKA_STORAGE_ERROR
