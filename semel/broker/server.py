@@ -101,15 +101,15 @@ class Broker:
         t0 = time.monotonic()
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         self.logs = LogManager(self.config.data_dir, self.config.log, self.fs)
+        # Under "always" nothing counts before it is fsynced, alone or in an ISR: readers see
+        # no record a power cut could take (PartitionLog.durable_end).
+        self.logs.set_reads_wait_for_fsync(self.config.log.flush_mode == "always")
         if self.config.metadata_endpoints:
             self.cluster_member = cluster_member(self)
             self.cluster = self.cluster_member.view
             self.broker_configs = self.cluster_member.configs
             self._use_cluster_security()
         else:   # a damaged file stops the start here, naming it
-            # Alone, nothing else keeps a reader below what a power cut would leave (a
-            # cluster view given from outside, as tests do, keeps its own high watermark).
-            self.logs.set_reads_wait_for_fsync(self.cluster is None and self.config.log.flush_mode == "always")
             self.broker_configs = FileBrokerConfigs(self, self.config.node_id, self.fs, self.config.data_dir)
             self.broker_configs.load()
             self.broker_configs.apply()

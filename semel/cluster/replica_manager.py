@@ -313,11 +313,12 @@ class ReplicaManager:
         self._settle_waiters(ls)
 
     def _leader_position(self, plog) -> int:
-        """The leader's own log end as the high watermark counts it: under the durable
-        policy only what it has fsynced, as for its followers, so no reader is ever
-        shown a record a power cut of the whole ISR could take (the leader may be the
-        one elected again, and its followers would truncate to it)."""
-        return min(plog.log_end_offset, plog.flushed_offset) if self.durable is not None else plog.log_end_offset
+        """The leader's own log end as the high watermark counts it (the same rule as
+        alone in the ISR, PartitionLog.durable_end): under the durable policy only what it
+        has fsynced, as for its followers, so no reader is ever shown a record a power cut
+        of the whole ISR could take (the leader may be the one elected again, and its
+        followers would truncate to it)."""
+        return plog.durable_end
 
     def flushed(self, topic: str, partition: int) -> None:
         """The leader's fsync of the partition completed: the high watermark may move."""

@@ -7,9 +7,10 @@ coordinator's own log and transaction markers all wait through `Committed`, on a
 single node as in a cluster; what differs is only where the high watermark comes from
 (`HighWatermarks`): the replica manager in a cluster (semel.cluster.replica_manager),
 `OneNode` below on a single node, a cluster of one. There this broker is the whole ISR,
-so what is fsynced here is committed and the wait returns at once; readers see up to
-its fsynced end under flush_mode "always" (PartitionLog.reads_wait_for_fsync), as a
-cluster's readers see up to a high watermark that counts only fsynced records.
+so what is fsynced here is committed and the wait returns at once. Under flush_mode
+"always" a broker counts only its fsynced records as its own (PartitionLog.durable_end),
+alone or in an ISR, so readers, bounded by the high watermark, see nothing a power cut
+could take.
 
 The fsync comes first, then the high-watermark wait: followers fetch from the page cache
 meanwhile, and the leader's finished fsync (`flushed`) may itself move the watermark.

@@ -66,7 +66,7 @@ async def produce(ctx, req):
             else:
                 parts.append(await _append_partition(ctx, req, topic.name, pdata, budget))
         results.append((topic.name, parts))
-    if acks != -1 and ctx.broker.replicas is None and ctx.broker.config.log.flush_mode == "always":
+    if acks != -1 and ctx.broker.config.log.flush_mode == "always":
         _flush_soon(ctx.broker, results)
     if acks == 0:
         return None
@@ -79,13 +79,14 @@ _FLUSHING: set = set()   # background flushes of acks=0/1 appends (a task needs 
 
 
 def _flush_soon(broker, results) -> None:
-    """acks=0/1 on one node under flush_mode "always": nobody waits for the fsync, but
-    readers see a record only once it is fsynced (PartitionLog.reads_wait_for_fsync),
-    so it is committed now rather than whenever a later acks=all write comes."""
+    """acks=0/1 under flush_mode "always": nobody waits for the fsync, but the high
+    watermark counts a record only once fsynced here (PartitionLog.durable_end), so it is
+    fsynced now rather than whenever a later acks=all write comes (the high watermark is
+    not waited for: no timeout given)."""
     named = [(name, part.index, part.log, part.upto) for name, parts in results for part in parts
              if part.log is not None]
     if named:
-        task = asyncio.get_running_loop().create_task(broker.committed.wait_each(named))
+        task = asyncio.get_running_loop().create_task(broker.committed.wait_each(named, 0))
         _FLUSHING.add(task)
         task.add_done_callback(_FLUSHING.discard)
 
