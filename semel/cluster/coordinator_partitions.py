@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..protocol.errors import KafkaError
@@ -24,12 +25,12 @@ from ..protocol.txn_hash import java_string_hash, partition_for  # noqa: F401 (r
 
 log = logging.getLogger("semel.cluster.coordinator_partitions")
 
-def topic_partition_count(view, topic: str) -> int | None:
+def topic_partition_count(view: Any, topic: str) -> int | None:
     """The partition count of `topic` in a cluster view (None before it exists, or for a
     view without a topic catalogue)."""
     topics = getattr(view, "topics", None)
     info = topics().get(topic) if topics is not None else None
-    return None if info is None else info.partitions
+    return None if info is None else int(info.partitions)
 
 
 class PartitionedCoordinators:
@@ -40,7 +41,7 @@ class PartitionedCoordinators:
     other partitions than its peers, so two brokers could serve one id: it then
     coordinates nothing (COORDINATOR_NOT_AVAILABLE) and says why."""
 
-    def __init__(self, parts: list, topic_partitions=lambda: None):
+    def __init__(self, parts: list[Any], topic_partitions: Callable[[], int | None] = lambda: None):
         if not parts:
             raise ValueError("at least one coordinator partition")
         self.parts = parts
@@ -54,7 +55,7 @@ class PartitionedCoordinators:
     def partition_for(self, key: str | None) -> int:
         return partition_for(key, len(self.parts))
 
-    def for_key(self, key: str | None):
+    def for_key(self, key: str | None) -> Any:
         return self.parts[self.partition_for(key)]
 
     def misplaced(self) -> bool:
@@ -73,9 +74,10 @@ class PartitionedCoordinators:
         """What a request for `key` gets here now (NONE: its coordinator serves it)."""
         if self.misplaced():
             return KafkaError.COORDINATOR_NOT_AVAILABLE
-        return self.for_key(key).seat.error()
+        err: KafkaError = self.for_key(key).seat.error()
+        return err
 
-    def for_partition(self, partition: int):
+    def for_partition(self, partition: int) -> Any:
         """The coordinator of `partition`, None for one this topic does not have."""
         return self.parts[partition] if 0 <= partition < len(self.parts) else None
 
@@ -117,10 +119,12 @@ class TxnCoordinators(PartitionedCoordinators):
         return self.for_key(txn_id).end_txn(txn_id, *args, **kw)
 
     def verify_produce(self, txn_id: str | None, *args: Any, **kw: Any) -> KafkaError:
-        return self.for_key(txn_id).verify_produce(txn_id, *args, **kw)
+        err: KafkaError = self.for_key(txn_id).verify_produce(txn_id, *args, **kw)
+        return err
 
     def verify_offsets(self, txn_id: str, *args: Any, **kw: Any) -> KafkaError:
-        return self.for_key(txn_id).verify_offsets(txn_id, *args, **kw)
+        err: KafkaError = self.for_key(txn_id).verify_offsets(txn_id, *args, **kw)
+        return err
 
     async def write_partition_markers(self, *args: Any) -> None:
         # Markers written here as the partition's leader: no coordinator state involved.
@@ -132,7 +136,7 @@ class GroupCoordinators(PartitionedCoordinators):
     single node)."""
 
     @property
-    def config(self):
+    def config(self) -> Any:
         return self.parts[0].config
 
     def join_group(self, group_id: str, *args: Any, **kw: Any) -> Any:
@@ -162,19 +166,21 @@ class GroupCoordinators(PartitionedCoordinators):
     def delete_offsets(self, group_id: str, *args: Any, **kw: Any) -> Any:
         return self.for_key(group_id).delete_offsets(group_id, *args, **kw)
 
-    def txn_commit_offsets(self, producer_id, producer_epoch, group_id, *args, **kw):
+    def txn_commit_offsets(self, producer_id: int, producer_epoch: int, group_id: str, *args: Any,
+                           **kw: Any) -> Any:
         return self.for_key(group_id).txn_commit_offsets(producer_id, producer_epoch, group_id, *args, **kw)
 
-    def describe_groups(self, group_ids) -> list:
+    def describe_groups(self, group_ids: Iterable[str]) -> list[Any]:
         return [s for gid in group_ids for s in self.for_key(gid).describe_groups([gid])]
 
-    def consumer_group_describe(self, group_ids) -> list:
+    def consumer_group_describe(self, group_ids: Iterable[str]) -> list[Any]:
         return [s for gid in group_ids for s in self.for_key(gid).consumer_group_describe([gid])]
 
-    def list_groups(self, states=None) -> tuple[KafkaError, list]:
+    def list_groups(self, states: Iterable[str] | None = None) -> tuple[KafkaError, list[Any]]:
         """Kafka's ListGroups: the groups of every partition this broker coordinates;
         COORDINATOR_LOAD_IN_PROGRESS while one of them is still loading."""
-        rows, error = [], KafkaError.NONE
+        rows: list[Any] = []
+        error = KafkaError.NONE
         for c in self.parts:
             err, got = c.list_groups(states)
             rows += got
@@ -182,23 +188,23 @@ class GroupCoordinators(PartitionedCoordinators):
                 error = err
         return error, rows
 
-    def delete_groups(self, group_ids) -> "asyncio.Future":
+    def delete_groups(self, group_ids: Iterable[str]) -> "asyncio.Future[dict[str, Any]]":
         by_part: dict[int, list[str]] = {}
         for gid in group_ids:
             by_part.setdefault(self.partition_for(gid), []).append(gid)
 
-        async def gather() -> dict:
-            results: dict = {}
+        async def gather() -> dict[str, Any]:
+            results: dict[str, Any] = {}
             for got in await asyncio.gather(*(self.parts[p].delete_groups(ids) for p, ids in by_part.items())):
                 results.update(got)
             return results
         return asyncio.ensure_future(gather())
 
-    def follow_deleted_topics(self, deleted) -> None:
+    def follow_deleted_topics(self, deleted: set[str]) -> None:
         for c in self.parts:
             c.follow_deleted_topics(deleted)
 
-    def drop_topic_offsets(self, topics) -> None:
+    def drop_topic_offsets(self, topics: Iterable[str]) -> None:
         for c in self.parts:
             c.drop_topic_offsets(topics)
 

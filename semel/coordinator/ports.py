@@ -41,7 +41,7 @@ __all__ = ["CoordinatorSeat", "HighWatermarks", "Loadable", "LocalMarkers", "Loc
 
 @runtime_checkable
 class PartitionWriter(Protocol):
-    async def sync(self, plog, upto_offset: int) -> None:
+    async def sync(self, plog: Any, upto_offset: int) -> None:
         """Return once plog's records before `upto_offset` are committed; AppendError
         (or StorageError) when they are not."""
 
