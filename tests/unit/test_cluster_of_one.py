@@ -15,9 +15,9 @@ LIMIT = 23
 
 
 def _names_a_cluster_object(node: ast.AST) -> bool:
-    if isinstance(node, ast.Attribute):
-        return node.attr in CLUSTER_OBJECTS
-    return isinstance(node, ast.Name) and node.id in CLUSTER_OBJECTS
+    """`broker.cluster`, `self.replicas`, `ctx.broker.cluster_member` (a local variable of
+    the same name, such as a list of replica ids, is no cluster object)."""
+    return isinstance(node, ast.Attribute) and node.attr in CLUSTER_OBJECTS
 
 
 def _is_none_tests(tree: ast.AST) -> list[int]:
@@ -42,7 +42,8 @@ def test_the_broker_branches_on_the_cluster_no_more_than_it_did():
 def test_the_count_sees_what_it_counts():
     code = ("if broker.cluster is None: pass\n"
             "if self.replicas is not None: pass\n"
-            "if cluster_member is None: pass\n"
+            "if ctx.broker.cluster_member is None: pass\n"
             "if broker.logs is None: pass\n"
-            "if broker.cluster == None: pass\n")
+            "if broker.cluster == None: pass\n"
+            "if replicas is None: pass\n")
     assert _is_none_tests(ast.parse(code)) == [1, 2, 3]
