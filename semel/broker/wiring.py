@@ -39,6 +39,7 @@ from ..protocol.errors import KafkaError
 from ..storage.committed import Committed, PartitionCommit
 from ..storage.flusher import GroupCommitFlusher
 from .config import BrokerConfig
+from .services import Services
 
 
 def group_config(c: BrokerConfig) -> GroupConfig:
@@ -149,3 +150,13 @@ def _committed(broker, inner: GroupCommitFlusher | None, topic: str, partition: 
     then nothing is committed, NOT_COORDINATOR)."""
     return Committed(inner, lambda: broker.high_watermarks, broker.config.request_timeout_ms / 1000,
                      KafkaError.NOT_COORDINATOR).writer(topic, partition)
+
+
+def build_services(broker) -> Services:
+    """What handlers use, once every part exists (semel.broker.services)."""
+    return Services(
+        config=broker.config, logs=broker.logs, flusher=broker.flusher, notifier=broker.notifier,
+        metrics=broker.metrics, group_coordinator=broker.groups, txn_coordinator=broker.txns,
+        authorizer=broker.authorizer, users=broker.users, acls=broker.acls, broker_configs=broker.broker_configs,
+        cluster=broker.cluster, cluster_member=broker.cluster_member, replicas=broker.replicas,
+        oauth_signed=broker.oauth_signed, committed=broker.committed)

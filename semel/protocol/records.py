@@ -193,7 +193,7 @@ class Record:
     headers: list[tuple[str, bytes | None]]
 
 
-def _write_bytes(out: bytearray, b: bytes | None) -> None:
+def write_bytes(out: bytearray, b: bytes | None) -> None:
     if b is None:
         write_varint(out, -1)
     else:
@@ -232,12 +232,12 @@ def build_batch(
         r.append(0)  # record attributes
         write_varint(r, 0)  # timestamp delta
         write_varint(r, i)  # offset delta
-        _write_bytes(r, key)
-        _write_bytes(r, value)
+        write_bytes(r, key)
+        write_bytes(r, value)
         write_varint(r, len(headers))
         for hk, hv in headers:
-            _write_bytes(r, hk.encode() if isinstance(hk, str) else hk)
-            _write_bytes(r, hv)
+            write_bytes(r, hk.encode() if isinstance(hk, str) else hk)
+            write_bytes(r, hv)
         write_varint(body, len(r))
         body += r
     return seal_batch(body, len(records), base_offset=base_offset, timestamp_ms=ts, producer_id=producer_id,
