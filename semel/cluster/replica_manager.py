@@ -355,6 +355,13 @@ class ReplicaManager:
             return KafkaError.NOT_ENOUGH_REPLICAS
         return KafkaError.NONE
 
+    def reached(self, topic: str, partition: int, upto: int) -> bool:
+        """Would `wait_for_hw` answer NONE now: leading, the high watermark at `upto`,
+        the ISR at least min.insync.replicas?"""
+        ls = self.leading.get((topic, partition))
+        return (ls is not None and ls.plog.high_watermark >= upto
+                and len(ls.state.isr) >= self.min_insync(topic))
+
     async def wait_for_hw(self, topic: str, partition: int, upto: int, timeout_s: float) -> KafkaError:
         """acks=all: NONE once the high watermark reaches `upto` (one past the batch)."""
         ls = self.leading.get((topic, partition))

@@ -41,6 +41,9 @@ class HighWatermarks(Protocol):
     def flushed(self, topic: str, partition: int) -> None:
         """This broker's fsync of the partition completed: its high watermark may move."""
 
+    def reached(self, topic: str, partition: int, upto_offset: int) -> bool:
+        """Would `wait_for_hw` answer NONE now, without waiting?"""
+
 
 class OneNode:
     """The high watermark of a single node, a cluster of one: every partition's ISR is
@@ -55,6 +58,9 @@ class OneNode:
 
     def flushed(self, topic: str, partition: int) -> None:
         self.notify(topic, partition)
+
+    def reached(self, topic: str, partition: int, upto_offset: int) -> bool:
+        return True
 
 
 class Committed:
@@ -95,6 +101,16 @@ class Committed:
                 out.append(await self._replicated(topic, partition, plog, upto,
                                                   max(deadline - time.monotonic(), 0.0)))
         return out
+
+    def already(self, targets: list[Target]) -> bool:
+        """Is every target committed now (fsynced as asked and past the high watermark)?
+        A large append is fsynced by its own write (write-through,
+        PartitionLog.append_async), so most single-node Produce requests are answered
+        without waiting at all."""
+        hws = self.high_watermarks()
+        return hws is not None and all(
+            (self.fsync is None or plog.flushed_offset >= min(upto, plog.log_end_offset))
+            and hws.reached(topic, partition, upto) for topic, partition, plog, upto in targets)
 
     def writer(self, topic: str, partition: int) -> "PartitionCommit":
         """The PartitionWriter of one partition's log (a coordinator's)."""

@@ -21,6 +21,7 @@ from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ...protocol.produce_response import ProduceAnswer, ProducePartitionAnswer, ProduceTopicAnswer, RecordError
 from ...storage import compaction
+from ...storage.committed import Target
 from ...storage.errors import AppendError, StorageError
 from ..connection import Deferred
 from ..router import RequestContext, handler
@@ -73,7 +74,7 @@ async def produce(ctx: RequestContext, req):
         _flush_soon(ctx.services, results)
     if acks == 0:
         return None
-    if acks == -1 and (ctx.services.replicas is not None or not _all_flushed(ctx, results)):
+    if acks == -1 and not ctx.services.committed.already(_targets(results)):
         return Deferred(_after_flush(ctx, req, results))
     return _response(ctx, results)
 
@@ -86,21 +87,17 @@ def _flush_soon(services: Services, results) -> None:
     watermark counts a record only once fsynced here (PartitionLog.durable_end), so it is
     fsynced now rather than whenever a later acks=all write comes (the high watermark is
     not waited for: no timeout given)."""
-    named = [(name, part.index, part.log, part.upto) for name, parts in results for part in parts
-             if part.log is not None]
+    named = _targets(results)
     if named:
         task = asyncio.get_running_loop().create_task(services.committed.wait_each(named, 0))
         _FLUSHING.add(task)
         task.add_done_callback(_FLUSHING.discard)
 
 
-def _all_flushed(ctx: RequestContext, results) -> bool:
-    """acks=all on one node: is every appended batch on disk already? A large append
-    is fsynced by its own write (write-through, PartitionLog.append_async), so most
-    Produce requests are answered without a group-commit round; the rest wait for one."""
-    if ctx.services.config.log.flush_mode != "always":
-        return True
-    return all(p.log is None or p.log.flushed_offset >= p.upto for _, parts in results for p in parts)
+def _targets(results) -> list[Target]:
+    """What a commit waits for: every partition that took a batch."""
+    return [(name, part.index, part.log, part.upto) for name, parts in results for part in parts
+            if part.log is not None]
 
 
 async def _append_partition(ctx: RequestContext, req, topic: str, pdata, budget: list[int]) -> _PartitionResult:
@@ -218,10 +215,9 @@ async def _after_flush(ctx: RequestContext, req, results):
     """acks=all: every batch committed (semel.storage.committed): on disk here as the
     flush policy asks, the fsyncs of all partitions in flight together, then past the high
     watermark (every ISR member holds it; at once on a single node)."""
-    named = [(name, part) for name, parts in results for part in parts if part.log is not None]
-    errors = await ctx.services.committed.wait_each([(name, p.index, p.log, p.upto) for name, p in named],
-                                                  max(req.timeout_ms, 0) / 1000)
-    for (_, part), err in zip(named, errors):
+    taken = [part for _, parts in results for part in parts if part.log is not None]
+    errors = await ctx.services.committed.wait_each(_targets(results), max(req.timeout_ms, 0) / 1000)
+    for part, err in zip(taken, errors):
         part.error = err
     return _response(ctx, results)
 

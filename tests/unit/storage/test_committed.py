@@ -148,3 +148,22 @@ def test_no_fsync_asked_for_waits_only_for_the_high_watermark():
         assert await c.wait_each([("t", 0, Log(4), 4)]) == [E.NONE]
         assert replicas.flushes == [] and replicas.asked == [("t", 0, 4)]
     asyncio.run(go())
+
+
+class Flushed(Log):
+    def __init__(self, end: int, flushed: int):
+        super().__init__(end)
+        self.flushed_offset = flushed
+
+
+def test_already_committed_needs_the_fsync_and_the_high_watermark():
+    one = OneNode(lambda t, p: None)
+    assert Committed(Inner(), lambda: one, 5.0).already([("t", 0, Flushed(5, 5), 5)])
+    assert not Committed(Inner(), lambda: one, 5.0).already([("t", 0, Flushed(5, 4), 5)])
+    assert Committed(None, lambda: one, 5.0).already([("t", 0, Flushed(5, 0), 5)])   # no fsync asked for
+    assert not Committed(None, lambda: None, 5.0).already([("t", 0, Flushed(5, 5), 5)])
+
+    class Behind(Replicas):
+        def reached(self, topic, partition, upto):
+            return False
+    assert not Committed(Inner(), lambda: Behind(), 5.0).already([("t", 0, Flushed(5, 5), 5)])
