@@ -18,7 +18,6 @@ from .group_model import (
 from .group_states import HEARTBEAT_RESULT, STATE_BY_NAME, SYNC_RESULT, Event, GroupState
 from .coordinator_log import done_future, resolve_future
 from .group_context import GroupContext
-from .ports import CoordinatorSeat
 from .consumer_records import apply_record, records_between
 from .offsets import (
     GroupRecord, MemberRecord, TopicPartition, decode_key, group_key, group_value, offset_key,
@@ -32,14 +31,13 @@ S = GroupState
 class GroupMembership:
     """GroupCoordinator's classic membership and rebalancing.
 
-    Made with the coordinator's GroupContext, the consumer-protocol groups (`consumers`:
-    a group id is of one protocol at a time) and the coordinator's seat."""
+    Made with the coordinator's GroupContext and the consumer-protocol groups
+    (`consumers`: a group id is of one protocol at a time)."""
 
-    def __init__(self, ctx: GroupContext, consumers: ConsumerGroups, seat: CoordinatorSeat | None) -> None:
+    def __init__(self, ctx: GroupContext, consumers: ConsumerGroups) -> None:
         self._store, self._writes, self._ready = ctx.store, ctx.writes, ctx.ready
         self.timers, self.config, self.clock = ctx.timers, ctx.config, ctx.clock
         self._consumers = consumers
-        self.seat = seat
         consumers.classic.on_downgraded = self._downgraded
 
     def _downgraded(self, group: Group) -> None:
@@ -535,8 +533,8 @@ class GroupMembership:
         """(error, [(group_id, protocol_type, state name)]), filtered by state names
         (case-insensitive) when `states` is non-empty."""
         err = self._ready()
-        if err == KafkaError.NOT_COORDINATOR and self.seat is not None:
-            return KafkaError.NONE, []   # a cluster broker coordinating no group lists none, as in Kafka
+        if err == KafkaError.NOT_COORDINATOR:
+            return KafkaError.NONE, []   # a broker coordinating no group lists none, as in Kafka
         if err:
             return err, []
         wanted = {STATE_BY_NAME.get(s.lower()) for s in states or ()}
