@@ -44,7 +44,9 @@ def coordinator_guard(services: Services, fn):
     txns, groups = services.txn_coordinator, services.group_coordinator
 
     async def guarded(ctx: RequestContext, body):
-        if ctx.api_key in GATED and (ctx.api_key != ApiKey.INIT_PRODUCER_ID or body.transactional_id is not None):
+        several = ctx.api_key == ApiKey.OFFSET_FETCH and ctx.api_version >= 8   # the handler asks each group's
+        if (ctx.api_key in GATED and not several
+                and (ctx.api_key != ApiKey.INIT_PRODUCER_ID or body.transactional_id is not None)):
             coordinators = txns if ctx.api_key in TXN_APIS else groups
             err = coordinators.error_for(coordinator_key(ctx.api_key, body))
             if err:

@@ -49,6 +49,7 @@ def group_config(c: BrokerConfig) -> GroupConfig:
         max_session_timeout_ms=c.group_max_session_timeout_ms,
         consumer_heartbeat_interval_ms=c.group_consumer_heartbeat_interval_ms,
         consumer_session_timeout_ms=c.group_consumer_session_timeout_ms,
+        consumer_migration_policy=c.group_consumer_migration_policy,
         offsets_retention_ms=c.offsets_retention_ms,
         compact_records=c.offsets_log_compact_records,
         segment_bytes=c.offsets_log_segment_bytes,

@@ -247,12 +247,13 @@ class GroupCoordinator:
                    protocols: list[tuple[str, bytes]], session_timeout_ms: int,
                    rebalance_timeout_ms: int = -1, group_instance_id: str | None = None,
                    client_id: str = "", client_host: str = "",
-                   require_known_member_id: bool = True) -> "asyncio.Future[JoinResult]":
+                   require_known_member_id: bool = True,
+                   topics: Callable[[], Mapping[str, int]] | None = None) -> "asyncio.Future[JoinResult]":
         return self.membership.join_group(
             group_id, member_id, protocol_type=protocol_type, protocols=protocols,
             session_timeout_ms=session_timeout_ms, rebalance_timeout_ms=rebalance_timeout_ms,
             group_instance_id=group_instance_id, client_id=client_id, client_host=client_host,
-            require_known_member_id=require_known_member_id)
+            require_known_member_id=require_known_member_id, topics=topics)
 
     def sync_group(self, group_id: str, generation: int, member_id: str, *,
                    group_instance_id: str | None = None, protocol_type: str | None = None,
@@ -303,8 +304,10 @@ class GroupCoordinator:
                                            group_instance_id=group_instance_id, api_version=api_version)
 
     def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None,
-                      require_stable: bool = False) -> tuple[KafkaError, list[FetchedOffset]]:
-        return self.offset_manager.fetch_offsets(group_id, partitions, require_stable)
+                      require_stable: bool = False, *, member_id: str | None = None,
+                      member_epoch: int = -1) -> tuple[KafkaError, list[FetchedOffset]]:
+        return self.offset_manager.fetch_offsets(group_id, partitions, require_stable,
+                                                 member_id=member_id, member_epoch=member_epoch)
 
     def txn_commit_offsets(self, producer_id: int, producer_epoch: int, group_id: str,
                            generation: int, member_id: str, group_instance_id: str | None,

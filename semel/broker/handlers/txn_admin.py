@@ -249,7 +249,7 @@ async def _offsets_marker(ctx: RequestContext, marker, partition: int) -> KafkaE
     groups = ctx.services.group_coordinator.for_partition(partition)
     if groups is None:
         return KafkaError.UNKNOWN_TOPIC_OR_PARTITION
-    err = groups.seat.error() if groups.seat is not None else KafkaError.NONE
+    err = groups.seat.error()
     if err:
         return err
     return await groups.complete_txn(marker.producer_id, marker.producer_epoch, marker.coordinator_epoch,
