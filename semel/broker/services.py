@@ -23,6 +23,7 @@ from ..storage.flusher import GroupCommitFlusher
 from ..storage.manager import LogManager
 from .auth.acl import AclStore, Authorizer
 from .auth.cluster_store import ClusterAclStore, ClusterUserStore
+from .node_view import MetadataView
 from .auth.users import UserStore
 from .config import BrokerConfig
 from .metrics import BrokerMetrics
@@ -51,6 +52,9 @@ class Services:
     broker_configs: BrokerConfigs
     # the cluster's metadata; None on the embedded single node
     cluster: ClusterMetadata | None
+    # brokers, controller, topics and their partitions' leaders: the cluster view, or on a
+    # single node its NodeView (a cluster of one)
+    metadata: MetadataView
     # this broker's membership (registration, controller); None on a single node
     cluster_member: ClusterMember | None
     # the replication data plane; None on a single node

@@ -33,17 +33,13 @@ async def describe_cluster(ctx: RequestContext, req):
         return ctx.response(throttle_time_ms=0, error_code=err, error_message=err.name,
                             endpoint_type=endpoint, cluster_id=cfg.cluster_id, controller_id=-1,
                             brokers=[], authorized_operations=NO_OPERATIONS)
-    view = ctx.services.cluster
-    if view is None:
-        brokers = [cls.DescribeClusterBroker(broker_id=cfg.node_id, host=cfg.advertised, port=cfg.port,
-                                             rack=None, is_fenced=False)]
-        controller = cfg.node_id
-    else:   # every live broker and the controller, as Metadata lists them
-        brokers = [cls.DescribeClusterBroker(broker_id=b.node_id, host=b.host, port=b.port, rack=b.rack,
-                                             is_fenced=False)
-                   for b in sorted(view.brokers().values(), key=lambda b: b.node_id)]
-        vacant_or_id = view.controller_id()
-        controller = -1 if vacant_or_id is None else vacant_or_id
+    # Every live broker and the controller, as Metadata lists them (this node alone).
+    view = ctx.services.metadata
+    brokers = [cls.DescribeClusterBroker(broker_id=b.node_id, host=b.host, port=b.port, rack=b.rack,
+                                         is_fenced=False)
+               for b in sorted(view.brokers().values(), key=lambda b: b.node_id)]
+    vacant_or_id = view.controller_id()
+    controller = -1 if vacant_or_id is None else vacant_or_id
     return ctx.response(throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=endpoint,
                         cluster_id=cfg.cluster_id, controller_id=controller, brokers=brokers,
                         authorized_operations=authorized_operations(
@@ -125,10 +121,7 @@ async def elect_leaders(ctx: RequestContext, req):
 
 
 def _all_partitions(services: Services) -> list[tuple[str, list[int]]]:
-    view = services.cluster
-    if view is None:
-        return [(name, list(range(info.partitions))) for name, info in sorted(services.logs.topics().items())]
-    return [(name, list(range(info.partitions))) for name, info in sorted(view.topics().items())]
+    return [(name, list(range(info.partitions))) for name, info in sorted(services.metadata.topics().items())]
 
 
 async def _elect_one(services: Services, topic: str, partition: int, election_type: int) -> KafkaError:

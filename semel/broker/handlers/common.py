@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 from ...cluster.controller import assign_replicas
-from ...cluster.metadata import ClusterMetadata
 from ...protocol.errors import KafkaError
 from ...storage.manager import validate_topic_name
 from ..config import BrokerConfig
+from ..node_view import MetadataView
 from ..router import RequestContext
 
 
@@ -28,10 +28,11 @@ def may_auto_create(config: BrokerConfig, name) -> bool:
             and not name.startswith("__") and not validate_topic_name(name)[0])
 
 
-async def auto_create_in_cluster(config: BrokerConfig, view: ClusterMetadata, name: str) -> KafkaError:
+async def auto_create_in_cluster(config: BrokerConfig, view: MetadataView, name: str) -> KafkaError:
     """Create `name` in the cluster with the default partitions and replication factor,
     through etcd as CreateTopics does (semel.cluster.metadata), so every broker opens
-    its logs. NONE also when another broker created it first (both raced on etcd)."""
+    its logs; on a cluster of one in its own logs (NodeView). NONE also when another
+    broker created it first (both raced on etcd)."""
     try:
         assignment = assign_replicas(sorted(view.brokers()), config.default_partitions,
                                      config.default_replication_factor)
@@ -45,19 +46,12 @@ async def auto_create_in_cluster(config: BrokerConfig, view: ClusterMetadata, na
 
 
 def lookup(ctx: RequestContext, topic: str, partition: int):
-    """(log, error): the partition's log, auto-creating the topic when configured on a
-    single node (a cluster creates it through etcd before: auto_create_in_cluster)."""
+    """(log, error): the partition's log (an unknown topic is auto-created before, when
+    configured: auto_create_in_cluster, the same on a cluster of one)."""
     logs = ctx.services.logs
     plog = logs.get(topic, partition)
     if plog is not None:
         return plog, KafkaError.NONE
-    if topic not in logs.topics() and ctx.services.cluster is None and may_auto_create(ctx.services.config, topic):
-        err = logs.create_topic(topic, ctx.services.config.default_partitions, {})
-        if err not in (KafkaError.NONE, KafkaError.TOPIC_ALREADY_EXISTS):
-            return None, err
-        plog = logs.get(topic, partition)
-        if plog is not None:
-            return plog, KafkaError.NONE
     if topic not in logs.topics():
         return None, unknown_topic(topic)
     return None, KafkaError.UNKNOWN_TOPIC_OR_PARTITION

@@ -186,9 +186,9 @@ async def list_offsets(ctx: RequestContext, req):
 
 
 def _leader_epoch(services: Services, topic, partition) -> int:
-    """The epoch clients should validate offsets against: the partition's current
-    leader epoch in a cluster (this broker leads it), 0 on a single node."""
-    st = services.cluster.partition(topic, partition) if services.cluster is not None else None
+    """The epoch clients should validate offsets against: the partition's current leader
+    epoch (this broker leads it; 0 on a single node, which never hands a partition over)."""
+    st = services.metadata.partition(topic, partition)
     return st.leader_epoch if st is not None else 0
 
 

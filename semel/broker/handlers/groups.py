@@ -20,17 +20,13 @@ from ..deferred import Deferred
 from ..router import RequestContext, handler
 from ..services import Services
 
-_DELETING = "deleting"
-
 
 def topic_catalogue(services: Services) -> dict[str, tuple[uuid.UUID, int]]:
     """name -> (topic id, partition count) of every user topic that exists now (internal
     topics are never subscribed to, as in Kafka; a cluster keeps deleted names as markers)."""
-    source = services.cluster if services.cluster is not None else services.logs
     out = {}
-    for name, info in source.topics().items():
-        if (getattr(info, "internal", False) or name.startswith("__") or getattr(info, "deleted", False)
-                or getattr(info, "state", None) == _DELETING):
+    for name, info in services.metadata.topics().items():
+        if name.startswith("__") or info.deleted:
             continue
         topic_id = uuid.UUID(info.topic_id) if info.topic_id else uuid.UUID(int=0)
         out[name] = (topic_id, info.partitions)

@@ -1,14 +1,15 @@
-"""Metadata (3) and FindCoordinator (10): a single broker leads every partition
-and coordinates every group and transactional id."""
+"""Metadata (3) and FindCoordinator (10), read from the cluster view: a single node is
+a cluster of one (semel.broker.node_view), leading every partition; in a cluster each
+partition's leader and each key's coordinator come from etcd."""
 from __future__ import annotations
 
 import uuid
 
-from ...cluster.metadata import ClusterMetadata
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..auth.acl import ResourceType
 from ..auth.check import authorized_operations
+from ..node_view import MetadataView
 from ..router import RequestContext, handler
 from .common import auto_create_in_cluster, may_auto_create, unknown_topic
 
@@ -17,8 +18,7 @@ ZERO_UUID = uuid.UUID(int=0)
 
 @handler(ApiKey.METADATA, 0, 12)
 async def metadata(ctx: RequestContext, req):
-    build = _cluster_metadata if ctx.services.cluster is not None else _node_metadata
-    return _with_authorized_operations(ctx, req, await build(ctx, req))
+    return _with_authorized_operations(ctx, req, await _metadata(ctx, req))
 
 
 def _with_authorized_operations(ctx: RequestContext, req, result):
@@ -33,67 +33,18 @@ def _with_authorized_operations(ctx: RequestContext, req, result):
     return result
 
 
-async def _node_metadata(ctx: RequestContext, req):
-    services = ctx.services
-    cfg = services.config
-    cls = ctx.cls()
-    logs = services.logs
-    if req.topics is None or (ctx.api_version == 0 and not req.topics):
-        names = sorted(logs.topics())
-    else:
-        names = [_requested_name(t, logs) for t in req.topics]
-    allow_create = _creation_asked(ctx, req)
-    topics = []
-    for name in names:
-        if isinstance(name, uuid.UUID):  # asked by a topic id this broker does not know
-            topics.append(cls.MetadataResponseTopic(error_code=KafkaError.UNKNOWN_TOPIC_ID, name=None,
-                                                    topic_id=name, is_internal=False, partitions=[]))
-            continue
-        if name not in logs.topics() and allow_create and may_auto_create(services.config, name):
-            logs.create_topic(name, cfg.default_partitions, {})
-        topics.append(_topic_metadata(cls, logs, name, cfg.node_id))
-    brokers = [cls.MetadataResponseBroker(node_id=cfg.node_id, host=cfg.advertised, port=ctx.listener_port, rack=None)]
-    return ctx.response(throttle_time_ms=0, brokers=brokers, cluster_id=cfg.cluster_id,
-                        controller_id=cfg.node_id, topics=topics)
-
-
 def _creation_asked(ctx: RequestContext, req) -> bool:
     """May this request create the topics it names (v4+ says; before, it always may)?
     Whether the broker does is may_auto_create's part."""
     return ctx.api_version < 4 or req.allow_auto_topic_creation
 
 
-def _requested_name(t, logs):
-    """The topic's name, found by topic id (v10+) when only that is given; an
-    unknown id comes back as the UUID itself."""
-    topic_id = getattr(t, "topic_id", None)
-    if t.name is None and topic_id not in (None, ZERO_UUID):
-        for info in logs.topics().values():
-            if info.topic_id and uuid.UUID(info.topic_id) == topic_id:
-                return info.name
-        return topic_id
-    return t.name
-
-
-def _topic_metadata(cls, logs, name, node_id):
-    T = cls.MetadataResponseTopic
-    info = logs.topics().get(name)
-    if info is None:
-        return T(error_code=unknown_topic(name), name=name, is_internal=False, partitions=[])
-    P = T.MetadataResponsePartition
-    parts = [P(error_code=0, partition_index=i, leader_id=node_id, leader_epoch=0,
-               replica_nodes=[node_id], isr_nodes=[node_id], offline_replicas=[])
-             for i in range(info.partitions)]
-    # The topic id tells clients with cached metadata that a same-named topic is a new one.
-    topic_id = uuid.UUID(info.topic_id) if info.topic_id else ZERO_UUID
-    return T(error_code=0, name=name, topic_id=topic_id, is_internal=info.internal, partitions=parts)
-
-
-async def _cluster_metadata(ctx: RequestContext, req):
-    """Metadata from the cluster view: every live broker, each partition's leader,
-    epoch, replicas and ISR (LEADER_NOT_AVAILABLE while a partition has none). With
-    auto-creation on, an unknown legal name is created through etcd first, as on one node."""
-    view = ctx.services.cluster
+async def _metadata(ctx: RequestContext, req):
+    """Metadata from the cluster view (a single node's NodeView, a cluster of one): every
+    live broker, each partition's leader, epoch, replicas and ISR (LEADER_NOT_AVAILABLE
+    while a partition has none). With auto-creation on, an unknown legal name is created
+    first (through etcd in a cluster)."""
+    view = ctx.services.metadata
     cls = ctx.cls()
     T = cls.MetadataResponseTopic
     P = T.MetadataResponsePartition
@@ -101,7 +52,7 @@ async def _cluster_metadata(ctx: RequestContext, req):
     if req.topics is None or (ctx.api_version == 0 and not req.topics):
         names = sorted(known)
     else:
-        names = [_cluster_requested_name(t, known) for t in req.topics]
+        names = [_requested_name(t, known) for t in req.topics]
     created = await _auto_create(ctx, view, req, [n for n in names if isinstance(n, str) and n not in known])
     known = view.topics()
     live = view.brokers()
@@ -120,7 +71,8 @@ async def _cluster_metadata(ctx: RequestContext, req):
                    replica_nodes=list(st.replicas), isr_nodes=list(st.isr),
                    offline_replicas=[r for r in st.replicas if r not in live])
                  for st in view.topic_partitions(name)]
-        topics.append(T(error_code=0, name=name, topic_id=uuid.UUID(info.topic_id),
+        # The topic id tells clients with cached metadata that a same-named topic is a new one.
+        topics.append(T(error_code=0, name=name, topic_id=uuid.UUID(info.topic_id) if info.topic_id else ZERO_UUID,
                         is_internal=name.startswith("__"), partitions=parts))
     brokers = [cls.MetadataResponseBroker(node_id=b.node_id, host=host, port=port, rack=b.rack)
                for b in sorted(live.values(), key=lambda b: b.node_id) for host, port in [_address(ctx, b)]]
@@ -129,7 +81,7 @@ async def _cluster_metadata(ctx: RequestContext, req):
                         controller_id=-1 if controller is None else controller, topics=topics)
 
 
-async def _auto_create(ctx: RequestContext, view: ClusterMetadata, req, missing: list[str]) -> dict[str, KafkaError]:
+async def _auto_create(ctx: RequestContext, view: MetadataView, req, missing: list[str]) -> dict[str, KafkaError]:
     """{name: error to answer while it is not in this broker's view}: the creation's
     error, or LEADER_NOT_AVAILABLE (retriable, Kafka's answer for a topic being created)
     when another broker created it and the watch has not brought it here yet."""
@@ -152,10 +104,12 @@ def _address(ctx: RequestContext, info) -> tuple[str, int]:
     return (info.address(listener.name) if listener is not None else None) or (info.host, info.port)
 
 
-def _cluster_requested_name(t, known):
+def _requested_name(t, known):
+    """The topic's name, found by topic id (v10+) when only that is given; an unknown id
+    comes back as the UUID itself."""
     topic_id = getattr(t, "topic_id", None)
     if t.name is None and topic_id not in (None, ZERO_UUID):
-        return next((n for n, i in known.items() if uuid.UUID(i.topic_id) == topic_id), topic_id)
+        return next((n for n, i in known.items() if i.topic_id and uuid.UUID(i.topic_id) == topic_id), topic_id)
     return t.name
 
 

@@ -15,7 +15,6 @@ import asyncio
 import logging
 
 from ...cluster.member import check_leader
-from ...cluster.metadata import ClusterMetadata
 from ...protocol import records
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
@@ -27,6 +26,7 @@ from ..connection import Deferred
 from ..router import RequestContext, handler
 from .common import auto_create_in_cluster, lookup, may_auto_create, unknown_topic
 from ..config import BrokerConfig
+from ..node_view import MetadataView
 from ..services import Services
 
 log = logging.getLogger("semel.broker.produce")
@@ -104,8 +104,9 @@ async def _append_partition(ctx: RequestContext, req, topic: str, pdata, budget:
     services = ctx.services
     if topic.startswith("__"):
         return _PartitionResult(pdata.index, KafkaError.INVALID_TOPIC_EXCEPTION, message="internal topic")
-    view = services.cluster
-    if view is not None and topic not in view.topics():
+    view = services.metadata
+    # A known partition is the cheap answer (topics() copies the catalogue).
+    if view.partition(topic, pdata.index) is None and topic not in view.topics():
         err = await _create_unknown(services.config, view, topic)
         if err:
             return _PartitionResult(pdata.index, err)
@@ -155,9 +156,9 @@ async def _append_partition(ctx: RequestContext, req, topic: str, pdata, budget:
     return _PartitionResult(pdata.index, base_offset=info.first_offset, plog=plog, upto=info.last_offset + 1)
 
 
-async def _create_unknown(config: BrokerConfig, view: ClusterMetadata, topic: str) -> KafkaError:
-    """A topic this cluster broker does not know: created when auto-creation is on (the
-    client then finds its leader, here or not), else the error for an unknown name."""
+async def _create_unknown(config: BrokerConfig, view: MetadataView, topic: str) -> KafkaError:
+    """A topic this broker does not know: created when auto-creation is on (the client
+    then finds its leader, here or not), else the error for an unknown name."""
     if not may_auto_create(config, topic):
         return unknown_topic(topic)
     return await auto_create_in_cluster(config, view, topic)

@@ -1,0 +1,74 @@
+"""What the Metadata handlers read of the cluster, and the single node's answer to it.
+
+A single node is a cluster of one: it is the only live broker and the controller, and
+it leads every partition with itself as the only replica and in-sync replica. NodeView
+says so from the node's own logs and listeners, in the shape the cluster view
+(semel.cluster.metadata.EtcdClusterView) gives a cluster member, so a handler that reads a
+MetadataView answers the same way alone as in a cluster.
+"""
+from __future__ import annotations
+
+from typing import Callable, Protocol, Sequence
+
+from ..cluster.metadata import TopicInfo
+from ..cluster.state import BrokerInfo, PartitionState
+from ..protocol.errors import KafkaError
+from ..storage.manager import LogManager
+from .config import BrokerConfig, Listener
+
+
+class MetadataView(Protocol):
+    """Brokers, controller and topics with their partitions' leaders, replicas and ISR;
+    create_topic as auto-creation asks for it."""
+
+    def brokers(self) -> dict[int, BrokerInfo]: ...
+
+    def controller_id(self) -> int | None: ...
+
+    def topics(self) -> dict[str, TopicInfo]: ...
+
+    def topic_partitions(self, name: str) -> list[PartitionState]: ...
+
+    def partition(self, topic: str, partition: int) -> PartitionState | None: ...
+
+    async def create_topic(self, name: str, assignment: list[tuple[int, ...]], configs: dict) -> KafkaError: ...
+
+
+class NodeView:
+    """The cluster of one: this node, its topics (from the LogManager), every partition
+    led here at epoch 0 with replicas and ISR [this node]."""
+
+    def __init__(self, config: BrokerConfig, logs: LogManager, listeners: Callable[[], Sequence[Listener]]):
+        self.config = config
+        self.node_id = config.node_id
+        self.logs = logs
+        self.listeners = listeners
+
+    def brokers(self) -> dict[int, BrokerInfo]:
+        """This node, at its advertised host on every listener (the first is the default)."""
+        cfg = self.config
+        endpoints = tuple((lst.name, cfg.advertised, lst.port) for lst in self.listeners()[1:])
+        return {cfg.node_id: BrokerInfo(cfg.node_id, cfg.advertised, cfg.port, endpoints=endpoints)}
+
+    def controller_id(self) -> int | None:
+        return self.node_id
+
+    def topics(self) -> dict[str, TopicInfo]:
+        return {name: TopicInfo(name, t.partitions, 1, dict(t.config), t.topic_id)
+                for name, t in self.logs.topics().items()}
+
+    def topic_partitions(self, name: str) -> list[PartitionState]:
+        info = self.logs.topic(name)
+        me = (self.node_id,)
+        return [] if info is None else [PartitionState(name, p, me, self.node_id, 0, me)
+                                         for p in range(info.partitions)]
+
+    def partition(self, topic: str, partition: int) -> PartitionState | None:
+        """The partition led here, None when this node has no such partition."""
+        if self.logs.get(topic, partition) is None:
+            return None
+        me = (self.node_id,)
+        return PartitionState(topic, partition, me, self.node_id, 0, me)
+
+    async def create_topic(self, name: str, assignment: list[tuple[int, ...]], configs: dict) -> KafkaError:
+        return self.logs.create_topic(name, len(assignment), configs)
