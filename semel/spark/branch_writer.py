@@ -17,7 +17,8 @@ from semel.protocol.errors import KafkaError
 from semel.spark import batches
 from semel.spark.decision import BranchMessage, _decided, _decided_call, branch_id, decision_partitions
 from semel.spark.hooks import FAIL_FIRST_ATTEMPT_ENV, kill_if
-from semel.spark.routing import _connect, _end, _group, _init, _leader, _retry_rounds, _retrying, _route_key, _txn
+from semel.spark.routing import (BROKEN, _connect, _end, _group, _init, _leader, _reset, _retry_rounds, _retrying,
+                                 _route_key, _txn)
 from semel.spark.sink_options import MAX_REQUEST_BYTES, TP, SinkError, SinkOptions
 from semel.spark.trace import Phases
 
@@ -176,7 +177,7 @@ def write_branch(o: SinkOptions, cols: dict[str, int], rows: Iterator, batch: in
         _feed(producer, part, cols, rows, o.topic)
         # The re-check rides with the last Produce request (the broker answers it after that
         # request): no round trip of its own unless nothing was left to send.
-        recheck = producer.flush((_group(r, o), _decided_call(o, batch, parts)) if check else None)
+        recheck = producer.flush((lambda: _group(r, o), _decided_call(o, batch, parts)) if check else None)
         ph.mark("input_and_produce")
         kill_if("write:produced", batch)
         if check and recheck is None:
@@ -224,9 +225,13 @@ def _check_and_init(r: ClusterRouter, o: SinkOptions, batch: int, bid: str, chec
         if _decided(r, o, batch, parts):
             return True, None
         return False, _init(r, o, bid)
-    decided, (err, st) = wire.pipelined(g, _decided_call(o, batch, parts),
-                                        (wire.init_producer_id_call(bid, o.restart_window_ms),
-                                         wire.init_producer_id_result(bid)))
+    try:
+        decided, (err, st) = wire.pipelined(g, _decided_call(o, batch, parts),
+                                            (wire.init_producer_id_call(bid, o.restart_window_ms),
+                                             wire.init_producer_id_result(bid)))
+    except BROKEN:
+        _reset(r)   # both again one at a time, each with its retries
+        decided, err, st = None, KafkaError.NETWORK_EXCEPTION, None
     if decided is None:
         decided = _decided(r, o, batch, parts)
     if decided:
@@ -335,7 +340,8 @@ class _BranchProducer:
         self.flush()
 
     def flush(self, tail=None):
-        """Send everything. `tail`, a (call, result) pair, goes in the same write as the
+        """Send everything. `tail`, (a function giving the connection it goes to (asked each
+        round: a broken one is replaced), (call, result)), goes in the same write as the
         last Produce request; its result is returned (None when nothing was sent)."""
         for tp in list(self.buf):
             self._seal(tp)
@@ -387,7 +393,14 @@ class _BranchProducer:
         new = sorted(tp for tp in chunks if tp not in self.added)
         data = {tp: ch.encode(self.st, self.st.seq.get(tp, 0), self.o.producer.compression)
                 for tp, ch in chunks.items()}
-        add_errs, produced, tail_got = self._round(data, new, tail if last else None)
+        try:
+            add_errs, produced, tail_got = self._round(data, new, tail if last else None)
+        except BROKEN:
+            # Sent again next round as the same bytes (the broker drops a batch it has by
+            # its sequence; a join it has is answered NONE).
+            _reset(self.r)
+            self.send_s += time.perf_counter() - t0
+            return ("Produce", min(chunks), KafkaError.NETWORK_EXCEPTION), False
         self.send_s += time.perf_counter() - t0
         refused = {tp: e for tp, e in add_errs.items() if e != KafkaError.NONE}
         if not refused:
@@ -420,10 +433,12 @@ class _BranchProducer:
 
     def _round(self, data: dict[TP, bytes], new: list[TP], tail):
         """One write per broker: AddPartitionsToTxn of `new` (if any), the Produce of
-        `data`, `tail` ((connection, (call, result)) or None). Returns (the join's errors,
+        `data`, `tail` (as in flush(), or None). Returns (the join's errors,
         the produce's errors, the tail's result); errors that say a coordinator or leader
         moved drop it from the routing cache, so the next round asks again."""
         coord = _txn(self.r, self.o, self.st.txn_id)
+        if tail is not None:
+            tail = (tail[0](), tail[1])
         leaders = {tp: _leader(self.r, tp) for tp in data}
         if all(c is coord for c in leaders.values()) and (tail is None or tail[0] is coord):
             add_errs, produced, tail_got = self._round_on_one(coord, data, new, tail)

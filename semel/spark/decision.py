@@ -22,7 +22,8 @@ from semel.protocol.errors import KafkaError
 from semel.spark import atomic
 from semel.spark.checkpoint import Checkpoint, CheckpointError
 from semel.spark.hooks import kill_if
-from semel.spark.routing import _connect, _end, _fence, _group, _init, _ok, _on_txn, _retrying, _route_key, _txn
+from semel.spark.routing import (BROKEN, _connect, _end, _fence, _group, _init, _ok, _on_txn, _reset, _resent,
+                                 _retrying, _route_key, _txn)
 from semel.spark.sink_options import TP, SinkError, SinkOptions
 from semel.spark.trace import Phases
 
@@ -105,6 +106,11 @@ def read_decision(r: ClusterRouter, o: SinkOptions, parts: list[TP], fence_open:
         try:
             got = wire.committed_with_metadata(_group(r, o), o.group, parts)
             break
+        except BROKEN as exc:
+            _reset(r)   # a read: asked again on a new connection
+            if pace.expired():
+                raise SinkError(f"semel sink: reading the decision: {exc}") from None
+            pace.wait()
         except ClientError as exc:
             moved = r.seen(exc.error, coordinator=(o.group, GROUP)) in COORDINATOR_MOVED
             if not (moved or exc.error == KafkaError.UNSTABLE_OFFSET_COMMIT) or pace.expired():
@@ -261,9 +267,13 @@ def _init_and_read(r: ClusterRouter, o: SinkOptions, parts: list[TP]) -> tuple[w
             return fetched(resp)
         except ClientError as exc:
             return exc
-    (err, st), got = wire.pipelined(c, (wire.init_producer_id_call(o.parent, o.restart_window_ms),
-                                        wire.init_producer_id_result(o.parent)),
-                                    (wire.committed_call(o.group, parts), read))
+    try:
+        (err, st), got = wire.pipelined(c, (wire.init_producer_id_call(o.parent, o.restart_window_ms),
+                                            wire.init_producer_id_result(o.parent)),
+                                        (wire.committed_call(o.group, parts), read))
+    except BROKEN:
+        _reset(r)
+        err, got = KafkaError.NETWORK_EXCEPTION, None
     if err != KafkaError.NONE or isinstance(got, ClientError):
         r.seen(err, coordinator=(o.parent, TRANSACTION))
         done = read_decision(r, o, parts)
@@ -288,7 +298,13 @@ def _join_and_offsets(r: ClusterRouter, o: SinkOptions, st: wire.TxnState, branc
               wire.add_partitions_result)] if join else []
     calls += [(wire.add_offsets_call(st, o.group), wire.error_result),
               (wire.txn_offset_commit_call(c, st, o.group, marks, meta), wire.txn_offset_commit_result)]
-    got = wire.pipelined(c, *calls)
+    try:
+        got = wire.pipelined(c, *calls)
+    except BROKEN:
+        _reset(r)   # each again on its own, with its retries (resending what the broker has changes nothing)
+        _join(r, o, st, branch_ids)
+        _offsets(r, o, st, marks, meta)
+        return
     joined = got.pop(0) if join else {}
     if any(e != KafkaError.NONE for e in joined.values()):
         _join(r, o, st, branch_ids)
@@ -307,7 +323,7 @@ def _offsets(r: ClusterRouter, o: SinkOptions, st: wire.TxnState, marks: dict[TP
         box["errs"] = wire.txn_offset_commit(_group(r, o), st, o.group, marks, meta)
         bad = [e for e in box["errs"].values() if e != KafkaError.NONE]
         return r.seen(bad[0], coordinator=(o.group, GROUP)) if bad else KafkaError.NONE
-    _retrying(o, "TxnOffsetCommit", commit)
+    _ok(_retrying(o, "TxnOffsetCommit", lambda: _resent(r, commit)), "TxnOffsetCommit")
     bad = {tp: e for tp, e in box["errs"].items() if e != KafkaError.NONE}
     if bad:
         raise SinkError(f"semel sink: TxnOffsetCommit: {', '.join(f'{t}-{p} {e.name}' for (t, p), e in bad.items())}")
@@ -315,8 +331,8 @@ def _offsets(r: ClusterRouter, o: SinkOptions, st: wire.TxnState, marks: dict[TP
 
 def _decide(r: ClusterRouter, o: SinkOptions, st: wire.TxnState) -> None:
     """EndTxn(commit) of the parent: the batch's durable decision."""
-    err = wire.pipelined(_txn(r, o, o.parent), (wire.end_txn_call(o.parent, st.pid, st.epoch, True),
-                                                wire.error_result))[0]
+    err = _resent(r, lambda: wire.pipelined(_txn(r, o, o.parent), (wire.end_txn_call(o.parent, st.pid, st.epoch, True),
+                                                                   wire.error_result))[0])
     if err != KafkaError.NONE:
         r.seen(err, coordinator=(o.parent, TRANSACTION))
         _ok(_retrying(o, "EndTxn", lambda: _end(r, o, o.parent, st.pid, st.epoch, True)), f"EndTxn {o.parent}")
@@ -337,7 +353,11 @@ def _known(r: ClusterRouter, o: SinkOptions, ids: list[str]) -> list[str]:
     fences them all."""
     if not (o.atomic and ids):
         return ids
-    resp = _txn(r, o, o.parent).request(ApiKey.DESCRIBE_TRANSACTIONS, transactional_ids=list(ids))
+    try:
+        resp = _txn(r, o, o.parent).request(ApiKey.DESCRIBE_TRANSACTIONS, transactional_ids=list(ids))
+    except BROKEN:
+        _reset(r)
+        return ids   # fencing an id never seen costs a record, nothing more
     unknown = {t.transactional_id for t in resp.transaction_states
                if KafkaError(t.error_code) == KafkaError.TRANSACTIONAL_ID_NOT_FOUND}
     return [i for i in ids if i not in unknown]
@@ -360,8 +380,12 @@ def _open_branches(r: ClusterRouter, o: SinkOptions, batches: Callable[[int], bo
             return None
     except ClientError:
         return None   # no ListTransactions at all (Tansu 0.6)
-    resp = c.request(ApiKey.LIST_TRANSACTIONS, state_filters=["Ongoing"], producer_id_filters=[],
-                     duration_filter=-1, transactional_id_pattern=_branch_pattern(o))
+    try:
+        resp = c.request(ApiKey.LIST_TRANSACTIONS, state_filters=["Ongoing"], producer_id_filters=[],
+                         duration_filter=-1, transactional_id_pattern=_branch_pattern(o))
+    except BROKEN:
+        _reset(r)
+        return None   # the losers are guessed instead
     if resp.error_code != KafkaError.NONE:
         return None
     pattern = re.compile(_branch_pattern(o))
@@ -378,8 +402,12 @@ def _fence_all(r: ClusterRouter, o: SinkOptions, txn_ids: list[str]) -> None:
     id not answered NONE is fenced again on its own, with retries."""
     if not txn_ids:
         return
-    got = wire.pipelined(_txn(r, o, o.parent), *[(wire.init_producer_id_call(t, o.restart_window_ms),
-                                                  wire.init_producer_id_result(t)) for t in txn_ids])
+    try:
+        got = wire.pipelined(_txn(r, o, o.parent), *[(wire.init_producer_id_call(t, o.restart_window_ms),
+                                                      wire.init_producer_id_result(t)) for t in txn_ids])
+    except BROKEN:
+        _reset(r)
+        got = [(KafkaError.NETWORK_EXCEPTION, None)] * len(txn_ids)
     for txn_id, (err, _) in zip(txn_ids, got):
         if err != KafkaError.NONE:
             _fence(r, o, txn_id)
@@ -408,7 +436,8 @@ def _join(r: ClusterRouter, o: SinkOptions, st: wire.TxnState, branch_ids: list[
         return
     try:
         atomic.join(lambda: _txn(r, o, st.txn_id), st, branch_ids, time.monotonic() + o.request_timeout_ms / 1000,
-                    moved=lambda err: r.seen(err, coordinator=(_route_key(o, st.txn_id), TRANSACTION)))
+                    moved=lambda err: r.seen(err, coordinator=(_route_key(o, st.txn_id), TRANSACTION)),
+                    lost=lambda: _reset(r))
     except atomic.AtomicError as exc:
         raise SinkError(f"semel sink: {exc}") from None
 
