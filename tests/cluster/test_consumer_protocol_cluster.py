@@ -12,7 +12,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from semel.client.client import Client
 from semel.protocol.api_keys import ApiKey
-from tests.support.cluster import module_cluster, wait_brokers
+from tests.support.cluster import leader_of, module_cluster, wait_brokers
 from tests.support.consumer_protocol import Member, wait_for
 from tests.support.markers import starts_processes
 from tests.support.wait import until
@@ -29,16 +29,6 @@ def cluster(tmp_path_factory):
                         "--offsets-topic-partitions", "1", "--group-consumer-heartbeat-interval-ms", "500",
                         "--group-consumer-session-timeout-ms", "30000") as c:
         yield c
-
-
-def leader_of(cluster, topic: str, skip=frozenset()) -> int:
-    def lead():
-        md = cluster.metadata([topic], skip=skip)
-        if md is None or not md.topics or md.topics[0].error_code or not md.topics[0].partitions:
-            return None
-        leader = md.topics[0].partitions[0].leader_id
-        return (leader,) if leader >= 0 and leader not in skip else None
-    return until(lead, f"a live leader of {topic}-0", 90)[0]
 
 
 def view(cluster, node: int, group: str):

@@ -25,7 +25,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from semel.client.client import Client, ClientError
 from semel.eos.kafka import RESTART_SAFE_CONFIG
 from semel.protocol.errors import KafkaError
-from tests.support.cluster import committed, fill, module_cluster, partitions, wait_brokers
+from tests.support.cluster import committed, fill, leader_of, module_cluster, partitions, wait_brokers
 from tests.support.consume import read_values
 from tests.support.copier import Copier
 from tests.support.markers import starts_processes
@@ -46,17 +46,6 @@ def cluster(tmp_path_factory):
                         "--min-insync-replicas", "2", "--transaction-state-partitions", "1",
                         "--offsets-topic-partitions", "1") as c:
         yield c
-
-
-def leader_of(cluster, topic: str, skip=frozenset()) -> int:
-    """Partition 0's live leader as Metadata reports it (waits for one)."""
-    def lead():
-        md = cluster.metadata([topic], skip=skip)
-        if md is None or not md.topics or md.topics[0].error_code or not md.topics[0].partitions:
-            return None
-        leader = md.topics[0].partitions[0].leader_id
-        return (leader,) if leader >= 0 and leader not in skip else None   # a tuple: node 0 is falsy
-    return until(lead, f"a live leader of {topic}-0", 90)[0]
 
 
 def find_coordinator(cluster, key_type: int, via: int) -> tuple[int, int]:

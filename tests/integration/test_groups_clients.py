@@ -18,6 +18,7 @@ import uuid
 import pytest
 
 from tests.support.brokers import module_broker_fixture
+from tests.support.consumer_protocol import create_and_fill, wait_for
 
 # One broker for the module's tests that take `broker` (every test names its own topic and
 # group); the SIGKILL test starts its own.
@@ -27,27 +28,6 @@ broker = module_broker_fixture("groups-clients", "--group-initial-rebalance-dela
 PARTITIONS = 4
 RECORDS = 40          # per partition
 SESSION_MS = 6000
-
-
-def _wait(cond, timeout_s: float = 60, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def _create_and_fill(bootstrap: str, topic: str, partitions: int = PARTITIONS, n: int = RECORDS) -> None:
-    from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
-    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    for part in range(partitions):
-        for i in range(n):
-            p.produce(topic, key=f"{part}-{i}".encode(), value=f"v{i}".encode(), partition=part)
-    assert p.flush(30) == 0
 
 
 # --- kafka-python ---------------------------------------------------------------------------
@@ -96,17 +76,17 @@ class _KPMember(threading.Thread):
 @pytest.mark.timeout(240)
 def test_kafka_python_two_members_rebalance_commit_and_leave(broker):
     topic, group = f"kp-{uuid.uuid4().hex[:8]}", f"kp-group-{uuid.uuid4().hex[:6]}"
-    _create_and_fill(broker.bootstrap, topic)
+    create_and_fill(broker.bootstrap, topic, n=RECORDS)
     a = _KPMember(broker.bootstrap, group, topic)
     a.start()
-    _wait(lambda: a.assigned == set(range(PARTITIONS)), what="first member owns every partition")
+    wait_for(lambda: a.assigned == set(range(PARTITIONS)), what="first member owns every partition")
     b = _KPMember(broker.bootstrap, group, topic)
     b.start()
-    _wait(lambda: len(a.assigned) == 2 and len(b.assigned) == 2 and not a.assigned & b.assigned,
+    wait_for(lambda: len(a.assigned) == 2 and len(b.assigned) == 2 and not a.assigned & b.assigned,
           what="two members share the partitions")
     b.leave()
-    _wait(lambda: a.assigned == set(range(PARTITIONS)), what="the remaining member takes everything")
-    _wait(lambda: len(set(a.seen) | set(b.seen)) == PARTITIONS * RECORDS, what="every record consumed")
+    wait_for(lambda: a.assigned == set(range(PARTITIONS)), what="the remaining member takes everything")
+    wait_for(lambda: len(set(a.seen) | set(b.seen)) == PARTITIONS * RECORDS, what="every record consumed")
     a.leave()
     from kafka import KafkaConsumer, TopicPartition
     probe = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=group, enable_auto_commit=False)
@@ -150,7 +130,7 @@ def _parts(c) -> set[int]:
 def test_confluent_two_members_rebalance_commit_and_leave(broker):
     from confluent_kafka import TopicPartition
     topic, group = f"ck-{uuid.uuid4().hex[:8]}", f"ck-group-{uuid.uuid4().hex[:6]}"
-    _create_and_fill(broker.bootstrap, topic)
+    create_and_fill(broker.bootstrap, topic, n=RECORDS)
     seen: set = set()
     a = _ck_consumer(broker.bootstrap, group)
     a.subscribe([topic])
@@ -172,7 +152,7 @@ def test_confluent_admin_lists_describes_and_deletes_groups(broker):
     from confluent_kafka import ConsumerGroupState, TopicPartition
     from confluent_kafka.admin import AdminClient
     topic, group = f"adm-{uuid.uuid4().hex[:8]}", f"adm-group-{uuid.uuid4().hex[:6]}"
-    _create_and_fill(broker.bootstrap, topic, partitions=2, n=5)
+    create_and_fill(broker.bootstrap, topic, partitions=2, n=5)
     seen: set = set()
     c = _ck_consumer(broker.bootstrap, group)
     c.subscribe([topic])
@@ -201,7 +181,7 @@ def test_confluent_admin_lists_describes_and_deletes_groups(broker):
 @pytest.mark.timeout(240)
 def test_aiokafka_two_members_rebalance_commit_and_leave(broker):
     topic, group = f"aio-{uuid.uuid4().hex[:8]}", f"aio-group-{uuid.uuid4().hex[:6]}"
-    _create_and_fill(broker.bootstrap, topic)
+    create_and_fill(broker.bootstrap, topic, n=RECORDS)
 
     async def scenario():
         from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -256,7 +236,7 @@ def test_committed_offsets_survive_broker_sigkill(start_broker):
     broker = start_broker("--group-initial-rebalance-delay-ms", "0", "--group-min-session-timeout-ms", "1000")
     topic, group = f"kill-{uuid.uuid4().hex[:8]}", f"kill-group-{uuid.uuid4().hex[:6]}"
     simple = f"simple-{uuid.uuid4().hex[:6]}"
-    _create_and_fill(broker.bootstrap, topic, partitions=2, n=20)
+    create_and_fill(broker.bootstrap, topic, partitions=2, n=20)
     seen: set = set()
     c = _ck_consumer(broker.bootstrap, group)
     c.subscribe([topic])

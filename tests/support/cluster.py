@@ -155,3 +155,14 @@ def marker_retries(cluster, node: int) -> list[str]:
     """Lines of broker `node`'s log where its transaction coordinator had to retry markers."""
     log = (cluster.data_dir / f"broker-{node}.log").read_text(errors="replace")
     return [line for line in log.splitlines() if "markers to broker" in line]
+
+
+def leader_of(cluster, topic: str, skip=frozenset()) -> int:
+    """Partition 0's live leader as Metadata reports it, not one of `skip` (waits for one)."""
+    def lead():
+        md = cluster.metadata([topic], skip=skip)
+        if md is None or not md.topics or md.topics[0].error_code or not md.topics[0].partitions:
+            return None
+        leader = md.topics[0].partitions[0].leader_id
+        return (leader,) if leader >= 0 and leader not in skip else None   # a tuple: node 0 is falsy
+    return until(lead, f"a live leader of {topic}-0", 90)[0]

@@ -1,12 +1,10 @@
 """A rolling restart of every broker of a LocalCluster under load, shared by the test
 (tests/cluster/test_rolling_restart.py) and the benchmark (bench/rolling_restart.py).
 
-Throughout, two unmodified confluent-kafka clients run in their own threads:
-- an acks=all idempotent producer writing numbered records round-robin to DATA,
-  noting when each was handed over and when its delivery report came;
-- a transactional copier (read_committed consume, produce, send_offsets_to_transaction,
-  commit; tests/support/copier.py, with the watchdog for librdkafka's hang) from SRC to
-  DST, paced and held back between restarts so it is copying during each of them.
+Throughout, the two clients of tests/support/cluster_traffic.py run: an acks=all
+idempotent producer writing numbered records round-robin to DATA, and a transactional
+copier from SRC to DST, paced and held back between restarts so it is copying during
+each of them.
 
 Each broker in turn gets SIGTERM (controlled shutdown), is started again and the next
 one waits until every partition, internal ones included, has its full ISR back.
@@ -18,10 +16,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from tests.support.cluster import all_led, create_replicated, fill, wait_brokers
-from tests.support.consume import read_values
-from tests.support.copier import Copier
-from tests.support.wait import in_background, until
+from tests.support.cluster import all_led, wait_brokers
+from tests.support.cluster_traffic import Clients, Topics, Traffic
+from tests.support.wait import until
 
 DATA, SRC, DST, PARTS = "rr-data", "rr-in", "rr-out", 3
 INTERNAL = ("__transaction_state", "__consumer_offsets")
@@ -31,19 +28,9 @@ COPY_STEP = 10       # transactions per restart at most: 2000 records take at le
 
 
 @dataclass
-class Outcome:
-    acked: list[bytes] = field(default_factory=list)
-    failed: list[str] = field(default_factory=list)
-    sent_at: dict[bytes, float] = field(default_factory=dict)
-    delivered_at: list[float] = field(default_factory=list)
-    latencies: list[float] = field(default_factory=list)
+class Outcome(Traffic):
     restarts: list[dict] = field(default_factory=list)     # per broker: timings and its handover
-    input_values: list[str] = field(default_factory=list)
-    copied: list[str] = field(default_factory=list)
-    data_values: list[str] = field(default_factory=list)
-    copier_failures: list[str] = field(default_factory=list)
     copy_commits_before_last_restart: int = 0
-    copy_commits: int = 0
     window: tuple[float, float] = (0.0, 0.0)
 
     def longest_stall_s(self, window: tuple[float, float] | None = None) -> float:
@@ -84,22 +71,14 @@ def _handover(log_path, seen: int) -> tuple[int, int] | None:
 
 def rolling_restart(cluster, copy_records: int = 2000) -> Outcome:
     """Run the scenario on a started 3-broker cluster; what happened, for the caller to check."""
-    from confluent_kafka import Producer
     out = Outcome()
-    create_replicated(cluster, (DATA, SRC, DST), PARTS)
-    out.input_values = fill(cluster, SRC, copy_records, PARTS)
-    ends = {p: sum(1 for i in range(copy_records) if i % PARTS == p) for p in range(PARTS)}
     restarting = threading.Event()
     restarting.set()
-    copier = Copier(cluster, SRC, DST, "rr-copy")
-    copying = threading.Event()
-
     allowed = [COPY_STEP]          # commits the copier may reach before the next restart begins
     gate = threading.Condition()
 
     def paced(commits: int) -> None:
         """Slow, and held back between restarts, so work is left for every restart."""
-        copying.set()
         if restarting.is_set():
             time.sleep(COPY_PACE_S)
         with gate:
@@ -110,34 +89,11 @@ def rolling_restart(cluster, copy_records: int = 2000) -> Outcome:
         with gate:
             allowed[0] += COPY_STEP
             gate.notify_all()
-    copy_thread, copy_errors = in_background(lambda: copier.run(ends, paced), copying)
-
-    stop = threading.Event()
-
-    def delivered(err, msg):
-        now = time.monotonic()
-        if err:
-            out.failed.append(f"{msg.value()!r}: {err}")
-            return
-        out.acked.append(msg.value())
-        out.delivered_at.append(now)
-        out.latencies.append(now - out.sent_at.get(msg.value(), now))
-
-    def produce() -> None:
-        p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True,
-                      "linger.ms": 5, "message.timeout.ms": 120000})
-        i = 0
-        while not stop.is_set():
-            v = b"%08d" % i
-            out.sent_at[v] = time.monotonic()
-            p.produce(DATA, value=v, partition=i % PARTS, on_delivery=delivered)
-            i += 1
-            p.poll(0.002)
-        assert p.flush(120) == 0
-    producing = threading.Event()
-    prod_thread, prod_errors = in_background(produce, producing)
+    clients = Clients(cluster, Topics(DATA, SRC, DST, PARTS), out, copy_records, "rr-copy", paced,
+                      delivery_timeout_s=120)
+    copier = clients.copier
     try:
-        until(lambda: len(out.acked) > 200 and copier.commits >= 2, "producing and copying")
+        clients.wait_running()
         t0 = time.monotonic()
         for n, broker in enumerate(cluster.brokers):
             release()
@@ -157,18 +113,10 @@ def rolling_restart(cluster, copy_records: int = 2000) -> Outcome:
                                  "leaderships_handed_over": handed, "leaderships_kept": kept,
                                  "_t": (began, stopped, synced)})
         out.window = (t0, time.monotonic())
-        n = len(out.acked)
-        until(lambda: len(out.acked) > n + 200, "producing after the restarts")
+        clients.wait_acks(200, "producing after the restarts")
     finally:
         restarting.clear()
         release()
-        stop.set()
-        prod_thread.join(150)
-        copy_thread.join(300)
-    assert not prod_errors and not prod_thread.is_alive(), prod_errors
-    assert not copy_errors and not copy_thread.is_alive(), (copy_errors, copier.failures[-5:])
-    out.copy_commits = copier.commits
-    out.copier_failures = list(copier.failures)
-    out.copied = read_values(cluster.bootstrap, DST, PARTS, "read_committed", want=copy_records)
-    out.data_values = read_values(cluster.bootstrap, DATA, PARTS, "read_uncommitted", want=len(out.acked))
+        clients.stop(300)
+    clients.finish()
     return out
