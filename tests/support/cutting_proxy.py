@@ -17,23 +17,13 @@ import struct
 import threading
 from collections import Counter
 
-
-def _read_exact(s: socket.socket, n: int) -> bytes | None:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            return None
-        buf += chunk
-    return bytes(buf)
+from tests.support.wire import recv_frame
 
 
 def _read_frame(s: socket.socket) -> bytes | None:
-    head = _read_exact(s, 4)
-    if head is None:
-        return None
-    body = _read_exact(s, struct.unpack(">i", head)[0])
-    return None if body is None else head + body
+    """One size-prefixed frame, its size included (None at the end of the stream)."""
+    body = recv_frame(s)
+    return None if body is None else struct.pack(">i", len(body)) + body
 
 
 class CuttingProxy:
