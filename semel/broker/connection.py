@@ -33,6 +33,8 @@ from .coordinator_gate import coordinator_guard
 from .deferred import Deferred
 from .frame_reader import FrameReader
 from .router import ROUTES, RequestContext, supported_versions
+from .session import Connection
+from .services import Services
 
 log = logging.getLogger("semel.broker.conn")
 
@@ -79,25 +81,6 @@ bad_input_log = _BadInputLog()
 
 class _Close(Exception):
     pass
-
-
-class Connection:
-    """One client connection's state. `principal` and `session` are where the
-    security layer keeps who authenticated and its SASL exchange (None: not yet);
-    the router's RequestContext carries this object as `connection`."""
-    __slots__ = ("peer", "ip", "transport", "decoder", "last_active", "principal", "session", "listener",
-                 "closing")
-
-    def __init__(self, peer: str, ip: str, transport, decoder: FrameReader):
-        self.peer = peer
-        self.ip = ip
-        self.transport = transport
-        self.decoder = decoder
-        self.last_active = time.monotonic()
-        self.principal = None
-        self.session = None
-        self.listener: Listener | None = None    # the one it came on (None: the default PLAINTEXT one)
-        self.closing = False    # set by a handler: close once this response is written (failed SASL)
 
 
 class ConnectionLimits:
@@ -161,16 +144,16 @@ class ConnectionLimits:
         conn.transport.abort()
 
 
-async def serve(broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                listener: Listener | None = None) -> None:
+async def serve(services: Services, limits: ConnectionLimits, reader: asyncio.StreamReader,
+                writer: asyncio.StreamWriter, listener: Listener | None = None) -> None:
     peer, ip = _peer(writer)
-    conn = Connection(peer, ip, writer.transport, _frames(reader, writer, broker.config.max_request_bytes))
+    conn = Connection(peer, ip, writer.transport, _frames(reader, writer, services.config.max_request_bytes))
     conn.listener = listener
-    if not broker.limits.admit(conn):
+    if not limits.admit(conn):
         writer.transport.abort()
         return
     try:
-        await _serve(broker, conn, reader, writer)
+        await _serve(services, conn, reader, writer)
     except asyncio.CancelledError:
         # The broker is stopping (asyncio.run cancels every connection's task). The task
         # must end as returned, not as cancelled: the stream server's done-callback asks a
@@ -178,7 +161,7 @@ async def serve(broker, reader: asyncio.StreamReader, writer: asyncio.StreamWrit
         # with a traceback on every clean stop. Nobody awaits this task.
         writer.transport.abort()
     finally:
-        broker.limits.release(conn)
+        limits.release(conn)
 
 
 def _frames(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, max_frame_bytes: int):
@@ -189,29 +172,29 @@ def _frames(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, max_fram
     return FrameReader.take_over(reader, writer, max_frame_bytes)
 
 
-async def _serve(broker, conn: Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def _serve(services: Services, conn: Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     peer, source = conn.peer, conn.decoder
     queue: asyncio.Queue = asyncio.Queue(MAX_PENDING_RESPONSES)
-    writer_task = asyncio.create_task(_write_loop(writer, queue, peer, broker.metrics))
+    writer_task = asyncio.create_task(_write_loop(writer, queue, peer, services.metrics))
     try:
         while not writer_task.done() and not conn.closing:
             frames = await source.next()
             if frames is None:
                 break
             conn.last_active = time.monotonic()
-            broker.metrics.bytes_in.inc(sum(4 + len(f) for f in frames))
+            services.metrics.bytes_in.inc(sum(4 + len(f) for f in frames))
             for frame in frames:
-                item = await _dispatch(broker, conn, frame)
+                item = await _dispatch(services, conn, frame)
                 if item is not None:
                     await queue.put(item)
                 conn.last_active = time.monotonic()
                 if conn.closing:
                     break
     except ProtocolError as exc:
-        broker.metrics.bad_frames.inc()
+        services.metrics.bad_frames.inc()
         bad_input_log.warning("closing %s: %s", peer, exc)
     except _Close:
-        broker.metrics.bad_frames.inc()
+        services.metrics.bad_frames.inc()
     except (ConnectionError, asyncio.IncompleteReadError):
         pass
     except Exception:  # our bug, not the client's: say so and close this connection only
@@ -230,7 +213,7 @@ async def _serve(broker, conn: Connection, reader: asyncio.StreamReader, writer:
     writer.close()
 
 
-async def _dispatch(broker, conn: Connection, frame: bytes | bytearray):
+async def _dispatch(services: Services, conn: Connection, frame: bytes | bytearray):
     """Returns the response's pieces (a list of bytes-like), a (ctx, Deferred, started)
     tuple, or None (no response).
 
@@ -251,26 +234,26 @@ async def _dispatch(broker, conn: Connection, frame: bytes | bytearray):
             return [unsupported_api_versions_response(exc.correlation_id, supported)]
         bad_input_log.warning("closing %s: %s", peer, exc)
         raise _Close() from None
-    limit = broker.config.max_partitions_per_request
+    limit = services.config.max_partitions_per_request
     if partition_count(req.body, limit) > limit:
-        broker.metrics.connections_rejected.labels("max_partitions_per_request").inc()
+        services.metrics.connections_rejected.labels("max_partitions_per_request").inc()
         bad_input_log.warning("closing %s: api %d v%d names more than max_partitions_per_request=%d partitions",
                     peer, req.api_key, req.api_version, limit)
         raise _Close() from None
     route = ROUTES[req.api_key]
-    ctx = RequestContext(broker, req.api_key, req.api_version, req.correlation_id, req.client_id, peer, conn)
+    ctx = RequestContext(services, req.api_key, req.api_version, req.correlation_id, req.client_id, peer, conn)
     if not authenticated_enough(ctx):
         bad_input_log.warning("closing %s: api %d without a live SASL login (none yet, or its session expired)",
                               peer, req.api_key)
         raise _Close() from None
     api = route.fn.__name__
-    counted, timed = broker.metrics.api(api)
+    counted, timed = services.metrics.api(api)
     counted.inc()
     started = time.perf_counter()
     try:
         # ACL checks (auth.gate): a denied request or resource is answered with its
         # *_AUTHORIZATION_FAILED code there and never reaches the handler.
-        result = await guarded(ctx, req.body, coordinator_guard(broker, route.fn))
+        result = await guarded(ctx, req.body, coordinator_guard(services, route.fn))
     except Exception:
         log.exception("handler %s failed for %s; closing the connection", api, peer)
         raise _Close() from None
@@ -299,7 +282,7 @@ async def _write_loop(writer: asyncio.StreamWriter, queue: asyncio.Queue, peer: 
                 log.exception("deferred response failed for %s; closing", peer)
                 writer.close()
                 return
-            ctx.broker.metrics.api(ROUTES[ctx.api_key].fn.__name__)[1].observe(time.perf_counter() - started)
+            ctx.services.metrics.api(ROUTES[ctx.api_key].fn.__name__)[1].observe(time.perf_counter() - started)
             try:
                 item = encode_response_parts(ctx.api_key, ctx.api_version, ctx.correlation_id, body)
             except Exception:

@@ -1,6 +1,5 @@
 """Shapes that the responses of several APIs share, for the handlers and for the
-refusals of coordinator_gate.py (which the handlers package cannot serve: it imports
-broker.connection, which imports the gate)."""
+refusals (semel.broker.refusal)."""
 from __future__ import annotations
 
 from typing import Callable, Iterable

@@ -13,6 +13,8 @@ from typing import Any, Awaitable, Callable
 from ..protocol.messages import response_class, spec_max_version
 from .auth.check import authorize
 from .config import Listener
+from .services import Services
+from .session import Connection
 
 Handler = Callable[["RequestContext", Any], Awaitable[Any]]
 
@@ -53,22 +55,20 @@ def supported_versions() -> dict[int, tuple[int, int]]:
 
 @dataclass(slots=True)
 class RequestContext:
-    broker: Any          # semel.broker.server.Broker
+    services: Services   # what handlers use, by name (semel.broker.services)
     api_key: int
     api_version: int
     correlation_id: int
     client_id: str | None
     peer: str
-    # The broker.connection.Connection the request came on: per-connection state
-    # (principal / session for the security layer). None: a context built without one.
-    connection: Any = None
+    # The semel.broker.session.Connection the request came on: per-connection state
+    # (principal / session for the security layer).
+    connection: Connection
 
     @property
     def listener(self) -> Listener | None:
-        """The listener this request came on; None on the default PLAINTEXT one and
-        without a connection."""
-        conn = self.connection
-        return None if conn is None else conn.listener
+        """The listener this request came on; None on the default PLAINTEXT one."""
+        return self.connection.listener
 
     def response(self, **fields) -> Any:
         """The response object of this request's API at this version."""
@@ -83,7 +83,7 @@ class RequestContext:
         """The port of the listener this request came on: Metadata and FindCoordinator
         advertise it, so a client stays on the listener (TLS, SASL) it chose."""
         listener = self.listener
-        return listener.port if listener is not None else self.broker.config.port
+        return listener.port if listener is not None else self.services.config.port
 
     def authorize(self, operation, resource_type, name: str) -> bool:
         """May this connection's principal do `operation` on the resource? Names or

@@ -30,7 +30,8 @@ from .connection import ConnectionLimits, serve
 from .metrics import BrokerMetrics
 from .notify import AppendNotifier
 from .watchdog import LoopWatchdog
-from .wiring import build_groups, build_replicas, build_txns, cluster_member
+from .services import Services
+from .wiring import build_groups, build_replicas, build_services, build_txns, cluster_member
 
 log = logging.getLogger("semel.broker")
 
@@ -72,6 +73,9 @@ class Broker:
         self.peer_dialer = None
         # Signed OAUTHBEARER tokens (auth.oauth_jwks.SignedValidator) when a JWKS is set.
         self.oauth_signed = None
+        # What handlers use (semel.broker.services), built once every part exists and
+        # before the first connection is served.
+        self.services: Services | None = None
         self._tasks: list[asyncio.Task] = []
         self._stopped = asyncio.Event()
         self.started_at = time.monotonic()
@@ -134,7 +138,8 @@ class Broker:
             # takes the role) before the coordinators' seats act on it.
             self.groups.start_seats()
             self.txns.start_seats()
-            await self._open_doors()
+        self.services = build_services(self)
+        await self._open_doors()
         # Watched from the moment clients can connect (loading logs at start holds the
         # loop on purpose: nobody is being served yet).
         self._tasks.append(asyncio.create_task(self.watchdog.run(), name="loop-watchdog"))
@@ -149,20 +154,26 @@ class Broker:
                  self.config.host, self.config.port, self.config.data_dir, time.monotonic() - t0)
 
     async def _listen(self, lst: Listener):
-        # A cluster member binds its ports first (it registers them) but accepts
-        # connections only once it has joined (`_open_doors`), as a Kafka broker enables
-        # request processing only after catching up with the metadata.
+        # Ports are bound first (a cluster member registers them) but connections are
+        # accepted only once the services exist and a cluster member has joined
+        # (`_open_doors`), as a Kafka broker enables request processing only after
+        # catching up with the metadata.
         server = await asyncio.start_server(
-            lambda r, w: serve(self, r, w, lst), lst.host, lst.port,
+            lambda r, w: serve(self._serving(), self.limits, r, w, lst), lst.host, lst.port,
             reuse_address=True, limit=1 << 20, ssl=self._tls_context() if lst.tls else None,
-            start_serving=self.cluster is None)
+            start_serving=False)
         lst.port = server.sockets[0].getsockname()[1]
         log.info("listener %s %s://%s:%d", lst.name, lst.protocol, lst.host, lst.port)
         return server
 
+    def _serving(self) -> Services:
+        assert self.services is not None, "connections are accepted only once the services are built"
+        return self.services
+
     async def _open_doors(self) -> None:
-        """Cluster: start accepting once joined. A broker restarted within its lease's TTL
-        waits there for its old session to end; a Metadata answered meanwhile, from a view
+        """Start accepting once the services are built; in a cluster, once joined. A
+        broker restarted within its lease's TTL waits there for its old session to end;
+        a Metadata answered meanwhile, from a view
         not yet loaded, listed no broker and no topic, and librdkafka drops every broker
         it knows that an answer leaves out: with metadata.recovery.strategy=none it then
         had none to ask again and a transactional producer stalled (docs/cluster.md)."""
@@ -227,13 +238,6 @@ class Broker:
                 self.logs.enforce_retention(wall_ms())
             except Exception:  # retention must never take the broker down
                 log.exception("retention failed")
-
-    # --- helpers used by handlers -----------------------------------------
-
-    async def ensure_durable(self, plog, upto_offset: int) -> None:
-        """Wait until `upto_offset` is on disk when the flush policy asks for it."""
-        if self.config.log.flush_mode == "always":
-            await self.flusher.sync(plog, upto_offset)
 
 
 class BrokerStartError(Exception):

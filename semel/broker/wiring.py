@@ -35,6 +35,7 @@ from ..coordinator.ports import LocalMarkers
 from ..coordinator.producer_ids import ProducerIdManager
 from ..coordinator.txn import OFFSETS_TOPIC, TXN_TOPIC, TransactionCoordinator
 from .config import BrokerConfig
+from .services import Services
 
 
 def group_config(c: BrokerConfig) -> GroupConfig:
@@ -137,3 +138,13 @@ def _replicated(broker, inner, topic: str, partition: int):
     then the replicated high watermark (the replica manager starts after the coordinators)."""
     return ReplicatedFlusher(inner, lambda: broker.replicas, topic, partition,
                              broker.config.request_timeout_ms / 1000)
+
+
+def build_services(broker) -> Services:
+    """What handlers use, once every part exists (semel.broker.services)."""
+    return Services(
+        config=broker.config, logs=broker.logs, flusher=broker.flusher, notifier=broker.notifier,
+        metrics=broker.metrics, group_coordinator=broker.groups, txn_coordinator=broker.txns,
+        authorizer=broker.authorizer, users=broker.users, acls=broker.acls, broker_configs=broker.broker_configs,
+        cluster=broker.cluster, cluster_member=broker.cluster_member, replicas=broker.replicas,
+        oauth_signed=broker.oauth_signed)

@@ -41,13 +41,13 @@ import logging
 import math
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Protocol
 
 from ..backoff import Backoff
 from ..protocol.errors import KafkaError
 from .etcd import KV, Etcd, EtcdError, delete_prefix_op, mod_equals, put_op
 from .session import LeaseClock, OutageLog
-from .state import NO_LEADER, BrokerInfo, PartitionListener, PartitionState
+from .state import NO_LEADER, BrokerInfo, ClusterView, PartitionListener, PartitionState
 
 log = logging.getLogger("semel.cluster.metadata")
 
@@ -167,6 +167,23 @@ class KeyCache:
         self.items.clear()
         self._rev.clear()
         self.version += 1
+
+
+class ClusterMetadata(ClusterView, Protocol):
+    """The cluster view with its topic catalogue and cluster-wide configs: what the
+    broker's request handlers read and write (semel.broker.services)."""
+
+    def topics(self) -> dict[str, TopicInfo]: ...
+
+    def topic_partitions(self, name: str) -> list[PartitionState]: ...
+
+    async def create_topic(self, name: str, assignment: list[tuple[int, ...]], configs: dict) -> KafkaError: ...
+
+    async def delete_topic(self, name: str, topic_id: str | None = None) -> KafkaError: ...
+
+    async def add_partitions(self, name: str, decide) -> tuple[KafkaError, str]: ...
+
+    async def set_config(self, name: str, value: str | None) -> None: ...
 
 
 class EtcdClusterView:

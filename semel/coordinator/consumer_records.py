@@ -24,7 +24,7 @@ from __future__ import annotations
 from .consumer_group_rules import ConsumerGroup, MemberAssignment, MemberMeta, MemberState, Partitions
 from .offsets import (
     KEY_CG_CURRENT_MEMBER, KEY_CG_MEMBER, KEY_CG_METADATA, KEY_CG_TARGET_MEMBER,
-    KEY_CG_TARGET_METADATA, ConsumerGroupKey, OffsetsLogError, _check_version, _Reader, _Writer,
+    KEY_CG_TARGET_METADATA, ConsumerGroupKey, OffsetsLogError, check_version, RecordReader, RecordWriter,
     consumer_group_key,
 )
 
@@ -34,7 +34,7 @@ _STATES = list(MemberState)
 Record = tuple[bytes, bytes | None]
 
 
-def _partitions(w: _Writer, parts: Partitions) -> None:
+def _partitions(w: RecordWriter, parts: Partitions) -> None:
     by_topic: dict[str, list[int]] = {}
     for t, p in parts:
         by_topic.setdefault(t, []).append(p)
@@ -45,7 +45,7 @@ def _partitions(w: _Writer, parts: Partitions) -> None:
             w.i32(p)
 
 
-def _read_partitions(r: _Reader) -> Partitions:
+def _read_partitions(r: RecordReader) -> Partitions:
     out = set()
     for _ in range(_count(r)):
         topic = r.string() or ""
@@ -53,7 +53,7 @@ def _read_partitions(r: _Reader) -> Partitions:
     return frozenset(out)
 
 
-def _count(r: _Reader) -> int:
+def _count(r: RecordReader) -> int:
     n = r.i32()
     if n < 0:
         raise OffsetsLogError("negative count in a consumer group record")
@@ -61,14 +61,14 @@ def _count(r: _Reader) -> int:
 
 
 def metadata_value(g: ConsumerGroup) -> bytes:
-    w = _Writer().i16(VALUE_VERSION).i32(g.epoch).i32(len(g.topic_counts))
+    w = RecordWriter().i16(VALUE_VERSION).i32(g.epoch).i32(len(g.topic_counts))
     for t, n in g.topic_counts:
         w.string(t).i32(n)
     return w.done()
 
 
 def member_value(m: MemberMeta) -> bytes:
-    w = (_Writer().i16(VALUE_VERSION).string(m.instance_id).string(m.rack_id)
+    w = (RecordWriter().i16(VALUE_VERSION).string(m.instance_id).string(m.rack_id)
          .string(m.client_id).string(m.client_host).i32(len(m.topics)))
     for t in m.topics:
         w.string(t)
@@ -76,17 +76,17 @@ def member_value(m: MemberMeta) -> bytes:
 
 
 def target_metadata_value(g: ConsumerGroup) -> bytes:
-    return _Writer().i16(VALUE_VERSION).i32(g.target_epoch).done()
+    return RecordWriter().i16(VALUE_VERSION).i32(g.target_epoch).done()
 
 
 def target_member_value(parts: Partitions) -> bytes:
-    w = _Writer().i16(VALUE_VERSION)
+    w = RecordWriter().i16(VALUE_VERSION)
     _partitions(w, parts)
     return w.done()
 
 
 def current_value(a: MemberAssignment) -> bytes:
-    w = _Writer().i16(VALUE_VERSION).i32(a.epoch).i32(a.previous_epoch).i16(_STATES.index(a.state))
+    w = RecordWriter().i16(VALUE_VERSION).i32(a.epoch).i32(a.previous_epoch).i16(_STATES.index(a.state))
     _partitions(w, a.assigned)
     _partitions(w, a.revoking)
     return w.done()
@@ -146,8 +146,8 @@ def apply_record(groups: dict[str, ConsumerGroup], key: ConsumerGroupKey, value:
         if table is not None:
             table.pop(mid, None)
         return
-    r = _Reader(value)
-    _check_version(r)
+    r = RecordReader(value)
+    check_version(r)
     if key.kind == KEY_CG_METADATA:
         g.epoch = r.i32()
         g.topic_counts = tuple((r.string() or "", r.i32()) for _ in range(_count(r)))

@@ -35,7 +35,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import Iterator, NamedTuple
 
-from ..protocol.records import iter_batches
+from ..protocol.records import BatchHeader, iter_batches
+from ..storage.log import PartitionLog
 
 KEY_OFFSET = 1
 KEY_GROUP = 2
@@ -62,25 +63,25 @@ class OffsetsLogError(Exception):
 
 # --- primitive codec ----------------------------------------------------------------
 
-class _Writer:
+class RecordWriter:
     __slots__ = ("buf",)
 
     def __init__(self) -> None:
         self.buf = bytearray()
 
-    def i16(self, v: int) -> "_Writer":
+    def i16(self, v: int) -> "RecordWriter":
         self.buf += _I16.pack(v)
         return self
 
-    def i32(self, v: int) -> "_Writer":
+    def i32(self, v: int) -> "RecordWriter":
         self.buf += _I32.pack(v)
         return self
 
-    def i64(self, v: int) -> "_Writer":
+    def i64(self, v: int) -> "RecordWriter":
         self.buf += _I64.pack(v)
         return self
 
-    def string(self, s: str | None) -> "_Writer":
+    def string(self, s: str | None) -> "RecordWriter":
         if s is None:
             return self.i16(-1)
         raw = s.encode("utf-8")
@@ -90,7 +91,7 @@ class _Writer:
         self.buf += raw
         return self
 
-    def bytes_(self, b: bytes | None) -> "_Writer":
+    def bytes_(self, b: bytes | None) -> "RecordWriter":
         b = b or b""
         self.i32(len(b))
         self.buf += b
@@ -100,7 +101,7 @@ class _Writer:
         return bytes(self.buf)
 
 
-class _Reader:
+class RecordReader:
     __slots__ = ("buf", "pos")
 
     def __init__(self, buf: bytes) -> None:
@@ -114,13 +115,16 @@ class _Reader:
         return out
 
     def i16(self) -> int:
-        return _I16.unpack(self._take(2))[0]
+        value: int = _I16.unpack(self._take(2))[0]
+        return value
 
     def i32(self) -> int:
-        return _I32.unpack(self._take(4))[0]
+        value: int = _I32.unpack(self._take(4))[0]
+        return value
 
     def i64(self) -> int:
-        return _I64.unpack(self._take(8))[0]
+        value: int = _I64.unpack(self._take(8))[0]
+        return value
 
     def string(self) -> str | None:
         n = self.i16()
@@ -171,27 +175,27 @@ class GroupRecord:
 # --- encoding -------------------------------------------------------------------------
 
 def offset_key(group: str, topic: str, partition: int) -> bytes:
-    return _Writer().i16(KEY_OFFSET).string(group).string(topic).i32(partition).done()
+    return RecordWriter().i16(KEY_OFFSET).string(group).string(topic).i32(partition).done()
 
 
 def group_key(group: str) -> bytes:
-    return _Writer().i16(KEY_GROUP).string(group).done()
+    return RecordWriter().i16(KEY_GROUP).string(group).done()
 
 
 def consumer_group_key(kind: int, group: str, member_id: str | None = None) -> bytes:
-    w = _Writer().i16(kind).string(group)
+    w = RecordWriter().i16(kind).string(group)
     if kind in _MEMBER_KEYS:
         w.string(member_id or "")
     return w.done()
 
 
 def offset_value(value: CommittedOffset) -> bytes:
-    return (_Writer().i16(VALUE_VERSION).i64(value.offset).i32(value.leader_epoch)
+    return (RecordWriter().i16(VALUE_VERSION).i64(value.offset).i32(value.leader_epoch)
             .string(value.metadata).i64(value.commit_ts).done())
 
 
 def group_value(rec: GroupRecord) -> bytes:
-    w = (_Writer().i16(VALUE_VERSION).string(rec.protocol_type).i32(rec.generation)
+    w = (RecordWriter().i16(VALUE_VERSION).string(rec.protocol_type).i32(rec.generation)
          .string(rec.protocol).string(rec.leader).i64(rec.state_ts).i32(len(rec.members)))
     for m in rec.members:
         (w.string(m.member_id).string(m.group_instance_id).string(m.client_id).string(m.client_host)
@@ -221,7 +225,7 @@ class ConsumerGroupKey(NamedTuple):
 def decode_key(raw: bytes | None) -> OffsetKey | GroupKey | ConsumerGroupKey:
     if raw is None:
         raise OffsetsLogError("record without a key")
-    r = _Reader(raw)
+    r = RecordReader(raw)
     kind = r.i16()
     if kind == KEY_OFFSET:
         group, topic, part = r.string(), r.string(), r.i32()
@@ -242,21 +246,21 @@ def decode_key(raw: bytes | None) -> OffsetKey | GroupKey | ConsumerGroupKey:
     raise OffsetsLogError(f"unknown key type {kind} (written by a newer semel?)")
 
 
-def _check_version(r: _Reader) -> None:
+def check_version(r: RecordReader) -> None:
     version = r.i16()
     if version != VALUE_VERSION:
         raise OffsetsLogError(f"unknown value version {version} (written by a newer semel?)")
 
 
 def decode_offset_value(raw: bytes, log_offset: int) -> CommittedOffset:
-    r = _Reader(raw)
-    _check_version(r)
+    r = RecordReader(raw)
+    check_version(r)
     return CommittedOffset(r.i64(), r.i32(), r.string(), r.i64(), log_offset)
 
 
 def decode_group_value(raw: bytes) -> GroupRecord:
-    r = _Reader(raw)
-    _check_version(r)
+    r = RecordReader(raw)
+    check_version(r)
     rec = GroupRecord(r.string(), r.i32(), r.string(), r.string(), r.i64())
     count = r.i32()
     if count < 0:
@@ -340,7 +344,8 @@ class GroupOffsets:
 
 # --- reading the log ----------------------------------------------------------------------
 
-def scan_log(plog, chunk_bytes: int = 1 << 20) -> Iterator[tuple[bytes, int, object]]:
+def scan_log(plog: PartitionLog, chunk_bytes: int = 1 << 20
+             ) -> Iterator[tuple[bytes | memoryview, int, BatchHeader]]:
     """(buffer, position, header) of every batch from log start to log end."""
     offset = plog.log_start_offset
     while offset < plog.log_end_offset:

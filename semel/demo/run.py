@@ -79,7 +79,7 @@ class Feeder(threading.Thread):
     def run(self) -> None:
         from confluent_kafka import Producer
         p = Producer({"bootstrap.servers": self.cfg.bootstrap, "enable.idempotence": True, "acks": "all",
-                      "linger.ms": 5, "logger": verify._quiet()})
+                      "linger.ms": 5, "logger": verify.quiet_logger()})
 
         def ack(err, _msg):
             if err is None:

@@ -39,7 +39,7 @@ class TopicReader:
         self.topic, self.values = topic, []
         self.c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"semel-demo-verify-{topic}",
                            "isolation.level": "read_committed", "enable.auto.commit": False,
-                           "enable.partition.eof": True, "logger": _quiet()})
+                           "enable.partition.eof": True, "logger": quiet_logger()})
         parts = self.c.list_topics(topic, timeout=30).topics[topic].partitions
         self.c.assign([TopicPartition(topic, p, 0) for p in parts])
 
@@ -53,7 +53,7 @@ class TopicReader:
         self.c.close()
 
 
-def _quiet():
+def quiet_logger():
     import logging
     logger = logging.getLogger("semel.demo.librdkafka")
     logger.addHandler(logging.NullHandler())

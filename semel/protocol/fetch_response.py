@@ -26,26 +26,26 @@ INLINE_RECORDS_BYTES = 16 * 1024
 _TAGGED = ("diverging_epoch", "current_leader", "snapshot_id")
 
 _I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
+I32 = struct.Struct(">i")
 _TOP_V7 = struct.Struct(">ihi")          # throttle_time_ms, error_code, session_id
 _PART = struct.Struct(">ihqqq")          # index, error, high watermark, LSO, log start
 _PART_V4 = struct.Struct(">ihqq")        # v4 has no log start offset
 _ABORTED = struct.Struct(">qq")          # producer id, first offset
 
 
-def _uvarint(out: bytearray, n: int) -> None:
+def write_uvarint(out: bytearray, n: int) -> None:
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)
         n >>= 7
     out.append(n)
 
 
-def _length(out: bytearray, n: int | None, flexible: bool) -> None:
+def write_length(out: bytearray, n: int | None, flexible: bool) -> None:
     """An array or bytes length; None is null (-1, or 0 in the compact form)."""
     if flexible:
-        _uvarint(out, 0 if n is None else n + 1)
+        write_uvarint(out, 0 if n is None else n + 1)
     else:
-        out += _I32.pack(-1 if n is None else n)
+        out += I32.pack(-1 if n is None else n)
 
 
 def encode_fetch(api_version: int, correlation_id: int, body: Any) -> list[Any] | None:
@@ -53,20 +53,20 @@ def encode_fetch(api_version: int, correlation_id: int, body: Any) -> list[Any] 
     if not MIN_VERSION <= api_version <= MAX_VERSION:
         return None
     flexible = api_version >= FLEXIBLE_FROM
-    head = out = bytearray(_I32.pack(0) + _I32.pack(correlation_id))   # frame size patched last
+    head = out = bytearray(I32.pack(0) + I32.pack(correlation_id))   # frame size patched last
     if flexible:
         out.append(0)                              # response header v1: no tagged fields
     if api_version >= 7:
         out += _TOP_V7.pack(body.throttle_time_ms, body.error_code, body.session_id)
     else:
-        out += _I32.pack(body.throttle_time_ms)
+        out += I32.pack(body.throttle_time_ms)
     pieces: list[Any] = []
     topics = body.responses or ()
-    _length(out, len(topics), flexible)
+    write_length(out, len(topics), flexible)
     for t in topics:
-        _string(out, t.topic, flexible)
+        write_string(out, t.topic, flexible)
         parts = t.partitions or ()
-        _length(out, len(parts), flexible)
+        write_length(out, len(parts), flexible)
         for p in parts:
             if flexible and any(getattr(p, name, None) is not None for name in _TAGGED):
                 return None
@@ -77,14 +77,14 @@ def encode_fetch(api_version: int, correlation_id: int, body: Any) -> list[Any] 
         out.append(0)                              # response tagged fields
     if out:
         pieces.append(out)
-    _I32.pack_into(head, 0, sum(len(x) for x in pieces) - 4)
+    I32.pack_into(head, 0, sum(len(x) for x in pieces) - 4)
     return pieces
 
 
-def _string(out: bytearray, s: str, flexible: bool) -> None:
+def write_string(out: bytearray, s: str, flexible: bool) -> None:
     raw = s.encode()
     if flexible:
-        _uvarint(out, len(raw) + 1)
+        write_uvarint(out, len(raw) + 1)
     else:
         out += _I16.pack(len(raw))
     out += raw
@@ -99,15 +99,15 @@ def _partition(out: bytearray, p: Any, version: int, flexible: bool, pieces: lis
     else:
         out += _PART_V4.pack(p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset)
     aborted = p.aborted_transactions
-    _length(out, None if aborted is None else len(aborted), flexible)
+    write_length(out, None if aborted is None else len(aborted), flexible)
     for a in aborted or ():
         out += _ABORTED.pack(a.producer_id, a.first_offset)
         if flexible:
             out.append(0)
     if version >= 11:
-        out += _I32.pack(p.preferred_read_replica)
+        out += I32.pack(p.preferred_read_replica)
     records = p.records
-    _length(out, None if records is None else len(records), flexible)
+    write_length(out, None if records is None else len(records), flexible)
     if records is not None and len(records) >= INLINE_RECORDS_BYTES:
         pieces.append(out)
         pieces.append(records)

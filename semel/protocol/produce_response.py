@@ -15,7 +15,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from .fetch_response import _I32, _length, _string, _uvarint
+from .fetch_response import I32, write_length, write_string, write_uvarint
 
 MIN_VERSION, MAX_VERSION = 3, 9
 FLEXIBLE_FROM = 9
@@ -65,16 +65,16 @@ def encode_produce(api_version: int, correlation_id: int, body: Any) -> bytes | 
     if not MIN_VERSION <= api_version <= MAX_VERSION:
         return None
     flexible = api_version >= FLEXIBLE_FROM
-    out = bytearray(_I32.pack(0) + _I32.pack(correlation_id))   # frame size patched last
+    out = bytearray(I32.pack(0) + I32.pack(correlation_id))   # frame size patched last
     if flexible:
         out.append(0)                              # response header v1: no tagged fields
     part = _PART_V5 if api_version >= 5 else _PART_V2
     topics = body.responses or ()
-    _length(out, len(topics), flexible)
+    write_length(out, len(topics), flexible)
     for t in topics:
-        _string(out, t.name, flexible)
+        write_string(out, t.name, flexible)
         parts = t.partition_responses or ()
-        _length(out, len(parts), flexible)
+        write_length(out, len(parts), flexible)
         for p in parts:
             if api_version >= 5:
                 out += part.pack(p.index, p.error_code, p.base_offset, p.log_append_time_ms, p.log_start_offset)
@@ -82,9 +82,9 @@ def encode_produce(api_version: int, correlation_id: int, body: Any) -> bytes | 
                 out += part.pack(p.index, p.error_code, p.base_offset, p.log_append_time_ms)
             if api_version >= 8:
                 errors = p.record_errors or ()
-                _length(out, len(errors), flexible)
+                write_length(out, len(errors), flexible)
                 for e in errors:
-                    out += _I32.pack(e.batch_index)
+                    out += I32.pack(e.batch_index)
                     _nullable_string(out, e.batch_index_error_message, flexible)
                     if flexible:
                         out.append(0)              # record error tagged fields
@@ -93,17 +93,17 @@ def encode_produce(api_version: int, correlation_id: int, body: Any) -> bytes | 
                 out.append(0)                      # partition tagged fields
         if flexible:
             out.append(0)                          # topic tagged fields
-    out += _I32.pack(body.throttle_time_ms)
+    out += I32.pack(body.throttle_time_ms)
     if flexible:
         out.append(0)                              # response tagged fields
-    _I32.pack_into(out, 0, len(out) - 4)
+    I32.pack_into(out, 0, len(out) - 4)
     return bytes(out)
 
 
 def _nullable_string(out: bytearray, s: str | None, flexible: bool) -> None:
     if s is not None:
-        _string(out, s, flexible)
+        write_string(out, s, flexible)
     elif flexible:
-        _uvarint(out, 0)
+        write_uvarint(out, 0)
     else:
         out += _I16.pack(-1)

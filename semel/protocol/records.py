@@ -114,11 +114,11 @@ def crc_ok(buf: Buffer, pos: int, size: int) -> bool:
     return bool(crc32c.crc32c(memoryview(buf)[pos + 21:pos + size]) == stored)
 
 
-def set_base_offset(buf: bytearray, pos: int, base_offset: int) -> None:
+def set_base_offset(buf: bytearray | memoryview, pos: int, base_offset: int) -> None:
     _OFFSET.pack_into(buf, pos, base_offset)
 
 
-def set_leader_epoch(buf: bytearray, pos: int, epoch: int) -> None:
+def set_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: int) -> None:
     """partitionLeaderEpoch of the batch at pos (outside the CRC, like baseOffset)."""
     _EPOCH_AT_12.pack_into(buf, pos + 12, epoch)
 
@@ -193,7 +193,7 @@ class Record:
     headers: list[tuple[str, bytes | None]]
 
 
-def _write_bytes(out: bytearray, b: bytes | None) -> None:
+def write_bytes(out: bytearray, b: bytes | None) -> None:
     if b is None:
         write_varint(out, -1)
     else:
@@ -232,12 +232,12 @@ def build_batch(
         r.append(0)  # record attributes
         write_varint(r, 0)  # timestamp delta
         write_varint(r, i)  # offset delta
-        _write_bytes(r, key)
-        _write_bytes(r, value)
+        write_bytes(r, key)
+        write_bytes(r, value)
         write_varint(r, len(headers))
         for hk, hv in headers:
-            _write_bytes(r, hk.encode() if isinstance(hk, str) else hk)
-            _write_bytes(r, hv)
+            write_bytes(r, hk.encode() if isinstance(hk, str) else hk)
+            write_bytes(r, hv)
         write_varint(body, len(r))
         body += r
     return seal_batch(body, len(records), base_offset=base_offset, timestamp_ms=ts, producer_id=producer_id,
@@ -308,7 +308,8 @@ def iter_records(buf: Buffer, pos: int = 0) -> Iterator[Record]:
         p = rec_end
 
 
-def verified_prefix(data: bytes, from_offset: int, crc: bool = True) -> tuple[bytes, int | None]:
+def verified_prefix(data: bytes | memoryview, from_offset: int, crc: bool = True
+                    ) -> tuple[bytes | memoryview, int | None]:
     """The whole, well-formed, CRC-correct batches at the start of `data` (offsets
     increasing, the first holding or following `from_offset`), and the offset where
     a damaged batch begins (None when every byte is good). crc=False checks the

@@ -15,10 +15,10 @@ from semel.client import txn as wire
 from semel.client.cluster import TRANSACTION, ClusterRouter
 from semel.protocol.errors import KafkaError
 from semel.spark import batches
-from semel.spark.decision import BranchMessage, _decided, _decided_call, branch_id, decision_partitions
+from semel.spark.decision import BranchMessage, branch_id, decision_partitions, is_decided, is_decided_call
 from semel.spark.hooks import FAIL_FIRST_ATTEMPT_ENV, kill_if
-from semel.spark.routing import (BROKEN, _connect, _end, _group, _init, _leader, _reset, _retry_rounds, _retrying,
-                                 _route_key, _txn)
+from semel.spark.routing import (BROKEN, connect, end_transaction, group_coordinator, init_transaction, partition_leader,
+                                 reset_connections, retry_rounds, retrying, route_key, txn_coordinator)
 from semel.spark.sink_options import MAX_REQUEST_BYTES, TP, SinkError, SinkOptions
 from semel.spark.trace import Phases
 
@@ -33,7 +33,7 @@ def _header(h) -> tuple:
     k, v = (h["key"], h["value"]) if isinstance(h, dict) else (h[0], h[1])
     return k, _bytes(v)
 
-class _Partitioner:
+class Partitioner:
     """Kafka's default choice: explicit partition, else murmur2 of the key, else round robin."""
 
     def __init__(self, r: ClusterRouter, start: int):
@@ -118,7 +118,7 @@ class ArrowInput:
         self.columnar = columnar
 
 
-def _feed_arrow(producer: "_BranchProducer", part: "_Partitioner", cols: dict[str, int], data: ArrowInput,
+def _feed_arrow(producer: "_BranchProducer", part: "Partitioner", cols: dict[str, int], data: ArrowInput,
                 topic: str | None) -> None:
     """Each Arrow batch's rows are sent before the next batch is taken: Spark's JVM keeps
     preparing the next one meanwhile, so little is left to send once the input ends (the
@@ -166,29 +166,29 @@ def write_branch(o: SinkOptions, cols: dict[str, int], rows: Iterator, batch: in
     bid = branch_id(o, batch, partition, attempt)
     if check and parts is None:
         parts = decision_partitions(o, {})
-    with _connect(o) as r:
+    with connect(o) as r:
         ph.mark("connect")
         decided, st = _check_and_init(r, o, batch, bid, check, parts)
         ph.mark("check_and_init")
         if decided:
             return BranchMessage(partition, attempt, skipped=True)
         producer = _BranchProducer(o, r, st)
-        part = _Partitioner(r, partition)
+        part = Partitioner(r, partition)
         _feed(producer, part, cols, rows, o.topic)
         # The re-check rides with the last Produce request (the broker answers it after that
         # request): no round trip of its own unless nothing was left to send.
-        recheck = producer.flush((lambda: _group(r, o), _decided_call(o, batch, parts)) if check else None)
+        recheck = producer.flush((lambda: group_coordinator(r, o), is_decided_call(o, batch, parts)) if check else None)
         ph.mark("input_and_produce")
         kill_if("write:produced", batch)
         if check and recheck is None:
-            recheck = _decided(r, o, batch, parts)
+            recheck = is_decided(r, o, batch, parts)
         ph.mark("recheck")
         ph.done(rows=producer.total, produce_ms=round(producer.send_s * 1000, 2))
         if recheck:
             # Decided while we wrote (a speculative copy or a zombie run lost the
             # race): commit() fenced only the attempt numbers it knew of, so end
             # our own branch now rather than leave it open for the restart window.
-            _retrying(o, "EndTxn", lambda: _end(r, o, bid, st.pid, st.epoch, False))
+            retrying(o, "EndTxn", lambda: end_transaction(r, o, bid, st.pid, st.epoch, False))
             return BranchMessage(partition, attempt, skipped=True)
         if attempt == 0 and os.environ.get(FAIL_FIRST_ATTEMPT_ENV):
             raise SinkError("semel sink: injected failure of a first task attempt (test hook)")
@@ -219,29 +219,29 @@ def _check_and_init(r: ClusterRouter, o: SinkOptions, batch: int, bid: str, chec
     wanted either way): where the group's and the branch's coordinator are one broker, the
     check and the InitProducerId go in one write."""
     if not check:
-        return False, _init(r, o, bid)
-    g = _group(r, o)
-    if not o.atomic or g is not _txn(r, o, bid):
-        if _decided(r, o, batch, parts):
+        return False, init_transaction(r, o, bid)
+    g = group_coordinator(r, o)
+    if not o.atomic or g is not txn_coordinator(r, o, bid):
+        if is_decided(r, o, batch, parts):
             return True, None
-        return False, _init(r, o, bid)
+        return False, init_transaction(r, o, bid)
     try:
-        decided, (err, st) = wire.pipelined(g, _decided_call(o, batch, parts),
+        decided, (err, st) = wire.pipelined(g, is_decided_call(o, batch, parts),
                                             (wire.init_producer_id_call(bid, o.restart_window_ms),
                                              wire.init_producer_id_result(bid)))
     except BROKEN:
-        _reset(r)   # both again one at a time, each with its retries
+        reset_connections(r)   # both again one at a time, each with its retries
         decided, err, st = None, KafkaError.NETWORK_EXCEPTION, None
     if decided is None:
-        decided = _decided(r, o, batch, parts)
+        decided = is_decided(r, o, batch, parts)
     if decided:
         return True, None
     if err != KafkaError.NONE:
-        st = _init(r, o, bid)  # retried as on its own (CONCURRENT_TRANSACTIONS while the broker ends one)
+        st = init_transaction(r, o, bid)  # retried as on its own (CONCURRENT_TRANSACTIONS while the broker ends one)
     return False, st
 
 
-def _feed(producer: "_BranchProducer", part: _Partitioner, cols: dict[str, int], rows,
+def _feed(producer: "_BranchProducer", part: Partitioner, cols: dict[str, int], rows,
           topic: str | None) -> None:
     if isinstance(rows, ArrowInput):
         _feed_arrow(producer, part, cols, rows, topic)
@@ -378,7 +378,7 @@ class _BranchProducer:
                     box["why"] = failure
                     return failure[2], progressed
             return KafkaError.NONE, progressed
-        err = _retry_rounds(self.o, rounds)
+        err = retry_rounds(self.o, rounds)
         if err != KafkaError.NONE:
             what, (topic, partition), _ = box["why"]
             raise SinkError(f"semel sink: {what} {topic}-{partition}: {err.name}")
@@ -398,7 +398,7 @@ class _BranchProducer:
         except BROKEN:
             # Sent again next round as the same bytes (the broker drops a batch it has by
             # its sequence; a join it has is answered NONE).
-            _reset(self.r)
+            reset_connections(self.r)
             self.send_s += time.perf_counter() - t0
             return ("Produce", min(chunks), KafkaError.NETWORK_EXCEPTION), False
         self.send_s += time.perf_counter() - t0
@@ -436,16 +436,16 @@ class _BranchProducer:
         `data`, `tail` (as in flush(), or None). Returns (the join's errors,
         the produce's errors, the tail's result); errors that say a coordinator or leader
         moved drop it from the routing cache, so the next round asks again."""
-        coord = _txn(self.r, self.o, self.st.txn_id)
+        coord = txn_coordinator(self.r, self.o, self.st.txn_id)
         if tail is not None:
             tail = (tail[0](), tail[1])
-        leaders = {tp: _leader(self.r, tp) for tp in data}
+        leaders = {tp: partition_leader(self.r, tp) for tp in data}
         if all(c is coord for c in leaders.values()) and (tail is None or tail[0] is coord):
             add_errs, produced, tail_got = self._round_on_one(coord, data, new, tail)
         else:
             add_errs, produced, tail_got = self._round_on_many(coord, leaders, data, new, tail)
         for e in add_errs.values():
-            self.r.seen(e, coordinator=(_route_key(self.o, self.st.txn_id), TRANSACTION))
+            self.r.seen(e, coordinator=(route_key(self.o, self.st.txn_id), TRANSACTION))
         for tp, e in produced.items():
             self.r.seen(e, tp=tp)
         return add_errs, produced, tail_got

@@ -22,8 +22,9 @@ from semel.protocol.errors import KafkaError
 from semel.spark import atomic
 from semel.spark.checkpoint import Checkpoint, CheckpointError
 from semel.spark.hooks import kill_if
-from semel.spark.routing import (BROKEN, _connect, _end, _fence, _group, _init, _ok, _on_txn, _reset, _resent,
-                                 _retrying, _route_key, _txn)
+from semel.spark.routing import (BROKEN, connect, end_transaction, fence_transaction, group_coordinator, init_transaction,
+                                 on_txn_coordinator, require_ok, resending, reset_connections, retrying, route_key,
+                                 txn_coordinator)
 from semel.spark.sink_options import TP, SinkError, SinkOptions
 from semel.spark.trace import Phases
 
@@ -104,10 +105,10 @@ def read_decision(r: ClusterRouter, o: SinkOptions, parts: list[TP], fence_open:
     pace = Backoff(o.request_timeout_ms / 1000)
     while True:
         try:
-            got = wire.committed_with_metadata(_group(r, o), o.group, parts)
+            got = wire.committed_with_metadata(group_coordinator(r, o), o.group, parts)
             break
         except BROKEN as exc:
-            _reset(r)   # a read: asked again on a new connection
+            reset_connections(r)   # a read: asked again on a new connection
             if pace.expired():
                 raise SinkError(f"semel sink: reading the decision: {exc}") from None
             pace.wait()
@@ -120,7 +121,7 @@ def read_decision(r: ClusterRouter, o: SinkOptions, parts: list[TP], fence_open:
             elif not fence_open:
                 return None
             else:
-                _fence(r, o, o.parent)
+                fence_transaction(r, o, o.parent)
     return _decision_in(o, got)
 
 
@@ -160,16 +161,16 @@ class BranchMessage(WriterCommitMessage):
 
 
 
-def _decided(r: ClusterRouter, o: SinkOptions, batch: int, parts: list[TP]) -> bool:
+def is_decided(r: ClusterRouter, o: SinkOptions, batch: int, parts: list[TP]) -> bool:
     """Task side: whether `batch` is decided (an open parent counts as not yet); `parts`:
     the batch's decision partitions (decision_partitions of the plan's offsets)."""
     done = read_decision(r, o, parts, fence_open=False)
     return done is not None and done["batch"] >= batch
 
 
-def _decided_call(o: SinkOptions, batch: int, parts: list[TP]):
-    """_decided() as a (call, result) pair that goes in one write with other requests; the
-    result is None where the group coordinator moved (then _decided() asks on its own)."""
+def is_decided_call(o: SinkOptions, batch: int, parts: list[TP]):
+    """is_decided() as a (call, result) pair that goes in one write with other requests; the
+    result is None where the group coordinator moved (then is_decided() asks on its own)."""
     call = wire.committed_call(o.group, parts)
     fetched = wire.committed_result(o.group)
 
@@ -187,19 +188,19 @@ def _decided_call(o: SinkOptions, batch: int, parts: list[TP]):
 
 
 
-def _written(winners: list[BranchMessage]) -> list[BranchMessage]:
+def written_winners(winners: list[BranchMessage]) -> list[BranchMessage]:
     """Branches with rows. A task that wrote nothing (an empty partition) left its
     branch Empty: no transaction to join or commit (EndTxn would be INVALID_TXN_STATE)."""
     return [m for m in winners if m.rows > 0]
 
 
-def _winners(messages) -> list[BranchMessage]:
+def pick_winners(messages) -> list[BranchMessage]:
     return [m for m in messages if isinstance(m, BranchMessage) and not m.skipped and m.pid >= 0]
 
-def _end_branch(r: ClusterRouter, o: SinkOptions, batch: int, b: list) -> None:
+def end_branch(r: ClusterRouter, o: SinkOptions, batch: int, b: list) -> None:
     part, attempt, pid, epoch = b
     bid = branch_id(o, batch, part, attempt)
-    err = _retrying(o, "EndTxn", lambda: _end(r, o, bid, pid, epoch, True))
+    err = retrying(o, "EndTxn", lambda: end_transaction(r, o, bid, pid, epoch, True))
     if err != KafkaError.NONE:
         raise SinkError(f"semel sink: batch {batch} is committed but its branch {bid} cannot be: {err.name} "
                         "(aborted by the broker's transaction timeout? see semel.restartWindowMs)")
@@ -211,16 +212,16 @@ def commit_batch(o: SinkOptions, messages, batch: int, offsets: dict[TP, int] | 
     if offsets is None:
         offsets = batch_offsets(o, batch)
     parts = decision_partitions(o, offsets)
-    winners = _winners(messages)
+    winners = pick_winners(messages)
     ph = Phases(o, "commit", batch)
-    with _connect(o) as r:
+    with connect(o) as r:
         ph.mark("connect")
         st, done = _init_and_read(r, o, parts)
         ph.mark("init_and_read")
         if done is not None and done["batch"] >= batch:
             _roll_forward(r, o, done, batch, winners)
             return
-        written = _written(winners)
+        written = written_winners(winners)
         branches = [[m.partition, m.attempt, m.pid, m.epoch] for m in written]
         # Mode (a) records no branches: the parent's decision carries them on the broker,
         # which keeps the metadata small however many tasks the batch has.
@@ -240,11 +241,11 @@ def commit_batch(o: SinkOptions, messages, batch: int, offsets: dict[TP, int] | 
         # Mode (a): the parent's EndTxn has completed every joined branch already (the
         # broker's own doing, crash or not), so there is nothing to end one by one.
         for i, b in enumerate([] if o.atomic else branches):
-            _end_branch(r, o, batch, b)
+            end_branch(r, o, batch, b)
             if i == 0:
                 kill_if("commit:branch", batch)
         ph.mark("end_branches")
-        _fence_losers(r, o, batch, winners)
+        fence_losers(r, o, batch, winners)
         ph.mark("fence_losers")
         ph.done(branches=len(written))
 
@@ -256,9 +257,9 @@ def _init_and_read(r: ClusterRouter, o: SinkOptions, parts: list[TP]) -> tuple[w
     unused (the next batch's commit() takes another). Where one broker coordinates both
     the parent and the group, both go in one write; where that broker was still ending
     that parent, both are done again one at a time."""
-    c = _txn(r, o, o.parent)
-    if c is not _group(r, o):
-        st = _init(r, o, o.parent)
+    c = txn_coordinator(r, o, o.parent)
+    if c is not group_coordinator(r, o):
+        st = init_transaction(r, o, o.parent)
         return st, read_decision(r, o, parts)
     fetched = wire.committed_result(o.group)
 
@@ -272,12 +273,12 @@ def _init_and_read(r: ClusterRouter, o: SinkOptions, parts: list[TP]) -> tuple[w
                                             wire.init_producer_id_result(o.parent)),
                                         (wire.committed_call(o.group, parts), read))
     except BROKEN:
-        _reset(r)
+        reset_connections(r)
         err, got = KafkaError.NETWORK_EXCEPTION, None
     if err != KafkaError.NONE or isinstance(got, ClientError):
         r.seen(err, coordinator=(o.parent, TRANSACTION))
         done = read_decision(r, o, parts)
-        return _init(r, o, o.parent), done
+        return init_transaction(r, o, o.parent), done
     return st, _decision_in(o, got)
 
 
@@ -288,9 +289,9 @@ def _join_and_offsets(r: ClusterRouter, o: SinkOptions, st: wire.TxnState, branc
     coordinates the parent and the group (it handles them in order). What failed is done
     again one at a time, with its retries; nothing here is the decision (EndTxn is), so a
     failure leaves at most an open parent."""
-    c = _txn(r, o, o.parent)
-    if c is not _group(r, o):
-        _join(r, o, st, branch_ids)
+    c = txn_coordinator(r, o, o.parent)
+    if c is not group_coordinator(r, o):
+        join_branches(r, o, st, branch_ids)
         _offsets(r, o, st, marks, meta)
         return
     join = o.atomic and bool(branch_ids)
@@ -301,13 +302,13 @@ def _join_and_offsets(r: ClusterRouter, o: SinkOptions, st: wire.TxnState, branc
     try:
         got = wire.pipelined(c, *calls)
     except BROKEN:
-        _reset(r)   # each again on its own, with its retries (resending what the broker has changes nothing)
-        _join(r, o, st, branch_ids)
+        reset_connections(r)   # each again on its own, with its retries (a resend of what it did changes nothing)
+        join_branches(r, o, st, branch_ids)
         _offsets(r, o, st, marks, meta)
         return
     joined = got.pop(0) if join else {}
     if any(e != KafkaError.NONE for e in joined.values()):
-        _join(r, o, st, branch_ids)
+        join_branches(r, o, st, branch_ids)
     added, errs = got
     if added != KafkaError.NONE or any(e != KafkaError.NONE for e in errs.values()):
         _offsets(r, o, st, marks, meta)
@@ -315,15 +316,16 @@ def _join_and_offsets(r: ClusterRouter, o: SinkOptions, st: wire.TxnState, branc
 
 def _offsets(r: ClusterRouter, o: SinkOptions, st: wire.TxnState, marks: dict[TP, int], meta: str) -> None:
     """AddOffsetsToTxn (the parent's coordinator), then TxnOffsetCommit (the group's)."""
-    err = _retrying(o, "AddOffsetsToTxn", lambda: _on_txn(r, o, o.parent, lambda c: wire.add_offsets(c, st, o.group)))
-    _ok(err, "AddOffsetsToTxn")
+    err = retrying(o, "AddOffsetsToTxn",
+                   lambda: on_txn_coordinator(r, o, o.parent, lambda c: wire.add_offsets(c, st, o.group)))
+    require_ok(err, "AddOffsetsToTxn")
     box: dict = {}
 
     def commit() -> KafkaError:
-        box["errs"] = wire.txn_offset_commit(_group(r, o), st, o.group, marks, meta)
+        box["errs"] = wire.txn_offset_commit(group_coordinator(r, o), st, o.group, marks, meta)
         bad = [e for e in box["errs"].values() if e != KafkaError.NONE]
         return r.seen(bad[0], coordinator=(o.group, GROUP)) if bad else KafkaError.NONE
-    _ok(_retrying(o, "TxnOffsetCommit", lambda: _resent(r, commit)), "TxnOffsetCommit")
+    require_ok(retrying(o, "TxnOffsetCommit", lambda: resending(r, commit)), "TxnOffsetCommit")
     bad = {tp: e for tp, e in box["errs"].items() if e != KafkaError.NONE}
     if bad:
         raise SinkError(f"semel sink: TxnOffsetCommit: {', '.join(f'{t}-{p} {e.name}' for (t, p), e in bad.items())}")
@@ -331,11 +333,12 @@ def _offsets(r: ClusterRouter, o: SinkOptions, st: wire.TxnState, marks: dict[TP
 
 def _decide(r: ClusterRouter, o: SinkOptions, st: wire.TxnState) -> None:
     """EndTxn(commit) of the parent: the batch's durable decision."""
-    err = _resent(r, lambda: wire.pipelined(_txn(r, o, o.parent), (wire.end_txn_call(o.parent, st.pid, st.epoch, True),
-                                                                   wire.error_result))[0])
+    call = (wire.end_txn_call(o.parent, st.pid, st.epoch, True), wire.error_result)
+    err = resending(r, lambda: wire.pipelined(txn_coordinator(r, o, o.parent), call)[0])
     if err != KafkaError.NONE:
         r.seen(err, coordinator=(o.parent, TRANSACTION))
-        _ok(_retrying(o, "EndTxn", lambda: _end(r, o, o.parent, st.pid, st.epoch, True)), f"EndTxn {o.parent}")
+        require_ok(retrying(o, "EndTxn", lambda: end_transaction(r, o, o.parent, st.pid, st.epoch, True)),
+                   f"EndTxn {o.parent}")
 
 
 def _loser_ids(o: SinkOptions, batch: int, winners: list[BranchMessage]) -> list[str]:
@@ -354,9 +357,9 @@ def _known(r: ClusterRouter, o: SinkOptions, ids: list[str]) -> list[str]:
     if not (o.atomic and ids):
         return ids
     try:
-        resp = _txn(r, o, o.parent).request(ApiKey.DESCRIBE_TRANSACTIONS, transactional_ids=list(ids))
+        resp = txn_coordinator(r, o, o.parent).request(ApiKey.DESCRIBE_TRANSACTIONS, transactional_ids=list(ids))
     except BROKEN:
-        _reset(r)
+        reset_connections(r)
         return ids   # fencing an id never seen costs a record, nothing more
     unknown = {t.transactional_id for t in resp.transaction_states
                if KafkaError(t.error_code) == KafkaError.TRANSACTIONAL_ID_NOT_FOUND}
@@ -374,7 +377,7 @@ def _open_branches(r: ClusterRouter, o: SinkOptions, batches: Callable[[int], bo
     `batches`, from ListTransactions with an id pattern (KIP-1152: semel, Kafka 4.1+) on
     the parent's coordinator (a branch hashes like its parent); None where the broker
     cannot filter by id."""
-    c = _txn(r, o, o.parent)
+    c = txn_coordinator(r, o, o.parent)
     try:
         if c.version(ApiKey.LIST_TRANSACTIONS) < 2:
             return None
@@ -384,7 +387,7 @@ def _open_branches(r: ClusterRouter, o: SinkOptions, batches: Callable[[int], bo
         resp = c.request(ApiKey.LIST_TRANSACTIONS, state_filters=["Ongoing"], producer_id_filters=[],
                          duration_filter=-1, transactional_id_pattern=_branch_pattern(o))
     except BROKEN:
-        _reset(r)
+        reset_connections(r)
         return None   # the losers are guessed instead
     if resp.error_code != KafkaError.NONE:
         return None
@@ -403,17 +406,17 @@ def _fence_all(r: ClusterRouter, o: SinkOptions, txn_ids: list[str]) -> None:
     if not txn_ids:
         return
     try:
-        got = wire.pipelined(_txn(r, o, o.parent), *[(wire.init_producer_id_call(t, o.restart_window_ms),
+        got = wire.pipelined(txn_coordinator(r, o, o.parent), *[(wire.init_producer_id_call(t, o.restart_window_ms),
                                                       wire.init_producer_id_result(t)) for t in txn_ids])
     except BROKEN:
-        _reset(r)
+        reset_connections(r)
         got = [(KafkaError.NETWORK_EXCEPTION, None)] * len(txn_ids)
     for txn_id, (err, _) in zip(txn_ids, got):
         if err != KafkaError.NONE:
-            _fence(r, o, txn_id)
+            fence_transaction(r, o, txn_id)
 
 
-def _fence_losers(r: ClusterRouter, o: SinkOptions, batch: int, winners: list[BranchMessage],
+def fence_losers(r: ClusterRouter, o: SinkOptions, batch: int, winners: list[BranchMessage],
                   earlier: bool = True) -> None:
     """After `batch` is decided and its winners ended: abort every branch of it still
     open, whatever its attempt number (failed, speculative and killed attempts: an open
@@ -429,15 +432,16 @@ def _fence_losers(r: ClusterRouter, o: SinkOptions, batch: int, winners: list[Br
     _fence_all(r, o, [t for t in found if t not in keep])
 
 
-def _join(r: ClusterRouter, o: SinkOptions, st: wire.TxnState, branch_ids: list[str]) -> None:
+def join_branches(r: ClusterRouter, o: SinkOptions, st: wire.TxnState, branch_ids: list[str]) -> None:
     """Mode (a): the parent's EndTxn will decide these branches in one record
     (their own EndTxn afterwards only confirms it)."""
     if not o.atomic:
         return
     try:
-        atomic.join(lambda: _txn(r, o, st.txn_id), st, branch_ids, time.monotonic() + o.request_timeout_ms / 1000,
-                    moved=lambda err: r.seen(err, coordinator=(_route_key(o, st.txn_id), TRANSACTION)),
-                    lost=lambda: _reset(r))
+        atomic.join(lambda: txn_coordinator(r, o, st.txn_id), st, branch_ids,
+                    time.monotonic() + o.request_timeout_ms / 1000,
+                    moved=lambda err: r.seen(err, coordinator=(route_key(o, st.txn_id), TRANSACTION)),
+                    lost=lambda: reset_connections(r))
     except atomic.AtomicError as exc:
         raise SinkError(f"semel sink: {exc}") from None
 
@@ -446,17 +450,17 @@ def _roll_forward(r: ClusterRouter, o: SinkOptions, done: dict, batch: int, winn
     recorded = {(b[0], b[1]) for b in done.get("branches", [])} if done["batch"] == batch else set()
     if done["batch"] == batch:
         for b in done["branches"]:
-            _end_branch(r, o, batch, b)
+            end_branch(r, o, batch, b)
     # This replay's own branches lost (the batch was decided without them), as did every
     # other branch of it or of an earlier batch still open.
     _fence_all(r, o, [branch_id(o, batch, m.partition, m.attempt) for m in winners
                       if (m.partition, m.attempt) not in recorded])
     if done["batch"] == batch:
-        _fence_losers(r, o, batch, [BranchMessage(b[0], b[1]) for b in done.get("branches", [])])
+        fence_losers(r, o, batch, [BranchMessage(b[0], b[1]) for b in done.get("branches", [])])
 
 
 def abort_batch(o: SinkOptions, messages, batch: int) -> None:
-    with _connect(o) as r:
+    with connect(o) as r:
         for m in messages:
             if isinstance(m, BranchMessage) and not m.skipped and m.pid >= 0:
-                _fence(r, o, branch_id(o, batch, m.partition, m.attempt))
+                fence_transaction(r, o, branch_id(o, batch, m.partition, m.attempt))

@@ -66,7 +66,7 @@ class SparkBatchBackend(TxnBackend):
         self._st: wire.TxnState | None = None
 
     def _client(self):
-        return routing._connect(self.o)
+        return routing.connect(self.o)
 
     def _marks(self) -> tuple[dict, list]:
         offsets = spark_decision.batch_offsets(self.o, self.batch)
@@ -85,14 +85,14 @@ class SparkBatchBackend(TxnBackend):
         with self._client() as r:
             while True:
                 try:
-                    got = wire.committed_with_metadata(routing._group(r, self.o), self.o.group, parts)
+                    got = wire.committed_with_metadata(routing.group_coordinator(r, self.o), self.o.group, parts)
                     break
                 except ClientError as exc:
                     moved = r.seen(exc.error, coordinator=(self.o.group, GROUP)) in COORDINATOR_MOVED
                     if not (moved or exc.error == KafkaError.UNSTABLE_OFFSET_COMMIT) or pace.expired():
                         raise
                     if not moved:
-                        routing._init_err(r, self.o, self.o.parent)
+                        routing.init_transaction_or_error(r, self.o, self.o.parent)
                     pace.wait()
         if all(off < 0 for off, _ in got.values()):
             return Ledger(0)
@@ -102,7 +102,7 @@ class SparkBatchBackend(TxnBackend):
 
     def begin_txn(self, cycle: int) -> None:
         with self._client() as r:
-            err, st = routing._init_err(r, self.o, self.o.parent)
+            err, st = routing.init_transaction_or_error(r, self.o, self.o.parent)
         self._check("beginTxn", err)
         self._st = st
 
@@ -114,9 +114,9 @@ class SparkBatchBackend(TxnBackend):
         marks = offsets or {tp: cycle for tp in parts}
         st, o = self._st, self.o
         with self._client() as r:   # AddOffsetsToTxn to the parent's coordinator, TxnOffsetCommit to the group's
-            self._check("commitOffsets", routing._retrying(o, "AddOffsetsToTxn", lambda: routing._on_txn(
+            self._check("commitOffsets", routing.retrying(o, "AddOffsetsToTxn", lambda: routing.on_txn_coordinator(
                 r, o, o.parent, lambda c: wire.add_offsets(c, st, o.group))))
-            errs = wire.txn_offset_commit(routing._group(r, o), st, o.group, marks, ledger.encode(o.parent))
+            errs = wire.txn_offset_commit(routing.group_coordinator(r, o), st, o.group, marks, ledger.encode(o.parent))
         for err in errs.values():
             self._check("commitOffsets", err)
 
@@ -129,8 +129,8 @@ class SparkBatchBackend(TxnBackend):
     def _end(self, commit: bool) -> None:
         st = self._st
         with self._client() as r:
-            err = routing._retrying(self.o, "EndTxn",
-                                    lambda: routing._end(r, self.o, st.txn_id, st.pid, st.epoch, commit))
+            err = routing.retrying(self.o, "EndTxn",
+                                    lambda: routing.end_transaction(r, self.o, st.txn_id, st.pid, st.epoch, commit))
         self._check("commitTxn" if commit else "abortTxn", err)
 
     @staticmethod

@@ -29,7 +29,7 @@ def _usable(r: ClusterRouter) -> bool:
     return True
 
 
-def _connect(o: SinkOptions):
+def connect(o: SinkOptions):
     """The connections to the cluster's brokers for one write() or commit(), kept by the
     worker for the next one (semel.spark.pool)."""
     return pool.borrow(("sink", o.bootstrap, o.request_timeout_ms, o.security, o.producer.client_id),
@@ -39,7 +39,7 @@ def _connect(o: SinkOptions):
 BROKEN = CONNECTION_BROKEN
 
 
-def _resent(r: ClusterRouter, step) -> KafkaError:
+def resending(r: ClusterRouter, step) -> KafkaError:
     """step() -> KafkaError, a connection broken mid-request answered NETWORK_EXCEPTION
     (retriable: the caller's retry loop sends the request again, on new connections).
     Only for requests a resend of which the broker deduplicates or that change nothing
@@ -50,11 +50,11 @@ def _resent(r: ClusterRouter, step) -> KafkaError:
     try:
         return step()
     except BROKEN:
-        _reset(r)
+        reset_connections(r)
         return KafkaError.NETWORK_EXCEPTION
 
 
-def _reset(r: ClusterRouter) -> None:
+def reset_connections(r: ClusterRouter) -> None:
     """After a broken request: every connection closed, since a write that went to
     several (a pipelined round) may have left answers unread on any of them; the
     routes stay cached and the connections are opened again when next used."""
@@ -69,7 +69,7 @@ def _routed(get, o: SinkOptions | None = None):
         raise SinkError(f"semel sink: {exc}" + (f"; the user needs {needed}" if needed else "")) from None
 
 
-def _route_key(o: SinkOptions, txn_id: str) -> str:
+def route_key(o: SinkOptions, txn_id: str) -> str:
     """The id whose coordinator serves txn_id. In mode (a) a branch's is its parent's:
     semel coordinates ids that hash alike on one partition and the sink's branch ids hash
     like the parent (atomic.branch_name), so no FindCoordinator per branch. In mode (b)
@@ -79,22 +79,22 @@ def _route_key(o: SinkOptions, txn_id: str) -> str:
     return txn_id
 
 
-def _txn(r: ClusterRouter, o: SinkOptions, txn_id: str) -> Client:
+def txn_coordinator(r: ClusterRouter, o: SinkOptions, txn_id: str) -> Client:
     """The connection to txn_id's transaction coordinator."""
-    key = _route_key(o, txn_id)
+    key = route_key(o, txn_id)
     return _routed(lambda: r.coordinator(key, TRANSACTION), o)
 
 
-def _group(r: ClusterRouter, o: SinkOptions) -> Client:
+def group_coordinator(r: ClusterRouter, o: SinkOptions) -> Client:
     """The connection to the query's group coordinator (offsets and the decision)."""
     return _routed(lambda: r.coordinator(o.group, GROUP), o)
 
 
-def _leader(r: ClusterRouter, tp: TP) -> Client:
+def partition_leader(r: ClusterRouter, tp: TP) -> Client:
     return _routed(lambda: r.leader(tp))
 
 
-def _retry_rounds(o: SinkOptions, step) -> KafkaError:
+def retry_rounds(o: SinkOptions, step) -> KafkaError:
     """step() -> (error, progressed), again until it returns NONE or an error that is not
     retriable, or the request timeout has passed since the last step that made progress
     (a long flush that keeps moving is not cut off by a deadline from its start)."""
@@ -111,22 +111,22 @@ def _retry_rounds(o: SinkOptions, step) -> KafkaError:
         pace.wait()
 
 
-def _retrying(o: SinkOptions, what: str, call) -> KafkaError:
+def retrying(o: SinkOptions, what: str, call) -> KafkaError:
     """Run call() -> KafkaError until it is not retriable or the request timeout has passed."""
-    return _retry_rounds(o, lambda: (call(), False))
+    return retry_rounds(o, lambda: (call(), False))
 
 
-def _on_txn(r: ClusterRouter, o: SinkOptions, txn_id: str, call) -> KafkaError:
+def on_txn_coordinator(r: ClusterRouter, o: SinkOptions, txn_id: str, call) -> KafkaError:
     """call(connection) -> KafkaError on txn_id's coordinator; an answer saying it moved
     drops the cached one (the retry asks again)."""
-    return r.seen(_resent(r, lambda: call(_txn(r, o, txn_id))), coordinator=(_route_key(o, txn_id), TRANSACTION))
+    return r.seen(resending(r, lambda: call(txn_coordinator(r, o, txn_id))), coordinator=(route_key(o, txn_id), TRANSACTION))
 
 
-def _end(r: ClusterRouter, o: SinkOptions, txn_id: str, pid: int, epoch: int, commit: bool) -> KafkaError:
-    return _on_txn(r, o, txn_id, lambda c: wire.end_txn(c, txn_id, pid, epoch, commit))
+def end_transaction(r: ClusterRouter, o: SinkOptions, txn_id: str, pid: int, epoch: int, commit: bool) -> KafkaError:
+    return on_txn_coordinator(r, o, txn_id, lambda c: wire.end_txn(c, txn_id, pid, epoch, commit))
 
 
-def _ok(err: KafkaError, what: str) -> None:
+def require_ok(err: KafkaError, what: str) -> None:
     if err != KafkaError.NONE:
         raise SinkError(f"semel sink: {what}: {err.name}")
 
@@ -143,7 +143,7 @@ def _needed(o: SinkOptions, err: KafkaError | None) -> str | None:
     return None
 
 
-def _authorized(o: SinkOptions, err: KafkaError | None, what: str) -> None:
+def require_authorized(o: SinkOptions, err: KafkaError | None, what: str) -> None:
     needed = _needed(o, err)
     if needed is not None:
         raise SinkError(f"semel sink: not authorized: {what} was refused with {err.name}; "
@@ -151,7 +151,7 @@ def _authorized(o: SinkOptions, err: KafkaError | None, what: str) -> None:
 
 
 
-def _init_err(r: ClusterRouter, o: SinkOptions, txn_id: str) -> tuple[KafkaError, wire.TxnState | None]:
+def init_transaction_or_error(r: ClusterRouter, o: SinkOptions, txn_id: str) -> tuple[KafkaError, wire.TxnState | None]:
     """InitProducerId on txn_id's coordinator, retried while the broker is still ending
     the id's previous transaction (CONCURRENT_TRANSACTIONS) or the coordinator moves,
     within the request timeout."""
@@ -160,15 +160,15 @@ def _init_err(r: ClusterRouter, o: SinkOptions, txn_id: str) -> tuple[KafkaError
     def call(c: Client) -> KafkaError:
         err, box["st"] = wire.init_producer_id(c, txn_id, o.restart_window_ms)
         return err
-    return _retrying(o, "InitProducerId", lambda: _on_txn(r, o, txn_id, call)), box["st"]
+    return retrying(o, "InitProducerId", lambda: on_txn_coordinator(r, o, txn_id, call)), box["st"]
 
 
-def _init(r: ClusterRouter, o: SinkOptions, txn_id: str) -> wire.TxnState:
-    err, st = _init_err(r, o, txn_id)
-    _ok(err, f"InitProducerId {txn_id}")
+def init_transaction(r: ClusterRouter, o: SinkOptions, txn_id: str) -> wire.TxnState:
+    err, st = init_transaction_or_error(r, o, txn_id)
+    require_ok(err, f"InitProducerId {txn_id}")
     return st
 
 
-def _fence(r: ClusterRouter, o: SinkOptions, txn_id: str) -> None:
+def fence_transaction(r: ClusterRouter, o: SinkOptions, txn_id: str) -> None:
     """InitProducerId on a branch id: the broker aborts what it left open."""
-    _init(r, o, txn_id)
+    init_transaction(r, o, txn_id)

@@ -65,10 +65,11 @@ from semel.client import txn as wire
 from semel.client.cluster import ClusterRouter
 from semel.spark import atomic
 from semel.spark import options as opt
-from semel.spark.branch_writer import ArrowInput, _Partitioner, write_branch
-from semel.spark.decision import (BatchPlan, _end_branch, _fence_losers, _join, _winners, _written, abort_batch,
-                                  branch_id, commit_batch, decision_partitions, plan_batch)
-from semel.spark.routing import (_authorized, _connect, _end, _init, _init_err, _ok, _on_txn, _retrying, _txn)
+from semel.spark.branch_writer import ArrowInput, Partitioner, write_branch
+from semel.spark.decision import (BatchPlan, abort_batch, branch_id, commit_batch, decision_partitions, end_branch,
+                                  fence_losers, join_branches, pick_winners, plan_batch, written_winners)
+from semel.spark.routing import (connect, end_transaction, init_transaction, init_transaction_or_error,
+                                 on_txn_coordinator, require_authorized, require_ok, retrying, txn_coordinator)
 from semel.spark.sink_options import DEFAULT_RESTART_WINDOW_MS, SinkError, SinkOptions
 # Option names (defined once, in semel/spark/options.py).
 from semel.spark.options import ATOMIC, BATCH_ROWS, QUERY_ID, REQUEST_TIMEOUT, RESTART_WINDOW, TOPIC
@@ -142,10 +143,10 @@ def _probe_group(r: ClusterRouter, o: SinkOptions, st: wire.TxnState) -> None:
     TxnOffsetCommit: Read on the group). Asked here, on the probe's own transaction
     (aborted at once), so a missing ACL fails the query at its start, not at the first
     batch's commit after its rows were written."""
-    err = _on_txn(r, o, st.txn_id, lambda c: wire.add_offsets(c, st, o.group))
-    _authorized(o, err, f"AddOffsetsToTxn of the group {o.group!r}")
+    err = on_txn_coordinator(r, o, st.txn_id, lambda c: wire.add_offsets(c, st, o.group))
+    require_authorized(o, err, f"AddOffsetsToTxn of the group {o.group!r}")
     if err == KafkaError.NONE:
-        _end(r, o, st.txn_id, st.pid, st.epoch, False)
+        end_transaction(r, o, st.txn_id, st.pid, st.epoch, False)
 
 
 def probe(o: SinkOptions) -> SinkOptions:
@@ -154,18 +155,19 @@ def probe(o: SinkOptions) -> SinkOptions:
     broker between a crash and the restart that commits it). Returns the options
     with mode (a) on where the broker supports it and semel.atomicBatches allows."""
     probe_id = f"{o.parent}.probe"
-    with _connect(o) as r:
+    with connect(o) as r:
         if o.topic is not None:
-            _Partitioner(r, 0).count(o.topic)
-        err, st = _init_err(r, o, probe_id)
+            Partitioner(r, 0).count(o.topic)
+        err, st = init_transaction_or_error(r, o, probe_id)
         if err == KafkaError.INVALID_TRANSACTION_TIMEOUT:
             raise SinkError(f"semel sink: the broker refuses a transaction timeout of {o.restart_window_ms} ms "
                             "(semel.restartWindowMs): raise its transaction.max.timeout.ms or lower the option")
-        _authorized(o, err, f"InitProducerId {probe_id!r}")
-        _ok(err, "InitProducerId probe")
+        require_authorized(o, err, f"InitProducerId {probe_id!r}")
+        require_ok(err, "InitProducerId probe")
         _probe_group(r, o, st)
         try:
-            return replace(o, atomic=atomic.resolve(o.atomic_mode, _txn(r, o, probe_id), probe_id, o.restart_window_ms))
+            return replace(o, atomic=atomic.resolve(o.atomic_mode, txn_coordinator(r, o, probe_id), probe_id,
+                                                    o.restart_window_ms))
         except atomic.AtomicError as exc:
             raise SinkError(f"semel sink: {exc}") from None
 
@@ -245,17 +247,18 @@ class SemelBatchWriter(DataSourceArrowWriter):
                             check=False)
 
     def commit(self, messages) -> None:
-        with _connect(self.o) as r:
-            winners = _winners(messages)
-            if self.o.atomic and _written(winners):  # one parent decides every task's branch at once
-                st = _init(r, self.o, self.o.parent)
-                _join(r, self.o, st, [branch_id(self.o, self.job, m.partition, m.attempt)
-                                      for m in _written(winners)])
-                _ok(_retrying(self.o, "EndTxn", lambda: _end(r, self.o, self.o.parent, st.pid, st.epoch, True)),
-                    f"EndTxn {self.o.parent}")
-            for m in _written(winners):
-                _end_branch(r, self.o, self.job, [m.partition, m.attempt, m.pid, m.epoch])
-            _fence_losers(r, self.o, self.job, winners, earlier=False)
+        with connect(self.o) as r:
+            winners = pick_winners(messages)
+            if self.o.atomic and written_winners(winners):  # one parent decides every task's branch at once
+                st = init_transaction(r, self.o, self.o.parent)
+                join_branches(r, self.o, st, [branch_id(self.o, self.job, m.partition, m.attempt)
+                                              for m in written_winners(winners)])
+                require_ok(retrying(self.o, "EndTxn",
+                                    lambda: end_transaction(r, self.o, self.o.parent, st.pid, st.epoch, True)),
+                           f"EndTxn {self.o.parent}")
+            for m in written_winners(winners):
+                end_branch(r, self.o, self.job, [m.partition, m.attempt, m.pid, m.epoch])
+            fence_losers(r, self.o, self.job, winners, earlier=False)
 
     def abort(self, messages) -> None:
         abort_batch(self.o, messages, self.job)

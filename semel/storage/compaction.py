@@ -30,7 +30,7 @@ import crc32c
 from semel.protocol.codecs import DecodeError, uncompressed_batch
 from semel.protocol.errors import KafkaError
 from semel.protocol.records import (ATTR_COMPRESSION_MASK, CONTROL_ABORT, HEADER_SIZE, BatchHeader,
-                                    _write_bytes, control_type, iter_batches, iter_records, write_varint)
+                                    write_bytes, control_type, iter_batches, iter_records, write_varint)
 
 # Most bytes one batch's records may expand to where the broker decompresses them
 # (the broker's --max-decompressed-batch-bytes; the cleaner uses this default).
@@ -206,12 +206,12 @@ def _rebuild(raw, hdr: BatchHeader, keep) -> bytes:
         r = bytearray(b"\x00")
         write_varint(r, rec.timestamp - hdr.base_timestamp)
         write_varint(r, rec.offset - hdr.base_offset)
-        _write_bytes(r, None if rec.key is None else bytes(rec.key))
-        _write_bytes(r, None if rec.value is None else bytes(rec.value))
+        write_bytes(r, None if rec.key is None else bytes(rec.key))
+        write_bytes(r, None if rec.value is None else bytes(rec.value))
         write_varint(r, len(rec.headers))
         for hk, hv in rec.headers:
-            _write_bytes(r, hk.encode() if isinstance(hk, str) else hk)
-            _write_bytes(r, hv)
+            write_bytes(r, hk.encode() if isinstance(hk, str) else hk)
+            write_bytes(r, hv)
         write_varint(body, len(r))
         body += r
     head = bytearray(raw[:HEADER_SIZE])

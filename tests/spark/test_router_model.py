@@ -190,7 +190,7 @@ def test_routing_follows_moves_and_every_row_lands_once(seed, monkeypatch):
     sent: dict = {}
     for step in range(rng.randint(5, 15)):
         txn_id = decision.branch_id(o, step, 0, 0)
-        st = spark_routing._init(cl, o, txn_id)
+        st = spark_routing.init_transaction(cl, o, txn_id)
         # the id's current coordinator is the one the cache names once it succeeded (mode
         # a: under the parent's entry, no FindCoordinator of its own)
         key = o.parent if o.atomic else txn_id

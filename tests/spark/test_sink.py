@@ -169,8 +169,8 @@ def test_on_one_broker_every_role_is_one_connection(spark_broker):
     bs = spark_broker.bootstrap
     create(bs, "one-conn", 2)
     o = sink.probe(sink.parse_options({"kafka.bootstrap.servers": bs, "semel.query.id": "oc", "topic": "one-conn"}))
-    with routing._connect(o) as r:
-        c = routing._txn(r, o, o.parent)
-        assert routing._group(r, o) is c
-        assert all(routing._leader(r, ("one-conn", p)) is c for p in range(2))
-        assert routing._txn(r, o, spark_decision.branch_id(o, 0, 1, 0)) is c
+    with routing.connect(o) as r:
+        c = routing.txn_coordinator(r, o, o.parent)
+        assert routing.group_coordinator(r, o) is c
+        assert all(routing.partition_leader(r, ("one-conn", p)) is c for p in range(2))
+        assert routing.txn_coordinator(r, o, spark_decision.branch_id(o, 0, 1, 0)) is c

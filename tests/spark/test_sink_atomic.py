@@ -50,8 +50,8 @@ def test_decision_alone_makes_the_whole_batch_visible_only_in_mode_a(spark_broke
     o = opts(bs, f"amd{mode}", topic, mode)
     msgs = two_branches(o, 0)
     with monkeypatch.context() as m:
-        m.setattr(spark_decision, "_end_branch", lambda *a: None)     # the crash: no branch is ended by the driver
-        m.setattr(spark_decision, "_fence_losers", lambda *a: None)
+        m.setattr(spark_decision, "end_branch", lambda *a: None)     # the crash: no branch is ended by the driver
+        m.setattr(spark_decision, "fence_losers", lambda *a: None)
         spark_decision.commit_batch(o, msgs, 0)
     want = sorted(f"p{p}-{i}" for p in (0, 1) for i in range(3))
     if mode == "true":
@@ -69,9 +69,9 @@ def test_undecided_batch_is_aborted_whole_when_a_task_reruns(spark_broker):
     create(bs, "am-rerun", 2)
     o = opts(bs, "amr", "am-rerun", "true")
     first = two_branches(o, 0)
-    with routing._connect(o) as r:
-        st = routing._init(r, o, o.parent)
-        spark_decision._join(r, o, st, [spark_decision.branch_id(o, 0, m.partition, m.attempt) for m in first])
+    with routing.connect(o) as r:
+        st = routing.init_transaction(r, o, o.parent)
+        spark_decision.join_branches(r, o, st, [spark_decision.branch_id(o, 0, m.partition, m.attempt) for m in first])
     again = two_branches(o, 0)   # Spark replays batch 0 after the restart: attempt numbers start at 0 again
     spark_decision.commit_batch(o, again, 0)
     assert sorted(read_values(bs, "am-rerun", 2, want=6)) == sorted(f"p{p}-{i}" for p in (0, 1) for i in range(3))

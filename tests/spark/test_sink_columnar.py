@@ -48,7 +48,7 @@ def random_batches(rng: random.Random, key_type, value_type, nulls: bool) -> lis
 
 def run(o: sink_options.SinkOptions, cols: dict, rows, start: int) -> list:
     producer = Recorder(o)
-    part = branch_writer._Partitioner(None, start)
+    part = branch_writer.Partitioner(None, start)
     part.sizes["out"] = 3
     branch_writer._feed(producer, part, cols, rows, "out")
     producer.flush()

@@ -7,6 +7,7 @@ import pytest
 from semel.broker import handlers  # noqa: F401  (registers every handler)
 from semel.broker.handlers.api_versions import api_versions
 from semel.broker.router import RequestContext, supported_versions
+from semel.broker.session import Connection
 from semel.protocol.messages import API_VERSIONS_KEY, decode_response, encode_response, response_class
 
 
@@ -19,7 +20,7 @@ def _fresh(version: int):
 
 @pytest.mark.parametrize("version", [0, 1, 2, 3])
 def test_encoded_answer_is_the_response_objects_bytes(version):
-    ctx = RequestContext(None, API_VERSIONS_KEY, version, 7, "c", "peer")
+    ctx = RequestContext(None, API_VERSIONS_KEY, version, 7, "c", "peer", Connection("peer", "?", None, None))
     for _ in range(2):      # built on the first call, reused on the second
         body = asyncio.run(api_versions(ctx, None))
         frame = encode_response(API_VERSIONS_KEY, version, 7, body)

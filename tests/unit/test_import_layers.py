@@ -36,8 +36,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     "launch": frozenset({"protocol", "client"}),
     "check": frozenset({"protocol", "client", "eos", "launch"}),
     "demo": frozenset({"protocol", "client", "eos", "spark"}),
+    "console": frozenset({"protocol", "client"}),
     "cli": frozenset({"protocol", "storage", "client", "coordinator", "cluster", "broker", "eos", "spark",
-                      "launch", "check", "demo"}),
+                      "launch", "check", "demo", "console"}),
     "semel": frozenset({"cli"}),
 }
 
@@ -122,9 +123,10 @@ def test_the_checks_see_what_they_check():
 
 
 def _untyped_reaches(tree: ast.AST) -> list[str]:
-    """`getattr(<the broker or a connection>, "name", ...)` calls: a name read around the
-    attribute's declaration, which neither a type checker nor a rename sees."""
-    roots = {"broker", "conn", "connection"}
+    """`getattr(<the broker, its services, a request context or a connection>, "name", ...)`
+    calls: a name read around the attribute's declaration, which neither a type checker
+    nor a rename sees."""
+    roots = {"broker", "services", "ctx", "conn", "connection"}
     out = []
     for node in ast.walk(tree):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
@@ -147,7 +149,98 @@ def test_the_attribute_check_sees_what_it_checks():
     tree = ast.parse('l1 = getattr(ctx.connection, "listener", None)\n'
                      'b = getattr(ctx.broker, "replicas", None)\n'
                      'c = getattr(conn, "listener", None)\n'
+                     's = getattr(ctx.services, "replicas", None)\n'
+                     'x = getattr(ctx, "services")\n'
                      'fine = getattr(topic, "topic_id", None)\n')
     assert [hit.split(" at ")[0] for hit in _untyped_reaches(tree)] == [
         "getattr(ctx.connection, 'listener', None)", "getattr(ctx.broker, 'replicas', None)",
-        "getattr(conn, 'listener', None)"]
+        "getattr(conn, 'listener', None)", "getattr(ctx.services, 'replicas', None)", "getattr(ctx, 'services')"]
+
+
+# What a handler reaches the broker through: the request context and its services.
+_BROKER_NAMES = {"broker", "services", "ctx"}
+# The modules that handle requests: the handlers and the gates around them.
+_HANDLING = ["handlers", "router.py", "coordinator_gate.py", "auth/gate.py", "auth/check.py"]
+
+
+def _untyped_broker(tree: ast.AST) -> list[str]:
+    """A request's way to the broker left untyped: a parameter or attribute named
+    `broker`, `services` or `ctx` annotated `Any` (or, for a parameter, not annotated:
+    an implicit Any), and `.broker` read off a request context."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            params = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+            out += [f"{node.name}({a.arg}: {ast.unparse(a.annotation) if a.annotation else 'unannotated'})"
+                    for a in params if a.arg in _BROKER_NAMES
+                    and (a.annotation is None or "Any" in ast.unparse(a.annotation))]
+        elif isinstance(node, ast.AnnAssign):
+            name = node.target.attr if isinstance(node.target, ast.Attribute) else getattr(node.target, "id", None)
+            if name in _BROKER_NAMES and "Any" in ast.unparse(node.annotation):
+                out.append(f"{ast.unparse(node.target)}: {ast.unparse(node.annotation)}")
+        elif isinstance(node, ast.Attribute) and node.attr == "broker" and ast.unparse(node.value) == "ctx":
+            out.append("ctx.broker")
+    return out
+
+
+def test_handlers_reach_the_broker_through_typed_services():
+    paths = [p for entry in _HANDLING for p in sorted((ROOT / "broker").glob(entry if entry.endswith(".py")
+                                                                              else f"{entry}/*.py"))]
+    assert len(paths) > 10
+    found = {str(p.relative_to(ROOT)): hits for p in paths if (hits := _untyped_broker(ast.parse(p.read_text())))}
+    assert found == {}
+    router = ast.parse((ROOT / "broker" / "router.py").read_text())
+    context = next(n for n in router.body if isinstance(n, ast.ClassDef) and n.name == "RequestContext")
+    fields = {ast.unparse(n.target): ast.unparse(n.annotation) for n in context.body if isinstance(n, ast.AnnAssign)}
+    assert fields["services"] == "Services" and "broker" not in fields
+
+
+def test_the_services_check_sees_what_it_checks():
+    tree = ast.parse("def h(ctx, body): ...\n"
+                     "def g(ctx: RequestContext, services: Any): ...\n"
+                     "class C:\n    broker: Any\n    services: Services\n"
+                     "x = ctx.broker.logs\n"
+                     "def fine(ctx: RequestContext, services: Services, other): ...\n")
+    assert _untyped_broker(tree) == ["h(ctx: unannotated)", "g(services: Any)", "broker: Any", "ctx.broker"]
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _private_imports(module: str, path: Path, tree: ast.AST) -> list[str]:
+    """`from <a semel module> import _name`, and `mod._name` of a semel module imported
+    as `mod`: a name another module keeps to itself."""
+    known, out, aliases = _modules(), [], set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            aliases |= {a.asname for a in node.names if a.asname and a.name in known}
+        if not isinstance(node, ast.ImportFrom) or not (node.level or (node.module or "").startswith("semel")):
+            continue
+        out += [f"{'.' * node.level}{node.module or ''} import {a.name} (line {node.lineno})"
+                for a in node.names if _private(a.name)]
+        targets = _imported(module, path, node, known)
+        aliases |= {a.asname or a.name for a in node.names if any(t.endswith(f".{a.name}") for t in targets)}
+    out += [f"{ast.unparse(node)} (line {node.lineno})" for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and _private(node.attr) and isinstance(node.value, ast.Name)
+            and node.value.id in aliases]
+    return out
+
+
+def test_no_module_imports_a_private_name_of_another():
+    found = {module: hits for module, path in sorted(_modules().items())
+             if (hits := _private_imports(module, path, ast.parse(path.read_text(), str(path))))}
+    assert found == {}
+
+
+def test_the_private_name_check_sees_what_it_checks():
+    tree = ast.parse("from .groups import _answer, handler\n"
+                     "from semel.spark.routing import _connect\n"
+                     "from ._native import __version__\n"
+                     "from collections import _chain\n"
+                     "from semel.spark import routing as r, options\n"
+                     "import semel.spark.decision as d\n"
+                     "x = r._init(options._parse, d._join, self._own)\n")
+    assert _private_imports("semel.broker.handlers.x", ROOT / "broker" / "handlers" / "x.py", tree) == [
+        ".groups import _answer (line 1)", "semel.spark.routing import _connect (line 2)",
+        "r._init (line 7)", "options._parse (line 7)", "d._join (line 7)"]

@@ -2,16 +2,26 @@
 from __future__ import annotations
 
 import logging
+from typing import Protocol
 
+from ..services import Services
+from ..session import Connection
 from .acl import ANONYMOUS, CLUSTER_NAME, VALID_OPERATIONS, Operation, ResourceType
 
 log = logging.getLogger("semel.broker.auth")
 
 
-def principal_of(ctx) -> tuple[str, str]:
+class Requester(Protocol):
+    """What these checks read of a request (semel.broker.router.RequestContext, which
+    calls them)."""
+    services: Services
+    connection: Connection
+    api_key: int
+    peer: str
+
+
+def principal_of(ctx: Requester) -> tuple[str, str]:
     conn = ctx.connection
-    if conn is None:
-        return ANONYMOUS, "?"
     if conn.principal is None:
         conn.principal = certificate_principal(conn)
     return conn.principal or ANONYMOUS, conn.ip
@@ -47,8 +57,8 @@ def _rfc2253_escape(value: str) -> str:
     return "".join(chars)
 
 
-def authorize(ctx, operation, resource_type, name: str) -> bool:
-    authorizer = ctx.broker.authorizer
+def authorize(ctx: Requester, operation, resource_type, name: str) -> bool:
+    authorizer = ctx.services.authorizer
     if not authorizer.enabled:
         return True
     op = operation if isinstance(operation, Operation) else Operation[str(operation).upper()]
@@ -61,15 +71,15 @@ def authorize(ctx, operation, resource_type, name: str) -> bool:
     return False
 
 
-def authorize_any(ctx, operation: Operation, resource_type: ResourceType) -> bool:
-    authorizer = ctx.broker.authorizer
+def authorize_any(ctx: Requester, operation: Operation, resource_type: ResourceType) -> bool:
+    authorizer = ctx.services.authorizer
     if not authorizer.enabled:
         return True
     principal, host = principal_of(ctx)
     return authorizer.authorize_any(principal, host, operation, resource_type)
 
 
-def authorized_operations(ctx, asked: bool, resource_type: ResourceType, name: str = CLUSTER_NAME) -> set[int] | None:
+def authorized_operations(ctx: Requester, asked: bool, resource_type: ResourceType, name: str = CLUSTER_NAME) -> set[int] | None:
     """KIP-430: the operation codes the requester may perform on the resource, for
     the authorized_operations fields of Metadata, DescribeCluster and DescribeGroups.
     None when the request did not ask (the codec writes Kafka's -2^31 for it). Without
@@ -78,13 +88,13 @@ def authorized_operations(ctx, asked: bool, resource_type: ResourceType, name: s
     if not asked:
         return None
     supported = VALID_OPERATIONS[resource_type] - {Operation.ALL}
-    authorizer = ctx.broker.authorizer
+    authorizer = ctx.services.authorizer
     if not authorizer.enabled:
         return {int(op) for op in supported}
     principal, host = principal_of(ctx)
     return {int(op) for op in supported if authorizer.authorize(principal, host, op, resource_type, name or "")}
 
 
-def _denied(ctx, principal: str, op: Operation, rtype: ResourceType, name: str) -> None:
-    ctx.broker.metrics.authorization_denials.labels(op.name, rtype.name).inc()
+def _denied(ctx: Requester, principal: str, op: Operation, rtype: ResourceType, name: str) -> None:
+    ctx.services.metrics.authorization_denials.labels(op.name, rtype.name).inc()
     log.info("denied %s %s on %s %r (api %d from %s)", principal, op.name, rtype.name, name, ctx.api_key, ctx.peer)

@@ -8,12 +8,15 @@ answers the denied ones with TOPIC_AUTHORIZATION_FAILED, so a denial writes
 nothing. Handlers added later call `ctx.authorize(...)` themselves (the ops APIs)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
 
 from ...coordinator.txn_branches import branch_of
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..deferred import Deferred
+from ..refusal import (CREATE_PARTITIONS, CREATE_TOPICS, FETCH, LEADER_EPOCH, LIST_OFFSETS, OFFSET_COMMIT, PRODUCE,
+                       TopicShape, add_partitions_answer, entry_class, refuse, topic_entry)
+from ..router import RequestContext
 from .acl import CLUSTER_NAME, Operation as Op, ResourceType as Rt
 from .check import authorize_any
 from .sasl import session_expired
@@ -25,7 +28,7 @@ REAUTH_APIS = {ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE}
 E = KafkaError
 
 
-def authenticated_enough(ctx) -> bool:
+def authenticated_enough(ctx: RequestContext) -> bool:
     listener = ctx.listener
     if listener is None or not listener.sasl or ctx.api_key in REAUTH_APIS:
         return True
@@ -34,11 +37,11 @@ def authenticated_enough(ctx) -> bool:
     return ctx.api_key in PRE_AUTH_APIS or ctx.connection.principal is not None
 
 
-def _enabled(ctx) -> bool:
-    return ctx.broker.authorizer.enabled
+def _enabled(ctx: RequestContext) -> bool:
+    return ctx.services.authorizer.enabled
 
 
-async def guarded(ctx, body, fn):
+async def guarded(ctx: RequestContext, body, fn):
     rule = RULES.get(ctx.api_key)
     if rule is None or not _enabled(ctx):
         return await fn(ctx, body)
@@ -47,18 +50,14 @@ async def guarded(ctx, body, fn):
 
 # --- whole-request checks ---------------------------------------------------------
 
-def _deny(ctx, code: KafkaError, **extra):
-    return ctx.response(error_code=code, **extra)
-
-
 def _txn_id(body) -> str | None:
     return getattr(body, "transactional_id", None)
 
 
 def _single(op: Op, rtype: Rt, name_of, code: KafkaError):
-    async def rule(ctx, body, fn):
+    async def rule(ctx: RequestContext, body, fn):
         if not ctx.authorize(op, rtype, name_of(body)):
-            return _deny(ctx, code)
+            return refuse(ctx, body, code)
         return await fn(ctx, body)
     return rule
 
@@ -69,20 +68,20 @@ def _group(op: Op):
 
 def _acl_change(req_list: str, resp_list: str):
     """CreateAcls / DeleteAcls: Alter on the cluster, else each entry denied."""
-    async def rule(ctx, body, fn):
+    async def rule(ctx: RequestContext, body, fn):
         if ctx.authorize(Op.ALTER, Rt.CLUSTER, CLUSTER_NAME):
             return await fn(ctx, body)
-        R = _entry_class(ctx.cls(), resp_list)
+        R = entry_class(ctx.cls(), resp_list)
         return ctx.response(**{resp_list: [R(error_code=E.CLUSTER_AUTHORIZATION_FAILED, error_message="denied")
                                            for _ in getattr(body, req_list) or ()]})
     return rule
 
 
-async def _alter_scram(ctx, body, fn):
+async def _alter_scram(ctx: RequestContext, body, fn):
     """AlterUserScramCredentials: Alter on the cluster, else every user named is denied."""
     if ctx.authorize(Op.ALTER, Rt.CLUSTER, CLUSTER_NAME):
         return await fn(ctx, body)
-    R = _entry_class(ctx.cls(), "results")
+    R = entry_class(ctx.cls(), "results")
     names = dict.fromkeys(e.name for e in [*(body.deletions or []), *(body.upsertions or [])])
     return ctx.response(throttle_time_ms=0, results=[
         R(user=n, error_code=E.CLUSTER_AUTHORIZATION_FAILED, error_message="Cluster authorization failed.")
@@ -91,39 +90,39 @@ async def _alter_scram(ctx, body, fn):
 
 def _cluster(op: Op):
     """DescribeAcls, DescribeCluster: top-level error and message."""
-    async def rule(ctx, body, fn):
+    async def rule(ctx: RequestContext, body, fn):
         if not ctx.authorize(op, Rt.CLUSTER, CLUSTER_NAME):
-            return _deny(ctx, E.CLUSTER_AUTHORIZATION_FAILED, error_message="Cluster authorization failed.")
+            return refuse(ctx, body, E.CLUSTER_AUTHORIZATION_FAILED, error_message="Cluster authorization failed.")
         return await fn(ctx, body)
     return rule
 
 
-async def _init_producer_id(ctx, body, fn):
+async def _init_producer_id(ctx: RequestContext, body, fn):
     tid = _txn_id(body)
     if tid is not None:
         if not ctx.authorize(Op.WRITE, Rt.TRANSACTIONAL_ID, tid):
-            return _deny(ctx, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, producer_id=-1, producer_epoch=-1)
+            return refuse(ctx, body, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     elif not (authorize_any(ctx, Op.WRITE, Rt.TRANSACTIONAL_ID)
               or ctx.authorize(Op.IDEMPOTENT_WRITE, Rt.CLUSTER, CLUSTER_NAME)):
-        return _deny(ctx, E.CLUSTER_AUTHORIZATION_FAILED, producer_id=-1, producer_epoch=-1)
+        return refuse(ctx, body, E.CLUSTER_AUTHORIZATION_FAILED)
     return await fn(ctx, body)
 
 
-async def _add_offsets_to_txn(ctx, body, fn):
+async def _add_offsets_to_txn(ctx: RequestContext, body, fn):
     if not ctx.authorize(Op.WRITE, Rt.TRANSACTIONAL_ID, body.transactional_id):
-        return _deny(ctx, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        return refuse(ctx, body, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     if not ctx.authorize(Op.READ, Rt.GROUP, body.group_id):
-        return _deny(ctx, E.GROUP_AUTHORIZATION_FAILED)
+        return refuse(ctx, body, E.GROUP_AUTHORIZATION_FAILED)
     return await fn(ctx, body)
 
 
-async def _find_coordinator(ctx, body, fn):
+async def _find_coordinator(ctx: RequestContext, body, fn):
     kind = (Rt.TRANSACTIONAL_ID, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED) if body.key_type == 1 \
         else (Rt.GROUP, E.GROUP_AUTHORIZATION_FAILED)
     keys = getattr(body, "coordinator_keys", None)
     if ctx.api_version < 4 or keys is None:
         if not ctx.authorize(Op.DESCRIBE, kind[0], body.key):
-            return _deny(ctx, kind[1], node_id=-1, host="", port=-1)
+            return refuse(ctx, body, kind[1])
         return await fn(ctx, body)
     denied = [k for k in keys if not ctx.authorize(Op.DESCRIBE, kind[0], k)]
     if not denied:
@@ -138,45 +137,14 @@ async def _find_coordinator(ctx, body, fn):
 
 # --- per-topic checks ---------------------------------------------------------------
 
-@dataclass(frozen=True)
-class TopicShape:
-    """Where the topics sit in one API's request and response."""
-    req_list: str
-    req_name: str
-    req_parts: str | None          # partitions list in the request topic (None: topic-level API)
-    req_index: str | None
-    resp_list: str
-    resp_name: str
-    resp_parts: str | None
-    resp_index: str | None
-    resp_error: str = "error_code"
-
-
-def _entry_class(owner_cls, field_name: str):
-    field = next(f for f in owner_cls._struct._fields if f.name == field_name)
-    # The entry class is the owner's attribute named after the field's type ("[]AclDescription").
-    return getattr(owner_cls, field.type_str.lstrip("[]"))
-
-
-def _denied_entry(ctx, shape: TopicShape, topic, code: KafkaError):
-    T = _entry_class(ctx.cls(), shape.resp_list)
-    name = getattr(topic, shape.req_name)
-    if shape.resp_parts is None:
-        return T(**{shape.resp_name: name, shape.resp_error: code})
-    P = _entry_class(T, shape.resp_parts)
-    parts = [P(**{shape.resp_index: getattr(p, shape.req_index), shape.resp_error: code})
-             for p in getattr(topic, shape.req_parts) or ()]
-    return T(**{shape.resp_name: name, shape.resp_parts: parts})
-
-
-async def _run_topics(ctx, body, fn, shape: TopicShape, denied: list, code: KafkaError):
+async def _run_topics(ctx: RequestContext, body, fn, shape: TopicShape, denied: list, code: KafkaError):
     """The handler on the allowed topics, the denied ones answered with `code`."""
     topics = getattr(body, shape.req_list) or []
     if not denied:
         return await fn(ctx, body)
     gone = {id(t) for t in denied}
     allowed = [t for t in topics if id(t) not in gone]
-    entries = [_denied_entry(ctx, shape, t, code) for t in denied]
+    entries = [topic_entry(ctx, shape, t, code) for t in denied]
     if not allowed:
         return ctx.response(**{shape.resp_list: entries})
     setattr(body, shape.req_list, allowed)
@@ -199,7 +167,7 @@ def _merge(result, field: str, entries: list):
 
 def _topics(op: Op, shape: TopicShape, whole=None):
     """Per-topic `op`; `whole(ctx, body)` may deny every topic with one code first."""
-    async def rule(ctx, body, fn):
+    async def rule(ctx: RequestContext, body, fn):
         topics = getattr(body, shape.req_list) or []
         code = whole(ctx, body) if whole else None
         if code:
@@ -209,31 +177,31 @@ def _topics(op: Op, shape: TopicShape, whole=None):
     return rule
 
 
-def _produce_txn(ctx, body):
+def _produce_txn(ctx: RequestContext, body):
     tid = _txn_id(body)
     if tid is not None and not ctx.authorize(Op.WRITE, Rt.TRANSACTIONAL_ID, tid):
         return E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     return None
 
 
-def _group_read(ctx, body):
+def _group_read(ctx: RequestContext, body):
     return None if ctx.authorize(Op.READ, Rt.GROUP, body.group_id) else E.GROUP_AUTHORIZATION_FAILED
 
 
-async def _offset_delete(ctx, body, fn):
+async def _offset_delete(ctx: RequestContext, body, fn):
     """OffsetDelete: Delete on the group (else a top-level error), Read on each topic."""
     if not ctx.authorize(Op.DELETE, Rt.GROUP, body.group_id):
-        return _deny(ctx, E.GROUP_AUTHORIZATION_FAILED, topics=[])
-    return await _topics(Op.READ, _OFFSET_COMMIT)(ctx, body, fn)
+        return refuse(ctx, body, E.GROUP_AUTHORIZATION_FAILED)
+    return await _topics(Op.READ, OFFSET_COMMIT)(ctx, body, fn)
 
 
-def _txn_offset_commit(ctx, body):
+def _txn_offset_commit(ctx: RequestContext, body):
     if not ctx.authorize(Op.WRITE, Rt.TRANSACTIONAL_ID, body.transactional_id):
         return E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     return _group_read(ctx, body)
 
 
-def _may_add(ctx, t) -> bool:
+def _may_add(ctx: RequestContext, t) -> bool:
     """Write on the topic; for a branch's pseudo-partition (a Spark sink batch joining
     its branches, coordinator.txn_branches.branch_of) Write on the branch's transactional id,
     the resource that pseudo-partition stands for."""
@@ -243,7 +211,7 @@ def _may_add(ctx, t) -> bool:
     return ctx.authorize(Op.WRITE, Rt.TOPIC, t.name)
 
 
-async def _add_partitions_to_txn(ctx, body, fn):
+async def _add_partitions_to_txn(ctx: RequestContext, body, fn):
     """Kafka answers AddPartitionsToTxn all or nothing: denied topics get their
     code, the others OPERATION_NOT_ATTEMPTED."""
     if ctx.api_version >= 4:
@@ -257,14 +225,10 @@ async def _add_partitions_to_txn(ctx, body, fn):
             return await fn(ctx, body)
         codes = {id(t): E.TOPIC_AUTHORIZATION_FAILED if id(t) in bad else E.OPERATION_NOT_ATTEMPTED
                  for t in topics}
-    T = _entry_class(ctx.cls(), "results_by_topic_v3_and_below")
-    P = _entry_class(T, "results_by_partition")
-    return ctx.response(results_by_topic_v3_and_below=[
-        T(name=t.name, results_by_partition=[P(partition_index=p, partition_error_code=codes[id(t)])
-                                             for p in t.partitions]) for t in topics])
+    return add_partitions_answer(ctx, body, lambda t: codes[id(t)])
 
 
-async def _metadata(ctx, body, fn):
+async def _metadata(ctx: RequestContext, body, fn):
     """Topics without Describe: omitted from a listing, TOPIC_AUTHORIZATION_FAILED
     when named (and never auto-created)."""
     named = body.topics
@@ -282,41 +246,41 @@ async def _metadata(ctx, body, fn):
         if allowed is None and not ctx.authorize(Op.DESCRIBE, Rt.TOPIC, t.name):
             continue
         keep.append(t)
-    T = _entry_class(ctx.cls(), "topics")
+    T = entry_class(ctx.cls(), "topics")
     keep += [T(name=n, error_code=E.TOPIC_AUTHORIZATION_FAILED, partitions=[]) for n in sorted(denied)]
     result.topics = keep
     return result
 
 
-async def _create_topics(ctx, body, fn):
+async def _create_topics(ctx: RequestContext, body, fn):
     cluster_ok = ctx.authorize(Op.CREATE, Rt.CLUSTER, CLUSTER_NAME)
     denied = [] if cluster_ok else [t for t in body.topics or []
                                     if not ctx.authorize(Op.CREATE, Rt.TOPIC, t.name)]
-    return await _run_topics(ctx, body, fn, _CREATE, denied, E.TOPIC_AUTHORIZATION_FAILED)
+    return await _run_topics(ctx, body, fn, CREATE_TOPICS, denied, E.TOPIC_AUTHORIZATION_FAILED)
 
 
-async def _describe_groups(ctx, body, fn):
+async def _describe_groups(ctx: RequestContext, body, fn):
     groups = body.groups or []
     denied = [g for g in groups if not ctx.authorize(Op.DESCRIBE, Rt.GROUP, g)]
     if not denied:
         return await fn(ctx, body)
     body.groups = [g for g in groups if g not in denied]
     result = await fn(ctx, body) if body.groups else ctx.response(groups=[])
-    G = _entry_class(ctx.cls(), "groups")
+    G = entry_class(ctx.cls(), "groups")
     result.groups = list(result.groups) + [
         G(group_id=g, error_code=E.GROUP_AUTHORIZATION_FAILED, group_state="", protocol_type="",
           protocol_data="", members=[]) for g in denied]
     return result
 
 
-async def _delete_groups(ctx, body, fn):
+async def _delete_groups(ctx: RequestContext, body, fn):
     """Delete on each group; denied ones are answered GROUP_AUTHORIZATION_FAILED and
     never reach the coordinator (their offsets stay)."""
     names = list(body.groups_names or [])
     denied = [g for g in names if not ctx.authorize(Op.DELETE, Rt.GROUP, g)]
     if not denied:
         return await fn(ctx, body)
-    R = _entry_class(ctx.cls(), "results")
+    R = entry_class(ctx.cls(), "results")
     entries = [R(group_id=g, error_code=E.GROUP_AUTHORIZATION_FAILED) for g in denied]
     body.groups_names = [g for g in names if g not in denied]
     if not body.groups_names:
@@ -324,26 +288,26 @@ async def _delete_groups(ctx, body, fn):
     return _merge(await fn(ctx, body), "results", entries)
 
 
-async def _list_groups(ctx, body, fn):
+async def _list_groups(ctx: RequestContext, body, fn):
     result = await fn(ctx, body)
     if not ctx.authorize(Op.DESCRIBE, Rt.CLUSTER, CLUSTER_NAME):
         result.groups = [g for g in result.groups if ctx.authorize(Op.DESCRIBE, Rt.GROUP, g.group_id)]
     return result
 
 
-async def _offset_fetch(ctx, body, fn):
+async def _offset_fetch(ctx: RequestContext, body, fn):
     if ctx.api_version >= 8:
         for g in body.groups or []:
             if not ctx.authorize(Op.DESCRIBE, Rt.GROUP, g.group_id):
                 return _deny_offset_fetch_groups(ctx, body)
         return await fn(ctx, body)
     if not ctx.authorize(Op.DESCRIBE, Rt.GROUP, body.group_id):
-        return ctx.response(error_code=E.GROUP_AUTHORIZATION_FAILED, topics=[])
+        return refuse(ctx, body, E.GROUP_AUTHORIZATION_FAILED)
     return await fn(ctx, body)
 
 
-def _deny_offset_fetch_groups(ctx, body):
-    G = _entry_class(ctx.cls(), "groups")
+def _deny_offset_fetch_groups(ctx: RequestContext, body):
+    G = entry_class(ctx.cls(), "groups")
     return ctx.response(groups=[G(group_id=g.group_id, topics=[],
                                   error_code=E.GROUP_AUTHORIZATION_FAILED
                                   if not ctx.authorize(Op.DESCRIBE, Rt.GROUP, g.group_id)
@@ -353,12 +317,12 @@ def _deny_offset_fetch_groups(ctx, body):
 def _configs(op: Op, resp_list: str, **extra):
     """DescribeConfigs / AlterConfigs / IncrementalAlterConfigs: `op` on the topic
     (ConfigResource type 2) or on the cluster (a broker, type 4), per resource."""
-    def allowed(ctx, r) -> bool:
+    def allowed(ctx: RequestContext, r) -> bool:
         if r.resource_type == 2:
             return ctx.authorize(op, Rt.TOPIC, r.resource_name)
         return ctx.authorize(op, Rt.CLUSTER, CLUSTER_NAME)
 
-    async def rule(ctx, body, fn):
+    async def rule(ctx: RequestContext, body, fn):
         resources = body.resources or []
         denied = [r for r in resources if not allowed(ctx, r)]
         if not denied:
@@ -366,7 +330,7 @@ def _configs(op: Op, resp_list: str, **extra):
         gone = {id(r) for r in denied}
         body.resources = [r for r in resources if id(r) not in gone]
         result = await fn(ctx, body) if body.resources else ctx.response(**{resp_list: []})
-        R = _entry_class(ctx.cls(), resp_list)
+        R = entry_class(ctx.cls(), resp_list)
         setattr(result, resp_list, list(getattr(result, resp_list)) + [
             R(error_code=E.TOPIC_AUTHORIZATION_FAILED if r.resource_type == 2 else E.CLUSTER_AUTHORIZATION_FAILED,
               error_message="denied", resource_type=r.resource_type, resource_name=r.resource_name, **extra)
@@ -375,28 +339,14 @@ def _configs(op: Op, resp_list: str, **extra):
     return rule
 
 
-_PRODUCE = TopicShape("topic_data", "name", "partition_data", "index",
-                      "responses", "name", "partition_responses", "index")
-_FETCH = TopicShape("topics", "topic", "partitions", "partition",
-                    "responses", "topic", "partitions", "partition_index")
-_LIST_OFFSETS = TopicShape("topics", "name", "partitions", "partition_index",
-                           "topics", "name", "partitions", "partition_index")
-_OFFSET_COMMIT = TopicShape("topics", "name", "partitions", "partition_index",
-                            "topics", "name", "partitions", "partition_index")
-_LEADER_EPOCH = TopicShape("topics", "topic", "partitions", "partition",
-                           "topics", "topic", "partitions", "partition")
-_CREATE = TopicShape("topics", "name", None, None, "topics", "name", None, None)
-_CREATE_PARTITIONS = TopicShape("topics", "name", None, None, "results", "name", None, None)
-
-
-def _cluster_action(ctx) -> bool:
+def _cluster_action(ctx: RequestContext) -> bool:
     return ctx.authorize(Op.CLUSTER_ACTION, Rt.CLUSTER, CLUSTER_NAME)
 
 
-_CONSUMER_FETCH = _topics(Op.READ, _FETCH)
+_CONSUMER_FETCH = _topics(Op.READ, FETCH)
 
 
-async def _fetch(ctx, body, fn):
+async def _fetch(ctx: RequestContext, body, fn):
     """A follower's Fetch (replica_id >= 0) needs ClusterAction on the cluster, as in Kafka:
     it reads past the high watermark and its fetch offsets move the leader's ISR and high
     watermark, so a client faking one could see uncommitted records or have acks=all
@@ -408,14 +358,14 @@ async def _fetch(ctx, body, fn):
     if _cluster_action(ctx):
         return await fn(ctx, body)
     return ctx.response(throttle_time_ms=0, error_code=E.CLUSTER_AUTHORIZATION_FAILED, session_id=0,
-                        responses=[_denied_entry(ctx, _FETCH, t, E.TOPIC_AUTHORIZATION_FAILED)
+                        responses=[topic_entry(ctx, FETCH, t, E.TOPIC_AUTHORIZATION_FAILED)
                                    for t in body.topics or ()])
 
 
-_DESCRIBE_EPOCHS = _topics(Op.DESCRIBE, _LEADER_EPOCH)
+_DESCRIBE_EPOCHS = _topics(Op.DESCRIBE, LEADER_EPOCH)
 
 
-async def _offset_for_leader_epoch(ctx, body, fn):
+async def _offset_for_leader_epoch(ctx: RequestContext, body, fn):
     """Kafka: ClusterAction on the cluster (a follower) or Describe on each topic (a consumer
     checking for truncation, KIP-320). Only a request naming a replica is checked for the
     former, so a consumer's is not counted as a cluster denial."""
@@ -424,7 +374,7 @@ async def _offset_for_leader_epoch(ctx, body, fn):
     return await _DESCRIBE_EPOCHS(ctx, body, fn)
 
 
-async def _delete_topics(ctx, body, fn):
+async def _delete_topics(ctx: RequestContext, body, fn):
     names = body.topic_names if ctx.api_version < 6 else [t.name for t in body.topics or []]
     denied = {n for n in names or [] if not ctx.authorize(Op.DELETE, Rt.TOPIC, n)}
     if not denied:
@@ -436,18 +386,19 @@ async def _delete_topics(ctx, body, fn):
         body.topics = [t for t in body.topics if t.name not in denied]
         left = body.topics
     result = await fn(ctx, body) if left else ctx.response(responses=[])
-    R = _entry_class(ctx.cls(), "responses")
+    R = entry_class(ctx.cls(), "responses")
     result.responses = list(result.responses) + [R(name=n, error_code=E.TOPIC_AUTHORIZATION_FAILED)
                                                  for n in sorted(denied)]
     return result
 
 
-RULES = {
-    ApiKey.PRODUCE: _topics(Op.WRITE, _PRODUCE, whole=_produce_txn),
+# api key -> rule(ctx, body, handler): the answer, the handler's or a denial
+RULES: dict[int, Callable[[RequestContext, Any, Any], Awaitable[Any]]] = {
+    ApiKey.PRODUCE: _topics(Op.WRITE, PRODUCE, whole=_produce_txn),
     ApiKey.FETCH: _fetch,
-    ApiKey.LIST_OFFSETS: _topics(Op.DESCRIBE, _LIST_OFFSETS),
+    ApiKey.LIST_OFFSETS: _topics(Op.DESCRIBE, LIST_OFFSETS),
     ApiKey.METADATA: _metadata,
-    ApiKey.OFFSET_COMMIT: _topics(Op.READ, _OFFSET_COMMIT, whole=_group_read),
+    ApiKey.OFFSET_COMMIT: _topics(Op.READ, OFFSET_COMMIT, whole=_group_read),
     ApiKey.OFFSET_FETCH: _offset_fetch,
     ApiKey.FIND_COORDINATOR: _find_coordinator,
     ApiKey.JOIN_GROUP: _group(Op.READ),
@@ -459,20 +410,20 @@ RULES = {
     ApiKey.LIST_GROUPS: _list_groups,
     ApiKey.CREATE_TOPICS: _create_topics,
     ApiKey.DELETE_TOPICS: _delete_topics,
-    ApiKey.DELETE_RECORDS: _topics(Op.DELETE, _LIST_OFFSETS),
+    ApiKey.DELETE_RECORDS: _topics(Op.DELETE, LIST_OFFSETS),
     ApiKey.INIT_PRODUCER_ID: _init_producer_id,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: _offset_for_leader_epoch,
     ApiKey.ADD_PARTITIONS_TO_TXN: _add_partitions_to_txn,
     ApiKey.ADD_OFFSETS_TO_TXN: _add_offsets_to_txn,
     ApiKey.END_TXN: _single(Op.WRITE, Rt.TRANSACTIONAL_ID, lambda b: b.transactional_id,
                 E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
-    ApiKey.TXN_OFFSET_COMMIT: _topics(Op.READ, _OFFSET_COMMIT, whole=_txn_offset_commit),
+    ApiKey.TXN_OFFSET_COMMIT: _topics(Op.READ, OFFSET_COMMIT, whole=_txn_offset_commit),
     ApiKey.DESCRIBE_ACLS: _cluster(Op.DESCRIBE),
     ApiKey.CREATE_ACLS: _acl_change("creations", "results"),
     ApiKey.DELETE_ACLS: _acl_change("filters", "filter_results"),
     ApiKey.DESCRIBE_CONFIGS: _configs(Op.DESCRIBE_CONFIGS, "results", configs=[]),
     ApiKey.ALTER_CONFIGS: _configs(Op.ALTER_CONFIGS, "responses"),
-    ApiKey.CREATE_PARTITIONS: _topics(Op.ALTER, _CREATE_PARTITIONS),
+    ApiKey.CREATE_PARTITIONS: _topics(Op.ALTER, CREATE_PARTITIONS),
     ApiKey.DELETE_GROUPS: _delete_groups,
     ApiKey.OFFSET_DELETE: _offset_delete,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: _configs(Op.ALTER_CONFIGS, "responses"),

@@ -6,7 +6,7 @@ from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..auth.acl import (AclBinding, AclFilter, InvalidAcl, Operation, PatternType, Permission,
                         ResourceType)
-from ..router import handler
+from ..router import RequestContext, handler
 
 
 def _enum(enum, value):
@@ -29,12 +29,12 @@ def _filter(f) -> AclFilter:
 
 
 @handler(ApiKey.CREATE_ACLS, 0, 3)
-async def create_acls(ctx, body):
+async def create_acls(ctx: RequestContext, body):
     R = ctx.cls().AclCreationResult
     results = []
     for c in body.creations or []:
         try:
-            await ctx.broker.acls.create([_binding(c).validate()])
+            await ctx.services.acls.create([_binding(c).validate()])
             results.append(R(error_code=KafkaError.NONE, error_message=None))
         except InvalidAcl as exc:
             results.append(R(error_code=KafkaError.INVALID_REQUEST, error_message=str(exc)))
@@ -44,9 +44,9 @@ async def create_acls(ctx, body):
 
 
 @handler(ApiKey.DESCRIBE_ACLS, 0, 3)
-async def describe_acls(ctx, body):
+async def describe_acls(ctx: RequestContext, body):
     cls = ctx.cls()
-    found = ctx.broker.acls.describe(_filter(body))
+    found = ctx.services.acls.describe(_filter(body))
     grouped: dict[tuple, list] = {}
     for b in found:
         grouped.setdefault((b.resource_type, b.name, b.pattern), []).append(b)
@@ -60,13 +60,13 @@ async def describe_acls(ctx, body):
 
 
 @handler(ApiKey.DELETE_ACLS, 0, 3)
-async def delete_acls(ctx, body):
+async def delete_acls(ctx: RequestContext, body):
     F = ctx.cls().DeleteAclsFilterResult
     M = F.DeleteAclsMatchingAcl
     results = []
     for f in body.filters or []:
         try:
-            gone = await ctx.broker.acls.delete(_filter(f))
+            gone = await ctx.services.acls.delete(_filter(f))
         except ConnectionError as exc:   # a cluster's etcd unreachable (what was removed stays removed)
             results.append(F(error_code=KafkaError.UNKNOWN_SERVER_ERROR, error_message=f"metadata service: {exc}",
                              matching_acls=[]))

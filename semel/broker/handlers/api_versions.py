@@ -1,7 +1,7 @@
 """ApiVersions (18): derived from the router, so we advertise exactly what we serve."""
 from ...protocol.api_keys import ApiKey
 from ...protocol.messages import Encoded
-from ..router import handler, supported_versions
+from ..router import RequestContext, handler, supported_versions
 
 # The answer per version, encoded once: every client connection asks first, and
 # what the router serves does not change while the broker runs.
@@ -9,7 +9,7 @@ _ENCODED: dict[int, Encoded] = {}
 
 
 @handler(ApiKey.API_VERSIONS, 0, 3)
-async def api_versions(ctx, req):
+async def api_versions(ctx: RequestContext, req):
     answer = _ENCODED.get(ctx.api_version)
     if answer is None:
         cls = ctx.cls()

@@ -6,13 +6,15 @@ at the log end. In a cluster the answer comes from the partition's leader-epoch
 cache (KIP-101/KIP-279): followers truncate to it after a leader change."""
 from __future__ import annotations
 
+from ...cluster.replica_manager import ReplicaManager
 from ...cluster.elections import PREFERRED, elect, run_election
 from ...cluster.state import PartitionState
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..auth.acl import ResourceType
 from ..auth.check import authorized_operations
-from ..router import handler
+from ..router import RequestContext, handler
+from ..services import Services
 
 LEADER_EPOCH = 0
 ENDPOINT_BROKERS, ENDPOINT_CONTROLLERS = 1, 2
@@ -20,8 +22,8 @@ NO_OPERATIONS = None  # the codec writes Kafka's "not asked for" (-2^31) for Non
 
 
 @handler(ApiKey.DESCRIBE_CLUSTER, 0, 2)
-async def describe_cluster(ctx, req):
-    cfg = ctx.broker.config
+async def describe_cluster(ctx: RequestContext, req):
+    cfg = ctx.services.config
     cls = ctx.cls()
     endpoint = req.endpoint_type if ctx.api_version >= 1 else ENDPOINT_BROKERS
     if endpoint != ENDPOINT_BROKERS:
@@ -31,7 +33,7 @@ async def describe_cluster(ctx, req):
         return ctx.response(throttle_time_ms=0, error_code=err, error_message=err.name,
                             endpoint_type=endpoint, cluster_id=cfg.cluster_id, controller_id=-1,
                             brokers=[], authorized_operations=NO_OPERATIONS)
-    view = ctx.broker.cluster
+    view = ctx.services.cluster
     if view is None:
         brokers = [cls.DescribeClusterBroker(broker_id=cfg.node_id, host=cfg.advertised, port=cfg.port,
                                              rack=None, is_fenced=False)]
@@ -40,8 +42,8 @@ async def describe_cluster(ctx, req):
         brokers = [cls.DescribeClusterBroker(broker_id=b.node_id, host=b.host, port=b.port, rack=b.rack,
                                              is_fenced=False)
                    for b in sorted(view.brokers().values(), key=lambda b: b.node_id)]
-        controller = view.controller_id()
-        controller = -1 if controller is None else controller
+        vacant_or_id = view.controller_id()
+        controller = -1 if vacant_or_id is None else vacant_or_id
     return ctx.response(throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=endpoint,
                         cluster_id=cfg.cluster_id, controller_id=controller, brokers=brokers,
                         authorized_operations=authorized_operations(
@@ -49,7 +51,7 @@ async def describe_cluster(ctx, req):
 
 
 @handler(ApiKey.OFFSET_FOR_LEADER_EPOCH, 2, 4)
-async def offset_for_leader_epoch(ctx, req):
+async def offset_for_leader_epoch(ctx: RequestContext, req):
     cls = ctx.cls()
     T = cls.OffsetForLeaderTopicResult
     topics = [T(topic=t.topic, partitions=[
@@ -58,12 +60,13 @@ async def offset_for_leader_epoch(ctx, req):
     return ctx.response(throttle_time_ms=0, topics=topics)
 
 
-def _epoch_end(ctx, topic: str, p) -> dict:
-    plog = ctx.broker.logs.get(topic, p.partition)
+def _epoch_end(ctx: RequestContext, topic: str, p) -> dict:
+    plog = ctx.services.logs.get(topic, p.partition)
     if plog is None:
         return _undefined(KafkaError.UNKNOWN_TOPIC_OR_PARTITION)
-    if ctx.broker.replicas is not None:
-        return _replicated_epoch_end(ctx.broker, topic, p, plog)
+    replicas = ctx.services.replicas
+    if replicas is not None:
+        return _replicated_epoch_end(replicas, topic, p, plog)
     # current_leader_epoch -1 means "do not fence"; Kafka's checks otherwise.
     if p.current_leader_epoch > LEADER_EPOCH:
         return _undefined(KafkaError.UNKNOWN_LEADER_EPOCH)
@@ -75,10 +78,10 @@ def _epoch_end(ctx, topic: str, p) -> dict:
     return {"error_code": KafkaError.NONE, "leader_epoch": LEADER_EPOCH, "end_offset": plog.log_end_offset}
 
 
-def _replicated_epoch_end(broker, topic: str, p, plog) -> dict:
+def _replicated_epoch_end(replicas: ReplicaManager, topic: str, p, plog) -> dict:
     """Only the leader answers, at the asker's epoch (KIP-320 fencing); the end of the
     requested epoch is the start of the next larger one, or the log end for the latest."""
-    err = broker.replicas.leader_error(topic, p.partition, p.current_leader_epoch)
+    err = replicas.leader_error(topic, p.partition, p.current_leader_epoch)
     if err:
         return _undefined(err)
     epoch, end = plog.epochs.end_offset_for(p.leader_epoch, plog.log_end_offset)
@@ -90,7 +93,7 @@ def _undefined(err: KafkaError) -> dict:
 
 
 @handler(ApiKey.ELECT_LEADERS, 0, 2)
-async def elect_leaders(ctx, req):
+async def elect_leaders(ctx: RequestContext, req):
     """ElectLeaders: preferred (0) or unclean (1) election of the partitions named, or of
     every partition when none are (then only those where something happened, or failed,
     are listed, as Kafka does). Any broker answers: the election is a compare-and-set in
@@ -105,13 +108,13 @@ async def elect_leaders(ctx, req):
             for t in req.topic_partitions or ()]
         return ctx.response(throttle_time_ms=0, error_code=err, replica_election_results=results)
     everything = req.topic_partitions is None
-    asked = _all_partitions(ctx.broker) if everything else \
+    asked = _all_partitions(ctx.services) if everything else \
         [(t.topic, list(t.partitions)) for t in req.topic_partitions]
     results = []
     for topic, parts in asked:
         done = []
         for p in parts:
-            err = await _elect_one(ctx.broker, topic, p, election_type)
+            err = await _elect_one(ctx.services, topic, p, election_type)
             if everything and err == KafkaError.ELECTION_NOT_NEEDED:
                 continue
             done.append(R.PartitionResult(partition_id=p, error_code=err,
@@ -121,24 +124,24 @@ async def elect_leaders(ctx, req):
     return ctx.response(throttle_time_ms=0, error_code=KafkaError.NONE, replica_election_results=results)
 
 
-def _all_partitions(broker) -> list[tuple[str, list[int]]]:
-    view = broker.cluster
+def _all_partitions(services: Services) -> list[tuple[str, list[int]]]:
+    view = services.cluster
     if view is None:
-        return [(name, list(range(info.partitions))) for name, info in sorted(broker.logs.topics().items())]
+        return [(name, list(range(info.partitions))) for name, info in sorted(services.logs.topics().items())]
     return [(name, list(range(info.partitions))) for name, info in sorted(view.topics().items())]
 
 
-async def _elect_one(broker, topic: str, partition: int, election_type: int) -> KafkaError:
-    view = broker.cluster
+async def _elect_one(services: Services, topic: str, partition: int, election_type: int) -> KafkaError:
+    view = services.cluster
     if view is not None:
         return await run_election(view, topic, partition, election_type)
-    if broker.logs.get(topic, partition) is None:
+    if services.logs.get(topic, partition) is None:
         return KafkaError.UNKNOWN_TOPIC_OR_PARTITION
     # One node leads every partition: nothing to elect (elect() says which error).
-    err = elect(_single_node_state(broker, topic, partition), (broker.config.node_id,), election_type)
+    err = elect(_single_node_state(services, topic, partition), (services.config.node_id,), election_type)
     return err if isinstance(err, KafkaError) else KafkaError.NONE
 
 
-def _single_node_state(broker, topic: str, partition: int):
-    me = broker.config.node_id
+def _single_node_state(services: Services, topic: str, partition: int):
+    me = services.config.node_id
     return PartitionState(topic, partition, (me,), me, LEADER_EPOCH, (me,))

@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 from ...cluster.controller import assign_replicas
+from ...cluster.metadata import ClusterMetadata
 from ...protocol.errors import KafkaError
 from ...storage.manager import validate_topic_name
+from ..config import BrokerConfig
+from ..router import RequestContext
 
 
 def first_error(errors: dict) -> KafkaError:
@@ -19,20 +22,19 @@ def unknown_topic(name) -> KafkaError:
     return KafkaError.UNKNOWN_TOPIC_OR_PARTITION
 
 
-def may_auto_create(broker, name) -> bool:
+def may_auto_create(config: BrokerConfig, name) -> bool:
     """Kafka's auto.create.topics.enable: a legal, non-internal name, when configured."""
-    return (broker.config.auto_create_topics and isinstance(name, str)
+    return (config.auto_create_topics and isinstance(name, str)
             and not name.startswith("__") and not validate_topic_name(name)[0])
 
 
-async def auto_create_in_cluster(broker, name: str) -> KafkaError:
+async def auto_create_in_cluster(config: BrokerConfig, view: ClusterMetadata, name: str) -> KafkaError:
     """Create `name` in the cluster with the default partitions and replication factor,
     through etcd as CreateTopics does (semel.cluster.metadata), so every broker opens
     its logs. NONE also when another broker created it first (both raced on etcd)."""
-    cfg = broker.config
-    view = broker.cluster
     try:
-        assignment = assign_replicas(sorted(view.brokers()), cfg.default_partitions, cfg.default_replication_factor)
+        assignment = assign_replicas(sorted(view.brokers()), config.default_partitions,
+                                     config.default_replication_factor)
     except ValueError:   # fewer live brokers than the default replication factor
         return KafkaError.INVALID_REPLICATION_FACTOR
     try:
@@ -42,15 +44,15 @@ async def auto_create_in_cluster(broker, name: str) -> KafkaError:
     return KafkaError.NONE if err == KafkaError.TOPIC_ALREADY_EXISTS else err
 
 
-def lookup(ctx, topic: str, partition: int):
+def lookup(ctx: RequestContext, topic: str, partition: int):
     """(log, error): the partition's log, auto-creating the topic when configured on a
     single node (a cluster creates it through etcd before: auto_create_in_cluster)."""
-    logs = ctx.broker.logs
+    logs = ctx.services.logs
     plog = logs.get(topic, partition)
     if plog is not None:
         return plog, KafkaError.NONE
-    if topic not in logs.topics() and ctx.broker.cluster is None and may_auto_create(ctx.broker, topic):
-        err = logs.create_topic(topic, ctx.broker.config.default_partitions, {})
+    if topic not in logs.topics() and ctx.services.cluster is None and may_auto_create(ctx.services.config, topic):
+        err = logs.create_topic(topic, ctx.services.config.default_partitions, {})
         if err not in (KafkaError.NONE, KafkaError.TOPIC_ALREADY_EXISTS):
             return None, err
         plog = logs.get(topic, partition)

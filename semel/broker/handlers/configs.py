@@ -11,7 +11,7 @@ from ...cluster.reassignment import THROTTLE_RATE
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ...storage.manager import validate_topic_config
-from ..router import handler
+from ..router import RequestContext, handler
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
@@ -23,7 +23,7 @@ LIST_CONFIGS = {"cleanup.policy"}
 
 
 @handler(ApiKey.DESCRIBE_CONFIGS, 1, 4)
-async def describe_configs(ctx, req):
+async def describe_configs(ctx: RequestContext, req):
     cls = ctx.cls()
     results = []
     for res in req.resources:
@@ -40,34 +40,34 @@ async def describe_configs(ctx, req):
     return ctx.response(throttle_time_ms=0, results=results)
 
 
-def _dynamic_names(ctx) -> set[str]:
+def _dynamic_names(ctx: RequestContext) -> set[str]:
     """The broker settings alterable at runtime (the replication throttle only in a cluster)."""
-    return set(DYNAMIC) | ({THROTTLE_RATE} if ctx.broker.cluster is not None else set())
+    return set(DYNAMIC) | ({THROTTLE_RATE} if ctx.services.cluster is not None else set())
 
 
-def _defaults(ctx) -> dict[str, str]:
-    log_cfg = ctx.broker.logs.default_config   # with the dynamic defaults in force
+def _defaults(ctx: RequestContext) -> dict[str, str]:
+    log_cfg = ctx.services.logs.default_config   # with the dynamic defaults in force
     return {
         "retention.ms": str(log_cfg.retention_ms),
         "retention.bytes": str(log_cfg.retention_bytes),
         "segment.bytes": str(log_cfg.segment_bytes),
         "cleanup.policy": "delete",
-        "max.message.bytes": str(ctx.broker.config.max_message_bytes),
+        "max.message.bytes": str(ctx.services.config.max_message_bytes),
     }
 
 
-def _config_values(ctx, rtype, name):
+def _config_values(ctx: RequestContext, rtype, name):
     """name -> (value, source): source 1 = topic override, 5 = default (Kafka's ConfigSource)."""
     defaults = _defaults(ctx)
     if rtype == RESOURCE_BROKER:
-        out, err = _broker_values(ctx, ctx.broker.broker_configs, name, defaults)
-        throttle = ctx.broker.cluster.config(THROTTLE_RATE) if ctx.broker.cluster is not None else None
+        out, err = _broker_values(ctx, ctx.services.broker_configs, name, defaults)
+        throttle = ctx.services.cluster.config(THROTTLE_RATE) if ctx.services.cluster is not None else None
         if throttle is not None and not err:
             out[THROTTLE_RATE] = (throttle, 4)     # DYNAMIC_DEFAULT_BROKER_CONFIG: the cluster-wide one
         return out, err
     if rtype != RESOURCE_TOPIC:
         return {}, KafkaError.INVALID_REQUEST
-    info = ctx.broker.logs.topics().get(name)
+    info = ctx.services.logs.topics().get(name)
     if info is None:
         return {}, KafkaError.UNKNOWN_TOPIC_OR_PARTITION
     out = {k: (v, 5) for k, v in defaults.items()}
@@ -76,7 +76,7 @@ def _config_values(ctx, rtype, name):
     return out, KafkaError.NONE
 
 
-def _broker_values(ctx, dyn, name, defaults):
+def _broker_values(ctx: RequestContext, dyn, name, defaults):
     """The default entity ("") lists what is set there; a broker lists its read-only
     defaults and the dynamic settings in force, each with its source."""
     key = entity(name)
@@ -84,7 +84,7 @@ def _broker_values(ctx, dyn, name, defaults):
         return {}, key
     if key == DEFAULT_KEY:
         return {k: (v, DYNAMIC_DEFAULT_BROKER) for k, v in dyn.overrides(DEFAULT_KEY).items()}, KafkaError.NONE
-    if int(key) != ctx.broker.config.node_id:   # Kafka: describe a broker on that broker
+    if int(key) != ctx.services.config.node_id:   # Kafka: describe a broker on that broker
         return {}, KafkaError.INVALID_REQUEST
     out = {k: (v, 5) for k, v in defaults.items()}
     out.update(dyn.effective())
@@ -92,7 +92,7 @@ def _broker_values(ctx, dyn, name, defaults):
 
 
 @handler(ApiKey.ALTER_CONFIGS, 0, 2)
-async def alter_configs(ctx, req):
+async def alter_configs(ctx: RequestContext, req):
     """The resource's overrides become exactly the ones given (Kafka's replace semantics)."""
     def compute(current, res):
         return _unique({c.name: c.value for c in res.configs}, res.configs)
@@ -100,7 +100,7 @@ async def alter_configs(ctx, req):
 
 
 @handler(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1)
-async def incremental_alter_configs(ctx, req):
+async def incremental_alter_configs(ctx: RequestContext, req):
     """SET/DELETE/APPEND/SUBTRACT applied to the current overrides."""
     def compute(current, res):
         err, msg, _ = _unique({}, res.configs)
@@ -115,10 +115,10 @@ async def incremental_alter_configs(ctx, req):
     return await _alter(ctx, req, compute)
 
 
-async def _alter_cluster(ctx, res, compute, validate_only: bool) -> tuple[KafkaError, str]:
+async def _alter_cluster(ctx: RequestContext, res, compute, validate_only: bool) -> tuple[KafkaError, str]:
     """The cluster-wide default of a broker config (resource name ""), kept in etcd:
     only the replication throttle. Anything else is set at start (semel broker flags)."""
-    view = ctx.broker.cluster
+    view = ctx.services.cluster
     if view is None:
         return KafkaError.INVALID_CONFIG, f"{THROTTLE_RATE} is a cluster's setting: a single node replicates nothing"
     if res.resource_name != "":
@@ -163,7 +163,7 @@ def _apply_op(out: dict, c) -> tuple[KafkaError, str]:
     return KafkaError.NONE, ""
 
 
-async def _alter(ctx, req, compute):
+async def _alter(ctx: RequestContext, req, compute):
     cls = ctx.cls()
     responses = []
     for res in req.resources:
@@ -174,14 +174,14 @@ async def _alter(ctx, req, compute):
     return ctx.response(throttle_time_ms=0, responses=responses)
 
 
-async def _alter_one(ctx, res, compute, validate_only: bool) -> tuple[KafkaError, str]:
+async def _alter_one(ctx: RequestContext, res, compute, validate_only: bool) -> tuple[KafkaError, str]:
     if res.resource_type == RESOURCE_BROKER:
         if any(c.name == THROTTLE_RATE for c in res.configs):   # the reassignment throttle's own key
             return await _alter_cluster(ctx, res, compute, validate_only)
         return await _alter_broker(ctx, res, compute, validate_only)
     if res.resource_type != RESOURCE_TOPIC:
         return KafkaError.INVALID_REQUEST, f"resource type {res.resource_type} has no configs here"
-    logs = ctx.broker.logs
+    logs = ctx.services.logs
     info = logs.topics().get(res.resource_name)
     if info is None:
         return KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"topic {res.resource_name!r} does not exist"
@@ -195,16 +195,16 @@ async def _alter_one(ctx, res, compute, validate_only: bool) -> tuple[KafkaError
     return err, logs.last_error_message
 
 
-async def _alter_broker(ctx, res, compute, validate_only: bool) -> tuple[KafkaError, str]:
+async def _alter_broker(ctx: RequestContext, res, compute, validate_only: bool) -> tuple[KafkaError, str]:
     """The dynamic settings of the default (resource name "") or of one broker (its node
     id): written to etcd in a cluster, to the data dir on a single node."""
-    dyn = ctx.broker.broker_configs
+    dyn = ctx.services.broker_configs
     key = entity(res.resource_name)
     if isinstance(key, KafkaError):
         return key, f"broker resource name {res.resource_name!r} is neither \"\" nor a node id"
-    if ctx.broker.cluster is None and key not in (DEFAULT_KEY, str(ctx.broker.config.node_id)):
+    if ctx.services.cluster is None and key not in (DEFAULT_KEY, str(ctx.services.config.node_id)):
         return KafkaError.INVALID_REQUEST, (f"no broker {key} here: this single node is broker "
-                                            f"{ctx.broker.config.node_id}")
+                                            f"{ctx.services.config.node_id}")
 
     def decide(current):
         return compute(current, res)

@@ -14,18 +14,19 @@ from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..auth.acl import ResourceType
 from ..auth.check import authorized_operations
-from ..router import handler
-from .groups import _host
+from ..router import RequestContext, handler
+from .groups import requester_host
+from ..services import Services
 
 _DELETING = "deleting"
 # ConsumerGroupDescribe v1 MemberType: 1 = a member of the consumer protocol.
 MEMBER_TYPE_CONSUMER = 1
 
 
-def topic_catalogue(broker) -> dict[str, tuple[uuid.UUID, int]]:
+def topic_catalogue(services: Services) -> dict[str, tuple[uuid.UUID, int]]:
     """name -> (topic id, partition count) of every user topic that exists now (internal
     topics are never subscribed to, as in Kafka; a cluster keeps deleted names as markers)."""
-    source = broker.cluster if broker.cluster is not None else broker.logs
+    source = services.cluster if services.cluster is not None else services.logs
     out = {}
     for name, info in source.topics().items():
         if (getattr(info, "internal", False) or name.startswith("__") or getattr(info, "deleted", False)
@@ -37,9 +38,9 @@ def topic_catalogue(broker) -> dict[str, tuple[uuid.UUID, int]]:
 
 
 @handler(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, 1)
-async def consumer_group_heartbeat(ctx, req):
+async def consumer_group_heartbeat(ctx: RequestContext, req):
     v = ctx.api_version
-    catalogue = topic_catalogue(ctx.broker)
+    catalogue = topic_catalogue(ctx.services)
     names_by_id = {tid: name for name, (tid, _) in catalogue.items()}
     owned = None
     if req.topic_partitions is not None:
@@ -52,15 +53,15 @@ async def consumer_group_heartbeat(ctx, req):
         topics=tuple(req.subscribed_topic_names) if req.subscribed_topic_names is not None else None,
         regex=req.subscribed_topic_regex if v >= 1 else None,
         assignor=req.server_assignor, owned=owned,
-        client_id=ctx.client_id or "", client_host=_host(ctx),
+        client_id=ctx.client_id or "", client_host=requester_host(ctx),
         coordinator_names_member=v == 0)
-    answer = await ctx.broker.groups.consumer_group_heartbeat(
+    answer = await ctx.services.group_coordinator.consumer_group_heartbeat(
         req.group_id, hb, {name: count for name, (_, count) in catalogue.items()})
     return _answer(ctx, answer.error, answer.member_id, answer.member_epoch, answer.assignment,
                    catalogue, answer.message)
 
 
-def _answer(ctx, err, member_id, epoch, assignment, catalogue, message=None):
+def _answer(ctx: RequestContext, err, member_id, epoch, assignment, catalogue, message=None):
     cls = ctx.cls()
     body = None
     if not err and assignment is not None:
@@ -71,19 +72,19 @@ def _answer(ctx, err, member_id, epoch, assignment, catalogue, message=None):
         body = cls.Assignment(topic_partitions=[
             tp_cls(topic_id=catalogue[t][0], partitions=sorted(ps))
             for t, ps in sorted(by_topic.items()) if t in catalogue])
-    interval = ctx.broker.groups.config.consumer_heartbeat_interval_ms
+    interval = ctx.services.group_coordinator.config.consumer_heartbeat_interval_ms
     return ctx.response(throttle_time_ms=0, error_code=err, error_message=message if err else None,
                         member_id=member_id or None, member_epoch=epoch if not err else -1,
                         heartbeat_interval_ms=interval if not err else 0, assignment=body)
 
 
 @handler(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, 1)
-async def consumer_group_describe(ctx, req):
+async def consumer_group_describe(ctx: RequestContext, req):
     cls = ctx.cls()
     G = cls.DescribedGroup
     M = G.Member
     A = M.Assignment
-    catalogue = topic_catalogue(ctx.broker)
+    catalogue = topic_catalogue(ctx.services)
 
     def assignment(parts):
         by_topic: dict[str, list[int]] = {}
@@ -95,7 +96,7 @@ async def consumer_group_describe(ctx, req):
             for t, ps in sorted(by_topic.items())])
 
     groups = []
-    for view in ctx.broker.groups.consumer_group_describe(req.group_ids or ()):
+    for view in ctx.services.group_coordinator.consumer_group_describe(req.group_ids or ()):
         if not ctx.authorize("DESCRIBE", "GROUP", view.group_id):
             groups.append(G(error_code=KafkaError.GROUP_AUTHORIZATION_FAILED, group_id=view.group_id,
                             group_state="", group_epoch=-1, assignment_epoch=-1, assignor_name="",

@@ -14,10 +14,12 @@ import logging
 import time
 
 from ...cluster.member import check_leader
+from ...cluster.replica_manager import ReplicaManager
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ...storage.errors import CorruptLogError, OffsetOutOfRange, StorageError
-from ..router import handler
+from ..router import RequestContext, handler
+from ..services import Services
 
 log = logging.getLogger("semel.broker.fetch")
 
@@ -31,23 +33,23 @@ def upper_bound(plog, isolation: int) -> int:
 
 
 @handler(ApiKey.FETCH, 4, 12)
-async def fetch(ctx, req):
-    broker = ctx.broker
+async def fetch(ctx: RequestContext, req):
+    services = ctx.services
     deadline = time.monotonic() + max(req.max_wait_ms, 0) / 1000
     keys = list(dict.fromkeys((t.topic, p.partition) for t in req.topics for p in t.partitions))
     # A follower's fetch (cluster only): its fetch offsets are its log ends, recorded once
     # per request; it reads up to the log end, not the high watermark.
-    replica = req.replica_id >= 0 and broker.replicas is not None
-    refused = _replica_progress(broker, req) if replica else {}
+    replicas = services.replicas if req.replica_id >= 0 else None
+    refused = _replica_progress(replicas, req) if replicas is not None else {}
     while True:
-        topics, total = _read_all(ctx, req, replica, refused)
+        topics, total = _read_all(ctx, req, replicas, refused)
         remaining = deadline - time.monotonic()
         # Nothing to wait on (no partitions: Kafka answers at once) is an answer too;
         # waiting for an append that cannot come once spun the loop until the deadline.
         # min_bytes <= 0 is satisfied by an empty response: Kafka answers it at once.
         if not keys or total >= req.min_bytes or remaining <= 0 or _has_error(topics):
             return ctx.response(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
-        await broker.notifier.wait_any(keys, remaining)
+        await services.notifier.wait_any(keys, remaining)
 
 
 def _has_error(topics) -> bool:
@@ -55,18 +57,20 @@ def _has_error(topics) -> bool:
     return any(p.error_code or p.diverging_epoch is not None for t in topics for p in t.partitions)
 
 
-def _replica_progress(broker, req) -> dict:
+def _replica_progress(replicas: ReplicaManager, req) -> dict:
     refused = {}
     for t in req.topics:
         for p in t.partitions:
-            err = broker.replicas.replica_fetch(t.topic, p.partition, req.replica_id, p.fetch_offset,
-                                                p.current_leader_epoch, p.last_fetched_epoch)
+            err = replicas.replica_fetch(t.topic, p.partition, req.replica_id, p.fetch_offset,
+                                         p.current_leader_epoch, p.last_fetched_epoch)
             if err:   # an error, or (epoch, end offset) where the follower's log diverged
                 refused[(t.topic, p.partition)] = err
     return refused
 
 
-def _read_all(ctx, req, replica=False, refused=None):
+def _read_all(ctx: RequestContext, req, replicas: ReplicaManager | None = None, refused=None):
+    """`replicas`: the replica manager when a follower fetches, else None."""
+    replica = replicas is not None
     cls = ctx.cls()
     T = cls.FetchableTopicResponse
     # The broker caps a response below what clients ask for (50 MiB by default):
@@ -76,7 +80,7 @@ def _read_all(ctx, req, replica=False, refused=None):
     # replica.fetch.response.max.bytes is separate too): the response is framed around
     # the stored bytes without copying them (protocol.fetch_response), so a larger one
     # costs no encoding time, and fewer round trips per MB is what replication needs.
-    cap = ctx.broker.config.max_fetch_response_bytes
+    cap = ctx.services.config.max_fetch_response_bytes
     if replica and req.max_bytes > 0:
         cap = max(cap, req.max_bytes)
     budget = min(req.max_bytes, cap) if req.max_bytes > 0 else cap
@@ -86,37 +90,37 @@ def _read_all(ctx, req, replica=False, refused=None):
         parts = []
         for p in t.partitions:
             left, first = budget - total, total == 0
-            allowed = ctx.broker.replicas.throttle_allowance(t.topic, p.partition, req.replica_id) if replica else -1
+            allowed = replicas.throttle_allowance(t.topic, p.partition, req.replica_id) if replicas is not None else -1
             if allowed >= 0:   # a reassignment's new replica, throttled: no more than the budget
                 left, first = min(left, allowed), False
             part, size = _read_partition(ctx, T.PartitionData, t.topic, p, req.isolation_level,
                                          left, first=first, replica=replica,
                                          refused=(refused or {}).get((t.topic, p.partition)))
-            if allowed >= 0:
-                ctx.broker.replicas.throttle.spend(size)
+            if replicas is not None and allowed >= 0:
+                replicas.throttle.spend(size)
             total += size
             parts.append(part)
         topics.append(T(topic=t.topic, partitions=parts))
     return topics, total
 
 
-def _read_partition(ctx, P, topic, p, isolation, budget, first, replica=False, refused=None):
-    if isinstance(refused, tuple):   # KIP-320/KIP-595: no records, where to truncate instead
-        plog = ctx.broker.logs.get(topic, p.partition)
+def _read_partition(ctx: RequestContext, P, topic, p, isolation, budget, first, replica=False, refused=None):
+    plog = ctx.services.logs.get(topic, p.partition) if isinstance(refused, tuple) else None
+    if plog is not None:   # KIP-320/KIP-595: no records, where to truncate instead
         epoch, end = refused
         return P(partition_index=p.partition, error_code=0, high_watermark=plog.high_watermark,
                  last_stable_offset=plog.last_stable_offset, log_start_offset=plog.log_start_offset,
                  aborted_transactions=None, diverging_epoch=P.EpochEndOffset(epoch=epoch, end_offset=end),
                  records=b""), 0
-    if refused:
+    if refused and not isinstance(refused, tuple):
         return P(partition_index=p.partition, error_code=refused, high_watermark=-1, last_stable_offset=-1,
                  log_start_offset=-1, aborted_transactions=None, records=b""), 0
     # CLUSTER-HOOK: a follower's Fetch (replica_id >= 0) passes the same leadership and
     # epoch check; the replication data plane records the follower's fetch offset here.
-    err = check_leader(ctx.broker.cluster, topic, p.partition, getattr(p, "current_leader_epoch", -1))
+    err = check_leader(ctx.services.cluster, topic, p.partition, getattr(p, "current_leader_epoch", -1))
     if err:
         return _error_partition(P, p.partition, err), 0
-    plog = ctx.broker.logs.get(topic, p.partition)
+    plog = ctx.services.logs.get(topic, p.partition)
     if plog is None:
         return P(partition_index=p.partition, error_code=KafkaError.UNKNOWN_TOPIC_OR_PARTITION,
                  high_watermark=-1, last_stable_offset=-1, log_start_offset=-1,
@@ -162,7 +166,7 @@ def _error_partition(P, index, err):
 
 
 @handler(ApiKey.LIST_OFFSETS, 1, 7)
-async def list_offsets(ctx, req):
+async def list_offsets(ctx: RequestContext, req):
     cls = ctx.cls()
     T = cls.ListOffsetsTopicResponse
     P = T.ListOffsetsPartitionResponse
@@ -171,25 +175,25 @@ async def list_offsets(ctx, req):
     for t in req.topics:
         parts = []
         for p in t.partitions:
-            code = check_leader(ctx.broker.cluster, t.name, p.partition_index, getattr(p, "current_leader_epoch", -1))
+            code = check_leader(ctx.services.cluster, t.name, p.partition_index, getattr(p, "current_leader_epoch", -1))
             code, ts, off = (code, -1, -1) if code else _offset_for(ctx, t.name, p.partition_index,
                                                                      p.timestamp, isolation)
             parts.append(P(partition_index=p.partition_index, error_code=code, timestamp=ts,
-                           offset=off, leader_epoch=_leader_epoch(ctx.broker, t.name, p.partition_index)
+                           offset=off, leader_epoch=_leader_epoch(ctx.services, t.name, p.partition_index)
                            if code == 0 else -1))
         topics.append(T(name=t.name, partitions=parts))
     return ctx.response(throttle_time_ms=0, topics=topics)
 
 
-def _leader_epoch(broker, topic, partition) -> int:
+def _leader_epoch(services: Services, topic, partition) -> int:
     """The epoch clients should validate offsets against: the partition's current
     leader epoch in a cluster (this broker leads it), 0 on a single node."""
-    st = broker.cluster.partition(topic, partition) if broker.cluster is not None else None
+    st = services.cluster.partition(topic, partition) if services.cluster is not None else None
     return st.leader_epoch if st is not None else 0
 
 
-def _offset_for(ctx, topic, partition, timestamp, isolation):
-    plog = ctx.broker.logs.get(topic, partition)
+def _offset_for(ctx: RequestContext, topic, partition, timestamp, isolation):
+    plog = ctx.services.logs.get(topic, partition)
     if plog is None:
         return KafkaError.UNKNOWN_TOPIC_OR_PARTITION, -1, -1
     if timestamp == LATEST:

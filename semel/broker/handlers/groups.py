@@ -15,15 +15,15 @@ from ...protocol.errors import KafkaError
 from ..auth.acl import ResourceType
 from ..auth.check import authorized_operations
 from ..deferred import Deferred
-from ..router import handler
+from ..router import RequestContext, handler
 
 
-def _host(ctx) -> str:
+def requester_host(ctx: RequestContext) -> str:
     # Kafka reports the client address as "/<ip>"; clients display it as such.
     return "/" + ctx.peer.rsplit(":", 1)[0] if ctx.peer and ctx.peer != "?" else ""
 
 
-def _answer(fut, build):
+def answer_when_done(fut, build):
     """A response now when the future is already done, else a Deferred one."""
     if fut.done():
         return build(fut.result())
@@ -34,9 +34,9 @@ def _answer(fut, build):
 
 
 @handler(ApiKey.JOIN_GROUP, 0, 7)
-async def join_group(ctx, req):
+async def join_group(ctx: RequestContext, req):
     v = ctx.api_version
-    fut = ctx.broker.groups.join_group(
+    fut = ctx.services.group_coordinator.join_group(
         req.group_id, req.member_id or "",
         protocol_type=req.protocol_type,
         protocols=[(p.name, p.metadata) for p in req.protocols],
@@ -44,7 +44,7 @@ async def join_group(ctx, req):
         rebalance_timeout_ms=req.rebalance_timeout_ms if v >= 1 else -1,
         group_instance_id=req.group_instance_id if v >= 5 else None,
         client_id=ctx.client_id or "",
-        client_host=_host(ctx),
+        client_host=requester_host(ctx),
         require_known_member_id=v >= 4,
     )
 
@@ -61,13 +61,13 @@ async def join_group(ctx, req):
             members=[member_cls(member_id=mid, group_instance_id=inst, metadata=meta)
                      for mid, inst, meta in res.members],
         )
-    return _answer(fut, build)
+    return answer_when_done(fut, build)
 
 
 @handler(ApiKey.SYNC_GROUP, 0, 5)
-async def sync_group(ctx, req):
+async def sync_group(ctx: RequestContext, req):
     v = ctx.api_version
-    fut = ctx.broker.groups.sync_group(
+    fut = ctx.services.group_coordinator.sync_group(
         req.group_id, req.generation_id, req.member_id,
         group_instance_id=req.group_instance_id if v >= 3 else None,
         protocol_type=req.protocol_type if v >= 5 else None,
@@ -78,25 +78,25 @@ async def sync_group(ctx, req):
     def build(res):
         return ctx.response(error_code=res.error, assignment=res.assignment,
                             protocol_type=res.protocol_type, protocol_name=res.protocol_name)
-    return _answer(fut, build)
+    return answer_when_done(fut, build)
 
 
 @handler(ApiKey.HEARTBEAT, 0, 4)
-async def heartbeat(ctx, req):
-    err = ctx.broker.groups.heartbeat(
+async def heartbeat(ctx: RequestContext, req):
+    err = ctx.services.group_coordinator.heartbeat(
         req.group_id, req.generation_id, req.member_id,
         req.group_instance_id if ctx.api_version >= 3 else None)
     return ctx.response(error_code=err)
 
 
 @handler(ApiKey.LEAVE_GROUP, 0, 4)
-async def leave_group(ctx, req):
+async def leave_group(ctx: RequestContext, req):
     v = ctx.api_version
     if v >= 3:
         leaving = [(m.member_id or "", m.group_instance_id) for m in req.members or ()]
     else:
         leaving = [(req.member_id or "", None)]
-    err, per_member = ctx.broker.groups.leave_group(req.group_id, leaving)
+    err, per_member = ctx.services.group_coordinator.leave_group(req.group_id, leaving)
     if v < 3:
         # One member per request: its error is the answer.
         if not err and per_member:
@@ -109,11 +109,11 @@ async def leave_group(ctx, req):
 
 
 @handler(ApiKey.DESCRIBE_GROUPS, 0, 5)
-async def describe_groups(ctx, req):
+async def describe_groups(ctx: RequestContext, req):
     group_cls = ctx.cls().DescribedGroup
     member_cls = group_cls.DescribedGroupMember
     groups = []
-    for s in ctx.broker.groups.describe_groups(req.groups or ()):
+    for s in ctx.services.group_coordinator.describe_groups(req.groups or ()):
         groups.append(group_cls(
             error_code=s.error, group_id=s.group_id, group_state=s.state,
             protocol_type=s.protocol_type, protocol_data=s.protocol,
@@ -128,25 +128,25 @@ async def describe_groups(ctx, req):
 
 
 @handler(ApiKey.LIST_GROUPS, 0, 5)
-async def list_groups(ctx, req):
+async def list_groups(ctx: RequestContext, req):
     v = ctx.api_version
     states = req.states_filter if v >= 4 else None
     types = {t.lower() for t in req.types_filter or ()} if v >= 5 else set()
-    err, rows = ctx.broker.groups.list_groups(states)
+    err, rows = ctx.services.group_coordinator.list_groups(states)
     listed = ctx.cls().ListedGroup
     groups = []
     for gid, ptype, state in rows:
-        kind = ctx.broker.groups.group_type(gid)
+        kind = ctx.services.group_coordinator.group_type(gid)
         if not types or kind in types:
             groups.append(listed(group_id=gid, protocol_type=ptype, group_state=state, group_type=kind))
     return ctx.response(error_code=err, groups=groups)
 
 
 @handler(ApiKey.DELETE_GROUPS, 0, 2)
-async def delete_groups(ctx, req):
-    fut = ctx.broker.groups.delete_groups(req.groups_names or ())
+async def delete_groups(ctx: RequestContext, req):
+    fut = ctx.services.group_coordinator.delete_groups(req.groups_names or ())
     result_cls = ctx.cls().DeletableGroupResult
 
     def build(results):
         return ctx.response(results=[result_cls(group_id=gid, error_code=e) for gid, e in results.items()])
-    return _answer(fut, build)
+    return answer_when_done(fut, build)

@@ -4,23 +4,24 @@ from __future__ import annotations
 
 import uuid
 
+from ...cluster.metadata import ClusterMetadata
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..auth.acl import ResourceType
 from ..auth.check import authorized_operations
-from ..router import handler
+from ..router import RequestContext, handler
 from .common import auto_create_in_cluster, may_auto_create, unknown_topic
 
 ZERO_UUID = uuid.UUID(int=0)
 
 
 @handler(ApiKey.METADATA, 0, 12)
-async def metadata(ctx, req):
-    build = _cluster_metadata if ctx.broker.cluster is not None else _node_metadata
+async def metadata(ctx: RequestContext, req):
+    build = _cluster_metadata if ctx.services.cluster is not None else _node_metadata
     return _with_authorized_operations(ctx, req, await build(ctx, req))
 
 
-def _with_authorized_operations(ctx, req, result):
+def _with_authorized_operations(ctx: RequestContext, req, result):
     """KIP-430 (v8+): what the requester may do on each topic described and (v8-v10)
     on the cluster; the request's flags are False at versions without them. Topics
     the gate denies are added after this, without operations, as Kafka answers them."""
@@ -32,11 +33,11 @@ def _with_authorized_operations(ctx, req, result):
     return result
 
 
-async def _node_metadata(ctx, req):
-    broker = ctx.broker
-    cfg = broker.config
+async def _node_metadata(ctx: RequestContext, req):
+    services = ctx.services
+    cfg = services.config
     cls = ctx.cls()
-    logs = broker.logs
+    logs = services.logs
     if req.topics is None or (ctx.api_version == 0 and not req.topics):
         names = sorted(logs.topics())
     else:
@@ -48,7 +49,7 @@ async def _node_metadata(ctx, req):
             topics.append(cls.MetadataResponseTopic(error_code=KafkaError.UNKNOWN_TOPIC_ID, name=None,
                                                     topic_id=name, is_internal=False, partitions=[]))
             continue
-        if name not in logs.topics() and allow_create and may_auto_create(broker, name):
+        if name not in logs.topics() and allow_create and may_auto_create(services.config, name):
             logs.create_topic(name, cfg.default_partitions, {})
         topics.append(_topic_metadata(cls, logs, name, cfg.node_id))
     brokers = [cls.MetadataResponseBroker(node_id=cfg.node_id, host=cfg.advertised, port=ctx.listener_port, rack=None)]
@@ -56,7 +57,7 @@ async def _node_metadata(ctx, req):
                         controller_id=cfg.node_id, topics=topics)
 
 
-def _creation_asked(ctx, req) -> bool:
+def _creation_asked(ctx: RequestContext, req) -> bool:
     """May this request create the topics it names (v4+ says; before, it always may)?
     Whether the broker does is may_auto_create's part."""
     return ctx.api_version < 4 or req.allow_auto_topic_creation
@@ -88,11 +89,11 @@ def _topic_metadata(cls, logs, name, node_id):
     return T(error_code=0, name=name, topic_id=topic_id, is_internal=info.internal, partitions=parts)
 
 
-async def _cluster_metadata(ctx, req):
+async def _cluster_metadata(ctx: RequestContext, req):
     """Metadata from the cluster view: every live broker, each partition's leader,
     epoch, replicas and ISR (LEADER_NOT_AVAILABLE while a partition has none). With
     auto-creation on, an unknown legal name is created through etcd first, as on one node."""
-    view = ctx.broker.cluster
+    view = ctx.services.cluster
     cls = ctx.cls()
     T = cls.MetadataResponseTopic
     P = T.MetadataResponsePartition
@@ -101,7 +102,7 @@ async def _cluster_metadata(ctx, req):
         names = sorted(known)
     else:
         names = [_cluster_requested_name(t, known) for t in req.topics]
-    created = await _auto_create(ctx, req, [n for n in names if isinstance(n, str) and n not in known])
+    created = await _auto_create(ctx, view, req, [n for n in names if isinstance(n, str) and n not in known])
     known = view.topics()
     live = view.brokers()
     topics = []
@@ -124,26 +125,26 @@ async def _cluster_metadata(ctx, req):
     brokers = [cls.MetadataResponseBroker(node_id=b.node_id, host=host, port=port, rack=b.rack)
                for b in sorted(live.values(), key=lambda b: b.node_id) for host, port in [_address(ctx, b)]]
     controller = view.controller_id()
-    return ctx.response(throttle_time_ms=0, brokers=brokers, cluster_id=ctx.broker.config.cluster_id,
+    return ctx.response(throttle_time_ms=0, brokers=brokers, cluster_id=ctx.services.config.cluster_id,
                         controller_id=-1 if controller is None else controller, topics=topics)
 
 
-async def _auto_create(ctx, req, missing: list[str]) -> dict[str, KafkaError]:
+async def _auto_create(ctx: RequestContext, view: ClusterMetadata, req, missing: list[str]) -> dict[str, KafkaError]:
     """{name: error to answer while it is not in this broker's view}: the creation's
     error, or LEADER_NOT_AVAILABLE (retriable, Kafka's answer for a topic being created)
     when another broker created it and the watch has not brought it here yet."""
-    broker = ctx.broker
+    config = ctx.services.config
     if not _creation_asked(ctx, req):
         return {}
     out = {}
     for name in missing:
-        if may_auto_create(broker, name):
-            err = await auto_create_in_cluster(broker, name)
+        if may_auto_create(config, name):
+            err = await auto_create_in_cluster(config, view, name)
             out[name] = err or KafkaError.LEADER_NOT_AVAILABLE
     return out
 
 
-def _address(ctx, info) -> tuple[str, int]:
+def _address(ctx: RequestContext, info) -> tuple[str, int]:
     """Where a client on this request's listener reaches broker `info` (a BrokerInfo): that
     broker's listener of the same name, as Kafka answers per listener, else its main one
     (a broker that registered no such listener)."""
@@ -159,7 +160,7 @@ def _cluster_requested_name(t, known):
 
 
 @handler(ApiKey.FIND_COORDINATOR, 0, 4)
-async def find_coordinator(ctx, req):
+async def find_coordinator(ctx: RequestContext, req):
     # key_type 0 = group, 1 = transaction. v4+ (KIP-699) asks for several keys at once.
     key_type = req.key_type if ctx.api_version >= 1 else 0
     if ctx.api_version >= 1 and key_type not in (0, 1):
@@ -180,15 +181,15 @@ async def find_coordinator(ctx, req):
     return ctx.response(error_code=err, error_message=None, node_id=node, host=host, port=port)
 
 
-async def _coordinator(ctx, key_type: int, key: str | None) -> tuple[KafkaError, int, str, int]:
+async def _coordinator(ctx: RequestContext, key_type: int, key: str | None) -> tuple[KafkaError, int, str, int]:
     """(error, node id, host, port) of the coordinator of `key`: this broker on a single
     node; in a cluster the leader of the key's internal partition (docs/cluster.md)."""
-    member = ctx.broker.cluster_member
+    member = ctx.services.cluster_member
     if member is None:
-        cfg = ctx.broker.config
+        cfg = ctx.services.config
         return KafkaError.NONE, cfg.node_id, cfg.advertised, ctx.listener_port
     node = await member.coordinator_for(key_type, key)
-    info = ctx.broker.cluster.brokers().get(node) if node is not None else None
+    info = ctx.services.cluster.brokers().get(node) if node is not None else None
     if info is None:
         return KafkaError.COORDINATOR_NOT_AVAILABLE, -1, "", -1
     host, port = _address(ctx, info)

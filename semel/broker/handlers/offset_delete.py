@@ -6,9 +6,10 @@ from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
 
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
+from ..refusal import refuse
 from ..responses import by_topic
-from ..router import handler
-from .groups import _answer
+from ..router import RequestContext, handler
+from .groups import answer_when_done
 
 
 def subscribed_topics(metadata: bytes) -> set[str]:
@@ -21,18 +22,18 @@ def subscribed_topics(metadata: bytes) -> set[str]:
 
 
 @handler(ApiKey.OFFSET_DELETE, 0, 0)
-async def offset_delete(ctx, req):
+async def offset_delete(ctx: RequestContext, req):
     order = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
-    fut = ctx.broker.groups.delete_offsets(req.group_id, list(dict.fromkeys(order)), subscribed_topics)
+    fut = ctx.services.group_coordinator.delete_offsets(req.group_id, list(dict.fromkeys(order)), subscribed_topics)
 
     def build(result):
         err, per_partition = result
         T = ctx.cls().OffsetDeleteResponseTopic
         P = T.OffsetDeleteResponsePartition
         if err:  # a group-level error leaves the partition list empty, as in Kafka
-            return ctx.response(error_code=err, throttle_time_ms=0, topics=[])
+            return refuse(ctx, req, err)
         grouped = by_topic(((tp, per_partition.get(tp, KafkaError.NONE)) for tp in dict.fromkeys(order)),
                            lambda p, e: P(partition_index=p, error_code=e))
         return ctx.response(error_code=KafkaError.NONE, throttle_time_ms=0,
                             topics=[T(name=n, partitions=ps) for n, ps in grouped.items()])
-    return _answer(fut, build)
+    return answer_when_done(fut, build)

@@ -12,19 +12,19 @@ from __future__ import annotations
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..responses import by_topic
-from ..router import handler
-from .groups import _answer
+from ..router import RequestContext, handler
+from .groups import answer_when_done
 
 
-def _partition_known(ctx, topic: str, partition: int) -> bool:
+def _partition_known(ctx: RequestContext, topic: str, partition: int) -> bool:
     try:
-        return ctx.broker.logs.get(topic, partition) is not None
+        return ctx.services.logs.get(topic, partition) is not None
     except Exception:  # a name storage cannot even look up is not a known partition
         return False
 
 
 @handler(ApiKey.OFFSET_COMMIT, 2, 9)
-async def offset_commit(ctx, req):
+async def offset_commit(ctx: RequestContext, req):
     v = ctx.api_version
     offsets: dict[tuple[str, int], tuple[int, int, str | None]] = {}
     refused: dict[tuple[str, int], KafkaError] = {}
@@ -39,7 +39,7 @@ async def offset_commit(ctx, req):
             epoch = p.committed_leader_epoch if v >= 6 else -1
             offsets[tp] = (p.committed_offset, epoch, p.committed_metadata)
     if offsets:
-        fut = ctx.broker.groups.commit_offsets(
+        fut = ctx.services.group_coordinator.commit_offsets(
             req.group_id, req.generation_id_or_member_epoch, req.member_id or "", offsets,
             group_instance_id=req.group_instance_id if v >= 7 else None, api_version=v)
     else:
@@ -55,17 +55,17 @@ async def offset_commit(ctx, req):
 
     if fut is None:
         return build({})
-    return _answer(fut, build)
+    return answer_when_done(fut, build)
 
 
 @handler(ApiKey.OFFSET_FETCH, 1, 7)
-async def offset_fetch(ctx, req):
+async def offset_fetch(ctx: RequestContext, req):
     v = ctx.api_version
     wanted = None
     if req.topics is not None:
         wanted = [(t.name, p) for t in req.topics for p in t.partition_indexes or ()]
     require_stable = bool(req.require_stable) if v >= 7 else False
-    err, fetched = ctx.broker.groups.fetch_offsets(req.group_id, wanted, require_stable)
+    err, fetched = ctx.services.group_coordinator.fetch_offsets(req.group_id, wanted, require_stable)
     topic_cls = ctx.cls().OffsetFetchResponseTopic
     part_cls = topic_cls.OffsetFetchResponsePartition
     if err and v < 2:

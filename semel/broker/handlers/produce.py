@@ -15,6 +15,8 @@ import asyncio
 import logging
 
 from ...cluster.member import check_leader
+from ...cluster.metadata import ClusterMetadata
+from ...cluster.replica_manager import ReplicaManager
 from ...protocol import records
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
@@ -22,8 +24,10 @@ from ...protocol.produce_response import ProduceAnswer, ProducePartitionAnswer, 
 from ...storage import compaction
 from ...storage.errors import AppendError, StorageError
 from ..connection import Deferred
-from ..router import handler
+from ..router import RequestContext, handler
 from .common import auto_create_in_cluster, lookup, may_auto_create, unknown_topic
+from ..config import BrokerConfig
+from ..services import Services
 
 log = logging.getLogger("semel.broker.produce")
 
@@ -53,7 +57,7 @@ LOOP_WRITE_BUDGET_BYTES = 8 * 1024 * 1024
 
 
 @handler(ApiKey.PRODUCE, 3, 9)
-async def produce(ctx, req):
+async def produce(ctx: RequestContext, req):
     acks = req.acks
     results: list[tuple[str, list[_PartitionResult]]] = []
     single = len(req.topic_data) == 1 and len(req.topic_data[0].partition_data) == 1
@@ -66,11 +70,11 @@ async def produce(ctx, req):
             else:
                 parts.append(await _append_partition(ctx, req, topic.name, pdata, budget))
         results.append((topic.name, parts))
-    if acks != -1 and ctx.broker.replicas is None and ctx.broker.config.log.flush_mode == "always":
-        _flush_soon(ctx.broker, results)
+    if acks != -1 and ctx.services.replicas is None and ctx.services.config.log.flush_mode == "always":
+        _flush_soon(ctx.services, results)
     if acks == 0:
         return None
-    if acks == -1 and (ctx.broker.replicas is not None or not _all_flushed(ctx, results)):
+    if acks == -1 and (ctx.services.replicas is not None or not _all_flushed(ctx, results)):
         return Deferred(_after_flush(ctx, req, results))
     return _response(ctx, results)
 
@@ -78,48 +82,49 @@ async def produce(ctx, req):
 _FLUSHING: set = set()   # background flushes of acks=0/1 appends (a task needs a reference)
 
 
-def _flush_soon(broker, results) -> None:
+def _flush_soon(services: Services, results) -> None:
     """acks=0/1 on one node under flush_mode "always": nobody waits for the fsync, but
     readers see a record only once it is fsynced (PartitionLog.reads_wait_for_fsync),
     so it is fsynced now rather than whenever a later acks=all write comes."""
     named = [(name, part) for name, parts in results for part in parts if part.log is not None]
     if named:
-        task = asyncio.get_running_loop().create_task(_durable_each(broker, named))
+        task = asyncio.get_running_loop().create_task(_durable_each(services, named))
         _FLUSHING.add(task)
         task.add_done_callback(_FLUSHING.discard)
 
 
-def _all_flushed(ctx, results) -> bool:
+def _all_flushed(ctx: RequestContext, results) -> bool:
     """acks=all on one node: is every appended batch on disk already? A large append
     is fsynced by its own write (write-through, PartitionLog.append_async), so most
     Produce requests are answered without a group-commit round; the rest wait for one."""
-    if ctx.broker.config.log.flush_mode != "always":
+    if ctx.services.config.log.flush_mode != "always":
         return True
     return all(p.log is None or p.log.flushed_offset >= p.upto for _, parts in results for p in parts)
 
 
-async def _append_partition(ctx, req, topic: str, pdata, budget: list[int]) -> _PartitionResult:
-    broker = ctx.broker
+async def _append_partition(ctx: RequestContext, req, topic: str, pdata, budget: list[int]) -> _PartitionResult:
+    services = ctx.services
     if topic.startswith("__"):
         return _PartitionResult(pdata.index, KafkaError.INVALID_TOPIC_EXCEPTION, message="internal topic")
-    if broker.cluster is not None and topic not in broker.cluster.topics():
-        err = await _create_unknown(broker, topic)
+    view = services.cluster
+    if view is not None and topic not in view.topics():
+        err = await _create_unknown(services.config, view, topic)
         if err:
             return _PartitionResult(pdata.index, err)
-    err = check_leader(broker.cluster, topic, pdata.index)   # NONE on a single node
+    err = check_leader(services.cluster, topic, pdata.index)   # NONE on a single node
     if err:
         return _PartitionResult(pdata.index, err)
     plog, err = lookup(ctx, topic, pdata.index)
     if err:
         return _PartitionResult(pdata.index, err)
-    if broker.replicas is not None:   # cluster: leading here, enough in-sync replicas for acks=all
-        err = broker.replicas.before_append(topic, pdata.index, req.acks)
+    if services.replicas is not None:   # cluster: leading here, enough in-sync replicas for acks=all
+        err = services.replicas.before_append(topic, pdata.index, req.acks)
         if err:
             return _PartitionResult(pdata.index, err)
     data = pdata.records
     if not data:
         return _PartitionResult(pdata.index, KafkaError.CORRUPT_MESSAGE, message="no records")
-    if len(data) > broker.config.max_message_bytes:
+    if len(data) > services.config.max_message_bytes:
         return _PartitionResult(pdata.index, KafkaError.MESSAGE_TOO_LARGE)
     batches, err = records.split_batches(data)
     if err:
@@ -136,7 +141,7 @@ async def _append_partition(ctx, req, topic: str, pdata, budget: list[int]) -> _
         # a verdict taken before awaiting could be stale by the time of the write.
         info = await plog.append_async(data, batches,
                                        lambda: _check_transactional(ctx, req, topic, pdata.index, batches),
-                                       sync=req.acks == -1 and broker.config.log.flush_mode == "always",
+                                       sync=req.acks == -1 and services.config.log.flush_mode == "always",
                                        on_loop=on_loop)
     except AppendError as exc:  # producer-state refusals and disk failures; nothing was written
         if isinstance(exc, StorageError):
@@ -144,20 +149,20 @@ async def _append_partition(ctx, req, topic: str, pdata, budget: list[int]) -> _
         _debug_refusal(req, topic, pdata.index, batches, exc.error)
         return _PartitionResult(pdata.index, exc.error)
     if info.duplicate:
-        broker.metrics.duplicate_batches.inc()
+        services.metrics.duplicate_batches.inc()
         _debug_refusal(req, topic, pdata.index, batches, "duplicate", info.first_offset)
     else:
-        broker.metrics.produced_bytes.inc(len(data))
-        broker.notifier.notify(topic, pdata.index)
+        services.metrics.produced_bytes.inc(len(data))
+        services.notifier.notify(topic, pdata.index)
     return _PartitionResult(pdata.index, base_offset=info.first_offset, plog=plog, upto=info.last_offset + 1)
 
 
-async def _create_unknown(broker, topic: str) -> KafkaError:
+async def _create_unknown(config: BrokerConfig, view: ClusterMetadata, topic: str) -> KafkaError:
     """A topic this cluster broker does not know: created when auto-creation is on (the
     client then finds its leader, here or not), else the error for an unknown name."""
-    if not may_auto_create(broker, topic):
+    if not may_auto_create(config, topic):
         return unknown_topic(topic)
-    return await auto_create_in_cluster(broker, topic)
+    return await auto_create_in_cluster(config, view, topic)
 
 
 def _debug_refusal(req, topic, partition, batches, what, offset=None) -> None:
@@ -169,14 +174,14 @@ def _debug_refusal(req, topic, partition, batches, what, offset=None) -> None:
                   getattr(what, "name", what), "" if offset is None else f" (original offset {offset})")
 
 
-def _check_keys(ctx, topic, partition, data, batches) -> _PartitionResult | None:
+def _check_keys(ctx: RequestContext, topic, partition, data, batches) -> _PartitionResult | None:
     """A compacted topic takes only keyed records (Kafka: INVALID_RECORD for the whole
     batch, naming each keyless record by its index, KIP-467, so a client can tell the
     bad records from the ones refused with them). None when the records may go in."""
-    info = ctx.broker.logs.topic(topic)
+    info = ctx.services.logs.topic(topic)
     if info is None or not compaction.is_compacted(info.cleanup_policy):
         return None
-    err, keyless = compaction.check_keys(data, batches, ctx.broker.config.max_decompressed_batch_bytes)
+    err, keyless = compaction.check_keys(data, batches, ctx.services.config.max_decompressed_batch_bytes)
     if not err:
         return None
     if not keyless:
@@ -188,7 +193,7 @@ def _check_keys(ctx, topic, partition, data, batches) -> _PartitionResult | None
         record_errors=[RecordError(i, f"record {i} of the batch has no key; {why}") for i in keyless])
 
 
-def _check_transactional(ctx, req, topic, partition, batches) -> KafkaError:
+def _check_transactional(ctx: RequestContext, req, topic, partition, batches) -> KafkaError:
     """A transactional batch must come with the request's transactional id, and
     its partition must be part of that producer's ongoing transaction."""
     if any(h.is_control for _, h in batches):
@@ -198,7 +203,7 @@ def _check_transactional(ctx, req, topic, partition, batches) -> KafkaError:
         return KafkaError.NONE
     if req.transactional_id is None or len(txn_batches) != len(batches):
         return KafkaError.INVALID_REQUEST
-    txns = ctx.broker.txns
+    txns = ctx.services.txn_coordinator
     # Every batch, not only the first: an unverified producer's transactional batch
     # would open a transaction no coordinator knows, holding the LSO back for ever.
     for pid, epoch in dict.fromkeys((h.producer_id, h.producer_epoch) for h in txn_batches):
@@ -208,9 +213,9 @@ def _check_transactional(ctx, req, topic, partition, batches) -> KafkaError:
     return KafkaError.NONE
 
 
-async def _after_flush(ctx, req, results):
-    if ctx.broker.replicas is None:
-        await _durable_each(ctx.broker, [(name, part) for name, parts in results for part in parts
+async def _after_flush(ctx: RequestContext, req, results):
+    if ctx.services.replicas is None:
+        await _durable_each(ctx.services, [(name, part) for name, parts in results for part in parts
                                          if part.log is not None])
         return _response(ctx, results)
     waits = [_settle(ctx, req, name, part) for name, parts in results for part in parts if part.log is not None]
@@ -218,54 +223,56 @@ async def _after_flush(ctx, req, results):
     return _response(ctx, results)
 
 
-async def _durable_each(broker, parts: list[tuple[str, _PartitionResult]]) -> None:
+async def _durable_each(services: Services, parts: list[tuple[str, _PartitionResult]]) -> None:
     """One node: every partition's batch on disk (flush policy), the fsyncs of all of
     them in flight together (GroupCommitFlusher.sync_each), without a task per partition.
     Readers waiting on a partition are woken again: its fsynced end, which they may
     read up to, just moved."""
-    if broker.config.log.flush_mode != "always":
+    if services.config.log.flush_mode != "always":
         return
-    failures = await broker.flusher.sync_each([(p.log, p.upto) for _, p in parts])
+    failures = await services.flusher.sync_each([(p.log, p.upto) for _, p in parts])
     for (topic, part), exc in zip(parts, failures):
         if exc is not None:
             log.error("fsync failed: %s", exc)
             part.error = KafkaError.KAFKA_STORAGE_ERROR
         else:
-            broker.notifier.notify(topic, part.index)
+            services.notifier.notify(topic, part.index)
 
 
-async def _settle(ctx, req, topic: str, part: _PartitionResult) -> None:
+async def _settle(ctx: RequestContext, req, topic: str, part: _PartitionResult) -> None:
     """acks=all: the batch is on disk here (flush policy) and, in a cluster, the high
     watermark has passed it (every ISR member holds it). The two waits run together:
     followers fetch from the page cache while the leader's fsync is under way."""
-    broker = ctx.broker
-    if broker.replicas is None:
-        part.error = await _durable(broker, part)
+    services = ctx.services
+    replicas = services.replicas
+    if replicas is None:
+        part.error = await _durable(services, part)
         return
     durable, replicated = await asyncio.gather(
-        _durable_here(broker, topic, part),
-        broker.replicas.wait_for_hw(topic, part.index, part.upto, max(req.timeout_ms, 0) / 1000))
+        _durable_here(services, replicas, topic, part),
+        replicas.wait_for_hw(topic, part.index, part.upto, max(req.timeout_ms, 0) / 1000))
     part.error = durable or replicated
 
 
-async def _durable_here(broker, topic: str, part: _PartitionResult) -> KafkaError:
+async def _durable_here(services: Services, replicas: ReplicaManager, topic: str,
+                        part: _PartitionResult) -> KafkaError:
     """_durable, then the high watermark looks again: under the durable policy it
     counts the leader's own fsynced end, which just moved."""
-    err = await _durable(broker, part)
-    broker.replicas.flushed(topic, part.index)
+    err = await _durable(services, part)
+    replicas.flushed(topic, part.index)
     return err
 
 
-async def _durable(broker, part: _PartitionResult) -> KafkaError:
+async def _durable(services: Services, part: _PartitionResult) -> KafkaError:
     try:
-        await broker.ensure_durable(part.log, part.upto)
+        await services.ensure_durable(part.log, part.upto)
     except StorageError as exc:
         log.error("fsync failed: %s", exc)
         return KafkaError.KAFKA_STORAGE_ERROR
     return KafkaError.NONE
 
 
-def _response(ctx, results):
+def _response(ctx: RequestContext, results):
     """Plain answer objects (protocol.produce_response): kafka-python's cost tens of
     microseconds per partition to build and encode, paid by every Produce."""
     topics = []
@@ -280,6 +287,6 @@ def _response(ctx, results):
                 answer.record_errors = p.record_errors
             out.append(answer)
             if not ok:
-                ctx.broker.metrics.request_errors.labels("produce", p.error.name).inc()
+                ctx.services.metrics.request_errors.labels("produce", p.error.name).inc()
         topics.append(ProduceTopicAnswer(name, out))
     return ProduceAnswer(ctx.api_version, topics, throttle_time_ms=0)

@@ -9,16 +9,16 @@ from __future__ import annotations
 from ...cluster.reassignment import begin, original
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
-from ..router import handler
+from ..router import RequestContext, handler
 
 CAS_TRIES = 10
 
 
 @handler(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, 1)
-async def alter_partition_reassignments(ctx, req):
+async def alter_partition_reassignments(ctx: RequestContext, req):
     cls = ctx.cls()
     T, P = cls.ReassignableTopicResponse, cls.ReassignableTopicResponse.ReassignablePartitionResponse
-    view = ctx.broker.cluster
+    view = ctx.services.cluster
     topics = []
     for t in req.topics:
         parts = []
@@ -55,11 +55,11 @@ async def _alter_one(view, topic: str, index: int, replicas, allow_rf_change: bo
 
 
 @handler(ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, 0)
-async def list_partition_reassignments(ctx, req):
+async def list_partition_reassignments(ctx: RequestContext, req):
     cls = ctx.cls()
     T = cls.OngoingTopicReassignment
     P = T.OngoingPartitionReassignment
-    view = ctx.broker.cluster
+    view = ctx.services.cluster
     states = view.partitions() if view is not None else []
     if req.topics is not None:
         wanted = {(t.name, i) for t in req.topics for i in t.partition_indexes}

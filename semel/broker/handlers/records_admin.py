@@ -4,13 +4,13 @@ from __future__ import annotations
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ...storage.errors import OffsetOutOfRange, StorageError
-from ..router import handler
+from ..router import RequestContext, handler
 
 HIGH_WATERMARK = -1  # the request's "up to the high watermark"
 
 
 @handler(ApiKey.DELETE_RECORDS, 0, 2)
-async def delete_records(ctx, req):
+async def delete_records(ctx: RequestContext, req):
     cls = ctx.cls()
     T = cls.DeleteRecordsTopicResult
     topics = []
@@ -22,12 +22,12 @@ async def delete_records(ctx, req):
     return ctx.response(throttle_time_ms=0, topics=topics)
 
 
-def _delete_one(ctx, topic: str, partition: int, offset: int) -> dict:
+def _delete_one(ctx: RequestContext, topic: str, partition: int, offset: int) -> dict:
     """{low_watermark, error_code} for one partition, with Kafka's errors."""
-    logs = ctx.broker.logs
+    logs = ctx.services.logs
     info = logs.topics().get(topic)
     plog = logs.get(topic, partition) if info is not None else None
-    if plog is None:
+    if plog is None or info is None:
         return _fail(KafkaError.UNKNOWN_TOPIC_OR_PARTITION)
     if "delete" not in info.cleanup_policy.split(","):
         # Kafka: deleting records of a compact-only topic is a policy violation.

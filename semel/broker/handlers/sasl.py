@@ -13,7 +13,7 @@ from ...protocol.errors import KafkaError
 from ..auth import oauth
 from ..auth.sasl import AuthFailed, IllegalState, SaslSession, SaslSettings, State, TokenRefused
 from ..connection import bad_input_log
-from ..router import handler
+from ..router import RequestContext, handler
 
 log = logging.getLogger("semel.broker.auth")
 
@@ -25,20 +25,20 @@ def sasl_settings(config, listener, oauth_signed=None) -> SaslSettings:
                         oauth.validator_config(config), oauth_signed)
 
 
-def _session(ctx) -> SaslSession | None:
+def _session(ctx: RequestContext) -> SaslSession | None:
     conn = ctx.connection
     listener = ctx.listener
-    if conn is None or listener is None or not listener.sasl:
+    if listener is None or not listener.sasl:
         return None
     if conn.session is None:
-        conn.session = SaslSession(ctx.broker.users, sasl_settings(ctx.broker.config, listener,
-                                                                   ctx.broker.oauth_signed))
+        conn.session = SaslSession(ctx.services.users, sasl_settings(ctx.services.config, listener,
+                                                                   ctx.services.oauth_signed))
     return conn.session
 
 
 @handler(ApiKey.SASL_HANDSHAKE, 1, 1)
-async def sasl_handshake(ctx, body):
-    enabled = list(ctx.broker.config.sasl_enabled_mechanisms)
+async def sasl_handshake(ctx: RequestContext, body):
+    enabled = list(ctx.services.config.sasl_enabled_mechanisms)
     session = _session(ctx)
     if session is None:
         return ctx.response(error_code=KafkaError.ILLEGAL_SASL_STATE, mechanisms=[])
@@ -59,7 +59,7 @@ async def sasl_handshake(ctx, body):
 
 
 @handler(ApiKey.SASL_AUTHENTICATE, 0, 2)
-async def sasl_authenticate(ctx, body):
+async def sasl_authenticate(ctx: RequestContext, body):
     session = _session(ctx)
     if session is None:
         ctx.connection.closing = True
@@ -85,7 +85,7 @@ async def sasl_authenticate(ctx, body):
     if session.principal is not None:
         ctx.connection.principal = session.principal
         if reauth:
-            ctx.broker.metrics.reauthentications.labels(session.mechanism).inc()
+            ctx.services.metrics.reauthentications.labels(session.mechanism).inc()
             log.info("%s re-authenticated as %s (%s), session lifetime %d ms", ctx.peer, session.principal,
                      session.mechanism, session.lifetime_ms)
         else:
@@ -93,15 +93,15 @@ async def sasl_authenticate(ctx, body):
     return _auth_response(ctx, KafkaError.NONE, None, out, session.lifetime_ms)
 
 
-def _auth_response(ctx, code: KafkaError, message: str | None, token: bytes = b"", lifetime_ms: int = 0):
+def _auth_response(ctx: RequestContext, code: KafkaError, message: str | None, token: bytes = b"", lifetime_ms: int = 0):
     # session_lifetime_ms is a v1+ field: a v0 client is not told, its connection just
     # closes at expiry (KIP-368).
     return ctx.response(error_code=code, error_message=message, auth_bytes=token, session_lifetime_ms=lifetime_ms)
 
 
-def _failed(ctx, mechanism: str, why: str) -> None:
+def _failed(ctx: RequestContext, mechanism: str, why: str) -> None:
     # The label is an enabled mechanism or "unsupported": a client naming made-up
     # mechanisms must not grow the metric by a series each.
-    label = mechanism if mechanism in ctx.broker.config.sasl_enabled_mechanisms else "unsupported"
-    ctx.broker.metrics.failed_logins.labels(label).inc()
+    label = mechanism if mechanism in ctx.services.config.sasl_enabled_mechanisms else "unsupported"
+    ctx.services.metrics.failed_logins.labels(label).inc()
     bad_input_log.warning("failed login from %s (%s): %s", ctx.peer, mechanism, why)

@@ -12,16 +12,16 @@ from ...cluster.topic_sync import is_internal
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ...storage.manager import validate_topic_config, validate_topic_name
-from ..router import handler
+from ..router import RequestContext, handler
 
 
 @handler(ApiKey.CREATE_TOPICS, 2, 7)
-async def create_topics(ctx, req):
+async def create_topics(ctx: RequestContext, req):
     cls = ctx.cls()
     results = []
     for t in req.topics:
         rf = 1
-        if ctx.broker.cluster is not None:
+        if ctx.services.cluster is not None:
             code, msg, nparts, rf = await _create_in_cluster(ctx, t, req.validate_only)
         else:
             code, msg, nparts = _create_one(ctx, t, req.validate_only)
@@ -32,12 +32,12 @@ async def create_topics(ctx, req):
     return ctx.response(throttle_time_ms=0, topics=results)
 
 
-async def _create_in_cluster(ctx, t, validate_only: bool):
+async def _create_in_cluster(ctx: RequestContext, t, validate_only: bool):
     """(error, message, partitions, replication factor): the assignment is decided here
     (Kafka's spread over the live brokers, or the request's own) and written to etcd in
     one create-if-absent transaction; every broker then opens the logs (ClusterMember)."""
-    view = ctx.broker.cluster
-    cfg = ctx.broker.config
+    view = ctx.services.cluster
+    cfg = ctx.services.config
     nparts = _partition_count(ctx, t)
     configs = {c.name: c.value for c in t.configs}
     err, msg = validate_topic_name(t.name)
@@ -78,7 +78,7 @@ async def _create_in_cluster(ctx, t, validate_only: bool):
     return err, (None if err == 0 else "topic exists"), len(assignment), rf
 
 
-def _create_one(ctx, t, validate_only: bool):
+def _create_one(ctx: RequestContext, t, validate_only: bool):
     if t.assignments:
         # An explicit assignment (num_partitions = replication_factor = -1 on the wire)
         # names every partition; Kafka refuses it mixed with a count.
@@ -89,7 +89,7 @@ def _create_one(ctx, t, validate_only: bool):
         if err:
             return err, msg, -1
     nparts = _partition_count(ctx, t)
-    cap = ctx.broker.config.max_partitions_per_request
+    cap = ctx.services.config.max_partitions_per_request
     if nparts > cap:  # 2^31-1 partitions once meant creating directories until the disk or the loop gave out
         return KafkaError.INVALID_PARTITIONS, f"more than max_partitions_per_request={cap} partitions", nparts
     if t.replication_factor not in (-1, 1):
@@ -101,39 +101,39 @@ def _create_one(ctx, t, validate_only: bool):
         err, msg = validate_topic_name(t.name)
         if not err:
             err, msg, _ = validate_topic_config(configs)
-        if not err and t.name in ctx.broker.logs.topics():
+        if not err and t.name in ctx.services.logs.topics():
             err, msg = KafkaError.TOPIC_ALREADY_EXISTS, "topic exists"
         return err, msg or None, nparts
-    logs = ctx.broker.logs
+    logs = ctx.services.logs
     err = logs.create_topic(t.name, nparts, configs)
     return err, (None if err == 0 else (logs.last_error_message or err.name)), nparts
 
 
-def _partition_count(ctx, t) -> int:
+def _partition_count(ctx: RequestContext, t) -> int:
     if t.assignments:
         return len(t.assignments)
-    return t.num_partitions if t.num_partitions != -1 else ctx.broker.config.default_partitions
+    return t.num_partitions if t.num_partitions != -1 else ctx.services.config.default_partitions
 
 
-def _check_create_assignment(ctx, assignments) -> tuple[KafkaError, str]:
+def _check_create_assignment(ctx: RequestContext, assignments) -> tuple[KafkaError, str]:
     """Partitions 0..n-1 each once, each on this broker (the only one)."""
     if sorted(a.partition_index for a in assignments) != list(range(len(assignments))):
         return KafkaError.INVALID_REPLICA_ASSIGNMENT, "assigned partitions must be 0..n-1, each once"
     return _check_brokers(ctx, (a.broker_ids for a in assignments))
 
 
-def _check_brokers(ctx, replica_lists) -> tuple[KafkaError, str]:
-    node = ctx.broker.config.node_id
+def _check_brokers(ctx: RequestContext, replica_lists) -> tuple[KafkaError, str]:
+    node = ctx.services.config.node_id
     if any(list(ids) != [node] for ids in replica_lists):
         return KafkaError.INVALID_REPLICA_ASSIGNMENT, f"this cluster has one broker, id {node}"
     return KafkaError.NONE, ""
 
 
 @handler(ApiKey.DELETE_TOPICS, 1, 6)
-async def delete_topics(ctx, req):
+async def delete_topics(ctx: RequestContext, req):
     cls = ctx.cls()
     names = [t.name for t in req.topics] if ctx.api_version >= 6 else list(req.topic_names)
-    if ctx.broker.cluster is not None:
+    if ctx.services.cluster is not None:
         ids = [t.topic_id for t in req.topics] if ctx.api_version >= 6 else [None] * len(names)
         results = []
         for name, topic_id in zip(names, ids):
@@ -146,9 +146,9 @@ async def delete_topics(ctx, req):
         if name is None or name.startswith("__"):
             err = KafkaError.INVALID_TOPIC_EXCEPTION if name else KafkaError.UNKNOWN_TOPIC_ID
         else:
-            err = ctx.broker.logs.delete_topic(name)
+            err = ctx.services.logs.delete_topic(name)
             if err == KafkaError.NONE:   # as Kafka: the groups' offsets of the topic go with it
-                ctx.broker.groups.drop_topic_offsets([name])
+                ctx.services.group_coordinator.drop_topic_offsets([name])
         results.append(cls.DeletableTopicResult(name=name, error_code=err,
                                                 error_message=None if err == 0 else err.name))
     return ctx.response(throttle_time_ms=0, responses=results)
@@ -157,11 +157,11 @@ async def delete_topics(ctx, req):
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-async def _delete_in_cluster(ctx, name, topic_id):
+async def _delete_in_cluster(ctx: RequestContext, name, topic_id):
     """(name, error, message): the topic marked deleted in etcd by compare-and-set (its
     partitions go in the same transaction); this broker's logs are gone before the answer,
     the others' as their watch delivers it. By name, or by topic id (v6)."""
-    view = ctx.broker.cluster
+    view = ctx.services.cluster
     by_id = name is None and topic_id not in (None, _ZERO_UUID)
     if by_id:
         name = next((n for n, i in view.topics().items() if uuid.UUID(i.topic_id) == topic_id), None)
@@ -179,14 +179,14 @@ async def _delete_in_cluster(ctx, name, topic_id):
 
 
 @handler(ApiKey.CREATE_PARTITIONS, 0, 3)
-async def create_partitions(ctx, req):
+async def create_partitions(ctx: RequestContext, req):
     cls = ctx.cls()
     names = [t.name for t in req.topics]
     results = []
     for t in req.topics:
         if names.count(t.name) > 1:  # Kafka refuses a topic named twice in one request
             err, msg = KafkaError.INVALID_REQUEST, "topic named more than once in the request"
-        elif ctx.broker.cluster is not None:
+        elif ctx.services.cluster is not None:
             err, msg = await _grow_in_cluster(ctx, t, req.validate_only)
         else:
             err, msg = _grow_one(ctx, t, req.validate_only)
@@ -195,14 +195,14 @@ async def create_partitions(ctx, req):
     return ctx.response(throttle_time_ms=0, results=results)
 
 
-async def _grow_in_cluster(ctx, t, validate_only: bool) -> tuple[KafkaError, str]:
+async def _grow_in_cluster(ctx: RequestContext, t, validate_only: bool) -> tuple[KafkaError, str]:
     """New partitions written to etcd with the topic's new count in one transaction on the
     topic's version (decided again when it lost); each led by its first replica at epoch 0
     with ISR = replicas, like a new topic's; every broker then opens their logs."""
-    view = ctx.broker.cluster
+    view = ctx.services.cluster
     if is_internal(t.name):
         return KafkaError.INVALID_REQUEST, f"internal topic {t.name!r} keeps its partition count"
-    decide = functools.partial(_decide_growth, t, sorted(view.brokers()), ctx.broker.config.max_partitions_per_request)
+    decide = functools.partial(_decide_growth, t, sorted(view.brokers()), ctx.services.config.max_partitions_per_request)
     if validate_only:
         info = view.topics().get(t.name)
         if info is None:
@@ -239,9 +239,9 @@ def _decide_growth(t, live: list[int], cap: int, info):
     return KafkaError.NONE, "", lists
 
 
-def _grow_one(ctx, t, validate_only: bool) -> tuple[KafkaError, str]:
+def _grow_one(ctx: RequestContext, t, validate_only: bool) -> tuple[KafkaError, str]:
     """Kafka's checks in its order: topic known, count grows, assignment fits the new partitions."""
-    logs = ctx.broker.logs
+    logs = ctx.services.logs
     info = logs.topics().get(t.name)
     if info is None:
         return KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"topic {t.name!r} does not exist"
@@ -249,7 +249,7 @@ def _grow_one(ctx, t, validate_only: bool) -> tuple[KafkaError, str]:
         what = "already has" if t.count == info.partitions else "has"
         return KafkaError.INVALID_PARTITIONS, (
             f"topic {t.name!r} {what} {info.partitions} partitions; a topic's partition count only grows")
-    cap = ctx.broker.config.max_partitions_per_request
+    cap = ctx.services.config.max_partitions_per_request
     if t.count - info.partitions > cap:
         return KafkaError.INVALID_PARTITIONS, f"more than max_partitions_per_request={cap} new partitions"
     if t.assignments is not None:
@@ -262,7 +262,7 @@ def _grow_one(ctx, t, validate_only: bool) -> tuple[KafkaError, str]:
     return err, logs.last_error_message
 
 
-def _check_assignment(ctx, assignments, new: int) -> tuple[KafkaError, str]:
+def _check_assignment(ctx: RequestContext, assignments, new: int) -> tuple[KafkaError, str]:
     if len(assignments) != new:
         return KafkaError.INVALID_REPLICA_ASSIGNMENT, (
             f"{len(assignments)} assignments given for {new} new partitions")

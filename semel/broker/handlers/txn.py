@@ -6,8 +6,9 @@ import logging
 
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
+from ..refusal import refuse
 from ..responses import by_topic
-from ..router import handler
+from ..router import RequestContext, handler
 from .common import first_error
 
 log = logging.getLogger("semel.broker.txn")
@@ -19,12 +20,12 @@ def _debug(api: str, txn_id, err) -> None:
         log.debug("%s txn=%s: %s", api, txn_id, KafkaError(err).name)
 
 
-def _txns(ctx):
-    return ctx.broker.txns
+def _txns(ctx: RequestContext):
+    return ctx.services.txn_coordinator
 
 
 @handler(ApiKey.INIT_PRODUCER_ID, 0, 4)
-async def init_producer_id(ctx, req):
+async def init_producer_id(ctx: RequestContext, req):
     pid = req.producer_id if ctx.api_version >= 3 else -1
     epoch = req.producer_epoch if ctx.api_version >= 3 else -1
     err, pid, epoch = await _txns(ctx).init_producer_id(req.transactional_id, req.transaction_timeout_ms,
@@ -34,7 +35,7 @@ async def init_producer_id(ctx, req):
 
 
 @handler(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 3)
-async def add_partitions_to_txn(ctx, req):
+async def add_partitions_to_txn(ctx: RequestContext, req):
     wanted = [(t.name, p) for t in req.v3_and_below_topics for p in t.partitions]
     result = await _txns(ctx).add_partitions(req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
                                              req.v3_and_below_producer_epoch, wanted, ctx.api_version)
@@ -47,7 +48,7 @@ async def add_partitions_to_txn(ctx, req):
 
 
 @handler(ApiKey.ADD_OFFSETS_TO_TXN, 0, 3)
-async def add_offsets_to_txn(ctx, req):
+async def add_offsets_to_txn(ctx: RequestContext, req):
     err = await _txns(ctx).add_offsets(req.transactional_id, req.producer_id, req.producer_epoch,
                                        req.group_id, ctx.api_version)
     _debug("AddOffsetsToTxn", req.transactional_id, err)
@@ -55,7 +56,7 @@ async def add_offsets_to_txn(ctx, req):
 
 
 @handler(ApiKey.END_TXN, 0, 3)
-async def end_txn(ctx, req):
+async def end_txn(ctx: RequestContext, req):
     err = await _txns(ctx).end_txn(req.transactional_id, req.producer_id, req.producer_epoch,
                                    req.committed, ctx.api_version)
     _debug("EndTxn", req.transactional_id, err)
@@ -63,7 +64,7 @@ async def end_txn(ctx, req):
 
 
 @handler(ApiKey.TXN_OFFSET_COMMIT, 0, 3)
-async def txn_offset_commit(ctx, req):
+async def txn_offset_commit(ctx: RequestContext, req):
     offsets = {(t.name, p.partition_index): (p.committed_offset,
                                              p.committed_leader_epoch if ctx.api_version >= 2 else -1,
                                              p.committed_metadata)
@@ -71,13 +72,13 @@ async def txn_offset_commit(ctx, req):
     err = _txns(ctx).verify_offsets(req.transactional_id, req.producer_id, req.producer_epoch, ctx.api_version,
                                     group_id=req.group_id)
     if err:
-        result = {tp: err for tp in offsets}
-    else:
-        generation = req.generation_id if ctx.api_version >= 3 else -1
-        member = req.member_id if ctx.api_version >= 3 else ""
-        instance = req.group_instance_id if ctx.api_version >= 3 else None
-        result = await ctx.broker.groups.txn_commit_offsets(
-            req.producer_id, req.producer_epoch, req.group_id, generation, member, instance, offsets)
+        _debug("TxnOffsetCommit", req.transactional_id, err)
+        return refuse(ctx, req, err)
+    generation = req.generation_id if ctx.api_version >= 3 else -1
+    member = req.member_id if ctx.api_version >= 3 else ""
+    instance = req.group_instance_id if ctx.api_version >= 3 else None
+    result = await ctx.services.group_coordinator.txn_commit_offsets(
+        req.producer_id, req.producer_epoch, req.group_id, generation, member, instance, offsets)
     _debug("TxnOffsetCommit", req.transactional_id, first_error(result))
     T = ctx.cls().TxnOffsetCommitResponseTopic
     grouped = by_topic(result.items(), lambda p, err: T.TxnOffsetCommitResponsePartition(

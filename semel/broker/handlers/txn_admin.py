@@ -17,6 +17,7 @@ import asyncio
 import logging
 import re
 
+from ...cluster.coordinator_partitions import TxnCoordinators
 from ...cluster.member import check_leader
 from ...cluster.txn_markers import is_coordinator_client
 from ...clock import wall_ms
@@ -27,7 +28,7 @@ from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ...storage.errors import AppendError, StorageError
 from ..responses import by_topic
-from ..router import handler
+from ..router import RequestContext, handler
 
 log = logging.getLogger("semel.broker.txn_admin")
 
@@ -49,14 +50,14 @@ _NEVER_LISTED = frozenset({"PrepareEpochFence"})
 LIVE = frozenset({TxnState.ONGOING}) | PREPARED
 
 
-def _transactions(ctx) -> list:
+def _transactions(ctx: RequestContext) -> list:
     """A snapshot of the coordinator's transactional ids (TxnMeta objects, never changed here)."""
-    txns = ctx.broker.txns
+    txns = ctx.services.txn_coordinator
     return [] if txns is None else list(txns.txns.values())
 
 
-def _find(ctx, txn_id: str):
-    txns = ctx.broker.txns
+def _find(ctx: RequestContext, txn_id: str):
+    txns = ctx.services.txn_coordinator
     return None if txns is None else txns.txns.get(txn_id)
 
 
@@ -67,18 +68,19 @@ def _now_ms() -> int:
 # --- DescribeTransactions ---------------------------------------------------------------
 
 @handler(ApiKey.DESCRIBE_TRANSACTIONS, 0, 0)
-async def describe_transactions(ctx, req):
+async def describe_transactions(ctx: RequestContext, req):
     T = ctx.cls().TransactionState
     return ctx.response(throttle_time_ms=0, transaction_states=[
         _describe_one(ctx, T, txn_id) for txn_id in req.transactional_ids or ()])
 
 
-def _describe_one(ctx, T, txn_id: str):
+def _describe_one(ctx: RequestContext, T, txn_id: str):
     if not ctx.authorize("DESCRIBE", "TRANSACTIONAL_ID", txn_id):
         return _not_described(T, txn_id, KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-    if ctx.broker.cluster_member is not None:
+    coordinators = ctx.services.txn_coordinator
+    if isinstance(coordinators, TxnCoordinators):
         # Kafka: only the id's coordinator describes it (NOT_COORDINATOR elsewhere).
-        err = ctx.broker.txns.error_for(txn_id)
+        err = coordinators.error_for(txn_id)
         if err:
             return _not_described(T, txn_id, err)
     meta = _find(ctx, txn_id) if txn_id else None
@@ -104,7 +106,7 @@ def _not_described(T, txn_id: str, err: KafkaError):
 # --- ListTransactions -------------------------------------------------------------------
 
 @handler(ApiKey.LIST_TRANSACTIONS, 0, 2)
-async def list_transactions(ctx, req):
+async def list_transactions(ctx: RequestContext, req):
     v = ctx.api_version
     wanted_states = set(req.state_filters or ())
     unknown = sorted(s for s in wanted_states if s not in _STATE_BY_NAME and s not in _NEVER_LISTED)
@@ -139,7 +141,7 @@ async def list_transactions(ctx, req):
 # --- DescribeProducers ------------------------------------------------------------------
 
 @handler(ApiKey.DESCRIBE_PRODUCERS, 0, 0)
-async def describe_producers(ctx, req):
+async def describe_producers(ctx: RequestContext, req):
     cls = ctx.cls()
     T = cls.TopicResponse
     P = T.PartitionResponse
@@ -151,7 +153,7 @@ async def describe_producers(ctx, req):
                 parts.append(P(partition_index=index, error_code=KafkaError.TOPIC_AUTHORIZATION_FAILED,
                                error_message=None, active_producers=[]))
                 continue
-            plog = ctx.broker.logs.get(topic.name, index)
+            plog = ctx.services.logs.get(topic.name, index)
             if plog is None or topic.name.startswith("__"):
                 parts.append(P(partition_index=index, error_code=KafkaError.UNKNOWN_TOPIC_OR_PARTITION,
                                error_message=None, active_producers=[]))
@@ -178,7 +180,7 @@ def _producer_row(S, e):
 # --- WriteTxnMarkers (admin abort) ----------------------------------------------------------
 
 @handler(ApiKey.WRITE_TXN_MARKERS, 0, 1)
-async def write_txn_markers(ctx, req):
+async def write_txn_markers(ctx: RequestContext, req):
     R = ctx.cls().WritableTxnMarkerResult
     T = R.WritableTxnMarkerTopicResult
     # Kafka: markers are a cluster action (brokers write them; an admin abort needs the same right).
@@ -201,7 +203,7 @@ async def write_txn_markers(ctx, req):
     return ctx.response(markers=out)
 
 
-async def _coordinator_markers(ctx, markers, wanted) -> list[list[KafkaError]]:
+async def _coordinator_markers(ctx: RequestContext, markers, wanted) -> list[list[KafkaError]]:
     """Markers sent by the transaction coordinator on another broker (Kafka's use of
     WriteTxnMarkers), written as decided by the partitions' leader and answered once
     durable and replicated; the coordinator retries any error. Every marker of one
@@ -222,7 +224,7 @@ async def _coordinator_markers(ctx, markers, wanted) -> list[list[KafkaError]]:
     return errs
 
 
-async def _coordinator_partition(ctx, tp: tuple[str, int], commit: bool, coordinator_epoch: int,
+async def _coordinator_partition(ctx: RequestContext, tp: tuple[str, int], commit: bool, coordinator_epoch: int,
                                  markers: list) -> list[KafkaError]:
     """The markers of one partition (one result and coordinator epoch): one error each."""
     topic, partition = tp
@@ -230,11 +232,11 @@ async def _coordinator_partition(ctx, tp: tuple[str, int], commit: bool, coordin
         return [await _offsets_marker(ctx, m, partition) for m in markers]
     if topic.startswith("__"):
         return [KafkaError.INVALID_TOPIC_EXCEPTION] * len(markers)   # no transaction spans the transaction log
-    err = check_leader(ctx.broker.cluster, topic, partition)
+    err = check_leader(ctx.services.cluster, topic, partition)
     if not err:
         kind = records.CONTROL_COMMIT if commit else records.CONTROL_ABORT
         try:
-            await ctx.broker.txns.write_partition_markers(tp, kind, [(m.producer_id, m.producer_epoch)
+            await ctx.services.txn_coordinator.write_partition_markers(tp, kind, [(m.producer_id, m.producer_epoch)
                                                                      for m in markers], coordinator_epoch)
         except StorageError as exc:
             log.error("markers on %s-%d for %d producer(s) failed: %s", topic, partition, len(markers), exc)
@@ -244,12 +246,12 @@ async def _coordinator_partition(ctx, tp: tuple[str, int], commit: bool, coordin
     return [err] * len(markers)
 
 
-async def _offsets_marker(ctx, marker, partition: int) -> KafkaError:
+async def _offsets_marker(ctx: RequestContext, marker, partition: int) -> KafkaError:
     """The offsets "marker" of a transaction whose coordinator sits on another broker:
     the group coordinator of that __consumer_offsets partition here (its leader) writes
     it and makes the transaction's offsets committed or drops them, answering once
     replicated."""
-    groups = ctx.broker.groups.for_partition(partition)
+    groups = ctx.services.group_coordinator.for_partition(partition)
     if groups is None:
         return KafkaError.UNKNOWN_TOPIC_OR_PARTITION
     err = groups.seat.error() if groups.seat is not None else KafkaError.NONE
@@ -259,7 +261,7 @@ async def _offsets_marker(ctx, marker, partition: int) -> KafkaError:
                                       bool(marker.transaction_result))
 
 
-async def _abort_partition(ctx, marker, tp: tuple[str, int]) -> KafkaError:
+async def _abort_partition(ctx: RequestContext, marker, tp: tuple[str, int]) -> KafkaError:
     """Write an ABORT marker for a transaction nobody else will end.
 
     Refused (nothing written) when it would contradict the coordinator: a COMMIT
@@ -270,7 +272,7 @@ async def _abort_partition(ctx, marker, tp: tuple[str, int]) -> KafkaError:
     if marker.transaction_result:
         return KafkaError.INVALID_REQUEST
     topic, partition = tp
-    plog = ctx.broker.logs.get(topic, partition)
+    plog = ctx.services.logs.get(topic, partition)
     if plog is None or topic.startswith("__"):
         return KafkaError.UNKNOWN_TOPIC_OR_PARTITION
     owner = _coordinator_owner(ctx, marker.producer_id, tp)
@@ -284,7 +286,7 @@ async def _abort_partition(ctx, marker, tp: tuple[str, int]) -> KafkaError:
     try:
         info = plog.append_control(records.CONTROL_ABORT, marker.producer_id, marker.producer_epoch,
                                    marker.coordinator_epoch)
-        await ctx.broker.ensure_durable(plog, info.last_offset + 1)
+        await ctx.services.ensure_durable(plog, info.last_offset + 1)
     except StorageError as exc:
         log.error("admin abort marker on %s-%d failed: %s", topic, partition, exc)
         return KafkaError.KAFKA_STORAGE_ERROR
@@ -292,11 +294,11 @@ async def _abort_partition(ctx, marker, tp: tuple[str, int]) -> KafkaError:
         return exc.error
     log.warning("admin abort: wrote an ABORT marker for producer %d (epoch %d) in %s-%d at offset %d",
                 marker.producer_id, marker.producer_epoch, topic, partition, info.first_offset)
-    ctx.broker.notifier.notify(topic, partition)
+    ctx.services.notifier.notify(topic, partition)
     return KafkaError.NONE
 
 
-def _coordinator_owner(ctx, producer_id: int, tp: tuple[str, int]):
+def _coordinator_owner(ctx: RequestContext, producer_id: int, tp: tuple[str, int]):
     """The coordinator's live transaction of producer_id that includes tp, if any."""
     for meta in _transactions(ctx):
         if meta.producer_id == producer_id and meta.state in LIVE and tp in meta.parts():

@@ -9,7 +9,7 @@ from __future__ import annotations
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..auth.users import ITERATIONS, MAX_ITERATIONS, MECHANISM_CODES, credential_from_salted
-from ..router import handler
+from ..router import RequestContext, handler
 
 _CODE_OF = {name: code for code, name in MECHANISM_CODES.items()}
 
@@ -58,11 +58,11 @@ def _check(entry, upsert, seen) -> tuple[KafkaError, str] | None:
 
 
 @handler(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, 0)
-async def alter_user_scram_credentials(ctx, body):
+async def alter_user_scram_credentials(ctx: RequestContext, body):
     R = ctx.cls().AlterUserScramCredentialsResult
     changes, errors = plan(body.deletions or [], body.upsertions or [])
     try:
-        refused = await ctx.broker.users.alter(changes) if changes else {}
+        refused = await ctx.services.users.alter(changes) if changes else {}
     except ConnectionError as exc:   # a cluster's etcd unreachable
         refused = {}
         errors.update({n: (KafkaError.UNKNOWN_SERVER_ERROR, f"metadata service: {exc}") for n in changes})
@@ -76,11 +76,11 @@ async def alter_user_scram_credentials(ctx, body):
 
 
 @handler(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0)
-async def describe_user_scram_credentials(ctx, body):
+async def describe_user_scram_credentials(ctx: RequestContext, body):
     cls = ctx.cls()
     R = cls.DescribeUserScramCredentialsResult
     C = R.CredentialInfo
-    users = ctx.broker.users.credentials()
+    users = ctx.services.users.credentials()
     asked = [u.name for u in body.users] if body.users else sorted(users)
     results = []
     for i, name in enumerate(asked):

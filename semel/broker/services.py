@@ -1,0 +1,70 @@
+"""What a request handler may use: the broker's parts, by name and type.
+
+`Services` is built once, in semel.broker.wiring.build_services, after every part it
+names exists and before the first connection is served; each request's
+RequestContext carries it as `ctx.services`. A request can be followed by name from
+here: EndTxn's handler (handlers/txn.py) calls `ctx.services.txn_coordinator.end_txn`,
+the transaction coordinator (semel.coordinator.txn) of the id's partition, which
+writes through its PartitionWriter to the `__transaction_state` log that
+`ctx.services.logs` (semel.storage.manager.LogManager) opened.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..cluster.broker_configs import BrokerConfigs
+from ..cluster.coordinator_partitions import GroupCoordinators, TxnCoordinators
+from ..cluster.member import ClusterMember
+from ..cluster.metadata import ClusterMetadata
+from ..cluster.replica_manager import ReplicaManager
+from ..coordinator.group import GroupCoordinator
+from ..coordinator.txn import TransactionCoordinator
+from ..storage.flusher import GroupCommitFlusher
+from ..storage.log import PartitionLog
+from ..storage.manager import LogManager
+from .auth.acl import AclStore, Authorizer
+from .auth.cluster_store import ClusterAclStore, ClusterUserStore
+from .auth.users import UserStore
+from .config import BrokerConfig
+from .metrics import BrokerMetrics
+from .notify import AppendNotifier
+
+if TYPE_CHECKING:   # the oauth extra
+    from .auth.oauth_jwks import SignedValidator
+
+# A single node has its one coordinator of each kind; a cluster member one per
+# partition of the internal topic, each seated on it (semel.cluster.coordinator_partitions).
+GroupCoordinatorService = GroupCoordinator | GroupCoordinators
+TxnCoordinatorService = TransactionCoordinator | TxnCoordinators
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    config: BrokerConfig
+    logs: LogManager
+    # fsyncs appended records (flush_mode=always: before an acks=-1 produce answers)
+    flusher: GroupCommitFlusher
+    # wakes long-polling fetches when a partition gets records
+    notifier: AppendNotifier
+    metrics: BrokerMetrics
+    group_coordinator: GroupCoordinatorService
+    txn_coordinator: TxnCoordinatorService
+    authorizer: Authorizer
+    users: UserStore | ClusterUserStore
+    acls: AclStore | ClusterAclStore
+    # dynamic broker configs (a file of the data dir, or etcd in a cluster)
+    broker_configs: BrokerConfigs
+    # the cluster's metadata; None on the embedded single node
+    cluster: ClusterMetadata | None
+    # this broker's membership (registration, controller); None on a single node
+    cluster_member: ClusterMember | None
+    # the replication data plane; None on a single node
+    replicas: ReplicaManager | None
+    # signed OAUTHBEARER tokens when a JWKS is configured
+    oauth_signed: SignedValidator | None
+
+    async def ensure_durable(self, plog: PartitionLog, upto_offset: int) -> None:
+        """Wait until `upto_offset` is on disk when the flush policy asks for it."""
+        if self.config.log.flush_mode == "always":
+            await self.flusher.sync(plog, upto_offset)
