@@ -1,7 +1,9 @@
 """A broker connection broken mid-request is resent, not failed: the sink's tasks and
 its commit() run against a real semel broker process through a TCP proxy that, for
 one kind of request at a time, lets every other one reach the broker and be carried
-out and then closes the connection before the answer (tests/support/cutting_proxy).
+out and then closes the connection before the answer (tests/support/cutting_proxy);
+then a real Spark streaming query (local mode, where a failed task fails the query)
+with every kind cut at once.
 Every batch still commits without an error and an unmodified confluent-kafka
 read_committed reader sees each row exactly once: the resent Produce is dropped by its
 sequence, the resent transaction requests are answered as the coordinator already
@@ -15,7 +17,7 @@ from semel.spark import branch_writer
 from semel.spark import decision as spark_decision
 from semel.spark import sink
 from tests.spark.conftest import FAST_GROUPS
-from tests.spark.test_source import create
+from tests.spark.test_source import create, produce
 from tests.support.brokers import module_broker
 from tests.support.cutting_proxy import CuttingProxy
 from tests.support.markers import starts_processes
@@ -71,3 +73,26 @@ def test_a_request_cut_before_its_answer_is_resent(proxied, api, mode):
     got = read_to_end(broker.bootstrap, topic, 2)
     want = [f"b{n}t{t}r{i}" for n in range(BATCHES) for t in range(TASKS) for i in range(2)]
     assert sorted(got) == sorted(want)
+
+
+def test_a_spark_query_through_cut_connections_writes_exactly_once(spark, proxied, tmp_path):
+    broker, proxy = proxied
+    via = f"{PROXY_HOST}:{broker.port}"
+    create(broker.bootstrap, "resend-spark-in", 2)
+    create(broker.bootstrap, "resend-spark-out", 2)
+    produce(broker.bootstrap, "resend-spark-in", [f"v{i}" for i in range(300)])
+    proxy.cut(*CUT)
+    q = (spark.readStream.format("semel").option("kafka.bootstrap.servers", via).option("subscribe", "resend-spark-in")
+         .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "100").load()
+         .selectExpr("value").repartition(3)
+         .writeStream.format("semel").option("kafka.bootstrap.servers", via).option("topic", "resend-spark-out")
+         .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    try:
+        q.awaitTermination()
+        cuts = dict(proxy.cuts)
+    finally:
+        proxy.disarm()
+    assert q.exception() is None
+    assert {ApiKey.PRODUCE, ApiKey.INIT_PRODUCER_ID, ApiKey.END_TXN} <= cuts.keys(), cuts
+    got = read_to_end(broker.bootstrap, "resend-spark-out", 2)
+    assert sorted(got) == sorted(f"v{i}" for i in range(300))

@@ -27,9 +27,9 @@ def _read_frame(s: socket.socket) -> bytes | None:
 
 
 class CuttingProxy:
-    """Listens on (host, port), relays to `target` ("host:port"). cut(api_key, every)
-    arms it: of the requests with that api key, the 1st, (1 + every)th, ... are cut
-    (every=2: one in two, so each resend of a cut request goes through)."""
+    """Listens on (host, port), relays to `target` ("host:port"). cut(*api_keys, every)
+    arms it: of the requests with each of those api keys, the 1st, (1 + every)th, ...
+    are cut (every=2: one in two, so each resend of a cut request goes through)."""
 
     def __init__(self, host: str, port: int, target: str):
         th, _, tp = target.rpartition(":")
@@ -42,9 +42,9 @@ class CuttingProxy:
         self._closed = False
         threading.Thread(target=self._accept, daemon=True).start()
 
-    def cut(self, api_key: int, every: int = 2) -> None:
+    def cut(self, *api_keys: int, every: int = 2) -> None:
         with self.lock:
-            self.plan = {api_key: every}
+            self.plan = {k: every for k in api_keys}
             self.seen.clear()
             self.cuts.clear()
 
