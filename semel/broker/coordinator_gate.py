@@ -11,10 +11,12 @@ or a transactional id across two brokers. A no-op on a single node.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from ..cluster.coordinator_partitions import GroupCoordinators, TxnCoordinators
 from ..protocol.api_keys import ApiKey
 from .refusal import refuse
-from .router import RequestContext
+from .router import Handler, RequestContext
 from .services import Services
 
 # The APIs served by a coordinator. InitProducerId only with a transactional id:
@@ -32,20 +34,22 @@ TXN_APIS = frozenset({ApiKey.INIT_PRODUCER_ID, ApiKey.ADD_PARTITIONS_TO_TXN, Api
                       ApiKey.END_TXN})
 
 
-def coordinator_key(api_key: int, body) -> str | None:
+def coordinator_key(api_key: int, body: Any) -> str | None:
     """The id whose partition's coordinator must serve the request."""
     if api_key == ApiKey.ADD_PARTITIONS_TO_TXN:
-        return body.v3_and_below_transactional_id
-    return body.transactional_id if api_key in TXN_APIS else body.group_id
+        key: str | None = body.v3_and_below_transactional_id
+    else:
+        key = body.transactional_id if api_key in TXN_APIS else body.group_id
+    return key
 
 
-def coordinator_guard(services: Services, fn):
+def coordinator_guard(services: Services, fn: Handler) -> Handler:
     """The handler `fn`, refusing the coordinator requests this broker must not serve now."""
     txns, groups = services.txn_coordinator, services.group_coordinator
     if not (isinstance(txns, TxnCoordinators) and isinstance(groups, GroupCoordinators)):
         return fn   # a single node's own coordinators: no seat, always serving
 
-    async def guarded(ctx: RequestContext, body):
+    async def guarded(ctx: RequestContext, body: Any) -> Any:
         if ctx.api_key in GATED and (ctx.api_key != ApiKey.INIT_PRODUCER_ID or body.transactional_id is not None):
             coordinators = txns if ctx.api_key in TXN_APIS else groups
             err = coordinators.error_for(coordinator_key(ctx.api_key, body))
