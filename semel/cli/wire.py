@@ -28,11 +28,27 @@ def add_bootstrap(parsers, run) -> None:
 def run_action(args, actions: dict) -> int:
     """actions[args.action](client, args) on a connection to args.bootstrap."""
     try:
-        with Client(args.bootstrap, ssl_context=tls_context(args)) as client:
-            _login(client, args)
+        with connector(args)(args.bootstrap) as client:
             return actions[args.action](client, args)
     except ClientError as exc:
         raise CliError(str(exc)) from None
+
+
+def connector(args, timeout_s: float = 30.0):
+    """A function HOST:PORT -> Client, connected with the flags' TLS and logged in with
+    their SASL settings (for commands that talk to every broker of a cluster)."""
+    ctx = tls_context(args)
+    _credentials(args)   # missing ones fail here, before any connection is tried
+
+    def connect(address: str) -> Client:
+        client = Client(address, timeout_s=timeout_s, ssl_context=ctx)
+        try:
+            _login(client, args)
+        except BaseException:
+            client.close()
+            raise
+        return client
+    return connect
 
 
 def tls_context(args):
@@ -50,11 +66,19 @@ def tls_context(args):
     return ctx
 
 
-def _login(client: Client, args) -> None:
+def _credentials(args) -> str | None:
+    """The SASL password the flags name (None without --sasl-mechanism)."""
     if args.sasl_mechanism is None:
-        return
+        return None
     password = os.environ.get(args.sasl_password_env)
     if not args.sasl_username or password is None:
         raise CliError(f"--sasl-mechanism needs --sasl-username and the password in ${args.sasl_password_env}")
+    return password
+
+
+def _login(client: Client, args) -> None:
+    password = _credentials(args)
+    if password is None:
+        return
     from ..client.sasl import authenticate
     authenticate(client, args.sasl_mechanism, args.sasl_username, password)

@@ -7,6 +7,8 @@ serves them.
 """
 from __future__ import annotations
 
+import struct
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,6 +138,29 @@ def fence_transactional_id(c: Client, txn_id: str, timeout_ms: int = 60_000) -> 
     return KafkaError(resp.error_code), resp.producer_id, resp.producer_epoch
 
 
+def fence_until_settled(c: Client, txn_id: str, timeout_ms: int = 60_000,
+                        tries: int = 50) -> tuple[KafkaError, int, int]:
+    """fence_transactional_id, asked again while the coordinator answers
+    CONCURRENT_TRANSACTIONS (it is still writing an earlier transition's markers);
+    after `tries` that error is returned for the caller to explain."""
+    for _ in range(tries):
+        err, pid, epoch = fence_transactional_id(c, txn_id, timeout_ms)
+        if err != KafkaError.CONCURRENT_TRANSACTIONS:
+            break
+        time.sleep(0.1)
+    return err, pid, epoch
+
+
+# --- records -------------------------------------------------------------------------------
+
+def delete_records(c: Client, topic: str, before: dict[int, int]) -> dict[int, tuple[KafkaError, int]]:
+    """DeleteRecords: each partition's records before its offset; {partition: (error, new log start)}."""
+    T = request_class(ApiKey.DELETE_RECORDS).DeleteRecordsTopic
+    resp = c.request(ApiKey.DELETE_RECORDS, timeout_ms=30000, topics=[T(name=topic, partitions=[
+        T.DeleteRecordsPartition(partition_index=p, offset=o) for p, o in sorted(before.items())])])
+    return {r.partition_index: (KafkaError(r.error_code), r.low_watermark) for r in resp.topics[0].partitions}
+
+
 # --- groups --------------------------------------------------------------------------------
 
 def list_groups(c: Client, states: list[str] | None = None) -> list[tuple[str, str, str, str]]:
@@ -157,7 +182,9 @@ def describe_groups(c: Client, group_ids: list[str]) -> list[GroupDescription]:
     resp = c.request(ApiKey.DESCRIBE_GROUPS, groups=list(group_ids), include_authorized_operations=False)
     out = [GroupDescription(g.group_id, KafkaError(g.error_code), g.group_state, g.protocol_type,
                             g.protocol_data,
-                            tuple(GroupMember(m.member_id, m.group_instance_id, m.client_id, m.client_host)
+                            tuple(GroupMember(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                                              assigned=consumer_assignment(m.member_assignment)
+                                              if g.protocol_type == "consumer" else ())
                                   for m in g.members))
            for g in resp.groups]
     again = [d.group_id for d in out if d.error == KafkaError.GROUP_ID_NOT_FOUND]
@@ -165,6 +192,30 @@ def describe_groups(c: Client, group_ids: list[str]) -> list[GroupDescription]:
         found = {d.group_id: d for d in describe_consumer_groups(c, again) if not d.error}
         out = [found.get(d.group_id, d) for d in out]
     return out
+
+
+def consumer_assignment(data: bytes | None) -> tuple[tuple[str, int], ...]:
+    """The partitions in a classic consumer group member's assignment (Kafka's
+    ConsumerProtocolAssignment: version, then topics with their partitions; the user
+    data after them is not read). Bytes it cannot read give no partitions."""
+    if not data:
+        return ()
+    try:
+        pos = 2   # int16 version
+        (topics,) = struct.unpack_from(">i", data, pos)
+        pos += 4
+        out = []
+        for _ in range(max(0, topics)):
+            (n,) = struct.unpack_from(">h", data, pos)
+            topic = data[pos + 2:pos + 2 + n].decode()
+            pos += 2 + n
+            (count,) = struct.unpack_from(">i", data, pos)
+            pos += 4
+            out += [(topic, p) for p in struct.unpack_from(f">{max(0, count)}i", data, pos)]
+            pos += 4 * max(0, count)
+        return tuple(sorted(out))
+    except (struct.error, UnicodeDecodeError):
+        return ()
 
 
 def _partitions(assignment) -> tuple[tuple[str, int], ...]:
@@ -221,7 +272,7 @@ def _raise(code: int, what: str) -> None:
 
 
 __all__ = ["TxnListing", "TxnDescription", "ProducerInfo", "GroupMember", "GroupDescription",
-           "describe_consumer_groups",
+           "describe_consumer_groups", "consumer_assignment",
            "list_transactions", "describe_transactions", "describe_producers", "abort_partition",
-           "fence_transactional_id", "list_groups", "describe_groups", "delete_groups",
+           "fence_transactional_id", "fence_until_settled", "delete_records", "list_groups", "describe_groups", "delete_groups",
            "fetch_offsets", "commit_offsets"]

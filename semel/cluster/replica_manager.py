@@ -194,7 +194,7 @@ class ReplicaManager:
             self._stop_leading(tp)
             try:
                 plog.epochs.assign(st.leader_epoch, plog.log_end_offset)
-            except OSError as exc:   # appends will try again (PartitionLog._write)
+            except OSError as exc:   # appends will try again (PartitionLog.write_batches)
                 log.error("%s-%d: cannot record leader epoch %d: %s", *tp, st.leader_epoch, exc)
             plog.set_leader_epoch(st.leader_epoch)
             now = self._now_ms()

@@ -19,7 +19,7 @@ import asyncio
 import functools
 import logging
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Callable, Coroutine, Mapping
 
 import re2
 
@@ -28,6 +28,7 @@ from . import consumer_group_rules as rules
 from .consumer_group_rules import Answer, ConsumerGroup, Heartbeat
 from .consumer_records import apply_record, records_between
 from .coordinator_log import done_future
+from .group_context import GroupContext
 from .offsets import decode_key
 
 log = logging.getLogger("semel.coordinator.consumer_group")
@@ -60,8 +61,18 @@ class ConsumerGroupView:
     message: str | None = None
 
 
-class ConsumerGroupsMixin:
-    """Mixin of GroupCoordinator (uses _consumer_groups, _cg_pending, _write, timers, config)."""
+class ConsumerGroups:
+    """GroupCoordinator's groups of the consumer protocol.
+
+    Made with the coordinator's GroupContext (its store holds these groups beside the
+    classic ones) and `spawn` (the coordinator's background tasks). Owns `pending`: the
+    write each group is waiting for."""
+
+    def __init__(self, ctx: GroupContext, spawn: Callable[[Coroutine[Any, Any, None]], Any]) -> None:
+        self._store, self._writes, self._ready = ctx.store, ctx.writes, ctx.ready
+        self.timers, self.config = ctx.timers, ctx.config
+        self._spawn = spawn
+        self.pending: dict[str, asyncio.Future[Answer]] = {}
 
     # --- ConsumerGroupHeartbeat ---------------------------------------------------------------
 
@@ -71,22 +82,22 @@ class ConsumerGroupsMixin:
         if hb.regex and (bad := regex_error(hb.regex)) is not None:
             return Answer(KafkaError.INVALID_REGULAR_EXPRESSION, hb.member_id, -1, None, bad)
         while True:
-            err = self._ready_error()
+            err = self._ready()
             if err:
                 return Answer(err, hb.member_id, -1)
-            pending = self._cg_pending.get(group_id)
+            pending = self.pending.get(group_id)
             if pending is None:
                 break
             await asyncio.wait([pending])
-        classic = self._groups.get(group_id)
+        classic = self._store.groups.get(group_id)
         if classic is not None and not classic.is_empty():
             return Answer(KafkaError.GROUP_ID_NOT_FOUND, hb.member_id, -1, None,
                           f"Group {group_id} is a classic group with members.")
-        old = self._consumer_groups.get(group_id)
+        old = self._store.consumer_groups.get(group_id)
         new, answer = rules.heartbeat(old, group_id, hb, topics, regex_matches)
         if answer.error:
             return answer
-        answer = await self._cg_write(group_id, old, new, answer)
+        answer = await self.cg_write(group_id, old, new, answer)
         if not answer.error:
             key = ("cg", group_id, answer.member_id)
             if answer.member_epoch == rules.LEAVE_EPOCH:
@@ -102,7 +113,7 @@ class ConsumerGroupsMixin:
         moment it was told); one that keeps them longer is fenced, as in Kafka, so a client
         that heartbeats but never revokes cannot hold its partitions from the others."""
         key = ("cg-revoke", group_id, member_id)
-        g = self._consumer_groups.get(group_id)
+        g = self._store.consumer_groups.get(group_id)
         cur = g.current.get(member_id) if g is not None else None
         if cur is None or cur.state is not rules.MemberState.UNREVOKED_PARTITIONS:
             self.timers.cancel(key)
@@ -112,18 +123,18 @@ class ConsumerGroupsMixin:
                             lambda: self._spawn(self._cg_revocation_overdue(group_id, member_id, epoch)))
 
     async def _cg_revocation_overdue(self, group_id: str, member_id: str, epoch: int) -> None:
-        while (pending := self._cg_pending.get(group_id)) is not None:
+        while (pending := self.pending.get(group_id)) is not None:
             await asyncio.wait([pending])
-        old = self._consumer_groups.get(group_id)
-        cur = old.current.get(member_id) if old is not None and not self._ready_error() else None
+        old = self._store.consumer_groups.get(group_id)
+        cur = old.current.get(member_id) if old is not None and not self._ready() else None
         if cur is None or cur.state is not rules.MemberState.UNREVOKED_PARTITIONS or cur.epoch != epoch:
             return
         log.info("member %s of consumer group %s kept partitions past its rebalance timeout; fenced",
                  member_id, group_id)
         self.timers.cancel(("cg", group_id, member_id))
-        await self._cg_write(group_id, old, rules.remove_member(old, member_id), Answer())
+        await self.cg_write(group_id, old, rules.remove_member(old, member_id), Answer())
 
-    def _cg_write(self, group_id: str, old: ConsumerGroup | None, new: ConsumerGroup | None,
+    def cg_write(self, group_id: str, old: ConsumerGroup | None, new: ConsumerGroup | None,
                   answer: Answer | None) -> "asyncio.Future[Answer]":
         """Append the records from `old` to `new`; apply them once durable."""
         records = records_between(old, new)
@@ -132,7 +143,7 @@ class ConsumerGroupsMixin:
 
         def apply(info) -> Answer:
             for key, value in records:
-                apply_record(self._consumer_groups, decode_key(key), value)
+                apply_record(self._store.consumer_groups, decode_key(key), value)
             return answer
 
         def fail(error: KafkaError) -> Answer:
@@ -146,14 +157,14 @@ class ConsumerGroupsMixin:
             apply(None)
             return fail(error)
 
-        fut = self._clog.write(lambda: self._append_records(records), apply, fail, unsynced=unsynced)
+        fut = self._writes.write(lambda: self._writes.append_records(records), apply, fail, unsynced=unsynced)
         if fut.done():   # applied already (no fsync to wait for) or refused
             return fut
-        self._cg_pending[group_id] = fut
+        self.pending[group_id] = fut
 
         def done(_):
-            if self._cg_pending.get(group_id) is fut:
-                del self._cg_pending[group_id]
+            if self.pending.get(group_id) is fut:
+                del self.pending[group_id]
         fut.add_done_callback(done)
         return fut
 
@@ -162,28 +173,28 @@ class ConsumerGroupsMixin:
 
     async def _cg_fence(self, group_id: str, member_id: str) -> None:
         """The member missed its session: it is removed and its partitions go to others."""
-        while (pending := self._cg_pending.get(group_id)) is not None:
+        while (pending := self.pending.get(group_id)) is not None:
             await asyncio.wait([pending])
-        if self._ready_error() or self.timers.active(("cg", group_id, member_id)):
+        if self._ready() or self.timers.active(("cg", group_id, member_id)):
             return   # not serving, or the member heartbeated meanwhile
-        old = self._consumer_groups.get(group_id)
+        old = self._store.consumer_groups.get(group_id)
         if old is None or member_id not in old.members:
             return
         log.info("member %s of consumer group %s missed its session; fenced", member_id, group_id)
-        await self._cg_write(group_id, old, rules.remove_member(old, member_id), Answer())
+        await self.cg_write(group_id, old, rules.remove_member(old, member_id), Answer())
 
     # --- ConsumerGroupDescribe, ListGroups ------------------------------------------------------
 
     def consumer_group_describe(self, group_ids) -> list[ConsumerGroupView]:
-        err = self._ready_error()
+        err = self._ready()
         out = []
         for gid in group_ids:
             if err:
                 out.append(ConsumerGroupView(gid, err))
                 continue
-            g = self._consumer_groups.get(gid) if self.group_type(gid) == "consumer" else None
+            g = self._store.consumer_groups.get(gid) if self.group_type(gid) == "consumer" else None
             if g is None:
-                classic = self._groups.get(gid)
+                classic = self._store.groups.get(gid)
                 msg = (f"Group {gid} is not a consumer group." if classic is not None and not classic.is_empty()
                        else f"Group {gid} not found.")
                 out.append(ConsumerGroupView(gid, KafkaError.GROUP_ID_NOT_FOUND, None, msg))
@@ -195,15 +206,15 @@ class ConsumerGroupsMixin:
         """Kafka's group type (ListGroups v5): `consumer` for this protocol, else `classic`.
         A consumer group whose members all left, joined by a classic member meanwhile, is
         classic already (its records are on their way out)."""
-        if group_id not in self._consumer_groups:
+        if group_id not in self._store.consumer_groups:
             return "classic"
-        classic = self._groups.get(group_id)
-        consumer = self._consumer_groups[group_id]
+        classic = self._store.groups.get(group_id)
+        consumer = self._store.consumer_groups[group_id]
         return "consumer" if consumer.members or classic is None or classic.is_empty() else "classic"
 
     def consumer_group_rows(self) -> list[tuple[str, str, str]]:
         """(group_id, protocol type, state) of each consumer group, for ListGroups."""
-        return [(g.group_id, "consumer", g.state_name()) for g in self._consumer_groups.values()
+        return [(g.group_id, "consumer", g.state_name()) for g in self._store.consumer_groups.values()
                 if self.group_type(g.group_id) == "consumer"]
 
     # --- member epochs of offset commits ----------------------------------------------------------
@@ -216,7 +227,7 @@ class ConsumerGroupsMixin:
         otherwise the member must exist and its epoch match: an older one is
         STALE_MEMBER_EPOCH (ILLEGAL_GENERATION for TxnOffsetCommit, whose clients do not
         know that code), a newer one FENCED_MEMBER_EPOCH."""
-        g = self._consumer_groups.get(group_id)
+        g = self._store.consumer_groups.get(group_id)
         if g is None:
             return None
         if member_epoch < 0 and (not g.members or (transactional and not member_id)):
@@ -234,18 +245,18 @@ class ConsumerGroupsMixin:
 
     # --- replay, compaction, unload ----------------------------------------------------------------
 
-    def _arm_consumer_sessions(self) -> None:
+    def arm_sessions(self) -> None:
         """Members restored from the log get a full session (and a member revoking, its full
         rebalance timeout) to find the coordinator again."""
-        for g in self._consumer_groups.values():
+        for g in self._store.consumer_groups.values():
             for mid in g.members:
                 gid = g.group_id
                 self.timers.set(("cg", gid, mid), self.config.consumer_session_timeout_ms,
                                 lambda gid=gid, mid=mid: self._cg_session_expired(gid, mid))
                 self._arm_revocation(gid, mid)
 
-    def _consumer_snapshot_records(self) -> list[tuple[bytes, bytes | None]]:
+    def snapshot_records(self) -> list[tuple[bytes, bytes | None]]:
         out: list[tuple[bytes, bytes | None]] = []
-        for g in self._consumer_groups.values():
+        for g in self._store.consumer_groups.values():
             out += records_between(None, g)
         return out

@@ -26,6 +26,7 @@ from typing import Any, Callable, TypeVar
 from ..protocol import records as rb
 from ..protocol.errors import KafkaError
 from ..storage.errors import AppendError, StorageError
+from ..storage.log import PartitionLog
 
 log = logging.getLogger("semel.coordinator.log")
 
@@ -83,16 +84,22 @@ class CoordinatorLog:
         self.flusher = flusher
         self.sync_writes = sync_writes
         self._spawn = spawn
-        self.plog = None
+        self.plog: PartitionLog | None = None
         self.inflight: deque[InFlightWrite] = deque()
         self.records_since_compaction = 0
         # While an `unsynced` callback runs: the level its own line about the failure takes.
         self.failure_level = logging.ERROR
 
+    def loaded(self) -> PartitionLog:
+        """The partition log, once the coordinator opened it (RuntimeError before)."""
+        if self.plog is None:
+            raise RuntimeError(f"{self.topic}: no partition log loaded")
+        return self.plog
+
     def append(self, data: bytes):
         """Append well-formed batches (built by the coordinator) now; returns the append info."""
         batches, _ = rb.split_batches(data)
-        info = self.plog.append(data, batches)
+        info = self.loaded().append(data, batches)
         self.records_since_compaction += sum(hdr.record_count for _, hdr in batches)
         return info
 
@@ -170,13 +177,14 @@ class CoordinatorLog:
         once it is applied in log order (`apply` moves memory to the new
         positions), drop the segments entirely before it. Only call at a quiet
         moment (no write in flight), so memory is exactly what the log says."""
-        start = self.plog.log_end_offset
+        plog = self.loaded()
+        start = plog.log_end_offset
 
         def done(info) -> bool:
             if apply is not None and info is not None:
                 apply(info)
             try:
-                dropped = self.plog.delete_segments_before(start)
+                dropped = plog.delete_segments_before(start)
             except StorageError as exc:   # nothing lost: the old segments simply stay
                 log.warning("compacting %s failed: %s", self.topic, exc)
                 return False

@@ -24,43 +24,51 @@ handles requests) and only the answer waits.
 Timeouts (session, rebalance, initial rebalance delay, pending sync, offsets
 retention) are deadlines in `Timers`, driven by a clock the tests replace.
 
-The coordinator is assembled from modules by concern:
-  group_timers       named deadlines
-  group_model        config, members, groups, answer values
-  group_write_queue  the group's writes through coordinator_log (append -> fsync ->
+The coordinator owns its lifecycle (status, seat, timers, background tasks) and is
+composed of parts by concern, each made in __init__ with the collaborators it uses:
+  group_replay       GroupStore: the groups in memory and the apply functions shared
+                     with the start-up replay
+  group_write_queue  GroupWrites: the writes through coordinator_log (append -> fsync ->
                      apply in log order, compaction by rewrite; shared with txn)
-  group_replay       the apply functions shared with the start-up replay
-  group_membership   join/sync/heartbeat/leave, rebalancing, describe/list/delete
-  group_offsets      offset commit/fetch, transactional offsets, delete, expiry, compaction
+  consumer_group     ConsumerGroups: the consumer protocol's groups (KIP-848)
+  group_membership   GroupMembership: join/sync/heartbeat/leave, rebalancing,
+                     describe/list/delete
+  group_offsets      OffsetManager: offset commit/fetch, transactional offsets, delete,
+                     expiry, compaction
+(group_timers: named deadlines; group_model: config, members, groups, answer values).
+Its public methods are the parts' own, handed on.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from typing import Callable
+from typing import Any, Callable, Coroutine, Iterable, Mapping
 
 from ..clock import mono_ms
 from ..protocol.errors import KafkaError
-from .consumer_group import ConsumerGroupsMixin
-from .consumer_group_rules import ConsumerGroup
+from .consumer_group import ConsumerGroups, ConsumerGroupView
+from .consumer_group_rules import Answer, Heartbeat
+from .group_context import GroupContext
 from .group_membership import GroupMembership
 from .group_model import (
-    OFFSETS_TOPIC, FetchedOffset, Group, GroupConfig, GroupSummary, JoinResult, MemberSummary,
+    OFFSETS_TOPIC, FetchedOffset, GroupConfig, GroupSummary, JoinResult, MemberSummary,
     SyncResult,
 )
-from .group_offsets import GroupOffsetsMixin
-from .group_replay import GroupReplay
+from .group_offsets import OffsetManager
+from .group_replay import GroupStore
 from .group_timers import Timers, wall_clock_ms
 from .coordinator_log import CoordinatorLog, resolve_future
-from .group_write_queue import GroupWriteQueue
-from .offsets import CommittedOffset, OffsetsLogError
+from .group_write_queue import GroupWrites
+from .offsets import CommittedOffset, OffsetsLogError, TopicPartition
+from ..storage.log import PartitionLog
+from ..storage.manager import LogManager
 from .ports import CoordinatorSeat, PartitionWriter
 
 log = logging.getLogger("semel.coordinator.group")
 
 
-class GroupCoordinator(GroupMembership, ConsumerGroupsMixin, GroupOffsetsMixin, GroupReplay, GroupWriteQueue):
+class GroupCoordinator:
     """Consumer groups and committed offsets of one broker (it coordinates every group).
 
     `logs` is the storage LogManager, `flusher` the PartitionWriter its writes wait on
@@ -71,9 +79,9 @@ class GroupCoordinator(GroupMembership, ConsumerGroupsMixin, GroupOffsetsMixin, 
     fires them).
     """
 
-    def __init__(self, logs, flusher: PartitionWriter | None = None, config: GroupConfig | None = None,
+    def __init__(self, logs: LogManager, flusher: PartitionWriter | None = None, config: GroupConfig | None = None,
                  clock: Callable[[], int] | None = None, *, run_timers: bool = True,
-                 seat: CoordinatorSeat | None = None, deleted_topics: Callable[[], set[str]] | None = None):
+                 seat: CoordinatorSeat | None = None, deleted_topics: Callable[[], set[str]] | None = None) -> None:
         self.logs = logs
         self.flusher = flusher
         self.config = config or GroupConfig()
@@ -82,26 +90,26 @@ class GroupCoordinator(GroupMembership, ConsumerGroupsMixin, GroupOffsetsMixin, 
         # a test that gives a clock drives both.
         self.timers = Timers(clock or mono_ms)
         self._run_timers = run_timers
-        self._groups: dict[str, Group] = {}
-        self._producer_groups: dict[int, set[str]] = {}   # producer id -> groups with pending offsets
-        # Groups of the consumer protocol (KIP-848), and the write each is waiting for.
-        self._consumer_groups: dict[str, ConsumerGroup] = {}
-        self._cg_pending: dict[str, asyncio.Future] = {}
-        self._log = None
         self._status = "new"
-        self._tasks: set[asyncio.Task] = set()
-        self._timer_task: asyncio.Task | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._timer_task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
-        self._clog = CoordinatorLog(self.config.offsets_topic, flusher, self._spawn,
+        self._clog = CoordinatorLog(self.config.offsets_topic, flusher, self.spawn,
                                     sync_writes=self.config.sync_writes)
         # In a cluster, the seat on one __consumer_offsets partition (semel.coordinator.ports):
         # groups are loaded, served and dropped as this broker leads that partition or not.
         self.seat = seat
         self.epoch: int | None = None    # the leader epoch served at (cluster)
-        # Cluster: names of the topics the cluster holds deleted, and those whose offsets
-        # this coordinator has dropped since it loaded.
+        # Cluster: names of the topics the cluster holds deleted (OffsetManager drops
+        # their offsets).
         self.deleted_topics = deleted_topics
-        self._topics_dropped: set[str] = set()
+        # The parts, each given what it works with.
+        self.store = GroupStore(self.clock)
+        self.writes = GroupWrites(self._clog, self.clock)
+        ctx = GroupContext(self.store, self.writes, self.timers, self.config, self.clock, self.ready_error)
+        self.consumers = ConsumerGroups(ctx, self.spawn)
+        self.membership = GroupMembership(ctx, self.consumers, seat)
+        self.offset_manager = OffsetManager(ctx, self.membership, self.consumers)
 
     # A single node has one __consumer_offsets partition: every group is in it.
     @staticmethod
@@ -129,8 +137,8 @@ class GroupCoordinator(GroupMembership, ConsumerGroupsMixin, GroupOffsetsMixin, 
         else:
             self._status = "stopped"
         self.timers.set("expire-offsets", self.config.offsets_retention_check_interval_ms,
-                        self._expire_offsets)
-        self.timers.set("compact", self.config.compact_check_interval_ms, self._maybe_compact)
+                        self.offset_manager.expire_offsets)
+        self.timers.set("compact", self.config.compact_check_interval_ms, self.offset_manager.maybe_compact)
         if self._run_timers:
             self._wake = asyncio.Event()
             self.timers.on_change = self._wake.set
@@ -138,15 +146,20 @@ class GroupCoordinator(GroupMembership, ConsumerGroupsMixin, GroupOffsetsMixin, 
 
     # --- cluster: the seat loads, serves and drops this coordinator ----------------------
 
-    def load(self, plog, epoch: int | None) -> None:
+    def load(self, plog: PartitionLog, epoch: int | None) -> None:
         """Rebuild every group from `plog` (synchronously); served once `serve` is called."""
         self._status = "loading"
         self.epoch = epoch
-        self._log = self._clog.plog = plog
-        self._topics_dropped = set()
+        self._clog.plog = plog
+        self.offset_manager.topics_dropped = set()
         started = time.monotonic()
-        self._load()
-        log.info("loaded %d groups from %s in %.3fs", len(self._groups),
+        self._clog.records_since_compaction = self.store.load(plog)
+        # Restored members get a full session to find us again.
+        for group in self.store.groups.values():
+            for m in group.members.values():
+                self.membership.arm_heartbeat(group, m)
+        self.consumers.arm_sessions()
+        log.info("loaded %d groups from %s in %.3fs", len(self.store.groups),
                  self.config.offsets_topic, time.monotonic() - started)
 
     def serve(self, epoch: int | None) -> None:
@@ -154,7 +167,7 @@ class GroupCoordinator(GroupMembership, ConsumerGroupsMixin, GroupOffsetsMixin, 
         if self.deleted_topics is not None:
             # Topics deleted while another broker coordinated (or before its tombstones
             # were durable) lose their offsets here.
-            self.follow_deleted_topics(self.deleted_topics())
+            self.offset_manager.follow_deleted_topics(self.deleted_topics())
 
     def unload(self) -> None:
         """Not the coordinator (any more): answer every waiting member and write
@@ -163,15 +176,13 @@ class GroupCoordinator(GroupMembership, ConsumerGroupsMixin, GroupOffsetsMixin, 
         self._drop_groups()
 
     def _drop_groups(self) -> None:
-        for group in self._groups.values():
+        for group in self.store.groups.values():
             for m in group.members.values():
                 resolve_future(m.join_future, JoinResult(KafkaError.NOT_COORDINATOR, m.member_id))
                 resolve_future(m.sync_future, SyncResult(KafkaError.NOT_COORDINATOR))
         self._clog.fail_all(KafkaError.NOT_COORDINATOR)
-        self._groups.clear()
-        self._consumer_groups.clear()
-        self._cg_pending.clear()
-        self._producer_groups.clear()
+        self.store.clear()
+        self.consumers.pending.clear()
         self.timers.cancel_if(lambda key: isinstance(key, tuple))   # per-group deadlines
 
     async def stop(self) -> None:
@@ -198,7 +209,7 @@ class GroupCoordinator(GroupMembership, ConsumerGroupsMixin, GroupOffsetsMixin, 
         advancing a fake clock; the timer task calls it in production)."""
         return self.timers.fire_due()
 
-    def _open_offsets_log(self):
+    def _open_offsets_log(self) -> PartitionLog:
         name = self.config.offsets_topic
         plog = self.logs.get(name, 0)
         if plog is not None:
@@ -235,7 +246,8 @@ class GroupCoordinator(GroupMembership, ConsumerGroupsMixin, GroupOffsetsMixin, 
                 log.exception("group timer loop failed; continuing")
                 await asyncio.sleep(0.1)
 
-    def _ready_error(self) -> KafkaError:
+    def ready_error(self) -> KafkaError:
+        """NONE while serving; why not otherwise (the parts ask before every change)."""
         if self._status == "active":
             return KafkaError.NONE
         if self._status == "loading":
@@ -244,19 +256,108 @@ class GroupCoordinator(GroupMembership, ConsumerGroupsMixin, GroupOffsetsMixin, 
             return KafkaError.NOT_COORDINATOR
         return KafkaError.COORDINATOR_NOT_AVAILABLE
 
-    def _spawn(self, coro) -> asyncio.Task:
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """Run `coro` in the background; stop waits for it (briefly)."""
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
         return task
 
-    def _task_done(self, task: asyncio.Task) -> None:
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("group coordinator task failed", exc_info=task.exception())
 
-    def _current(self, group: Group) -> bool:
-        return self._groups.get(group.group_id) is group
+    # --- the parts' public methods ------------------------------------------------------------
+    # Classic membership (GroupMembership).
+
+    def join_group(self, group_id: str, member_id: str, *, protocol_type: str,
+                   protocols: list[tuple[str, bytes]], session_timeout_ms: int,
+                   rebalance_timeout_ms: int = -1, group_instance_id: str | None = None,
+                   client_id: str = "", client_host: str = "",
+                   require_known_member_id: bool = True) -> "asyncio.Future[JoinResult]":
+        return self.membership.join_group(
+            group_id, member_id, protocol_type=protocol_type, protocols=protocols,
+            session_timeout_ms=session_timeout_ms, rebalance_timeout_ms=rebalance_timeout_ms,
+            group_instance_id=group_instance_id, client_id=client_id, client_host=client_host,
+            require_known_member_id=require_known_member_id)
+
+    def sync_group(self, group_id: str, generation: int, member_id: str, *,
+                   group_instance_id: str | None = None, protocol_type: str | None = None,
+                   protocol_name: str | None = None,
+                   assignments: dict[str, bytes] | None = None) -> "asyncio.Future[SyncResult]":
+        return self.membership.sync_group(group_id, generation, member_id, group_instance_id=group_instance_id,
+                                          protocol_type=protocol_type, protocol_name=protocol_name,
+                                          assignments=assignments)
+
+    def heartbeat(self, group_id: str, generation: int, member_id: str,
+                  group_instance_id: str | None = None) -> KafkaError:
+        return self.membership.heartbeat(group_id, generation, member_id, group_instance_id)
+
+    def leave_group(self, group_id: str, members: list[tuple[str, str | None]]
+                    ) -> tuple[KafkaError, list[KafkaError]]:
+        return self.membership.leave_group(group_id, members)
+
+    def describe_groups(self, group_ids: Iterable[str]) -> list[GroupSummary]:
+        return self.membership.describe_groups(group_ids)
+
+    def list_groups(self, states: Iterable[str] | None = None) -> tuple[KafkaError, list[tuple[str, str, str]]]:
+        return self.membership.list_groups(states)
+
+    def delete_groups(self, group_ids: Iterable[str]) -> "asyncio.Future[dict[str, KafkaError]]":
+        return self.membership.delete_groups(group_ids)
+
+    # Consumer-protocol groups (ConsumerGroups).
+
+    async def consumer_group_heartbeat(self, group_id: str, hb: Heartbeat, topics: Mapping[str, int]) -> Answer:
+        return await self.consumers.consumer_group_heartbeat(group_id, hb, topics)
+
+    def consumer_group_describe(self, group_ids: Iterable[str]) -> list[ConsumerGroupView]:
+        return self.consumers.consumer_group_describe(group_ids)
+
+    def group_type(self, group_id: str) -> str:
+        return self.consumers.group_type(group_id)
+
+    def consumer_group_rows(self) -> list[tuple[str, str, str]]:
+        return self.consumers.consumer_group_rows()
+
+    # Committed offsets (OffsetManager).
+
+    def commit_offsets(self, group_id: str, generation: int, member_id: str,
+                       offsets: dict[TopicPartition, Any], *,
+                       group_instance_id: str | None = None, api_version: int | None = None
+                       ) -> "asyncio.Future[dict[TopicPartition, KafkaError]]":
+        return self.offset_manager.commit_offsets(group_id, generation, member_id, offsets,
+                                           group_instance_id=group_instance_id, api_version=api_version)
+
+    def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None,
+                      require_stable: bool = False) -> tuple[KafkaError, list[FetchedOffset]]:
+        return self.offset_manager.fetch_offsets(group_id, partitions, require_stable)
+
+    def txn_commit_offsets(self, producer_id: int, producer_epoch: int, group_id: str,
+                           generation: int, member_id: str, group_instance_id: str | None,
+                           offsets: dict[TopicPartition, Any]
+                           ) -> "asyncio.Future[dict[TopicPartition, KafkaError]]":
+        return self.offset_manager.txn_commit_offsets(producer_id, producer_epoch, group_id, generation, member_id,
+                                               group_instance_id, offsets)
+
+    def complete_txn(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                     commit: bool) -> "asyncio.Future[KafkaError]":
+        return self.offset_manager.complete_txn(producer_id, producer_epoch, coordinator_epoch, commit)
+
+    def has_pending_offsets(self, producer_id: int) -> bool:
+        return self.offset_manager.has_pending_offsets(producer_id)
+
+    def delete_offsets(self, group_id: str, partitions: list[TopicPartition],
+                       subscribed: Callable[[bytes], set[str]]
+                       ) -> "asyncio.Future[tuple[KafkaError, dict[TopicPartition, KafkaError]]]":
+        return self.offset_manager.delete_offsets(group_id, partitions, subscribed)
+
+    def drop_topic_offsets(self, topics: Iterable[str]) -> None:
+        self.offset_manager.drop_topic_offsets(topics)
+
+    def follow_deleted_topics(self, deleted: Iterable[str]) -> None:
+        self.offset_manager.follow_deleted_topics(deleted)
 
 
 __all__ = [

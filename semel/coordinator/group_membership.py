@@ -10,12 +10,15 @@ import uuid
 from typing import Iterable
 
 from ..protocol.errors import KafkaError
+from .consumer_group import ConsumerGroups
 from .group_model import (
     NEW_MEMBER_JOIN_TIMEOUT_MS, Group, GroupSummary, JoinResult, Member, MemberSummary,
     SyncResult, JoinRequest,
 )
 from .group_states import HEARTBEAT_RESULT, STATE_BY_NAME, SYNC_RESULT, Event, GroupState
 from .coordinator_log import done_future, resolve_future
+from .group_context import GroupContext
+from .ports import CoordinatorSeat
 from .consumer_records import apply_record, records_between
 from .offsets import (
     GroupRecord, MemberRecord, TopicPartition, decode_key, group_key, group_value, offset_key,
@@ -27,20 +30,29 @@ S = GroupState
 
 
 class GroupMembership:
-    """Mixin of GroupCoordinator: membership and rebalancing."""
+    """GroupCoordinator's classic membership and rebalancing.
+
+    Made with the coordinator's GroupContext, the consumer-protocol groups (`consumers`:
+    a group id is of one protocol at a time) and the coordinator's seat."""
+
+    def __init__(self, ctx: GroupContext, consumers: ConsumerGroups, seat: CoordinatorSeat | None) -> None:
+        self._store, self._writes, self._ready = ctx.store, ctx.writes, ctx.ready
+        self.timers, self.config, self.clock = ctx.timers, ctx.config, ctx.clock
+        self._consumers = consumers
+        self.seat = seat
 
     def join_group(self, group_id: str, member_id: str, *, protocol_type: str,
                    protocols: list[tuple[str, bytes]], session_timeout_ms: int,
                    rebalance_timeout_ms: int = -1, group_instance_id: str | None = None,
                    client_id: str = "", client_host: str = "",
                    require_known_member_id: bool = True) -> "asyncio.Future[JoinResult]":
-        err = self._ready_error()
+        err = self._ready()
         if not err and not group_id:
             err = KafkaError.INVALID_GROUP_ID
         if not err and not (self.config.min_session_timeout_ms <= session_timeout_ms
                             <= self.config.max_session_timeout_ms):
             err = KafkaError.INVALID_SESSION_TIMEOUT
-        consumer = self._consumer_groups.get(group_id) if not err else None
+        consumer = self._store.consumer_groups.get(group_id) if not err else None
         if consumer is not None and consumer.members:
             # A group of the consumer protocol with members: no online migration (yet).
             err = KafkaError.INCONSISTENT_GROUP_PROTOCOL
@@ -49,11 +61,11 @@ class GroupMembership:
         if consumer is not None:
             # Its last member of the consumer protocol left: the group becomes a classic
             # one, and the consumer protocol's records of it go (its offsets stay).
-            self._cg_write(group_id, consumer, None, None)
+            self._consumers.cg_write(group_id, consumer, None, None)
         if rebalance_timeout_ms is None or rebalance_timeout_ms <= 0:
             rebalance_timeout_ms = session_timeout_ms   # JoinGroup v0 has no rebalance timeout
         protocols = [(name, bytes(meta or b"")) for name, meta in protocols]
-        group = self._groups.get(group_id)
+        group = self._store.groups.get(group_id)
         if group is None:
             if member_id:
                 return done_future(JoinResult(KafkaError.UNKNOWN_MEMBER_ID, member_id))
@@ -62,7 +74,7 @@ class GroupMembership:
             return done_future(JoinResult(KafkaError.COORDINATOR_NOT_AVAILABLE, member_id))
         if not group.supports(protocol_type, [n for n, _ in protocols], member_id):
             return done_future(JoinResult(KafkaError.INCONSISTENT_GROUP_PROTOCOL, member_id))
-        self._groups.setdefault(group_id, group)
+        self._store.groups.setdefault(group_id, group)
         req = JoinRequest(group_instance_id, client_id, client_host, session_timeout_ms,
                            rebalance_timeout_ms, protocol_type, protocols)
         if not member_id:
@@ -131,7 +143,7 @@ class GroupMembership:
         if was_pending_sync:
             group.pending_sync.add(new_id)
         if group.state is S.STABLE and not was_leader and old.matches(req.protocols):
-            self._arm_heartbeat(group, replacement)
+            self.arm_heartbeat(group, replacement)
             self._store_group_snapshot(group)   # so a restart knows the new id
             return done_future(self._join_result(group, replacement))
         return self._update_member_and_rebalance(group, replacement, req)
@@ -151,7 +163,7 @@ class GroupMembership:
         # Keep our own reference: the join may complete (and clear the member's
         # field) before _maybe_prepare_rebalance returns.
         fut = member.join_future = asyncio.get_running_loop().create_future()
-        self._arm_heartbeat(group, member)
+        self.arm_heartbeat(group, member)
         self._maybe_prepare_rebalance(group)
         return fut
 
@@ -166,7 +178,7 @@ class GroupMembership:
         # A second join while the first still waits: the first is superseded.
         resolve_future(member.join_future, JoinResult(KafkaError.REBALANCE_IN_PROGRESS, member.member_id))
         fut = member.join_future = asyncio.get_running_loop().create_future()
-        self._arm_heartbeat(group, member)
+        self.arm_heartbeat(group, member)
         self._maybe_prepare_rebalance(group)   # may complete the join at once (a lone member)
         return fut
 
@@ -204,7 +216,7 @@ class GroupMembership:
             self._try_complete_join(group)
 
     def _initial_delay_over(self, group: Group, remaining_ms: int) -> None:
-        if group.state is not S.PREPARING_REBALANCE or not self._current(group):
+        if group.state is not S.PREPARING_REBALANCE or not self._store.current(group):
             return
         if group.new_member_added and remaining_ms > 0:
             group.new_member_added = False
@@ -221,7 +233,7 @@ class GroupMembership:
     def _complete_join(self, group: Group) -> None:
         """End of the join phase: drop members that did not rejoin, start the next
         generation and answer every waiting JoinGroup."""
-        if group.state is not S.PREPARING_REBALANCE or not self._current(group):
+        if group.state is not S.PREPARING_REBALANCE or not self._store.current(group):
             return
         group.initial_delay = group.new_member_added = False
         self.timers.cancel(("join", group.group_id))
@@ -243,7 +255,7 @@ class GroupMembership:
             fut, m.join_future = m.join_future, None
             m.is_new = False
             resolve_future(fut, self._join_result(group, m))
-            self._arm_heartbeat(group, m)
+            self.arm_heartbeat(group, m)
         generation = group.generation
         self.timers.set(("sync", group.group_id), group.max_rebalance_timeout(),
                         lambda: self._sync_overdue(group, generation))
@@ -258,7 +270,7 @@ class GroupMembership:
     def _sync_overdue(self, group: Group, generation: int) -> None:
         """Members that got their JoinGroup answer but never sent SyncGroup within
         the rebalance timeout are removed, so the others are not stuck."""
-        if not self._current(group) or group.generation != generation or not group.pending_sync:
+        if not self._store.current(group) or group.generation != generation or not group.pending_sync:
             return
         if group.state not in (S.COMPLETING_REBALANCE, S.STABLE):
             return
@@ -269,21 +281,21 @@ class GroupMembership:
 
     # --- heartbeats and removal ------------------------------------------------------------------
 
-    def _arm_heartbeat(self, group: Group, member: Member) -> None:
+    def arm_heartbeat(self, group: Group, member: Member) -> None:
         member_id = member.member_id
         self.timers.set(("hb", group.group_id, member_id), member.session_timeout_ms,
                         lambda: self._session_expired(group, member_id))
 
     def _session_expired(self, group: Group, member_id: str) -> None:
         member = group.members.get(member_id)
-        if member is None or not self._current(group):
+        if member is None or not self._store.current(group):
             return
         waiting = member.awaiting_join() or member.awaiting_sync()
         too_long_new = member.is_new and self.timers.now() - member.joined_at >= NEW_MEMBER_JOIN_TIMEOUT_MS
         if waiting and not too_long_new:
             # A member blocked in JoinGroup/SyncGroup cannot heartbeat; the join or
             # sync deadline decides its fate instead.
-            self._arm_heartbeat(group, member)
+            self.arm_heartbeat(group, member)
             return
         log.info("member %s of group %s expired", member_id, group.group_id)
         self._remove_member_and_update_group(group, member)
@@ -292,7 +304,7 @@ class GroupMembership:
         if member_id in group.pending_members:
             group.pending_members.discard(member_id)
             self._try_complete_join(group)
-            self._maybe_forget(group)
+            self._store.maybe_forget(group)
 
     def _drop_member(self, group: Group, member: Member) -> None:
         resolve_future(member.join_future, JoinResult(KafkaError.UNKNOWN_MEMBER_ID, member.member_id))
@@ -312,12 +324,12 @@ class GroupMembership:
 
     def heartbeat(self, group_id: str, generation: int, member_id: str,
                   group_instance_id: str | None = None) -> KafkaError:
-        err = self._ready_error()
+        err = self._ready()
         if err:
             return err
         if not group_id:
             return KafkaError.INVALID_GROUP_ID
-        group = self._groups.get(group_id)
+        group = self._store.groups.get(group_id)
         if group is None:
             return KafkaError.UNKNOWN_MEMBER_ID
         if group.state is S.DEAD:
@@ -331,17 +343,17 @@ class GroupMembership:
             return KafkaError.ILLEGAL_GENERATION
         result = HEARTBEAT_RESULT[group.state]
         if result in (KafkaError.NONE, KafkaError.REBALANCE_IN_PROGRESS):
-            self._arm_heartbeat(group, member)
+            self.arm_heartbeat(group, member)
         return result
 
     def sync_group(self, group_id: str, generation: int, member_id: str, *,
                    group_instance_id: str | None = None, protocol_type: str | None = None,
                    protocol_name: str | None = None,
                    assignments: dict[str, bytes] | None = None) -> "asyncio.Future[SyncResult]":
-        err = self._ready_error()
+        err = self._ready()
         if not err and not group_id:
             err = KafkaError.INVALID_GROUP_ID
-        group = self._groups.get(group_id) if not err else None
+        group = self._store.groups.get(group_id) if not err else None
         if not err:
             err = self._check_sync(group, generation, member_id, group_instance_id,
                                    protocol_type, protocol_name)
@@ -354,7 +366,7 @@ class GroupMembership:
         group.pending_sync.discard(member_id)
         if not group.pending_sync:
             self.timers.cancel(("sync", group.group_id))
-        self._arm_heartbeat(group, member)
+        self.arm_heartbeat(group, member)
         if group.state is S.STABLE:
             return done_future(SyncResult(KafkaError.NONE, member.assignment, group.protocol_type, group.protocol))
         # CompletingRebalance: wait for the leader's assignment to be stored.
@@ -384,7 +396,7 @@ class GroupMembership:
             return KafkaError.FENCED_INSTANCE_ID
         return KafkaError.NONE
 
-    def _group_record(self, group: Group, assignments: dict[str, bytes] | None = None) -> GroupRecord:
+    def group_record(self, group: Group, assignments: dict[str, bytes] | None = None) -> GroupRecord:
         rec = GroupRecord(group.protocol_type, group.generation, group.protocol, group.leader,
                           self.clock())
         for m in group.members.values():
@@ -398,11 +410,11 @@ class GroupMembership:
         """The leader's assignment becomes visible to members only once durable."""
         generation = group.generation
         full = {mid: bytes(assignments.get(mid) or b"") for mid in group.members}
-        snapshot = self._group_record(group, full)
+        snapshot = self.group_record(group, full)
         group.storing_generation = generation
 
         def still_waiting() -> bool:
-            return (self._current(group) and group.state is S.COMPLETING_REBALANCE
+            return (self._store.current(group) and group.state is S.COMPLETING_REBALANCE
                     and group.generation == generation)
 
         def apply(info) -> None:
@@ -422,30 +434,30 @@ class GroupMembership:
                 self._prepare_rebalance(group)
 
         # Encoding happens inside the append so an unencodable name is an error answer.
-        self._write(lambda: self._append_records([(group_key(group.group_id), group_value(snapshot))]),
+        self._writes.write(lambda: self._writes.append_records([(group_key(group.group_id), group_value(snapshot))]),
                     apply, fail)
 
     def _store_group_snapshot(self, group: Group) -> None:
         """Persist generation and members (after a group empties or a static member
         is replaced). Memory already changed: a lost snapshot only means the next
         start sees an older one, whose members then expire."""
-        snapshot = self._group_record(group)
+        snapshot = self.group_record(group)
 
         def apply(info) -> None:
             group.persisted = True
 
-        self._write(lambda: self._append_records([(group_key(group.group_id), group_value(snapshot))]),
+        self._writes.write(lambda: self._writes.append_records([(group_key(group.group_id), group_value(snapshot))]),
                     apply, lambda error: None)
 
     def leave_group(self, group_id: str, members: list[tuple[str, str | None]]
                     ) -> tuple[KafkaError, list[KafkaError]]:
         """(top-level error, one error per leaving (member_id, group_instance_id))."""
-        err = self._ready_error()
+        err = self._ready()
         if not err and not group_id:
             err = KafkaError.INVALID_GROUP_ID
         if err:
             return err, []
-        group = self._groups.get(group_id)
+        group = self._store.groups.get(group_id)
         if group is None:
             return KafkaError.NONE, [KafkaError.UNKNOWN_MEMBER_ID] * len(members)
         if group.state is S.DEAD:
@@ -474,13 +486,13 @@ class GroupMembership:
     # --- DescribeGroups, ListGroups, DeleteGroups --------------------------------------------------
 
     def describe_groups(self, group_ids: Iterable[str]) -> list[GroupSummary]:
-        err = self._ready_error()
+        err = self._ready()
         out = []
         for gid in group_ids:
-            group = self._groups.get(gid)
+            group = self._store.groups.get(gid)
             if err:
                 out.append(GroupSummary(gid, err, "", "", ""))
-            elif self.group_type(gid) == "consumer":
+            elif self._consumers.group_type(gid) == "consumer":
                 # As Kafka: DescribeGroups describes classic groups; ConsumerGroupDescribe these.
                 out.append(GroupSummary(gid, KafkaError.GROUP_ID_NOT_FOUND, S.DEAD.value, "", ""))
             elif group is None:
@@ -502,28 +514,28 @@ class GroupMembership:
                     ) -> tuple[KafkaError, list[tuple[str, str, str]]]:
         """(error, [(group_id, protocol_type, state name)]), filtered by state names
         (case-insensitive) when `states` is non-empty."""
-        err = self._ready_error()
+        err = self._ready()
         if err == KafkaError.NOT_COORDINATOR and self.seat is not None:
             return KafkaError.NONE, []   # a cluster broker coordinating no group lists none, as in Kafka
         if err:
             return err, []
         wanted = {STATE_BY_NAME.get(s.lower()) for s in states or ()}
-        consumer = self.consumer_group_rows()
+        consumer = self._consumers.consumer_group_rows()
         names = {s.lower() for s in states or ()}
         return KafkaError.NONE, [
             (g.group_id, g.protocol_type or "", g.state.value)
-            for g in self._groups.values()
-            if (not wanted or g.state in wanted) and self.group_type(g.group_id) == "classic"
+            for g in self._store.groups.values()
+            if (not wanted or g.state in wanted) and self._consumers.group_type(g.group_id) == "classic"
         ] + [row for row in consumer if not names or row[2].lower() in names]
 
     def delete_groups(self, group_ids: Iterable[str]) -> "asyncio.Future[dict[str, KafkaError]]":
         """Delete empty groups: tombstones for the group and all its offsets."""
-        err = self._ready_error()
+        err = self._ready()
         results: dict[str, KafkaError] = {}
         doomed: list[str] = []
         for gid in group_ids:
-            group = self._groups.get(gid)
-            consumer = self._consumer_groups.get(gid)
+            group = self._store.groups.get(gid)
+            consumer = self._store.consumer_groups.get(gid)
             if err:
                 results[gid] = err
             elif not gid:
@@ -541,29 +553,29 @@ class GroupMembership:
         pairs: list[tuple[bytes, bytes | None]] = []
         plan: list[tuple[str, Group | None, list[TopicPartition], list]] = []
         for gid in doomed:
-            group = self._groups.get(gid)
+            group = self._store.groups.get(gid)
             tps = list(group.offsets.committed) if group is not None else []
             pairs += [(offset_key(gid, t, p), None) for t, p in tps]
             if group is not None:
                 pairs.append((group_key(gid), None))
             # An empty group of the consumer protocol goes too: its records are tombstoned.
-            consumer = records_between(self._consumer_groups.get(gid), None)
-            pairs += consumer
-            plan.append((gid, group, tps, consumer))
+            tombstones = records_between(self._store.consumer_groups.get(gid), None)
+            pairs += tombstones
+            plan.append((gid, group, tps, tombstones))
 
         def apply(info) -> dict[str, KafkaError]:
             at = info.first_offset
             for gid, group, tps, consumer in plan:
                 for tp in tps:
-                    self._apply_offset(gid, tp, None, at)
+                    self._store.apply_offset(gid, tp, None, at)
                     at += 1
                 if group is not None:
                     if group.is_empty() and group.state is S.EMPTY:
                         group.persisted = False
-                        self._apply_group_record(gid, None)
+                        self._store.apply_group_record(gid, None)
                     at += 1
                 for key, value in consumer:
-                    apply_record(self._consumer_groups, decode_key(key), value)
+                    apply_record(self._store.consumer_groups, decode_key(key), value)
                 results[gid] = KafkaError.NONE
             return results
 
@@ -571,4 +583,4 @@ class GroupMembership:
             results.update({gid: error for gid in doomed})
             return results
 
-        return self._write(lambda: self._append_records(pairs), apply, fail)
+        return self._writes.write(lambda: self._writes.append_records(pairs), apply, fail)

@@ -9,6 +9,9 @@ from typing import Any, Callable
 
 from ..protocol import records as rb
 from ..protocol.errors import KafkaError
+from .consumer_group import ConsumerGroups
+from .group_membership import GroupMembership
+from .group_context import GroupContext
 from .group_model import MAX_RECORDS_PER_BATCH, FetchedOffset, Group
 from .group_states import COMMIT_RESULT, GroupState
 from .coordinator_log import done_future
@@ -26,8 +29,19 @@ def _as_committed(value) -> CommittedOffset:
     return CommittedOffset(int(offset), *rest[:2])
 
 
-class GroupOffsetsMixin:
-    """Mixin of GroupCoordinator: committed offsets, expiry, compaction."""
+class OffsetManager:
+    """GroupCoordinator's committed offsets, their expiry, and compaction of its log.
+
+    Made with the coordinator's GroupContext and the two parts whose state a commit also
+    checks or a compaction also rewrites (`membership`, `consumers`). Owns
+    `topics_dropped`: the deleted topics whose offsets it dropped since the load."""
+
+    def __init__(self, ctx: GroupContext, membership: GroupMembership, consumers: ConsumerGroups) -> None:
+        self._store, self._writes, self._ready = ctx.store, ctx.writes, ctx.ready
+        self.timers, self.config, self.clock = ctx.timers, ctx.config, ctx.clock
+        self._membership = membership
+        self._consumers = consumers
+        self.topics_dropped: set[str] = set()
 
     def commit_offsets(self, group_id: str, generation: int, member_id: str,
                        offsets: dict[TopicPartition, Any], *,
@@ -36,9 +50,9 @@ class GroupOffsetsMixin:
         """Commit `{(topic, partition): CommittedOffset(offset, leader_epoch, metadata)}`
         (plain (offset, leader_epoch, metadata) tuples work too). Generation -1 with
         an empty member id commits for a group without members (manual assignment)."""
-        err = self._ready_error()
-        group = self._groups.get(group_id) if not err else None
-        consumer = None if err else self.check_consumer_commit(
+        err = self._ready()
+        group = self._store.groups.get(group_id) if not err else None
+        consumer = None if err else self._consumers.check_consumer_commit(
             group_id, generation, member_id, transactional=False, api_version=api_version)
         if consumer is not None:
             err = consumer
@@ -47,7 +61,7 @@ class GroupOffsetsMixin:
         if err:
             return done_future({tp: err for tp in offsets})
         if group is not None and member_id in group.members:
-            self._arm_heartbeat(group, group.members[member_id])   # a commit is a sign of life
+            self._membership.arm_heartbeat(group, group.members[member_id])   # a commit is a sign of life
         return self._write_offsets(group_id, offsets, producer_id=-1, producer_epoch=-1)
 
     def _check_commit(self, group: Group | None, generation: int, member_id: str,
@@ -87,14 +101,14 @@ class GroupOffsetsMixin:
 
         def append():
             pairs = [(offset_key(group_id, t, p), offset_value(v)) for (t, p), v in accepted]
-            return self._append_records(pairs, producer_id=producer_id, producer_epoch=producer_epoch)
+            return self._writes.append_records(pairs, producer_id=producer_id, producer_epoch=producer_epoch)
 
         def apply(info) -> dict[TopicPartition, KafkaError]:
             for i, (tp, value) in enumerate(accepted):
                 if transactional:
-                    self._apply_pending(producer_id, group_id, tp, value, info.first_offset + i)
+                    self._store.apply_pending(producer_id, group_id, tp, value, info.first_offset + i)
                 else:
-                    self._apply_offset(group_id, tp, value, info.first_offset + i)
+                    self._store.apply_offset(group_id, tp, value, info.first_offset + i)
                 results[tp] = KafkaError.NONE
             return results
 
@@ -102,17 +116,17 @@ class GroupOffsetsMixin:
             results.update({tp: error for tp, _ in accepted})
             return results
 
-        return self._write(append, apply, fail)
+        return self._writes.write(append, apply, fail)
 
     def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None,
                       require_stable: bool = False) -> tuple[KafkaError, list[FetchedOffset]]:
         """Committed offsets of `partitions` (all committed ones when None). With
         `require_stable`, a partition with a transactional offset still pending
         answers UNSTABLE_OFFSET_COMMIT instead of a possibly stale value."""
-        err = self._ready_error()
+        err = self._ready()
         if err:
             return err, []
-        group = self._groups.get(group_id)
+        group = self._store.groups.get(group_id)
         if partitions is None:
             if group is None:
                 return KafkaError.NONE, []
@@ -140,13 +154,13 @@ class GroupOffsetsMixin:
         """TxnOffsetCommit: append a transactional batch of offsets under the
         producer's id/epoch; they stay pending (invisible to OffsetFetch) until
         `complete_txn`. KIP-447: member and generation are checked when given."""
-        err = self._ready_error()
-        consumer = None if err else self.check_consumer_commit(
+        err = self._ready()
+        consumer = None if err else self._consumers.check_consumer_commit(
             group_id, generation, member_id, transactional=True, api_version=None)
         if consumer is not None:
             err = consumer
         elif not err:
-            err = self._check_txn_commit(self._groups.get(group_id), generation, member_id,
+            err = self._check_txn_commit(self._store.groups.get(group_id), generation, member_id,
                                          group_instance_id)
         if err:
             return done_future({tp: err for tp in offsets})
@@ -175,21 +189,21 @@ class GroupOffsetsMixin:
         """Write the producer's COMMIT/ABORT marker to __consumer_offsets, then make
         its pending offsets committed (or drop them). Storage errors come back as
         KAFKA_STORAGE_ERROR, fencing by storage as its error (INVALID_PRODUCER_EPOCH)."""
-        err = self._ready_error()
+        err = self._ready()
         if err:
             return done_future(err)
         kind = rb.CONTROL_COMMIT if commit else rb.CONTROL_ABORT
 
         def apply(info) -> KafkaError:
-            self._apply_marker(producer_id, commit)
+            self._store.apply_marker(producer_id, commit)
             return KafkaError.NONE
 
-        return self._write(
-            lambda: self._log.append_control(kind, producer_id, producer_epoch, coordinator_epoch),
+        return self._writes.write(
+            lambda: self._writes.append_control(kind, producer_id, producer_epoch, coordinator_epoch),
             apply, lambda error: error, storage_error=KafkaError.KAFKA_STORAGE_ERROR)
 
     def has_pending_offsets(self, producer_id: int) -> bool:
-        return bool(self._producer_groups.get(producer_id))
+        return bool(self._store.producer_groups.get(producer_id))
 
     def delete_offsets(self, group_id: str, partitions: list[TopicPartition],
                        subscribed: Callable[[bytes], set[str]]
@@ -198,8 +212,8 @@ class GroupOffsetsMixin:
         Kafka, a consumer group keeps the offsets of topics its members subscribe to
         (GROUP_SUBSCRIBED_TO_TOPIC); `subscribed` reads the topics out of a member's
         protocol metadata. Decided and appended without an await in between."""
-        err = self._ready_error() or (KafkaError.NONE if group_id else KafkaError.INVALID_GROUP_ID)
-        group = self._groups.get(group_id) if not err else None
+        err = self._ready() or (KafkaError.NONE if group_id else KafkaError.INVALID_GROUP_ID)
+        group = self._store.groups.get(group_id) if not err else None
         if not err and (group is None or group.state is S.DEAD):
             err = KafkaError.GROUP_ID_NOT_FOUND
         if not err and group.state is not S.EMPTY and group.protocol_type != "consumer":
@@ -218,14 +232,14 @@ class GroupOffsetsMixin:
 
         def apply(info):
             for i, tp in enumerate(doomed):
-                self._apply_offset(group_id, tp, None, info.first_offset + i)
+                self._store.apply_offset(group_id, tp, None, info.first_offset + i)
             return KafkaError.NONE, results
 
         def fail(error: KafkaError):
             return error, {}
 
         pairs = [(offset_key(group_id, t, p), None) for t, p in doomed]
-        return self._write(lambda: self._append_records(pairs), apply, fail)
+        return self._writes.write(lambda: self._writes.append_records(pairs), apply, fail)
 
     # --- offsets of deleted topics ----------------------------------------------------------------
 
@@ -236,9 +250,9 @@ class GroupOffsetsMixin:
         group that consumed the old topic then starts a topic created again under the
         same name from its reset policy, not from the old incarnation's positions."""
         names = set(topics)
-        if self._ready_error() or not names:
+        if self._ready() or not names:
             return
-        doomed = [(group.group_id, tp) for group in self._groups.values()
+        doomed = [(group.group_id, tp) for group in self._store.groups.values()
                   for tp in sorted(group.offsets.partitions()) if tp[0] in names]
         for at in range(0, len(doomed), MAX_RECORDS_PER_BATCH):
             self._write_topic_tombstones(doomed[at:at + MAX_RECORDS_PER_BATCH])
@@ -246,58 +260,58 @@ class GroupOffsetsMixin:
     def _write_topic_tombstones(self, doomed: list[tuple[str, TopicPartition]]) -> None:
         def apply(info) -> None:
             for i, (group_id, tp) in enumerate(doomed):
-                self._apply_offset(group_id, tp, None, info.first_offset + i)
+                self._store.apply_offset(group_id, tp, None, info.first_offset + i)
 
         def fail(error: KafkaError) -> None:
             # Not written (the seat moved, storage failed): the next coordinator drops
             # them when it loads (follow_deleted_topics), as this one would have.
             log.warning("offsets of deleted topics not dropped: %s", KafkaError(error).name)
-            self._topics_dropped.clear()
+            self.topics_dropped.clear()
 
         pairs = [(offset_key(group_id, t, p), None) for group_id, (t, p) in doomed]
-        self._write(lambda: self._append_records(pairs), apply, fail)
+        self._writes.write(lambda: self._writes.append_records(pairs), apply, fail)
 
     def follow_deleted_topics(self, deleted) -> None:
         """Cluster: `deleted` names every topic the cluster view holds deleted (a marker,
         not created again). Called on every view change and when this coordinator starts
         serving; only names not yet handled since the load cost a pass over the groups."""
-        if self._ready_error():
+        if self._ready():
             return
         deleted = set(deleted)
-        fresh = deleted - self._topics_dropped
-        self._topics_dropped = deleted   # a name created again leaves, so a later deletion counts
+        fresh = deleted - self.topics_dropped
+        self.topics_dropped = deleted   # a name created again leaves, so a later deletion counts
         if fresh:
             self.drop_topic_offsets(fresh)
 
     # --- retention of offsets of empty groups ----------------------------------------------------
 
-    def _expire_offsets(self) -> None:
+    def expire_offsets(self) -> None:
         """Tombstone offsets of empty groups older than the retention, and forget
         groups left with nothing, so memory stays bounded."""
         self.timers.set("expire-offsets", self.config.offsets_retention_check_interval_ms,
-                        self._expire_offsets)
-        if self._ready_error():
+                        self.expire_offsets)
+        if self._ready():
             return
         now = self.clock()
         plan: list[tuple[Group, list[TopicPartition], bool]] = []
-        for group in list(self._groups.values()):
+        for group in list(self._store.groups.values()):
             if group.state is not S.EMPTY or not group.is_empty() or group.offsets.pending:
                 continue
-            consumer = self._consumer_groups.get(group.group_id)
+            consumer = self._store.consumer_groups.get(group.group_id)
             if consumer is not None and consumer.members:
                 continue
             since = group.state_ts if group.protocol_type else None
             expired = group.offsets.expired(now, self.config.offsets_retention_ms, since)
             drop = len(expired) == len(group.offsets.committed)
             if drop and not group.persisted and not expired:
-                self._maybe_forget(group)   # nothing in the log to tombstone
+                self._store.maybe_forget(group)   # nothing in the log to tombstone
                 continue
             if expired or drop:
                 plan.append((group, expired, drop))
         for chunk in _chunks(plan, MAX_RECORDS_PER_BATCH):
             self._write_expiry(chunk)
 
-    def _maybe_compact(self) -> None:
+    def maybe_compact(self) -> None:
         """Compaction by rewrite, so start-up replay follows the live state, not the
         history: append every group record and committed offset as they stand, and
         once that is durable (applied in log order, like any write) drop the
@@ -306,22 +320,22 @@ class GroupOffsetsMixin:
         Only at a quiet moment: no write in flight (memory is then exactly what the
         log says), and no pending transactional offsets — their values win over a
         committed one by log position, so they must never sit behind a rewrite."""
-        self.timers.set("compact", self.config.compact_check_interval_ms, self._maybe_compact)
-        live = sum(len(g.offsets.committed) + 1 for g in self._groups.values())
-        if self._ready_error() or self._clog.records_since_compaction < max(self.config.compact_records, 4 * live):
+        self.timers.set("compact", self.config.compact_check_interval_ms, self.maybe_compact)
+        live = sum(len(g.offsets.committed) + 1 for g in self._store.groups.values())
+        if self._ready() or self._writes.records_since_compaction < max(self.config.compact_records, 4 * live):
             return
-        if self._inflight or self._cg_pending or self._producer_groups or any(g.offsets.pending for g in self._groups.values()):
+        if self._writes.inflight or self._consumers.pending or self._store.producer_groups or any(g.offsets.pending for g in self._store.groups.values()):
             return
         pairs: list[tuple[bytes, bytes | None]] = []
         rewritten: list[tuple[Group, TopicPartition | None, Any]] = []   # in record order
-        for group in self._groups.values():
+        for group in self._store.groups.values():
             if group.persisted:
-                pairs.append((group_key(group.group_id), group_value(self._group_record(group))))
+                pairs.append((group_key(group.group_id), group_value(self._membership.group_record(group))))
                 rewritten.append((group, None, None))
             for (t, p), v in group.offsets.committed.items():
                 pairs.append((offset_key(group.group_id, t, p), offset_value(v)))
                 rewritten.append((group, (t, p), v))
-        for pair in self._consumer_snapshot_records():
+        for pair in self._consumers.snapshot_records():
             pairs.append(pair)
             rewritten.append((None, None, None))
         if not pairs:
@@ -333,7 +347,7 @@ class GroupOffsetsMixin:
                 if tp is not None and group.offsets.committed.get(tp) is value:
                     group.offsets.committed[tp] = value._replace(log_offset=at)
 
-        self._clog.rewrite(self._batch(pairs), len(pairs), apply)
+        self._writes.rewrite(self._writes.batch(pairs), len(pairs), apply)
 
     def _write_expiry(self, plan: list[tuple[Group, list[TopicPartition], bool]]) -> None:
         pairs: list[tuple[bytes, bytes | None]] = []
@@ -346,14 +360,14 @@ class GroupOffsetsMixin:
             at = info.first_offset
             for group, tps, drop in plan:
                 for tp in tps:
-                    self._apply_offset(group.group_id, tp, None, at)
+                    self._store.apply_offset(group.group_id, tp, None, at)
                     at += 1
                 if drop:
                     if group.state is S.EMPTY and group.is_empty():
-                        self._apply_group_record(group.group_id, None)
+                        self._store.apply_group_record(group.group_id, None)
                     at += 1
 
-        self._write(lambda: self._append_records(pairs), apply, lambda error: None)
+        self._writes.write(lambda: self._writes.append_records(pairs), apply, lambda error: None)
 
 
 def _chunks(plan, limit: int):

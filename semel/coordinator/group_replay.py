@@ -1,9 +1,14 @@
 """Applying group-coordinator records to memory: the live write path (once a
 write is durable) and the start-up replay use the same functions, so memory is
-always the replay of the durable prefix of the log."""
+always the replay of the durable prefix of the log. A GroupStore holds the groups in
+memory that those functions change; the group coordinator and its parts share one."""
 from __future__ import annotations
 
+from typing import Callable
+
 from ..protocol import records as rb
+from ..storage.log import PartitionLog
+from .consumer_group_rules import ConsumerGroup
 from .group_model import Group, Member
 from .group_states import Event, GroupState
 from .consumer_records import apply_record
@@ -15,47 +20,65 @@ from .offsets import (
 S = GroupState
 
 
-class GroupReplay:
-    """Mixin of GroupCoordinator: apply functions and the start-up load."""
+class GroupStore:
+    """The groups of one group coordinator in memory, and the apply functions that are
+    the only way they change: classic groups with their committed offsets (`groups`),
+    consumer-protocol groups (`consumer_groups`), and which groups hold pending
+    transactional offsets of each producer (`producer_groups`)."""
 
-    def _group_for(self, group_id: str) -> Group:
-        group = self._groups.get(group_id)
+    def __init__(self, clock: Callable[[], int]) -> None:
+        self.clock = clock
+        self.groups: dict[str, Group] = {}
+        self.producer_groups: dict[int, set[str]] = {}   # producer id -> groups with pending offsets
+        self.consumer_groups: dict[str, ConsumerGroup] = {}
+
+    def current(self, group: Group) -> bool:
+        """`group` is still the one held under its id (not dropped or replaced)."""
+        return self.groups.get(group.group_id) is group
+
+    def clear(self) -> None:
+        self.groups.clear()
+        self.consumer_groups.clear()
+        self.producer_groups.clear()
+
+    def group_for(self, group_id: str) -> Group:
+        group = self.groups.get(group_id)
         if group is None:
-            group = self._groups[group_id] = Group(group_id, self.clock())
+            group = self.groups[group_id] = Group(group_id, self.clock())
         return group
 
-    def _apply_offset(self, group_id: str, tp: TopicPartition, value: CommittedOffset | None,
-                      log_offset: int) -> None:
+    def apply_offset(self, group_id: str, tp: TopicPartition, value: CommittedOffset | None,
+                     log_offset: int) -> None:
         if value is None:
-            group = self._groups.get(group_id)
+            group = self.groups.get(group_id)
             if group is not None:
                 group.offsets.remove(tp, log_offset)
-                self._maybe_forget(group)
+                self.maybe_forget(group)
             return
-        self._group_for(group_id).offsets.put(tp, value._replace(log_offset=log_offset))
+        self.group_for(group_id).offsets.put(tp, value._replace(log_offset=log_offset))
 
-    def _apply_pending(self, producer_id: int, group_id: str, tp: TopicPartition,
-                       value: CommittedOffset, log_offset: int) -> None:
-        self._group_for(group_id).offsets.add_pending(producer_id, tp, value._replace(log_offset=log_offset))
-        self._producer_groups.setdefault(producer_id, set()).add(group_id)
+    def apply_pending(self, producer_id: int, group_id: str, tp: TopicPartition,
+                      value: CommittedOffset, log_offset: int) -> None:
+        self.group_for(group_id).offsets.add_pending(producer_id, tp, value._replace(log_offset=log_offset))
+        self.producer_groups.setdefault(producer_id, set()).add(group_id)
 
-    def _apply_marker(self, producer_id: int, commit: bool) -> None:
-        for group_id in self._producer_groups.pop(producer_id, ()):
-            group = self._groups.get(group_id)
+    def apply_marker(self, producer_id: int, commit: bool) -> None:
+        for group_id in self.producer_groups.pop(producer_id, ()):
+            group = self.groups.get(group_id)
             if group is not None:
                 group.offsets.complete(producer_id, commit)
-                self._maybe_forget(group)
+                self.maybe_forget(group)
 
-    def _maybe_forget(self, group: Group) -> None:
+    def maybe_forget(self, group: Group) -> None:
         """Drop a group that holds nothing anymore (bounded memory)."""
         if (group.state is S.EMPTY and group.is_empty() and group.offsets.is_empty()
-                and not group.persisted and self._current(group)):
+                and not group.persisted and self.current(group)):
             group.to(Event.UNLOAD, self.clock())
-            del self._groups[group.group_id]
+            del self.groups[group.group_id]
 
-    def _apply_group_record(self, group_id: str, rec: GroupRecord | None) -> None:
+    def apply_group_record(self, group_id: str, rec: GroupRecord | None) -> None:
         """Replay of a group snapshot: the group is as the record says."""
-        group = self._groups.get(group_id)
+        group = self.groups.get(group_id)
         if rec is None:
             if group is not None:
                 group.members.clear()
@@ -63,9 +86,9 @@ class GroupReplay:
                 group.generation, group.protocol, group.leader = 0, None, None
                 group.protocol_type, group.persisted = None, False
                 group.state = S.EMPTY
-                self._maybe_forget(group)
+                self.maybe_forget(group)
             return
-        group = self._group_for(group_id)
+        group = self.group_for(group_id)
         group.generation, group.protocol_type = rec.generation, rec.protocol_type
         group.protocol, group.leader, group.state_ts = rec.protocol, rec.leader, rec.state_ts
         group.persisted = True
@@ -82,12 +105,13 @@ class GroupReplay:
         # Loading is not a transition: the snapshot is Stable when it has members.
         group.state = S.STABLE if group.members else S.EMPTY
 
-    def _load(self) -> None:
-        self._clog.records_since_compaction = 0
-        for buf, pos, hdr in scan_log(self._log):
-            self._clog.records_since_compaction += hdr.record_count
+    def load(self, plog: PartitionLog) -> int:
+        """Replay `plog` into memory; returns how many records it holds."""
+        records = 0
+        for buf, pos, hdr in scan_log(plog):
+            records += hdr.record_count
             if hdr.is_control:
-                self._apply_marker(hdr.producer_id, rb.control_type(buf, pos) == rb.CONTROL_COMMIT)
+                self.apply_marker(hdr.producer_id, rb.control_type(buf, pos) == rb.CONTROL_COMMIT)
                 continue
             for rec in rb.iter_records(buf, pos):
                 key = decode_key(rec.key)
@@ -96,17 +120,13 @@ class GroupReplay:
                     value = None if rec.value is None else decode_offset_value(rec.value, rec.offset)
                     if hdr.is_transactional:
                         if value is not None:
-                            self._apply_pending(hdr.producer_id, key.group, tp, value, rec.offset)
+                            self.apply_pending(hdr.producer_id, key.group, tp, value, rec.offset)
                     else:
-                        self._apply_offset(key.group, tp, value, rec.offset)
+                        self.apply_offset(key.group, tp, value, rec.offset)
                 elif isinstance(key, ConsumerGroupKey):
                     if not hdr.is_transactional:
-                        apply_record(self._consumer_groups, key, rec.value)
+                        apply_record(self.consumer_groups, key, rec.value)
                 elif not hdr.is_transactional:
-                    value = None if rec.value is None else decode_group_value(rec.value)
-                    self._apply_group_record(key.group, value)
-        # Restored members get a full session to find us again.
-        for group in self._groups.values():
-            for m in group.members.values():
-                self._arm_heartbeat(group, m)
-        self._arm_consumer_sessions()
+                    group = None if rec.value is None else decode_group_value(rec.value)
+                    self.apply_group_record(key.group, group)
+        return records

@@ -35,7 +35,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import Iterator, NamedTuple
 
-from ..protocol.records import iter_batches
+from ..protocol.records import BatchHeader, iter_batches
+from ..storage.log import PartitionLog
 
 KEY_OFFSET = 1
 KEY_GROUP = 2
@@ -114,13 +115,16 @@ class RecordReader:
         return out
 
     def i16(self) -> int:
-        return _I16.unpack(self._take(2))[0]
+        value: int = _I16.unpack(self._take(2))[0]
+        return value
 
     def i32(self) -> int:
-        return _I32.unpack(self._take(4))[0]
+        value: int = _I32.unpack(self._take(4))[0]
+        return value
 
     def i64(self) -> int:
-        return _I64.unpack(self._take(8))[0]
+        value: int = _I64.unpack(self._take(8))[0]
+        return value
 
     def string(self) -> str | None:
         n = self.i16()
@@ -340,7 +344,8 @@ class GroupOffsets:
 
 # --- reading the log ----------------------------------------------------------------------
 
-def scan_log(plog, chunk_bytes: int = 1 << 20) -> Iterator[tuple[bytes, int, object]]:
+def scan_log(plog: PartitionLog, chunk_bytes: int = 1 << 20
+             ) -> Iterator[tuple[bytes | memoryview, int, BatchHeader]]:
     """(buffer, position, header) of every batch from log start to log end."""
     offset = plog.log_start_offset
     while offset < plog.log_end_offset:

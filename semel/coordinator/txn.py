@@ -14,21 +14,26 @@ would replay it), so memory applies it too and the client is told
 COORDINATOR_NOT_AVAILABLE: what it asked for may still take effect, which is a
 legal outcome of an error. Markers are written only once the decision is durable.
 
-The module is split along its seams: carrying out a decision (markers, then the
-Complete record) is semel.coordinator.txn_completion; the branch extension for the
-Spark sink's atomic micro-batches is semel.coordinator.txn_branches.
+The coordinator is composed of parts along its seams, each made in __init__ with what
+it works on: carrying out a decision (markers, then the Complete record) is
+txn_completion.MarkerCompletion; the branch extension for the Spark sink's atomic
+micro-batches is txn_branches.TxnBranches. Each reaches back to the coordinator only
+through the Protocol it declares (its states `txns`, and begin / log_state /
+transition_all / abort_with_bump / spawn, the transition steps below).
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from typing import Callable
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any, Protocol
 
 from ..protocol import records
 from ..protocol.api_keys import ApiKey
 from ..protocol.errors import KafkaError
 from ..storage.errors import StorageError
+from ..storage.log import PartitionLog
 from .coordinator_log import CoordinatorLog
 from .group_model import OFFSETS_TOPIC
 from .ports import CoordinatorSeat, HighWatermarks, LocalMarkers, MarkerWriter, PartitionWriter, ProducerIdSource
@@ -37,7 +42,7 @@ from .txn_states import (
     end_txn_outcome, now_ms,
 )
 from .txn_branches import BRANCH_PREFIX, TxnBranches, branch_of
-from .txn_completion import MarkerCompletion
+from .txn_completion import DataLogs, GroupCoordinators, MarkerCompletion, RequestTimeout
 
 log = logging.getLogger("semel.txn")
 
@@ -45,7 +50,7 @@ TXN_TOPIC = "__transaction_state"
 MAX_EPOCH = 32767
 # From these request versions on, a fenced producer is told PRODUCER_FENCED;
 # older clients only know INVALID_PRODUCER_EPOCH (KIP-588).
-_FENCED_SINCE = {ApiKey.INIT_PRODUCER_ID: 4, ApiKey.ADD_PARTITIONS_TO_TXN: 2, ApiKey.ADD_OFFSETS_TO_TXN: 2,
+_FENCED_SINCE: dict[int, int] = {ApiKey.INIT_PRODUCER_ID: 4, ApiKey.ADD_PARTITIONS_TO_TXN: 2, ApiKey.ADD_OFFSETS_TO_TXN: 2,
                  ApiKey.END_TXN: 2, ApiKey.TXN_OFFSET_COMMIT: 3}
 
 
@@ -55,7 +60,40 @@ def fenced_error(api_key: int, version: int) -> KafkaError:
     return KafkaError.INVALID_PRODUCER_EPOCH
 
 
-def _partition_error(tp: tuple[str, int], logs) -> KafkaError:
+class TxnLogs(DataLogs, Protocol):
+    """The broker's partition logs (storage.manager.LogManager), as the coordinator uses them."""
+
+    def topics(self) -> Mapping[str, object]: ...
+
+    def create_topic(self, name: str, partitions: int, config: dict[str, str] | None = None, *,
+                     internal: bool = False, topic_id: str | None = None) -> KafkaError: ...
+
+
+class TxnGroups(GroupCoordinators, Protocol):
+    """The group coordinators, as transactions reach them: each offsets partition's marker,
+    and which partition holds a group."""
+
+    def partition_for(self, group_id: str | None) -> int: ...
+
+
+class TxnConfig(RequestTimeout, Protocol):
+    """The broker settings the transaction coordinator reads (semel.broker.config)."""
+    transaction_max_timeout_ms: int
+    transactional_id_expiration_ms: int
+    transaction_abort_check_interval_ms: int
+    transaction_log_compact_records: int
+    transaction_log_segment_bytes: int
+
+
+class TxnStats(Protocol):
+    """Counts of applied transitions and timeouts (semel.broker.metrics.BrokerMetrics)."""
+
+    def txn_transition(self, previous: TxnState | None, new: TxnState) -> None: ...
+
+    def txn_timed_out(self) -> None: ...
+
+
+def _partition_error(tp: tuple[str, int], logs: DataLogs) -> KafkaError:
     """Why tp cannot join a transaction (NONE if it can). Internal topics other than
     the offsets partitions (which AddOffsetsToTxn adds) are refused: a marker written
     into the coordinator's own log would make it unreadable at the next start."""
@@ -68,7 +106,7 @@ def _partition_error(tp: tuple[str, int], logs) -> KafkaError:
 
 class _Uncounted:
     """Transition statistics when no metrics are wired in (unit tests)."""
-    def txn_transition(self, previous, new) -> None:
+    def txn_transition(self, previous: TxnState | None, new: TxnState) -> None:
         pass
 
     def txn_timed_out(self) -> None:
@@ -88,7 +126,7 @@ def timeout_deadline(prev: TxnMeta | None, meta: TxnMeta) -> float:
     left_ms = min(max(meta.start_ms + meta.timeout_ms - now_ms(), 0), meta.timeout_ms)
     return time.monotonic() + left_ms / 1000
 
-class TransactionCoordinator(MarkerCompletion, TxnBranches):
+class TransactionCoordinator:
     """One transaction coordinator: of the single node, or of one __transaction_state
     partition in a cluster. What it needs from around it is given here
     (semel.coordinator.ports; semel.broker.wiring chooses the implementations):
@@ -106,10 +144,12 @@ class TransactionCoordinator(MarkerCompletion, TxnBranches):
     `txn_partitions`   the partition count of __transaction_state
     """
 
-    def __init__(self, logs, flusher, groups, config, pid_manager: ProducerIdSource, on_marker=None,
-                 stats=None, *, markers: MarkerWriter = LocalMarkers(), seat: CoordinatorSeat | None = None,
+    def __init__(self, logs: TxnLogs, flusher: PartitionWriter, groups: TxnGroups, config: TxnConfig,
+                 pid_manager: ProducerIdSource, on_marker: Callable[[str, int], None] | None = None,
+                 stats: TxnStats | None = None, *, markers: MarkerWriter = LocalMarkers(),
+                 seat: CoordinatorSeat | None = None,
                  high_watermarks: Callable[[], HighWatermarks | None] = lambda: None,
-                 data_flusher: PartitionWriter | None = None, txn_partitions: int = 1):
+                 data_flusher: PartitionWriter | None = None, txn_partitions: int = 1) -> None:
         self.logs = logs
         # Markers on data partitions wait for the broker's own flush policy; the
         # coordinator's log for `flusher` (which in a cluster also waits for replication).
@@ -117,17 +157,15 @@ class TransactionCoordinator(MarkerCompletion, TxnBranches):
         self.groups = groups
         self.config = config
         self.pids = pid_manager
-        self.on_marker = on_marker or (lambda topic, partition: None)
+        self.on_marker: Callable[[str, int], None] = on_marker or (lambda topic, partition: None)
         # Counts applied transitions for the metrics (semel.broker.metrics.BrokerMetrics).
-        self.stats = stats or _Uncounted()
+        self.stats: TxnStats = stats or _Uncounted()
         self.txns: dict[str, TxnMeta] = {}
-        self.log = None
+        self.log: PartitionLog | None = None
         self._initializing: set[str] = set()
-        # branch transactional id -> the parent it is joined to (ongoing or prepared parents only)
-        self._joined: dict[str, str] = {}
-        self._background: set[asyncio.Task] = set()
-        self._clog = CoordinatorLog(TXN_TOPIC, flusher, self._spawn)
-        self._tasks: list[asyncio.Task] = []
+        self._background: set[asyncio.Task[None]] = set()
+        self._clog = CoordinatorLog(TXN_TOPIC, flusher, self.spawn)
+        self._tasks: list[asyncio.Task[None]] = []
         self.high_watermarks = high_watermarks
         self.markers = markers
         # Nothing is appended to the log unless `serving()`. Only the coordinator's state
@@ -142,9 +180,13 @@ class TransactionCoordinator(MarkerCompletion, TxnBranches):
         # Kafka broker refuses the pseudo-topic (the Spark sink names branches that hash
         # like their parent, semel.protocol.txn_hash.aligned, so they always land here).
         self.txn_partitions = txn_partitions
+        self._branches = TxnBranches(self, txn_partitions)
+        self._completion = MarkerCompletion(
+            self, self._branches, self._clog, logs=logs, data_flusher=self.flusher, groups=groups,
+            markers=markers, high_watermarks=high_watermarks, config=config, on_marker=self.on_marker)
 
     @staticmethod
-    def log_configs(config) -> dict[str, str]:
+    def log_configs(config: TxnConfig) -> dict[str, str]:
         # Coordinator state must never age out: no time or size retention.
         # Small segments so compaction can hand old ones back (see maybe_compact).
         return {"retention.ms": "-1", "retention.bytes": "-1",
@@ -176,10 +218,10 @@ class TransactionCoordinator(MarkerCompletion, TxnBranches):
             task.cancel()
         self._clog.fail_all(KafkaError.NOT_COORDINATOR)
         self.txns.clear()
-        self._joined.clear()
+        self._branches.joined.clear()
         self._initializing = set()
 
-    def load(self, plog, epoch: int) -> None:
+    def load(self, plog: PartitionLog, epoch: int) -> None:
         """Replay the replicated log (synchronously) as the coordinator at `epoch`."""
         self.log = self._clog.plog = plog
         self._epoch = epoch
@@ -187,7 +229,7 @@ class TransactionCoordinator(MarkerCompletion, TxnBranches):
 
     def serve(self, epoch: int) -> None:
         """Serving at `epoch`: carry out every decision the log holds, in the background."""
-        self._spawn(self._roll_forward_prepared())
+        self.spawn(self._roll_forward_prepared())
 
     async def stop(self) -> None:
         if self.seat is not None:
@@ -203,11 +245,14 @@ class TransactionCoordinator(MarkerCompletion, TxnBranches):
         """Memory := the last state of every transactional id in the log."""
         self.txns.clear()
         replayed = 0
-        offset = self.log.log_start_offset
-        while offset < self.log.log_end_offset:
+        plog = self.log
+        if plog is None:
+            raise RuntimeError(f"{TXN_TOPIC}: no partition log loaded")
+        offset = plog.log_start_offset
+        while offset < plog.log_end_offset:
             # Verified (CRC, structure): a batch damaged on disk stops the start with an error
             # naming the file instead of becoming transaction state or an endless loop.
-            chunk = self.log.read_checked(offset, 1 << 20)
+            chunk = plog.read_checked(offset, 1 << 20)
             if not chunk:
                 break
             for pos, hdr in records.iter_batches(chunk):
@@ -234,7 +279,7 @@ class TransactionCoordinator(MarkerCompletion, TxnBranches):
     def _apply(self, meta: TxnMeta) -> None:
         if meta.state == TxnState.ONGOING:
             meta.deadline = timeout_deadline(self.txns.get(meta.txn_id), meta)
-        self._index_branches(self.txns.get(meta.txn_id), meta)
+        self._branches.index(self.txns.get(meta.txn_id), meta)
         if meta.state == TxnState.DEAD:
             self.txns.pop(meta.txn_id, None)
         else:
@@ -244,14 +289,14 @@ class TransactionCoordinator(MarkerCompletion, TxnBranches):
         # A prepared branch of a prepared parent is its parent's to complete, with the
         # parent's other branches in the same appends: completed on its own it would
         # show its rows of the batch before theirs.
-        for meta in [m for m in self.txns.values() if m.state in PREPARED and m.txn_id not in self._joined]:
+        for meta in [m for m in self.txns.values() if m.state in PREPARED and m.txn_id not in self._branches.joined]:
             log.info("rolling forward %s of %s (producer %d epoch %d)", meta.state.name, meta.txn_id,
                      meta.producer_id, meta.epoch)
-            await self._complete(meta)
+            await self._completion.complete(meta)
 
     # --- the append-then-apply step ---------------------------------------------
 
-    async def _log_state(self, meta: TxnMeta, tombstone: bool = False,
+    async def log_state(self, meta: TxnMeta, tombstone: bool = False,
                          durable: bool = True) -> tuple[KafkaError, bool]:
         """(error, applied): append, fsync, then apply in log order (coordinator_log,
         shared with the group coordinator). applied is False only when
@@ -265,7 +310,7 @@ class TransactionCoordinator(MarkerCompletion, TxnBranches):
         value = None if tombstone else encode_value(meta)
         batch = records.build_batch([(meta.txn_id.encode(), value)])
 
-        def apply(_info=None) -> tuple[KafkaError, bool]:
+        def apply(_info: object = None) -> tuple[KafkaError, bool]:
             previous = self.txns.get(meta.txn_id)
             if tombstone:
                 self.txns.pop(meta.txn_id, None)
@@ -284,13 +329,13 @@ class TransactionCoordinator(MarkerCompletion, TxnBranches):
                                       unsynced=unsynced, durable=durable)
 
     async def _log_states(self, metas: list[TxnMeta], durable: bool = True) -> tuple[KafkaError, bool]:
-        """_log_state of several transactional ids in one record batch: one append, one
+        """log_state of several transactional ids in one record batch: one append, one
         fsync, applied together (a decision's branches)."""
         if not self.serving():
             return KafkaError.NOT_COORDINATOR, False
         batch = records.build_batch([(m.txn_id.encode(), encode_value(m)) for m in metas])
 
-        def apply(_info=None) -> tuple[KafkaError, bool]:
+        def apply(_info: object = None) -> tuple[KafkaError, bool]:
             for meta in metas:
                 previous = self.txns.get(meta.txn_id)
                 self._apply(meta)
@@ -306,12 +351,12 @@ class TransactionCoordinator(MarkerCompletion, TxnBranches):
         return await self._clog.write(lambda: self._clog.append(batch), apply, lambda error: (error, False),
                                       unsynced=unsynced, durable=durable)
 
-    async def _transition_all(self, currents: list[TxnMeta], news: list[TxnMeta], durable: bool = True) -> KafkaError:
+    async def transition_all(self, currents: list[TxnMeta], news: list[TxnMeta], durable: bool = True) -> KafkaError:
         """_transition of several ids at once: all begun, one record batch, or none."""
         begun: list[TxnMeta] = []
         try:
             for current, new in zip(currents, news):
-                err = self._begin(current, new.state)
+                err = self.begin(current, new.state)
                 if err:
                     return err
                 begun.append(current)
@@ -326,7 +371,7 @@ class TransactionCoordinator(MarkerCompletion, TxnBranches):
         """Records appended whose apply still waits for their fsync."""
         return len(self._clog.inflight)
 
-    def _begin(self, current: TxnMeta | None, target: TxnState) -> KafkaError:
+    def begin(self, current: TxnMeta | None, target: TxnState) -> KafkaError:
         """The one place a transactional id's state change starts (Kafka's
         prepareTransitionTo): refused when the table forbids it or another change of
         that id is in flight; otherwise `pending` holds the target until the record
@@ -342,11 +387,11 @@ class TransactionCoordinator(MarkerCompletion, TxnBranches):
         return KafkaError.NONE
 
     async def _transition(self, current: TxnMeta | None, new: TxnMeta) -> KafkaError:
-        err = self._begin(current, new.state)
+        err = self.begin(current, new.state)
         if err:
             return err
         try:
-            err, _ = await self._log_state(new)
+            err, _ = await self.log_state(new)
             return err
         finally:
             if current is not None:
@@ -380,17 +425,17 @@ class TransactionCoordinator(MarkerCompletion, TxnBranches):
             err = self._init_refusal(meta, producer_id, producer_epoch, version)
             if err:
                 return err, -1, -1
-            if txn_id in self._joined:
+            if txn_id in self._branches.joined:
                 # A new instance of a joined branch (a task re-run after a crash): the
                 # batch it belonged to was not decided, so abort the parent with all its
                 # branches, then fence as usual.
-                if await self._abort_parent_of(txn_id):
+                if await self._branches.abort_parent_of(txn_id):
                     return KafkaError.CONCURRENT_TRANSACTIONS, -1, -1
                 continue
             if meta.state == TxnState.ONGOING:
                 # A new instance fences the old one: abort its transaction under a
                 # bumped epoch (so its in-flight writes are rejected), then bump again.
-                if await self._abort_with_bump(meta):
+                if await self.abort_with_bump(meta):
                     return KafkaError.CONCURRENT_TRANSACTIONS, -1, -1
                 continue
             pid, epoch = self._bumped(meta)
@@ -447,7 +492,7 @@ class TransactionCoordinator(MarkerCompletion, TxnBranches):
             return None, KafkaError.INVALID_PRODUCER_ID_MAPPING
         if epoch != meta.epoch:
             return None, fenced_error(api_key, version)
-        if meta.pending is not None or meta.state in PREPARED or txn_id in self._joined:
+        if meta.pending is not None or meta.state in PREPARED or txn_id in self._branches.joined:
             return None, KafkaError.CONCURRENT_TRANSACTIONS
         return meta, KafkaError.NONE
 
@@ -455,12 +500,17 @@ class TransactionCoordinator(MarkerCompletion, TxnBranches):
                              partitions: list[tuple[str, int]], version: int,
                              api_key: int = ApiKey.ADD_PARTITIONS_TO_TXN) -> dict[tuple[str, int], KafkaError]:
         meta, err = self._validate(txn_id, producer_id, epoch, api_key, version)
-        if err:
+        if meta is None:
             return {tp: err for tp in partitions}
-        refused = {tp: self._join_error(meta, tp) if branch_of(tp) is not None else _partition_error(tp, self.logs)
-                   for tp in partitions}
-        refused.update({tp: KafkaError.INVALID_TOPIC_EXCEPTION for tp in partitions
-                        if branch_of(tp) is not None and not self._coordinated_here(txn_id, branch_of(tp))})
+
+        def refusal(tp: tuple[str, int]) -> KafkaError:
+            branch = branch_of(tp)
+            if branch is None:
+                return _partition_error(tp, self.logs)
+            if not self._branches.coordinated_here(txn_id, branch):
+                return KafkaError.INVALID_TOPIC_EXCEPTION
+            return self._branches.join_error(meta, branch)
+        refused = {tp: refusal(tp) for tp in partitions}
         if any(refused.values()):  # all or nothing
             return {tp: err or KafkaError.OPERATION_NOT_ATTEMPTED for tp, err in refused.items()}
         wanted = meta.parts() | frozenset(partitions)
@@ -471,16 +521,16 @@ class TransactionCoordinator(MarkerCompletion, TxnBranches):
         new = meta.copy(state=TxnState.ONGOING, partitions=wanted, start_ms=start, update_ms=now)
         # Reserve the new branches before the await, so no timeout, EndTxn or fence
         # can end them while the join is being logged; undone if it never applied.
-        joining = [b for b in map(branch_of, partitions) if b is not None and b not in self._joined]
+        joining = [b for b in map(branch_of, partitions) if b is not None and b not in self._branches.joined]
         for b in joining:
-            self._joined[b] = txn_id
+            self._branches.joined[b] = txn_id
         try:
             err = await self._transition(meta, new)
         finally:
             mine = self.txns.get(txn_id)
             for b in joining:
-                if self._joined.get(b) == txn_id and (mine is None or (BRANCH_PREFIX + b, 0) not in mine.parts()):
-                    del self._joined[b]
+                if self._branches.joined.get(b) == txn_id and (mine is None or (BRANCH_PREFIX + b, 0) not in mine.parts()):
+                    del self._branches.joined[b]
         return {tp: err for tp in partitions}
 
     async def add_offsets(self, txn_id: str, producer_id: int, epoch: int, group_id: str,
@@ -518,14 +568,14 @@ class TransactionCoordinator(MarkerCompletion, TxnBranches):
             return fenced_error(ApiKey.TXN_OFFSET_COMMIT, version)
         return err
 
-    def _verify(self, txn_id, producer_id, epoch, tp) -> KafkaError:
+    def _verify(self, txn_id: str, producer_id: int, epoch: int, tp: tuple[str, int]) -> KafkaError:
         meta = self.txns.get(txn_id)
         if meta is None or meta.producer_id != producer_id:
             return KafkaError.INVALID_PRODUCER_ID_MAPPING
         if epoch != meta.epoch:
             return KafkaError.INVALID_PRODUCER_EPOCH
         if (meta.state != TxnState.ONGOING or meta.pending in PREPARED or tp not in meta.parts()
-                or txn_id in self._joined):
+                or txn_id in self._branches.joined):
             return KafkaError.INVALID_TXN_STATE
         return KafkaError.NONE
 
@@ -540,23 +590,30 @@ class TransactionCoordinator(MarkerCompletion, TxnBranches):
             return KafkaError.INVALID_PRODUCER_ID_MAPPING
         if epoch != meta.epoch:
             return fenced_error(ApiKey.END_TXN, version)
-        if meta.pending is not None or txn_id in self._joined:
+        if meta.pending is not None or txn_id in self._branches.joined:
             return KafkaError.CONCURRENT_TRANSACTIONS   # a joined branch ends with its parent
         target = end_txn_outcome(meta.state, commit)
         if isinstance(target, KafkaError):
             return target
         prepared = meta.copy(state=target, update_ms=now_ms())
         err = await self._transition(meta, prepared)
-        await self._complete_if_prepared(txn_id)
+        await self._completion.complete_if_prepared(txn_id)
         if err and self._state(txn_id) == COMPLETE_OF[target]:
             return KafkaError.NONE  # the Prepare fsync failed, yet the decision is now carried out
         return err
+
+    async def write_partition_markers(self, tp: tuple[str, int], kind: int, producers: list[tuple[int, int]],
+                                      coordinator_epoch: int) -> None:
+        """Write the markers of `producers` into this broker's log of tp (its leader) in
+        one append and wait until they are committed (MarkerCompletion). Also serves
+        WriteTxnMarkers from a coordinator on another broker."""
+        await self._completion.write_partition_markers(tp, kind, producers, coordinator_epoch)
 
     def _state(self, txn_id: str) -> TxnState | None:
         meta = self.txns.get(txn_id)
         return None if meta is None else meta.state
 
-    async def _abort_with_bump(self, meta: TxnMeta) -> KafkaError:
+    async def abort_with_bump(self, meta: TxnMeta) -> KafkaError:
         # Never a new producer id here: the markers must carry the id the transaction's
         # data was written with, or its partitions stay unstable for ever. Epochs handed
         # to clients stop below MAX_EPOCH, which is kept for this fence; the next
@@ -565,10 +622,11 @@ class TransactionCoordinator(MarkerCompletion, TxnBranches):
         prepared = meta.copy(state=TxnState.PREPARE_ABORT, epoch=epoch,
                              last_producer_id=meta.producer_id, last_epoch=meta.epoch, update_ms=now_ms())
         err = await self._transition(meta, prepared)
-        await self._complete_if_prepared(meta.txn_id)
+        await self._completion.complete_if_prepared(meta.txn_id)
         return err
 
-    def _spawn(self, coro) -> None:
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run `coro` in the background; unload cancels it, stop waits for it."""
         task = asyncio.create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
@@ -622,12 +680,12 @@ class TransactionCoordinator(MarkerCompletion, TxnBranches):
         # A joined branch is timed by its parent (the parent's abort ends it too).
         expired = [m for m in self.txns.values()
                    if m.state == TxnState.ONGOING and m.pending is None and m.deadline < now
-                   and m.txn_id not in self._joined]
+                   and m.txn_id not in self._branches.joined]
         for meta in expired:
-            if self.txns.get(meta.txn_id) is not meta or meta.pending is not None or meta.txn_id in self._joined:
+            if self.txns.get(meta.txn_id) is not meta or meta.pending is not None or meta.txn_id in self._branches.joined:
                 continue  # the client ended it (or a parent joined it) while an earlier abort was logged
             log.info("aborting %s: transaction timed out after %d ms", meta.txn_id, meta.timeout_ms)
-            if not await self._abort_with_bump(meta):
+            if not await self.abort_with_bump(meta):
                 self.stats.txn_timed_out()
         return len(expired)
 
@@ -636,9 +694,9 @@ class TransactionCoordinator(MarkerCompletion, TxnBranches):
         idle = [m for m in self.txns.values()
                 if m.state in COMPLETED and m.pending is None and m.update_ms < cutoff]
         for meta in idle:
-            if self._begin(meta, TxnState.DEAD):
+            if self.begin(meta, TxnState.DEAD):
                 continue  # used again while an earlier tombstone was being logged
-            _, applied = await self._log_state(meta, tombstone=True)
+            _, applied = await self.log_state(meta, tombstone=True)
             if not applied:
                 meta.pending = None
         return len(idle)

@@ -5,9 +5,10 @@ are written to every partition of the transaction (retried until they succeed, a
 after a crash) and a Complete record closes the transaction. Markers are written only
 once the decision is durable.
 
-MarkerCompletion is the part of TransactionCoordinator (semel.coordinator.txn) that
-does this; it uses the coordinator's `txns`, `_begin`, `_log_state`, `_spawn`, its log
-and flushers, the MarkerWriter `markers` and the group coordinators `groups`.
+A MarkerCompletion belongs to one TransactionCoordinator (semel.coordinator.txn): it
+is given the coordinator as a CompletingCoordinator (its states and the transitions
+that log them), the coordinator's own log, its branches, and what markers go through
+(the data logs and their PartitionWriter, the MarkerWriter, the group coordinators).
 """
 from __future__ import annotations
 
@@ -15,38 +16,103 @@ import asyncio
 import inspect
 import logging
 import math
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Protocol
 
 from ..backoff import Backoff
 from ..protocol import records
 from ..protocol.errors import KafkaError
 from ..storage.errors import AppendError, StorageError
+from ..storage.log import PartitionLog
+from .coordinator_log import CoordinatorLog
 from .group_model import OFFSETS_TOPIC
-from .txn_branches import branch_of
+from .ports import HighWatermarks, MarkerWriter, PartitionWriter
+from .txn_branches import TxnBranches, branch_of
 from .txn_states import COMPLETE_OF, PREPARED, TxnMeta, TxnState, now_ms
 
 log = logging.getLogger("semel.txn")
 
+TopicPartition = tuple[str, int]
+
+
+class CompletingCoordinator(Protocol):
+    """What MarkerCompletion needs of its transaction coordinator."""
+    txns: dict[str, TxnMeta]
+
+    @property
+    def coordinator_epoch(self) -> int: ...
+
+    def begin(self, current: TxnMeta | None, target: TxnState) -> KafkaError: ...
+
+    async def log_state(self, meta: TxnMeta, tombstone: bool = False,
+                        durable: bool = True) -> tuple[KafkaError, bool]: ...
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None: ...
+
+
+class DataLogs(Protocol):
+    """The broker's partition logs (storage.manager.LogManager), as markers need them."""
+
+    def get(self, topic: str, partition: int) -> PartitionLog | None: ...
+
+
+class OffsetsMarkers(Protocol):
+    """The group coordinator of one __consumer_offsets partition, as a marker reaches it."""
+
+    def complete_txn(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                     commit: bool) -> KafkaError | Awaitable[KafkaError]: ...
+
+
+class GroupCoordinators(Protocol):
+    """The group coordinators of this broker, one per __consumer_offsets partition it leads."""
+
+    def for_partition(self, partition: int) -> OffsetsMarkers | None: ...
+
+
+class RequestTimeout(Protocol):
+    request_timeout_ms: int
+
 
 class MarkerCompletion:
-    """Carries out decisions: markers into data, offsets and branch partitions."""
+    """Carries out decisions: markers into data, offsets and branch partitions.
 
-    async def _complete_if_prepared(self, txn_id: str) -> None:
+    `clog` is the coordinator's own log (a decision is made durable there before any
+    marker), `data_flusher` what markers in local data partitions wait on,
+    `high_watermarks` what they then wait on in a cluster (None: the fsync is enough),
+    `on_marker` is told of every partition a marker was written to."""
+
+    def __init__(self, coordinator: CompletingCoordinator, branches: TxnBranches, clog: CoordinatorLog, *,
+                 logs: DataLogs, data_flusher: PartitionWriter, groups: GroupCoordinators,
+                 markers: MarkerWriter, high_watermarks: Callable[[], HighWatermarks | None],
+                 config: RequestTimeout, on_marker: Callable[[str, int], None]) -> None:
+        self._coordinator = coordinator
+        self._branches = branches
+        self._clog = clog
+        self._logs = logs
+        self._data_flusher = data_flusher
+        self._groups = groups
+        self._markers = markers
+        self._high_watermarks = high_watermarks
+        self._config = config
+        self._on_marker = on_marker
+
+    async def complete_if_prepared(self, txn_id: str) -> None:
         """A Prepare record in the log is the decision even when its fsync failed."""
-        meta = self.txns.get(txn_id)
+        meta = self._coordinator.txns.get(txn_id)
         if meta is not None and meta.state in PREPARED and meta.pending is None:
-            await self._complete(meta)
+            await self.complete(meta)
 
-    async def _complete(self, meta: TxnMeta) -> None:
+    async def complete(self, meta: TxnMeta) -> None:
         """Carry out a logged decision. If markers cannot be written now, keep
         retrying in the background; the transaction stays pending until done."""
-        if self._begin(meta, COMPLETE_OF[meta.state]):
+        if self._coordinator.begin(meta, COMPLETE_OF[meta.state]):
             return   # already being completed (an EndTxn retry met a roll-forward), or superseded
-        done: set = set()
+        done: set[TopicPartition] = set()
         if await self._try_complete(meta, done):
             return
-        self._spawn(self._retry_complete(meta, done))
+        self._coordinator.spawn(self._retry_complete(meta, done))
 
-    async def _retry_complete(self, meta: TxnMeta, done: set) -> None:
+    async def _retry_complete(self, meta: TxnMeta, done: set[TopicPartition]) -> None:
         # No deadline: a logged decision is carried out however long the disk or the
         # partition leaders stay away.
         pace = Backoff(math.inf, first_s=0.1, max_s=5.0)
@@ -55,15 +121,16 @@ class MarkerCompletion:
             if await self._try_complete(meta, done):
                 return
 
-    async def _try_complete(self, meta: TxnMeta, done: set) -> bool:
-        if self.txns.get(meta.txn_id) is not meta:
+    async def _try_complete(self, meta: TxnMeta, done: set[TopicPartition]) -> bool:
+        if self._coordinator.txns.get(meta.txn_id) is not meta:
             return True   # superseded (never expected): a stale retry must not overwrite newer state
         commit = meta.state == TxnState.PREPARE_COMMIT
         kind = records.CONTROL_COMMIT if commit else records.CONTROL_ABORT
         try:
             # Markers only for a durable decision: a crash must not leave markers
             # whose Prepare record could still vanish from the coordinator log.
-            await self._clog.flusher.sync(self.log, self.log.log_end_offset)
+            own = self._clog.loaded()
+            await self._clog.flusher.sync(own, own.log_end_offset)
         except AppendError as exc:
             log.warning("transaction log fsync before markers for %s failed (%s); will retry", meta.txn_id, exc)
             return False
@@ -72,7 +139,7 @@ class MarkerCompletion:
         # of all its branches in one append: a read_committed reader of a partition sees
         # the whole decision there or none of it, never one branch before another.
         try:
-            branches = await self._prepare_branches(meta, commit)
+            branches = await self._branches.prepare(meta, commit)
         except AppendError as exc:
             log.warning("preparing the branches of %s failed (%s); will retry", meta.txn_id, exc)
             return False
@@ -100,17 +167,17 @@ class MarkerCompletion:
         if failed:
             return False
         try:
-            await self._complete_branches(branches)
+            await self._branches.complete(branches)
         except AppendError as exc:
             log.warning("completing the branches of %s failed (%s); will retry", meta.txn_id, exc)
             return False
-        if self.txns.get(meta.txn_id) is not meta:
+        if self._coordinator.txns.get(meta.txn_id) is not meta:
             return True   # unloaded while the markers were written: the next coordinator completes it
         final = meta.copy(state=COMPLETE_OF[meta.state], partitions=None, update_ms=now_ms())
         # The Complete record need not wait for its own fsync: every marker is
         # already durable, and if the record is lost the Prepare is replayed and
         # rolled forward again (markers written twice are harmless).
-        _, applied = await self._log_state(final, durable=False)
+        _, applied = await self._coordinator.log_state(final, durable=False)
         # A Complete record that reached the log (even unsynced) is done: a crash
         # before it is durable replays the Prepare record and rolls forward again.
         return applied
@@ -119,25 +186,25 @@ class MarkerCompletion:
                              txn_id: str) -> None:
         """The markers of `producers` (a decision's parent and branches) on tp, in one append."""
         commit = kind == records.CONTROL_COMMIT
-        if tp[0] == OFFSETS_TOPIC and self.markers.leads_here(tp):
-            groups = self.groups.for_partition(tp[1])
+        if tp[0] == OFFSETS_TOPIC and self._markers.leads_here(tp):
+            groups = self._groups.for_partition(tp[1])
             if groups is None:
                 raise AppendError(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"no group coordinator for {tp}")
             for producer_id, epoch in producers:
-                result = groups.complete_txn(producer_id, epoch, self.coordinator_epoch, commit)
+                result = groups.complete_txn(producer_id, epoch, self._coordinator.coordinator_epoch, commit)
                 if inspect.isawaitable(result):
                     result = await result
                 if result:
                     raise StorageError(f"offsets marker for {txn_id}: {KafkaError(result).name}")
             return
-        if not self.markers.leads_here(tp):
+        if not self._markers.leads_here(tp):
             # Led by another broker (or by nobody right now): the current leader writes
             # them, all of this partition's in one WriteTxnMarkers request and one append.
-            err = await self.markers.write(tp, commit, producers, self.coordinator_epoch)
+            err = await self._markers.write(tp, commit, producers, self._coordinator.coordinator_epoch)
             if err:
                 raise AppendError(err, f"markers for {txn_id} on {tp[0]}-{tp[1]} via its leader: {err.name}")
             return
-        await self.write_partition_markers(tp, kind, producers, self.coordinator_epoch)
+        await self.write_partition_markers(tp, kind, producers, self._coordinator.coordinator_epoch)
 
     async def write_partition_markers(self, tp: tuple[str, int], kind: int, producers: list[tuple[int, int]],
                                       coordinator_epoch: int) -> None:
@@ -145,17 +212,17 @@ class MarkerCompletion:
         one append and wait until they are durable and, in a cluster, replicated.
         AppendError when refused or not replicated. Also serves WriteTxnMarkers from a
         coordinator on another broker."""
-        plog = self.logs.get(*tp)
+        plog = self._logs.get(*tp)
         if plog is None:  # the topic was deleted: nothing left to mark
             return
         info = plog.append_controls(kind, producers, coordinator_epoch)
-        await self.flusher.sync(plog, info.last_offset + 1)
-        replicas = self.high_watermarks()
+        await self._data_flusher.sync(plog, info.last_offset + 1)
+        replicas = self._high_watermarks()
         if replicas is not None:
             # Kafka writes markers with acks=all: the transaction is complete only once
             # every in-sync replica holds its marker, or a new leader would keep it open.
-            err = await replicas.wait_for_hw(*tp, info.last_offset + 1, self.config.request_timeout_ms / 1000)
+            err = await replicas.wait_for_hw(*tp, info.last_offset + 1, self._config.request_timeout_ms / 1000)
             if err:
                 raise AppendError(err, f"markers of {len(producers)} producer(s) on {tp[0]}-{tp[1]} not replicated: "
                                        f"{err.name}")
-        self.on_marker(*tp)
+        self._on_marker(*tp)

@@ -5,6 +5,7 @@ import math
 import struct
 import time
 from enum import IntEnum
+from typing import Any
 
 from ..protocol.errors import KafkaError
 from ..clock import wall_ms
@@ -82,8 +83,9 @@ class TxnMeta:
                  "state", "partitions", "start_ms", "update_ms", "_pending", "pending_since", "deadline")
     _LOGGED = __slots__[:-3]   # what a state record holds and copy() carries
 
-    def __init__(self, txn_id, producer_id, epoch, last_producer_id, last_epoch, timeout_ms, state,
-                 partitions, start_ms, update_ms):
+    def __init__(self, txn_id: str, producer_id: int, epoch: int, last_producer_id: int, last_epoch: int,
+                 timeout_ms: int, state: TxnState, partitions: frozenset[tuple[str, int]] | None, start_ms: int,
+                 update_ms: int) -> None:
         self.txn_id = txn_id
         self.producer_id = producer_id
         self.epoch = epoch
@@ -91,7 +93,7 @@ class TxnMeta:
         self.last_epoch = last_epoch
         self.timeout_ms = timeout_ms
         self.state = state
-        self.partitions = partitions  # frozenset[(topic, partition)] or None when empty
+        self.partitions = partitions  # None when empty
         self.start_ms = start_ms
         self.update_ms = update_ms
         self._pending: TxnState | None = None
@@ -116,12 +118,12 @@ class TxnMeta:
             self.pending_since = time.monotonic()
         self._pending = target
 
-    def copy(self, **changes) -> "TxnMeta":
+    def copy(self, **changes: Any) -> "TxnMeta":
         fields = {k: getattr(self, k) for k in self._LOGGED}
         fields.update(changes)
         return TxnMeta(**fields)
 
-    def parts(self) -> frozenset:
+    def parts(self) -> frozenset[tuple[str, int]]:
         return self.partitions or frozenset()
 
 

@@ -114,11 +114,11 @@ def crc_ok(buf: Buffer, pos: int, size: int) -> bool:
     return bool(crc32c.crc32c(memoryview(buf)[pos + 21:pos + size]) == stored)
 
 
-def set_base_offset(buf: bytearray, pos: int, base_offset: int) -> None:
+def set_base_offset(buf: bytearray | memoryview, pos: int, base_offset: int) -> None:
     _OFFSET.pack_into(buf, pos, base_offset)
 
 
-def set_leader_epoch(buf: bytearray, pos: int, epoch: int) -> None:
+def set_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: int) -> None:
     """partitionLeaderEpoch of the batch at pos (outside the CRC, like baseOffset)."""
     _EPOCH_AT_12.pack_into(buf, pos + 12, epoch)
 
@@ -308,7 +308,8 @@ def iter_records(buf: Buffer, pos: int = 0) -> Iterator[Record]:
         p = rec_end
 
 
-def verified_prefix(data: bytes, from_offset: int, crc: bool = True) -> tuple[bytes, int | None]:
+def verified_prefix(data: bytes | memoryview, from_offset: int, crc: bool = True
+                    ) -> tuple[bytes | memoryview, int | None]:
     """The whole, well-formed, CRC-correct batches at the start of `data` (offsets
     increasing, the first holding or following `from_offset`), and the offset where
     a damaged batch begins (None when every byte is good). crc=False checks the

@@ -1,16 +1,21 @@
 """A partition log: an ordered list of segments with append, read, flush and compaction support.
 
-PartitionLog is the public face of the storage layer; its jobs live in parts named
-after them, each a class it inherits from and each working on the state set up in
-PartitionLog.__init__ below:
-- log_loader.LogLoader: open-time recovery (checkpoint, CRC scan, producer replay);
-- write_offload.WriteOffload: append_async and the file work handed to threads;
-- replica_writes.ReplicaWrites: a follower's appends, truncation and reset;
-- retention.Retention: deleting old segments (retention, DeleteRecords);
+PartitionLog is the public face of the storage layer. It owns the segments, the
+offsets, the producer state and the two locks, and composes parts named after their
+jobs, each given what it works on when it is made:
+- log_loader.LogLoader: open-time recovery (checkpoint, CRC scan, producer replay),
+  given the files and settings; it returns the recovered segments and producer state;
+- write_offload.WriteOffload: the file work handed to threads (the write or roll a
+  worker holds, the background checkpoint), given this log as an OffloadedLog;
+- replica_writes.ReplicaWrites: a follower's appends, truncation and reset, and
+  retention.Retention: deleting old segments (retention, DeleteRecords), each given
+  this log through the narrow Protocol it declares;
 - log_config.LogConfig: the settings.
-This module keeps the rest: appending on the loop, rolling, reading, flushing and
-checkpoints, compaction support, the role in a cluster (set_leader_epoch, set_follower,
-set_high_watermark: the replica manager's only way in), close.
+This module keeps the rest: appending (on the loop, or append_async), rolling, reading,
+flushing and checkpoints, compaction support, the role in a cluster (set_leader_epoch,
+set_follower, set_high_watermark: the replica manager's only way in), close. Its
+members without a leading underscore that layers above have no use for (segments,
+bases, the locks, write_batches, flush_locked...) are what the parts' Protocols name.
 
 Promises (each has a test under tests/unit/storage):
 - append is all-or-nothing. On any disk error the active segment is cut back to
@@ -27,20 +32,21 @@ Promises (each has a test under tests/unit/storage):
 
 Threads: all mutating calls (append, roll, retention, close) come from one thread
 (the broker's event loop). flush() may run in a worker thread at the same time
-(group commit). Two locks make that safe: `_io_lock` serialises everything that
-fsyncs or writes index/checkpoint files, `_lock` makes the flusher see the end of
+(group commit). Two locks make that safe: `io_lock` serialises everything that
+fsyncs or writes index/checkpoint files, `state_lock` makes the flusher see the end of
 the log, the active segment and the index arrays as one consistent picture.
-Lock order is always _io_lock, then _lock. Writes and rolls handed to worker
+Lock order is always io_lock, then state_lock. Writes and rolls handed to worker
 threads, and the settling every mutator does first, are in write_offload.
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 import time
 from array import array
 from bisect import bisect_right
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
 from pathlib import Path
 
 from semel.protocol.errors import KafkaError
@@ -55,13 +61,15 @@ from .errors import AppendError, CorruptLogError, OffsetOutOfRange, ProducerStat
 from .fs import FileSystem
 from .leader_epoch import LeaderEpochCache
 from .log_config import LogConfig
-from .log_loader import LogLoader, RecoveryInfo
+from .log_loader import LogLoader, RecoveryInfo, index_abort
 from .producer_state import ProducerStateManager, prune_snapshots, write_snapshot
 from .replica_writes import ReplicaWrites
 from .retention import Retention
 from .segment import INDEX_SUFFIX, LOG_SUFFIX, MAX_RELATIVE_OFFSET, TIMEINDEX_SUFFIX, Segment, segment_name
 from .types import AppendInfo
-from .write_offload import OFFLOOP_WRITE_BYTES, WRITERS, PendingWrite, WriteOffload
+from .write_offload import (
+    OFFLOOP_WRITE_BYTES, WRITERS, Payload, PendingWrite, Placed, WriteOffload, run_precheck,
+)
 
 __all__ = ["LogConfig", "PartitionLog", "AppendInfo", "RecoveryInfo", "StorageError", "OffsetOutOfRange",
            "AppendError", "ProducerStateError", "OFFLOOP_WRITE_BYTES"]
@@ -69,15 +77,18 @@ __all__ = ["LogConfig", "PartitionLog", "AppendInfo", "RecoveryInfo", "StorageEr
 log = logging.getLogger("semel.storage")
 
 
-class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
+Batches = list[tuple[int, BatchHeader]]   # (position in the payload, header), as split_batches gives
+
+
+class PartitionLog:
     """Use PartitionLog.open(); see the module docstring for the threading rules."""
 
-    def __init__(self, directory: Path, config: LogConfig, fs: FileSystem, runner=None):
+    def __init__(self, directory: Path, config: LogConfig, fs: FileSystem, runner: Executor | None = None):
         self.directory = Path(directory)
         self.config = config
         self.fs = fs
-        self._segments: list[Segment] = []
-        self._bases: list[int] = []
+        self.segments: list[Segment] = []      # the last one is active
+        self.bases: list[int] = []             # their base offsets, for bisect
         self._reported_damage: set[tuple[str, int]] = set()   # (file, offset) already logged
         self.log_start_offset = 0
         self.log_end_offset = 0
@@ -88,8 +99,8 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
         self.reads_wait_for_fsync = False
         self.recovery = RecoveryInfo()
         self.producers = ProducerStateManager()
-        self._lock = threading.Lock()
-        self._io_lock = threading.RLock()
+        self.state_lock = threading.Lock()
+        self.io_lock = threading.RLock()
         self._closed = False
         self._failed: str | None = None
         # Writes and fsyncs of this log that failed (any thread): what a cluster member
@@ -101,17 +112,21 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
         # The role in a cluster, changed only through the "role" methods below. Leader
         # epoch and high watermark stay None on a single-node broker, where batches keep
         # the leader epoch their producer wrote and the high watermark is the log end.
-        self.epochs: LeaderEpochCache | None = None   # loaded by open()
+        self.epochs: LeaderEpochCache   # loaded by open()
         self._leader_epoch: int | None = None
         self._replicated_hw: int | None = None
         self._is_follower = False
         # append_async: one write at a time in a worker thread; memory follows in settle.
-        self._append_lock: asyncio.Lock | None = None
-        self._pending: PendingWrite | None = None
-        self._pending_roll = None    # concurrent.futures.Future of a roll in a worker thread
-        self._checkpoint_job = None   # concurrent.futures.Future of a background checkpoint (_note_synced)
-        # Runs the work above in a worker thread: submit(fn, *args) -> concurrent.futures.Future.
-        self._runner = runner or WRITERS
+        self._offload = WriteOffload(self, runner or WRITERS)
+        self._replica = ReplicaWrites(self)
+        self._retention = Retention(self)
+
+    def offline(self, reason: str) -> StorageError:
+        """Take this log offline (a write it could not undo, a failed truncation or
+        rewrite): every later write is refused until it is reopened. Returns the error
+        to raise."""
+        self._failed = reason
+        return StorageError(f"{self.directory}: {reason}")
 
     @property
     def failed_reason(self) -> str | None:
@@ -121,15 +136,23 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
 
     # ================================================================ opening & recovery
     @classmethod
-    def open(cls, directory: Path, config: LogConfig, fs: FileSystem | None = None, runner=None
-             ) -> "PartitionLog":
+    def open(cls, directory: Path, config: LogConfig, fs: FileSystem | None = None,
+             runner: Executor | None = None) -> "PartitionLog":
         """Open the log in directory, creating it or recovering it as needed. `runner`
         (an Executor) runs the file work this log hands to threads; a shared pool if None."""
         config.validate()
         plog = cls(directory, config, fs or FileSystem(), runner)
         started = time.perf_counter()
+        loader = LogLoader(plog.fs, plog.directory, config)
+        plog.recovery = loader.recovery
         try:
-            plog._load()
+            loaded = loader.load()
+            plog.install_segments(loaded.segments)
+            plog.log_start_offset = loaded.log_start_offset
+            plog.producers = loaded.producers
+            plog.flushed_offset = plog.log_end_offset
+            if not loaded.clean:   # the checkpoint that vouches for the checked tail
+                plog.flush_locked(force_checkpoint=True, strict=True)
             plog.epochs = LeaderEpochCache.load(plog.fs, plog.directory)
             plog.epochs.truncate_from_end(plog.log_end_offset)   # epochs of a tail recovery cut
         except OSError as exc:
@@ -138,8 +161,14 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
         plog.recovery.seconds = time.perf_counter() - started
         return plog
 
+    def install_segments(self, segs: list[Segment]) -> None:
+        """Make `segs` the log (the last one active); the log end is where it ends."""
+        self.segments = segs
+        self.bases = [s.base for s in segs]
+        self.log_end_offset = segs[-1].next_offset
+
     # ================================================================ appending
-    def append(self, data: bytes | bytearray | memoryview, batches: list[tuple[int, BatchHeader]]) -> AppendInfo:
+    def append(self, data: Payload, batches: Batches) -> AppendInfo:
         """Append a produce payload already validated by split_batches (positions + headers).
 
         Offsets are assigned here. Raises AppendError (bad layout), StorageError (disk).
@@ -148,20 +177,79 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
         duplicate = self._admit(data, batches)
         if duplicate is not None:
             return duplicate          # a retry of batches already stored: nothing is written
-        return self._write(data, batches, on_success=self._apply_data)
+        return self.write_batches(data, batches, on_success=self._apply_data)
 
-    def _admit(self, data, batches: list[tuple[int, BatchHeader]]) -> AppendInfo | None:
+    async def append_async(self, data: Payload, batches: Batches, precheck: Callable[[], KafkaError] | None = None,
+                           sync: bool = False, on_loop: bool = False) -> AppendInfo:
+        """append() for the event loop, with a large payload's pwrite in a worker thread
+        (see write_offload).
+
+        Appends through here are serialised per log (an asyncio lock, FIFO), and every
+        check runs after the lock is taken and before anything is written, with
+        nothing awaited in between: `precheck()` (returns a KafkaError; the caller's
+        checks of state that can change while it waits, e.g. the transaction), the
+        producer-state checks, the offsets. Only the pwrite is awaited.
+        sync=True (acks=all under flush_mode "always"): a write that goes to a worker
+        thread is fsynced by the same thread right after its pwrite (write-through),
+        so flushed_offset covers it when this returns and the caller needs no group-
+        commit round: one thread hand-off per request instead of two. A small write
+        on the loop, or a failed fsync, leaves it to the flusher as before.
+        on_loop=True: write on the loop whatever the size (the caller bounds how much:
+        a Produce naming several partitions, whose fsyncs then go to the flusher's
+        per-log rounds). Memory (log end, indexes, producer state) moves when the write
+        has finished, so readers and the flusher never see bytes that are not in the
+        file; a synchronous mutator that comes meanwhile (a marker, retention, close)
+        first waits for the write and settles it (check_writable), so log order is
+        call order.
+        """
+        offload = self._offload
+        lock = offload.append_lock
+        if ((on_loop or len(data) < OFFLOOP_WRITE_BYTES) and not lock.locked()
+                and not self.roll_due(len(data), batches)):
+            run_precheck(precheck)
+            return self.append(data, batches)
+        async with lock:
+            if self.roll_due(len(data), batches):
+                self.check_writable()
+                self.check_leading()
+                await offload.roll_in_thread(self.log_end_offset)
+            # Every check from here to the write runs without an await in between.
+            run_precheck(precheck)
+            duplicate = self._admit(data, batches)
+            if duplicate is not None:
+                return duplicate
+            w = self.prepare_write(data, batches, self._apply_data, assign=True)
+            return await self.write_in_thread(w, sync)
+
+    def write_in_thread(self, w: PendingWrite, sync: bool = False) -> Awaitable[AppendInfo]:
+        """Hand w's pwrite (with sync its fsync too) to a worker thread now; the awaitable
+        settles it (WriteOffload)."""
+        self._offload.submit_write(w, sync)
+        return self._offload.write_in_thread(w)
+
+    @property
+    def write_pending(self) -> bool:
+        """A write handed to a worker thread has not been applied to memory yet."""
+        return self._offload.pending is not None
+
+    def settle(self) -> None:
+        """Wait for a write or roll handed to a worker thread and apply it to memory.
+        Every mutator calls this first, and so does a role change: the log end it starts
+        from must count that write."""
+        self._offload.settle()
+
+    def _admit(self, data: Payload, batches: Batches) -> AppendInfo | None:
         """The checks before a produce payload is written; the original offsets when it
         is a retry of batches already stored. Raises AppendError."""
-        self._check_writable()
-        self._check_leading()
+        self.check_writable()
+        self.check_leading()
         self._check_layout(data, batches)
         err, duplicate = self.producers.check_batches([h for _, h in batches])
         if err is not KafkaError.NONE:
             raise ProducerStateError(err, f"{err.name} for {self.directory}")
         return duplicate
 
-    def _apply_data(self, placed) -> None:
+    def _apply_data(self, placed: list[Placed]) -> None:
         for _, base, hdr in placed:
             self.producers.update(hdr, AppendInfo(base, base + hdr.last_offset_delta))
 
@@ -188,8 +276,8 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
         producers = list(dict.fromkeys(producers))
         if not producers or any(pid < 0 for pid, _ in producers):
             raise ValueError("a transaction marker needs a producer id")
-        self._check_writable()
-        self._check_leading()
+        self.check_writable()
+        self.check_leading()
         for producer_id, producer_epoch in producers:
             err = self.producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
             if err is not KafkaError.NONE:
@@ -200,14 +288,14 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
                         for pid, epoch in producers)
         batches, _ = split_batches(data)
 
-        def apply(placed) -> None:
+        def apply(placed: list[Placed]) -> None:
             for (producer_id, producer_epoch), (_, marker, _) in zip(producers, placed):
                 first = self.producers.complete_txn(producer_id, producer_epoch, coordinator_epoch, ts)
                 if kind == CONTROL_ABORT and first is not None:
-                    self._index_abort(self._segments[-1], producer_id, first, marker)
-        return self._write(data, batches, on_success=apply)
+                    index_abort(self.producers, self.segments[-1], producer_id, first, marker)
+        return self.write_batches(data, batches, on_success=apply)
 
-    def _check_layout(self, data, batches: list[tuple[int, BatchHeader]]) -> None:
+    def _check_layout(self, data: Payload, batches: Batches) -> None:
         if not batches:
             raise AppendError(KafkaError.CORRUPT_MESSAGE, "no record batches to append")
         expect = 0
@@ -220,21 +308,21 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
         if expect != len(data):
             raise AppendError(KafkaError.CORRUPT_MESSAGE, "payload has bytes after its last batch")
 
-    def _write(self, data, batches: list[tuple[int, BatchHeader]], on_success=None, assign: bool = True
-               ) -> AppendInfo:
+    def write_batches(self, data: Payload, batches: Batches,
+                      on_success: Callable[[list[Placed]], None] | None = None, assign: bool = True) -> AppendInfo:
         """Assign offsets (unless replicating: assign=False keeps them), stamp the leader
         epoch when leading, roll if needed, write with one pwrite, then update memory."""
-        w = self._prepare_write(data, batches, on_success, assign)
+        w = self.prepare_write(data, batches, on_success, assign)
         try:
             self.fs.pwrite(w.seg.log, w.buf, w.start)
         except OSError as exc:
-            return self._finish_write(w, exc)
-        return self._finish_write(w, None)
+            return self.finish_write(w, exc)
+        return self.finish_write(w, None)
 
-    def _prepare_write(self, data, batches: list[tuple[int, BatchHeader]], on_success, assign: bool
-                       ) -> PendingWrite:
+    def prepare_write(self, data: Payload, batches: Batches, on_success: Callable[[list[Placed]], None] | None,
+                      assign: bool) -> PendingWrite:
         """Everything before the pwrite: offsets, leader epoch, roll, the patched bytes."""
-        if self._pending is not None or self._pending_roll is not None:
+        if self._offload.busy:
             # Placed from a log end that does not count the pending work, this write would
             # land over it, and the pending slot (what every mutator waits for) would lose it.
             raise RuntimeError(f"{self.directory}: a write prepared while a worker's write or roll is pending")
@@ -245,35 +333,38 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
                 self.epochs.assign(epoch, first)
             except OSError as exc:
                 raise StorageError(f"{self.directory}: cannot write the leader-epoch cache: {exc}") from exc
-        if self._roll_due(len(data), batches):
-            self._roll(first)
-        seg = self._segments[-1]
+        if self.roll_due(len(data), batches):
+            self.roll(first)
+        seg = self.segments[-1]
         # A follower writes the leader's bytes untouched. A leader patches offsets (and
         # epochs) in a writable view in place: the produce path hands over views of
         # the request frame it owns (protocol.produce_request); anything else is copied.
-        buf = data if not assign or _writable_view(data) else bytearray(data)
-        placed = []
+        placed: list[Placed] = []
         offset = first
         for pos, hdr in batches:
-            if assign:
-                set_base_offset(buf, pos, offset)
-            if epoch is not None:
-                set_leader_epoch(buf, pos, epoch)
             placed.append((pos, offset, hdr))
             offset += hdr.last_offset_delta + 1
+        buf: Payload = data
+        if assign:
+            patched = data if isinstance(data, memoryview) and not data.readonly else bytearray(data)
+            for pos, base, _ in placed:
+                set_base_offset(patched, pos, base)
+                if epoch is not None:
+                    set_leader_epoch(patched, pos, epoch)
+            buf = patched
         return PendingWrite(seg, seg.size, buf, placed, first, offset, on_success)
 
-    def _roll_due(self, size: int, batches: list[tuple[int, BatchHeader]]) -> bool:
+    def roll_due(self, size: int, batches: Batches) -> bool:
         """Would `size` bytes of these batches overflow the active segment (bytes, or
         offsets relative to its base)?"""
-        seg = self._segments[-1]
+        seg = self.segments[-1]
         if seg.size == 0:
             return False
         count = sum(h.last_offset_delta + 1 for _, h in batches)
         return (seg.size + size > self.config.segment_bytes
                 or self.log_end_offset + count - 1 - seg.base > MAX_RELATIVE_OFFSET)
 
-    def _finish_write(self, w: PendingWrite, failure: BaseException | None) -> AppendInfo:
+    def finish_write(self, w: PendingWrite, failure: BaseException | None) -> AppendInfo:
         """After the pwrite: cut a failed one back, else account for the batches."""
         seg = w.seg
         if failure is not None:
@@ -281,7 +372,7 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
             self._undo_write(seg, w.start)
             raise StorageError(f"write to {seg.path(LOG_SUFFIX)} failed: {failure}") from failure
         interval = self.config.index_interval_bytes
-        with self._lock:
+        with self.state_lock:
             for pos, base, hdr in w.placed:
                 seg.note_batch(w.start + pos, base, hdr, interval)
             self.log_end_offset = w.end
@@ -292,6 +383,16 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
             self._note_synced(w.end)
         return AppendInfo(w.first, w.end - 1, -1)
 
+    def _note_synced(self, end: int) -> None:
+        """A write-through fsync covered the active segment up to `end`: every earlier
+        write to it went before (appends are serialised) and older segments were
+        fsynced at their roll. A recovery checkpoint that has come due is written by a
+        worker thread."""
+        if end > self.flushed_offset:
+            self.flushed_offset = end
+        if self._checkpoint_due():
+            self._offload.checkpoint_soon()
+
     def _undo_write(self, seg: Segment, size: int) -> None:
         try:
             self.fs.truncate(seg.log, size)
@@ -301,11 +402,11 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
             self._failed = f"could not undo a failed write ({exc}); reopen the log to recover"
             log.error("%s: %s", self.directory, self._failed)
 
-    def _roll(self, new_base: int, close_old: bool = True) -> Segment:
+    def roll(self, new_base: int, close_old: bool = True) -> Segment:
         """Start a new active segment at new_base; the old one is fsynced with its indexes.
-        Returns the old segment (closed unless close_old is False: see _roll_off_loop)."""
-        with self._io_lock:
-            old = self._segments[-1]
+        Returns the old segment (closed unless close_old is False: see WriteOffload.roll_in_thread)."""
+        with self.io_lock:
+            old = self.segments[-1]
             new = Segment(self.fs, self.directory, new_base)
             try:
                 self.fs.fsync(old.log)
@@ -320,14 +421,14 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
                 except OSError:
                     pass
                 raise StorageError(f"cannot roll {self.directory} at offset {new_base}: {exc}") from exc
-            with self._lock:
-                self._segments.append(new)
-                self._bases.append(new_base)
+            with self.state_lock:
+                self.segments.append(new)
+                self.bases.append(new_base)
             self.flushed_offset = max(self.flushed_offset, new_base)
             if close_old:
                 old.close()
             # checkpoint + producer snapshot at the new base (failure only costs restart time)
-            self._flush_locked(force_checkpoint=True)
+            self.flush_locked(force_checkpoint=True)
             return old
 
     # ================================================================ role (set by the replica manager)
@@ -359,6 +460,38 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
         Never read past the log end: high_watermark caps it."""
         self._replicated_hw = hw
 
+    # ================================================================ a follower's writes (replica_writes)
+    def append_replicated(self, data: Payload) -> AppendInfo:
+        return self._replica.append_replicated(data)
+
+    def append_replicated_begin(self, data: Payload) -> Awaitable[AppendInfo]:
+        return self._replica.append_replicated_begin(data)
+
+    def truncate_to(self, offset: int) -> int:
+        return self._replica.truncate_to(offset)
+
+    def reset_to(self, offset: int) -> None:
+        self._replica.reset_to(offset)
+
+    append_replicated.__doc__ = ReplicaWrites.append_replicated.__doc__
+    append_replicated_begin.__doc__ = ReplicaWrites.append_replicated_begin.__doc__
+    truncate_to.__doc__ = ReplicaWrites.truncate_to.__doc__
+    reset_to.__doc__ = ReplicaWrites.reset_to.__doc__
+
+    # ================================================================ deleting old data (retention)
+    def enforce_retention(self, now_ms: int) -> int:
+        return self._retention.enforce_retention(now_ms)
+
+    def delete_segments_before(self, offset: int) -> int:
+        return self._retention.delete_segments_before(offset)
+
+    def delete_records_before(self, offset: int) -> int:
+        return self._retention.delete_records_before(offset)
+
+    enforce_retention.__doc__ = Retention.enforce_retention.__doc__
+    delete_segments_before.__doc__ = Retention.delete_segments_before.__doc__
+    delete_records_before.__doc__ = Retention.delete_records_before.__doc__
+
     # ================================================================ reading
     @property
     def high_watermark(self) -> int:
@@ -371,7 +504,7 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
             return min(self.flushed_offset, self.log_end_offset)
         return self.log_end_offset
 
-    def read(self, offset: int, max_bytes: int, upper_bound: int | None = None) -> bytes:
+    def read(self, offset: int, max_bytes: int, upper_bound: int | None = None) -> bytes | memoryview:
         """Whole batches from the one holding offset: at least one if one lies wholly below
         upper_bound (even if bigger than max_bytes), never one whose last offset >= upper_bound."""
         self._check_readable()
@@ -381,8 +514,8 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
         bound = leo if upper_bound is None else min(upper_bound, leo)
         if offset >= bound:
             return b""
-        segs = self._segments
-        i = max(0, bisect_right(self._bases, offset) - 1)
+        segs = self.segments
+        i = max(0, bisect_right(self.bases, offset) - 1)
         try:
             while i < len(segs):
                 out = segs[i].read(offset, max_bytes, bound)
@@ -394,7 +527,7 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
         return b""
 
     def read_checked(self, offset: int, max_bytes: int, upper_bound: int | None = None,
-                     crc: bool = True) -> bytes:
+                     crc: bool = True) -> bytes | memoryview:
         """read(), verified batch by batch (structure, offset order, CRC-32C): the good
         batches before any damage, or CorruptLogError naming the segment file when
         the first batch itself is damaged. Readers that hand bytes to clients or
@@ -421,13 +554,13 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
 
     def segment_path(self, offset: int) -> str:
         """The segment data file holding `offset` (for messages)."""
-        i = max(bisect_right(self._bases, offset) - 1, 0)
-        return str(self.directory / f"{segment_name(self._bases[i] if self._bases else 0)}{LOG_SUFFIX}")
+        i = max(bisect_right(self.bases, offset) - 1, 0)
+        return str(self.directory / f"{segment_name(self.bases[i] if self.bases else 0)}{LOG_SUFFIX}")
 
     def offset_for_timestamp(self, ts_ms: int) -> tuple[int, int] | None:
         """(timestamp, offset) of the first record with timestamp >= ts_ms, or None."""
         self._check_readable()
-        segs = self._segments
+        segs = self.segments
         try:
             for k, seg in enumerate(segs):
                 if k < len(segs) - 1 and seg.max_ts < ts_ms:
@@ -449,8 +582,8 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
         """(producer_id, first_offset) of aborted transactions overlapping [start, end),
         for Fetch responses to read_committed consumers."""
         out: list[tuple[int, int]] = []
-        segs = self._segments
-        i = max(0, bisect_right(self._bases, start_offset) - 1)
+        segs = self.segments
+        i = max(0, bisect_right(self.bases, start_offset) - 1)
         for seg in segs[i:]:
             if seg.txn.collect(start_offset, end_offset, out):
                 break
@@ -458,15 +591,15 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
 
     def expire_producers(self, now_ms: int) -> int:
         """Forget producers idle longer than producer_id_expiration_ms; returns how many."""
-        with self._lock:
+        with self.state_lock:
             return self.producers.expire(now_ms, self.config.producer_id_expiration_ms)
 
     def size_bytes(self) -> int:
-        return sum(s.size for s in self._segments)
+        return sum(s.size for s in self.segments)
 
     @property
     def segment_bases(self) -> list[int]:
-        return list(self._bases)
+        return list(self.bases)
 
     # ================================================================ flushing
     def flush(self, *, checkpoint: bool = False) -> int:
@@ -475,19 +608,19 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
         Also persists the recovery checkpoint when one is due (or checkpoint=True).
         May run in a worker thread while the owner thread keeps appending.
         """
-        with self._io_lock:
+        with self.io_lock:
             self._check_readable()
-            return self._flush_locked(force_checkpoint=checkpoint)
+            return self.flush_locked(force_checkpoint=checkpoint)
 
     def _checkpoint_due(self) -> bool:
         cfg = self.config
         return (self._bytes_since_checkpoint >= cfg.checkpoint_interval_bytes
                 or (time.monotonic() - self._last_checkpoint) * 1000 >= cfg.checkpoint_interval_ms)
 
-    def _flush_locked(self, *, force_checkpoint: bool = False, clean: bool = False, strict: bool = False) -> int:
+    def flush_locked(self, *, force_checkpoint: bool = False, clean: bool = False, strict: bool = False) -> int:
         due = force_checkpoint or self._checkpoint_due()
-        with self._lock:
-            seg = self._segments[-1]
+        with self.state_lock:
+            seg = self.segments[-1]
             leo = self.log_end_offset
             state = self._capture(seg, leo, clean) if due else None
         if leo > self.flushed_offset:
@@ -511,7 +644,7 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
         return self.flushed_offset
 
     def _capture(self, seg: Segment, leo: int, clean: bool) -> tuple[cpfile.Checkpoint, bytes]:
-        """Everything a checkpoint at leo needs, taken under _lock so it is one instant."""
+        """Everything a checkpoint at leo needs, taken under state_lock so it is one instant."""
         cp = cpfile.Checkpoint(recovery_offset=leo, segment_base=seg.base, position=seg.size,
                                log_start_offset=self.log_start_offset, max_timestamp=seg.max_ts,
                                max_timestamp_offset=seg.max_ts_offset, clean=clean)
@@ -531,17 +664,17 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
     def cleanable_end(self) -> int:
         """Where a compaction may stop: the active segment and anything at or above the
         LSO (open transactions) are never cleaned."""
-        return min(self._segments[-1].base, self.last_stable_offset)
+        return min(self.segments[-1].base, self.last_stable_offset)
 
     def closed_segments_below(self, offset: int) -> list[int]:
         """Bases of the non-active segments that end at or below `offset`."""
-        return [seg.base for seg in self._segments[:-1] if seg.next_offset <= offset]
+        return [seg.base for seg in self.segments[:-1] if seg.next_offset <= offset]
 
     def _segment(self, base: int) -> Segment:
-        i = bisect_right(self._bases, base) - 1
-        if i < 0 or self._bases[i] != base:
+        i = bisect_right(self.bases, base) - 1
+        if i < 0 or self.bases[i] != base:
             raise StorageError(f"{self.directory}: no segment at {base}")
-        return self._segments[i]
+        return self.segments[i]
 
     def segment_bytes(self, base: int) -> bytes:
         seg = self._segment(base)
@@ -552,24 +685,24 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
 
     def bytes_after(self, base: int) -> bytes:
         """Every batch of the segments after the one at `base` (for walking headers)."""
-        i = self._bases.index(base) + 1
-        return b"".join(self.fs.pread(seg.log, seg.size, 0) for seg in self._segments[i:])
+        i = self.bases.index(base) + 1
+        return b"".join(self.fs.pread(seg.log, seg.size, 0) for seg in self.segments[i:])
 
     def replace_segment(self, base: int, data: bytes) -> None:
         """Swap a closed segment's contents for `data` (same offsets, fewer records).
         Crash-safe: the offset/time index files are emptied first (an empty sparse
         index is valid for either content), then the log file is replaced atomically,
         then the indexes are rebuilt. The aborted-transaction index is kept."""
-        self._settle_pending()   # first: a roll in a worker thread waits for _io_lock
-        with self._io_lock:
-            self._check_writable()
+        self.settle()   # first: a roll in a worker thread waits for io_lock
+        with self.io_lock:
+            self.check_writable()
             seg = self._segment(base)
-            if seg is self._segments[-1]:
+            if seg is self.segments[-1]:
                 raise StorageError(f"{self.directory}: the active segment is never rewritten")
             try:
                 for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX):
                     self.fs.write_atomic(seg.path(suffix), b"", sync_dir=False)
-                with self._lock:
+                with self.state_lock:
                     seg.close()
                     self.fs.write_atomic(seg.path(LOG_SUFFIX), data, sync_dir=True)
                     seg.idx_rel, seg.idx_pos, seg.idx_persisted = array("I"), array("I"), 0
@@ -580,20 +713,19 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
                     seg.seal_time_index()
                 seg.persist_indexes(sync=True)
             except OSError as exc:
-                self._failed = f"rewriting segment {base} failed: {exc}"
-                raise StorageError(f"{self.directory}: {self._failed}") from exc
+                raise self.offline(f"rewriting segment {base} failed: {exc}") from exc
 
     # ================================================================ lifecycle
     def close(self) -> None:
         """Flush, write a clean checkpoint, release files. Idempotent."""
-        self._settle_pending()      # never release a file a worker thread is writing
-        with self._io_lock:
+        self.settle()      # never release a file a worker thread is writing
+        with self.io_lock:
             if self._closed:
                 return
             try:
                 if self._failed is None:
-                    self._segments[-1].seal_time_index()
-                    self._flush_locked(force_checkpoint=True, clean=True, strict=True)
+                    self.segments[-1].seal_time_index()
+                    self.flush_locked(force_checkpoint=True, clean=True, strict=True)
             finally:
                 self._release_files()
                 self._closed = True
@@ -601,15 +733,15 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
     def abandon(self) -> None:
         """Release the files without writing anything, as if the process had died
         (for crash tests and benchmarks)."""
-        self._settle_pending()      # never release a file a worker thread is writing
-        with self._io_lock:
+        self.settle()      # never release a file a worker thread is writing
+        with self.io_lock:
             self._release_files()
             self._closed = True
 
     def delete(self) -> None:
         """Remove the log and its directory."""
-        self._settle_pending()      # never release a file a worker thread is writing
-        with self._io_lock:
+        self.settle()      # never release a file a worker thread is writing
+        with self.io_lock:
             self._release_files()
             self._closed = True
             try:
@@ -619,7 +751,7 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
                 raise StorageError(f"cannot delete {self.directory}: {exc}") from exc
 
     def _release_files(self) -> None:
-        for seg in self._segments:
+        for seg in self.segments:
             try:
                 seg.close()
             except OSError:
@@ -629,12 +761,12 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
         if self._closed:
             raise StorageError(f"log {self.directory} is closed")
 
-    def _check_leading(self) -> None:
+    def check_leading(self) -> None:
         if self._is_follower:
             raise AppendError(KafkaError.NOT_LEADER_OR_FOLLOWER, f"{self.directory} is a follower's replica")
 
-    def _check_writable(self) -> None:
-        self._settle_pending()      # a write in a worker thread lands first: log order = call order
+    def check_writable(self) -> None:
+        self.settle()      # a write in a worker thread lands first: log order = call order
         self._check_readable()
         if self._failed is not None:
             raise StorageError(f"log {self.directory} is offline: {self._failed}")
@@ -645,11 +777,7 @@ class PartitionLog(LogLoader, WriteOffload, ReplicaWrites, Retention):
 
     def __repr__(self) -> str:
         return (f"PartitionLog({str(self.directory)!r}, start={self.log_start_offset}, "
-                f"end={self.log_end_offset}, flushed={self.flushed_offset}, segments={len(self._segments)})")
+                f"end={self.log_end_offset}, flushed={self.flushed_offset}, segments={len(self.segments)})")
 
-
-
-def _writable_view(data) -> bool:
-    return isinstance(data, memoryview) and not data.readonly
 
 

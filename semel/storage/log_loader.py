@@ -4,17 +4,22 @@ open() trusts what the recovery-point checkpoint says is on disk and checks only
 bytes after it (structure, offset continuity, CRC-32C), cutting the log at the first
 torn or corrupt batch; then it rebuilds producer state and the aborted-transaction
 index of the recovered tail from the newest producer snapshot. A clean close leaves
-nothing to check. LogLoader is one of PartitionLog's parts (storage/log.py holds the
-state it works on); a follower's truncation reuses _after_recovery.
+nothing to check. A LogLoader owns one opening: it is given the files (FileSystem,
+directory, settings), keeps what it did in its RecoveryInfo and hands PartitionLog the
+recovered segments and producer state (LoadedLog); a follower's truncation rebuilds
+producer state with replay_producers.
 """
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from semel.protocol.records import CONTROL_ABORT, BatchHeader, iter_records
 
 from . import checkpoint as cpfile
+from .fs import FileSystem
+from .log_config import LogConfig
 from .producer_state import ProducerStateManager, load_latest_snapshot, prune_snapshots
 from .segment import INDEX_SUFFIXES, LOG_SUFFIX, Segment, parse_segment_file, scan_valid
 from .txn_index import AbortedTxn
@@ -35,10 +40,35 @@ class RecoveryInfo:
     seconds: float = 0.0
 
 
-class LogLoader:
-    """PartitionLog's opening and recovery steps (called from PartitionLog.open)."""
+@dataclass
+class LoadedLog:
+    """What an opening recovered: the segments (the last one active), where the log
+    starts, the producer state at its end, and whether a recovery checkpoint must
+    now vouch for a tail that was checked (not clean)."""
+    segments: list[Segment]
+    log_start_offset: int
+    producers: ProducerStateManager
+    clean: bool
 
-    def _load(self) -> None:
+    @property
+    def log_end_offset(self) -> int:
+        return self.segments[-1].next_offset
+
+
+class LogLoader:
+    """One opening of a partition log's directory (PartitionLog.open): load() finds the
+    segments, checks and cuts what the checkpoint does not vouch for, and replays
+    producer state; `recovery` says what it had to do."""
+
+    def __init__(self, fs: FileSystem, directory: Path, config: LogConfig) -> None:
+        self.fs = fs
+        self.directory = directory
+        self.config = config
+        self.recovery = RecoveryInfo()
+
+    def load(self) -> LoadedLog:
+        """The recovered log, its recovered tail fsynced (the caller then writes the
+        checkpoint that records it, unless the log was clean)."""
         fs, d = self.fs, self.directory
         fs.makedirs(d)
         names = fs.listdir(d)
@@ -46,25 +76,22 @@ class LogLoader:
         self._remove_debris(names, set(bases))
         cp = self._read_checkpoint()
         if not bases:
-            self._create_first_segment(cp.log_start_offset if cp else 0)
-            return
+            return self._create_first_segment(cp.log_start_offset if cp else 0)
         segs = [Segment(fs, d, b) for b in bases]
         rec_i, rec_pos, rec_off, from_cp = self._recovery_start(cp, segs)
         r = self.recovery
         r.used_checkpoint = from_cp
         kept = self._scan_segments(segs, rec_i, rec_pos, rec_off, cp if from_cp else None)
-        self._install(kept)
+        leo = kept[-1].next_offset
         start = cp.log_start_offset if cp else 0
-        self.log_start_offset = min(max(start, kept[0].base), self.log_end_offset)
-        r.clean = bool(from_cp and cp.clean and r.crc_checked_bytes == 0 and r.truncated_bytes == 0
-                       and cp.recovery_offset == self.log_end_offset)
-        self._after_recovery(rec_off if from_cp else kept[0].base)
-        if r.clean:
-            self.flushed_offset = self.log_end_offset
-        else:
-            self._sync_recovered(kept[min(rec_i, len(kept) - 1):])
-        for seg in self._segments[:-1]:
+        r.clean = bool(from_cp and cp is not None and cp.clean and r.crc_checked_bytes == 0
+                       and r.truncated_bytes == 0 and cp.recovery_offset == leo)
+        producers = replay_producers(fs, d, kept, rec_off if from_cp else kept[0].base)
+        if not r.clean:
+            self._sync_recovered(kept[min(rec_i, len(kept) - 1):], kept[-1])
+        for seg in kept[:-1]:
             seg.close()  # reopened on first read; keeps descriptors few
+        return LoadedLog(kept, min(max(start, kept[0].base), leo), producers, r.clean)
 
     def _remove_debris(self, names: list[str], bases: set[int]) -> None:
         """Temp files of interrupted atomic writes, and index files whose log is gone
@@ -89,14 +116,12 @@ class LogLoader:
             log.warning("%s: recovery checkpoint is damaged; checking the whole log", self.directory)
         return cp
 
-    def _create_first_segment(self, base: int) -> None:
+    def _create_first_segment(self, base: int) -> LoadedLog:
         seg = Segment(self.fs, self.directory, base)
         seg.create_files()
         self.fs.fsync_dir(self.directory)
-        self._install([seg])
-        self.log_start_offset = base
-        self.flushed_offset = base
         self.recovery.clean = True
+        return LoadedLog([seg], base, ProducerStateManager(), clean=True)
 
     def _recovery_start(self, cp: cpfile.Checkpoint | None, segs: list[Segment]
                         ) -> tuple[int, int, int, bool]:
@@ -159,59 +184,6 @@ class LogLoader:
         self.recovery.crc_checked_bytes += max(0, seg.size - max(crc_from, start))
         return seg.size, file_end
 
-    def _after_recovery(self, recovery_offset: int) -> None:
-        """Rebuild producer state and the aborted-txn index of the recovered tail.
-
-        Start from the newest snapshot at or below the recovery point and replay batch
-        headers from there to the end (control batches: their one record gives the
-        marker type). Aborts at or after the recovery point get their index entries
-        again; earlier ones were made durable before that checkpoint was written.
-        """
-        leo = self.log_end_offset
-        prune_snapshots(self.fs, self.directory, keep=1 << 30, above=leo)   # past a cut tail
-        first_base = self._segments[0].base
-        found = load_latest_snapshot(self.fs, self.directory, min(recovery_offset, leo))
-        if found is not None:
-            start, self.producers = found
-        else:
-            start, self.producers = first_base, ProducerStateManager()
-        # With no snapshot reaching back to the data, transactions may have begun in
-        # deleted segments: an abort from a producer never seen is indexed from here.
-        cold = start < first_base or (found is None and first_base > 0)
-        start = max(start, first_base)
-        for seg in self._segments:
-            if seg.next_offset <= start:
-                continue
-            for pos, hdr in seg.iter_headers(seg.lookup(start) if start > seg.base else 0):
-                if hdr.last_offset < start:
-                    continue
-                if hdr.is_control:
-                    self._replay_marker(seg, pos, hdr, recovery_offset, start if cold else None)
-                elif hdr.producer_id >= 0:
-                    self.producers.update(hdr, AppendInfo(hdr.base_offset, hdr.last_offset))
-        for seg in self._segments:
-            seg.txn.truncate_to(leo)
-
-    def _replay_marker(self, seg: Segment, pos: int, hdr: BatchHeader, recovery_offset: int,
-                       cold_start: int | None) -> None:
-        kind, coordinator_epoch = read_marker(self.fs.pread(seg.log, hdr.size, pos))
-        if kind is None:
-            log.warning("%s: control batch at %d has no readable marker; ignored", self.directory, hdr.base_offset)
-            return
-        known = self.producers.entry(hdr.producer_id) is not None
-        first = self.producers.complete_txn(hdr.producer_id, hdr.producer_epoch, coordinator_epoch,
-                                            hdr.max_timestamp)
-        if kind != CONTROL_ABORT or hdr.base_offset < recovery_offset:
-            return
-        if first is None and cold_start is not None and not known and cold_start < hdr.base_offset:
-            first = cold_start
-        if first is not None:
-            self._index_abort(seg, hdr.producer_id, first, hdr.base_offset)
-
-    def _index_abort(self, seg: Segment, producer_id: int, first: int, marker: int) -> None:
-        lso = self.producers.first_unstable_offset()
-        seg.txn.append(AbortedTxn(producer_id, first, marker, marker + 1 if lso is None else lso))
-
     def _drop_from(self, segs: list[Segment], i: int) -> list[Segment]:
         for seg in segs[i:]:
             self.recovery.segments_removed.append(seg.base)
@@ -219,21 +191,75 @@ class LogLoader:
             seg.delete_files()
         return segs[:i]
 
-    def _install(self, segs: list[Segment]) -> None:
-        self._segments = segs
-        self._bases = [s.base for s in segs]
-        self.log_end_offset = segs[-1].next_offset
-
-    def _sync_recovered(self, segs: list[Segment]) -> None:
-        """Make the recovered tail durable and record it, so the next open starts from here."""
+    def _sync_recovered(self, segs: list[Segment], active: Segment) -> None:
+        """Make the recovered tail durable (PartitionLog.open then checkpoints it, so the
+        next open starts from here)."""
         for seg in segs:
             self.fs.fsync(seg.log)
-            if seg is not self._segments[-1]:
+            if seg is not active:
                 seg.seal_time_index()
-            seg.persist_indexes(sync=seg is not self._segments[-1])
+            seg.persist_indexes(sync=seg is not active)
         self.fs.fsync_dir(self.directory)
-        self.flushed_offset = self.log_end_offset
-        self._flush_locked(force_checkpoint=True, strict=True)
+
+
+def replay_producers(fs: FileSystem, directory: Path, segments: list[Segment], recovery_offset: int
+                     ) -> ProducerStateManager:
+    """Rebuild producer state and the aborted-txn index of a recovered tail.
+
+    Start from the newest snapshot at or below the recovery point and replay batch
+    headers from there to the end (control batches: their one record gives the
+    marker type). Aborts at or after the recovery point get their index entries
+    again; earlier ones were made durable before that checkpoint was written.
+    """
+    leo = segments[-1].next_offset
+    prune_snapshots(fs, directory, keep=1 << 30, above=leo)   # past a cut tail
+    first_base = segments[0].base
+    found = load_latest_snapshot(fs, directory, min(recovery_offset, leo))
+    if found is not None:
+        start, producers = found
+    else:
+        start, producers = first_base, ProducerStateManager()
+    # With no snapshot reaching back to the data, transactions may have begun in
+    # deleted segments: an abort from a producer never seen is indexed from here.
+    cold = start < first_base or (found is None and first_base > 0)
+    start = max(start, first_base)
+    for seg in segments:
+        if seg.next_offset <= start:
+            continue
+        for pos, hdr in seg.iter_headers(seg.lookup(start) if start > seg.base else 0):
+            if hdr.last_offset < start:
+                continue
+            if hdr.is_control:
+                _replay_marker(fs, producers, seg, pos, hdr, recovery_offset, start if cold else None)
+            elif hdr.producer_id >= 0:
+                producers.update(hdr, AppendInfo(hdr.base_offset, hdr.last_offset))
+    for seg in segments:
+        seg.txn.truncate_to(leo)
+    return producers
+
+
+def _replay_marker(fs: FileSystem, producers: ProducerStateManager, seg: Segment, pos: int, hdr: BatchHeader,
+                   recovery_offset: int, cold_start: int | None) -> None:
+    kind, coordinator_epoch = read_marker(fs.pread(seg.log, hdr.size, pos))
+    if kind is None:
+        log.warning("%s: control batch at %d has no readable marker; ignored", seg.path(LOG_SUFFIX),
+                    hdr.base_offset)
+        return
+    known = producers.entry(hdr.producer_id) is not None
+    first = producers.complete_txn(hdr.producer_id, hdr.producer_epoch, coordinator_epoch, hdr.max_timestamp)
+    if kind != CONTROL_ABORT or hdr.base_offset < recovery_offset:
+        return
+    if first is None and cold_start is not None and not known and cold_start < hdr.base_offset:
+        first = cold_start
+    if first is not None:
+        index_abort(producers, seg, hdr.producer_id, first, hdr.base_offset)
+
+
+def index_abort(producers: ProducerStateManager, seg: Segment, producer_id: int, first: int, marker: int) -> None:
+    """Record in seg's aborted-transaction index that producer_id's transaction from
+    `first` was aborted by the marker at `marker` (producers: the state after it)."""
+    lso = producers.first_unstable_offset()
+    seg.txn.append(AbortedTxn(producer_id, first, marker, marker + 1 if lso is None else lso))
 
 
 def read_marker(batch: bytes) -> tuple[int | None, int]:

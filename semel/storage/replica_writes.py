@@ -4,27 +4,79 @@ It appends the leader's batches exactly as fetched (offsets, epochs, producer id
 kept), cuts its log back to where it agrees with the leader (truncate_to), or starts
 over past the leader's log start (reset_to). Producer state, the aborted-transaction
 index and the leader-epoch cache follow the data, so the replica can take over.
-ReplicaWrites is one of PartitionLog's parts (storage/log.py holds the state it works
-on, and the role it is given: set_follower, set_leader_epoch, set_high_watermark).
+A ReplicaWrites works on one PartitionLog, given to it as a ReplicatedLog: the members
+below are all it touches (the role the log is given, set_follower, set_leader_epoch
+and set_high_watermark, stays in storage/log.py).
 """
 from __future__ import annotations
 
+import threading
 from bisect import bisect_right
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Protocol
 
 from semel.protocol.errors import KafkaError
 from semel.protocol.records import CONTROL_ABORT, BatchHeader, split_batches
 
 from .errors import AppendError, StorageError
-from .log_loader import read_marker
+from .fs import FileSystem
+from .leader_epoch import LeaderEpochCache
+from .log_loader import index_abort, read_marker, replay_producers
 from .producer_state import ProducerStateManager, prune_snapshots
 from .segment import Segment
 from .types import AppendInfo
+from .write_offload import Payload, PendingWrite, Placed
+
+
+class ReplicatedLog(Protocol):
+    """What ReplicaWrites needs of its log (PartitionLog): its files, segments, offsets
+    and producer state under the log's locks, and its write path with offsets kept."""
+    directory: Path
+    fs: FileSystem
+    io_lock: threading.RLock
+    state_lock: threading.Lock
+    segments: list[Segment]
+    bases: list[int]
+    producers: ProducerStateManager
+    epochs: LeaderEpochCache
+    log_start_offset: int
+    log_end_offset: int
+    flushed_offset: int
+
+    @property
+    def replicated_hw(self) -> int | None: ...
+
+    def set_high_watermark(self, hw: int | None) -> None: ...
+
+    def settle(self) -> None: ...
+
+    def check_writable(self) -> None: ...
+
+    def size_bytes(self) -> int: ...
+
+    def install_segments(self, segs: list[Segment]) -> None: ...
+
+    def offline(self, reason: str) -> StorageError: ...
+
+    def flush_locked(self, *, force_checkpoint: bool = False, clean: bool = False, strict: bool = False) -> int: ...
+
+    def write_batches(self, data: Payload, batches: list[tuple[int, BatchHeader]],
+                      on_success: Callable[[list[Placed]], None] | None = None, assign: bool = True) -> AppendInfo: ...
+
+    def prepare_write(self, data: Payload, batches: list[tuple[int, BatchHeader]],
+                      on_success: Callable[[list[Placed]], None] | None, assign: bool) -> PendingWrite: ...
+
+    def write_in_thread(self, w: PendingWrite) -> Awaitable[AppendInfo]: ...
 
 
 class ReplicaWrites:
-    """PartitionLog's follower-side writes."""
+    """A follower's writes to its log."""
 
-    def append_replicated(self, data: bytes | bytearray | memoryview) -> AppendInfo:
+    def __init__(self, log: ReplicatedLog) -> None:
+        self._log = log
+
+    def append_replicated(self, data: Payload) -> AppendInfo:
         """Follower: append batches fetched from the leader exactly as given (offsets,
         leader epochs, producer ids and sequences kept; control batches included).
 
@@ -34,10 +86,10 @@ class ReplicaWrites:
         the log end and offsets must be contiguous (AppendError otherwise).
         """
         batches = self._admit_replicated(data)
-        return self._write(data, batches, on_success=lambda placed: self._apply_replicated(data, placed),
+        return self._log.write_batches(data, batches, on_success=lambda placed: self._apply_replicated(data, placed),
                            assign=False)
 
-    def append_replicated_begin(self, data: bytes | bytearray | memoryview):
+    def append_replicated_begin(self, data: Payload) -> Awaitable[AppendInfo]:
         """append_replicated with its pwrite in a worker thread (a large fetch: the
         follower's event loop stays free). Everything up to the pwrite happens in this
         call, before it returns, so a caller that checked its role just before knows
@@ -46,33 +98,32 @@ class ReplicaWrites:
         The log end, producer state and indexes move only when the write has finished
         (as append_async), so the log end a follower reports in its next fetch counts
         only written bytes; a truncation, reset, close or role change meanwhile first
-        waits for the write and applies it (_settle_pending), so no write lands past a
+        waits for the write and applies it (settle), so no write lands past a
         truncation point. Raises AppendError / StorageError like append_replicated."""
         batches = self._admit_replicated(data)      # settles an earlier pending write first
-        w = self._prepare_write(data, batches, lambda placed: self._apply_replicated(data, placed), assign=False)
-        self._submit_write(w)
-        return self._write_in_thread(w)
+        w = self._log.prepare_write(data, batches, lambda placed: self._apply_replicated(data, placed), assign=False)
+        return self._log.write_in_thread(w)
 
-    def _admit_replicated(self, data) -> list[tuple[int, BatchHeader]]:
+    def _admit_replicated(self, data: Payload) -> list[tuple[int, BatchHeader]]:
         """append_replicated's checks, and the leader epochs of its batches recorded."""
-        self._check_writable()
+        self._log.check_writable()
         batches, err = split_batches(data)
         if err is not KafkaError.NONE:
-            raise AppendError(err, f"replicated batches for {self.directory} do not parse: {err.name}")
+            raise AppendError(err, f"replicated batches for {self._log.directory} do not parse: {err.name}")
         first = batches[0][1]
-        if first.base_offset < self.log_end_offset <= first.last_offset and self.size_bytes() == 0:
+        if first.base_offset < self._log.log_end_offset <= first.last_offset and self._log.size_bytes() == 0:
             self._rebase_empty(first.base_offset)    # after reset_to: the leader's first batch straddles its start
-        expect = self.log_end_offset
+        expect = self._log.log_end_offset
         for _, hdr in batches:
             if hdr.base_offset != expect:
                 raise AppendError(KafkaError.OFFSET_OUT_OF_RANGE,
-                                  f"{self.directory}: replicated batch at {hdr.base_offset}, log end {expect}")
+                                  f"{self._log.directory}: replicated batch at {hdr.base_offset}, log end {expect}")
             expect = hdr.next_offset
         try:
             for _, hdr in batches:   # before the data: a cache entry past the log end is cut at open
-                self.epochs.assign(hdr.leader_epoch, hdr.base_offset)
+                self._log.epochs.assign(hdr.leader_epoch, hdr.base_offset)
         except OSError as exc:
-            raise StorageError(f"{self.directory}: cannot write the leader-epoch cache: {exc}") from exc
+            raise StorageError(f"{self._log.directory}: cannot write the leader-epoch cache: {exc}") from exc
         return batches
 
     def reset_to(self, offset: int) -> None:
@@ -80,61 +131,60 @@ class ReplicaWrites:
         DeleteRecords while it was away), so nothing here can be continued: drop every
         record and start empty at `offset`. Producer state and epochs go too (the
         leader's batches from `offset` on rebuild what is still relevant)."""
-        self._settle_pending()   # first: a roll in a worker thread waits for _io_lock
-        with self._io_lock:
-            self._check_writable()
-            if offset <= self.log_end_offset:
-                raise ValueError(f"reset_to({offset}) on a log ending at {self.log_end_offset}")
-            new = Segment(self.fs, self.directory, offset)
+        self._log.settle()   # first: a roll in a worker thread waits for io_lock
+        with self._log.io_lock:
+            self._log.check_writable()
+            if offset <= self._log.log_end_offset:
+                raise ValueError(f"reset_to({offset}) on a log ending at {self._log.log_end_offset}")
+            new = Segment(self._log.fs, self._log.directory, offset)
             try:
                 # New segment first: a crash before the old ones are gone leaves a gap that
                 # the next open cuts at, which drops the new segment, not the old data.
                 new.create_files()
-                self.fs.fsync_dir(self.directory)
-                with self._lock:
-                    doomed = self._segments
-                    self._install([new])
-                    self.log_start_offset = self.flushed_offset = offset
-                    self.producers = ProducerStateManager()
+                self._log.fs.fsync_dir(self._log.directory)
+                with self._log.state_lock:
+                    doomed = self._log.segments
+                    self._log.install_segments([new])
+                    self._log.log_start_offset = self._log.flushed_offset = offset
+                    self._log.producers = ProducerStateManager()
                 for seg in doomed:
                     seg.delete_files()
-                prune_snapshots(self.fs, self.directory, keep=0)
-                self.epochs.truncate_from_end(0)
-                self._flush_locked(force_checkpoint=True, strict=True)
+                prune_snapshots(self._log.fs, self._log.directory, keep=0)
+                self._log.epochs.truncate_from_end(0)
+                self._log.flush_locked(force_checkpoint=True, strict=True)
             except OSError as exc:
-                self._failed = f"reset to {offset} failed: {exc}"
-                raise StorageError(f"{self.directory}: {self._failed}") from exc
-            if self._replicated_hw is not None:
-                self._replicated_hw = offset
+                raise self._log.offline(f"reset to {offset} failed: {exc}") from exc
+            if self._log.replicated_hw is not None:
+                self._log.set_high_watermark(offset)
 
     def _rebase_empty(self, base: int) -> None:
         """An empty log (just reset) starts its segment at `base` instead, below its log
         start, so the leader's batch holding the log start can be stored whole; reads
         below the log start stay refused, as on the leader."""
-        self._settle_pending()   # first: a roll in a worker thread waits for _io_lock
-        with self._io_lock:
-            new = Segment(self.fs, self.directory, base)
+        self._log.settle()   # first: a roll in a worker thread waits for io_lock
+        with self._log.io_lock:
+            new = Segment(self._log.fs, self._log.directory, base)
             try:
                 new.create_files()
-                with self._lock:
-                    old = self._segments
-                    self._install([new])
+                with self._log.state_lock:
+                    old = self._log.segments
+                    self._log.install_segments([new])
                 for seg in old:
                     seg.delete_files()
-                self.fs.fsync_dir(self.directory)
+                self._log.fs.fsync_dir(self._log.directory)
             except OSError as exc:
-                raise StorageError(f"{self.directory}: cannot start the log at {base}: {exc}") from exc
+                raise StorageError(f"{self._log.directory}: cannot start the log at {base}: {exc}") from exc
 
-    def _apply_replicated(self, data, placed) -> None:
+    def _apply_replicated(self, data: Payload, placed: list[Placed]) -> None:
         for pos, base, hdr in placed:
             if not hdr.is_control:
-                self.producers.update(hdr, AppendInfo(base, base + hdr.last_offset_delta))
+                self._log.producers.update(hdr, AppendInfo(base, base + hdr.last_offset_delta))
                 continue
             kind, coordinator_epoch = read_marker(bytes(data[pos:pos + hdr.size]))
-            first = self.producers.complete_txn(hdr.producer_id, hdr.producer_epoch, coordinator_epoch,
+            first = self._log.producers.complete_txn(hdr.producer_id, hdr.producer_epoch, coordinator_epoch,
                                                 hdr.max_timestamp)
             if kind == CONTROL_ABORT and first is not None:
-                self._index_abort(self._segments[-1], hdr.producer_id, first, base)
+                index_abort(self._log.producers, self._log.segments[-1], hdr.producer_id, first, base)
 
     def truncate_to(self, offset: int) -> int:
         """Follower: cut the log back to `offset` (KIP-101 truncation) and return the new
@@ -142,40 +192,41 @@ class ReplicaWrites:
         boundaries). Producer state, the aborted-transaction index and the leader-epoch
         cache go back with it. Crash-safe: a crash midway leaves a checkpoint that no
         longer matches the segments, so the next open checks the whole log."""
-        self._settle_pending()   # first: a roll in a worker thread waits for _io_lock
-        with self._io_lock:
-            self._check_writable()
-            if offset >= self.log_end_offset:
+        self._log.settle()   # first: a roll in a worker thread waits for io_lock
+        with self._log.io_lock:
+            self._log.check_writable()
+            if offset >= self._log.log_end_offset:
                 # No record to cut, but an epoch may begin right at the log end (a leader
                 # that wrote nothing in it): it is history the new leader does not share.
                 try:
-                    self.epochs.truncate_from_end(offset)
+                    self._log.epochs.truncate_from_end(offset)
                 except OSError as exc:
-                    raise StorageError(f"{self.directory}: cannot write the leader-epoch cache: {exc}") from exc
-                return self.log_end_offset
-            offset = max(offset, self.log_start_offset)
-            i = max(0, bisect_right(self._bases, offset) - 1)
+                    raise StorageError(f"{self._log.directory}: cannot write the leader-epoch cache: {exc}") from exc
+                return self._log.log_end_offset
+            offset = max(offset, self._log.log_start_offset)
+            i = max(0, bisect_right(self._log.bases, offset) - 1)
             try:
-                with self._lock:
-                    doomed = self._segments[i + 1:]
-                    del self._segments[i + 1:]
-                    del self._bases[i + 1:]
-                    seg = self._segments[i]
+                with self._log.state_lock:
+                    doomed = self._log.segments[i + 1:]
+                    del self._log.segments[i + 1:]
+                    del self._log.bases[i + 1:]
+                    seg = self._log.segments[i]
                     seg.truncate_to(offset)
-                    self.log_end_offset = seg.next_offset
-                    self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
-                    self.flushed_offset = min(self.flushed_offset, self.log_end_offset)
+                    self._log.log_end_offset = seg.next_offset
+                    self._log.log_start_offset = min(self._log.log_start_offset, self._log.log_end_offset)
+                    self._log.flushed_offset = min(self._log.flushed_offset, self._log.log_end_offset)
                 for old in doomed:
                     old.delete_files()
-                self.fs.fsync(seg.log)
-                self.flushed_offset = self.log_end_offset
-                self.epochs.truncate_from_end(self.log_end_offset)
-                with self._lock:
-                    self._after_recovery(self.log_end_offset)
-                self._flush_locked(force_checkpoint=True, strict=True)
+                self._log.fs.fsync(seg.log)
+                self._log.flushed_offset = self._log.log_end_offset
+                self._log.epochs.truncate_from_end(self._log.log_end_offset)
+                with self._log.state_lock:
+                    self._log.producers = replay_producers(self._log.fs, self._log.directory, self._log.segments,
+                                                           self._log.log_end_offset)
+                self._log.flush_locked(force_checkpoint=True, strict=True)
             except OSError as exc:
-                self._failed = f"truncation to {offset} failed: {exc}"
-                raise StorageError(f"{self.directory}: {self._failed}") from exc
-            if self._replicated_hw is not None:
-                self._replicated_hw = min(self._replicated_hw, self.log_end_offset)
-            return self.log_end_offset
+                raise self._log.offline(f"truncation to {offset} failed: {exc}") from exc
+            hw = self._log.replicated_hw
+            if hw is not None:
+                self._log.set_high_watermark(min(hw, self._log.log_end_offset))
+            return self._log.log_end_offset

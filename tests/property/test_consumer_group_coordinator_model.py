@@ -69,7 +69,7 @@ class CoordinatorModel(RuleBasedStateMachine):
             self.known[mid] = (answer.member_epoch, held)
 
     def _group(self):
-        return self.h.coord._consumer_groups.get("g")
+        return self.h.coord.store.consumer_groups.get("g")
 
     def _send(self, mid, hb):
         self.tasks.append((mid, self.loop.create_task(self.h.coord.consumer_group_heartbeat("g", hb, TOPICS))))
@@ -142,7 +142,7 @@ class CoordinatorModel(RuleBasedStateMachine):
         if self.h.coord._clog.inflight:
             return
         replay = self.loop.run_until_complete(started(self.logs, GateFlusher(), self.clock))
-        assert replay.coord._consumer_groups == self.h.coord._consumer_groups
+        assert replay.coord.store.consumer_groups == self.h.coord.store.consumer_groups
         self.loop.run_until_complete(replay.coord.stop())
 
 

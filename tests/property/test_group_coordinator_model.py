@@ -79,7 +79,7 @@ class GroupModel:
     # --- what the group looked like when a request was made ------------------------
 
     def current(self, c: Client) -> bool:
-        group = self.coord._groups.get(c.group)
+        group = self.coord.store.groups.get(c.group)
         return group is not None and c.member_id in group.members and group.generation == c.generation
 
     def spawn(self, coro) -> None:
@@ -109,7 +109,7 @@ class GroupModel:
             c.member_id, c.generation = res.member_id, res.generation
             # A group that emptied and was forgotten starts again at generation 0, so a
             # generation is named together with the incarnation (the Group object) it is of.
-            incarnation = self.coord._groups.get(c.group)
+            incarnation = self.coord.store.groups.get(c.group)
             self.incarnations.append(incarnation)   # keeps id() unique while the test runs
             key = (c.group, id(incarnation), res.generation)
             seen = self.joined.setdefault(key, (res.leader, res.protocol_name))
@@ -119,7 +119,7 @@ class GroupModel:
             c.member_id, c.generation = "", -1
 
     async def sync(self, c: Client) -> None:
-        group = self.coord._groups.get(c.group)
+        group = self.coord.store.groups.get(c.group)
         members = list(group.members) if group is not None else []
         assignments = {m: m.encode() for m in members}
         fut = self.coord.sync_group(c.group, c.generation, c.member_id, assignments=assignments)
@@ -190,7 +190,7 @@ class GroupModel:
 
     def check_generations(self) -> None:
         for g in GROUPS:
-            group = self.coord._groups.get(g)
+            group = self.coord.store.groups.get(g)
             if group is None:       # an empty group is forgotten and starts again at 0, as in Kafka
                 self.generations[g] = 0
                 continue
@@ -220,7 +220,7 @@ async def _run(tmp_path, seed: int) -> GroupModel:
         for _ in range(STEPS):
             await m.step()
             m.check_generations()
-            if not m.coord._inflight:
+            if not m.coord.writes.inflight:
                 await m.check_replay()
             assert not m.violations, (seed, m.violations)
         m.fs.clear_faults()

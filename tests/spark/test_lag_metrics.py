@@ -4,6 +4,7 @@ Prometheus endpoint, and they go to zero as the query catches up."""
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
 import urllib.request
 
 from semel.launch.process import free_port
@@ -55,27 +56,52 @@ def test_lag_after_each_batch_in_log_and_prometheus(spark, spark_broker, tmp_pat
         listener.close()
 
 
-def test_endpoint_serves_the_last_progress(spark, spark_broker, tmp_path):
-    """While a query runs its series are on the endpoint; they go when it stops."""
-    bs = spark_broker.bootstrap
-    create(bs, "lag-run", 1)
-    produce(bs, "lag-run", [f"r{i}" for i in range(30)])
+@contextmanager
+def caught_up_query(spark, bs: str, topic: str, name: str, tmp_path):
+    """A running query over a 1-partition `topic` of 30 records, 10 a batch, with a
+    LagListener on a free port; yields that port once the endpoint says it caught up,
+    and stops the query and the listener after."""
+    create(bs, topic, 1)
+    produce(bs, topic, [f"r{i}" for i in range(30)])
     port = free_port()
     listener = LagListener.install(spark, port=port, addr="127.0.0.1")
     try:
-        q = (spark.readStream.format("semel").option("kafka.bootstrap.servers", bs).option("subscribe", "lag-run")
+        q = (spark.readStream.format("semel").option("kafka.bootstrap.servers", bs).option("subscribe", topic)
              .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "10").load()
-             .writeStream.format("noop").queryName("lagrun").option("checkpointLocation", str(tmp_path / "ck"))
+             .writeStream.format("noop").queryName(name).option("checkpointLocation", str(tmp_path / "ck"))
              .trigger(processingTime="200 milliseconds").start())
         try:
-            key = 'semel_spark_max_offsets_behind_latest{query="lagrun",source="semel:lag-run"}'
+            key = f'semel_spark_max_offsets_behind_latest{{query="{name}",source="semel:{topic}"}}'
             wait.until(lambda: scrape(port).get(key) == 0, "the running query caught up on the endpoint")
-            got = scrape(port)
-            assert got['semel_spark_partition_offsets_behind_latest{partition="0",query="lagrun",topic="lag-run"}'] == 0
-            assert got['semel_spark_avg_offsets_behind_latest{query="lagrun",source="semel:lag-run"}'] == 0
+            yield port
         finally:
             q.stop()
         wait.until(lambda: not scrape(port), "the stopped query's series are removed")
     finally:
         spark.streams.removeListener(listener)
         listener.close()
+
+
+def test_endpoint_serves_the_last_progress(spark, spark_broker, tmp_path):
+    """While a query runs its series are on the endpoint; they go when it stops."""
+    with caught_up_query(spark, spark_broker.bootstrap, "lag-run", "lagrun", tmp_path) as port:
+        got = scrape(port)
+        assert got['semel_spark_partition_offsets_behind_latest{partition="0",query="lagrun",topic="lag-run"}'] == 0
+        assert got['semel_spark_avg_offsets_behind_latest{query="lagrun",source="semel:lag-run"}'] == 0
+
+
+def test_console_shows_the_listener_queries(spark, spark_broker, tmp_path):
+    """`semel console --spark-metrics` lists a running query from its lag listener, per
+    source and per partition, in a real browser."""
+    from playwright.sync_api import expect
+
+    from tests.support.console import browser_page, console_process, screenshot
+    bs = spark_broker.bootstrap
+    with caught_up_query(spark, bs, "lag-console", "lagconsole", tmp_path) as port, \
+            console_process(bs, tmp_path / "console.log", "--spark-metrics", f"127.0.0.1:{port}") as url, \
+            browser_page() as page:
+        page.goto(f"{url}/spark")
+        section = page.locator("#query-lagconsole")
+        expect(section).to_contain_text("semel:lag-console")
+        expect(section.locator("tr", has_text="lag-console")).to_have_count(2)   # source and partition 0
+        screenshot(page, tmp_path, "spark")

@@ -36,8 +36,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     "launch": frozenset({"protocol", "client"}),
     "check": frozenset({"protocol", "client", "eos", "launch"}),
     "demo": frozenset({"protocol", "client", "eos", "spark"}),
+    "console": frozenset({"protocol", "client"}),
     "cli": frozenset({"protocol", "storage", "client", "coordinator", "cluster", "broker", "eos", "spark",
-                      "launch", "check", "demo"}),
+                      "launch", "check", "demo", "console"}),
     "semel": frozenset({"cli"}),
 }
 

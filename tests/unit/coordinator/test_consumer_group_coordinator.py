@@ -87,7 +87,7 @@ async def test_restart_replays_the_group_and_compaction_keeps_it():
     a2 = await h.coord.consumer_group_heartbeat("g", hb("a", a.member_epoch, owned=a.assignment), TOPICS)
     before = h.coord.consumer_group_describe(["g"])[0].group
     assert before.current["a"].revoking                 # a is giving two partitions up
-    h.coord._maybe_compact()
+    h.coord.offset_manager.maybe_compact()
     await settle(h.coord)
     assert h.log.log_start_offset == 0 and len(h.log.batches) > 0
     h2 = await started(logs=logs, clock=clock)
@@ -105,7 +105,7 @@ async def test_compaction_rewrite_drops_old_segments_and_keeps_the_group():
     for _ in range(3):
         a = await h.coord.consumer_group_heartbeat("g", hb("a", 0), TOPICS)
     h.log.delete_segments_before = lambda start: setattr(h.log, "dropped_before", start) or 1
-    h.coord._maybe_compact()
+    h.coord.offset_manager.maybe_compact()
     await settle(h.coord)
     rewritten_from = h.log.dropped_before
     logs2 = MemLogs()
@@ -228,12 +228,12 @@ async def test_an_emptied_consumer_group_becomes_classic_when_a_classic_member_j
     assert joined.error == KafkaError.NONE
     await settle(h.coord)
     assert h.coord.group_type("g") == "classic"
-    assert "g" not in h.coord._consumer_groups                        # its records are tombstoned
+    assert "g" not in h.coord.store.consumer_groups                        # its records are tombstoned
     assert h.coord.describe_groups(["g"])[0].error == KafkaError.NONE
     assert [r[0] for r in h.coord.list_groups()[1]] == ["g"]
     assert h.coord.fetch_offsets("g", [("t", 0)])[1][0].offset == 5  # the offsets stay
     replayed = await started(logs=h.logs)
-    assert "g" not in replayed.coord._consumer_groups
+    assert "g" not in replayed.coord.store.consumer_groups
     # Back the other way is refused while the classic member is there.
     back = await h.coord.consumer_group_heartbeat("g", hb("b", 0), TOPICS)
     assert back.error == KafkaError.GROUP_ID_NOT_FOUND

@@ -55,7 +55,7 @@ def complete_initial(h):
 
 
 def state(h, group="g"):
-    return h.coord._groups[group].state
+    return h.coord.store.groups[group].state
 
 
 @async_test
@@ -134,7 +134,7 @@ async def test_inconsistent_protocols_are_refused():
     assert res.error == KafkaError.INCONSISTENT_GROUP_PROTOCOL
     res = await join(h.coord, group="fresh", protocols=[])
     assert res.error == KafkaError.INCONSISTENT_GROUP_PROTOCOL
-    assert "fresh" not in h.coord._groups
+    assert "fresh" not in h.coord.store.groups
 
 
 @async_test
@@ -206,7 +206,7 @@ async def test_session_expiry_removes_member_and_rebalances():
         h.clock.advance(4000)
         assert h.coord.heartbeat("g", 1, a.member_id) in (KafkaError.NONE, KafkaError.REBALANCE_IN_PROGRESS)
         h.coord.fire_timers()
-    assert b.member_id not in h.coord._groups["g"].members
+    assert b.member_id not in h.coord.store.groups["g"].members
     assert state(h) is GroupState.PREPARING_REBALANCE
     ra = await join(h.coord, a.member_id, protocols=[("range", b"m0")])
     assert ra.generation == 2 and [m[0] for m in ra.members] == [a.member_id]
@@ -253,7 +253,7 @@ async def test_leave_group_batch_and_last_member_leaving_empties_the_group():
     err, per = h.coord.leave_group("g", [(a.member_id, None)])
     assert per == [KafkaError.NONE]
     assert state(h) is GroupState.EMPTY
-    group = h.coord._groups["g"]
+    group = h.coord.store.groups["g"]
     assert group.generation == 2 and not group.members
     await settle(h.coord)
     assert group.persisted                        # the empty snapshot was written
@@ -272,7 +272,7 @@ async def test_leader_leaving_during_completing_rebalance_resets_waiting_syncs()
     waiting = h.coord.sync_group("g", rb_.generation, b.member_id)
     h.coord.leave_group("g", [(ra.leader, None)])
     assert (await waiting).error == KafkaError.REBALANCE_IN_PROGRESS
-    assert h.coord._groups["g"].leader == b.member_id
+    assert h.coord.store.groups["g"].leader == b.member_id
 
 
 @async_test
@@ -285,7 +285,7 @@ async def test_assignment_store_failure_answers_error_and_rebalances():
     h.log.fail_appends = 1
     res = await h.coord.sync_group("g", 1, ra.member_id, assignments={ra.member_id: b"x"})
     assert res.error == KafkaError.COORDINATOR_NOT_AVAILABLE
-    group = h.coord._groups["g"]
+    group = h.coord.store.groups["g"]
     assert group.members[ra.member_id].assignment == b""
     assert group.state is GroupState.PREPARING_REBALANCE
     assert h.log.log_end_offset == 0
@@ -301,7 +301,7 @@ async def test_assignment_fsync_failure_answers_error_and_leaves_assignment_unse
     h.flusher.fail_next = 1
     res = await h.coord.sync_group("g", 1, ra.member_id, assignments={ra.member_id: b"x"})
     assert res.error == KafkaError.COORDINATOR_NOT_AVAILABLE
-    assert h.coord._groups["g"].members[ra.member_id].assignment == b""
+    assert h.coord.store.groups["g"].members[ra.member_id].assignment == b""
     assert state(h) is GroupState.PREPARING_REBALANCE
 
 
@@ -319,7 +319,7 @@ async def test_member_that_never_syncs_is_removed_after_the_rebalance_timeout():
     h.clock.advance(5000)
     h.coord.heartbeat("g", 1, leader.member_id)
     h.coord.fire_timers()
-    assert follower.member_id not in h.coord._groups["g"].members
+    assert follower.member_id not in h.coord.store.groups["g"].members
     assert state(h) is GroupState.PREPARING_REBALANCE
 
 
@@ -371,12 +371,12 @@ async def test_delete_groups():
     res = await h.coord.delete_groups(["g", "solo", "unknown"])
     assert res == {"g": KafkaError.NON_EMPTY_GROUP, "solo": KafkaError.NONE,
                    "unknown": KafkaError.GROUP_ID_NOT_FOUND}
-    assert "solo" not in h.coord._groups
+    assert "solo" not in h.coord.store.groups
     assert h.coord.fetch_offsets("solo", [("t", 0)])[1][0].offset == -1
     # the deletion is in the log: a fresh coordinator does not resurrect the group
     h2 = await started(logs=h.logs)
-    assert "solo" not in h2.coord._groups
-    assert "g" in h2.coord._groups
+    assert "solo" not in h2.coord.store.groups
+    assert "g" in h2.coord.store.groups
 
 
 @async_test
@@ -397,7 +397,7 @@ async def test_membership_survives_a_restart_through_the_group_snapshot():
     h = await started()
     a, b = await stable_group(h)
     h2 = await started(logs=h.logs, clock=h.clock)
-    group = h2.coord._groups["g"]
+    group = h2.coord.store.groups["g"]
     assert group.state is GroupState.STABLE and group.generation == 1
     assert h2.coord.heartbeat("g", 1, a.member_id) == KafkaError.NONE
     assert (await h2.coord.sync_group("g", 1, b.member_id)).assignment == b.member_id.encode()
@@ -406,8 +406,8 @@ async def test_membership_survives_a_restart_through_the_group_snapshot():
     assert h2.coord.heartbeat("g", 1, a.member_id) == KafkaError.NONE
     h.clock.advance(4001)
     h2.coord.fire_timers()
-    assert b.member_id not in h2.coord._groups["g"].members
-    assert h2.coord._groups["g"].state is GroupState.PREPARING_REBALANCE
+    assert b.member_id not in h2.coord.store.groups["g"].members
+    assert h2.coord.store.groups["g"].state is GroupState.PREPARING_REBALANCE
 
 
 @async_test

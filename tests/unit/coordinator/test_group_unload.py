@@ -30,7 +30,7 @@ async def test_unload_answers_everything_waiting_and_load_rebuilds_from_the_log(
     assert (await waiting) == {("t", 1): E.NOT_COORDINATOR}
     assert h.coord.heartbeat("g", gen, m1, None) == E.NOT_COORDINATOR
     assert h.coord.fetch_offsets("g", None) == (E.NOT_COORDINATOR, [])
-    assert h.coord._groups == {}
+    assert h.coord.store.groups == {}
     # Every per-group deadline went with the groups; the periodic ones stay.
     assert {k for k in h.coord.timers._live} == {"expire-offsets", "compact"}
     end = h.log.log_end_offset
@@ -45,7 +45,7 @@ async def test_unload_answers_everything_waiting_and_load_rebuilds_from_the_log(
     err, fetched = h.coord.fetch_offsets("g", [("t", 0)])
     assert err == E.NONE and [f.offset for f in fetched] == [5]
     # The snapshot written when the assignment was stored brings the members back.
-    assert set(h.coord._groups["g"].members) == {m0, m1} and h.coord._groups["g"].generation == gen
+    assert set(h.coord.store.groups["g"].members) == {m0, m1} and h.coord.store.groups["g"].generation == gen
     # The held commit reached the log before the unload: the log, not the answer, decides.
     assert [f.offset for f in h.coord.fetch_offsets("solo", [("t", 1)])[1]] == [7]
     assert h.coord.heartbeat("g", gen, m1, None) == E.NONE

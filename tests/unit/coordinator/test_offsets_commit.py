@@ -74,7 +74,7 @@ async def test_append_failure_answers_error_and_changes_nothing():
     h.log.fail_appends = 1
     res = await h.coord.commit_offsets("fresh", -1, "", {("t", 0): (1, -1, "")})
     assert res[("t", 0)] == KafkaError.COORDINATOR_NOT_AVAILABLE
-    assert "fresh" not in h.coord._groups         # no group left behind by a failed commit
+    assert "fresh" not in h.coord.store.groups         # no group left behind by a failed commit
 
 
 @async_test
@@ -118,14 +118,14 @@ async def test_commit_allowed_while_preparing_refused_while_completing():
     h = await started()
     a, b = await stable_group(h)
     _, fc = await new_member(h)
-    assert h.coord._groups["g"].state is GroupState.PREPARING_REBALANCE
+    assert h.coord.store.groups["g"].state is GroupState.PREPARING_REBALANCE
     res = await h.coord.commit_offsets("g", 1, a.member_id, {("t", 0): (8, -1, "")})
     assert res[("t", 0)] == KafkaError.NONE       # members commit while revoking
     fa = join(h.coord, a.member_id, protocols=[("range", b"m0")])
     fb = join(h.coord, b.member_id, protocols=[("range", b"m1")])
     ra = await fa
     await fb, await fc
-    assert h.coord._groups["g"].state is GroupState.COMPLETING_REBALANCE
+    assert h.coord.store.groups["g"].state is GroupState.COMPLETING_REBALANCE
     res = await h.coord.commit_offsets("g", ra.generation, a.member_id, {("t", 0): (9, -1, "")})
     assert res[("t", 0)] == KafkaError.REBALANCE_IN_PROGRESS
     assert fetch(h, "g", [("t", 0)])[("t", 0)][0] == 8
@@ -151,7 +151,7 @@ async def test_commit_counts_as_heartbeat():
         await h.coord.commit_offsets("g", 1, a.member_id, {("t", 0): (1, -1, "")})
         h.coord.heartbeat("g", 1, b.member_id)
         h.coord.fire_timers()
-    assert h.coord._groups["g"].state is GroupState.STABLE
+    assert h.coord.store.groups["g"].state is GroupState.STABLE
 
 
 @async_test
@@ -176,9 +176,9 @@ async def test_offsets_of_an_empty_consumer_group_expire_after_retention():
         h.coord.fire_timers()
     await settle(h.coord)
     assert fetch(h, "g") == {} and fetch(h, "simple") == {}
-    assert "g" not in h.coord._groups and "simple" not in h.coord._groups   # memory is bounded
+    assert "g" not in h.coord.store.groups and "simple" not in h.coord.store.groups   # memory is bounded
     h2 = await started(logs=h.logs, clock=h.clock)             # and the log agrees
-    assert not h2.coord._groups
+    assert not h2.coord.store.groups
 
 
 @async_test

@@ -56,9 +56,9 @@ async def test_abort_marker_drops_pending_offsets():
 async def test_aborted_only_group_is_forgotten():
     h = await started()
     await txn_commit(h, {("t", 0): (10, -1, "")}, group="only-txn")
-    assert "only-txn" in h.coord._groups
+    assert "only-txn" in h.coord.store.groups
     await h.coord.complete_txn(PID, EPOCH, 0, commit=False)
-    assert "only-txn" not in h.coord._groups
+    assert "only-txn" not in h.coord.store.groups
 
 
 @async_test
@@ -186,4 +186,4 @@ async def test_deleted_topic_drops_committed_and_pending_offsets_and_replay_agre
     for coord in (h.coord, (await started(logs=h.logs)).coord):
         assert fetch(SimpleNamespace(coord=coord), "g", list(want_g), stable=True) == want_g
         assert fetch(SimpleNamespace(coord=coord), "other") == {}
-        assert "other" not in coord._groups            # nothing left of it: forgotten
+        assert "other" not in coord.store.groups            # nothing left of it: forgotten

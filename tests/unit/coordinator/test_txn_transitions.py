@@ -1,5 +1,5 @@
 """Every state change of a transactional id starts in one function,
-TransactionCoordinator._begin, which consults the VALID_PREVIOUS table."""
+TransactionCoordinator.begin, which consults the VALID_PREVIOUS table."""
 from __future__ import annotations
 
 import ast
@@ -43,7 +43,7 @@ def _held(coord, txn_id: str, state: TxnState) -> TxnMeta:
                          ids=lambda s: s.name)
 def test_begin_follows_the_table(coord, src, dst):
     meta = _held(coord, "t", src)
-    err = coord._begin(meta, dst)
+    err = coord.begin(meta, dst)
     if src in VALID_PREVIOUS[dst]:
         assert err == E.NONE and meta.pending == dst
     else:
@@ -52,19 +52,19 @@ def test_begin_follows_the_table(coord, src, dst):
 
 def test_begin_refuses_a_second_change_and_a_stale_look(coord):
     meta = _held(coord, "t", TxnState.ONGOING)
-    assert coord._begin(meta, TxnState.PREPARE_COMMIT) == E.NONE
-    assert coord._begin(meta, TxnState.PREPARE_ABORT) == E.CONCURRENT_TRANSACTIONS
+    assert coord.begin(meta, TxnState.PREPARE_COMMIT) == E.NONE
+    assert coord.begin(meta, TxnState.PREPARE_ABORT) == E.CONCURRENT_TRANSACTIONS
     assert meta.pending == TxnState.PREPARE_COMMIT
     stale = meta
     _held(coord, "t", TxnState.COMPLETE_COMMIT)
     stale.pending = None
-    assert coord._begin(stale, TxnState.ONGOING) == E.CONCURRENT_TRANSACTIONS
+    assert coord.begin(stale, TxnState.ONGOING) == E.CONCURRENT_TRANSACTIONS
 
 
 def test_an_unknown_id_may_only_start_empty(coord):
-    assert coord._begin(None, TxnState.EMPTY) == E.NONE
+    assert coord.begin(None, TxnState.EMPTY) == E.NONE
     for state in set(TxnState) - {TxnState.EMPTY}:
-        assert coord._begin(None, state) == E.INVALID_TXN_STATE
+        assert coord.begin(None, state) == E.INVALID_TXN_STATE
 
 
 def test_an_invalid_transition_is_refused_without_touching_the_log(coord):
@@ -79,12 +79,12 @@ def test_an_invalid_transition_is_refused_without_touching_the_log(coord):
 def test_completing_a_transaction_already_being_completed_does_nothing(coord):
     meta = _held(coord, "t", TxnState.PREPARE_COMMIT)
     meta.pending = TxnState.COMPLETE_COMMIT          # a completion in flight
-    asyncio.run(coord._complete(meta))
+    asyncio.run(coord._completion.complete(meta))
     assert coord.txns["t"] is meta and meta.state == TxnState.PREPARE_COMMIT
 
 
 def test_no_other_code_sets_a_pending_state():
-    """`pending` is set to a state only inside _begin; elsewhere it is only cleared."""
+    """`pending` is set to a state only inside begin; elsewhere it is only cleared."""
     trees = [ast.parse(inspect.getsource(m)) for m in (txn_module, branches_module, completion_module)]
     setters = []
     for fn in (n for tree in trees for n in ast.walk(tree)):
@@ -96,4 +96,4 @@ def test_no_other_code_sets_a_pending_state():
                 cleared = isinstance(node.value, ast.Constant) and node.value.value is None
                 if not cleared and any(isinstance(t, ast.Attribute) and t.attr == "pending" for t in targets):
                     setters.append(fn.name)
-    assert setters == ["_begin"]
+    assert setters == ["begin"]

@@ -221,7 +221,7 @@ def test_a_synchronous_append_waits_for_the_pending_write_and_lands_after_it(tmp
             big = batch([b"b" * 1000] * 80)
             task = asyncio.create_task(plog.append_async(big, split_batches(big)[0]))
             await asyncio.sleep(0)          # the big write is now in a worker thread
-            assert plog._pending is not None and plog.log_end_offset == 0
+            assert plog.write_pending and plog.log_end_offset == 0
             small = batch([b"s"])
             info = plog.append(small, split_batches(small)[0])
             assert info.first_offset == 80   # after the pending write, which settled first
@@ -251,8 +251,8 @@ class GatedFS(FaultyFileSystem):
 
 def _fill(plog: PartitionLog, next_size: int) -> None:
     """Appends until an append of next_size bytes rolls the segment."""
-    while plog._segments[-1].size + next_size <= CFG.segment_bytes:
-        left = CFG.segment_bytes - plog._segments[-1].size - next_size
+    while plog.segments[-1].size + next_size <= CFG.segment_bytes:
+        left = CFG.segment_bytes - plog.segments[-1].size - next_size
         raw = batch([b"f" * 1000] * max(1, min(60, left // 1100)))
         plog.append(raw, split_batches(raw)[0])
 
@@ -273,7 +273,7 @@ def test_a_roll_runs_off_the_loop_and_a_marker_meanwhile_lands_after_it(tmp_path
             task = asyncio.create_task(plog.append_async(big, split_batches(big)[0]))
             while not fs.entered.is_set():
                 await asyncio.sleep(0.001)    # the loop runs while the roll's fsync waits
-            assert plog._pending_roll is not None and not task.done()
+            assert plog._offload.pending_roll is not None and not task.done()
             txn = batch([b"t"], pid=9, epoch=0, seq=0, txn=True)
             threading_release = asyncio.get_running_loop().call_later(0.05, fs.gate.set)
             plog.append(txn, split_batches(txn)[0])      # waits for the roll, then lands
@@ -334,11 +334,11 @@ def test_a_write_through_append_is_flushed_when_answered_and_checkpoints_off_the
         info = await plog.append_async(big, split_batches(big)[0], sync=True)
         assert plog.flushed_offset == info.last_offset + 1 == 80
         assert fs.count("fsync", ".log") == fsyncs + 1
-        assert plog._checkpoint_job is None        # 80 KB since the last one: not due yet
+        assert plog._offload.checkpoint_job is None        # 80 KB since the last one: not due yet
         again = batch([b"c" * 1000] * 80)
         info = await plog.append_async(again, split_batches(again)[0], sync=True)
         assert plog.flushed_offset == 160
-        plog._checkpoint_job.result(10)
+        plog._offload.checkpoint_job.result(10)
         with open(tmp_path / "w" / cpfile.FILE_NAME, "rb") as f:
             assert cpfile.decode(f.read()).recovery_offset == 160
         small = batch([b"s"])                      # on the loop: left to the flusher

@@ -74,8 +74,8 @@ def test_markers_of_several_producers_end_their_transactions_in_one_write(p):
     b.send()                                   # 2
     c.send()                                   # 3
     writes = []
-    real = p._write
-    p._write = lambda *args, **kw: writes.append(1) or real(*args, **kw)
+    real = p.write_batches
+    p.write_batches = lambda *args, **kw: writes.append(1) or real(*args, **kw)
     info = p.append_controls(COMMIT, [(1, 0), (2, 0)], 0)
     assert writes == [1]
     assert (info.first_offset, info.last_offset) == (4, 5)

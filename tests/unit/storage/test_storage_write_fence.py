@@ -126,7 +126,7 @@ def test_every_path_waits_for_a_leader_write_or_roll_in_a_worker(tmp_path, path,
         p = PartitionLog.open(tmp_path / "leader", cfg, runner=runner)
         try:
             p.append(raw := batch(b"t", pid=7, epoch=0, seq=0, txn=True), split_batches(raw)[0])
-            for n, expect in ((70, "_write_through" if sync else "pwrite"), (70, "_roll")):
+            for n, expect in ((70, "_write_through" if sync else "pwrite"), (70, "roll")):
                 raw = big(n)
                 task = asyncio.create_task(p.append_async(raw, split_batches(raw)[0], sync=sync))
                 while not runner.queued:

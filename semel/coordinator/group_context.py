@@ -1,0 +1,23 @@
+"""What every part of a group coordinator works with, handed to each in one value."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from ..protocol.errors import KafkaError
+from .group_model import GroupConfig
+from .group_replay import GroupStore
+from .group_timers import Timers
+from .group_write_queue import GroupWrites
+
+
+@dataclass(frozen=True, slots=True)
+class GroupContext:
+    """The groups in memory (`store`), the write path (`writes`), the coordinator's timers,
+    settings and clock, and `ready`: NONE while the coordinator serves, why not otherwise."""
+    store: GroupStore
+    writes: GroupWrites
+    timers: Timers
+    config: GroupConfig
+    clock: Callable[[], int]
+    ready: Callable[[], KafkaError]
