@@ -34,6 +34,8 @@ class BrokerConfig:
     # group.consumer.session.timeout.ms, told to members by the broker.
     group_consumer_heartbeat_interval_ms: int = 5_000
     group_consumer_session_timeout_ms: int = 45_000
+    # group.consumer.migration.policy: online upgrade/downgrade between the protocols.
+    group_consumer_migration_policy: str = "bidirectional"
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
     offsets_log_compact_records: int = 50_000
     offsets_log_segment_bytes: int = 8 * 1024 * 1024

@@ -7,13 +7,13 @@ gated on the seat of its id's partition, whose error value (`error_for`) this mo
 turns into the API's refusal (semel.broker.refusal): a broker that does not lead that
 partition answers NOT_COORDINATOR, one still loading it COORDINATOR_LOAD_IN_PROGRESS,
 so a client holding an old coordinator looks it up again instead of splitting a group
-or a transactional id across two brokers. A no-op on a single node.
+or a transactional id across two brokers. A single node's coordinators have one
+partition each, on a seat that always serves.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from ..cluster.coordinator_partitions import GroupCoordinators, TxnCoordinators
 from ..protocol.api_keys import ApiKey
 from .refusal import refuse
 from .router import Handler, RequestContext
@@ -46,11 +46,11 @@ def coordinator_key(api_key: int, body: Any) -> str | None:
 def coordinator_guard(services: Services, fn: Handler) -> Handler:
     """The handler `fn`, refusing the coordinator requests this broker must not serve now."""
     txns, groups = services.txn_coordinator, services.group_coordinator
-    if not (isinstance(txns, TxnCoordinators) and isinstance(groups, GroupCoordinators)):
-        return fn   # a single node's own coordinators: no seat, always serving
 
     async def guarded(ctx: RequestContext, body: Any) -> Any:
-        if ctx.api_key in GATED and (ctx.api_key != ApiKey.INIT_PRODUCER_ID or body.transactional_id is not None):
+        several = ctx.api_key == ApiKey.OFFSET_FETCH and ctx.api_version >= 8   # the handler asks each group's
+        if (ctx.api_key in GATED and not several
+                and (ctx.api_key != ApiKey.INIT_PRODUCER_ID or body.transactional_id is not None)):
             coordinators = txns if ctx.api_key in TXN_APIS else groups
             err = coordinators.error_for(coordinator_key(ctx.api_key, body))
             if err:

@@ -145,7 +145,7 @@ class _BrokerStateCollector(Collector):
     def _collect(self):
         active = GaugeMetricFamily("semel_transactions_active", "Transactions open or being completed")
         txns = self.broker.txns   # None until the coordinators are built
-        metas = list(txns.txns.values()) if txns is not None else []
+        metas = txns.transactions() if txns is not None else []
         active.add_metric([], sum(1 for m in metas if m.state in ACTIVE_STATES))
         yield active
         logs = self.broker.logs   # None until the broker starts

@@ -76,6 +76,8 @@ def _every_topic(shape: TopicShape) -> Refusal:
 
 
 def _offset_fetch(ctx: RequestContext, body: Any, code: KafkaError) -> Any:
+    if ctx.api_version >= 8:   # several groups: the error on each
+        return offset_fetch_groups_answer(ctx, body, lambda group_id: code)
     if ctx.api_version >= 2:   # the error at the top, no partitions (Kafka's answer)
         return ctx.response(error_code=code, topics=[])
     T = ctx.cls().OffsetFetchResponseTopic
@@ -83,6 +85,14 @@ def _offset_fetch(ctx: RequestContext, body: Any, code: KafkaError) -> Any:
     grouped = by_topic(wanted, lambda p, err: T.OffsetFetchResponsePartition(
         partition_index=p, committed_offset=-1, committed_leader_epoch=-1, metadata="", error_code=err))
     return ctx.response(topics=[T(name=n, partitions=ps) for n, ps in grouped.items()])
+
+
+def offset_fetch_groups_answer(ctx: RequestContext, body: Any, code_of: Callable[[str], KafkaError]) -> Any:
+    """OffsetFetch (v8+, several groups) answered without reading: each group with
+    `code_of(group_id)` and no topics."""
+    G = entry_class(ctx.cls(), "groups")
+    return ctx.response(groups=[G(group_id=g.group_id, topics=[], error_code=code_of(g.group_id))
+                                for g in body.groups or ()])
 
 
 def _add_partitions(ctx: RequestContext, body: Any, code: KafkaError) -> Any:

@@ -16,6 +16,7 @@ from ..clock import wall_ms
 from ..cluster.broker_configs import FileBrokerConfigs
 from ..cluster.peer import PeerDialer
 from ..cluster.shutdown import controlled_shutdown
+from ..storage.committed import Committed, HighWatermarks, OneNode
 from ..storage.flusher import GroupCommitFlusher
 from ..storage.fs import fs_from_env
 from ..storage.errors import StorageError
@@ -69,6 +70,14 @@ class Broker:
         # Replication data plane (semel.cluster.replica_manager.ReplicaManager), started when
         # `cluster` is set; None on a single node.
         self.replicas = None
+        # What a commit waits on past this broker's fsync (semel.storage.committed): a
+        # single node is the ISR of every partition (OneNode); a cluster member's replica
+        # manager, once replication runs (None until then: nothing is committed).
+        self.high_watermarks: HighWatermarks | None = OneNode(self.notifier.notify)
+        # Produce acks=all and admin markers: fsynced as the flush policy asks, then past
+        # the high watermark.
+        self.committed = Committed(self.flusher if config.log.flush_mode == "always" else None,
+                                   lambda: self.high_watermarks, config.request_timeout_ms / 1000)
         # semel.cluster.peer.PeerDialer in a cluster: the inter-broker listener and login.
         self.peer_dialer = None
         # Signed OAUTHBEARER tokens (auth.oauth_jwks.SignedValidator) when a JWKS is set.
@@ -96,19 +105,20 @@ class Broker:
         t0 = time.monotonic()
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         self.logs = LogManager(self.config.data_dir, self.config.log, self.fs)
+        # Under "always" nothing counts before it is fsynced, alone or in an ISR: readers see
+        # no record a power cut could take (PartitionLog.durable_end).
+        self.logs.set_reads_wait_for_fsync(self.config.log.flush_mode == "always")
         if self.config.metadata_endpoints:
             self.cluster_member = cluster_member(self)
             self.cluster = self.cluster_member.view
             self.broker_configs = self.cluster_member.configs
             self._use_cluster_security()
         else:   # a damaged file stops the start here, naming it
-            # Alone, nothing else keeps a reader below what a power cut would leave (a
-            # cluster view given from outside, as tests do, keeps its own high watermark).
-            self.logs.set_reads_wait_for_fsync(self.cluster is None and self.config.log.flush_mode == "always")
             self.broker_configs = FileBrokerConfigs(self, self.config.node_id, self.fs, self.config.data_dir)
             self.broker_configs.load()
             self.broker_configs.apply()
         if self.cluster is not None:   # how followers and the coordinator reach other brokers
+            self.high_watermarks = None   # until replication runs
             self.peer_dialer = PeerDialer.from_config(self.config)
             who = self.peer_dialer.principal
             if who and self.authorizer.enabled and who not in self.config.super_users:
@@ -133,11 +143,12 @@ class Broker:
             await self.cluster_member.start()
         if self.cluster is not None:
             self.replicas = build_replicas(self)
+            self.high_watermarks = self.replicas
             await self.replicas.start()
-            # After replication: each partition state reaches the replica manager (which
-            # takes the role) before the coordinators' seats act on it.
-            self.groups.start_seats()
-            self.txns.start_seats()
+        # After replication: each partition state reaches the replica manager (which
+        # takes the role) before the coordinators' seats act on it.
+        self.groups.start_seats()
+        self.txns.start_seats()
         self.services = build_services(self)
         await self._open_doors()
         # Watched from the moment clients can connect (loading logs at start holds the
@@ -155,8 +166,8 @@ class Broker:
 
     async def _listen(self, lst: Listener):
         # Ports are bound first (a cluster member registers them) but connections are
-        # accepted only once the services exist and a cluster member has joined
-        # (`_open_doors`), as a Kafka broker enables request processing only after
+        # accepted only once the services exist, the coordinators' seats started and a
+        # cluster member has joined (`_open_doors`), as a Kafka broker enables request processing only after
         # catching up with the metadata.
         server = await asyncio.start_server(
             lambda r, w: serve(self._serving(), self.limits, r, w, lst), lst.host, lst.port,
@@ -171,9 +182,9 @@ class Broker:
         return self.services
 
     async def _open_doors(self) -> None:
-        """Start accepting once the services are built; in a cluster, once joined. A
-        broker restarted within its lease's TTL waits there for its old session to end;
-        a Metadata answered meanwhile, from a view
+        """Start accepting once the services are built and the seats started; in a cluster,
+        once joined. A broker restarted within its lease's TTL waits there for its old
+        session to end; a Metadata answered meanwhile, from a view
         not yet loaded, listed no broker and no topic, and librdkafka drops every broker
         it knows that an answer leaves out: with metadata.recovery.strategy=none it then
         had none to ask again and a transactional producer stalled (docs/cluster.md)."""

@@ -18,10 +18,8 @@ from ..cluster.coordinator_partitions import GroupCoordinators, TxnCoordinators
 from ..cluster.member import ClusterMember
 from ..cluster.metadata import ClusterMetadata
 from ..cluster.replica_manager import ReplicaManager
-from ..coordinator.group import GroupCoordinator
-from ..coordinator.txn import TransactionCoordinator
+from ..storage.committed import Committed
 from ..storage.flusher import GroupCommitFlusher
-from ..storage.log import PartitionLog
 from ..storage.manager import LogManager
 from .auth.acl import AclStore, Authorizer
 from .auth.cluster_store import ClusterAclStore, ClusterUserStore
@@ -33,12 +31,6 @@ from .notify import AppendNotifier
 if TYPE_CHECKING:   # the oauth extra
     from .auth.oauth_jwks import SignedValidator
 
-# A single node has its one coordinator of each kind; a cluster member one per
-# partition of the internal topic, each seated on it (semel.cluster.coordinator_partitions).
-GroupCoordinatorService = GroupCoordinator | GroupCoordinators
-TxnCoordinatorService = TransactionCoordinator | TxnCoordinators
-
-
 @dataclass(frozen=True, slots=True)
 class Services:
     config: BrokerConfig
@@ -48,8 +40,10 @@ class Services:
     # wakes long-polling fetches when a partition gets records
     notifier: AppendNotifier
     metrics: BrokerMetrics
-    group_coordinator: GroupCoordinatorService
-    txn_coordinator: TxnCoordinatorService
+    # one coordinator per internal partition, each seated on it; one of each on a single
+    # node (semel.cluster.coordinator_partitions)
+    group_coordinator: GroupCoordinators
+    txn_coordinator: TxnCoordinators
     authorizer: Authorizer
     users: UserStore | ClusterUserStore
     acls: AclStore | ClusterAclStore
@@ -63,8 +57,6 @@ class Services:
     replicas: ReplicaManager | None
     # signed OAUTHBEARER tokens when a JWKS is configured
     oauth_signed: SignedValidator | None
-
-    async def ensure_durable(self, plog: PartitionLog, upto_offset: int) -> None:
-        """Wait until `upto_offset` is on disk when the flush policy asks for it."""
-        if self.config.log.flush_mode == "always":
-            await self.flusher.sync(plog, upto_offset)
+    # when an append is committed (semel.storage.committed): fsynced as the flush policy
+    # asks, then past the high watermark (at once on a single node)
+    committed: Committed

@@ -1,15 +1,17 @@
 """Builds the coordinators and the replica manager, choosing what they are given: the
 one place that does.
 
-A coordinator depends only on the interfaces of semel.coordinator.ports. On a single
-node they are the broker's own: the group-commit flusher as PartitionWriter, the
-producer-id file as ProducerIdSource, no seat (the coordinator loads its one log at
-start and always serves) and LocalMarkers as MarkerWriter (every partition is led
-here). In a
-cluster each partition of __transaction_state and __consumer_offsets gets its own
-coordinator with the cluster's implementations: a SeatedCoordinator as its seat, a
-ReplicatedFlusher (acks=all) as the writer of its log, producer ids from etcd and
-markers sent to other leaders through one MarkerChannel.
+A coordinator depends only on the interfaces of semel.coordinator.ports. The
+coordinators have one shape (semel.cluster.coordinator_partitions): one coordinator per
+partition of __transaction_state and __consumer_offsets, a single node having one
+partition of each. On a single node the ports are the broker's own: the producer-id
+file as ProducerIdSource, a LocalSeat (the coordinator loads its log when the seat
+starts and always serves) and LocalMarkers as MarkerWriter (every partition is led
+here). In a cluster each partition's coordinator gets the cluster's implementations: a
+SeatedCoordinator as its seat, producer ids from etcd and markers sent to other leaders
+through one MarkerChannel. Either way a coordinator's log and its markers are written through
+semel.storage.committed (fsynced, then past the high watermark, which a single node,
+a cluster of one, reaches at once).
 
 The replication data plane (semel.cluster.replica_manager) is built here too, given
 only what it uses of the broker: the cluster view, the logs, the FileSystem, the
@@ -26,14 +28,16 @@ from ..cluster.member import ClusterMember, InternalTopic
 from ..cluster.producer_ids import ClusterProducerIds
 from ..cluster.replica_fetcher import FetchSettings
 from ..cluster.replica_manager import ReplicaManager, ReplicaSettings
-from ..cluster.replicated_flusher import ReplicatedFlusher
 from ..cluster.topic_sync import deleted_names
 from ..cluster.txn_markers import MarkerChannel
 from ..coordinator.group import GroupCoordinator
 from ..coordinator.group_model import GroupConfig
-from ..coordinator.ports import LocalMarkers
+from ..coordinator.ports import CoordinatorSeat, LocalMarkers, LocalSeat, MarkerWriter, ProducerIdSource
 from ..coordinator.producer_ids import ProducerIdManager
 from ..coordinator.txn import OFFSETS_TOPIC, TXN_TOPIC, TransactionCoordinator
+from ..protocol.errors import KafkaError
+from ..storage.committed import Committed, PartitionCommit
+from ..storage.flusher import GroupCommitFlusher
 from .config import BrokerConfig
 from .services import Services
 
@@ -45,6 +49,7 @@ def group_config(c: BrokerConfig) -> GroupConfig:
         max_session_timeout_ms=c.group_max_session_timeout_ms,
         consumer_heartbeat_interval_ms=c.group_consumer_heartbeat_interval_ms,
         consumer_session_timeout_ms=c.group_consumer_session_timeout_ms,
+        consumer_migration_policy=c.group_consumer_migration_policy,
         offsets_retention_ms=c.offsets_retention_ms,
         compact_records=c.offsets_log_compact_records,
         segment_bytes=c.offsets_log_segment_bytes,
@@ -69,41 +74,44 @@ def build_replicas(broker) -> ReplicaManager:
                           replica_settings(broker.config), durable=durable)
 
 
-def build_groups(broker):
-    """The group coordinator: the single node's one, or one per __consumer_offsets
-    partition (semel.cluster.coordinator_partitions.GroupCoordinators)."""
+def build_groups(broker) -> GroupCoordinators:
+    """The group coordinators, one per __consumer_offsets partition
+    (semel.cluster.coordinator_partitions.GroupCoordinators; one on a single node)."""
     config = group_config(broker.config)
-    if broker.cluster is None:
-        return GroupCoordinator(broker.logs, broker.flusher, config)
     view, topic = broker.cluster, config.offsets_topic
-    # Every write waits for the replicated high watermark (acks=all); sync_writes says
-    # only whether the local fsync comes first.
+    # Every write waits until committed (semel.storage.committed); sync_writes says only
+    # whether the local fsync comes first.
     inner = broker.flusher if config.sync_writes else None
     seated = replace(config, sync_writes=True)
-    parts = [GroupCoordinator(broker.logs, _replicated(broker, inner, topic, p), seated,
-                              seat=_seat(broker, topic, p), deleted_topics=lambda: deleted_names(view))
-             for p in range(broker.config.offsets_topic_partitions)]
+    deleted = None if view is None else (lambda: deleted_names(view))
+    count = 1 if view is None else broker.config.offsets_topic_partitions
+    parts = [GroupCoordinator(broker.logs, _committed(broker, inner, topic, p), seated,
+                              seat=_seat(broker, topic, p, GroupCoordinator.log_configs(config)),
+                              deleted_topics=deleted)
+             for p in range(count)]
     return GroupCoordinators(parts, lambda: topic_partition_count(view, topic))
 
 
-def build_txns(broker):
-    """The transaction coordinator: the single node's one, or one per __transaction_state
-    partition (semel.cluster.coordinator_partitions.TxnCoordinators), sharing the
-    producer-id pool and the marker channel. Needs `broker.groups` built."""
+def build_txns(broker) -> TxnCoordinators:
+    """The transaction coordinators, one per __transaction_state partition
+    (semel.cluster.coordinator_partitions.TxnCoordinators; one on a single node), sharing
+    the producer-id pool and the marker writer. Needs `broker.groups` built."""
     cfg = broker.config
-    pids = ProducerIdManager(cfg.data_dir / "producer_ids", broker.fs)
-    if broker.cluster is None:
-        return TransactionCoordinator(broker.logs, broker.flusher, broker.groups, cfg, pids,
-                                      broker.notifier.notify, broker.metrics, markers=LocalMarkers())
     view = broker.cluster
-    shared_pids = ClusterProducerIds(pids, view)   # ids from the cluster-wide counter
-    markers = MarkerChannel(view, cfg.node_id, cfg.request_timeout_ms / 1000, broker.peer_dialer)
-    count = cfg.transaction_state_partitions
-    parts = [TransactionCoordinator(broker.logs, _replicated(broker, broker.flusher, TXN_TOPIC, p), broker.groups,
-                                    cfg, shared_pids, broker.notifier.notify, broker.metrics,
-                                    markers=markers, seat=_seat(broker, TXN_TOPIC, p),
-                                    high_watermarks=lambda: broker.replicas, data_flusher=broker.flusher,
-                                    txn_partitions=count)
+    pids: ProducerIdSource = ProducerIdManager(cfg.data_dir / "producer_ids", broker.fs)
+    markers: MarkerWriter = LocalMarkers()
+    count = 1
+    if view is not None:
+        pids = ClusterProducerIds(pids, view)   # ids from the cluster-wide counter
+        markers = MarkerChannel(view, cfg.node_id, cfg.request_timeout_ms / 1000, broker.peer_dialer)
+        count = cfg.transaction_state_partitions
+    # Markers are always fsynced, whatever the flush policy, then replicated.
+    markers_committed = Committed(broker.flusher, lambda: broker.high_watermarks, cfg.request_timeout_ms / 1000)
+    configs = TransactionCoordinator.log_configs(cfg)
+    parts = [TransactionCoordinator(broker.logs, _committed(broker, broker.flusher, TXN_TOPIC, p), broker.groups,
+                                    cfg, pids, broker.notifier.notify, broker.metrics,
+                                    markers=markers, seat=_seat(broker, TXN_TOPIC, p, configs),
+                                    markers_committed=markers_committed, txn_partitions=count)
              for p in range(count)]
     return TxnCoordinators(parts, lambda: topic_partition_count(view, TXN_TOPIC))
 
@@ -128,16 +136,21 @@ def internal_topic(broker, key_type: int):
     return InternalTopic(OFFSETS_TOPIC, GroupCoordinator.log_configs(broker.groups.config), broker.groups)
 
 
-def _seat(broker, topic: str, partition: int):
+def _seat(broker, topic: str, partition: int, configs: dict[str, str]) -> CoordinatorSeat:
+    """A single node leads every partition (LocalSeat, creating the topic with `configs`);
+    a cluster member follows its partition's leadership."""
+    if broker.cluster is None:
+        return LocalSeat(broker.logs, topic, configs)
     return SeatedCoordinator(broker.cluster, broker.config.node_id, broker.logs, lambda: broker.replicas,
                              topic, partition)
 
 
-def _replicated(broker, inner, topic: str, partition: int):
+def _committed(broker, inner: GroupCommitFlusher | None, topic: str, partition: int) -> PartitionCommit:
     """The writer of a coordinator partition's log: `inner`'s local fsync (None: none),
-    then the replicated high watermark (the replica manager starts after the coordinators)."""
-    return ReplicatedFlusher(inner, lambda: broker.replicas, topic, partition,
-                             broker.config.request_timeout_ms / 1000)
+    then the high watermark (the replica manager starts after the coordinators: until
+    then nothing is committed, NOT_COORDINATOR)."""
+    return Committed(inner, lambda: broker.high_watermarks, broker.config.request_timeout_ms / 1000,
+                     KafkaError.NOT_COORDINATOR).writer(topic, partition)
 
 
 def build_services(broker) -> Services:
@@ -147,4 +160,4 @@ def build_services(broker) -> Services:
         metrics=broker.metrics, group_coordinator=broker.groups, txn_coordinator=broker.txns,
         authorizer=broker.authorizer, users=broker.users, acls=broker.acls, broker_configs=broker.broker_configs,
         cluster=broker.cluster, cluster_member=broker.cluster_member, replicas=broker.replicas,
-        oauth_signed=broker.oauth_signed)
+        oauth_signed=broker.oauth_signed, committed=broker.committed)

@@ -33,6 +33,10 @@ def add_parser(sub) -> None:
                    help="consumer protocol (KIP-848): heartbeat interval told to members (default 5000)")
     s.add_argument("--group-consumer-session-timeout-ms", type=int, default=None,
                    help="consumer protocol (KIP-848): a member silent this long is fenced (default 45000)")
+    s.add_argument("--group-consumer-migration-policy", default="bidirectional",
+                   choices=["bidirectional", "upgrade", "downgrade", "disabled"],
+                   help="online migration of a group between the classic and the consumer protocol "
+                        "(Kafka's group.consumer.migration.policy; default bidirectional)")
     s.add_argument("--group-initial-rebalance-delay-ms", type=int, default=None)
     s.add_argument("--transaction-max-timeout-ms", type=int, default=None)
     s.add_argument("--transaction-abort-check-interval-ms", type=int, default=None)
@@ -376,6 +380,7 @@ def build_config(args):
                        default_partitions=args.default_partitions, metrics_port=args.metrics_port)
     cfg.log.flush_mode = args.flush_mode
     cfg.log.flush_interval_ms = args.flush_interval_ms
+    cfg.group_consumer_migration_policy = args.group_consumer_migration_policy
     for flag, path in _OVERRIDES.items():
         value = getattr(args, flag)
         if value is None:

@@ -73,6 +73,7 @@ def _describe(client, args) -> int:
     for m in d.members:
         print(f"  member {m.member_id} client {m.client_id} host {m.client_host}"
               + (f" instance {m.group_instance_id}" if m.group_instance_id else "")
+              + (" classic protocol" if m.classic else "")
               + (f" epoch {m.member_epoch} assigned {_tps(m.assigned)}" if m.member_epoch is not None else "")
               + (f" target {_tps(m.target)}" if m.member_epoch is not None and m.target != m.assigned else ""))
     print("topic\tpartition\tcommitted\tlog-end\tlag")

@@ -59,6 +59,8 @@ class GroupMember:
     member_epoch: int | None = None
     assigned: tuple[tuple[str, int], ...] = ()
     target: tuple[tuple[str, int], ...] = ()
+    # A classic member of a consumer group (online migration: ConsumerGroupDescribe v1 type 0).
+    classic: bool = False
 
 
 @dataclass(frozen=True)
@@ -228,7 +230,8 @@ def describe_consumer_groups(c: Client, group_ids: list[str]) -> list[GroupDescr
     return [GroupDescription(
         g.group_id, KafkaError(g.error_code), g.group_state, "consumer", g.assignor_name,
         tuple(GroupMember(m.member_id, m.instance_id, m.client_id, m.client_host, m.member_epoch,
-                          _partitions(m.assignment), _partitions(m.target_assignment))
+                          _partitions(m.assignment), _partitions(m.target_assignment),
+                          getattr(m, "member_type", 1) == 0)
               for m in g.members),
         "consumer", g.group_epoch, g.assignment_epoch) for g in resp.groups]
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable
+from typing import Any, Callable
 
 from ..protocol.errors import KafkaError
 from .coordinator_seat import LOAD, CoordinatorSeat, Seat
@@ -41,19 +41,19 @@ class SeatedCoordinator:
     `view` is the ClusterView, `logs` the LogManager, `replicas()` the ReplicaManager
     (None until replication runs)."""
 
-    def __init__(self, view, node_id: int, logs, replicas: Callable[[], object], topic: str, partition: int):
+    def __init__(self, view: Any, node_id: int, logs: Any, replicas: Callable[[], Any], topic: str, partition: int):
         self.view = view
         self.logs = logs
         self.replicas = replicas
         self.topic = topic
         self.partition = partition
-        self.coordinator = None
+        self.coordinator: Any = None
         self.seat = CoordinatorSeat(node_id)
-        self._load_task: asyncio.Task | None = None
+        self._load_task: asyncio.Task[None] | None = None
         self._running = False
 
     # -- lifecycle ---------------------------------------------------------------------
-    def start(self, coordinator) -> None:
+    def start(self, coordinator: Any) -> None:
         """Follow the partition's states, loading, serving and dropping `coordinator`
         (after the replication data plane started, so its listener has taken the
         partition's role before ours runs)."""
@@ -81,7 +81,7 @@ class SeatedCoordinator:
         return self.seat.epoch
 
     # -- the seat's decisions ------------------------------------------------------------
-    def on_partition(self, st) -> None:
+    def on_partition(self, st: Any) -> None:
         """ClusterView listener: runs synchronously, so memory is dropped before any
         request handled after this state arrived."""
         if not self._running or (st.topic, st.partition) != (self.topic, self.partition):

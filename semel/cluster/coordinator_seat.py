@@ -92,13 +92,12 @@ class CoordinatorSeat:
             if st.version < self._version:
                 return None
             self._version = st.version
-        leads = st is not None and st.leader == self.node_id and self.node_id in st.replicas
-        if leads and st.leader_epoch > self.epoch:
+        if st is not None and st.leader == self.node_id and self.node_id in st.replicas:
+            if st.leader_epoch <= self.epoch:
+                return None      # the same leadership (an ISR change), or an epoch already given up
             self._move("lead")
             self.epoch = st.leader_epoch
             return (LOAD, self.epoch)
-        if leads:
-            return None          # the same leadership (an ISR change), or an epoch already given up
         if self.state == Seat.UNLOADED:
             return None
         self._move("lose")

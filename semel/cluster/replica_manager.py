@@ -30,11 +30,12 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Iterable
 
 from ..protocol.errors import KafkaError
 from ..storage import LogManager
 from ..storage.fs import FileSystem
+from ..storage.log import PartitionLog
 from .hw_checkpoint import HW_SAVE_INTERVAL_S, load_hws, save_hws
 from .offline import OfflineLogs
 from .peer import PeerDialer
@@ -61,10 +62,10 @@ class ReplicaSettings:
 @dataclass
 class LeaderState:
     state: PartitionState
-    plog: object                       # PartitionLog
+    plog: PartitionLog
     epoch_start: int
     progress: dict[int, FollowerProgress]
-    waiters: list = field(default_factory=list)    # [upto, min_isr, future]
+    waiters: list[Any] = field(default_factory=list)    # [upto, min_isr, future]
     isr_busy: bool = False
     # While an ISR change is in flight the high watermark counts the members of both
     # the old and the asked-for ISR (Kafka's "maximal ISR"): a replica about to join
@@ -101,7 +102,7 @@ class ReplicaManager:
         self._seen: set[TopicPartition] = set()
         self._saved_hws: dict[TopicPartition, int] = {}
         self._last_hw_save = 0.0
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._running = False
         self.throttle = Throttle()
         # Followers here stop fetching while set: what a stopped (SIGSTOP) follower looks
@@ -188,7 +189,7 @@ class ReplicaManager:
         self._seen.discard(tp)
         self._saved_hws.pop(tp, None)
 
-    def _lead(self, tp: TopicPartition, st: PartitionState, plog) -> None:
+    def _lead(self, tp: TopicPartition, st: PartitionState, plog: Any) -> None:
         ls = self.leading.get(tp)
         if ls is None or ls.state.leader_epoch != st.leader_epoch:
             self._stop_leading(tp)
@@ -312,12 +313,13 @@ class ReplicaManager:
             self.notify(*tp)    # read_committed/uncommitted readers wait on it
         self._settle_waiters(ls)
 
-    def _leader_position(self, plog) -> int:
-        """The leader's own log end as the high watermark counts it: under the durable
-        policy only what it has fsynced, as for its followers, so no reader is ever
-        shown a record a power cut of the whole ISR could take (the leader may be the
-        one elected again, and its followers would truncate to it)."""
-        return min(plog.log_end_offset, plog.flushed_offset) if self.durable is not None else plog.log_end_offset
+    def _leader_position(self, plog: Any) -> int:
+        """The leader's own log end as the high watermark counts it (the same rule as
+        alone in the ISR, PartitionLog.durable_end): under the durable policy only what it
+        has fsynced, as for its followers, so no reader is ever shown a record a power cut
+        of the whole ISR could take (the leader may be the one elected again, and its
+        followers would truncate to it)."""
+        return int(plog.durable_end)
 
     def flushed(self, topic: str, partition: int) -> None:
         """The leader's fsync of the partition completed: the high watermark may move."""
@@ -352,6 +354,13 @@ class ReplicaManager:
         if acks == -1 and len(ls.state.isr) < self.min_insync(topic):
             return KafkaError.NOT_ENOUGH_REPLICAS
         return KafkaError.NONE
+
+    def reached(self, topic: str, partition: int, upto: int) -> bool:
+        """Would `wait_for_hw` answer NONE now: leading, the high watermark at `upto`,
+        the ISR at least min.insync.replicas?"""
+        ls = self.leading.get((topic, partition))
+        return (ls is not None and ls.plog.high_watermark >= upto
+                and len(ls.state.isr) >= self.min_insync(topic))
 
     async def wait_for_hw(self, topic: str, partition: int, upto: int, timeout_s: float) -> KafkaError:
         """acks=all: NONE once the high watermark reaches `upto` (one past the batch)."""
@@ -432,9 +441,9 @@ class ReplicaManager:
         lease_s = getattr(self.view, "lease_ttl_s", None)
         if not lease_s:
             return None
-        return max(self.settings.lag_time_max_ms, 1500 * lease_s)
+        return max(float(self.settings.lag_time_max_ms), 1500.0 * float(lease_s))
 
-    def _quiet_ms(self, ls: LeaderState, followers) -> float:
+    def _quiet_ms(self, ls: LeaderState, followers: Iterable[int]) -> float:
         last = max((ls.progress[r].last_caught_up_ms for r in followers if r in ls.progress), default=0.0)
         return self._now_ms() - last
 

@@ -16,40 +16,21 @@ group uses this protocol).
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Coroutine, Mapping
 
-import re2
-
 from ..protocol.errors import KafkaError
 from . import consumer_group_rules as rules
+from .consumer_group_classic import ClassicMembers
 from .consumer_group_rules import Answer, ConsumerGroup, Heartbeat
+from .consumer_regex import regex_error, regex_matches
 from .consumer_records import apply_record, records_between
 from .coordinator_log import done_future
 from .group_context import GroupContext
 from .offsets import decode_key
 
 log = logging.getLogger("semel.coordinator.consumer_group")
-
-
-@functools.lru_cache(maxsize=4096)
-def _compiled(regex: str):
-    return re2.compile(regex)
-
-
-def regex_matches(regex: str, topic: str) -> bool:
-    """Kafka's rule: the whole topic name matches, with RE2 semantics."""
-    return _compiled(regex).fullmatch(topic) is not None
-
-
-def regex_error(regex: str) -> str | None:
-    try:
-        _compiled(regex)
-    except re2.error as exc:
-        return str(exc)
-    return None
 
 
 @dataclass(slots=True)
@@ -73,6 +54,8 @@ class ConsumerGroups:
         self.timers, self.config = ctx.timers, ctx.config
         self._spawn = spawn
         self.pending: dict[str, asyncio.Future[Answer]] = {}
+        # Classic members of these groups, and the migration between the protocols.
+        self.classic = ClassicMembers(ctx, self, spawn)
 
     # --- ConsumerGroupHeartbeat ---------------------------------------------------------------
 
@@ -89,26 +72,28 @@ class ConsumerGroups:
             if pending is None:
                 break
             await asyncio.wait([pending])
-        classic = self._store.groups.get(group_id)
-        if classic is not None and not classic.is_empty():
-            return Answer(KafkaError.GROUP_ID_NOT_FOUND, hb.member_id, -1, None,
-                          f"Group {group_id} is a classic group with members.")
-        old = self._store.consumer_groups.get(group_id)
+        upgraded, refused = self.classic.upgrade_start(group_id)
+        if refused is not None:
+            return Answer(refused.error, hb.member_id, -1, None, refused.message)
+        old = upgraded or self._store.consumer_groups.get(group_id)
         new, answer = rules.heartbeat(old, group_id, hb, topics, regex_matches)
         if answer.error:
             return answer
-        answer = await self.cg_write(group_id, old, new, answer)
+        if upgraded is not None and new is not None:
+            answer = await self.classic.upgrade_write(group_id, new, answer)
+        elif answer.member_epoch == rules.LEAVE_EPOCH and old is not None and new is not None:
+            answer = await self.classic.commit(group_id, old, new, answer)
+        else:
+            answer = await self.cg_write(group_id, old, new, answer)
         if not answer.error:
-            key = ("cg", group_id, answer.member_id)
             if answer.member_epoch == rules.LEAVE_EPOCH:
-                self.timers.cancel(key)
+                self.timers.cancel(("cg", group_id, answer.member_id))
             else:
-                self.timers.set(key, self.config.consumer_session_timeout_ms,
-                                lambda: self._cg_session_expired(group_id, answer.member_id))
-            self._arm_revocation(group_id, answer.member_id)
+                self.classic.arm_session(group_id, answer.member_id)
+            self.arm_revocation(group_id, answer.member_id)
         return answer
 
-    def _arm_revocation(self, group_id: str, member_id: str) -> None:
+    def arm_revocation(self, group_id: str, member_id: str) -> None:
         """A member told to give partitions up has its rebalance timeout to do so (from the
         moment it was told); one that keeps them longer is fenced, as in Kafka, so a client
         that heartbeats but never revokes cannot hold its partitions from the others."""
@@ -132,18 +117,23 @@ class ConsumerGroups:
         log.info("member %s of consumer group %s kept partitions past its rebalance timeout; fenced",
                  member_id, group_id)
         self.timers.cancel(("cg", group_id, member_id))
-        await self.cg_write(group_id, old, rules.remove_member(old, member_id), Answer())
+        await self.classic.commit(group_id, old, rules.remove_member(old, member_id), Answer())
 
     def cg_write(self, group_id: str, old: ConsumerGroup | None, new: ConsumerGroup | None,
-                  answer: Answer | None) -> "asyncio.Future[Answer]":
-        """Append the records from `old` to `new`; apply them once durable."""
+                 answer: Answer | None, *, before=(), after=(), on_apply=None) -> "asyncio.Future[Answer]":
+        """Append the records from `old` to `new`; apply them once durable. A conversion
+        between the protocols puts the classic group's records `before` or `after` them in
+        the same batch, and `on_apply` applies those."""
         records = records_between(old, new)
-        if not records:
+        batch = [*before, *records, *after]
+        if not batch:
             return done_future(answer)
 
         def apply(info) -> Answer:
             for key, value in records:
                 apply_record(self._store.consumer_groups, decode_key(key), value)
+            if on_apply is not None:
+                on_apply()
             return answer
 
         def fail(error: KafkaError) -> Answer:
@@ -157,7 +147,7 @@ class ConsumerGroups:
             apply(None)
             return fail(error)
 
-        fut = self._writes.write(lambda: self._writes.append_records(records), apply, fail, unsynced=unsynced)
+        fut = self._writes.write(lambda: self._writes.append_records(batch), apply, fail, unsynced=unsynced)
         if fut.done():   # applied already (no fsync to wait for) or refused
             return fut
         self.pending[group_id] = fut
@@ -168,7 +158,7 @@ class ConsumerGroups:
         fut.add_done_callback(done)
         return fut
 
-    def _cg_session_expired(self, group_id: str, member_id: str) -> None:
+    def session_expired(self, group_id: str, member_id: str) -> None:
         self._spawn(self._cg_fence(group_id, member_id))
 
     async def _cg_fence(self, group_id: str, member_id: str) -> None:
@@ -181,7 +171,7 @@ class ConsumerGroups:
         if old is None or member_id not in old.members:
             return
         log.info("member %s of consumer group %s missed its session; fenced", member_id, group_id)
-        await self.cg_write(group_id, old, rules.remove_member(old, member_id), Answer())
+        await self.classic.commit(group_id, old, rules.remove_member(old, member_id), Answer())
 
     # --- ConsumerGroupDescribe, ListGroups ------------------------------------------------------
 
@@ -235,6 +225,10 @@ class ConsumerGroups:
         current = g.current.get(member_id)
         if current is None:
             return KafkaError.UNKNOWN_MEMBER_ID
+        meta = g.members.get(member_id)
+        if meta is not None and meta.classic is not None:
+            # A classic member commits with its generation, which is its member epoch.
+            return KafkaError.NONE if member_epoch == current.epoch else KafkaError.ILLEGAL_GENERATION
         if not transactional and api_version is not None and api_version < 9:
             return KafkaError.UNSUPPORTED_VERSION
         if member_epoch > current.epoch:
@@ -243,6 +237,19 @@ class ConsumerGroups:
             return KafkaError.ILLEGAL_GENERATION if transactional else KafkaError.STALE_MEMBER_EPOCH
         return KafkaError.NONE
 
+    def check_consumer_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> KafkaError:
+        """OffsetFetch v9 in a group of this protocol, as Kafka checks it: a request that
+        names no member (epoch -1, no id: an admin client or a consumer outside group
+        management) is served; otherwise the member must exist (UNKNOWN_MEMBER_ID) at
+        that very epoch (STALE_MEMBER_EPOCH)."""
+        g = self._store.consumer_groups.get(group_id)
+        if g is None or (member_epoch < 0 and member_id is None):
+            return KafkaError.NONE
+        current = g.current.get(member_id or "")
+        if current is None:
+            return KafkaError.UNKNOWN_MEMBER_ID
+        return KafkaError.NONE if member_epoch == current.epoch else KafkaError.STALE_MEMBER_EPOCH
+
     # --- replay, compaction, unload ----------------------------------------------------------------
 
     def arm_sessions(self) -> None:
@@ -250,10 +257,8 @@ class ConsumerGroups:
         rebalance timeout) to find the coordinator again."""
         for g in self._store.consumer_groups.values():
             for mid in g.members:
-                gid = g.group_id
-                self.timers.set(("cg", gid, mid), self.config.consumer_session_timeout_ms,
-                                lambda gid=gid, mid=mid: self._cg_session_expired(gid, mid))
-                self._arm_revocation(gid, mid)
+                self.classic.arm_session(g.group_id, mid)
+                self.arm_revocation(g.group_id, mid)
 
     def snapshot_records(self) -> list[tuple[bytes, bytes | None]]:
         out: list[tuple[bytes, bytes | None]] = []

@@ -66,6 +66,14 @@ MEMBER_TRANSITIONS: dict[tuple[MemberState, Step], MemberState] = {
 
 
 @dataclass(frozen=True)
+class ClassicMeta:
+    """A member on the classic protocol (JoinGroup/SyncGroup/Heartbeat) of a group of this
+    protocol: its session timeout and its (name, metadata) protocols in its order."""
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True)
 class MemberMeta:
     """What a member told the coordinator about itself."""
     member_id: str
@@ -77,6 +85,7 @@ class MemberMeta:
     regex: str | None = None
     assignor: str | None = None
     rebalance_timeout_ms: int = 300_000
+    classic: ClassicMeta | None = None
 
 
 @dataclass(frozen=True)
@@ -172,7 +181,7 @@ def subscribed_topics(meta: MemberMeta, topics: Mapping[str, int], matches: Matc
     return frozenset(names)
 
 
-def _refresh(group: ConsumerGroup, topics: Mapping[str, int], matches: Matcher,
+def refresh(group: ConsumerGroup, topics: Mapping[str, int], matches: Matcher,
              bumped: bool = False) -> dict[str, frozenset[str]]:
     """Bump the group epoch when the subscribed topics' partition counts changed since it
     last accounted for them (once per transition: `bumped` when it moved already);
@@ -198,7 +207,9 @@ def reconcile(cur: MemberAssignment, target_epoch: int, target: Partitions,
         if reported is None or reported & cur.revoking:
             return _to(cur, Step.STILL_OWNS_REVOKED)
         cur = replace(cur, revoking=EMPTY)
-    if cur.epoch == target_epoch and cur.state is M.STABLE:
+    if cur.epoch == target_epoch and cur.state is M.STABLE and cur.assigned == target:
+        # (A classic member that rejoined having given its partitions up is at the target's
+        # epoch without holding it: it goes on below and gets them again.)
         return _to(cur, Step.UP_TO_DATE)
     kept = cur.assigned & target
     revoke = cur.assigned - target
@@ -267,7 +278,7 @@ def heartbeat(group: ConsumerGroup | None, group_id: str, hb: Heartbeat, topics:
                           f"member epoch {hb.member_epoch} is not the current one")
         _update_meta(g, member_id, hb)
 
-    _refresh(g, topics, matches, bumped=g.epoch > start_epoch)
+    refresh(g, topics, matches, bumped=g.epoch > start_epoch)
     before = g.current[member_id]
     after = reconcile(before, g.target_epoch, g.target.get(member_id, EMPTY),
                       g.owned_by_others(member_id), hb.owned if hb.member_epoch != 0 else before.assigned)

@@ -8,7 +8,9 @@ int16 value_version 0 first (semel's encoding, like the classic records):
   5 member metadata:    nullable string instance_id, nullable string rack_id,
                         string client_id, string client_host, int32 n, n x string topic,
                         nullable string regex, nullable string assignor,
-                        int32 rebalance_timeout_ms
+                        int32 rebalance_timeout_ms, then for a member on the classic
+                        protocol only: int32 session_timeout_ms, int32 n,
+                        n x (string protocol, bytes metadata)
   6 target metadata:    int32 assignment_epoch
   7 target of a member: partitions
   8 current of member:  int32 member_epoch, int32 previous_epoch, int16 state,
@@ -21,7 +23,7 @@ transition (`records_between`), in one batch.
 """
 from __future__ import annotations
 
-from .consumer_group_rules import ConsumerGroup, MemberAssignment, MemberMeta, MemberState, Partitions
+from .consumer_group_rules import ClassicMeta, ConsumerGroup, MemberAssignment, MemberMeta, MemberState, Partitions
 from .offsets import (
     KEY_CG_CURRENT_MEMBER, KEY_CG_MEMBER, KEY_CG_METADATA, KEY_CG_TARGET_MEMBER,
     KEY_CG_TARGET_METADATA, ConsumerGroupKey, OffsetsLogError, check_version, RecordReader, RecordWriter,
@@ -72,7 +74,19 @@ def member_value(m: MemberMeta) -> bytes:
          .string(m.client_id).string(m.client_host).i32(len(m.topics)))
     for t in m.topics:
         w.string(t)
-    return w.string(m.regex).string(m.assignor).i32(m.rebalance_timeout_ms).done()
+    w.string(m.regex).string(m.assignor).i32(m.rebalance_timeout_ms)
+    if m.classic is not None:
+        w.i32(m.classic.session_timeout_ms).i32(len(m.classic.protocols))
+        for name, meta in m.classic.protocols:
+            w.string(name).bytes_(meta)
+    return w.done()
+
+
+def _read_classic(r: RecordReader) -> ClassicMeta | None:
+    if r.pos >= len(r.buf):
+        return None
+    session = r.i32()
+    return ClassicMeta(session, tuple((r.string() or "", r.bytes_()) for _ in range(_count(r))))
 
 
 def target_metadata_value(g: ConsumerGroup) -> bytes:
@@ -154,8 +168,9 @@ def apply_record(groups: dict[str, ConsumerGroup], key: ConsumerGroupKey, value:
     elif key.kind == KEY_CG_MEMBER:
         instance, rack, client_id, host = r.string(), r.string(), r.string(), r.string()
         topics = tuple(r.string() or "" for _ in range(_count(r)))
+        regex, assignor, rebalance = r.string(), r.string(), r.i32()
         g.members[mid] = MemberMeta(mid, instance, rack, client_id or "", host or "", topics,
-                                    r.string(), r.string(), r.i32())
+                                    regex, assignor, rebalance, _read_classic(r))
     elif key.kind == KEY_CG_TARGET_METADATA:
         g.target_epoch = r.i32()
     elif key.kind == KEY_CG_TARGET_MEMBER:

@@ -72,8 +72,8 @@ class GroupCoordinator:
     """Consumer groups and committed offsets of one broker (it coordinates every group).
 
     `logs` is the storage LogManager, `flusher` the PartitionWriter its writes wait on
-    (None: no wait, for tests), `seat` its CoordinatorSeat in a cluster (None: it loads
-    its own log at start and always serves), `deleted_topics` the names of topics the
+    (None: no wait, for tests), `seat` its CoordinatorSeat, which loads, serves and drops
+    it (semel.coordinator.ports.LocalSeat on a single node), `deleted_topics` the names of topics the
     cluster holds deleted (None on a single node, which deletes offsets itself), `clock` returns milliseconds (tests pass a fake one and
     drive timeouts with `fire_timers()`; with `run_timers=False` no background task
     fires them).
@@ -81,7 +81,7 @@ class GroupCoordinator:
 
     def __init__(self, logs: LogManager, flusher: PartitionWriter | None = None, config: GroupConfig | None = None,
                  clock: Callable[[], int] | None = None, *, run_timers: bool = True,
-                 seat: CoordinatorSeat | None = None, deleted_topics: Callable[[], set[str]] | None = None) -> None:
+                 seat: CoordinatorSeat, deleted_topics: Callable[[], set[str]] | None = None) -> None:
         self.logs = logs
         self.flusher = flusher
         self.config = config or GroupConfig()
@@ -96,7 +96,7 @@ class GroupCoordinator:
         self._wake: asyncio.Event | None = None
         self._clog = CoordinatorLog(self.config.offsets_topic, flusher, self.spawn,
                                     sync_writes=self.config.sync_writes)
-        # In a cluster, the seat on one __consumer_offsets partition (semel.coordinator.ports):
+        # The seat on one __consumer_offsets partition (semel.coordinator.ports):
         # groups are loaded, served and dropped as this broker leads that partition or not.
         self.seat = seat
         self.epoch: int | None = None    # the leader epoch served at (cluster)
@@ -108,16 +108,8 @@ class GroupCoordinator:
         self.writes = GroupWrites(self._clog, self.clock)
         ctx = GroupContext(self.store, self.writes, self.timers, self.config, self.clock, self.ready_error)
         self.consumers = ConsumerGroups(ctx, self.spawn)
-        self.membership = GroupMembership(ctx, self.consumers, seat)
+        self.membership = GroupMembership(ctx, self.consumers)
         self.offset_manager = OffsetManager(ctx, self.membership, self.consumers)
-
-    # A single node has one __consumer_offsets partition: every group is in it.
-    @staticmethod
-    def partition_for(group_id: str | None) -> int:
-        return 0
-
-    def for_partition(self, partition: int) -> "GroupCoordinator | None":
-        return self if partition == 0 else None
 
     @staticmethod
     def log_configs(config: GroupConfig) -> dict[str, str]:
@@ -129,13 +121,9 @@ class GroupCoordinator:
     # --- lifecycle ---------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Open (or create) __consumer_offsets and rebuild every group from it; in a
-        cluster, wait for the seat to load it (NOT_COORDINATOR until then)."""
-        if self.seat is None:
-            self.load(self._open_offsets_log(), None)
-            self.serve(None)
-        else:
-            self._status = "stopped"
+        """Start the timers; the groups are rebuilt when the seat loads the log
+        (NOT_COORDINATOR until then)."""
+        self._status = "stopped"
         self.timers.set("expire-offsets", self.config.offsets_retention_check_interval_ms,
                         self.offset_manager.expire_offsets)
         self.timers.set("compact", self.config.compact_check_interval_ms, self.offset_manager.maybe_compact)
@@ -144,7 +132,7 @@ class GroupCoordinator:
             self.timers.on_change = self._wake.set
             self._timer_task = asyncio.create_task(self._timer_loop(), name="group-timers")
 
-    # --- cluster: the seat loads, serves and drops this coordinator ----------------------
+    # --- the seat loads, serves and drops this coordinator ---------------------------------
 
     def load(self, plog: PartitionLog, epoch: int | None) -> None:
         """Rebuild every group from `plog` (synchronously); served once `serve` is called."""
@@ -188,8 +176,7 @@ class GroupCoordinator:
     async def stop(self) -> None:
         """Finish in-flight writes (briefly), then answer every waiting member
         with NOT_COORDINATOR so it looks for the coordinator again."""
-        if self.seat is not None:
-            await self.seat.stop()
+        await self.seat.stop()
         self._status = "stopped"
         if self._timer_task is not None:
             self._timer_task.cancel()
@@ -208,21 +195,6 @@ class GroupCoordinator:
         """Run the timeouts that are due by the clock (tests call this after
         advancing a fake clock; the timer task calls it in production)."""
         return self.timers.fire_due()
-
-    def _open_offsets_log(self) -> PartitionLog:
-        name = self.config.offsets_topic
-        plog = self.logs.get(name, 0)
-        if plog is not None:
-            return plog
-        # Committed offsets must never age out of the log: no time or size retention,
-        # and "compact", which storage never deletes from (compaction is future work).
-        err = self.logs.create_topic(name, 1, self.log_configs(self.config), internal=True)
-        if err not in (KafkaError.NONE, KafkaError.TOPIC_ALREADY_EXISTS):
-            raise RuntimeError(f"cannot create {name}: {KafkaError(err).name}")
-        plog = self.logs.get(name, 0)
-        if plog is None:
-            raise RuntimeError(f"{name} partition 0 missing after creation")
-        return plog
 
     async def _timer_loop(self) -> None:
         """Sleep until the next deadline (or until a timer is set), fire what is due.
@@ -275,12 +247,13 @@ class GroupCoordinator:
                    protocols: list[tuple[str, bytes]], session_timeout_ms: int,
                    rebalance_timeout_ms: int = -1, group_instance_id: str | None = None,
                    client_id: str = "", client_host: str = "",
-                   require_known_member_id: bool = True) -> "asyncio.Future[JoinResult]":
+                   require_known_member_id: bool = True,
+                   topics: Callable[[], Mapping[str, int]] | None = None) -> "asyncio.Future[JoinResult]":
         return self.membership.join_group(
             group_id, member_id, protocol_type=protocol_type, protocols=protocols,
             session_timeout_ms=session_timeout_ms, rebalance_timeout_ms=rebalance_timeout_ms,
             group_instance_id=group_instance_id, client_id=client_id, client_host=client_host,
-            require_known_member_id=require_known_member_id)
+            require_known_member_id=require_known_member_id, topics=topics)
 
     def sync_group(self, group_id: str, generation: int, member_id: str, *,
                    group_instance_id: str | None = None, protocol_type: str | None = None,
@@ -331,8 +304,10 @@ class GroupCoordinator:
                                            group_instance_id=group_instance_id, api_version=api_version)
 
     def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None,
-                      require_stable: bool = False) -> tuple[KafkaError, list[FetchedOffset]]:
-        return self.offset_manager.fetch_offsets(group_id, partitions, require_stable)
+                      require_stable: bool = False, *, member_id: str | None = None,
+                      member_epoch: int = -1) -> tuple[KafkaError, list[FetchedOffset]]:
+        return self.offset_manager.fetch_offsets(group_id, partitions, require_stable,
+                                                 member_id=member_id, member_epoch=member_epoch)
 
     def txn_commit_offsets(self, producer_id: int, producer_epoch: int, group_id: str,
                            generation: int, member_id: str, group_instance_id: str | None,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import Iterable
+from typing import Callable, Iterable, Mapping
 
 from ..protocol.errors import KafkaError
 from .consumer_group import ConsumerGroups
@@ -18,7 +18,6 @@ from .group_model import (
 from .group_states import HEARTBEAT_RESULT, STATE_BY_NAME, SYNC_RESULT, Event, GroupState
 from .coordinator_log import done_future, resolve_future
 from .group_context import GroupContext
-from .ports import CoordinatorSeat
 from .consumer_records import apply_record, records_between
 from .offsets import (
     GroupRecord, MemberRecord, TopicPartition, decode_key, group_key, group_value, offset_key,
@@ -32,32 +31,45 @@ S = GroupState
 class GroupMembership:
     """GroupCoordinator's classic membership and rebalancing.
 
-    Made with the coordinator's GroupContext, the consumer-protocol groups (`consumers`:
-    a group id is of one protocol at a time) and the coordinator's seat."""
+    Made with the coordinator's GroupContext and the consumer-protocol groups
+    (`consumers`: a group id is of one protocol at a time)."""
 
-    def __init__(self, ctx: GroupContext, consumers: ConsumerGroups, seat: CoordinatorSeat | None) -> None:
+    def __init__(self, ctx: GroupContext, consumers: ConsumerGroups) -> None:
         self._store, self._writes, self._ready = ctx.store, ctx.writes, ctx.ready
         self.timers, self.config, self.clock = ctx.timers, ctx.config, ctx.clock
         self._consumers = consumers
-        self.seat = seat
+        consumers.classic.on_downgraded = self._downgraded
+
+    def _downgraded(self, group: Group) -> None:
+        """A consumer group became this classic group (its last consumer-protocol member
+        left): its members heartbeat here now and rejoin, so it rebalances."""
+        for m in group.members.values():
+            self.arm_heartbeat(group, m)
+        self._prepare_rebalance(group)
 
     def join_group(self, group_id: str, member_id: str, *, protocol_type: str,
                    protocols: list[tuple[str, bytes]], session_timeout_ms: int,
                    rebalance_timeout_ms: int = -1, group_instance_id: str | None = None,
                    client_id: str = "", client_host: str = "",
-                   require_known_member_id: bool = True) -> "asyncio.Future[JoinResult]":
+                   require_known_member_id: bool = True,
+                   topics: "Callable[[], Mapping[str, int]] | None" = None) -> "asyncio.Future[JoinResult]":
+        """`topics` gives each topic's partition count, for a consumer group's classic members."""
         err = self._ready()
         if not err and not group_id:
             err = KafkaError.INVALID_GROUP_ID
         if not err and not (self.config.min_session_timeout_ms <= session_timeout_ms
                             <= self.config.max_session_timeout_ms):
             err = KafkaError.INVALID_SESSION_TIMEOUT
-        consumer = self._store.consumer_groups.get(group_id) if not err else None
-        if consumer is not None and consumer.members:
-            # A group of the consumer protocol with members: no online migration (yet).
-            err = KafkaError.INCONSISTENT_GROUP_PROTOCOL
         if err:
             return done_future(JoinResult(err, member_id))
+        consumer = self._store.consumer_groups.get(group_id)
+        if consumer is not None and consumer.members:
+            # A consumer group answers its classic members (consumer_group_classic).
+            return self._consumers.classic.join(
+                group_id, member_id, protocol_type=protocol_type, protocols=protocols,
+                session_timeout_ms=session_timeout_ms, rebalance_timeout_ms=rebalance_timeout_ms,
+                group_instance_id=group_instance_id, client_id=client_id, client_host=client_host,
+                require_known_member_id=require_known_member_id, topics=topics)
         if consumer is not None:
             # Its last member of the consumer protocol left: the group becomes a classic
             # one, and the consumer protocol's records of it go (its offsets stay).
@@ -329,6 +341,8 @@ class GroupMembership:
             return err
         if not group_id:
             return KafkaError.INVALID_GROUP_ID
+        if self._consumers.classic.hosts(group_id):
+            return self._consumers.classic.heartbeat(group_id, generation, member_id)
         group = self._store.groups.get(group_id)
         if group is None:
             return KafkaError.UNKNOWN_MEMBER_ID
@@ -353,6 +367,8 @@ class GroupMembership:
         err = self._ready()
         if not err and not group_id:
             err = KafkaError.INVALID_GROUP_ID
+        if not err and self._consumers.classic.hosts(group_id):
+            return self._consumers.classic.sync(group_id, generation, member_id)
         group = self._store.groups.get(group_id) if not err else None
         if not err:
             err = self._check_sync(group, generation, member_id, group_instance_id,
@@ -457,6 +473,8 @@ class GroupMembership:
             err = KafkaError.INVALID_GROUP_ID
         if err:
             return err, []
+        if self._consumers.classic.hosts(group_id):
+            return KafkaError.NONE, self._consumers.classic.leave(group_id, members)
         group = self._store.groups.get(group_id)
         if group is None:
             return KafkaError.NONE, [KafkaError.UNKNOWN_MEMBER_ID] * len(members)
@@ -515,8 +533,8 @@ class GroupMembership:
         """(error, [(group_id, protocol_type, state name)]), filtered by state names
         (case-insensitive) when `states` is non-empty."""
         err = self._ready()
-        if err == KafkaError.NOT_COORDINATOR and self.seat is not None:
-            return KafkaError.NONE, []   # a cluster broker coordinating no group lists none, as in Kafka
+        if err == KafkaError.NOT_COORDINATOR:
+            return KafkaError.NONE, []   # a broker coordinating no group lists none, as in Kafka
         if err:
             return err, []
         wanted = {STATE_BY_NAME.get(s.lower()) for s in states or ()}

@@ -40,6 +40,8 @@ class GroupConfig:
     # session timeout (group.consumer.heartbeat.interval.ms / .session.timeout.ms).
     consumer_heartbeat_interval_ms: int = 5_000
     consumer_session_timeout_ms: int = 45_000
+    # group.consumer.migration.policy: bidirectional, upgrade, downgrade or disabled.
+    consumer_migration_policy: str = "bidirectional"
 
 
 class Member:

@@ -119,11 +119,13 @@ class OffsetManager:
         return self._writes.write(append, apply, fail)
 
     def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None,
-                      require_stable: bool = False) -> tuple[KafkaError, list[FetchedOffset]]:
+                      require_stable: bool = False, *, member_id: str | None = None,
+                      member_epoch: int = -1) -> tuple[KafkaError, list[FetchedOffset]]:
         """Committed offsets of `partitions` (all committed ones when None). With
         `require_stable`, a partition with a transactional offset still pending
-        answers UNSTABLE_OFFSET_COMMIT instead of a possibly stale value."""
-        err = self._ready()
+        answers UNSTABLE_OFFSET_COMMIT instead of a possibly stale value. A member
+        of a consumer-protocol group (OffsetFetch v9) is checked against its epoch."""
+        err = self._ready() or self._consumers.check_consumer_fetch(group_id, member_id, member_epoch)
         if err:
             return err, []
         group = self._store.groups.get(group_id)

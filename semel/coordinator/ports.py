@@ -5,12 +5,11 @@ brokers. They are given these when they are built (semel.broker.wiring chooses t
 single-node or the cluster implementation) and never look further:
 
   PartitionWriter   records appended to a partition log are committed when `sync`
-                    returns: fsynced as the flush policy asks and, in a cluster, on
-                    every in-sync replica (the high watermark passed them).
-                    Single node: storage's GroupCommitFlusher. Cluster:
-                    cluster.replicated_flusher.ReplicatedFlusher.
-  HighWatermarks    what a marker written into a local data partition waits for
-                    before it counts. Single node: none (the fsync is enough).
+                    returns: fsynced and on every in-sync replica (the high watermark
+                    passed them). storage.committed.PartitionCommit, on a single node
+                    as in a cluster (storage's GroupCommitFlusher alone in tests).
+  HighWatermarks    (storage.committed) the high-watermark wait a commit ends with.
+                    Single node: storage.committed.OneNode (a cluster of one: at once).
                     Cluster: cluster.replica_manager.ReplicaManager.
   MarkerWriter      a transaction marker for a partition this broker does not lead,
                     written by its leader. Single node: LocalMarkers below (every
@@ -20,8 +19,9 @@ single-node or the cluster implementation) and never look further:
                     ProducerIdManager. Cluster: cluster.producer_ids.ClusterProducerIds.
   CoordinatorSeat   which internal partition this coordinator serves: it loads,
                     serves and drops the coordinator (`Loadable`) as this broker
-                    leads its partition or not. Single node: none (the coordinator
-                    loads its own log at start and always serves). Cluster:
+                    leads its partition or not. Single node: LocalSeat below
+                    (this broker leads every partition: it loads the log when
+                    started and always serves). Cluster:
                     cluster.coordinator_host.SeatedCoordinator.
 
 The cluster implementations satisfy these structurally and do not import this
@@ -30,23 +30,20 @@ tests/unit/coordinator/test_ports.py checks that each still has the shape.
 """
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from ..protocol.errors import KafkaError
+from ..storage.committed import HighWatermarks
+
+__all__ = ["CoordinatorSeat", "HighWatermarks", "Loadable", "LocalMarkers", "LocalSeat", "MarkerWriter",
+           "PartitionWriter", "ProducerIdSource"]
 
 
 @runtime_checkable
 class PartitionWriter(Protocol):
-    async def sync(self, plog, upto_offset: int) -> None:
+    async def sync(self, plog: Any, upto_offset: int) -> None:
         """Return once plog's records before `upto_offset` are committed; AppendError
         (or StorageError) when they are not."""
-
-
-@runtime_checkable
-class HighWatermarks(Protocol):
-    async def wait_for_hw(self, topic: str, partition: int, upto_offset: int, timeout_s: float) -> KafkaError:
-        """NONE once the partition's high watermark reached `upto_offset` (every in-sync
-        replica holds what is before it); the reason otherwise."""
 
 
 @runtime_checkable
@@ -98,9 +95,9 @@ class Loadable(Protocol):
 
     def unload(self) -> None: ...
 
-    def load(self, plog, epoch: int) -> None: ...
+    def load(self, plog: Any, epoch: int | None) -> None: ...
 
-    def serve(self, epoch: int) -> None: ...
+    def serve(self, epoch: int | None) -> None: ...
 
 
 @runtime_checkable
@@ -117,3 +114,42 @@ class CoordinatorSeat(Protocol):
         """NONE while serving, COORDINATOR_LOAD_IN_PROGRESS while loading, else NOT_COORDINATOR."""
 
     def serving(self) -> bool: ...
+
+
+class LocalSeat:
+    """The single node's CoordinatorSeat: this broker leads every partition, so the seat
+    opens its partition's log (creating the internal topic with `configs` at the first
+    start), loads the coordinator when started and serves from then on. Its epoch is
+    None: the coordinator takes the ProducerIdSource's coordinator epoch."""
+
+    partition = 0
+
+    def __init__(self, logs: Any, topic: str, configs: dict[str, str]):
+        self.logs = logs
+        self.topic = topic
+        self.configs = configs
+        self._serving = False
+
+    def start(self, coordinator: Loadable) -> None:
+        coordinator.load(self._open(), None)
+        self._serving = True
+        coordinator.serve(None)
+
+    async def stop(self) -> None:
+        self._serving = False
+
+    def error(self) -> KafkaError:
+        return KafkaError.NONE if self._serving else KafkaError.COORDINATOR_LOAD_IN_PROGRESS
+
+    def serving(self) -> bool:
+        return self._serving
+
+    def _open(self) -> Any:
+        if self.logs.get(self.topic, self.partition) is None:
+            err = self.logs.create_topic(self.topic, 1, self.configs, internal=True)
+            if err not in (KafkaError.NONE, KafkaError.TOPIC_ALREADY_EXISTS):
+                raise RuntimeError(f"cannot create {self.topic}: {KafkaError(err).name}")
+        plog = self.logs.get(self.topic, self.partition)
+        if plog is None:
+            raise RuntimeError(f"{self.topic} partition {self.partition} missing after creation")
+        return plog

@@ -32,11 +32,12 @@ from typing import Any, Protocol
 from ..protocol import records
 from ..protocol.api_keys import ApiKey
 from ..protocol.errors import KafkaError
+from ..storage.committed import Committed
 from ..storage.errors import StorageError
 from ..storage.log import PartitionLog
 from .coordinator_log import CoordinatorLog
 from .group_model import OFFSETS_TOPIC
-from .ports import CoordinatorSeat, HighWatermarks, LocalMarkers, MarkerWriter, PartitionWriter, ProducerIdSource
+from .ports import CoordinatorSeat, LocalMarkers, MarkerWriter, PartitionWriter, ProducerIdSource
 from .txn_states import (
     COMPLETE_OF, COMPLETED, PREPARED, TxnMeta, TxnState, can_transition, decode_value, encode_value,
     end_txn_outcome, now_ms,
@@ -131,29 +132,24 @@ class TransactionCoordinator:
     partition in a cluster. What it needs from around it is given here
     (semel.coordinator.ports; semel.broker.wiring chooses the implementations):
 
-    `flusher`    the PartitionWriter of its own log (in a cluster: committed = replicated)
+    `flusher`    the PartitionWriter of its own log (semel.storage.committed: fsynced,
+                 then past the high watermark)
     `pid_manager` the ProducerIdSource
     `markers`    the MarkerWriter for partitions led by other brokers (LocalMarkers:
                  every partition is led here, as on a single node)
-    `seat`       the CoordinatorSeat that loads, serves and drops it (None: it loads its
-                 own log at start and always serves)
-    `data_flusher`     the PartitionWriter markers written into local data partitions
-                 wait on (default `flusher`; in a cluster the broker's own flusher)
-    `high_watermarks`  returns what those markers then wait on before they count
-                 (the replica manager's wait_for_hw; None: the fsync is enough)
+    `seat`       the CoordinatorSeat that loads, serves and drops it (on a single node
+                 semel.coordinator.ports.LocalSeat: loaded when started, always serving)
+    `markers_committed` what markers written into local data partitions wait on before
+                 they count (semel.storage.committed.Committed: fsynced, then past the
+                 high watermark, as Kafka writes markers with acks=all)
     `txn_partitions`   the partition count of __transaction_state
     """
 
     def __init__(self, logs: TxnLogs, flusher: PartitionWriter, groups: TxnGroups, config: TxnConfig,
                  pid_manager: ProducerIdSource, on_marker: Callable[[str, int], None] | None = None,
-                 stats: TxnStats | None = None, *, markers: MarkerWriter = LocalMarkers(),
-                 seat: CoordinatorSeat | None = None,
-                 high_watermarks: Callable[[], HighWatermarks | None] = lambda: None,
-                 data_flusher: PartitionWriter | None = None, txn_partitions: int = 1) -> None:
+                 stats: TxnStats | None = None, *, seat: CoordinatorSeat, markers_committed: Committed,
+                 markers: MarkerWriter = LocalMarkers(), txn_partitions: int = 1) -> None:
         self.logs = logs
-        # Markers on data partitions wait for the broker's own flush policy; the
-        # coordinator's log for `flusher` (which in a cluster also waits for replication).
-        self.flusher = data_flusher or flusher
         self.groups = groups
         self.config = config
         self.pids = pid_manager
@@ -166,13 +162,12 @@ class TransactionCoordinator:
         self._background: set[asyncio.Task[None]] = set()
         self._clog = CoordinatorLog(TXN_TOPIC, flusher, self.spawn)
         self._tasks: list[asyncio.Task[None]] = []
-        self.high_watermarks = high_watermarks
         self.markers = markers
         # Nothing is appended to the log unless `serving()`. Only the coordinator's state
         # can verify a transactional produce; a leader that is not the coordinator relies
         # on producer state (epochs, sequences) as Kafka did before KIP-890.
         self.seat = seat
-        self.serving = seat.serving if seat is not None else (lambda: True)
+        self.serving = seat.serving
         self.is_coordinator = self.serving
         self._epoch: int | None = None   # the leader epoch served at (cluster), else the local counter
         # A parent and its branches must share one coordinator: with several partitions a
@@ -182,8 +177,8 @@ class TransactionCoordinator:
         self.txn_partitions = txn_partitions
         self._branches = TxnBranches(self, txn_partitions)
         self._completion = MarkerCompletion(
-            self, self._branches, self._clog, logs=logs, data_flusher=self.flusher, groups=groups,
-            markers=markers, high_watermarks=high_watermarks, config=config, on_marker=self.on_marker)
+            self, self._branches, self._clog, logs=logs, markers_committed=markers_committed, groups=groups,
+            markers=markers, on_marker=self.on_marker)
 
     @staticmethod
     def log_configs(config: TxnConfig) -> dict[str, str]:
@@ -199,15 +194,10 @@ class TransactionCoordinator:
     # --- lifecycle -------------------------------------------------------------
 
     async def start(self) -> None:
-        if self.seat is None:   # single node: this broker's own log, loaded now
-            if TXN_TOPIC not in self.logs.topics():
-                self.logs.create_topic(TXN_TOPIC, 1, self.log_configs(self.config), internal=True)
-            self.log = self._clog.plog = self.logs.get(TXN_TOPIC, 0)
-            self._replay()
-            await self._roll_forward_prepared()
+        """Start the housekeeping; the transactions are loaded when the seat loads the log."""
         self._tasks.append(asyncio.create_task(self._housekeeping_loop(), name="txn-housekeeping"))
 
-    # --- cluster: the seat loads, serves and drops this coordinator ----------------------
+    # --- the seat loads, serves and drops this coordinator ---------------------------------
 
     def unload(self) -> None:
         """Not the coordinator (any more): forget every transactional id, stop completing,
@@ -221,19 +211,19 @@ class TransactionCoordinator:
         self._branches.joined.clear()
         self._initializing = set()
 
-    def load(self, plog: PartitionLog, epoch: int) -> None:
-        """Replay the replicated log (synchronously) as the coordinator at `epoch`."""
+    def load(self, plog: PartitionLog, epoch: int | None) -> None:
+        """Replay the log (synchronously) as the coordinator at `epoch` (None: the
+        ProducerIdSource's coordinator epoch, on a single node)."""
         self.log = self._clog.plog = plog
         self._epoch = epoch
         self._replay()
 
-    def serve(self, epoch: int) -> None:
+    def serve(self, epoch: int | None) -> None:
         """Serving at `epoch`: carry out every decision the log holds, in the background."""
         self.spawn(self._roll_forward_prepared())
 
     async def stop(self) -> None:
-        if self.seat is not None:
-            await self.seat.stop()
+        await self.seat.stop()
         for task in self._tasks + list(self._background):
             task.cancel()
         await asyncio.gather(*self._tasks, *self._background, return_exceptions=True)

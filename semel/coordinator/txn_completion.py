@@ -22,11 +22,12 @@ from typing import Any, Protocol
 from ..backoff import Backoff
 from ..protocol import records
 from ..protocol.errors import KafkaError
+from ..storage.committed import Committed
 from ..storage.errors import AppendError, StorageError
 from ..storage.log import PartitionLog
 from .coordinator_log import CoordinatorLog
 from .group_model import OFFSETS_TOPIC
-from .ports import HighWatermarks, MarkerWriter, PartitionWriter
+from .ports import MarkerWriter
 from .txn_branches import TxnBranches, branch_of
 from .txn_states import COMPLETE_OF, PREPARED, TxnMeta, TxnState, now_ms
 
@@ -77,23 +78,21 @@ class MarkerCompletion:
     """Carries out decisions: markers into data, offsets and branch partitions.
 
     `clog` is the coordinator's own log (a decision is made durable there before any
-    marker), `data_flusher` what markers in local data partitions wait on,
-    `high_watermarks` what they then wait on in a cluster (None: the fsync is enough),
-    `on_marker` is told of every partition a marker was written to."""
+    marker), `markers_committed` what markers in local data partitions wait on before
+    they count (semel.storage.committed: fsynced, then past the high watermark, as Kafka
+    writes markers with acks=all), `on_marker` is told of every partition a marker was
+    written to."""
 
     def __init__(self, coordinator: CompletingCoordinator, branches: TxnBranches, clog: CoordinatorLog, *,
-                 logs: DataLogs, data_flusher: PartitionWriter, groups: GroupCoordinators,
-                 markers: MarkerWriter, high_watermarks: Callable[[], HighWatermarks | None],
-                 config: RequestTimeout, on_marker: Callable[[str, int], None]) -> None:
+                 logs: DataLogs, markers_committed: Committed, groups: GroupCoordinators,
+                 markers: MarkerWriter, on_marker: Callable[[str, int], None]) -> None:
         self._coordinator = coordinator
         self._branches = branches
         self._clog = clog
         self._logs = logs
-        self._data_flusher = data_flusher
+        self._markers_committed = markers_committed
         self._groups = groups
         self._markers = markers
-        self._high_watermarks = high_watermarks
-        self._config = config
         self._on_marker = on_marker
 
     async def complete_if_prepared(self, txn_id: str) -> None:
@@ -216,13 +215,7 @@ class MarkerCompletion:
         if plog is None:  # the topic was deleted: nothing left to mark
             return
         info = plog.append_controls(kind, producers, coordinator_epoch)
-        await self._data_flusher.sync(plog, info.last_offset + 1)
-        replicas = self._high_watermarks()
-        if replicas is not None:
-            # Kafka writes markers with acks=all: the transaction is complete only once
-            # every in-sync replica holds its marker, or a new leader would keep it open.
-            err = await replicas.wait_for_hw(*tp, info.last_offset + 1, self._config.request_timeout_ms / 1000)
-            if err:
-                raise AppendError(err, f"markers of {len(producers)} producer(s) on {tp[0]}-{tp[1]} not replicated: "
-                                       f"{err.name}")
+        # Kafka writes markers with acks=all: the transaction is complete only once every
+        # in-sync replica holds its marker (fsynced), or a new leader would keep it open.
+        await self._markers_committed.wait(*tp, plog, info.last_offset + 1)
         self._on_marker(*tp)

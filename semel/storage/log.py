@@ -93,9 +93,10 @@ class PartitionLog:
         self.log_start_offset = 0
         self.log_end_offset = 0
         self.flushed_offset = 0
-        # A single broker under flush_mode "always" shows readers only what is fsynced:
-        # a record read before its fsync could be gone after a power cut, and a reader
-        # that committed an offset past it would find that offset past the log end.
+        # Under flush_mode "always" a broker counts only fsynced records as its own
+        # (`durable_end`), alone or in an ISR: a record read before its fsync could be
+        # gone after a power cut, and a reader that committed an offset past it would
+        # find that offset past the log end.
         self.reads_wait_for_fsync = False
         self.recovery = RecoveryInfo()
         self.producers = ProducerStateManager()
@@ -494,15 +495,21 @@ class PartitionLog:
 
     # ================================================================ reading
     @property
-    def high_watermark(self) -> int:
-        """The log end on a single node (its fsynced end when reads_wait_for_fsync); in a
-        cluster what the ISR holds (never past the log end)."""
-        hw = self._replicated_hw
-        if hw is not None:
-            return min(hw, self.log_end_offset)
+    def durable_end(self) -> int:
+        """This replica's own end as a high watermark counts it: its fsynced end when
+        reads_wait_for_fsync, else its log end."""
         if self.reads_wait_for_fsync:
             return min(self.flushed_offset, self.log_end_offset)
         return self.log_end_offset
+
+    @property
+    def high_watermark(self) -> int:
+        """What the ISR holds (never past the log end); alone in it, as on a single node,
+        its own `durable_end`."""
+        hw = self._replicated_hw
+        if hw is not None:
+            return min(hw, self.log_end_offset)
+        return self.durable_end
 
     def read(self, offset: int, max_bytes: int, upper_bound: int | None = None) -> bytes | memoryview:
         """Whole batches from the one holding offset: at least one if one lies wholly below

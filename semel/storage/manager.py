@@ -268,8 +268,8 @@ class LogManager:
             self._logs[(info.name, p)] = plog
 
     def set_reads_wait_for_fsync(self, on: bool) -> None:
-        """Every log, open now or later, shows readers only its fsynced end (a single
-        broker under flush_mode "always"; PartitionLog.reads_wait_for_fsync)."""
+        """Every log, open now or later, counts only its fsynced end as its own (a broker
+        under flush_mode "always"; PartitionLog.durable_end)."""
         self.reads_wait_for_fsync = on
         for plog in self._logs.values():
             plog.reads_wait_for_fsync = on

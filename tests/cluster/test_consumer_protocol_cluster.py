@@ -38,6 +38,23 @@ def view(cluster, node: int, group: str):
     return g
 
 
+def served_by(cluster, node: int, group: str):
+    """The group as `node` describes it, once it serves it."""
+    def served():
+        try:
+            g = view(cluster, node, group)
+        except Exception:   # still loading, or the view has not moved yet
+            return None
+        return g if g.error_code == 0 else None
+    return until(served, f"group {group} served by broker {node}", 90)
+
+
+def members_of(g) -> list:
+    return [(x.member_id, x.member_epoch, sorted((t.topic_name, tuple(t.partitions))
+                                                 for t in x.assignment.topic_partitions))
+            for x in g.members]
+
+
 def produce(bootstrap: str, topic: str, tag: str) -> None:
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
     for part in range(PARTS):
@@ -46,13 +63,19 @@ def produce(bootstrap: str, topic: str, tag: str) -> None:
     assert p.flush(60) == 0
 
 
-def test_group_moves_with_the_coordinator(cluster):
+def started_member(cluster, topic: str, group: str) -> Member:
+    """A replicated topic filled with N records a partition, and a member reading it."""
     wait_brokers(cluster, {0, 1, 2})
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    admin.create_topics([NewTopic("cp-in", PARTS, 3)])["cp-in"].result(30)
-    produce(cluster.bootstrap, "cp-in", "a")
-    m = Member(cluster.bootstrap, "cp-group", ["cp-in"])
+    admin.create_topics([NewTopic(topic, PARTS, 3)])[topic].result(30)
+    produce(cluster.bootstrap, topic, "a")
+    m = Member(cluster.bootstrap, group, [topic])
     m.start()
+    return m
+
+
+def test_group_moves_with_the_coordinator(cluster):
+    m = started_member(cluster, "cp-in", "cp-group")
     victim = None
     try:
         wait_for(lambda: m.count() >= PARTS * N, 90, "every record before the failover")
@@ -62,13 +85,7 @@ def test_group_moves_with_the_coordinator(cluster):
         cluster.brokers[victim].kill()
         successor = leader_of(cluster, OFFSETS_TOPIC, skip={victim})
 
-        def served():
-            try:
-                g = view(cluster, successor, "cp-group")
-            except Exception:   # still loading, or the view has not moved yet
-                return None
-            return g if g.error_code == 0 else None
-        after = until(served, "the group served by the new coordinator", 90)
+        after = served_by(cluster, successor, "cp-group")
         assert (after.group_epoch, after.assignment_epoch) == (before.group_epoch, before.assignment_epoch)
         assert [(x.member_id, x.member_epoch) for x in after.members] == \
             [(x.member_id, x.member_epoch) for x in before.members]
@@ -79,5 +96,41 @@ def test_group_moves_with_the_coordinator(cluster):
         m.stop()
         if victim is not None:
             cluster.brokers[victim].restart()
+    values = [(t, p, o) for t, p, o in m.seen]
+    assert len(values) == len(set(values)) == 2 * PARTS * N
+
+
+def test_group_survives_a_reassignment_of_its_offsets_partition(cluster):
+    """__consumer_offsets-0 is moved off the broker leading it (kafka-python's admin, as an
+    operator does): the broker it moves to loads the group from the replicated log with the
+    same epochs, member and assignment, and the member goes on reading, each record once."""
+    from kafka import TopicPartition as KTP
+    from kafka.admin import KafkaAdminClient
+
+    from tests.support.cluster import partitions
+    m = started_member(cluster, "cp-ra", "cp-ra-group")
+    kp = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+    try:
+        wait_for(lambda: m.count() >= PARTS * N, 90, "every record before the move")
+        leader = leader_of(cluster, OFFSETS_TOPIC)
+        until(lambda: view(cluster, leader, "cp-ra-group").group_state == "Stable" or None,
+              "a stable group", 60)
+        before = view(cluster, leader, "cp-ra-group")
+        _, _, replicas, _ = partitions(cluster, OFFSETS_TOPIC)[0]
+        target = [n for n in (0, 1, 2) if n != leader][:len(replicas)]
+        tp = KTP(OFFSETS_TOPIC, 0)
+        assert kp.alter_partition_reassignments({tp: target}) == {tp: None}
+        until(lambda: kp.list_partition_reassignments() == {} or None, "the move finished", 120)
+        successor = leader_of(cluster, OFFSETS_TOPIC, skip={leader})
+        assert successor != leader and tuple(partitions(cluster, OFFSETS_TOPIC)[0][2]) == tuple(target)
+
+        after = served_by(cluster, successor, "cp-ra-group")
+        assert (after.group_epoch, after.assignment_epoch) == (before.group_epoch, before.assignment_epoch)
+        assert members_of(after) == members_of(before)
+        produce(cluster.bootstrap, "cp-ra", "b")
+        wait_for(lambda: m.count() >= 2 * PARTS * N, 120, "records produced after the move")
+    finally:
+        m.stop()
+        kp.close()
     values = [(t, p, o) for t, p, o in m.seen]
     assert len(values) == len(set(values)) == 2 * PARTS * N

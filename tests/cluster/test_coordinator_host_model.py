@@ -35,11 +35,11 @@ import pytest
 
 from semel.cluster import coordinator_host
 from semel.cluster.coordinator_host import SeatedCoordinator
-from semel.cluster.replicated_flusher import ReplicatedFlusher
 from semel.cluster.coordinator_partitions import PartitionedCoordinators, partition_for
 from semel.cluster.coordinator_seat import Seat
 from semel.cluster.state import PartitionState
 from semel.protocol.errors import KafkaError
+from semel.storage.committed import Committed
 
 ME, TOPIC = 1, "__transaction_state"
 
@@ -256,7 +256,7 @@ class Node:
         for p in range(K):
             coord = FakeCoordinator(self.logs[p])
             coord.seat = SeatedCoordinator(self.view, node_id, logs, lambda: self.replicas, TOPIC, p)
-            coord.flusher = ReplicatedFlusher(None, lambda: self.replicas, TOPIC, p, 0.05)
+            coord.flusher = Committed(None, lambda: self.replicas, 0.05, KafkaError.NOT_COORDINATOR).writer(TOPIC, p)
             parts.append(coord)
         self.coords = PartitionedCoordinators(parts)
         self.coords.start_seats()

@@ -267,3 +267,44 @@ def test_heartbeat_on_the_wire(broker):
         left = _heartbeat(c, 1, group_id=group, member_id="m2", member_epoch=-1)
         assert (left.error_code, left.member_epoch) == (0, -1)
         assert [m.member_id for m in group_view(broker.bootstrap, group).members] == [a.member_id]
+
+
+def test_offset_fetch_v8_groups_and_v9_member_epochs(broker):
+    """OffsetFetch v8 answers several groups in one request; v9 checks the member of a
+    consumer-protocol group as Kafka does: its current epoch is served, an older one is
+    STALE_MEMBER_EPOCH, an unknown member UNKNOWN_MEMBER_ID, no member at all (-1) served."""
+    from semel.client import Client
+    from semel.protocol.api_keys import ApiKey
+    from semel.protocol.errors import KafkaError as E
+    from semel.protocol.messages import request_class
+    topic = f"cp-of-{uuid.uuid4().hex[:6]}"
+    create_and_fill(broker.bootstrap, topic, partitions=2, n=1)
+    group, other = f"of-{uuid.uuid4().hex[:6]}", f"of-{uuid.uuid4().hex[:6]}"
+    R = request_class(ApiKey.OFFSET_FETCH)
+    with Client(broker.bootstrap) as c:
+        a = _heartbeat(c, 1, group_id=group, member_id="m1", subscribed_topic_names=[topic],
+                       topic_partitions=[])
+        assert a.error_code == 0
+        C = request_class(ApiKey.OFFSET_COMMIT)
+        T = C.OffsetCommitRequestTopic
+        (commit,) = c.request_many([(ApiKey.OFFSET_COMMIT, dict(
+            _version=9, group_id=group, generation_id_or_member_epoch=a.member_epoch, member_id="m1",
+            group_instance_id=None, topics=[T(version=9, name=topic, partitions=[T.OffsetCommitRequestPartition(
+                version=9, partition_index=0, committed_offset=1, committed_leader_epoch=-1,
+                committed_metadata="")])]))])
+        assert commit.topics[0].partitions[0].error_code == 0
+
+        def fetch(version, *groups):
+            (resp,) = c.request_many([(ApiKey.OFFSET_FETCH, dict(
+                _version=version, require_stable=True,
+                groups=[R.OffsetFetchRequestGroup(version=version, group_id=g, member_id=m, member_epoch=e,
+                                                  topics=None) for g, m, e in groups]))])
+            return {g.group_id: (g.error_code, {(t.name, p.partition_index): p.committed_offset
+                                                for t in g.topics for p in t.partitions}) for g in resp.groups}
+
+        both = fetch(8, (group, None, -1), (other, None, -1))
+        assert both == {group: (0, {(topic, 0): 1}), other: (0, {})}
+        assert fetch(9, (group, "m1", a.member_epoch))[group] == (0, {(topic, 0): 1})
+        assert fetch(9, (group, "m1", a.member_epoch - 1))[group][0] == E.STALE_MEMBER_EPOCH
+        assert fetch(9, (group, "stranger", 1))[group][0] == E.UNKNOWN_MEMBER_ID
+        assert fetch(9, (group, None, -1))[group] == (0, {(topic, 0): 1})

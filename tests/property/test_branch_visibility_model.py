@@ -21,10 +21,10 @@ import random
 
 import pytest
 
+from tests.support.coordinators import group_coordinator, start, txn_coordinator
 from semel.broker.config import BrokerConfig
-from semel.coordinator.group import GroupConfig, GroupCoordinator
+from semel.coordinator.group import GroupConfig
 from semel.coordinator.producer_ids import ProducerIdManager
-from semel.coordinator.txn import TransactionCoordinator
 from semel.coordinator.txn_states import TxnState
 from semel.protocol import records
 from semel.protocol.errors import KafkaError
@@ -73,12 +73,16 @@ class Model:
         if TOPIC not in self.logs.topics():
             self.logs.create_topic(TOPIC, PARTITIONS)
         flusher = GroupCommitFlusher()
-        groups = GroupCoordinator(self.logs, flusher, GroupConfig(), run_timers=False)
-        self.coord = TransactionCoordinator(self.logs, flusher, groups,
-                                            BrokerConfig(data_dir=self.dir, transaction_abort_check_interval_ms=3_600_000),
-                                            ProducerIdManager(self.dir / "producer_ids"))
-        await groups.start()
-        await self.coord.start()
+        groups = group_coordinator(self.logs, flusher, GroupConfig(), run_timers=False)
+        self.coord = txn_coordinator(self.logs, flusher, groups,
+                                     BrokerConfig(data_dir=self.dir, transaction_abort_check_interval_ms=3_600_000),
+                                     ProducerIdManager(self.dir / "producer_ids"))
+        await start(groups)
+        await start(self.coord)
+        # The seat's load rolls Prepare* records forward in the background: a restart
+        # is over once that finished (a Crash in it is this process dying).
+        while self.coord._background:
+            await asyncio.gather(*list(self.coord._background))
 
     async def write_branches(self) -> None:
         for i in range(self.rng.randint(2, 6)):

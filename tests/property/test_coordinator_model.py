@@ -28,10 +28,11 @@ import pytest
 
 from tests.support.interleave import let_tasks_run
 
+from tests.support.coordinators import group_coordinator, start, txn_coordinator
 from semel.broker.config import BrokerConfig
-from semel.coordinator.group import GroupConfig, GroupCoordinator
+from semel.coordinator.group import GroupConfig
 from semel.coordinator.producer_ids import ProducerIdManager
-from semel.coordinator.txn import TXN_TOPIC, TransactionCoordinator
+from semel.coordinator.txn import TXN_TOPIC
 from semel.protocol.errors import KafkaError
 from semel.storage.flusher import GroupCommitFlusher
 from semel.storage.fs import FaultyFileSystem
@@ -53,8 +54,8 @@ class Model:
         self.config = BrokerConfig(data_dir=tmp_path / "data", transaction_abort_check_interval_ms=3_600_000,
                                    transactional_id_expiration_ms=150, transaction_log_compact_records=40)
         self.pids = ProducerIdManager(tmp_path / "data" / "producer_ids", self.fs)
-        self.groups = GroupCoordinator(self.logs, self.flusher, GroupConfig(), run_timers=False)
-        self.coord = TransactionCoordinator(self.logs, self.flusher, self.groups, self.config, self.pids)
+        self.groups = group_coordinator(self.logs, self.flusher, GroupConfig(), run_timers=False)
+        self.coord = txn_coordinator(self.logs, self.flusher, self.groups, self.config, self.pids)
         self.serving = True
         self.coord.serving = lambda: self.serving
         self.epoch = 0
@@ -65,8 +66,8 @@ class Model:
         self.violations: list[str] = []
 
     async def start(self) -> None:
-        await self.groups.start()
-        await self.coord.start()
+        await start(self.groups)
+        await start(self.coord)
 
     async def stop(self) -> None:
         for t in self.tasks:
@@ -197,7 +198,7 @@ class Model:
                 and all(m.pending is None for m in c.txns.values()))
 
     def check_replay(self) -> None:
-        fresh = TransactionCoordinator(self.logs, self.flusher, self.groups, self.config, self.pids)
+        fresh = txn_coordinator(self.logs, self.flusher, self.groups, self.config, self.pids)
         fresh.log = self.coord.log
         fresh._replay()
         fields = ["producer_id", "epoch", "last_producer_id", "last_epoch", "timeout_ms", "state",

@@ -29,7 +29,8 @@ import pytest
 
 from tests.support.interleave import let_tasks_run
 
-from semel.coordinator.group import GroupConfig, GroupCoordinator
+from tests.support.coordinators import group_coordinator, start
+from semel.coordinator.group import GroupConfig
 from semel.coordinator.offsets import CommittedOffset
 from semel.protocol.errors import KafkaError
 from semel.storage.flusher import GroupCommitFlusher
@@ -66,7 +67,7 @@ class GroupModel:
         self.flusher = GroupCommitFlusher()
         self.clock = Clock()
         self.config = GroupConfig(initial_rebalance_delay_ms=50, min_session_timeout_ms=100)
-        self.coord = GroupCoordinator(self.logs, self.flusher, self.config, self.clock, run_timers=False)
+        self.coord = group_coordinator(self.logs, self.flusher, self.config, self.clock, run_timers=False)
         self.clients = [Client(g, i) for g in GROUPS for i in range(CLIENTS)]
         self.generations: dict[str, int] = {g: 0 for g in GROUPS}
         self.joined: dict[tuple[str, int, int], tuple[str, str | None]] = {}
@@ -200,8 +201,8 @@ class GroupModel:
             self.generations[g] = max(gen, self.generations[g])
 
     async def check_replay(self) -> None:
-        fresh = GroupCoordinator(self.logs, self.flusher, self.config, self.clock, run_timers=False)
-        await fresh.start()
+        fresh = group_coordinator(self.logs, self.flusher, self.config, self.clock, run_timers=False)
+        await start(fresh)
         try:
             for g in GROUPS:
                 mine = self.coord.fetch_offsets(g, None)
@@ -215,7 +216,7 @@ class GroupModel:
 
 async def _run(tmp_path, seed: int) -> GroupModel:
     m = GroupModel(tmp_path, seed)
-    await m.coord.start()
+    await start(m.coord)
     try:
         for _ in range(STEPS):
             await m.step()

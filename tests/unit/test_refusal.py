@@ -28,6 +28,9 @@ def _request(api: int, version: int):
         P = T.OffsetCommitRequestPartition if api == ApiKey.OFFSET_COMMIT else T.TxnOffsetCommitRequestPartition
         return _known(R, version, group_id="g", transactional_id="t", topics=[
             T(name="a", partitions=[P(partition_index=0), P(partition_index=1)])])
+    if api == ApiKey.OFFSET_FETCH and version >= 8:
+        G = R.OffsetFetchRequestGroup
+        return R(version=version, groups=[G(group_id="g", topics=None), G(group_id="h", topics=None)])
     if api == ApiKey.OFFSET_FETCH:
         return R(version=version, group_id="g", topics=[R.OffsetFetchRequestTopic(name="a", partition_indexes=[0, 1])])
     if api == ApiKey.ADD_PARTITIONS_TO_TXN:
@@ -40,7 +43,7 @@ def _request(api: int, version: int):
 def _errors(resp) -> set[int]:
     """The error codes of the decoded response's partitions, or its top-level one
     when it lists none."""
-    found = set()
+    found = {g.error_code for g in getattr(resp, "groups", None) or ()}
     for t in getattr(resp, "topics", None) or getattr(resp, "results_by_topic_v3_and_below", None) or ():
         for p in getattr(t, "partitions", None) or getattr(t, "results_by_partition", None) or ():
             found.add(p.error_code if hasattr(p, "error_code") else p.partition_error_code)

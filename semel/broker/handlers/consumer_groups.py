@@ -17,26 +17,11 @@ from ...protocol.errors import KafkaError
 from ..auth.acl import ResourceType
 from ..auth.check import authorized_operations
 from ..router import RequestContext, handler
-from .groups import requester_host
-from ..services import Services
+from .groups import requester_host, topic_catalogue
 
-_DELETING = "deleting"
-# ConsumerGroupDescribe v1 MemberType: 1 = a member of the consumer protocol.
-MEMBER_TYPE_CONSUMER = 1
-
-
-def topic_catalogue(services: Services) -> dict[str, tuple[uuid.UUID, int]]:
-    """name -> (topic id, partition count) of every user topic that exists now (internal
-    topics are never subscribed to, as in Kafka; a cluster keeps deleted names as markers)."""
-    source = services.cluster if services.cluster is not None else services.logs
-    out = {}
-    for name, info in source.topics().items():
-        if (getattr(info, "internal", False) or name.startswith("__") or getattr(info, "deleted", False)
-                or getattr(info, "state", None) == _DELETING):
-            continue
-        topic_id = uuid.UUID(info.topic_id) if info.topic_id else uuid.UUID(int=0)
-        out[name] = (topic_id, info.partitions)
-    return out
+# ConsumerGroupDescribe v1 MemberType: 0 = a classic member (online migration), 1 = a
+# member of the consumer protocol.
+MEMBER_TYPE_CLASSIC, MEMBER_TYPE_CONSUMER = 0, 1
 
 
 @handler(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, 1)
@@ -120,7 +105,7 @@ async def consumer_group_describe(ctx: RequestContext, req: Any) -> Any:
                 subscribed_topic_regex=meta.regex,
                 assignment=assignment(cur.assigned if cur else ()),
                 target_assignment=assignment(g.target.get(mid, ())),
-                member_type=MEMBER_TYPE_CONSUMER))
+                member_type=MEMBER_TYPE_CLASSIC if meta.classic is not None else MEMBER_TYPE_CONSUMER))
         groups.append(G(
             error_code=KafkaError.NONE, group_id=g.group_id, group_state=g.state_name(),
             group_epoch=g.epoch, assignment_epoch=g.target_epoch, assignor_name=g.assignor,

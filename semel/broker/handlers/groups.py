@@ -11,6 +11,7 @@ connection keeps serving the member's other requests (heartbeats, commits).
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any, Callable
 
 from ...protocol.api_keys import ApiKey
@@ -19,6 +20,23 @@ from ..auth.acl import ResourceType
 from ..auth.check import authorized_operations
 from ..deferred import Deferred
 from ..router import RequestContext, handler
+from ..services import Services
+
+_DELETING = "deleting"
+
+
+def topic_catalogue(services: Services) -> dict[str, tuple[uuid.UUID, int]]:
+    """name -> (topic id, partition count) of every user topic that exists now (internal
+    topics are never subscribed to, as in Kafka; a cluster keeps deleted names as markers)."""
+    source = services.cluster if services.cluster is not None else services.logs
+    out = {}
+    for name, info in source.topics().items():
+        if (getattr(info, "internal", False) or name.startswith("__") or getattr(info, "deleted", False)
+                or getattr(info, "state", None) == _DELETING):
+            continue
+        topic_id = uuid.UUID(info.topic_id) if info.topic_id else uuid.UUID(int=0)
+        out[name] = (topic_id, info.partitions)
+    return out
 
 
 def requester_host(ctx: RequestContext) -> str:
@@ -49,6 +67,7 @@ async def join_group(ctx: RequestContext, req: Any) -> Any:
         client_id=ctx.client_id or "",
         client_host=requester_host(ctx),
         require_known_member_id=v >= 4,
+        topics=lambda: {name: count for name, (_, count) in topic_catalogue(ctx.services).items()},
     )
 
     def build(res: Any) -> Any:

@@ -1,4 +1,4 @@
-"""OffsetCommit (8, v2-9) and OffsetFetch (9, v1-7).
+"""OffsetCommit (8, v2-9) and OffsetFetch (9, v1-9).
 
 OffsetCommit appends the offsets to __consumer_offsets while the request is
 handled (so commits of one connection keep their order) and answers once they
@@ -9,6 +9,7 @@ offsets_retention_ms).
 """
 from __future__ import annotations
 
+from ...cluster.coordinator_partitions import GroupCoordinators
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..responses import by_topic
@@ -58,9 +59,11 @@ async def offset_commit(ctx: RequestContext, req):
     return answer_when_done(fut, build)
 
 
-@handler(ApiKey.OFFSET_FETCH, 1, 7)
+@handler(ApiKey.OFFSET_FETCH, 1, 9)
 async def offset_fetch(ctx: RequestContext, req):
     v = ctx.api_version
+    if v >= 8:
+        return _offset_fetch_groups(ctx, req)
     wanted = None
     if req.topics is not None:
         wanted = [(t.name, p) for t in req.topics for p in t.partition_indexes or ()]
@@ -71,13 +74,43 @@ async def offset_fetch(ctx: RequestContext, req):
     if err and v < 2:
         # v1 has no top-level error: every requested partition carries it.
         fetched = [_Fetched(t, p, err) for t, p in wanted or ()]
+    return ctx.response(topics=_fetched_topics(topic_cls, part_cls, fetched), error_code=err)
+
+
+def _fetched_topics(topic_cls, part_cls, fetched) -> list:
     topics: dict[str, list] = {}
     for f in fetched:
         topics.setdefault(f.topic, []).append(part_cls(
             partition_index=f.partition, committed_offset=f.offset,
             committed_leader_epoch=f.leader_epoch, metadata=f.metadata, error_code=f.error))
-    return ctx.response(topics=[topic_cls(name=n, partitions=ps) for n, ps in topics.items()],
-                        error_code=err)
+    return [topic_cls(name=n, partitions=ps) for n, ps in topics.items()]
+
+
+def _offset_fetch_groups(ctx: RequestContext, req):
+    """v8+: several groups in one request, each with its own error; v9 names the member
+    (id and epoch) of a consumer-protocol group, checked as Kafka checks it. In a cluster
+    each group is answered by its own coordinator, or NOT_COORDINATOR when not here."""
+    v = ctx.api_version
+    groups = ctx.services.group_coordinator
+    group_cls = ctx.cls().OffsetFetchResponseGroup
+    topic_cls = group_cls.OffsetFetchResponseTopics
+    part_cls = topic_cls.OffsetFetchResponsePartitions
+    out = []
+    for g in req.groups or ():
+        wanted = None
+        if g.topics is not None:
+            wanted = [(t.name, p) for t in g.topics for p in t.partition_indexes or ()]
+        err = KafkaError.NONE
+        if isinstance(groups, GroupCoordinators):   # a cluster: is this broker the group's coordinator?
+            err = groups.error_for(g.group_id)
+        fetched: list = []
+        if not err:
+            err, fetched = groups.fetch_offsets(
+                g.group_id, wanted, bool(req.require_stable),
+                member_id=g.member_id if v >= 9 else None, member_epoch=g.member_epoch if v >= 9 else -1)
+        out.append(group_cls(group_id=g.group_id, error_code=err,
+                             topics=_fetched_topics(topic_cls, part_cls, fetched)))
+    return ctx.response(throttle_time_ms=0, groups=out)
 
 
 class _Fetched:

@@ -16,12 +16,12 @@ import logging
 
 from ...cluster.member import check_leader
 from ...cluster.metadata import ClusterMetadata
-from ...cluster.replica_manager import ReplicaManager
 from ...protocol import records
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ...protocol.produce_response import ProduceAnswer, ProducePartitionAnswer, ProduceTopicAnswer, RecordError
 from ...storage import compaction
+from ...storage.committed import Target
 from ...storage.errors import AppendError, StorageError
 from ..connection import Deferred
 from ..router import RequestContext, handler
@@ -70,11 +70,11 @@ async def produce(ctx: RequestContext, req):
             else:
                 parts.append(await _append_partition(ctx, req, topic.name, pdata, budget))
         results.append((topic.name, parts))
-    if acks != -1 and ctx.services.replicas is None and ctx.services.config.log.flush_mode == "always":
+    if acks != -1 and ctx.services.config.log.flush_mode == "always":
         _flush_soon(ctx.services, results)
     if acks == 0:
         return None
-    if acks == -1 and (ctx.services.replicas is not None or not _all_flushed(ctx, results)):
+    if acks == -1 and not ctx.services.committed.already(_targets(results)):
         return Deferred(_after_flush(ctx, req, results))
     return _response(ctx, results)
 
@@ -83,23 +83,21 @@ _FLUSHING: set = set()   # background flushes of acks=0/1 appends (a task needs 
 
 
 def _flush_soon(services: Services, results) -> None:
-    """acks=0/1 on one node under flush_mode "always": nobody waits for the fsync, but
-    readers see a record only once it is fsynced (PartitionLog.reads_wait_for_fsync),
-    so it is fsynced now rather than whenever a later acks=all write comes."""
-    named = [(name, part) for name, parts in results for part in parts if part.log is not None]
+    """acks=0/1 under flush_mode "always": nobody waits for the fsync, but the high
+    watermark counts a record only once fsynced here (PartitionLog.durable_end), so it is
+    fsynced now rather than whenever a later acks=all write comes (the high watermark is
+    not waited for: no timeout given)."""
+    named = _targets(results)
     if named:
-        task = asyncio.get_running_loop().create_task(_durable_each(services, named))
+        task = asyncio.get_running_loop().create_task(services.committed.wait_each(named, 0))
         _FLUSHING.add(task)
         task.add_done_callback(_FLUSHING.discard)
 
 
-def _all_flushed(ctx: RequestContext, results) -> bool:
-    """acks=all on one node: is every appended batch on disk already? A large append
-    is fsynced by its own write (write-through, PartitionLog.append_async), so most
-    Produce requests are answered without a group-commit round; the rest wait for one."""
-    if ctx.services.config.log.flush_mode != "always":
-        return True
-    return all(p.log is None or p.log.flushed_offset >= p.upto for _, parts in results for p in parts)
+def _targets(results) -> list[Target]:
+    """What a commit waits for: every partition that took a batch."""
+    return [(name, part.index, part.log, part.upto) for name, parts in results for part in parts
+            if part.log is not None]
 
 
 async def _append_partition(ctx: RequestContext, req, topic: str, pdata, budget: list[int]) -> _PartitionResult:
@@ -214,62 +212,14 @@ def _check_transactional(ctx: RequestContext, req, topic, partition, batches) ->
 
 
 async def _after_flush(ctx: RequestContext, req, results):
-    if ctx.services.replicas is None:
-        await _durable_each(ctx.services, [(name, part) for name, parts in results for part in parts
-                                         if part.log is not None])
-        return _response(ctx, results)
-    waits = [_settle(ctx, req, name, part) for name, parts in results for part in parts if part.log is not None]
-    await asyncio.gather(*waits)
+    """acks=all: every batch committed (semel.storage.committed): on disk here as the
+    flush policy asks, the fsyncs of all partitions in flight together, then past the high
+    watermark (every ISR member holds it; at once on a single node)."""
+    taken = [part for _, parts in results for part in parts if part.log is not None]
+    errors = await ctx.services.committed.wait_each(_targets(results), max(req.timeout_ms, 0) / 1000)
+    for part, err in zip(taken, errors):
+        part.error = err
     return _response(ctx, results)
-
-
-async def _durable_each(services: Services, parts: list[tuple[str, _PartitionResult]]) -> None:
-    """One node: every partition's batch on disk (flush policy), the fsyncs of all of
-    them in flight together (GroupCommitFlusher.sync_each), without a task per partition.
-    Readers waiting on a partition are woken again: its fsynced end, which they may
-    read up to, just moved."""
-    if services.config.log.flush_mode != "always":
-        return
-    failures = await services.flusher.sync_each([(p.log, p.upto) for _, p in parts])
-    for (topic, part), exc in zip(parts, failures):
-        if exc is not None:
-            log.error("fsync failed: %s", exc)
-            part.error = KafkaError.KAFKA_STORAGE_ERROR
-        else:
-            services.notifier.notify(topic, part.index)
-
-
-async def _settle(ctx: RequestContext, req, topic: str, part: _PartitionResult) -> None:
-    """acks=all: the batch is on disk here (flush policy) and, in a cluster, the high
-    watermark has passed it (every ISR member holds it). The two waits run together:
-    followers fetch from the page cache while the leader's fsync is under way."""
-    services = ctx.services
-    replicas = services.replicas
-    if replicas is None:
-        part.error = await _durable(services, part)
-        return
-    durable, replicated = await asyncio.gather(
-        _durable_here(services, replicas, topic, part),
-        replicas.wait_for_hw(topic, part.index, part.upto, max(req.timeout_ms, 0) / 1000))
-    part.error = durable or replicated
-
-
-async def _durable_here(services: Services, replicas: ReplicaManager, topic: str,
-                        part: _PartitionResult) -> KafkaError:
-    """_durable, then the high watermark looks again: under the durable policy it
-    counts the leader's own fsynced end, which just moved."""
-    err = await _durable(services, part)
-    replicas.flushed(topic, part.index)
-    return err
-
-
-async def _durable(services: Services, part: _PartitionResult) -> KafkaError:
-    try:
-        await services.ensure_durable(part.log, part.upto)
-    except StorageError as exc:
-        log.error("fsync failed: %s", exc)
-        return KafkaError.KAFKA_STORAGE_ERROR
-    return KafkaError.NONE
 
 
 def _response(ctx: RequestContext, results):

@@ -5,12 +5,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from ...cluster.coordinator_partitions import TxnCoordinators
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..refusal import refuse
 from ..responses import by_topic
 from ..router import RequestContext, handler
-from ..services import TxnCoordinatorService
 from .common import first_error
 
 log = logging.getLogger("semel.broker.txn")
@@ -22,7 +22,7 @@ def _debug(api: str, txn_id: str | None, err: KafkaError) -> None:
         log.debug("%s txn=%s: %s", api, txn_id, KafkaError(err).name)
 
 
-def _txns(ctx: RequestContext) -> TxnCoordinatorService:
+def _txns(ctx: RequestContext) -> TxnCoordinators:
     return ctx.services.txn_coordinator
 
 

@@ -17,7 +17,6 @@ import asyncio
 import logging
 import re
 
-from ...cluster.coordinator_partitions import TxnCoordinators
 from ...cluster.member import check_leader
 from ...cluster.txn_markers import is_coordinator_client
 from ...clock import wall_ms
@@ -52,13 +51,11 @@ LIVE = frozenset({TxnState.ONGOING}) | PREPARED
 
 def _transactions(ctx: RequestContext) -> list:
     """A snapshot of the coordinator's transactional ids (TxnMeta objects, never changed here)."""
-    txns = ctx.services.txn_coordinator
-    return [] if txns is None else list(txns.txns.values())
+    return ctx.services.txn_coordinator.transactions()
 
 
 def _find(ctx: RequestContext, txn_id: str):
-    txns = ctx.services.txn_coordinator
-    return None if txns is None else txns.txns.get(txn_id)
+    return ctx.services.txn_coordinator.transaction(txn_id)
 
 
 def _now_ms() -> int:
@@ -77,12 +74,10 @@ async def describe_transactions(ctx: RequestContext, req):
 def _describe_one(ctx: RequestContext, T, txn_id: str):
     if not ctx.authorize("DESCRIBE", "TRANSACTIONAL_ID", txn_id):
         return _not_described(T, txn_id, KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-    coordinators = ctx.services.txn_coordinator
-    if isinstance(coordinators, TxnCoordinators):
-        # Kafka: only the id's coordinator describes it (NOT_COORDINATOR elsewhere).
-        err = coordinators.error_for(txn_id)
-        if err:
-            return _not_described(T, txn_id, err)
+    # Kafka: only the id's coordinator describes it (NOT_COORDINATOR elsewhere).
+    err = ctx.services.txn_coordinator.error_for(txn_id)
+    if err:
+        return _not_described(T, txn_id, err)
     meta = _find(ctx, txn_id) if txn_id else None
     if meta is None:
         return _not_described(T, txn_id, KafkaError.TRANSACTIONAL_ID_NOT_FOUND)
@@ -254,7 +249,7 @@ async def _offsets_marker(ctx: RequestContext, marker, partition: int) -> KafkaE
     groups = ctx.services.group_coordinator.for_partition(partition)
     if groups is None:
         return KafkaError.UNKNOWN_TOPIC_OR_PARTITION
-    err = groups.seat.error() if groups.seat is not None else KafkaError.NONE
+    err = groups.seat.error()
     if err:
         return err
     return await groups.complete_txn(marker.producer_id, marker.producer_epoch, marker.coordinator_epoch,
@@ -286,7 +281,7 @@ async def _abort_partition(ctx: RequestContext, marker, tp: tuple[str, int]) -> 
     try:
         info = plog.append_control(records.CONTROL_ABORT, marker.producer_id, marker.producer_epoch,
                                    marker.coordinator_epoch)
-        await ctx.services.ensure_durable(plog, info.last_offset + 1)
+        await ctx.services.committed.wait(topic, partition, plog, info.last_offset + 1)
     except StorageError as exc:
         log.error("admin abort marker on %s-%d failed: %s", topic, partition, exc)
         return KafkaError.KAFKA_STORAGE_ERROR

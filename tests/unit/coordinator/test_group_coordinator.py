@@ -4,7 +4,8 @@ import asyncio
 
 from test_group_support import async_test, settle, started
 
-from semel.coordinator.group import GroupConfig, GroupCoordinator
+from tests.support.coordinators import group_coordinator, start
+from semel.coordinator.group import GroupConfig
 from semel.coordinator.group_states import GroupState
 from semel.protocol.errors import KafkaError
 
@@ -415,9 +416,9 @@ async def test_timer_task_fires_real_timeouts():
     """With the background timer task (real clock), a short initial delay completes
     the join by itself."""
     from test_group_support import GateFlusher, MemLogs
-    coord = GroupCoordinator(MemLogs(), GateFlusher(), GroupConfig(initial_rebalance_delay_ms=20,
+    coord = group_coordinator(MemLogs(), GateFlusher(), GroupConfig(initial_rebalance_delay_ms=20,
                                                                   min_session_timeout_ms=100))
-    await coord.start()
+    await start(coord)
     try:
         fut = join(coord, require_known=False)
         res = await asyncio.wait_for(fut, 10)

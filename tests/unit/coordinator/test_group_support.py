@@ -11,7 +11,8 @@ import asyncio
 import functools
 from types import SimpleNamespace
 
-from semel.coordinator.group import GroupConfig, GroupCoordinator
+from tests.support.coordinators import group_coordinator, start
+from semel.coordinator.group import GroupConfig
 from semel.storage.errors import ProducerStateError, StorageError
 from semel.protocol import records as rb
 from semel.protocol.errors import KafkaError
@@ -158,8 +159,8 @@ async def started(logs=None, flusher=None, clock=None, **cfg):
     logs = logs if logs is not None else MemLogs()
     flusher = flusher if flusher is not None else GateFlusher()
     clock = clock if clock is not None else FakeClock()
-    coord = GroupCoordinator(logs, flusher, config(**cfg), clock, run_timers=False)
-    await coord.start()
+    coord = group_coordinator(logs, flusher, config(**cfg), clock, run_timers=False)
+    await start(coord)
     return SimpleNamespace(coord=coord, logs=logs, flusher=flusher, clock=clock,
                            log=logs.get("__consumer_offsets", 0))
 

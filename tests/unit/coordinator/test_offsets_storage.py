@@ -6,7 +6,8 @@ import pytest
 from test_group_coordinator import stable_group
 from test_group_support import FakeClock, async_test, config
 
-from semel.coordinator.group import OFFSETS_TOPIC, GroupCoordinator
+from tests.support.coordinators import group_coordinator, start
+from semel.coordinator.group import OFFSETS_TOPIC
 from semel.protocol.errors import KafkaError
 from semel.storage.flusher import GroupCommitFlusher
 from semel.storage.fs import FaultyFileSystem
@@ -24,10 +25,10 @@ class Node:
         self.logs = LogManager(data_dir, LogConfig(segment_bytes=4096), self.fs)
         self.flusher = GroupCommitFlusher()
         self.clock = clock or FakeClock()
-        self.coord = GroupCoordinator(self.logs, self.flusher, config(), self.clock, run_timers=False)
+        self.coord = group_coordinator(self.logs, self.flusher, config(), self.clock, run_timers=False)
 
     async def start(self):
-        await self.coord.start()
+        await start(self.coord)
         self.log = self.logs.get(OFFSETS_TOPIC, 0)
         return self
 
@@ -161,5 +162,5 @@ async def test_garbage_in_the_offsets_log_refuses_to_start(tmp_path):
     from semel.coordinator.offsets import OffsetsLogError
     again = Node(tmp_path)
     with pytest.raises(OffsetsLogError):
-        await again.coord.start()
+        await again.start()
     again.logs.close()

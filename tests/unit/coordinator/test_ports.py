@@ -9,27 +9,28 @@ from types import SimpleNamespace
 from semel.cluster.coordinator_host import SeatedCoordinator
 from semel.cluster.producer_ids import ClusterProducerIds
 from semel.cluster.replica_manager import ReplicaManager
-from semel.cluster.replicated_flusher import ReplicatedFlusher
 from semel.cluster.state import MemoryClusterView
 from semel.cluster.txn_markers import MarkerChannel
 from semel.coordinator.group import GroupCoordinator
 from semel.coordinator.ports import (
-    CoordinatorSeat, HighWatermarks, Loadable, LocalMarkers, MarkerWriter, PartitionWriter, ProducerIdSource,
+    CoordinatorSeat, HighWatermarks, Loadable, LocalMarkers, LocalSeat, MarkerWriter, PartitionWriter, ProducerIdSource,
 )
 from semel.coordinator.producer_ids import ProducerIdManager
 from semel.coordinator.txn import TransactionCoordinator
+from semel.storage.committed import OneNode, PartitionCommit
 from semel.storage.flusher import GroupCommitFlusher
 
 
 def test_partition_writers():
     assert issubclass(GroupCommitFlusher, PartitionWriter)
-    assert issubclass(ReplicatedFlusher, PartitionWriter)
+    assert issubclass(PartitionCommit, PartitionWriter)
 
 
 def test_marker_writer_and_high_watermarks():
     assert issubclass(MarkerChannel, MarkerWriter)
     assert issubclass(LocalMarkers, MarkerWriter)
     assert issubclass(ReplicaManager, HighWatermarks)
+    assert issubclass(OneNode, HighWatermarks)
 
 
 def test_producer_id_sources(tmp_path):
@@ -44,6 +45,8 @@ def test_seat_and_what_it_drives():
     seat = SeatedCoordinator(view, 0, SimpleNamespace(get=lambda topic, partition: None), lambda: None,
                              "__consumer_offsets", 0)
     assert isinstance(seat, CoordinatorSeat)
+    assert isinstance(LocalSeat(SimpleNamespace(get=lambda topic, partition: None), "__consumer_offsets", {}),
+                      CoordinatorSeat)
     assert issubclass(GroupCoordinator, Loadable)
     assert issubclass(TransactionCoordinator, Loadable)
 

@@ -12,10 +12,10 @@ import pytest
 import semel.coordinator.txn as txn_module
 import semel.coordinator.txn_branches as branches_module
 import semel.coordinator.txn_completion as completion_module
+from tests.support.coordinators import group_coordinator, txn_coordinator
 from semel.broker.config import BrokerConfig
-from semel.coordinator.group import GroupConfig, GroupCoordinator
+from semel.coordinator.group import GroupConfig
 from semel.coordinator.producer_ids import ProducerIdManager
-from semel.coordinator.txn import TransactionCoordinator
 from semel.coordinator.txn_states import VALID_PREVIOUS, TxnMeta, TxnState
 from semel.protocol.errors import KafkaError
 from semel.storage.flusher import GroupCommitFlusher
@@ -28,9 +28,9 @@ E = KafkaError
 def coord(tmp_path):
     logs = LogManager(tmp_path / "data")
     flusher = GroupCommitFlusher()
-    groups = GroupCoordinator(logs, flusher, GroupConfig(), run_timers=False)
-    return TransactionCoordinator(logs, flusher, groups, BrokerConfig(data_dir=tmp_path / "data"),
-                                  ProducerIdManager(tmp_path / "data" / "producer_ids"))
+    groups = group_coordinator(logs, flusher, GroupConfig(), run_timers=False)
+    return txn_coordinator(logs, flusher, groups, BrokerConfig(data_dir=tmp_path / "data"),
+                           ProducerIdManager(tmp_path / "data" / "producer_ids"))
 
 
 def _held(coord, txn_id: str, state: TxnState) -> TxnMeta:

@@ -1,0 +1,278 @@
+"""Classic members in consumer groups, and the online upgrade and downgrade between the
+two protocols (the rules are in consumer_group_migration; this is the coordinator's
+side: routing JoinGroup/SyncGroup/Heartbeat/LeaveGroup of a consumer group's classic
+members, and writing a conversion as one batch with the classic group's record).
+
+A conversion is one write: the records of one protocol's group and the tombstone (or
+snapshot) of the other's, applied together once durable, so a replay finds one group.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from typing import Any, Callable, Coroutine, Mapping, Protocol
+
+from ..protocol.consumer_protocol import PROTOCOL_TYPE, encode_assignment
+from ..protocol.errors import KafkaError
+from . import consumer_group_migration as mig
+from . import consumer_group_rules as rules
+from .consumer_group_rules import Answer, ConsumerGroup
+from .consumer_regex import regex_matches
+from .coordinator_log import done_future, resolve_future
+from .group_context import GroupContext
+from .group_model import Group, JoinResult, SyncResult
+from .group_states import GroupState
+from .offsets import GroupRecord, MemberRecord, group_key, group_value
+
+
+class ConsumerWrites(Protocol):
+    """What ClassicMembers uses of ConsumerGroups (which makes it)."""
+    pending: dict[str, "asyncio.Future[Answer]"]
+
+    def cg_write(self, group_id: str, old: ConsumerGroup | None, new: ConsumerGroup | None,
+                 answer: Answer | None, *, before: Any = (), after: Any = (),
+                 on_apply: Any = None) -> "asyncio.Future[Answer]": ...
+
+    def arm_revocation(self, group_id: str, member_id: str) -> None: ...
+
+    def session_expired(self, group_id: str, member_id: str) -> None: ...
+
+log = logging.getLogger("semel.coordinator.consumer_group")
+
+Topics = Callable[[], Mapping[str, int]]
+
+
+class ClassicMembers:
+    """The classic side of ConsumerGroups: made by it with the coordinator's GroupContext,
+    itself (`cg`: its writes and the write each group waits for) and `spawn`. `on_downgraded` is set by GroupMembership: it
+    arms the members' heartbeats and starts the rebalance of a group made classic again."""
+
+    def __init__(self, ctx: GroupContext, cg: ConsumerWrites,
+                 spawn: Callable[[Coroutine[Any, Any, None]], Any]) -> None:
+        self.cg = cg
+        self._store, self._ready, self.timers, self.config = ctx.store, ctx.ready, ctx.timers, ctx.config
+        self._spawn = spawn
+        self.on_downgraded: Callable[[Group], None] = lambda group: None
+
+    @property
+    def migration_policy(self) -> mig.MigrationPolicy:
+        return mig.MigrationPolicy(self.config.consumer_migration_policy)
+
+    def hosts(self, group_id: str) -> bool:
+        """Are the classic APIs of this group answered by its consumer group?"""
+        g = self._store.consumer_groups.get(group_id)
+        return g is not None and bool(g.members)
+
+    async def settled(self, group_id: str) -> None:
+        while (pending := self.cg.pending.get(group_id)) is not None:
+            await asyncio.wait([pending])
+
+    def arm_session(self, group_id: str, member_id: str) -> None:
+        g = self._store.consumer_groups.get(group_id)
+        meta = g.members.get(member_id) if g is not None else None
+        timeout = (meta.classic.session_timeout_ms if meta is not None and meta.classic is not None
+                   else self.config.consumer_session_timeout_ms)
+        self.timers.set(("cg", group_id, member_id), timeout,
+                        lambda: self.cg.session_expired(group_id, member_id))
+
+    # --- upgrade: a member of the consumer protocol joins a classic group ------------------------
+
+    def upgrade_start(self, group_id: str) -> tuple[ConsumerGroup | None, Answer | None]:
+        """The consumer group a heartbeat starts from when the group is classic with members
+        (None, None: it is not). Refused as Kafka refuses (GROUP_ID_NOT_FOUND with its
+        message); a classic group in the middle of a rebalance is asked to wait (its
+        members' assignment is not settled), which the client retries."""
+        classic = self._store.groups.get(group_id)
+        if classic is None or classic.is_empty() or self.hosts(group_id):
+            return None, None
+        members = [mig.ClassicMember(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                                     m.rebalance_timeout_ms, m.session_timeout_ms, tuple(m.protocols),
+                                     m.assignment) for m in classic.members.values()]
+        why = mig.upgrade_refusal(self.migration_policy, classic.protocol_type, members, group_id)
+        if why is not None:
+            return None, Answer(KafkaError.GROUP_ID_NOT_FOUND, "", -1, None, why)
+        if classic.state is not GroupState.STABLE or classic.pending_members:
+            return None, Answer(KafkaError.COORDINATOR_LOAD_IN_PROGRESS, "", -1, None,
+                                f"Classic group {group_id} is rebalancing; retry.")
+        base = mig.from_classic(group_id, classic.generation, members)
+        prior = self._store.consumer_groups.get(group_id)
+        if prior is not None:
+            base.epoch = base.target_epoch = max(base.epoch, prior.epoch)
+        return base, None
+
+    def upgrade_write(self, group_id: str, new: ConsumerGroup, answer: Answer) -> "asyncio.Future[Answer]":
+        """The classic group's record goes (its offsets stay) and the consumer group's come,
+        in one batch; its classic members are told to rejoin, now into the consumer group."""
+        carried = [mid for mid, m in new.members.items() if m.classic is not None]
+
+        def converted() -> None:
+            classic = self._store.groups.get(group_id)
+            if classic is not None:
+                self._release_classic_members(classic)
+                self._store.apply_group_record(group_id, None)
+            for mid in carried:
+                self.arm_session(group_id, mid)
+            log.info("classic group %s upgraded to a consumer group", group_id)
+
+        return self.cg.cg_write(group_id, self._store.consumer_groups.get(group_id), new, answer,
+                              before=[(group_key(group_id), None)], on_apply=converted)
+
+    def _release_classic_members(self, classic: Group) -> None:
+        gid = classic.group_id
+        for m in classic.members.values():
+            resolve_future(m.join_future, JoinResult(KafkaError.REBALANCE_IN_PROGRESS, m.member_id))
+            resolve_future(m.sync_future, SyncResult(KafkaError.REBALANCE_IN_PROGRESS))
+            m.join_future = m.sync_future = None
+            self.timers.cancel(("hb", gid, m.member_id))
+        for mid in classic.pending_members:
+            self.timers.cancel(("hb", gid, mid))
+        classic.pending_members.clear()
+        self.timers.cancel(("join", gid))
+        self.timers.cancel(("sync", gid))
+
+    # --- downgrade: the last member of the consumer protocol leaves ------------------------------
+
+    def commit(self, group_id: str, old: ConsumerGroup, new: ConsumerGroup,
+                   answer: Answer) -> "asyncio.Future[Answer]":
+        """Write a member's removal; the group becomes classic when only classic members
+        remain and the policy allows it."""
+        record = self._downgrade_record(new) if mig.downgrades(new, self.migration_policy) else None
+        if record is None:
+            return self.cg.cg_write(group_id, old, new, answer)
+        protocols = {mid: m.classic.protocols for mid, m in new.members.items() if m.classic}
+
+        def converted() -> None:
+            for mid in new.members:
+                for kind in ("cg", "cg-revoke", "cg-rejoin"):
+                    self.timers.cancel((kind, group_id, mid))
+            self._store.apply_group_record(group_id, record)
+            group = self._store.groups[group_id]
+            for m in group.members.values():
+                m.protocols = list(protocols.get(m.member_id, m.protocols))
+            self.on_downgraded(group)
+            log.info("consumer group %s downgraded to a classic group", group_id)
+
+        return self.cg.cg_write(group_id, old, None, answer,
+                              after=[(group_key(group_id), group_value(record))], on_apply=converted)
+
+    def _downgrade_record(self, g: ConsumerGroup) -> GroupRecord | None:
+        """The classic group's snapshot: the members as they are, at the generation most of
+        them are at (so their heartbeats hear of the rebalance, not of a wrong generation)."""
+        members = mig.to_classic(g)
+        common = set.intersection(*({n for n, _ in m.protocols} for m in members))
+        first = members[0].protocols
+        protocol = next((n for n, _ in first if n in common), None)
+        if protocol is None:
+            return None
+        generation = max(g.current[m.member_id].epoch for m in members)
+        rec = GroupRecord(PROTOCOL_TYPE, generation, protocol, members[0].member_id, self._store.clock())
+        for m in members:
+            meta = dict(m.protocols)[protocol]
+            rec.members.append(MemberRecord(m.member_id, m.instance_id, m.client_id, m.client_host,
+                                            m.rebalance_timeout_ms, m.session_timeout_ms, meta,
+                                            m.assignment))
+        return rec
+
+    # --- the classic APIs of a consumer group's classic members ----------------------------------
+
+    def join(self, group_id: str, member_id: str, *, protocol_type: str,
+                     protocols: list[tuple[str, bytes]], session_timeout_ms: int,
+                     rebalance_timeout_ms: int, group_instance_id: str | None, client_id: str,
+                     client_host: str, require_known_member_id: bool,
+                     topics: Topics | None) -> "asyncio.Future[JoinResult]":
+        if protocol_type != PROTOCOL_TYPE or not protocols or topics is None:
+            return done_future(JoinResult(KafkaError.INCONSISTENT_GROUP_PROTOCOL, member_id))
+        if not member_id:
+            member_id = f"{group_instance_id or client_id or 'member'}-{uuid.uuid4()}"
+            if require_known_member_id:
+                return done_future(JoinResult(KafkaError.MEMBER_ID_REQUIRED, member_id))
+        m = mig.ClassicMember(member_id, group_instance_id, client_id, client_host, rebalance_timeout_ms,
+                              session_timeout_ms, tuple(protocols))
+        return self._spawn(self._classic_join(group_id, m, topics))
+
+    async def _classic_join(self, group_id: str, m: mig.ClassicMember, topics: Topics) -> JoinResult:
+        await self.settled(group_id)
+        if err := self._ready():
+            return JoinResult(err, m.member_id)
+        if not self.hosts(group_id):
+            # Became classic meanwhile: the member joins again, there.
+            return JoinResult(KafkaError.REBALANCE_IN_PROGRESS, m.member_id)
+        old = self._store.consumer_groups[group_id]
+        self.timers.cancel(("cg-rejoin", group_id, m.member_id))
+        new, answer = mig.classic_join(old, m, topics(), regex_matches)
+        if answer.error:
+            return JoinResult(answer.error, m.member_id)
+        answer = await self.cg.cg_write(group_id, old, new, answer)
+        if answer.error:
+            return JoinResult(answer.error, m.member_id)
+        self.arm_session(group_id, m.member_id)
+        self.cg.arm_revocation(group_id, m.member_id)
+        return JoinResult(KafkaError.NONE, m.member_id, answer.member_epoch, PROTOCOL_TYPE,
+                          m.protocols[0][0], "", [])
+
+    def sync(self, group_id: str, generation: int, member_id: str) -> "asyncio.Future[SyncResult]":
+        async def sync() -> SyncResult:
+            await self.settled(group_id)
+            if err := self._ready():
+                return SyncResult(err)
+            g = self._store.consumer_groups.get(group_id)
+            if g is None:
+                return SyncResult(KafkaError.REBALANCE_IN_PROGRESS)
+            err, cur = mig.classic_sync(g, member_id, generation)
+            if err or cur is None:
+                return SyncResult(err)
+            self.arm_session(group_id, member_id)
+            return SyncResult(KafkaError.NONE, encode_assignment(cur.assigned), PROTOCOL_TYPE,
+                              mig.protocol_name(g.members[member_id]))
+        return self._spawn(sync())
+
+    def heartbeat(self, group_id: str, generation: int, member_id: str) -> KafkaError:
+        err = mig.classic_heartbeat(self._store.consumer_groups[group_id], member_id, generation)
+        if err in (KafkaError.NONE, KafkaError.REBALANCE_IN_PROGRESS):
+            self.arm_session(group_id, member_id)
+        if err == KafkaError.REBALANCE_IN_PROGRESS:
+            self._arm_rejoin(group_id, member_id)
+        return err
+
+    def _arm_rejoin(self, group_id: str, member_id: str) -> None:
+        """A classic member told to rejoin has its rebalance timeout to do so, from the first
+        time it was told; one that keeps heartbeating without rejoining would otherwise hold
+        its partitions from the others for ever. It is fenced then, as in Kafka."""
+        key = ("cg-rejoin", group_id, member_id)
+        if self.timers.active(key):
+            return
+        timeout = self._store.consumer_groups[group_id].members[member_id].rebalance_timeout_ms
+        self.timers.set(key, timeout, lambda: self._spawn(self._rejoin_overdue(group_id, member_id)))
+
+    async def _rejoin_overdue(self, group_id: str, member_id: str) -> None:
+        await self.settled(group_id)
+        old = self._store.consumer_groups.get(group_id)
+        if self._ready() or old is None or member_id not in old.members:
+            return
+        log.info("classic member %s of consumer group %s did not rejoin within its rebalance timeout; fenced",
+                 member_id, group_id)
+        await self.remove(group_id, member_id)
+
+    def leave(self, group_id: str, members: list[tuple[str, str | None]]) -> list[KafkaError]:
+        g = self._store.consumer_groups[group_id]
+        out = []
+        for member_id, instance_id in members:
+            if instance_id is not None:
+                member_id = next((mid for mid, m in g.members.items() if m.instance_id == instance_id),
+                                 member_id)
+            if member_id not in g.members:
+                out.append(KafkaError.UNKNOWN_MEMBER_ID)
+                continue
+            out.append(KafkaError.NONE)
+            self._spawn(self.remove(group_id, member_id))
+        return out
+
+    async def remove(self, group_id: str, member_id: str) -> None:
+        await self.settled(group_id)
+        old = self._store.consumer_groups.get(group_id)
+        if self._ready() or old is None or member_id not in old.members:
+            return
+        for kind in ("cg", "cg-revoke", "cg-rejoin"):
+            self.timers.cancel((kind, group_id, member_id))
+        await self.commit(group_id, old, rules.remove_member(old, member_id), Answer())
