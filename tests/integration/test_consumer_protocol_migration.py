@@ -17,7 +17,7 @@ import pytest
 
 from tests.support.brokers import module_broker_fixture
 from tests.support.consumer_protocol import (
-    PARTITIONS, Member, committed_offsets, group_view, semel_cli, wait_for,
+    PARTITIONS, Member, committed_offsets, group_view, semel_cli, subscribe_knowing_partitions, wait_for,
 )
 
 pytest.importorskip("confluent_kafka")
@@ -59,14 +59,7 @@ class ClassicMember(threading.Thread):
             bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
             auto_offset_reset="earliest", session_timeout_ms=6000, heartbeat_interval_ms=300,
             max_poll_interval_ms=30000, metadata_max_age_ms=1000)
-        self.consumer.subscribe([topic], listener=Listener())
-        # The topic's partitions must be known before the first JoinGroup. A leader that
-        # assigns without them hands out nothing and rejoins once the metadata arrives;
-        # in kafka-python 3.0.12 a rejoin started only by that metadata change is lost when
-        # poll() times out mid-join (its own assignment clears the reason to rejoin, so
-        # the finished join is never taken up): the member keeps its heartbeats off, the
-        # broker expires it and it never learns of it.
-        assert self.consumer.partitions_for_topic(topic) == set(range(PARTITIONS))
+        subscribe_knowing_partitions(self.consumer, topic, listener=Listener())
 
     def run(self):
         from kafka.errors import CommitFailedError, KafkaError
