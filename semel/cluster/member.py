@@ -9,7 +9,7 @@ them can become a replica or leader without another round trip. The handlers ask
 from __future__ import annotations
 
 import logging
-from typing import Callable, NamedTuple
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from ..protocol.errors import KafkaError
 from ..storage.manager import NEW, UNCLEAN
@@ -23,6 +23,10 @@ from .replica_rules import leader_epoch_error
 from .state import BrokerInfo, ClusterView
 from .topic_sync import deleted_names, sync_local_topics
 
+if TYPE_CHECKING:
+    from .coordinator_partitions import PartitionedCoordinators
+    from .replica_manager import ReplicaManager
+
 log = logging.getLogger("semel.cluster.member")
 CAS_TRIES = 5
 
@@ -33,7 +37,7 @@ class InternalTopic(NamedTuple):
     misplaced: semel.cluster.coordinator_partitions)."""
     name: str
     configs: dict[str, str]
-    coordinators: object
+    coordinators: PartitionedCoordinators
 
 
 class ClusterMember:
@@ -44,7 +48,7 @@ class ClusterMember:
     `topics_deleted(names)` tells the group coordinators which topics the cluster holds
     deleted."""
 
-    def __init__(self, config, logs, *, listeners: Callable[[], list], replicas: Callable[[], object],
+    def __init__(self, config, logs, *, listeners: Callable[[], list], replicas: Callable[[], ReplicaManager | None],
                  internal_topic: Callable[[int], InternalTopic], topics_deleted: Callable[[set[str]], None]):
         cfg = self.config = config
         self.logs = logs
