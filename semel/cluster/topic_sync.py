@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
 from ..protocol.errors import KafkaError
 
@@ -40,7 +40,8 @@ class Plan:
     grow: list[tuple[str, int]] = field(default_factory=list)   # (name, new partition count)
 
 
-def plan(local: dict[str, LocalTopic], live: dict[str, TopicInfo], deleted: dict[str, TopicInfo]) -> Plan:
+def plan(local: dict[str, LocalTopic], live: dict[str, TopicInfo],
+         deleted: Mapping[str, object]) -> Plan:
     """What to do to the local logs. `local`: name -> storage TopicInfo (topic_id,
     partitions); `live` / `deleted`: the cluster view's topics and deletion markers.
 
