@@ -20,7 +20,7 @@ import ssl
 import struct
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from ..client.sasl import login_steps
 from ..protocol.api_keys import ApiKey
@@ -93,8 +93,9 @@ class _FrameProtocol(asyncio.BufferedProtocol):
 
     # -- asyncio callbacks -------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)   # a stream connection's
-        self._transport = transport
+        # A stream connection's: asyncio's subclass asyncio.Transport, uvloop's (the broker's
+        # loop) implement it without subclassing it, so no isinstance check can say so.
+        self._transport = cast(asyncio.Transport, transport)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return memoryview(self._buf)[self._filled:]
