@@ -31,19 +31,39 @@ broker = module_broker_fixture(
 PHASE = 20   # records per partition produced in each of the three phases
 
 
-class ClassicMember(threading.Thread):
-    """A kafka-python consumer (classic protocol, eager) whose holdings follow its
-    rebalance callbacks; it commits what it read after each poll."""
+class Holdings(threading.Thread):
+    """A classic consumer's thread: what it holds (from its rebalance callbacks), what it
+    read, how many commits went through, and the error it ended with."""
 
-    def __init__(self, bootstrap: str, group: str, topic: str):
+    def __init__(self):
         super().__init__(daemon=True)
-        from kafka import ConsumerRebalanceListener, KafkaConsumer
         self.lock = threading.Lock()
         self.assigned: set[tuple[str, int]] = set()
         self.seen: list[tuple[str, int, int]] = []
         self.commits = 0
         self.error: BaseException | None = None
         self.stop_flag = threading.Event()
+
+    def holding(self) -> set[tuple[str, int]]:
+        with self.lock:
+            return set(self.assigned)
+
+    def read(self) -> set[tuple[str, int, int]]:
+        with self.lock:
+            return set(self.seen)
+
+    def stop(self):
+        self.stop_flag.set()
+        self.join(30)
+
+
+class ClassicMember(Holdings):
+    """A kafka-python consumer (classic protocol, eager) whose holdings follow its
+    rebalance callbacks; it commits what it read after each poll."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str):
+        super().__init__()
+        from kafka import ConsumerRebalanceListener, KafkaConsumer
         member = self
 
         class Listener(ConsumerRebalanceListener):
@@ -80,32 +100,13 @@ class ClassicMember(threading.Thread):
         finally:
             self.consumer.close()
 
-    def holding(self) -> set[tuple[str, int]]:
-        with self.lock:
-            return set(self.assigned)
-
-    def read(self) -> set[tuple[str, int, int]]:
-        with self.lock:
-            return set(self.seen)
-
-    def stop(self):
-        self.stop_flag.set()
-        self.join(30)
-
-
-class AioClassicMember(threading.Thread):
+class AioClassicMember(Holdings):
     """An aiokafka consumer (classic protocol, eager) on its own event loop, with the same
     face as ClassicMember: holdings from its rebalance callbacks, commits after each batch."""
 
     def __init__(self, bootstrap: str, group: str, topic: str):
-        super().__init__(daemon=True)
+        super().__init__()
         self.bootstrap, self.group, self.topic = bootstrap, group, topic
-        self.lock = threading.Lock()
-        self.assigned: set[tuple[str, int]] = set()
-        self.seen: list[tuple[str, int, int]] = []
-        self.commits = 0
-        self.error: BaseException | None = None
-        self.stop_flag = threading.Event()
 
     def run(self):
         import asyncio
@@ -148,10 +149,6 @@ class AioClassicMember(threading.Thread):
         finally:
             await c.stop()
 
-    holding = ClassicMember.holding
-    read = ClassicMember.read
-    stop = ClassicMember.stop
-
 
 def produce(bootstrap: str, topic: str, n: int) -> None:
     from confluent_kafka import Producer
@@ -182,14 +179,14 @@ def classic_member(kind: str, bootstrap: str, group: str, topic: str):
 
 
 def reads(m) -> set:
-    if isinstance(m, (ClassicMember, AioClassicMember)):
+    if isinstance(m, Holdings):
         return m.read()
     with m.lock:
         return {tuple(s) for s in m.seen}
 
 
 def committed_some(m) -> bool:
-    return bool(m.commits) if isinstance(m, (ClassicMember, AioClassicMember)) else m.count() > 0
+    return bool(m.commits) if isinstance(m, Holdings) else m.count() > 0
 
 
 @pytest.mark.timeout(300)

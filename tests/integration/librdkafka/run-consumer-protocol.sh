@@ -33,7 +33,7 @@ for t in $TESTS_LIST; do
   verdict=PASS; [ $rc -ne 0 ] && verdict=FAIL; [ $rc -eq 124 ] && verdict=TIMEOUT
   if [ $rc -eq 0 ] && grep -aq "SKIPPED =====" "$OUT_DIR/$t.log"; then
     verdict="PASS (some parts skipped)"
-    grep -aq "PASSED =====" "$OUT_DIR/$t.log" || verdict=SKIPPED
+    grep -aqE "Test [0-9]{4}_[a-z0-9_]+ PASSED" "$OUT_DIR/$t.log" || verdict=SKIPPED
   fi
   echo "$t $verdict $(( $(date +%s) - start ))s"
 done

@@ -67,6 +67,17 @@ async def stable_classic_group(h):
     return a, b
 
 
+async def upgraded_and_a_rejoined():
+    """A classic group upgraded by member c; classic member a rejoined (eagerly) and synced."""
+    h = await started(initial_rebalance_delay_ms=0)
+    a, b = await stable_classic_group(h)
+    c = await h.coord.consumer_group_heartbeat("g", Heartbeat("c", 0, topics=("t",), owned=frozenset()), TOPICS)
+    await settle(h.coord)
+    ra = await classic_join(h, a.member_id)
+    held = decode_assignment((await classic_sync(h, a.member_id, ra.generation)).assignment)
+    return h, a, b, c, ra, held
+
+
 def owners(h, group="g"):
     """partition -> members holding it (assigned or still revoking) in the consumer group."""
     g = h.coord.store.consumer_groups[group]
@@ -180,12 +191,7 @@ async def test_a_cooperative_classic_member_gives_partitions_up_before_another_g
 
 @async_test
 async def test_a_classic_member_that_never_rejoins_is_fenced_after_its_rebalance_timeout():
-    h = await started(initial_rebalance_delay_ms=0)
-    a, b = await stable_classic_group(h)
-    c = await h.coord.consumer_group_heartbeat("g", Heartbeat("c", 0, topics=("t",), owned=frozenset()), TOPICS)
-    await settle(h.coord)
-    ra = await classic_join(h, a.member_id)
-    await classic_sync(h, a.member_id, ra.generation)
+    h, a, b, c, ra, _ = await upgraded_and_a_rejoined()
     # b is told to rejoin and keeps heartbeating (within its session) without ever rejoining.
     for _ in range(4):
         assert h.coord.heartbeat("g", b.generation, b.member_id) == KafkaError.REBALANCE_IN_PROGRESS
@@ -206,12 +212,7 @@ async def test_a_classic_member_that_never_rejoins_is_fenced_after_its_rebalance
 
 @async_test
 async def test_an_eager_classic_member_rejoining_on_its_own_gets_its_partitions_back():
-    h = await started(initial_rebalance_delay_ms=0)
-    a, b = await stable_classic_group(h)
-    c = await h.coord.consumer_group_heartbeat("g", Heartbeat("c", 0, topics=("t",), owned=frozenset()), TOPICS)
-    await settle(h.coord)
-    ra = await classic_join(h, a.member_id)
-    held = decode_assignment((await classic_sync(h, a.member_id, ra.generation)).assignment)
+    h, a, b, c, ra, held = await upgraded_and_a_rejoined()
     assert held and h.coord.heartbeat("g", ra.generation, a.member_id) == KafkaError.NONE
     # Nothing asked it to, yet it rejoins having revoked everything (as an eager client does
     # after a metadata change): it is given its target again, not left with nothing.
