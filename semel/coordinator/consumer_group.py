@@ -26,10 +26,9 @@ from . import consumer_group_rules as rules
 from .consumer_group_classic import ClassicMembers, Spawn
 from .consumer_group_rules import Answer, ConsumerGroup, Heartbeat
 from .consumer_regex import regex_error, regex_matches
-from .consumer_records import Record, apply_record, records_between
+from .consumer_records import Record, apply_records, records_between
 from .coordinator_log import done_future
 from .group_context import GroupContext
-from .offsets import ConsumerGroupKey, decode_key
 
 log = logging.getLogger("semel.coordinator.consumer_group")
 
@@ -132,10 +131,7 @@ class ConsumerGroups:
             return done_future(answer)
 
         def apply(info: object) -> Answer:
-            for key, value in records:
-                decoded = decode_key(key)
-                assert isinstance(decoded, ConsumerGroupKey)   # all records_between writes
-                apply_record(self._store.consumer_groups, decoded, value)
+            apply_records(self._store.consumer_groups, records)
             if on_apply is not None:
                 on_apply()
             return answer

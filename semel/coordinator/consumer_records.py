@@ -23,11 +23,13 @@ transition (`records_between`), in one batch.
 """
 from __future__ import annotations
 
+from typing import Iterable
+
 from .consumer_group_rules import ClassicMeta, ConsumerGroup, MemberAssignment, MemberMeta, MemberState, Partitions
 from .offsets import (
     KEY_CG_CURRENT_MEMBER, KEY_CG_MEMBER, KEY_CG_METADATA, KEY_CG_TARGET_MEMBER,
     KEY_CG_TARGET_METADATA, ConsumerGroupKey, OffsetsLogError, check_version, RecordReader, RecordWriter,
-    consumer_group_key,
+    consumer_group_key, decode_key,
 )
 
 VALUE_VERSION = 0
@@ -141,6 +143,15 @@ def records_between(old: ConsumerGroup | None, new: ConsumerGroup | None) -> lis
         if before.current.get(mid) != a:
             out.append((consumer_group_key(KEY_CG_CURRENT_MEMBER, gid, mid), current_value(a)))
     return out
+
+
+def apply_records(groups: dict[str, ConsumerGroup], records: Iterable[Record]) -> None:
+    """Records of records_between into `groups`, once written."""
+    for raw, value in records:
+        key = decode_key(raw)
+        if not isinstance(key, ConsumerGroupKey):
+            raise OffsetsLogError("a consumer group's records hold another kind of key")
+        apply_record(groups, key, value)
 
 
 def _member_id(key: ConsumerGroupKey) -> str:
