@@ -31,6 +31,7 @@ import ctypes
 import ctypes.util
 import logging
 import os
+from typing import Callable
 
 log = logging.getLogger("semel.broker")
 
@@ -55,7 +56,7 @@ def tune_allocator(mmap_threshold: int = MMAP_THRESHOLD_BYTES, trim_threshold: i
     return bool(mallopt(M_MMAP_THRESHOLD, mmap_threshold)) and bool(mallopt(M_TRIM_THRESHOLD, trim_threshold))
 
 
-def _mallopt():
+def _mallopt() -> Callable[[int, int], int] | None:
     name = ctypes.util.find_library("c")
     try:
         fn = ctypes.CDLL(name).mallopt

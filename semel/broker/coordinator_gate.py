@@ -12,9 +12,11 @@ partition each, on a seat that always serves.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from ..protocol.api_keys import ApiKey
 from .refusal import refuse
-from .router import RequestContext
+from .router import Handler, RequestContext
 from .services import Services
 
 # The APIs served by a coordinator. InitProducerId only with a transactional id:
@@ -32,18 +34,20 @@ TXN_APIS = frozenset({ApiKey.INIT_PRODUCER_ID, ApiKey.ADD_PARTITIONS_TO_TXN, Api
                       ApiKey.END_TXN})
 
 
-def coordinator_key(api_key: int, body) -> str | None:
+def coordinator_key(api_key: int, body: Any) -> str | None:
     """The id whose partition's coordinator must serve the request."""
     if api_key == ApiKey.ADD_PARTITIONS_TO_TXN:
-        return body.v3_and_below_transactional_id
-    return body.transactional_id if api_key in TXN_APIS else body.group_id
+        key: str | None = body.v3_and_below_transactional_id
+    else:
+        key = body.transactional_id if api_key in TXN_APIS else body.group_id
+    return key
 
 
-def coordinator_guard(services: Services, fn):
+def coordinator_guard(services: Services, fn: Handler) -> Handler:
     """The handler `fn`, refusing the coordinator requests this broker must not serve now."""
     txns, groups = services.txn_coordinator, services.group_coordinator
 
-    async def guarded(ctx: RequestContext, body):
+    async def guarded(ctx: RequestContext, body: Any) -> Any:
         several = ctx.api_key == ApiKey.OFFSET_FETCH and ctx.api_version >= 8   # the handler asks each group's
         if (ctx.api_key in GATED and not several
                 and (ctx.api_key != ApiKey.INIT_PRODUCER_ID or body.transactional_id is not None)):

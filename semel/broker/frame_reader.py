@@ -18,6 +18,7 @@ per call, so a large frame's plaintext lands in the frame's own bytearray too.
 from __future__ import annotations
 
 import asyncio
+from typing import cast
 import struct
 from collections import deque
 
@@ -37,7 +38,7 @@ FIRST_DIRECT_BYTES = 4 * 1024 * 1024
 class FrameReader(asyncio.BufferedProtocol):
     """Frames of a plain TCP or TLS connection, read without copies (see module docstring)."""
 
-    def __init__(self, inner: asyncio.StreamReaderProtocol, transport, max_frame_bytes: int,
+    def __init__(self, inner: asyncio.StreamReaderProtocol, transport: asyncio.Transport, max_frame_bytes: int,
                  leftover: bytes = b""):
         self.inner = inner
         self.transport = transport
@@ -50,7 +51,7 @@ class FrameReader(asyncio.BufferedProtocol):
         self._ready: deque[bytearray] = deque()
         self._error: ProtocolError | None = None
         self._eof = False
-        self._waiter: asyncio.Future | None = None
+        self._waiter: asyncio.Future[None] | None = None
         self._paused = False
         # Plain TCP stays half-open at the client's EOF (see eof_received); an SSL
         # transport closes itself there whatever the protocol answers (take_over says).
@@ -66,7 +67,7 @@ class FrameReader(asyncio.BufferedProtocol):
         inner = writer._protocol            # StreamWriter keeps its protocol for drain()
         leftover = bytes(reader._buffer)    # no public way to take it without awaiting
         reader._buffer.clear()
-        me = cls(inner, writer.transport, max_frame_bytes, leftover)
+        me = cls(inner, cast(asyncio.Transport, writer.transport), max_frame_bytes, leftover)
         writer.transport.set_protocol(me)
         me._eof = reader._eof
         me._keep_open_at_eof = writer.get_extra_info("ssl_object") is None
@@ -181,7 +182,7 @@ class FrameReader(asyncio.BufferedProtocol):
         # connection closes the writer when they have.
         return self._keep_open_at_eof
 
-    def connection_lost(self, exc) -> None:
+    def connection_lost(self, exc: Exception | None) -> None:
         self._eof = True
         self._wake()
         self.inner.connection_lost(exc)     # wakes drain() waiters, closes the writer side

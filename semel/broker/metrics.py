@@ -144,7 +144,7 @@ class _BrokerStateCollector(Collector):
 
     def _collect(self):
         active = GaugeMetricFamily("semel_transactions_active", "Transactions open or being completed")
-        txns = self.broker.txns   # None until the coordinators are built
+        txns = self.broker.txn_coordinator   # None until the coordinators are built
         metas = txns.transactions() if txns is not None else []
         active.add_metric([], sum(1 for m in metas if m.state in ACTIVE_STATES))
         yield active

@@ -31,7 +31,7 @@ class MetadataView(Protocol):
 
     def partition(self, topic: str, partition: int) -> PartitionState | None: ...
 
-    async def create_topic(self, name: str, assignment: list[tuple[int, ...]], configs: dict) -> KafkaError: ...
+    async def create_topic(self, name: str, assignment: list[tuple[int, ...]], configs: dict[str, str]) -> KafkaError: ...
 
 
 class NodeView:
@@ -70,5 +70,5 @@ class NodeView:
         me = (self.node_id,)
         return PartitionState(topic, partition, me, self.node_id, 0, me)
 
-    async def create_topic(self, name: str, assignment: list[tuple[int, ...]], configs: dict) -> KafkaError:
+    async def create_topic(self, name: str, assignment: list[tuple[int, ...]], configs: dict[str, str]) -> KafkaError:
         return self.logs.create_topic(name, len(assignment), configs)

@@ -6,7 +6,7 @@ import asyncio
 
 class AppendNotifier:
     def __init__(self) -> None:
-        self._waiters: dict[tuple[str, int], set[asyncio.Future]] = {}
+        self._waiters: dict[tuple[str, int], set[asyncio.Future[None]]] = {}
 
     def notify(self, topic: str, partition: int) -> None:
         for fut in self._waiters.pop((topic, partition), ()):

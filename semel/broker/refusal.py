@@ -16,6 +16,10 @@ from .responses import by_topic
 from .router import RequestContext
 
 
+# (ctx, request body, code) -> the API's response refusing the request
+Refusal = Callable[[RequestContext, Any, KafkaError], Any]
+
+
 @dataclass(frozen=True)
 class TopicShape:
     """Where the topics sit in one API's request and response."""
@@ -44,14 +48,14 @@ CREATE_TOPICS = TopicShape("topics", "name", None, None, "topics", "name", None,
 CREATE_PARTITIONS = TopicShape("topics", "name", None, None, "results", "name", None, None)
 
 
-def entry_class(owner_cls, field_name: str):
+def entry_class(owner_cls: Any, field_name: str) -> Any:
     """The class of the entries of `owner_cls`'s list field `field_name`."""
     field = next(f for f in owner_cls._struct._fields if f.name == field_name)
     # The entry class is the owner's attribute named after the field's type ("[]AclDescription").
     return getattr(owner_cls, field.type_str.lstrip("[]"))
 
 
-def topic_entry(ctx: RequestContext, shape: TopicShape, topic, code: KafkaError):
+def topic_entry(ctx: RequestContext, shape: TopicShape, topic: Any, code: KafkaError) -> Any:
     """The response entry refusing one topic of the request (each partition it named)."""
     T = entry_class(ctx.cls(), shape.resp_list)
     name = getattr(topic, shape.req_name)
@@ -64,14 +68,16 @@ def topic_entry(ctx: RequestContext, shape: TopicShape, topic, code: KafkaError)
     return T(**{shape.resp_name: name, resp_parts: parts})
 
 
-def _every_topic(shape: TopicShape):
-    def refuse_topics(ctx: RequestContext, body, code: KafkaError):
+def _every_topic(shape: TopicShape) -> Refusal:
+    def refuse_topics(ctx: RequestContext, body: Any, code: KafkaError) -> Any:
         return ctx.response(**{shape.resp_list: [topic_entry(ctx, shape, t, code)
                                                  for t in getattr(body, shape.req_list) or ()]})
     return refuse_topics
 
 
-def _offset_fetch(ctx: RequestContext, body, code: KafkaError):
+def _offset_fetch(ctx: RequestContext, body: Any, code: KafkaError) -> Any:
+    if ctx.api_version >= 8:   # several groups: the error on each
+        return offset_fetch_groups_answer(ctx, body, lambda group_id: code)
     if ctx.api_version >= 2:   # the error at the top, no partitions (Kafka's answer)
         return ctx.response(error_code=code, topics=[])
     T = ctx.cls().OffsetFetchResponseTopic
@@ -81,11 +87,19 @@ def _offset_fetch(ctx: RequestContext, body, code: KafkaError):
     return ctx.response(topics=[T(name=n, partitions=ps) for n, ps in grouped.items()])
 
 
-def _add_partitions(ctx: RequestContext, body, code: KafkaError):
+def offset_fetch_groups_answer(ctx: RequestContext, body: Any, code_of: Callable[[str], KafkaError]) -> Any:
+    """OffsetFetch (v8+, several groups) answered without reading: each group with
+    `code_of(group_id)` and no topics."""
+    G = entry_class(ctx.cls(), "groups")
+    return ctx.response(groups=[G(group_id=g.group_id, topics=[], error_code=code_of(g.group_id))
+                                for g in body.groups or ()])
+
+
+def _add_partitions(ctx: RequestContext, body: Any, code: KafkaError) -> Any:
     return add_partitions_answer(ctx, body, lambda topic: code)
 
 
-def add_partitions_answer(ctx: RequestContext, body, code_of: Callable[[Any], KafkaError]):
+def add_partitions_answer(ctx: RequestContext, body: Any, code_of: Callable[[Any], KafkaError]) -> Any:
     """AddPartitionsToTxn (v3 and below) answered without adding: each topic's
     partitions with `code_of(topic)`."""
     T = entry_class(ctx.cls(), "results_by_topic_v3_and_below")
@@ -95,13 +109,13 @@ def add_partitions_answer(ctx: RequestContext, body, code_of: Callable[[Any], Ka
                                              for p in t.partitions]) for t in body.v3_and_below_topics or ()])
 
 
-def _consumer_group_heartbeat(ctx: RequestContext, body, code: KafkaError):
+def _consumer_group_heartbeat(ctx: RequestContext, body: Any, code: KafkaError) -> Any:
     return ctx.response(throttle_time_ms=0, error_code=code, member_id=body.member_id or None,
                         member_epoch=-1, heartbeat_interval_ms=0, assignment=None)
 
 
 # api key -> the refusal of a request whose response carries its errors below the top
-_BUILDERS: dict[int, Callable[[RequestContext, Any, KafkaError], Any]] = {
+_BUILDERS: dict[int, Refusal] = {
     ApiKey.PRODUCE: _every_topic(PRODUCE),
     ApiKey.OFFSET_COMMIT: _every_topic(OFFSET_COMMIT),
     ApiKey.TXN_OFFSET_COMMIT: _every_topic(OFFSET_COMMIT),
@@ -118,7 +132,7 @@ _TOP_LEVEL: dict[int, dict[str, Any]] = {
 }
 
 
-def refuse(ctx: RequestContext, body, code: KafkaError, **fields):
+def refuse(ctx: RequestContext, body: Any, code: KafkaError, **fields: Any) -> Any:
     """The response of ctx's API refusing the whole request `body` with `code`; `fields`
     add to a top-level refusal (an error message)."""
     build = _BUILDERS.get(ctx.api_key)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 from ..protocol.messages import response_class, spec_max_version
+from .auth.acl import Operation, ResourceType
 from .auth.check import authorize
 from .config import Listener
 from .services import Services
@@ -32,7 +33,7 @@ ROUTES: dict[int, Route] = {}
 _SUPPORTED: dict[int, tuple[int, int]] | None = None
 
 
-def handler(api_key: int, min_version: int, max_version: int):
+def handler(api_key: int, min_version: int, max_version: int) -> Callable[[Handler], Handler]:
     def register(fn: Handler) -> Handler:
         if api_key in ROUTES:
             raise RuntimeError(f"api key {api_key} registered twice")
@@ -70,7 +71,7 @@ class RequestContext:
         """The listener this request came on; None on the default PLAINTEXT one."""
         return self.connection.listener
 
-    def response(self, **fields) -> Any:
+    def response(self, **fields: Any) -> Any:
         """The response object of this request's API at this version."""
         cls = response_class(self.api_key)
         return cls(version=self.api_version, **fields)
@@ -85,7 +86,7 @@ class RequestContext:
         listener = self.listener
         return listener.port if listener is not None else self.services.config.port
 
-    def authorize(self, operation, resource_type, name: str) -> bool:
+    def authorize(self, operation: Operation | str, resource_type: ResourceType | str, name: str) -> bool:
         """May this connection's principal do `operation` on the resource? Names or
         enums of semel.broker.auth.acl ("WRITE", "TOPIC", "payments"). A denial is
         counted (semel_authorization_denials_total) and logged; the caller answers

@@ -48,8 +48,8 @@ class Broker:
         self.metrics = BrokerMetrics(self)   # gauges read broker state at scrape time
         self.limits = ConnectionLimits(config, self.metrics)
         self.watchdog = LoopWatchdog(self.metrics, config.loop_lag_warn_ms / 1000, config.loop_stall_ms / 1000)
-        self.groups = None
-        self.txns = None
+        self.group_coordinator = None
+        self.txn_coordinator = None
         self._server: asyncio.base_events.Server | None = None
         self._extra_servers: list = []   # listeners after the first (config.listeners)
         self.listeners: list[Listener] = []
@@ -151,8 +151,8 @@ class Broker:
             await self.replicas.start()
         # After replication: each partition state reaches the replica manager (which
         # takes the role) before the coordinators' seats act on it.
-        self.groups.start_seats()
-        self.txns.start_seats()
+        self.group_coordinator.start_seats()
+        self.txn_coordinator.start_seats()
         self.services = build_services(self)
         await self._open_doors()
         # Watched from the moment clients can connect (loading logs at start holds the
@@ -208,10 +208,10 @@ class Broker:
 
     async def _start_coordinators(self) -> None:
         # Groups first: the transaction coordinator writes offset markers through them.
-        self.groups = build_groups(self)
-        await self.groups.start()
-        self.txns = build_txns(self)
-        await self.txns.start()
+        self.group_coordinator = build_groups(self)
+        await self.group_coordinator.start()
+        self.txn_coordinator = build_txns(self)
+        await self.txn_coordinator.start()
 
     async def stop(self) -> None:
         if self.cluster_member is not None and self.replicas is not None:
@@ -228,10 +228,10 @@ class Broker:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self.txns is not None:
-            await self.txns.stop()
-        if self.groups is not None:
-            await self.groups.stop()
+        if self.txn_coordinator is not None:
+            await self.txn_coordinator.stop()
+        if self.group_coordinator is not None:
+            await self.group_coordinator.stop()
         if self.logs is not None:
             self.logs.close()
         self._stopped.set()

@@ -2,6 +2,7 @@
 keeps and every request's RequestContext carries."""
 from __future__ import annotations
 
+import asyncio
 import time
 
 from .auth.sasl import SaslSession
@@ -16,7 +17,7 @@ class Connection:
     __slots__ = ("peer", "ip", "transport", "decoder", "last_active", "principal", "session", "listener",
                  "closing")
 
-    def __init__(self, peer: str, ip: str, transport, decoder: FrameReader):
+    def __init__(self, peer: str, ip: str, transport: asyncio.Transport, decoder: FrameReader):
         self.peer = peer
         self.ip = ip
         self.transport = transport

@@ -27,6 +27,9 @@ import logging
 import sys
 import threading
 import time
+from types import FrameType
+
+from .metrics import BrokerMetrics
 
 log = logging.getLogger("semel.broker.watchdog")
 
@@ -38,7 +41,7 @@ _OURS_DIR = "/semel/"
 
 
 class LoopWatchdog:
-    def __init__(self, metrics, warn_s: float = 0.2, stall_s: float = 2.0, interval_s: float | None = None):
+    def __init__(self, metrics: BrokerMetrics, warn_s: float = 0.2, stall_s: float = 2.0, interval_s: float | None = None):
         self.metrics = metrics
         self.warn_s = warn_s
         self.stall_s = stall_s
@@ -105,10 +108,11 @@ class LoopWatchdog:
                     self._culprit = describe_stack(frame)
 
 
-def describe_stack(frame) -> str | None:
+def describe_stack(top: FrameType) -> str | None:
     """The request being handled on this stack and its innermost semel frame."""
     request = None
     innermost = None
+    frame: FrameType | None = top
     while frame is not None:
         code = frame.f_code
         if innermost is None and _is_application(code.co_filename):
@@ -131,7 +135,7 @@ def _is_application(path: str) -> bool:
     return "site-packages" not in path and not path.startswith(sys.base_prefix)
 
 
-def _request_of(frame) -> str | None:
+def _request_of(frame: FrameType) -> str | None:
     try:
         local = frame.f_locals
         req, peer = local.get("req"), local.get("peer")

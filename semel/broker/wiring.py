@@ -95,7 +95,7 @@ def build_groups(broker) -> GroupCoordinators:
 def build_txns(broker) -> TxnCoordinators:
     """The transaction coordinators, one per __transaction_state partition
     (semel.cluster.coordinator_partitions.TxnCoordinators; one on a single node), sharing
-    the producer-id pool and the marker writer. Needs `broker.groups` built."""
+    the producer-id pool and the marker writer. Needs `broker.group_coordinator` built."""
     cfg = broker.config
     view = broker.cluster
     pids: ProducerIdSource = ProducerIdManager(cfg.data_dir / "producer_ids", broker.fs)
@@ -108,7 +108,7 @@ def build_txns(broker) -> TxnCoordinators:
     # Markers are always fsynced, whatever the flush policy, then replicated.
     markers_committed = Committed(broker.flusher, lambda: broker.high_watermarks, cfg.request_timeout_ms / 1000)
     configs = TransactionCoordinator.log_configs(cfg)
-    parts = [TransactionCoordinator(broker.logs, _committed(broker, broker.flusher, TXN_TOPIC, p), broker.groups,
+    parts = [TransactionCoordinator(broker.logs, _committed(broker, broker.flusher, TXN_TOPIC, p), broker.group_coordinator,
                                     cfg, pids, broker.notifier.notify, broker.metrics,
                                     markers=markers, seat=_seat(broker, TXN_TOPIC, p, configs),
                                     markers_committed=markers_committed, txn_partitions=count)
@@ -120,8 +120,8 @@ def cluster_member(broker):
     """The broker's membership in its cluster (needs the cluster extra)."""
 
     def topics_deleted(names: set[str]) -> None:
-        if broker.groups is not None:   # topics sync before the coordinators are built
-            broker.groups.follow_deleted_topics(names)
+        if broker.group_coordinator is not None:   # topics sync before the coordinators are built
+            broker.group_coordinator.follow_deleted_topics(names)
 
     return ClusterMember(broker.config, broker.logs, listeners=lambda: broker.listeners,
                          replicas=lambda: broker.replicas,
@@ -132,8 +132,8 @@ def cluster_member(broker):
 def internal_topic(broker, key_type: int):
     """FindCoordinator's internal topic for `key_type` (1 transactions, else groups)."""
     if key_type == 1:
-        return InternalTopic(TXN_TOPIC, TransactionCoordinator.log_configs(broker.config), broker.txns)
-    return InternalTopic(OFFSETS_TOPIC, GroupCoordinator.log_configs(broker.groups.config), broker.groups)
+        return InternalTopic(TXN_TOPIC, TransactionCoordinator.log_configs(broker.config), broker.txn_coordinator)
+    return InternalTopic(OFFSETS_TOPIC, GroupCoordinator.log_configs(broker.group_coordinator.config), broker.group_coordinator)
 
 
 def _seat(broker, topic: str, partition: int, configs: dict[str, str]) -> CoordinatorSeat:
@@ -157,7 +157,7 @@ def build_services(broker) -> Services:
     """What handlers use, once every part exists (semel.broker.services)."""
     return Services(
         config=broker.config, logs=broker.logs, flusher=broker.flusher, notifier=broker.notifier,
-        metrics=broker.metrics, group_coordinator=broker.groups, txn_coordinator=broker.txns,
+        metrics=broker.metrics, group_coordinator=broker.group_coordinator, txn_coordinator=broker.txn_coordinator,
         authorizer=broker.authorizer, users=broker.users, acls=broker.acls, broker_configs=broker.broker_configs,
         cluster=broker.cluster, metadata=broker.metadata_view, cluster_member=broker.cluster_member, replicas=broker.replicas,
         oauth_signed=broker.oauth_signed, committed=broker.committed)

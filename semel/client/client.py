@@ -36,6 +36,16 @@ class ClientError(Exception):
         self.error = error
 
 
+class ConnectionLost(ClientError):
+    """The broker's end of the connection closed while an answer was awaited: the
+    request may or may not have been carried out."""
+
+
+# What a request on a connection that broke midway raises: reset, closed by the broker,
+# or silent past the socket timeout. The request may or may not have been carried out.
+CONNECTION_BROKEN = (OSError, ConnectionLost)
+
+
 class TlsError(ClientError):
     """The TLS handshake failed: a setting to fix, not worth retrying."""
 
@@ -159,7 +169,7 @@ class Client:
             except ssl.SSLError as exc:   # an alert from the broker (TLS 1.3 sends a refused client cert's here)
                 raise ClientError(f"TLS: the broker ended the session ({exc.reason or exc})") from None
             if not chunk:
-                raise ClientError("broker closed the connection" + self._why_closed())
+                raise ConnectionLost("broker closed the connection" + self._why_closed())
             buf += chunk
         return bytes(buf)
 

@@ -21,12 +21,17 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol
 
 from ..protocol.errors import KafkaError
 from ..storage import checked_file
 from ..storage.fs import FileSystem
-from .etcd import mod_equals, put_op
+from .etcd import Json, mod_equals, put_op
+
+if TYPE_CHECKING:
+    from ..storage.manager import LogManager
+    from .metadata import EtcdClusterView
 
 log = logging.getLogger("semel.cluster.broker_configs")
 
@@ -51,27 +56,53 @@ def _bool(v: str) -> bool:
     return v.lower() == "true"
 
 
+# A dynamic setting's value (the integers and booleans of DYNAMIC).
+Value = int | bool
+
+
+class DynamicFlags(Protocol):
+    """The start flags a dynamic setting changes in place (semel.broker.config.BrokerConfig)."""
+    auto_create_topics: bool
+    connections_max_idle_ms: int
+
+
+class ConfigHost(Protocol):
+    """What the settings read and change: the broker's flags and its logs (None until open)."""
+
+    @property
+    def config(self) -> DynamicFlags: ...
+
+    @property
+    def logs(self) -> LogManager | None: ...
+
+
 @dataclass(frozen=True)
 class Setting:
-    parse: Callable[[str], Any]
-    get: Callable[[Any], Any]            # broker -> the value in force
-    set: Callable[[Any, Any], None]      # (broker, value)
+    parse: Callable[[str], Value]
+    get: Callable[[ConfigHost], Value]            # broker -> the value in force
+    set: Callable[[ConfigHost, Value], None]      # (broker, value)
 
 
-def _set_log_default(field: str) -> Callable[[Any, Any], None]:
-    def apply(broker, value) -> None:
-        broker.logs.set_default(field, value)
+def _logs(broker: ConfigHost) -> LogManager:
+    if broker.logs is None:
+        raise RuntimeError("the broker's logs are not open yet")
+    return broker.logs
+
+
+def _set_log_default(field: str) -> Callable[[ConfigHost, Value], None]:
+    def apply(broker: ConfigHost, value: Value) -> None:
+        _logs(broker).set_default(field, value)
     return apply
 
 
-def _set_attr(field: str) -> Callable[[Any, Any], None]:
+def _set_attr(field: str) -> Callable[[ConfigHost, Value], None]:
     return lambda broker, value: setattr(broker.config, field, value)
 
 
 DYNAMIC: dict[str, Setting] = {
-    "log.retention.ms": Setting(_int_at_least(-1), lambda b: b.logs.default_config.retention_ms,
+    "log.retention.ms": Setting(_int_at_least(-1), lambda b: _logs(b).default_config.retention_ms,
                                 _set_log_default("retention_ms")),
-    "log.retention.bytes": Setting(_int_at_least(-1), lambda b: b.logs.default_config.retention_bytes,
+    "log.retention.bytes": Setting(_int_at_least(-1), lambda b: _logs(b).default_config.retention_bytes,
                                    _set_log_default("retention_bytes")),
     "auto.create.topics.enable": Setting(_bool, lambda b: b.config.auto_create_topics,
                                          _set_attr("auto_create_topics")),
@@ -80,7 +111,7 @@ DYNAMIC: dict[str, Setting] = {
 }
 
 
-def wire(value: Any) -> str:
+def wire(value: Value) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
@@ -93,7 +124,7 @@ def entity(resource_name: str) -> str | KafkaError:
     return KafkaError.INVALID_REQUEST
 
 
-def validate(configs: dict[str, str | None]) -> tuple[KafkaError, str]:
+def validate(configs: Mapping[str, str | None]) -> tuple[KafkaError, str]:
     for name, value in configs.items():
         setting = DYNAMIC.get(name)
         if setting is None:
@@ -106,21 +137,31 @@ def validate(configs: dict[str, str | None]) -> tuple[KafkaError, str]:
     return KafkaError.NONE, ""
 
 
+# A change of one entity's overrides, decided from the current ones: (error, message,
+# the new overrides).
+Decide = Callable[[dict[str, str]], tuple[KafkaError, str, dict[str, str]]]
+
+
+def _overrides(stored: object) -> dict[str, str]:
+    """One entity's overrides as stored (a decoded JSON object, or nothing)."""
+    return {str(k): str(v) for k, v in stored.items()} if isinstance(stored, dict) else {}
+
+
 class BrokerConfigs:
     """One broker's dynamic configs: what is set (`overrides`), what is in force
     (`effective`, `apply`) and a change decided against the current overrides (`alter`).
     `broker`: anything with the broker's `config` (BrokerConfig, changed in place) and
     `logs` (LogManager). Subclasses say where the overrides are kept."""
 
-    def __init__(self, broker, node_id: int):
+    def __init__(self, broker: ConfigHost, node_id: int):
         self.broker = broker
         self.node_id = node_id
-        self.static: dict[str, Any] | None = None   # start flags, read once the logs are open
+        self.static: dict[str, Value] | None = None   # start flags, read once the logs are open
         self._applied = -1
 
     # --- where the overrides are kept ----------------------------------------
 
-    def _items(self) -> dict[str, dict]:
+    def _items(self) -> Mapping[str, object]:
         """entity key -> its overrides, as last read or written."""
         raise NotImplementedError
 
@@ -128,7 +169,7 @@ class BrokerConfigs:
         """Grows with every change of _items()."""
         raise NotImplementedError
 
-    async def _write_if(self, entity_key: str, compute) -> tuple[KafkaError, str] | None:
+    async def _write_if(self, entity_key: str, compute: Decide) -> tuple[KafkaError, str] | None:
         """Read the entity's overrides, decide with compute(current) -> (error, message,
         new overrides), validate, and write them unless another write came first
         (then None: decide again)."""
@@ -137,13 +178,13 @@ class BrokerConfigs:
     # --- the mechanism --------------------------------------------------------
 
     def overrides(self, entity_key: str) -> dict[str, str]:
-        return dict(self._items().get(entity_key) or {})
+        return _overrides(self._items().get(entity_key))
 
     def effective(self) -> dict[str, tuple[str, int]]:
         """name -> (value, ConfigSource) of every dynamic setting on this broker."""
         mine = self.overrides(str(self.node_id))
         default = self.overrides(DEFAULT_KEY)
-        out = {}
+        out: dict[str, tuple[str, int]] = {}
         for name in DYNAMIC:
             if name in mine:
                 out[name] = (mine[name], DYNAMIC_BROKER)
@@ -153,7 +194,7 @@ class BrokerConfigs:
                 out[name] = (wire(self._static()[name]), STATIC_BROKER)
         return out
 
-    def _static(self) -> dict[str, Any]:
+    def _static(self) -> dict[str, Value]:
         if self.static is None:
             self.static = {name: s.get(self.broker) for name, s in DYNAMIC.items()}
         return self.static
@@ -173,7 +214,7 @@ class BrokerConfigs:
                          {DYNAMIC_BROKER: "this broker's dynamic config", DYNAMIC_DEFAULT_BROKER:
                           "cluster-wide dynamic default", STATIC_BROKER: "start flag"}[source])
 
-    async def alter(self, entity_key: str, compute) -> tuple[KafkaError, str]:
+    async def alter(self, entity_key: str, compute: Decide) -> tuple[KafkaError, str]:
         """compute(current overrides) -> (error, message, new overrides), written by
         compare-and-set and decided again if another write came first."""
         while True:
@@ -184,7 +225,7 @@ class BrokerConfigs:
                 return done
 
 
-def _decide(compute, current: dict) -> tuple[KafkaError, str, dict]:
+def _decide(compute: Decide, current: dict[str, str]) -> tuple[KafkaError, str, dict[str, str]]:
     err, msg, wanted = compute(current)
     if not err:
         err, msg = validate(wanted)
@@ -195,26 +236,26 @@ class EtcdBrokerConfigs(BrokerConfigs):
     """A cluster member's dynamic configs, in etcd, followed through the view's watch
     (created before the view starts, so its first read fills the cache)."""
 
-    def __init__(self, broker, view):
+    def __init__(self, broker: ConfigHost, view: EtcdClusterView):
         super().__init__(broker, view.node_id)
         self.view = view
         self.cache = view.key_cache(SUBTREE)
         view.add_change_listener(self.apply)
 
-    def _items(self) -> dict[str, dict]:
+    def _items(self) -> Mapping[str, object]:
         return self.cache.items
 
     def _version(self) -> int:
         return self.cache.version
 
-    async def _write_if(self, entity_key: str, compute) -> tuple[KafkaError, str] | None:
+    async def _write_if(self, entity_key: str, compute: Decide) -> tuple[KafkaError, str] | None:
         key = self.view.keys.root + SUBTREE + entity_key
         kv = await self.view.etcd.get(key)
-        err, msg, wanted = _decide(compute, json.loads(kv.value) if kv is not None else {})
+        err, msg, wanted = _decide(compute, _overrides(json.loads(kv.value)) if kv is not None else {})
         if err:
             return err, msg
         version = kv.mod_revision if kv is not None else 0
-        op = put_op(key, json.dumps(wanted).encode()) if wanted else \
+        op: Json = put_op(key, json.dumps(wanted).encode()) if wanted else \
             {"request_delete_range": {"key": put_op(key, b"")["request_put"]["key"]}}
         ok, rev = await self.view.etcd.txn([mod_equals(key, version)], [op])
         if not ok:
@@ -236,26 +277,27 @@ class FileBrokerConfigs(BrokerConfigs):
     come between reading the overrides and replacing the file. A damaged file stops the
     start with a DamagedFile naming it (the settings in it are not guessed)."""
 
-    def __init__(self, broker, node_id: int, fs: FileSystem, data_dir):
+    def __init__(self, broker: ConfigHost, node_id: int, fs: FileSystem, data_dir: Path):
         super().__init__(broker, node_id)
         self.fs = fs
         self.path = data_dir / FILE_NAME
-        self.items: dict[str, dict] = {}
+        self.items: dict[str, dict[str, str]] = {}
         self.version = 0
 
     def load(self) -> None:
         body = checked_file.read(self.fs, self.path, lambda data: checked_file.decode(FILE_HEADER, data),
                                  "dynamic broker configs")
-        self.items = json.loads(bytes(body)) if body is not None else {}
+        stored = json.loads(bytes(body)) if body is not None else {}
+        self.items = {str(k): _overrides(v) for k, v in stored.items()}
         self.version += 1
 
-    def _items(self) -> dict[str, dict]:
+    def _items(self) -> Mapping[str, object]:
         return self.items
 
     def _version(self) -> int:
         return self.version
 
-    async def _write_if(self, entity_key: str, compute) -> tuple[KafkaError, str] | None:
+    async def _write_if(self, entity_key: str, compute: Decide) -> tuple[KafkaError, str] | None:
         err, msg, wanted = _decide(compute, self.overrides(entity_key))
         if err:
             return err, msg

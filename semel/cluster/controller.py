@@ -30,17 +30,20 @@ import logging
 import random
 import time
 from dataclasses import replace
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from .elections import PREFERRED, imbalanced, run_election
 from .etcd import EtcdError
 from .reassignment import finish as finish_reassignment
 from .state import NO_LEADER, PartitionState
 
+if TYPE_CHECKING:
+    from .metadata import EtcdClusterView
+
 log = logging.getLogger("semel.cluster.controller")
 
 
-def assign_replicas(brokers: Sequence[int], partitions: int, replication_factor: int,
+def assign_replicas(brokers: Iterable[int], partitions: int, replication_factor: int,
                     start: int | None = None, shift: int | None = None) -> list[tuple[int, ...]]:
     """Kafka's rack-unaware spread: partition p's first replica is broker (start + p) % n,
     its followers follow at a distance that grows by one every n partitions, so both
@@ -89,7 +92,7 @@ def decide(st: PartitionState, live: Iterable[int]) -> PartitionState | None:
     return None
 
 
-def _etcd_failed(view, exc: EtcdError) -> None:
+def _etcd_failed(view: EtcdClusterView, exc: EtcdError) -> None:
     """Counted in the view's outage log (one line per outage), logged here without one."""
     outage = getattr(view, "outage", None)
     if outage is not None:
@@ -105,7 +108,7 @@ class Controller:
     try_become_controller(), add_change_listener()).
     """
 
-    def __init__(self, view, poll_s: float = 1.0, *, rebalance: bool = True, imbalance_percentage: int = 10,
+    def __init__(self, view: EtcdClusterView, poll_s: float = 1.0, *, rebalance: bool = True, imbalance_percentage: int = 10,
                  imbalance_check_interval_s: float = 300):
         self.view = view
         self.poll_s = min(poll_s, imbalance_check_interval_s)
@@ -114,7 +117,7 @@ class Controller:
         self.imbalance_check_interval_s = imbalance_check_interval_s
         self._next_balance_check = time.monotonic() + imbalance_check_interval_s
         self._wake = asyncio.Event()
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._stopping = False
         view.add_change_listener(self._wake.set)
 

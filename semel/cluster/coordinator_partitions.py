@@ -9,7 +9,7 @@ GroupCoordinator per partition, seated on it (semel.cluster.coordinator_host), l
 when this broker leads that partition and dropped when it stops leading it; a single
 node's one coordinator sits on a seat that always serves (semel.coordinator.ports.LocalSeat).
 
-`TxnCoordinators` and `GroupCoordinators` are `broker.txns` and `broker.groups`: every
+`TxnCoordinators` and `GroupCoordinators` are the broker's `txn_coordinator` and `group_coordinator`: every
 request goes to the coordinator of its id's partition, whose seat answers NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS
 when this broker does not serve that partition; listings gather every partition.
 """

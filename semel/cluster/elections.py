@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Iterable
 
 from ..protocol.errors import KafkaError
-from .state import NO_LEADER, PartitionState
+from .state import NO_LEADER, ClusterView, PartitionState
 
 log = logging.getLogger("semel.cluster.elections")
 
@@ -89,7 +89,7 @@ def imbalanced(states: Iterable[PartitionState], live: Iterable[int], percentage
     for st in states:
         if st.replicas:
             by_preferred.setdefault(st.replicas[0], []).append(st)
-    out = []
+    out: list[PartitionState] = []
     for broker, parts in sorted(by_preferred.items()):
         if broker not in live:
             continue
@@ -99,7 +99,7 @@ def imbalanced(states: Iterable[PartitionState], live: Iterable[int], percentage
     return out
 
 
-async def run_election(view, topic: str, partition: int, election_type: int) -> KafkaError:
+async def run_election(view: ClusterView, topic: str, partition: int, election_type: int) -> KafkaError:
     """Decide and write one election by compare-and-set on the partition's version (see
     semel.cluster.controller), deciding again from etcd's state when the CAS loses to a
     leader's ISR change or the controller. `view` is an EtcdClusterView."""

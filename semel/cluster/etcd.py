@@ -14,7 +14,13 @@ import base64
 import json
 import logging
 from dataclasses import dataclass
-from typing import AsyncIterator
+from typing import TYPE_CHECKING, Any, AsyncIterator, Sequence
+
+if TYPE_CHECKING:
+    import aiohttp
+
+# A JSON object as etcd's gateway takes and answers it (decoded by json: of any shape).
+Json = dict[str, Any]
 
 
 log = logging.getLogger("semel.cluster.etcd")
@@ -51,25 +57,25 @@ def prefix_end(prefix: str) -> str:
     return b64(bytes(raw))
 
 
-def _kv(d: dict) -> KV:
+def _kv(d: Json) -> KV:
     return KV(key=base64.b64decode(d["key"]).decode(), value=base64.b64decode(d.get("value", "")),
               mod_revision=int(d.get("mod_revision", 0)), create_revision=int(d.get("create_revision", 0)),
               lease=int(d.get("lease", 0)))
 
 
-def put_op(key: str, value: bytes, lease: int = 0) -> dict:
+def put_op(key: str, value: bytes, lease: int = 0) -> Json:
     op = {"key": b64(key), "value": b64(value)}
     if lease:
         op["lease"] = str(lease)
     return {"request_put": op}
 
 
-def delete_prefix_op(prefix: str) -> dict:
+def delete_prefix_op(prefix: str) -> Json:
     """A transaction operation deleting every key under prefix."""
     return {"request_delete_range": {"key": b64(prefix), "range_end": prefix_end(prefix)}}
 
 
-def mod_equals(key: str, mod_revision: int) -> dict:
+def mod_equals(key: str, mod_revision: int) -> Json:
     """Compare: the key's mod_revision is still this (0 = the key does not exist)."""
     if mod_revision == 0:
         return {"key": b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": "0"}
@@ -86,9 +92,9 @@ class Etcd:
             raise ValueError("no etcd endpoints given")
         self.endpoints = list(endpoints)
         self.timeout_s = timeout_s
-        self._session = None
+        self._session: aiohttp.ClientSession | None = None
 
-    async def _http(self):
+    async def _http(self) -> aiohttp.ClientSession:
         if self._session is None:
             import aiohttp   # the cluster extra; the single-node broker never imports it
             self._session = aiohttp.ClientSession()
@@ -99,7 +105,7 @@ class Etcd:
             await self._session.close()
             self._session = None
 
-    async def call(self, path: str, body: dict, timeout_s: float | None = None) -> dict:
+    async def call(self, path: str, body: Json, timeout_s: float | None = None) -> Json:
         """POST to the first endpoint that answers; EtcdError when none does. `timeout_s`
         per endpoint (default: the client's): a lease keepalive must give up well within
         the lease, or one lost request would outlast it."""
@@ -110,7 +116,7 @@ class Etcd:
             try:
                 async with session.post(ep + path, json=body,
                                         timeout=aiohttp.ClientTimeout(total=timeout_s or self.timeout_s)) as resp:
-                    data = await resp.json(content_type=None)
+                    data: Json = await resp.json(content_type=None)
                     if resp.status != 200 or "error" in data or "code" in data:
                         raise EtcdError(f"etcd {path}: {data.get('message') or data.get('error') or resp.status}")
                     if i:   # remember the endpoint that works
@@ -139,7 +145,7 @@ class Etcd:
     async def delete(self, key: str) -> None:
         await self.call("/v3/kv/deleterange", {"key": b64(key)})
 
-    async def txn(self, compare: list[dict], success: list[dict], failure: list[dict] = ()) -> tuple[bool, int]:
+    async def txn(self, compare: list[Json], success: list[Json], failure: Sequence[Json] = ()) -> tuple[bool, int]:
         """(succeeded, revision after): with one put in success, that revision is the
         key's new mod_revision."""
         data = await self.call("/v3/kv/txn", {"compare": compare, "success": success, "failure": list(failure)})
@@ -194,7 +200,7 @@ class Etcd:
                     yield events
 
 
-async def _json_lines(stream) -> AsyncIterator[dict]:
+async def _json_lines(stream: aiohttp.StreamReader) -> AsyncIterator[Json]:
     """The gateway writes one JSON object per message, newline-separated."""
     buf = b""
     async for chunk in stream.iter_any():

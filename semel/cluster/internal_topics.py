@@ -11,13 +11,18 @@ the leader of its partition (semel.cluster.coordinator_partitions.partition_for)
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..protocol.errors import KafkaError
 from .controller import assign_replicas
 from .coordinator_seat import internal_replication_factor
 from .state import PartitionState
 
+if TYPE_CHECKING:
+    from .metadata import ClusterMetadata
 
-async def ensure_internal_topic(view, name: str, configs: dict, partitions: int = 1,
+
+async def ensure_internal_topic(view: ClusterMetadata, name: str, configs: dict[str, str], partitions: int = 1,
                                 partition: int = 0) -> PartitionState | KafkaError:
     """Partition `partition` of the internal topic `name`, the topic created first (with
     `partitions` partitions) if the cluster has none. COORDINATOR_NOT_AVAILABLE (the
@@ -37,7 +42,7 @@ async def ensure_internal_topic(view, name: str, configs: dict, partitions: int 
     return st if st is not None else KafkaError.COORDINATOR_NOT_AVAILABLE
 
 
-def coordinator_node(view, name: str, partition: int = 0) -> int | None:
+def coordinator_node(view: ClusterMetadata, name: str, partition: int = 0) -> int | None:
     """The broker coordinating for the keys of `name`'s `partition` now: its live leader,
     or None (offline, not created yet: COORDINATOR_NOT_AVAILABLE for FindCoordinator)."""
     st = view.partition(name, partition)

@@ -9,10 +9,11 @@ them can become a replica or leader without another round trip. The handlers ask
 from __future__ import annotations
 
 import logging
-from typing import Callable, NamedTuple
+from typing import TYPE_CHECKING, Callable, NamedTuple, Protocol, Sequence
 
 from ..protocol.errors import KafkaError
-from ..storage.manager import NEW, UNCLEAN
+from ..storage.log_config import LogConfig
+from ..storage.manager import NEW, UNCLEAN, LogManager
 from .broker_configs import EtcdBrokerConfigs
 from .controller import Controller
 from .elections import leave_isr
@@ -20,11 +21,41 @@ from .etcd import Etcd
 from .internal_topics import coordinator_node, ensure_internal_topic
 from .metadata import EtcdClusterView
 from .replica_rules import leader_epoch_error
-from .state import BrokerInfo, ClusterView
+from .state import BrokerInfo, ClusterView, PartitionState
 from .topic_sync import deleted_names, sync_local_topics
+
+if TYPE_CHECKING:
+    from .coordinator_partitions import PartitionedCoordinators
+    from .replica_manager import ReplicaManager
 
 log = logging.getLogger("semel.cluster.member")
 CAS_TRIES = 5
+
+
+class MemberConfig(Protocol):
+    """What the membership reads of the broker's configuration (semel.broker.config.BrokerConfig),
+    and the flags its dynamic configs change in place (broker_configs.DynamicFlags)."""
+    node_id: int
+    cluster_id: str
+    port: int
+    metadata_endpoints: str | None
+    cluster_lease_ttl_s: int
+    auto_leader_rebalance_enable: bool
+    leader_imbalance_per_broker_percentage: int
+    leader_imbalance_check_interval_seconds: int
+    auto_create_topics: bool
+    connections_max_idle_ms: int
+    log: LogConfig
+
+    @property
+    def advertised(self) -> str: ...
+
+
+class MemberListener(Protocol):
+    """A bound listener as peers reach it (semel.broker.config.Listener)."""
+    name: str
+    host: str
+    port: int
 
 
 class InternalTopic(NamedTuple):
@@ -33,7 +64,7 @@ class InternalTopic(NamedTuple):
     misplaced: semel.cluster.coordinator_partitions)."""
     name: str
     configs: dict[str, str]
-    coordinators: object
+    coordinators: PartitionedCoordinators
 
 
 class ClusterMember:
@@ -44,7 +75,8 @@ class ClusterMember:
     `topics_deleted(names)` tells the group coordinators which topics the cluster holds
     deleted."""
 
-    def __init__(self, config, logs, *, listeners: Callable[[], list], replicas: Callable[[], object],
+    def __init__(self, config: MemberConfig, logs: LogManager, *, listeners: Callable[[], Sequence[MemberListener]],
+                 replicas: Callable[[], ReplicaManager | None],
                  internal_topic: Callable[[int], InternalTopic], topics_deleted: Callable[[set[str]], None]):
         cfg = self.config = config
         self.logs = logs
@@ -52,7 +84,8 @@ class ClusterMember:
         self.replicas = replicas
         self.internal_topic = internal_topic
         self.topics_deleted = topics_deleted
-        self.view = EtcdClusterView(Etcd(cfg.metadata_endpoints), cfg.cluster_id, cfg.node_id,
+        # (No endpoints: Etcd refuses to start, as it does an empty list.)
+        self.view = EtcdClusterView(Etcd(cfg.metadata_endpoints or []), cfg.cluster_id, cfg.node_id,
                                     BrokerInfo(cfg.node_id, cfg.advertised, cfg.port), cfg.cluster_lease_ttl_s)
         self.configs = EtcdBrokerConfigs(self, self.view)   # dynamic broker configs (reads .config, .logs)
         self.controller = Controller(self.view, rebalance=cfg.auto_leader_rebalance_enable,
@@ -89,21 +122,26 @@ class ClusterMember:
         live, so no election picks it over a replica that holds what was acknowledged."""
         if not self.may_have_lost_records():
             return
-        me = self.config.node_id
         for st in await self.view.read_partitions():
-            for _ in range(CAS_TRIES):
-                want = leave_isr(st, me) if st is not None else None
-                if want is None:
-                    if st is not None and st.isr == (me,):
-                        log.warning("%s-%d: this broker is its only in-sync replica and its last run "
-                                    "ended %s; records it reported may be lost", st.topic, st.partition,
-                                    self.logs.last_stop)
-                    break
-                if await self.view.write_partition(st, want) is not None:
-                    log.info("%s-%d: left the ISR (last run ended %s); back once caught up",
-                             st.topic, st.partition, self.logs.last_stop)
-                    break
-                st = await self.view.read_partition(st.topic, st.partition)
+            await self._leave_isr(st, self.config.node_id)
+
+    async def _leave_isr(self, state: PartitionState, me: int) -> None:
+        st: PartitionState | None = state
+        for _ in range(CAS_TRIES):
+            if st is None:
+                return
+            want = leave_isr(st, me)
+            if want is None:
+                if st.isr == (me,):
+                    log.warning("%s-%d: this broker is its only in-sync replica and its last run "
+                                "ended %s; records it reported may be lost", st.topic, st.partition,
+                                self.logs.last_stop)
+                return
+            if await self.view.write_partition(st, want) is not None:
+                log.info("%s-%d: left the ISR (last run ended %s); back once caught up",
+                         st.topic, st.partition, self.logs.last_stop)
+                return
+            st = await self.view.read_partition(st.topic, st.partition)
 
     def _endpoints(self) -> tuple[tuple[str, str, int], ...]:
         """The broker's other listeners as peers reach them (one bound to every address is

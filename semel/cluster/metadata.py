@@ -45,7 +45,7 @@ from typing import Awaitable, Callable, Protocol
 
 from ..backoff import Backoff
 from ..protocol.errors import KafkaError
-from .etcd import KV, Etcd, EtcdError, delete_prefix_op, mod_equals, put_op
+from .etcd import KV, Etcd, EtcdError, Json, delete_prefix_op, mod_equals, put_op
 from .session import LeaseClock, OutageLog
 from .state import NO_LEADER, BrokerInfo, ClusterView, PartitionListener, PartitionState
 
@@ -57,7 +57,7 @@ class TopicInfo:
     name: str
     partitions: int
     replication_factor: int
-    configs: dict = field(default_factory=dict)
+    configs: dict[str, str] = field(default_factory=dict)
     topic_id: str = ""
     version: int = 0                    # mod_revision of topics/<name>: what a CAS compares
     # A deleted topic stays as a marker (its partitions are gone) until the name is
@@ -150,7 +150,7 @@ class KeyCache:
         else:
             self.put(name, json.loads(kv.value), kv.mod_revision)
 
-    def put(self, name: str, value, revision: int) -> None:
+    def put(self, name: str, value: object, revision: int) -> None:
         if revision > self._rev.get(name, 0):
             self._rev[name] = revision
             self.items[name] = value
@@ -169,6 +169,11 @@ class KeyCache:
         self.version += 1
 
 
+# What a topic's growth writes, decided from the topic as etcd holds it: (error, message,
+# the replica lists of the new partitions).
+GrowthDecision = Callable[[TopicInfo], tuple[KafkaError, str, list[tuple[int, ...]]]]
+
+
 class ClusterMetadata(ClusterView, Protocol):
     """The cluster view with its topic catalogue and cluster-wide configs: what the
     broker's request handlers read and write (semel.broker.services)."""
@@ -177,11 +182,11 @@ class ClusterMetadata(ClusterView, Protocol):
 
     def topic_partitions(self, name: str) -> list[PartitionState]: ...
 
-    async def create_topic(self, name: str, assignment: list[tuple[int, ...]], configs: dict) -> KafkaError: ...
+    async def create_topic(self, name: str, assignment: list[tuple[int, ...]], configs: dict[str, str]) -> KafkaError: ...
 
     async def delete_topic(self, name: str, topic_id: str | None = None) -> KafkaError: ...
 
-    async def add_partitions(self, name: str, decide) -> tuple[KafkaError, str]: ...
+    async def add_partitions(self, name: str, decide: GrowthDecision) -> tuple[KafkaError, str]: ...
 
     async def set_config(self, name: str, value: str | None) -> None: ...
 
@@ -211,7 +216,7 @@ class EtcdClusterView:
         self._controller: int | None = None
         self._listeners: list[PartitionListener] = []
         self._change_listeners: list[ChangeListener] = []
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
         self._pid_lock = asyncio.Lock()
         self._caches: dict[str, KeyCache] = {}      # full key prefix -> cache (key_cache)
@@ -282,7 +287,7 @@ class EtcdClusterView:
         renews from its send time, so none is cut short, and a slow one does not hold
         back the next (an answer later than the TTL renews nothing)."""
         lock = asyncio.Lock()
-        pending: set[asyncio.Task] = set()
+        pending: set[asyncio.Task[None]] = set()
         try:
             while not self._stopping:
                 await asyncio.sleep(self.lease_ttl_s / 3)
@@ -605,7 +610,7 @@ class EtcdClusterView:
         kv = await self.etcd.get(self.keys.topic(name))
         return decode_topic(name, kv) if kv is not None else None
 
-    async def create_topic(self, name: str, assignment: list[tuple[int, ...]], configs: dict) -> KafkaError:
+    async def create_topic(self, name: str, assignment: list[tuple[int, ...]], configs: dict[str, str]) -> KafkaError:
         """Topic and all its partitions in one transaction, only if the name is free (never
         used, or deleted: compared on the marker's version, so of two creators one wins).
         A new topic id; each partition starts led by its first replica, epoch 0, ISR =
@@ -625,7 +630,7 @@ class EtcdClusterView:
                 await self._reload_topic(name)
                 return KafkaError.NONE
 
-    def _partition_puts(self, name: str, first: int, assignment: list[tuple[int, ...]]) -> list[dict]:
+    def _partition_puts(self, name: str, first: int, assignment: list[tuple[int, ...]]) -> list[Json]:
         """New partitions first, first+1, ...: led by their first replica, epoch 0, ISR = replicas."""
         return [put_op(self.keys.partition(name, first + i),
                        encode_partition(PartitionState(name, first + i, tuple(r), r[0], 0, tuple(r))))
@@ -651,7 +656,7 @@ class EtcdClusterView:
                 return KafkaError.NONE
             # Lost: the topic changed (grown, deleted, created again): read it and decide again.
 
-    async def add_partitions(self, name: str, decide) -> tuple[KafkaError, str]:
+    async def add_partitions(self, name: str, decide: GrowthDecision) -> tuple[KafkaError, str]:
         """Grow a topic: `decide(info)` gives (error, message, replica lists of the new
         partitions) from the topic as etcd holds it; the new count and partitions are written
         in one transaction compared on the topic's version, and decided again if it lost."""

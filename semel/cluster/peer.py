@@ -20,12 +20,13 @@ import ssl
 import struct
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, cast
 
 from ..client.sasl import login_steps
 from ..protocol.api_keys import ApiKey
 from ..protocol.errors import KafkaError
 from ..protocol.messages import encode_request, request_class, response_class
+from .state import BrokerInfo
 
 log = logging.getLogger("semel.cluster.peer")
 
@@ -33,6 +34,31 @@ _SIZE = struct.Struct(">i")
 _CORR = struct.Struct(">i")
 _SASL_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")   # strongest first
 _SASL_APIS = (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE)   # SaslHandshake, SaslAuthenticate
+
+
+class PeerListener(Protocol):
+    """The inter-broker listener as the dialer reads it (semel.broker.config.Listener)."""
+    name: str
+    protocol: str
+
+    @property
+    def sasl(self) -> bool: ...
+
+    @property
+    def tls(self) -> bool: ...
+
+
+class PeerSecurity(Protocol):
+    """What the dialer reads of the broker's configuration (semel.broker.config.BrokerConfig)."""
+    ssl_cafile: str | None
+    ssl_certfile: str | None
+    ssl_keyfile: str | None
+    sasl_enabled_mechanisms: tuple[str, ...]
+    inter_broker_sasl_mechanism: str | None
+    inter_broker_user: str | None
+    inter_broker_password: str | None
+
+    def inter_broker_listener(self) -> PeerListener: ...
 
 
 class PeerError(Exception):
@@ -59,15 +85,17 @@ class _FrameProtocol(asyncio.BufferedProtocol):
         self._head = bytearray(4)
         self._buf = self._head          # what get_buffer fills now: the prefix, then the body
         self._filled = 0
-        self._frames: asyncio.Queue = asyncio.Queue()   # frames, or the error that ended the stream
+        self._frames: asyncio.Queue[bytearray | BaseException] = asyncio.Queue()   # frames, or the error that ended the stream
         self._transport: asyncio.Transport | None = None
         self._closed = False
-        self._paused: asyncio.Future | None = None
+        self._paused: asyncio.Future[None] | None = None
         self._failure: BaseException | None = None
 
     # -- asyncio callbacks -------------------------------------------------------------
-    def connection_made(self, transport) -> None:
-        self._transport = transport
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # A stream connection's: asyncio's subclass asyncio.Transport, uvloop's (the broker's
+        # loop) implement it without subclassing it, so no isinstance check can say so.
+        self._transport = cast(asyncio.Transport, transport)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return memoryview(self._buf)[self._filled:]
@@ -90,7 +118,7 @@ class _FrameProtocol(asyncio.BufferedProtocol):
         self._fail(asyncio.IncompleteReadError(b"", None))
         return False
 
-    def connection_lost(self, exc) -> None:
+    def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self._fail(exc or asyncio.IncompleteReadError(b"", None))
         if self._paused is not None and not self._paused.done():
@@ -137,7 +165,8 @@ class _FrameProtocol(asyncio.BufferedProtocol):
             self._transport.close()
 
 
-async def open_frames(host: str, port: int, max_frame: int, timeout_s: float, ssl_context=None,
+async def open_frames(host: str, port: int, max_frame: int, timeout_s: float,
+                      ssl_context: ssl.SSLContext | None = None,
                       server_hostname: str | None = None) -> _FrameProtocol:
     loop = asyncio.get_running_loop()
     _, proto = await asyncio.wait_for(loop.create_connection(
@@ -161,11 +190,12 @@ class PeerConnection:
                    max_frame: int = 128 * 1024 * 1024) -> "PeerConnection":
         return cls(await open_frames(host, port, max_frame, timeout_s), client_id)
 
-    async def call(self, api_key: int, version: int, timeout_s: float, **fields) -> Any:
+    async def call(self, api_key: int, version: int, timeout_s: float, **fields: object) -> Any:
         """Send one request and wait for its response (asyncio.TimeoutError past timeout_s).
         A login whose session is about to end is renewed first (KIP-368): the peer would
         close the connection at the first other request after it ended."""
-        if self._reauth_at is not None and api_key not in _SASL_APIS and time.monotonic() >= self._reauth_at:
+        if (self._login is not None and self._reauth_at is not None and api_key not in _SASL_APIS
+                and time.monotonic() >= self._reauth_at):
             await self.login(*self._login)
         self._corr += 1
         body = request_class(api_key)(version=version, **fields)
@@ -234,10 +264,10 @@ class PeerDialer:
     username: str | None = None
     password: str | None = field(default=None, repr=False)
     timeout_s: float = 10.0
-    _warned: dict = field(default_factory=dict, repr=False)
+    _warned: dict[int, float] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def from_config(cls, cfg) -> "PeerDialer":
+    def from_config(cls, cfg: PeerSecurity) -> "PeerDialer":
         """From a BrokerConfig; ValueError (one line naming the flag) when something is missing."""
         lst = cfg.inter_broker_listener()
         dialer = cls(listener=lst.name)
@@ -256,7 +286,7 @@ class PeerDialer:
         """The principal peers see this broker as (None: ANONYMOUS or a certificate's subject)."""
         return f"User:{self.username}" if self.username else None
 
-    async def connect(self, info, client_id: str, max_frame: int = 128 * 1024 * 1024) -> PeerConnection:
+    async def connect(self, info: BrokerInfo, client_id: str, max_frame: int = 128 * 1024 * 1024) -> PeerConnection:
         """A connection to broker `info` (a BrokerInfo), logged in; OSError, asyncio.TimeoutError,
         PeerError or PeerAuthError otherwise."""
         addr = info.address(self.listener)
@@ -272,7 +302,7 @@ class PeerDialer:
         conn = PeerConnection(frames, client_id)
         if self.mechanism:
             try:
-                await conn.login(self.mechanism, self.username, self.password, self.timeout_s)
+                await conn.login(self.mechanism, self.username or "", self.password or "", self.timeout_s)
             except PeerAuthError as exc:
                 conn.close()
                 raise self.refused(info.node_id, str(exc)) from None
@@ -293,7 +323,7 @@ class PeerDialer:
         return PeerAuthError(why)
 
 
-def _client_tls(cfg, listener: str) -> ssl.SSLContext:
+def _client_tls(cfg: PeerSecurity, listener: str) -> ssl.SSLContext:
     """TLS to peers: their certificate must chain to --ssl-cafile and name the host we dial
     (Kafka's default https endpoint identification); ours goes along for listeners that
     want a client certificate (mTLS)."""
@@ -306,7 +336,7 @@ def _client_tls(cfg, listener: str) -> ssl.SSLContext:
     return ctx
 
 
-def _mechanism(cfg, listener: str) -> str:
+def _mechanism(cfg: PeerSecurity, listener: str) -> str:
     enabled = [m.upper() for m in cfg.sasl_enabled_mechanisms]
     wanted = cfg.inter_broker_sasl_mechanism
     if wanted is None:

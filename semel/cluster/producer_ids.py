@@ -11,16 +11,28 @@ from __future__ import annotations
 
 import asyncio
 
+from typing import TYPE_CHECKING, Protocol
+
 from ..storage.errors import StorageError
 
+if TYPE_CHECKING:
+    from .state import ClusterView
+
 BLOCK_SIZE = 1000
+
+
+class EpochSource(Protocol):
+    """What this reads of the broker's own producer-id source."""
+
+    @property
+    def coordinator_epoch(self) -> int: ...
 
 
 class ClusterProducerIds:
     """A ProducerIdSource (semel.coordinator.ports). `local` is the broker's own source,
     read only for its coordinator epoch; `cluster` the ClusterView."""
 
-    def __init__(self, local, cluster, block_size: int = BLOCK_SIZE):
+    def __init__(self, local: EpochSource, cluster: ClusterView, block_size: int = BLOCK_SIZE):
         self._local = local
         self._cluster = cluster
         self.block_size = block_size

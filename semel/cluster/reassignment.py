@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from ..protocol.errors import KafkaError
 from .state import NO_LEADER, PartitionState
@@ -104,7 +104,7 @@ class Throttle:
     leader (0: unlimited). `allow()` before a throttled read, `spend(n)` after it; the
     bucket holds at most one second of budget, so an idle spell does not buy a burst."""
 
-    def __init__(self, rate: int = 0, clock=time.monotonic):
+    def __init__(self, rate: int = 0, clock: Callable[[], float] = time.monotonic):
         self.rate = rate
         self._clock = clock
         self._tokens = float(rate)

@@ -30,13 +30,14 @@ import logging
 import math
 import time
 from dataclasses import dataclass
-from typing import Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 from ..backoff import Backoff
 from ..protocol.api_keys import ApiKey
 from ..protocol.errors import KafkaError
 from ..protocol.messages import request_class
-from ..storage import LogManager
+from ..storage import LogManager, PartitionLog
+from ..storage.types import AppendInfo
 from ..storage.errors import AppendError, StorageError
 from .peer import PeerAuthError, PeerConnection, PeerDialer, PeerError
 from .replica_rules import UNDEFINED, TopicPartition, truncation_point
@@ -187,7 +188,7 @@ class LeaderFetcher:
             return
         ready = {tp: f for tp, f in self.parts.items() if f.refused is None or f.refused.ready()}
         if not ready:
-            await self._hold(min(f.refused.retry_at for f in self.parts.values()))
+            await self._hold(min(f.refused.retry_at for f in self.parts.values() if f.refused is not None))
             return
         pending = {tp: f for tp, f in ready.items() if f.truncate}
         if pending:
@@ -206,32 +207,37 @@ class LeaderFetcher:
         except asyncio.TimeoutError:
             pass
 
-    def _log(self, tp: TopicPartition):
+    def _log(self, tp: TopicPartition) -> PartitionLog | None:
         return self.logs.get(*tp)
+
+    def _connection(self) -> PeerConnection:
+        if self._conn is None:     # closed under a round: _run reconnects
+            raise ConnectionResetError(f"no connection to leader {self.leader_id}")
+        return self._conn
 
     async def _truncate(self, pending: dict[TopicPartition, _Followed]) -> bool:
         """One OffsetForLeaderEpoch round for the partitions that must truncate; True on progress."""
         cls = request_class(ApiKey.OFFSET_FOR_LEADER_EPOCH)
         T = cls.OffsetForLeaderTopic
-        by_topic: dict[str, list] = {}
+        by_topic: dict[str, list[object]] = {}
         for (topic, p), f in pending.items():
             plog = self._log((topic, p))
             if plog is None:
                 continue
             by_topic.setdefault(topic, []).append(T.OffsetForLeaderPartition(
                 partition=p, current_leader_epoch=f.epoch, leader_epoch=plog.epochs.latest_epoch))
-        resp = await self._conn.call(ApiKey.OFFSET_FOR_LEADER_EPOCH, EPOCH_VERSION, self.settings.request_timeout_s,
+        resp = await self._connection().call(ApiKey.OFFSET_FOR_LEADER_EPOCH, EPOCH_VERSION, self.settings.request_timeout_s,
                                      replica_id=self.node_id,
                                      topics=[T(topic=t, partitions=ps) for t, ps in by_topic.items()])
         progress = False
         for t in resp.topics:
             for r in t.partitions:
                 tp = (t.topic, r.partition)
-                f = self.parts.get(tp)
-                if f is None or tp not in pending or f is not pending[tp] or r.error_code:
+                now = self.parts.get(tp)
+                if now is None or tp not in pending or now is not pending[tp] or r.error_code:
                     continue
                 progress = True
-                f.truncate = not self._truncate_one(tp, r.leader_epoch, r.end_offset)
+                now.truncate = not self._truncate_one(tp, r.leader_epoch, r.end_offset)
         return progress
 
     def _truncate_one(self, tp: TopicPartition, leader_epoch: int, end_offset: int) -> bool:
@@ -272,7 +278,7 @@ class LeaderFetcher:
         cls = request_class(ApiKey.FETCH)
         T = cls.FetchTopic
         sent: dict[TopicPartition, _Followed] = {}
-        by_topic: dict[str, list] = {}
+        by_topic: dict[str, list[object]] = {}
         for tp, f in parts.items():
             plog = self._log(tp)
             if plog is None:
@@ -284,7 +290,7 @@ class LeaderFetcher:
                 partition_max_bytes=self.settings.max_bytes))
         if not sent:
             return False
-        resp = await self._conn.call(
+        resp = await self._connection().call(
             ApiKey.FETCH, FETCH_VERSION, self.settings.request_timeout_s + self.settings.wait_ms / 1000,
             replica_id=self.node_id, max_wait_ms=self.settings.wait_ms, min_bytes=1,
             max_bytes=self.settings.max_bytes * 8, isolation_level=0, session_id=0, session_epoch=-1,
@@ -297,14 +303,14 @@ class LeaderFetcher:
         if self.paused():
             return True       # paused while the fetch was out: as if the answer never came
         ok = True
-        writing = []
+        writing: list[Awaitable[bool]] = []
         for t in resp.responses:
             for r in t.partitions:
                 tp = (t.topic, r.partition_index)
-                f = self.parts.get(tp)
-                if f is None or f is not sent.get(tp):
+                now = self.parts.get(tp)
+                if now is None or now is not sent.get(tp):
                     continue          # leadership moved while the fetch was out
-                done = self._apply(tp, f, r)
+                done = self._apply(tp, now, r)
                 if isinstance(done, bool):
                     ok = done and ok
                 else:
@@ -315,11 +321,15 @@ class LeaderFetcher:
             ok = done and ok
         return ok
 
-    def _apply(self, tp: TopicPartition, f: _Followed, r):
+    # `r`, here and below: one partition of a decoded Fetch answer (kafka-python's
+    # message classes are untyped).
+    def _apply(self, tp: TopicPartition, f: _Followed, r: Any) -> bool | Awaitable[bool]:
         """Apply one partition's answer: True/False (went right or not), or, for records
         written in a worker thread, an awaitable of that. Runs without an await from the
         caller's role check to the write's start, so the write belongs to this role."""
         plog = self._log(tp)
+        if plog is None:
+            return True           # the topic's logs went with it while the fetch was out
         err = KafkaError(r.error_code)
         if err is KafkaError.OFFSET_OUT_OF_RANGE:
             if r.log_start_offset > plog.log_end_offset:
@@ -353,7 +363,7 @@ class LeaderFetcher:
         f.refused = None
         return True
 
-    def _refused(self, tp: TopicPartition, f: _Followed, level: int, msg: str, *args) -> bool:
+    def _refused(self, tp: TopicPartition, f: _Followed, level: int, msg: str, *args: object) -> bool:
         """A failed answer for tp: refetch it later, and log it unless reported lately (False)."""
         if f.refused is None:
             f.refused = RefusedPartition(self._pace(), self._clock)
@@ -365,20 +375,21 @@ class LeaderFetcher:
             log.log(level, "%s-%d: " + msg, *tp, *args)
         return False
 
-    async def _landed(self, tp: TopicPartition, f: _Followed, r, write) -> bool:
+    async def _landed(self, tp: TopicPartition, f: _Followed, r: Any, write: Awaitable[AppendInfo]) -> bool:
         """Wait for a write in a worker thread; then the follower's high watermark, unless
         the role changed meanwhile (that change settled the write and owns the log now)."""
         try:
             await write
         except StorageError as exc:
             return self._refused(tp, f, logging.ERROR, "replicated append failed: %s", exc)
-        if self.parts.get(tp) is f and not self._closing:
-            self._follower_hw(self._log(tp), r)
+        plog = self._log(tp)
+        if self.parts.get(tp) is f and not self._closing and plog is not None:
+            self._follower_hw(plog, r)
             f.refused = None
         return True
 
     @staticmethod
-    def _follower_hw(plog, r) -> None:
+    def _follower_hw(plog: PartitionLog, r: Any) -> None:
         plog.set_high_watermark(max(plog.log_start_offset, min(r.high_watermark, plog.log_end_offset)))
 
 

@@ -16,10 +16,15 @@ Kafka's rules:
 """
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from ..protocol.errors import KafkaError
 from .state import NO_LEADER, PartitionState
+
+if TYPE_CHECKING:
+    from ..storage.leader_epoch import LeaderEpochCache
 
 UNDEFINED = -1
 
@@ -71,7 +76,8 @@ def high_watermark(current_hw: int, leader: int, leader_leo: int, isr: tuple[int
 
 
 def isr_change(state: PartitionState, leader_leo: int, hw: int, progress: dict[int, FollowerProgress],
-               now_ms: float, lag_max_ms: int, epoch_start: int, alive=None) -> tuple[int, ...] | None:
+               now_ms: float, lag_max_ms: int, epoch_start: int,
+               alive: Collection[int] | None = None) -> tuple[int, ...] | None:
     """The ISR the leader should ask for, or None when it should stay as it is.
 
     Out: members other than the leader not caught up within lag_max_ms. In: replicas
@@ -97,7 +103,7 @@ def isr_change(state: PartitionState, leader_leo: int, hw: int, progress: dict[i
     return None if set(new) == set(state.isr) else new
 
 
-def truncation_point(epochs, log_end: int, hw: int, leader_epoch: int, end_offset: int) -> tuple[int, bool]:
+def truncation_point(epochs: LeaderEpochCache, log_end: int, hw: int, leader_epoch: int, end_offset: int) -> tuple[int, bool]:
     """Where a follower cuts its log, given the leader's answer (leader_epoch, end_offset)
     to "where does my latest epoch end?", and whether it is done (KIP-279).
 
@@ -114,7 +120,7 @@ def truncation_point(epochs, log_end: int, hw: int, leader_epoch: int, end_offse
     return min(end_offset, my_end), mine == leader_epoch
 
 
-def diverging_epoch(epochs, log_start: int, log_end: int, fetch_offset: int,
+def diverging_epoch(epochs: LeaderEpochCache, log_start: int, log_end: int, fetch_offset: int,
                     last_fetched_epoch: int) -> tuple[int, int] | KafkaError | None:
     """The leader's check of a follower's fetch (KIP-320/KIP-595): None when the follower's
     log up to fetch_offset can continue the leader's; else (epoch, end offset), the
@@ -133,7 +139,8 @@ def diverging_epoch(epochs, log_start: int, log_end: int, fetch_offset: int,
 
 
 
-def hand_over(state: PartitionState, new_isr: tuple[int, ...], min_isr: int, alive) -> PartitionState | None:
+def hand_over(state: PartitionState, new_isr: tuple[int, ...], min_isr: int,
+              alive: Collection[int]) -> PartitionState | None:
     """Instead of shrinking the ISR to `new_isr`, the state that moves leadership away, or
     None to shrink as asked.
 

@@ -20,10 +20,13 @@ import asyncio
 import logging
 import time
 from dataclasses import replace
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from .etcd import EtcdError
-from .state import PartitionState
+from .state import ClusterView, PartitionState
+
+if TYPE_CHECKING:
+    from .replica_manager import ReplicaManager
 
 log = logging.getLogger("semel.cluster.shutdown")
 
@@ -46,7 +49,7 @@ def handoff(st: PartitionState, me: int, live: Iterable[int]) -> PartitionState 
     return None
 
 
-async def controlled_shutdown(view, replicas, timeout_s: float) -> int:
+async def controlled_shutdown(view: ClusterView, replicas: ReplicaManager | None, timeout_s: float) -> int:
     """Hand over what this broker can, for at most timeout_s; the partitions still led
     here at the end (those with no in-sync peer, or left when time ran out)."""
     me = view.node_id
@@ -71,7 +74,7 @@ async def controlled_shutdown(view, replicas, timeout_s: float) -> int:
     return kept
 
 
-async def _write(view, st: PartitionState, want: PartitionState) -> int:
+async def _write(view: ClusterView, st: PartitionState, want: PartitionState) -> int:
     """One hand-over by compare-and-set; 1 when it moved leadership."""
     try:
         stored = await view.write_partition(st, want)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, replace
-from typing import Callable, Protocol
+from typing import Callable, Mapping, Protocol
 
 NO_LEADER = -1
 
@@ -101,7 +101,7 @@ class ClusterView(Protocol):
     async def read_partition(self, topic: str, partition: int) -> PartitionState | None:
         """The partition as the metadata service holds it now (after a lost CAS)."""
 
-    def deleted_topics(self) -> dict:
+    def deleted_topics(self) -> Mapping[str, object]:
         """Deletion markers by name: topics deleted and not created again since."""
 
     def config(self, name: str) -> str | None:
@@ -195,7 +195,7 @@ class MemoryClusterView:
     async def read_partition(self, topic: str, partition: int) -> PartitionState | None:
         return self._t.parts.get((topic, partition))
 
-    def deleted_topics(self) -> dict:
+    def deleted_topics(self) -> Mapping[str, object]:
         return {}   # the table has no topic deletion
 
     def config(self, name: str) -> str | None:

@@ -16,7 +16,14 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from typing import TYPE_CHECKING, Mapping
+
 from ..protocol.errors import KafkaError
+
+if TYPE_CHECKING:
+    from ..storage.manager import LogManager, TopicInfo as LocalTopic
+    from .metadata import ClusterMetadata, TopicInfo
+    from .replica_manager import ReplicaManager
 
 log = logging.getLogger("semel.cluster.topic_sync")
 
@@ -29,11 +36,12 @@ def is_internal(name: str) -> bool:
 @dataclass
 class Plan:
     drop: list[str] = field(default_factory=list)            # local topics to remove
-    create: list = field(default_factory=list)              # cluster TopicInfos to create locally
+    create: list[TopicInfo] = field(default_factory=list)              # cluster TopicInfos to create locally
     grow: list[tuple[str, int]] = field(default_factory=list)   # (name, new partition count)
 
 
-def plan(local: dict, live: dict, deleted: dict) -> Plan:
+def plan(local: dict[str, LocalTopic], live: dict[str, TopicInfo],
+         deleted: Mapping[str, object]) -> Plan:
     """What to do to the local logs. `local`: name -> storage TopicInfo (topic_id,
     partitions); `live` / `deleted`: the cluster view's topics and deletion markers.
 
@@ -51,21 +59,21 @@ def plan(local: dict, live: dict, deleted: dict) -> Plan:
         elif name in live and loc.topic_id in live[name].retired_ids:
             out.drop.append(name)
     for name, info in live.items():
-        loc = local.get(name)
-        if loc is None or name in out.drop:
+        here = local.get(name)
+        if here is None or name in out.drop:
             out.create.append(info)
-        elif loc.partitions < info.partitions and not is_internal(name):
+        elif here.partitions < info.partitions and not is_internal(name):
             out.grow.append((name, info.partitions))
     return out
 
 
-def deleted_names(view) -> set[str]:
+def deleted_names(view: ClusterMetadata) -> set[str]:
     """Topics the cluster holds deleted: a deletion marker, not created again since."""
     live = view.topics()
     return {name for name in view.deleted_topics() if name not in live}
 
 
-def sync_local_topics(logs, replicas, view) -> None:
+def sync_local_topics(logs: LogManager, replicas: ReplicaManager | None, view: ClusterMetadata) -> None:
     """Apply `plan` to `logs` (the LogManager); the replication data plane (`replicas`,
     None before it runs) forgets a dropped topic's partitions first (no role, no
     fetcher, no saved high watermark) and takes its roles for created or added

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 from ..protocol.api_keys import ApiKey
 from ..protocol.errors import KafkaError
 from ..protocol.messages import request_class
 from .peer import PeerAuthError, PeerConnection, PeerDialer, PeerError
+from .state import BrokerInfo, ClusterView
 
 log = logging.getLogger("semel.cluster.txn_markers")
 
@@ -33,40 +35,46 @@ _VERSION = 1
 # the connection waits a little longer so that answer, not our timeout, decides.
 _SLACK_S = 5.0
 
+# One marker: (producer id, producer epoch, commit, coordinator epoch).
+_MarkerKey = tuple[int, int, bool, int]
+# Markers queued for one partition, and the future their answer goes to.
+_Queued = tuple[list[_MarkerKey], tuple[str, int], "asyncio.Future[KafkaError]"]
+
 
 def is_coordinator_client(client_id: str | None) -> bool:
-    return bool(client_id) and client_id.startswith(CLIENT_PREFIX)
+    return client_id is not None and client_id.startswith(CLIENT_PREFIX)
 
 
-def local_leader(view, node_id: int, tp: tuple[str, int]) -> bool:
+def local_leader(view: ClusterView, node_id: int, tp: tuple[str, int]) -> bool:
     """Does this broker lead tp now (so the marker is written here)?"""
     st = view.partition(*tp)
     return st is not None and st.leader == node_id
 
 
-def partition_gone(view, tp: tuple[str, int]) -> bool:
+def partition_gone(view: ClusterView, tp: tuple[str, int]) -> bool:
     """Was tp's topic deleted (or created again with fewer partitions)? Then no marker is
     left to write there, as Kafka's coordinator drops markers of deleted partitions. A
     topic the view does not know at all is not gone: the view may only lag."""
-    topics, deleted = getattr(view, "topics", None), getattr(view, "deleted_topics", None)
-    if topics is None or deleted is None:
+    topics = getattr(view, "topics", None)    # the catalogue of a ClusterMetadata view
+    if topics is None:
         return False
     live = topics().get(tp[0])
     if live is not None:
-        return tp[1] >= live.partitions
-    return tp[0] in deleted()
+        partitions: int = live.partitions
+        return tp[1] >= partitions
+    return tp[0] in view.deleted_topics()
 
 
 class MarkerChannel:
-    def __init__(self, view, node_id: int, timeout_s: float, dialer: PeerDialer | None = None):
+    def __init__(self, view: ClusterView, node_id: int, timeout_s: float, dialer: PeerDialer | None = None):
         self.view = view
         self.node_id = node_id
         self.timeout_s = timeout_s
         self.dialer = dialer or PeerDialer()   # the inter-broker listener and login
         self._conns: dict[int, PeerConnection] = {}
         # Markers waiting for the next request to each broker, and that broker's sender.
-        self._queued: dict[int, list[tuple[list[tuple], tuple[str, int], asyncio.Future]]] = {}
-        self._senders: dict[int, asyncio.Task] = {}
+        self._queued: dict[int, list[_Queued]] = {}
+        self._senders: dict[int, asyncio.Task[None]] = {}
 
     def leads_here(self, tp: tuple[str, int]) -> bool:
         return local_leader(self.view, self.node_id, tp)
@@ -85,7 +93,7 @@ class MarkerChannel:
             return KafkaError.NONE if partition_gone(self.view, tp) else KafkaError.UNKNOWN_TOPIC_OR_PARTITION
         if st.leader < 0 or st.leader not in self.view.brokers():
             return KafkaError.LEADER_NOT_AVAILABLE
-        done = asyncio.get_running_loop().create_future()
+        done: asyncio.Future[KafkaError] = asyncio.get_running_loop().create_future()
         keys = [(pid, epoch, commit, coordinator_epoch) for pid, epoch in producers]
         self._queued.setdefault(st.leader, []).append((keys, tp, done))
         if st.leader not in self._senders:
@@ -94,7 +102,7 @@ class MarkerChannel:
         return await done
 
     async def _send_queued(self, node: int) -> None:
-        batch: list = []
+        batch: list[_Queued] = []
         try:
             while self._queued.get(node):
                 batch = self._queued.pop(node)
@@ -105,7 +113,7 @@ class MarkerChannel:
             # its transactional id would answer CONCURRENT_TRANSACTIONS until unload.
             _resolve(batch + self._queued.pop(node, []), {}, KafkaError.NETWORK_EXCEPTION)
 
-    async def _send_guarded(self, node: int, batch) -> dict[tuple[str, int], KafkaError]:
+    async def _send_guarded(self, node: int, batch: list[_Queued]) -> dict[tuple[str, int], KafkaError]:
         """_send, with a failure it does not expect turned into an error for each marker:
         the coordinator retries a marker that failed, but waits for ever on one never answered."""
         try:
@@ -115,7 +123,7 @@ class MarkerChannel:
             self._drop(node)   # the connection may be mid-answer: start the next request afresh
             return {}
 
-    async def _send(self, node: int, batch) -> dict[tuple[str, int], KafkaError]:
+    async def _send(self, node: int, batch: list[_Queued]) -> dict[tuple[str, int], KafkaError]:
         info = self.view.brokers().get(node)
         if info is None:
             return {tp: KafkaError.LEADER_NOT_AVAILABLE for _, tp, _ in batch}
@@ -132,7 +140,8 @@ class MarkerChannel:
                                       "on the cluster (a super user)")
         return errors
 
-    async def _call(self, node: int, info, markers: list):
+    async def _call(self, node: int, info: BrokerInfo, markers: list[object]) -> Any:
+        # Any: a decoded WriteTxnMarkers answer (kafka-python's message classes are untyped).
         """WriteTxnMarkers on the connection to `node`. A kept connection the peer has
         closed since (idle past its connections.max.idle.ms, or restarted) is replaced
         before use; one found closed only by this send is replaced and the request sent
@@ -152,7 +161,7 @@ class MarkerChannel:
         conn = await self._connection(node, info)
         return await conn.call(ApiKey.WRITE_TXN_MARKERS, _VERSION, self.timeout_s + _SLACK_S, markers=markers)
 
-    async def _connection(self, node: int, info) -> PeerConnection:
+    async def _connection(self, node: int, info: BrokerInfo) -> PeerConnection:
         conn = self._conns.get(node)
         if conn is not None and not conn.usable():
             self._drop(node)
@@ -174,17 +183,17 @@ class MarkerChannel:
             self._drop(node)
 
 
-def _resolve(batch, errors: dict[tuple[str, int], KafkaError], missing: KafkaError) -> None:
+def _resolve(batch: list[_Queued], errors: dict[tuple[str, int], KafkaError], missing: KafkaError) -> None:
     """Answer each marker of batch not answered yet: its error, or `missing` when none was given."""
     for _, tp, done in batch:
         if not done.done():
             done.set_result(errors.get(tp, missing))
 
 
-def _request_markers(batch) -> list:
+def _request_markers(batch: list[_Queued]) -> list[object]:
     """One WritableTxnMarker per (producer id, epoch, result, coordinator epoch), its partitions by topic."""
     M = request_class(ApiKey.WRITE_TXN_MARKERS).WritableTxnMarker
-    by_marker: dict[tuple, dict[str, list[int]]] = {}
+    by_marker: dict[_MarkerKey, dict[str, list[int]]] = {}
     for keys, (topic, partition), _ in batch:
         for key in keys:
             parts = by_marker.setdefault(key, {}).setdefault(topic, [])
@@ -195,7 +204,7 @@ def _request_markers(batch) -> list:
             for (pid, epoch, commit, cepoch), topics in by_marker.items()]
 
 
-def _partition_errors(resp) -> dict[tuple[str, int], KafkaError]:
+def _partition_errors(resp: Any) -> dict[tuple[str, int], KafkaError]:
     """Per partition, the worst answer (a partition named under two markers of one request)."""
     out: dict[tuple[str, int], KafkaError] = {}
     for m in resp.markers or ():

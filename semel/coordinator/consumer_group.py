@@ -18,17 +18,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Coroutine, Mapping
+from typing import Callable, Iterable, Sequence
+from typing import Mapping
 
 from ..protocol.errors import KafkaError
 from . import consumer_group_rules as rules
-from .consumer_group_classic import ClassicMembers
+from .consumer_group_classic import ClassicMembers, Spawn
 from .consumer_group_rules import Answer, ConsumerGroup, Heartbeat
 from .consumer_regex import regex_error, regex_matches
-from .consumer_records import apply_record, records_between
+from .consumer_records import Record, apply_records, records_between
 from .coordinator_log import done_future
 from .group_context import GroupContext
-from .offsets import decode_key
 
 log = logging.getLogger("semel.coordinator.consumer_group")
 
@@ -49,7 +49,7 @@ class ConsumerGroups:
     classic ones) and `spawn` (the coordinator's background tasks). Owns `pending`: the
     write each group is waiting for."""
 
-    def __init__(self, ctx: GroupContext, spawn: Callable[[Coroutine[Any, Any, None]], Any]) -> None:
+    def __init__(self, ctx: GroupContext, spawn: Spawn) -> None:
         self._store, self._writes, self._ready = ctx.store, ctx.writes, ctx.ready
         self.timers, self.config = ctx.timers, ctx.config
         self._spawn = spawn
@@ -100,7 +100,7 @@ class ConsumerGroups:
         key = ("cg-revoke", group_id, member_id)
         g = self._store.consumer_groups.get(group_id)
         cur = g.current.get(member_id) if g is not None else None
-        if cur is None or cur.state is not rules.MemberState.UNREVOKED_PARTITIONS:
+        if g is None or cur is None or cur.state is not rules.MemberState.UNREVOKED_PARTITIONS:
             self.timers.cancel(key)
         elif not self.timers.active(key):
             epoch = cur.epoch
@@ -112,7 +112,7 @@ class ConsumerGroups:
             await asyncio.wait([pending])
         old = self._store.consumer_groups.get(group_id)
         cur = old.current.get(member_id) if old is not None and not self._ready() else None
-        if cur is None or cur.state is not rules.MemberState.UNREVOKED_PARTITIONS or cur.epoch != epoch:
+        if old is None or cur is None or cur.state is not rules.MemberState.UNREVOKED_PARTITIONS or cur.epoch != epoch:
             return
         log.info("member %s of consumer group %s kept partitions past its rebalance timeout; fenced",
                  member_id, group_id)
@@ -120,7 +120,8 @@ class ConsumerGroups:
         await self.classic.commit(group_id, old, rules.remove_member(old, member_id), Answer())
 
     def cg_write(self, group_id: str, old: ConsumerGroup | None, new: ConsumerGroup | None,
-                 answer: Answer | None, *, before=(), after=(), on_apply=None) -> "asyncio.Future[Answer]":
+                 answer: Answer, *, before: Sequence[Record] = (), after: Sequence[Record] = (),
+                 on_apply: Callable[[], None] | None = None) -> "asyncio.Future[Answer]":
         """Append the records from `old` to `new`; apply them once durable. A conversion
         between the protocols puts the classic group's records `before` or `after` them in
         the same batch, and `on_apply` applies those."""
@@ -129,15 +130,14 @@ class ConsumerGroups:
         if not batch:
             return done_future(answer)
 
-        def apply(info) -> Answer:
-            for key, value in records:
-                apply_record(self._store.consumer_groups, decode_key(key), value)
+        def apply(info: object) -> Answer:
+            apply_records(self._store.consumer_groups, records)
             if on_apply is not None:
                 on_apply()
             return answer
 
         def fail(error: KafkaError) -> Answer:
-            return Answer(error, answer.member_id if answer else "", -1)
+            return Answer(error, answer.member_id, -1)
 
         def unsynced(error: KafkaError) -> Answer:
             # The records are in the log though their fsync failed, and a replay will apply
@@ -152,7 +152,7 @@ class ConsumerGroups:
             return fut
         self.pending[group_id] = fut
 
-        def done(_):
+        def done(_: object) -> None:
             if self.pending.get(group_id) is fut:
                 del self.pending[group_id]
         fut.add_done_callback(done)
@@ -175,9 +175,9 @@ class ConsumerGroups:
 
     # --- ConsumerGroupDescribe, ListGroups ------------------------------------------------------
 
-    def consumer_group_describe(self, group_ids) -> list[ConsumerGroupView]:
+    def consumer_group_describe(self, group_ids: Iterable[str]) -> list[ConsumerGroupView]:
         err = self._ready()
-        out = []
+        out: list[ConsumerGroupView] = []
         for gid in group_ids:
             if err:
                 out.append(ConsumerGroupView(gid, err))

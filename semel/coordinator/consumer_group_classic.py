@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import Any, Callable, Coroutine, Mapping, Protocol
+from typing import Any, Callable, Coroutine, Mapping, Protocol, Sequence, TypeVar
 
 from ..protocol.consumer_protocol import PROTOCOL_TYPE, encode_assignment
 from ..protocol.errors import KafkaError
@@ -25,14 +25,26 @@ from .group_model import Group, JoinResult, SyncResult
 from .group_states import GroupState
 from .offsets import GroupRecord, MemberRecord, group_key, group_value
 
+T = TypeVar("T")
+
+
+class Spawn(Protocol):
+    """The coordinator's background tasks: runs `coro` as one of them."""
+
+    def __call__(self, coro: Coroutine[Any, Any, T], /) -> asyncio.Task[T]: ...
+
+
+# A record as the offsets log holds it: (key, value; None a tombstone).
+_Record = tuple[bytes, bytes | None]
+
 
 class ConsumerWrites(Protocol):
     """What ClassicMembers uses of ConsumerGroups (which makes it)."""
     pending: dict[str, "asyncio.Future[Answer]"]
 
     def cg_write(self, group_id: str, old: ConsumerGroup | None, new: ConsumerGroup | None,
-                 answer: Answer | None, *, before: Any = (), after: Any = (),
-                 on_apply: Any = None) -> "asyncio.Future[Answer]": ...
+                 answer: Answer, *, before: Sequence[_Record] = (), after: Sequence[_Record] = (),
+                 on_apply: Callable[[], None] | None = None) -> "asyncio.Future[Answer]": ...
 
     def arm_revocation(self, group_id: str, member_id: str) -> None: ...
 
@@ -49,7 +61,7 @@ class ClassicMembers:
     arms the members' heartbeats and starts the rebalance of a group made classic again."""
 
     def __init__(self, ctx: GroupContext, cg: ConsumerWrites,
-                 spawn: Callable[[Coroutine[Any, Any, None]], Any]) -> None:
+                 spawn: Spawn) -> None:
         self.cg = cg
         self._store, self._ready, self.timers, self.config = ctx.store, ctx.ready, ctx.timers, ctx.config
         self._spawn = spawn

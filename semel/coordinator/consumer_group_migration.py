@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from enum import Enum
-from typing import Mapping
+from typing import Iterable, Mapping
 
 from ..protocol.consumer_protocol import (
     PROTOCOL_TYPE, MalformedProtocol, decode_assignment, decode_subscription, encode_assignment,
@@ -97,7 +97,7 @@ def from_classic(group_id: str, generation: int, members: list[ClassicMember]) -
     return g
 
 
-def _meta(m: ClassicMember, topics, rack: str | None, old: MemberMeta | None = None) -> MemberMeta:
+def _meta(m: ClassicMember, topics: Iterable[str], rack: str | None, old: MemberMeta | None = None) -> MemberMeta:
     base = old or MemberMeta(m.member_id)
     return replace(base, instance_id=m.instance_id, rack_id=rack if rack is not None else base.rack_id,
                    client_id=m.client_id or base.client_id, client_host=m.client_host or base.client_host,

@@ -244,7 +244,7 @@ def heartbeat(group: ConsumerGroup | None, group_id: str, hb: Heartbeat, topics:
               ) -> tuple[ConsumerGroup | None, Answer]:
     """Apply one heartbeat. Returns the next state (the same object when refused) and
     the answer. `topics` maps every topic a member may subscribe to -> partition count."""
-    def refuse(err: KafkaError, msg: str | None = None):
+    def refuse(err: KafkaError, msg: str | None = None) -> tuple[ConsumerGroup | None, Answer]:
         return group, Answer(err, hb.member_id, -1 if err else 0, None, msg)
 
     if not group_id:
@@ -288,7 +288,7 @@ def heartbeat(group: ConsumerGroup | None, group_id: str, hb: Heartbeat, topics:
     return g, Answer(KafkaError.NONE, member_id, after.epoch, after.assigned if send else None)
 
 
-def _leave(group: ConsumerGroup | None, g: ConsumerGroup, hb: Heartbeat):
+def _leave(group: ConsumerGroup | None, g: ConsumerGroup, hb: Heartbeat) -> tuple[ConsumerGroup | None, Answer]:
     meta = g.members.get(hb.member_id)
     if meta is None:
         return group, Answer(KafkaError.UNKNOWN_MEMBER_ID, hb.member_id, hb.member_epoch)

@@ -23,11 +23,13 @@ transition (`records_between`), in one batch.
 """
 from __future__ import annotations
 
+from typing import Iterable
+
 from .consumer_group_rules import ClassicMeta, ConsumerGroup, MemberAssignment, MemberMeta, MemberState, Partitions
 from .offsets import (
     KEY_CG_CURRENT_MEMBER, KEY_CG_MEMBER, KEY_CG_METADATA, KEY_CG_TARGET_MEMBER,
     KEY_CG_TARGET_METADATA, ConsumerGroupKey, OffsetsLogError, check_version, RecordReader, RecordWriter,
-    consumer_group_key,
+    consumer_group_key, decode_key,
 )
 
 VALUE_VERSION = 0
@@ -48,7 +50,7 @@ def _partitions(w: RecordWriter, parts: Partitions) -> None:
 
 
 def _read_partitions(r: RecordReader) -> Partitions:
-    out = set()
+    out: set[tuple[str, int]] = set()
     for _ in range(_count(r)):
         topic = r.string() or ""
         out.update((topic, r.i32()) for _ in range(_count(r)))
@@ -143,9 +145,25 @@ def records_between(old: ConsumerGroup | None, new: ConsumerGroup | None) -> lis
     return out
 
 
+def apply_records(groups: dict[str, ConsumerGroup], records: Iterable[Record]) -> None:
+    """Records of records_between into `groups`, once written."""
+    for raw, value in records:
+        key = decode_key(raw)
+        if not isinstance(key, ConsumerGroupKey):
+            raise OffsetsLogError("a consumer group's records hold another kind of key")
+        apply_record(groups, key, value)
+
+
+def _member_id(key: ConsumerGroupKey) -> str:
+    """The member a member record is about (its key always names one)."""
+    if key.member_id is None:
+        raise OffsetsLogError(f"a member record of consumer group {key.group!r} names no member")
+    return key.member_id
+
+
 def apply_record(groups: dict[str, ConsumerGroup], key: ConsumerGroupKey, value: bytes | None) -> None:
     """One record into `groups` (the coordinator's consumer groups by id)."""
-    gid, mid = key.group, key.member_id
+    gid = key.group
     if key.kind == KEY_CG_METADATA and value is None:
         groups.pop(gid, None)
         return
@@ -155,10 +173,12 @@ def apply_record(groups: dict[str, ConsumerGroup], key: ConsumerGroupKey, value:
             return
         g = groups[gid] = ConsumerGroup(gid)
     if value is None:
-        table = {KEY_CG_MEMBER: g.members, KEY_CG_TARGET_MEMBER: g.target,
-                 KEY_CG_CURRENT_MEMBER: g.current}.get(key.kind)
-        if table is not None:
-            table.pop(mid, None)
+        if key.kind == KEY_CG_MEMBER:
+            g.members.pop(_member_id(key), None)
+        elif key.kind == KEY_CG_TARGET_MEMBER:
+            g.target.pop(_member_id(key), None)
+        elif key.kind == KEY_CG_CURRENT_MEMBER:
+            g.current.pop(_member_id(key), None)
         return
     r = RecordReader(value)
     check_version(r)
@@ -166,6 +186,7 @@ def apply_record(groups: dict[str, ConsumerGroup], key: ConsumerGroupKey, value:
         g.epoch = r.i32()
         g.topic_counts = tuple((r.string() or "", r.i32()) for _ in range(_count(r)))
     elif key.kind == KEY_CG_MEMBER:
+        mid = _member_id(key)
         instance, rack, client_id, host = r.string(), r.string(), r.string(), r.string()
         topics = tuple(r.string() or "" for _ in range(_count(r)))
         regex, assignor, rebalance = r.string(), r.string(), r.i32()
@@ -174,10 +195,10 @@ def apply_record(groups: dict[str, ConsumerGroup], key: ConsumerGroupKey, value:
     elif key.kind == KEY_CG_TARGET_METADATA:
         g.target_epoch = r.i32()
     elif key.kind == KEY_CG_TARGET_MEMBER:
-        g.target[mid] = _read_partitions(r)
+        g.target[_member_id(key)] = _read_partitions(r)
     elif key.kind == KEY_CG_CURRENT_MEMBER:
         epoch, previous, state = r.i32(), r.i32(), r.i16()
         if not 0 <= state < len(_STATES):
             raise OffsetsLogError(f"unknown member state {state}")
-        g.current[mid] = MemberAssignment(epoch, previous, _STATES[state],
-                                          _read_partitions(r), _read_partitions(r))
+        g.current[_member_id(key)] = MemberAssignment(epoch, previous, _STATES[state],
+                                                      _read_partitions(r), _read_partitions(r))

@@ -27,6 +27,8 @@ from ..protocol import records as rb
 from ..protocol.errors import KafkaError
 from ..storage.errors import AppendError, StorageError
 from ..storage.log import PartitionLog
+from ..storage.types import AppendInfo
+from .ports import PartitionWriter
 
 log = logging.getLogger("semel.coordinator.log")
 
@@ -54,7 +56,8 @@ class InFlightWrite:
     """A record appended to the log and not yet applied to memory."""
     __slots__ = ("info", "apply", "fail", "unsynced", "future", "state", "error", "failure_level")
 
-    def __init__(self, info, apply, fail, unsynced, future, error):
+    def __init__(self, info: Any, apply: Callable[[Any], object], fail: Callable[[KafkaError], object],
+                 unsynced: Callable[[KafkaError], object], future: asyncio.Future[Any], error: KafkaError):
         self.info, self.apply, self.fail, self.future = info, apply, fail, future
         self.unsynced = unsynced
         self.state, self.error = _WAITING, error
@@ -67,7 +70,7 @@ def done_future(value: T) -> "asyncio.Future[T]":
     return fut
 
 
-def resolve_future(fut: asyncio.Future | None, value: Any) -> None:
+def resolve_future(fut: asyncio.Future[T] | None, value: T) -> None:
     if fut is not None and not fut.done():
         fut.set_result(value)
 
@@ -79,7 +82,7 @@ class CoordinatorLog:
     it can wait for or cancel them); `plog` is set once the coordinator opened
     its partition."""
 
-    def __init__(self, topic: str, flusher, spawn: Callable[[Any], Any], *, sync_writes: bool = True):
+    def __init__(self, topic: str, flusher: PartitionWriter | None, spawn: Callable[[Any], Any], *, sync_writes: bool = True):
         self.topic = topic
         self.flusher = flusher
         self.sync_writes = sync_writes
@@ -96,7 +99,7 @@ class CoordinatorLog:
             raise RuntimeError(f"{self.topic}: no partition log loaded")
         return self.plog
 
-    def append(self, data: bytes):
+    def append(self, data: bytes) -> AppendInfo:
         """Append well-formed batches (built by the coordinator) now; returns the append info."""
         batches, _ = rb.split_batches(data)
         info = self.loaded().append(data, batches)
@@ -111,7 +114,7 @@ class CoordinatorLog:
         """Append now; apply (or fail) once durable, in log order. Returns the future
         of what `apply`/`fail`/`unsynced` return. `fail` answers a record that never
         reached the log, `unsynced` (default `fail`) one whose fsync failed."""
-        fut = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         try:
             info = append()
         except StorageError as exc:
@@ -131,12 +134,19 @@ class CoordinatorLog:
             entry.state = _SYNCED
             self._drain()
         else:
-            self._spawn(self._await_durable(entry))
+            self._spawn(self._await_durable(entry, self.flusher, self.loaded()))
         return fut
 
-    async def _await_durable(self, entry: InFlightWrite) -> None:
+    async def durable(self) -> None:
+        """Wait until the whole log is durable (fsynced and replicated); at once where
+        the coordinator writes without a flusher."""
+        own = self.loaded()
+        if self.flusher is not None:
+            await self.flusher.sync(own, own.log_end_offset)
+
+    async def _await_durable(self, entry: InFlightWrite, flusher: PartitionWriter, plog: PartitionLog) -> None:
         try:
-            await self.flusher.sync(self.plog, entry.info.last_offset + 1)
+            await flusher.sync(plog, entry.info.last_offset + 1)
             entry.state = _SYNCED
         except Exception as exc:
             entry.failure_level = sync_failure_level(exc)
@@ -180,7 +190,7 @@ class CoordinatorLog:
         plog = self.loaded()
         start = plog.log_end_offset
 
-        def done(info) -> bool:
+        def done(info: AppendInfo | None) -> bool:
             if apply is not None and info is not None:
                 apply(info)
             try:

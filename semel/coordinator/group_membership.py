@@ -10,7 +10,9 @@ import uuid
 from typing import Callable, Iterable, Mapping
 
 from ..protocol.errors import KafkaError
+from ..storage.types import AppendInfo
 from .consumer_group import ConsumerGroups
+from .consumer_group_rules import Answer
 from .group_model import (
     NEW_MEMBER_JOIN_TIMEOUT_MS, Group, GroupSummary, JoinResult, Member, MemberSummary,
     SyncResult, JoinRequest,
@@ -18,9 +20,9 @@ from .group_model import (
 from .group_states import HEARTBEAT_RESULT, STATE_BY_NAME, SYNC_RESULT, Event, GroupState
 from .coordinator_log import done_future, resolve_future
 from .group_context import GroupContext
-from .consumer_records import apply_record, records_between
+from .consumer_records import Record, apply_records, records_between
 from .offsets import (
-    GroupRecord, MemberRecord, TopicPartition, decode_key, group_key, group_value, offset_key,
+    GroupRecord, MemberRecord, TopicPartition, group_key, group_value, offset_key,
 )
 
 log = logging.getLogger("semel.coordinator.group")
@@ -73,7 +75,7 @@ class GroupMembership:
         if consumer is not None:
             # Its last member of the consumer protocol left: the group becomes a classic
             # one, and the consumer protocol's records of it go (its offsets stay).
-            self._consumers.cg_write(group_id, consumer, None, None)
+            self._consumers.cg_write(group_id, consumer, None, Answer())
         if rebalance_timeout_ms is None or rebalance_timeout_ms <= 0:
             rebalance_timeout_ms = session_timeout_ms   # JoinGroup v0 has no rebalance timeout
         protocols = [(name, bytes(meta or b"")) for name, meta in protocols]
@@ -97,11 +99,11 @@ class GroupMembership:
             self._try_complete_join(group)
         return fut
 
-    def _join_new(self, group: Group, req: "JoinRequest", require_known: bool) -> asyncio.Future:
+    def _join_new(self, group: Group, req: "JoinRequest", require_known: bool) -> asyncio.Future[JoinResult]:
         prefix = req.group_instance_id or req.client_id or "member"
         new_id = f"{prefix}-{uuid.uuid4()}"
         if req.group_instance_id is not None:
-            return self._join_static(group, new_id, req)
+            return self._join_static(group, new_id, req, req.group_instance_id)
         if require_known:
             # KIP-394: hand out the id first, so a client that times out and retries
             # does not leave a ghost member behind.
@@ -111,7 +113,7 @@ class GroupMembership:
             return done_future(JoinResult(KafkaError.MEMBER_ID_REQUIRED, new_id))
         return self._add_member_and_rebalance(group, new_id, req)
 
-    def _join_known(self, group: Group, member_id: str, req: "JoinRequest") -> asyncio.Future:
+    def _join_known(self, group: Group, member_id: str, req: "JoinRequest") -> asyncio.Future[JoinResult]:
         if member_id in group.pending_members:
             group.pending_members.discard(member_id)
             return self._add_member_and_rebalance(group, member_id, req)
@@ -132,13 +134,14 @@ class GroupMembership:
             return self._update_member_and_rebalance(group, member, req)
         return done_future(JoinResult(KafkaError.UNKNOWN_MEMBER_ID, member_id))
 
-    def _join_static(self, group: Group, new_id: str, req: "JoinRequest") -> asyncio.Future:
+    def _join_static(self, group: Group, new_id: str, req: "JoinRequest",
+                     instance_id: str) -> asyncio.Future[JoinResult]:
         """A static member (group_instance_id) joining without a member id: a new
         instance replaces the old one, fencing it, without a rebalance when nothing
         changed (basic KIP-345)."""
-        old_id = group.static.get(req.group_instance_id)
+        old_id = group.static.get(instance_id)
         old = group.members.get(old_id) if old_id is not None else None
-        if old is None:
+        if old_id is None or old is None:
             return self._add_member_and_rebalance(group, new_id, req)
         resolve_future(old.join_future, JoinResult(KafkaError.FENCED_INSTANCE_ID, old_id))
         resolve_future(old.sync_future, SyncResult(KafkaError.FENCED_INSTANCE_ID))
@@ -166,7 +169,8 @@ class GroupMembership:
         m.joined_at = self.timers.now()
         return m
 
-    def _add_member_and_rebalance(self, group: Group, member_id: str, req: "JoinRequest") -> asyncio.Future:
+    def _add_member_and_rebalance(self, group: Group, member_id: str,
+                                  req: "JoinRequest") -> asyncio.Future[JoinResult]:
         member = self._new_member(member_id, req)
         member.is_new = True
         if group.state is S.PREPARING_REBALANCE and group.generation == 0:
@@ -174,12 +178,14 @@ class GroupMembership:
         group.add(member)
         # Keep our own reference: the join may complete (and clear the member's
         # field) before _maybe_prepare_rebalance returns.
-        fut = member.join_future = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
+        member.join_future = fut
         self.arm_heartbeat(group, member)
         self._maybe_prepare_rebalance(group)
         return fut
 
-    def _update_member_and_rebalance(self, group: Group, member: Member, req: "JoinRequest") -> asyncio.Future:
+    def _update_member_and_rebalance(self, group: Group, member: Member,
+                                     req: "JoinRequest") -> asyncio.Future[JoinResult]:
         member.protocols = req.protocols
         member.protocol_type = req.protocol_type
         if len(group.members) == 1:
@@ -373,7 +379,7 @@ class GroupMembership:
         if not err:
             err = self._check_sync(group, generation, member_id, group_instance_id,
                                    protocol_type, protocol_name)
-        if err:
+        if err or group is None:   # (_check_sync refuses a missing group)
             return done_future(SyncResult(err))
         member = group.members[member_id]
         fixed = SYNC_RESULT[group.state]
@@ -433,7 +439,7 @@ class GroupMembership:
             return (self._store.current(group) and group.state is S.COMPLETING_REBALANCE
                     and group.generation == generation)
 
-        def apply(info) -> None:
+        def apply(info: AppendInfo) -> None:
             group.persisted = True
             if not still_waiting():
                 return   # the group moved on meanwhile; its members were answered then
@@ -459,7 +465,7 @@ class GroupMembership:
         start sees an older one, whose members then expire."""
         snapshot = self.group_record(group)
 
-        def apply(info) -> None:
+        def apply(info: AppendInfo) -> None:
             group.persisted = True
 
         self._writes.write(lambda: self._writes.append_records([(group_key(group.group_id), group_value(snapshot))]),
@@ -569,7 +575,7 @@ class GroupMembership:
         if not doomed:
             return done_future(results)
         pairs: list[tuple[bytes, bytes | None]] = []
-        plan: list[tuple[str, Group | None, list[TopicPartition], list]] = []
+        plan: list[tuple[str, Group | None, list[TopicPartition], list[Record]]] = []
         for gid in doomed:
             group = self._store.groups.get(gid)
             tps = list(group.offsets.committed) if group is not None else []
@@ -581,7 +587,7 @@ class GroupMembership:
             pairs += tombstones
             plan.append((gid, group, tps, tombstones))
 
-        def apply(info) -> dict[str, KafkaError]:
+        def apply(info: AppendInfo) -> dict[str, KafkaError]:
             at = info.first_offset
             for gid, group, tps, consumer in plan:
                 for tp in tps:
@@ -592,8 +598,7 @@ class GroupMembership:
                         group.persisted = False
                         self._store.apply_group_record(gid, None)
                     at += 1
-                for key, value in consumer:
-                    apply_record(self._store.consumer_groups, decode_key(key), value)
+                apply_records(self._store.consumer_groups, consumer)
                 results[gid] = KafkaError.NONE
             return results
 

@@ -61,8 +61,8 @@ class Member:
         self.protocol_type = protocol_type
         self.protocols = protocols            # (name, metadata) in the member's preference order
         self.assignment = b""
-        self.join_future: asyncio.Future | None = None
-        self.sync_future: asyncio.Future | None = None
+        self.join_future: asyncio.Future[JoinResult] | None = None
+        self.sync_future: asyncio.Future[SyncResult] | None = None
         self.is_new = False
         self.joined_at = 0
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Callable
+from typing import Callable, Iterable, Iterator, Mapping, TypeVar
 
 from ..protocol import records as rb
 from ..protocol.errors import KafkaError
@@ -16,17 +16,25 @@ from .group_model import MAX_RECORDS_PER_BATCH, FetchedOffset, Group
 from .group_states import COMMIT_RESULT, GroupState
 from .coordinator_log import done_future
 from .offsets import CommittedOffset, TopicPartition, group_key, group_value, offset_key, offset_value
+from ..storage.types import AppendInfo
 
 log = logging.getLogger("semel.coordinator.group")
 
 S = GroupState
 
 
-def _as_committed(value) -> CommittedOffset:
+# An offset to commit: a CommittedOffset, or (offset, leader epoch, metadata).
+OffsetInput = CommittedOffset | tuple[int, int, str | None]
+# A rewritten record: its group (None for a consumer group's), partition and value.
+_Rewritten = tuple[Group | None, TopicPartition | None, CommittedOffset | None]
+T = TypeVar("T")
+
+
+def _as_committed(value: OffsetInput) -> CommittedOffset:
     if isinstance(value, CommittedOffset):
         return CommittedOffset(value.offset, value.leader_epoch, value.metadata)
-    offset, *rest = value
-    return CommittedOffset(int(offset), *rest[:2])
+    offset, epoch, metadata = value
+    return CommittedOffset(int(offset), epoch, metadata)
 
 
 class OffsetManager:
@@ -44,7 +52,7 @@ class OffsetManager:
         self.topics_dropped: set[str] = set()
 
     def commit_offsets(self, group_id: str, generation: int, member_id: str,
-                       offsets: dict[TopicPartition, Any], *,
+                       offsets: Mapping[TopicPartition, OffsetInput], *,
                        group_instance_id: str | None = None, api_version: int | None = None
                        ) -> "asyncio.Future[dict[TopicPartition, KafkaError]]":
         """Commit `{(topic, partition): CommittedOffset(offset, leader_epoch, metadata)}`
@@ -83,8 +91,8 @@ class OffsetManager:
             return KafkaError.ILLEGAL_GENERATION
         return COMMIT_RESULT[group.state]
 
-    def _write_offsets(self, group_id: str, offsets: dict[TopicPartition, Any], *,
-                       producer_id: int, producer_epoch: int):
+    def _write_offsets(self, group_id: str, offsets: Mapping[TopicPartition, OffsetInput], *,
+                       producer_id: int, producer_epoch: int) -> "asyncio.Future[dict[TopicPartition, KafkaError]]":
         results: dict[TopicPartition, KafkaError] = {}
         now = self.clock()
         accepted: list[tuple[TopicPartition, CommittedOffset]] = []
@@ -99,11 +107,11 @@ class OffsetManager:
             return done_future(results)
         transactional = producer_id >= 0
 
-        def append():
-            pairs = [(offset_key(group_id, t, p), offset_value(v)) for (t, p), v in accepted]
+        def append() -> AppendInfo:
+            pairs: list[tuple[bytes, bytes | None]] = [(offset_key(group_id, t, p), offset_value(v)) for (t, p), v in accepted]
             return self._writes.append_records(pairs, producer_id=producer_id, producer_epoch=producer_epoch)
 
-        def apply(info) -> dict[TopicPartition, KafkaError]:
+        def apply(info: AppendInfo) -> dict[TopicPartition, KafkaError]:
             for i, (tp, value) in enumerate(accepted):
                 if transactional:
                     self._store.apply_pending(producer_id, group_id, tp, value, info.first_offset + i)
@@ -133,7 +141,7 @@ class OffsetManager:
             if group is None:
                 return KafkaError.NONE, []
             partitions = list(group.offsets.committed)
-        out = []
+        out: list[FetchedOffset] = []
         for topic, part in partitions:
             tp = (topic, part)
             if group is not None and require_stable and group.offsets.has_pending(tp):
@@ -151,7 +159,7 @@ class OffsetManager:
 
     def txn_commit_offsets(self, producer_id: int, producer_epoch: int, group_id: str,
                            generation: int, member_id: str, group_instance_id: str | None,
-                           offsets: dict[TopicPartition, Any]
+                           offsets: Mapping[TopicPartition, OffsetInput]
                            ) -> "asyncio.Future[dict[TopicPartition, KafkaError]]":
         """TxnOffsetCommit: append a transactional batch of offsets under the
         producer's id/epoch; they stay pending (invisible to OffsetFetch) until
@@ -196,7 +204,7 @@ class OffsetManager:
             return done_future(err)
         kind = rb.CONTROL_COMMIT if commit else rb.CONTROL_ABORT
 
-        def apply(info) -> KafkaError:
+        def apply(info: AppendInfo) -> KafkaError:
             self._store.apply_marker(producer_id, commit)
             return KafkaError.NONE
 
@@ -218,9 +226,9 @@ class OffsetManager:
         group = self._store.groups.get(group_id) if not err else None
         if not err and (group is None or group.state is S.DEAD):
             err = KafkaError.GROUP_ID_NOT_FOUND
-        if not err and group.state is not S.EMPTY and group.protocol_type != "consumer":
+        if not err and group is not None and group.state is not S.EMPTY and group.protocol_type != "consumer":
             err = KafkaError.NON_EMPTY_GROUP
-        if err:
+        if err or group is None:
             return done_future((err, {}))
         busy: set[str] = set()
         if group.state is not S.EMPTY:
@@ -232,20 +240,20 @@ class OffsetManager:
         if not doomed:
             return done_future((KafkaError.NONE, results))
 
-        def apply(info):
+        def apply(info: AppendInfo) -> tuple[KafkaError, dict[TopicPartition, KafkaError]]:
             for i, tp in enumerate(doomed):
                 self._store.apply_offset(group_id, tp, None, info.first_offset + i)
             return KafkaError.NONE, results
 
-        def fail(error: KafkaError):
+        def fail(error: KafkaError) -> tuple[KafkaError, dict[TopicPartition, KafkaError]]:
             return error, {}
 
-        pairs = [(offset_key(group_id, t, p), None) for t, p in doomed]
+        pairs: list[tuple[bytes, bytes | None]] = [(offset_key(group_id, t, p), None) for t, p in doomed]
         return self._writes.write(lambda: self._writes.append_records(pairs), apply, fail)
 
     # --- offsets of deleted topics ----------------------------------------------------------------
 
-    def drop_topic_offsets(self, topics) -> None:
+    def drop_topic_offsets(self, topics: Iterable[str]) -> None:
         """Kafka forgets every group's offsets of a deleted topic (committed and pending
         transactional ones): tombstones in __consumer_offsets, so the deletion survives a
         restart or a move of the coordinator, and OffsetFetch answers -1 afterwards. A
@@ -260,7 +268,7 @@ class OffsetManager:
             self._write_topic_tombstones(doomed[at:at + MAX_RECORDS_PER_BATCH])
 
     def _write_topic_tombstones(self, doomed: list[tuple[str, TopicPartition]]) -> None:
-        def apply(info) -> None:
+        def apply(info: AppendInfo) -> None:
             for i, (group_id, tp) in enumerate(doomed):
                 self._store.apply_offset(group_id, tp, None, info.first_offset + i)
 
@@ -270,18 +278,19 @@ class OffsetManager:
             log.warning("offsets of deleted topics not dropped: %s", KafkaError(error).name)
             self.topics_dropped.clear()
 
-        pairs = [(offset_key(group_id, t, p), None) for group_id, (t, p) in doomed]
+        pairs: list[tuple[bytes, bytes | None]] = [(offset_key(group_id, t, p), None)
+                                                   for group_id, (t, p) in doomed]
         self._writes.write(lambda: self._writes.append_records(pairs), apply, fail)
 
-    def follow_deleted_topics(self, deleted) -> None:
+    def follow_deleted_topics(self, deleted: Iterable[str]) -> None:
         """Cluster: `deleted` names every topic the cluster view holds deleted (a marker,
         not created again). Called on every view change and when this coordinator starts
         serving; only names not yet handled since the load cost a pass over the groups."""
         if self._ready():
             return
-        deleted = set(deleted)
-        fresh = deleted - self.topics_dropped
-        self.topics_dropped = deleted   # a name created again leaves, so a later deletion counts
+        names = set(deleted)
+        fresh = names - self.topics_dropped
+        self.topics_dropped = names   # a name created again leaves, so a later deletion counts
         if fresh:
             self.drop_topic_offsets(fresh)
 
@@ -329,7 +338,7 @@ class OffsetManager:
         if self._writes.inflight or self._consumers.pending or self._store.producer_groups or any(g.offsets.pending for g in self._store.groups.values()):
             return
         pairs: list[tuple[bytes, bytes | None]] = []
-        rewritten: list[tuple[Group, TopicPartition | None, Any]] = []   # in record order
+        rewritten: list[_Rewritten] = []   # in record order
         for group in self._store.groups.values():
             if group.persisted:
                 pairs.append((group_key(group.group_id), group_value(self._membership.group_record(group))))
@@ -343,10 +352,10 @@ class OffsetManager:
         if not pairs:
             return
 
-        def apply(info) -> None:
+        def apply(info: AppendInfo) -> None:
             # The rewritten values now sit at new log positions, as a replay will see them.
             for at, (group, tp, value) in enumerate(rewritten, start=info.first_offset):
-                if tp is not None and group.offsets.committed.get(tp) is value:
+                if group is not None and tp is not None and value is not None and group.offsets.committed.get(tp) is value:
                     group.offsets.committed[tp] = value._replace(log_offset=at)
 
         self._writes.rewrite(self._writes.batch(pairs), len(pairs), apply)
@@ -358,7 +367,7 @@ class OffsetManager:
             if drop:
                 pairs.append((group_key(group.group_id), None))
 
-        def apply(info) -> None:
+        def apply(info: AppendInfo) -> None:
             at = info.first_offset
             for group, tps, drop in plan:
                 for tp in tps:
@@ -372,8 +381,10 @@ class OffsetManager:
         self._writes.write(lambda: self._writes.append_records(pairs), apply, lambda error: None)
 
 
-def _chunks(plan, limit: int):
-    chunk, size = [], 0
+def _chunks(plan: list[tuple[Group, list[TopicPartition], bool]], limit: int
+            ) -> Iterator[list[tuple[Group, list[TopicPartition], bool]]]:
+    chunk: list[tuple[Group, list[TopicPartition], bool]] = []
+    size = 0
     for item in plan:
         n = len(item[1]) + 1
         if chunk and size + n > limit:

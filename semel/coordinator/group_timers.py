@@ -24,11 +24,12 @@ class Timers:
     def __init__(self, clock: Callable[[], int]):
         self._clock = clock
         self._heap: list[tuple[int, int, Any]] = []
-        self._live: dict[Any, tuple[int, int, Callable[[], None]]] = {}
+        # A callback's result is not used (one that spawns a task returns it).
+        self._live: dict[Any, tuple[int, int, Callable[[], object]]] = {}
         self._seq = itertools.count()
         self.on_change: Callable[[], None] | None = None
 
-    def set(self, key: Any, delay_ms: int, callback: Callable[[], None]) -> None:
+    def set(self, key: Any, delay_ms: int, callback: Callable[[], object]) -> None:
         deadline = self._clock() + max(0, int(delay_ms))
         seq = next(self._seq)
         self._live[key] = (deadline, seq, callback)

@@ -9,6 +9,7 @@ from typing import Any, Callable, TypeVar
 
 from ..protocol import records as rb
 from ..protocol.errors import KafkaError
+from ..storage.types import AppendInfo
 from .coordinator_log import CoordinatorLog, InFlightWrite
 
 T = TypeVar("T")
@@ -37,7 +38,7 @@ class GroupWrites:
                               transactional=producer_id >= 0)
 
     def append_records(self, pairs: list[tuple[bytes, bytes | None]], *, producer_id: int = -1,
-                       producer_epoch: int = -1) -> Any:
+                       producer_epoch: int = -1) -> AppendInfo:
         return self._clog.append(self.batch(pairs, producer_id=producer_id, producer_epoch=producer_epoch))
 
     def append_control(self, kind: int, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> Any:

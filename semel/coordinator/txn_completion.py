@@ -128,8 +128,7 @@ class MarkerCompletion:
         try:
             # Markers only for a durable decision: a crash must not leave markers
             # whose Prepare record could still vanish from the coordinator log.
-            own = self._clog.loaded()
-            await self._clog.flusher.sync(own, own.log_end_offset)
+            await self._clog.durable()
         except AppendError as exc:
             log.warning("transaction log fsync before markers for %s failed (%s); will retry", meta.txn_id, exc)
             return False

@@ -10,6 +10,7 @@ partitionLeaderEpoch without recomputing it.
 """
 from __future__ import annotations
 
+import mmap
 import struct
 import time
 from dataclasses import dataclass
@@ -34,8 +35,8 @@ CONTROL_COMMIT = 1
 NO_PRODUCER_ID = -1
 NO_SEQUENCE = -1
 
-# What record-batch bytes arrive as: a file's read, a request frame or a view of either.
-Buffer = bytes | bytearray | memoryview
+# What record-batch bytes arrive as: a file's read or map, a request frame or a view of either.
+Buffer = bytes | bytearray | memoryview | mmap.mmap
 # A record header as build_batch takes it (a str key is UTF-8 encoded).
 Header = tuple[str | bytes, bytes | None]
 

@@ -23,7 +23,7 @@ from typing import Callable
 
 from semel.backoff import Backoff
 from semel.client import txn as wire
-from semel.client.client import Client
+from semel.client.client import CONNECTION_BROKEN, Client
 from semel.protocol.errors import KafkaError
 from semel.protocol.txn_hash import aligned
 
@@ -35,7 +35,7 @@ _NOT_UNDERSTOOD = frozenset({KafkaError.INVALID_TOPIC_EXCEPTION, KafkaError.UNKN
 # Worth asking again: the parent or a branch is between two transitions.
 _AGAIN = frozenset({KafkaError.CONCURRENT_TRANSACTIONS, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
                     KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.NOT_COORDINATOR,
-                    KafkaError.REQUEST_TIMED_OUT})
+                    KafkaError.REQUEST_TIMED_OUT, KafkaError.NETWORK_EXCEPTION})
 
 
 class AtomicError(Exception):
@@ -85,16 +85,23 @@ def resolve(mode: str, c: Client, probe_parent: str, timeout_ms: int) -> bool:
 
 
 def join(conn: Callable[[], Client], parent: wire.TxnState, branch_ids: list[str], deadline_s: float,
-         moved: Callable[[KafkaError], object] = lambda err: None) -> None:
+         moved: Callable[[KafkaError], object] = lambda err: None,
+         lost: Callable[[], object] = lambda: None) -> None:
     """Join every branch to the parent, or AtomicError (a branch that is no longer
     ongoing, e.g. aborted by its timeout, fails the batch: never committed in part).
     conn(): the parent's coordinator, asked each try; moved(err) is told each refusal
-    (a router drops a coordinator that moved)."""
+    (a router drops a coordinator that moved); lost() each connection that broke
+    mid-request (the join is sent again: one the broker has is answered NONE)."""
     if not branch_ids:
         return
     pace = Backoff(deadline_s - time.monotonic())
+    tps = [pseudo_partition(b) for b in branch_ids]
     while True:
-        got = wire.add_partitions(conn(), parent, [pseudo_partition(b) for b in branch_ids])
+        try:
+            got = wire.add_partitions(conn(), parent, tps)
+        except CONNECTION_BROKEN:
+            lost()
+            got = {tp: KafkaError.NETWORK_EXCEPTION for tp in tps}
         bad = {tp[0][len(BRANCH_TOPIC):]: e for tp, e in got.items() if e != KafkaError.NONE}
         for err in set(bad.values()):
             moved(err)

@@ -17,8 +17,8 @@ from semel.protocol.errors import KafkaError
 from semel.spark import batches
 from semel.spark.decision import BranchMessage, branch_id, decision_partitions, is_decided, is_decided_call
 from semel.spark.hooks import FAIL_FIRST_ATTEMPT_ENV, kill_if
-from semel.spark.routing import (connect, end_transaction, group_coordinator, init_transaction, partition_leader,
-                                 retry_rounds, retrying, route_key, txn_coordinator)
+from semel.spark.routing import (BROKEN, connect, end_transaction, group_coordinator, init_transaction, partition_leader,
+                                 reset_connections, retry_rounds, retrying, route_key, txn_coordinator)
 from semel.spark.sink_options import MAX_REQUEST_BYTES, TP, SinkError, SinkOptions
 from semel.spark.trace import Phases
 
@@ -177,7 +177,7 @@ def write_branch(o: SinkOptions, cols: dict[str, int], rows: Iterator, batch: in
         _feed(producer, part, cols, rows, o.topic)
         # The re-check rides with the last Produce request (the broker answers it after that
         # request): no round trip of its own unless nothing was left to send.
-        recheck = producer.flush((group_coordinator(r, o), is_decided_call(o, batch, parts)) if check else None)
+        recheck = producer.flush((lambda: group_coordinator(r, o), is_decided_call(o, batch, parts)) if check else None)
         ph.mark("input_and_produce")
         kill_if("write:produced", batch)
         if check and recheck is None:
@@ -225,9 +225,13 @@ def _check_and_init(r: ClusterRouter, o: SinkOptions, batch: int, bid: str, chec
         if is_decided(r, o, batch, parts):
             return True, None
         return False, init_transaction(r, o, bid)
-    decided, (err, st) = wire.pipelined(g, is_decided_call(o, batch, parts),
-                                        (wire.init_producer_id_call(bid, o.restart_window_ms),
-                                         wire.init_producer_id_result(bid)))
+    try:
+        decided, (err, st) = wire.pipelined(g, is_decided_call(o, batch, parts),
+                                            (wire.init_producer_id_call(bid, o.restart_window_ms),
+                                             wire.init_producer_id_result(bid)))
+    except BROKEN:
+        reset_connections(r)   # both again one at a time, each with its retries
+        decided, err, st = None, KafkaError.NETWORK_EXCEPTION, None
     if decided is None:
         decided = is_decided(r, o, batch, parts)
     if decided:
@@ -336,7 +340,8 @@ class _BranchProducer:
         self.flush()
 
     def flush(self, tail=None):
-        """Send everything. `tail`, a (call, result) pair, goes in the same write as the
+        """Send everything. `tail`, (a function giving the connection it goes to (asked each
+        round: a broken one is replaced), (call, result)), goes in the same write as the
         last Produce request; its result is returned (None when nothing was sent)."""
         for tp in list(self.buf):
             self._seal(tp)
@@ -388,7 +393,14 @@ class _BranchProducer:
         new = sorted(tp for tp in chunks if tp not in self.added)
         data = {tp: ch.encode(self.st, self.st.seq.get(tp, 0), self.o.producer.compression)
                 for tp, ch in chunks.items()}
-        add_errs, produced, tail_got = self._round(data, new, tail if last else None)
+        try:
+            add_errs, produced, tail_got = self._round(data, new, tail if last else None)
+        except BROKEN:
+            # Sent again next round as the same bytes (the broker drops a batch it has by
+            # its sequence; a join it has is answered NONE).
+            reset_connections(self.r)
+            self.send_s += time.perf_counter() - t0
+            return ("Produce", min(chunks), KafkaError.NETWORK_EXCEPTION), False
         self.send_s += time.perf_counter() - t0
         refused = {tp: e for tp, e in add_errs.items() if e != KafkaError.NONE}
         if not refused:
@@ -421,10 +433,12 @@ class _BranchProducer:
 
     def _round(self, data: dict[TP, bytes], new: list[TP], tail):
         """One write per broker: AddPartitionsToTxn of `new` (if any), the Produce of
-        `data`, `tail` ((connection, (call, result)) or None). Returns (the join's errors,
+        `data`, `tail` (as in flush(), or None). Returns (the join's errors,
         the produce's errors, the tail's result); errors that say a coordinator or leader
         moved drop it from the routing cache, so the next round asks again."""
         coord = txn_coordinator(self.r, self.o, self.st.txn_id)
+        if tail is not None:
+            tail = (tail[0](), tail[1])
         leaders = {tp: partition_leader(self.r, tp) for tp in data}
         if all(c is coord for c in leaders.values()) and (tail is None or tail[0] is coord):
             add_errs, produced, tail_got = self._round_on_one(coord, data, new, tail)

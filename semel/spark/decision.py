@@ -22,8 +22,9 @@ from semel.protocol.errors import KafkaError
 from semel.spark import atomic
 from semel.spark.checkpoint import Checkpoint, CheckpointError
 from semel.spark.hooks import kill_if
-from semel.spark.routing import (connect, end_transaction, fence_transaction, group_coordinator, init_transaction,
-                                 on_txn_coordinator, require_ok, retrying, route_key, txn_coordinator)
+from semel.spark.routing import (BROKEN, connect, end_transaction, fence_transaction, group_coordinator, init_transaction,
+                                 on_txn_coordinator, require_ok, resending, reset_connections, retrying, route_key,
+                                 txn_coordinator)
 from semel.spark.sink_options import TP, SinkError, SinkOptions
 from semel.spark.trace import Phases
 
@@ -106,6 +107,11 @@ def read_decision(r: ClusterRouter, o: SinkOptions, parts: list[TP], fence_open:
         try:
             got = wire.committed_with_metadata(group_coordinator(r, o), o.group, parts)
             break
+        except BROKEN as exc:
+            reset_connections(r)   # a read: asked again on a new connection
+            if pace.expired():
+                raise SinkError(f"semel sink: reading the decision: {exc}") from None
+            pace.wait()
         except ClientError as exc:
             moved = r.seen(exc.error, coordinator=(o.group, GROUP)) in COORDINATOR_MOVED
             if not (moved or exc.error == KafkaError.UNSTABLE_OFFSET_COMMIT) or pace.expired():
@@ -262,9 +268,13 @@ def _init_and_read(r: ClusterRouter, o: SinkOptions, parts: list[TP]) -> tuple[w
             return fetched(resp)
         except ClientError as exc:
             return exc
-    (err, st), got = wire.pipelined(c, (wire.init_producer_id_call(o.parent, o.restart_window_ms),
-                                        wire.init_producer_id_result(o.parent)),
-                                    (wire.committed_call(o.group, parts), read))
+    try:
+        (err, st), got = wire.pipelined(c, (wire.init_producer_id_call(o.parent, o.restart_window_ms),
+                                            wire.init_producer_id_result(o.parent)),
+                                        (wire.committed_call(o.group, parts), read))
+    except BROKEN:
+        reset_connections(r)
+        err, got = KafkaError.NETWORK_EXCEPTION, None
     if err != KafkaError.NONE or isinstance(got, ClientError):
         r.seen(err, coordinator=(o.parent, TRANSACTION))
         done = read_decision(r, o, parts)
@@ -289,7 +299,13 @@ def _join_and_offsets(r: ClusterRouter, o: SinkOptions, st: wire.TxnState, branc
               wire.add_partitions_result)] if join else []
     calls += [(wire.add_offsets_call(st, o.group), wire.error_result),
               (wire.txn_offset_commit_call(c, st, o.group, marks, meta), wire.txn_offset_commit_result)]
-    got = wire.pipelined(c, *calls)
+    try:
+        got = wire.pipelined(c, *calls)
+    except BROKEN:
+        reset_connections(r)   # each again on its own, with its retries (a resend of what it did changes nothing)
+        join_branches(r, o, st, branch_ids)
+        _offsets(r, o, st, marks, meta)
+        return
     joined = got.pop(0) if join else {}
     if any(e != KafkaError.NONE for e in joined.values()):
         join_branches(r, o, st, branch_ids)
@@ -309,7 +325,7 @@ def _offsets(r: ClusterRouter, o: SinkOptions, st: wire.TxnState, marks: dict[TP
         box["errs"] = wire.txn_offset_commit(group_coordinator(r, o), st, o.group, marks, meta)
         bad = [e for e in box["errs"].values() if e != KafkaError.NONE]
         return r.seen(bad[0], coordinator=(o.group, GROUP)) if bad else KafkaError.NONE
-    retrying(o, "TxnOffsetCommit", commit)
+    require_ok(retrying(o, "TxnOffsetCommit", lambda: resending(r, commit)), "TxnOffsetCommit")
     bad = {tp: e for tp, e in box["errs"].items() if e != KafkaError.NONE}
     if bad:
         raise SinkError(f"semel sink: TxnOffsetCommit: {', '.join(f'{t}-{p} {e.name}' for (t, p), e in bad.items())}")
@@ -317,8 +333,8 @@ def _offsets(r: ClusterRouter, o: SinkOptions, st: wire.TxnState, marks: dict[TP
 
 def _decide(r: ClusterRouter, o: SinkOptions, st: wire.TxnState) -> None:
     """EndTxn(commit) of the parent: the batch's durable decision."""
-    err = wire.pipelined(txn_coordinator(r, o, o.parent), (wire.end_txn_call(o.parent, st.pid, st.epoch, True),
-                                                wire.error_result))[0]
+    call = (wire.end_txn_call(o.parent, st.pid, st.epoch, True), wire.error_result)
+    err = resending(r, lambda: wire.pipelined(txn_coordinator(r, o, o.parent), call)[0])
     if err != KafkaError.NONE:
         r.seen(err, coordinator=(o.parent, TRANSACTION))
         require_ok(retrying(o, "EndTxn", lambda: end_transaction(r, o, o.parent, st.pid, st.epoch, True)),
@@ -340,7 +356,11 @@ def _known(r: ClusterRouter, o: SinkOptions, ids: list[str]) -> list[str]:
     fences them all."""
     if not (o.atomic and ids):
         return ids
-    resp = txn_coordinator(r, o, o.parent).request(ApiKey.DESCRIBE_TRANSACTIONS, transactional_ids=list(ids))
+    try:
+        resp = txn_coordinator(r, o, o.parent).request(ApiKey.DESCRIBE_TRANSACTIONS, transactional_ids=list(ids))
+    except BROKEN:
+        reset_connections(r)
+        return ids   # fencing an id never seen costs a record, nothing more
     unknown = {t.transactional_id for t in resp.transaction_states
                if KafkaError(t.error_code) == KafkaError.TRANSACTIONAL_ID_NOT_FOUND}
     return [i for i in ids if i not in unknown]
@@ -363,8 +383,12 @@ def _open_branches(r: ClusterRouter, o: SinkOptions, batches: Callable[[int], bo
             return None
     except ClientError:
         return None   # no ListTransactions at all (Tansu 0.6)
-    resp = c.request(ApiKey.LIST_TRANSACTIONS, state_filters=["Ongoing"], producer_id_filters=[],
-                     duration_filter=-1, transactional_id_pattern=_branch_pattern(o))
+    try:
+        resp = c.request(ApiKey.LIST_TRANSACTIONS, state_filters=["Ongoing"], producer_id_filters=[],
+                         duration_filter=-1, transactional_id_pattern=_branch_pattern(o))
+    except BROKEN:
+        reset_connections(r)
+        return None   # the losers are guessed instead
     if resp.error_code != KafkaError.NONE:
         return None
     pattern = re.compile(_branch_pattern(o))
@@ -381,8 +405,12 @@ def _fence_all(r: ClusterRouter, o: SinkOptions, txn_ids: list[str]) -> None:
     id not answered NONE is fenced again on its own, with retries."""
     if not txn_ids:
         return
-    got = wire.pipelined(txn_coordinator(r, o, o.parent), *[(wire.init_producer_id_call(t, o.restart_window_ms),
-                                                  wire.init_producer_id_result(t)) for t in txn_ids])
+    try:
+        got = wire.pipelined(txn_coordinator(r, o, o.parent), *[(wire.init_producer_id_call(t, o.restart_window_ms),
+                                                      wire.init_producer_id_result(t)) for t in txn_ids])
+    except BROKEN:
+        reset_connections(r)
+        got = [(KafkaError.NETWORK_EXCEPTION, None)] * len(txn_ids)
     for txn_id, (err, _) in zip(txn_ids, got):
         if err != KafkaError.NONE:
             fence_transaction(r, o, txn_id)
@@ -412,7 +440,8 @@ def join_branches(r: ClusterRouter, o: SinkOptions, st: wire.TxnState, branch_id
     try:
         atomic.join(lambda: txn_coordinator(r, o, st.txn_id), st, branch_ids,
                     time.monotonic() + o.request_timeout_ms / 1000,
-                    moved=lambda err: r.seen(err, coordinator=(route_key(o, st.txn_id), TRANSACTION)))
+                    moved=lambda err: r.seen(err, coordinator=(route_key(o, st.txn_id), TRANSACTION)),
+                    lost=lambda: reset_connections(r))
     except atomic.AtomicError as exc:
         raise SinkError(f"semel sink: {exc}") from None
 

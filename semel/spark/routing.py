@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 from semel.backoff import Backoff
-from semel.client.client import Client, ClientError
+from semel.client.client import CONNECTION_BROKEN, Client, ClientError
 from semel.client import txn as wire
 from semel.client.cluster import GROUP, TRANSACTION, ClusterRouter
 from semel.protocol.errors import KafkaError
@@ -34,6 +34,31 @@ def connect(o: SinkOptions):
     worker for the next one (semel.spark.pool)."""
     return pool.borrow(("sink", o.bootstrap, o.request_timeout_ms, o.security, o.producer.client_id),
                        lambda: _open(o), _usable, ClusterRouter.close)
+
+
+BROKEN = CONNECTION_BROKEN
+
+
+def resending(r: ClusterRouter, step) -> KafkaError:
+    """step() -> KafkaError, a connection broken mid-request answered NETWORK_EXCEPTION
+    (retriable: the caller's retry loop sends the request again, on new connections).
+    Only for requests a resend of which the broker deduplicates or that change nothing
+    twice: Produce (same producer id, epoch and sequence), AddPartitionsToTxn,
+    AddOffsetsToTxn and TxnOffsetCommit (same epoch), EndTxn (an ended transaction
+    answers its own outcome again), InitProducerId of an id whose open transaction is
+    to be aborted anyway, and reads."""
+    try:
+        return step()
+    except BROKEN:
+        reset_connections(r)
+        return KafkaError.NETWORK_EXCEPTION
+
+
+def reset_connections(r: ClusterRouter) -> None:
+    """After a broken request: every connection closed, since a write that went to
+    several (a pipelined round) may have left answers unread on any of them; the
+    routes stay cached and the connections are opened again when next used."""
+    r.close()
 
 
 def _routed(get, o: SinkOptions | None = None):
@@ -94,7 +119,7 @@ def retrying(o: SinkOptions, what: str, call) -> KafkaError:
 def on_txn_coordinator(r: ClusterRouter, o: SinkOptions, txn_id: str, call) -> KafkaError:
     """call(connection) -> KafkaError on txn_id's coordinator; an answer saying it moved
     drops the cached one (the retry asks again)."""
-    return r.seen(call(txn_coordinator(r, o, txn_id)), coordinator=(route_key(o, txn_id), TRANSACTION))
+    return r.seen(resending(r, lambda: call(txn_coordinator(r, o, txn_id))), coordinator=(route_key(o, txn_id), TRANSACTION))
 
 
 def end_transaction(r: ClusterRouter, o: SinkOptions, txn_id: str, pid: int, epoch: int, commit: bool) -> KafkaError:

@@ -60,6 +60,7 @@ from dataclasses import replace
 
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter
 
+from semel.backoff import Backoff
 from semel.protocol.errors import KafkaError
 from semel.client import txn as wire
 from semel.client.cluster import ClusterRouter
@@ -68,8 +69,9 @@ from semel.spark import options as opt
 from semel.spark.branch_writer import ArrowInput, Partitioner, write_branch
 from semel.spark.decision import (BatchPlan, abort_batch, branch_id, commit_batch, decision_partitions, end_branch,
                                   fence_losers, join_branches, pick_winners, plan_batch, written_winners)
-from semel.spark.routing import (connect, end_transaction, init_transaction, init_transaction_or_error,
-                                 on_txn_coordinator, require_authorized, require_ok, retrying, txn_coordinator)
+from semel.spark.routing import (BROKEN, connect, end_transaction, init_transaction, init_transaction_or_error,
+                                 on_txn_coordinator, require_authorized, require_ok, reset_connections, retrying,
+                                 txn_coordinator)
 from semel.spark.sink_options import DEFAULT_RESTART_WINDOW_MS, SinkError, SinkOptions
 # Option names (defined once, in semel/spark/options.py).
 from semel.spark.options import ATOMIC, BATCH_ROWS, QUERY_ID, REQUEST_TIMEOUT, RESTART_WINDOW, TOPIC
@@ -143,17 +145,20 @@ def _probe_group(r: ClusterRouter, o: SinkOptions, st: wire.TxnState) -> None:
     TxnOffsetCommit: Read on the group). Asked here, on the probe's own transaction
     (aborted at once), so a missing ACL fails the query at its start, not at the first
     batch's commit after its rows were written."""
-    err = on_txn_coordinator(r, o, st.txn_id, lambda c: wire.add_offsets(c, st, o.group))
+    err = retrying(o, "AddOffsetsToTxn",
+                   lambda: on_txn_coordinator(r, o, st.txn_id, lambda c: wire.add_offsets(c, st, o.group)))
     require_authorized(o, err, f"AddOffsetsToTxn of the group {o.group!r}")
     if err == KafkaError.NONE:
-        end_transaction(r, o, st.txn_id, st.pid, st.epoch, False)
+        retrying(o, "EndTxn", lambda: end_transaction(r, o, st.txn_id, st.pid, st.epoch, False))
 
 
 def probe(o: SinkOptions) -> SinkOptions:
     """At query start: the broker is reachable, the topic exists, and it grants the
     restart window as a transaction timeout (else a branch could be aborted by the
     broker between a crash and the restart that commits it). Returns the options
-    with mode (a) on where the broker supports it and semel.atomicBatches allows."""
+    with mode (a) on where the broker supports it and semel.atomicBatches allows.
+    A step whose connection broke mid-request is done again (each only fences and
+    aborts the probe's own transactions, so doing one twice is harmless)."""
     probe_id = f"{o.parent}.probe"
     with connect(o) as r:
         if o.topic is not None:
@@ -165,11 +170,21 @@ def probe(o: SinkOptions) -> SinkOptions:
         require_authorized(o, err, f"InitProducerId {probe_id!r}")
         require_ok(err, "InitProducerId probe")
         _probe_group(r, o, st)
+        return replace(o, atomic=_resolve_mode(r, o, probe_id))
+
+
+def _resolve_mode(r: ClusterRouter, o: SinkOptions, probe_id: str) -> bool:
+    pace = Backoff(o.request_timeout_ms / 1000)
+    while True:
         try:
-            return replace(o, atomic=atomic.resolve(o.atomic_mode, txn_coordinator(r, o, probe_id), probe_id,
-                                                    o.restart_window_ms))
+            return atomic.resolve(o.atomic_mode, txn_coordinator(r, o, probe_id), probe_id, o.restart_window_ms)
         except atomic.AtomicError as exc:
             raise SinkError(f"semel sink: {exc}") from None
+        except BROKEN as exc:
+            reset_connections(r)
+            if pace.expired():
+                raise SinkError(f"semel sink: probing the broker: {exc}") from None
+            pace.wait()
 
 
 # Spark calls streamWriter() twice per micro-batch (planning, then again in the worker that

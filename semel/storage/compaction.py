@@ -24,13 +24,22 @@ newest record of each key among committed data. What it keeps and why:
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import crc32c
 from semel.protocol.codecs import DecodeError, uncompressed_batch
 from semel.protocol.errors import KafkaError
 from semel.protocol.records import (ATTR_COMPRESSION_MASK, CONTROL_ABORT, HEADER_SIZE, BatchHeader,
-                                    write_bytes, control_type, iter_batches, iter_records, write_varint)
+                                    Buffer, Record, write_bytes, control_type, iter_batches, iter_records,
+                                    write_varint)
+
+if TYPE_CHECKING:
+    from .log import PartitionLog
+
+# One segment's bytes by its base offset.
+_Segments = list[tuple[int, bytes]]
 
 # Most bytes one batch's records may expand to where the broker decompresses them
 # (the broker's --max-decompressed-batch-bytes; the cleaner uses this default).
@@ -43,7 +52,7 @@ def is_compacted(cleanup_policy: str) -> bool:
     return "compact" in cleanup_policy.split(",")
 
 
-def check_keys(data, batches: list[tuple[int, BatchHeader]],
+def check_keys(data: Buffer, batches: list[tuple[int, BatchHeader]],
                limit: int = MAX_DECOMPRESSED_BATCH_BYTES) -> tuple[KafkaError, list[int]]:
     """(error, indexes of the records without a key): INVALID_RECORD if any data record
     has no key, its index counted over the data records of all `batches` in order (what
@@ -91,7 +100,7 @@ class _Tombstones:
         return hdr.max_timestamp + self.retention_ms
 
 
-def clean(plog, now_ms: int | None = None, delete_retention_ms: int = 86_400_000) -> CleanResult:
+def clean(plog: PartitionLog, now_ms: int | None = None, delete_retention_ms: int = 86_400_000) -> CleanResult:
     """One cleaning pass over `plog` (a PartitionLog of a compacted topic). With
     `now_ms`, tombstones older than `delete_retention_ms` are removed as well."""
     end = plog.cleanable_end()
@@ -112,14 +121,14 @@ def clean(plog, now_ms: int | None = None, delete_retention_ms: int = 86_400_000
     return result
 
 
-def _aborted_batches(plog, batches) -> set[int]:
+def _aborted_batches(plog: PartitionLog, batches: _Segments) -> set[int]:
     """Base offsets of transactional data batches whose transaction aborted. The
     marker may lie after the cleaned segments, so the rest of the log's headers are
     walked too (transactions open at the LSO are above the cleanable end)."""
     open_txn: dict[int, list[int]] = {}
     aborted: set[int] = set()
 
-    def walk(data):
+    def walk(data: bytes) -> None:
         for pos, hdr in iter_batches(data):
             if not hdr.is_transactional:
                 continue
@@ -137,11 +146,12 @@ def _aborted_batches(plog, batches) -> set[int]:
     return aborted
 
 
-def _records(data, pos: int, hdr: BatchHeader, limit: int = MAX_DECOMPRESSED_BATCH_BYTES):
+def _records(data: Buffer, pos: int, hdr: BatchHeader,
+             limit: int = MAX_DECOMPRESSED_BATCH_BYTES) -> Iterator[Record]:
     return iter_records(uncompressed_batch(memoryview(data)[pos:pos + hdr.size], limit))
 
 
-def _readable(data, pos: int, hdr: BatchHeader):
+def _readable(data: bytes, pos: int, hdr: BatchHeader) -> list[Record] | None:
     """The batch's records, or None where they cannot be had (a batch stored before the
     topic became compacted may be too large or in a codec this install lacks): the
     cleaner then leaves that batch as it is."""
@@ -151,7 +161,7 @@ def _readable(data, pos: int, hdr: BatchHeader):
         return None
 
 
-def _latest_offsets(batches, aborted: set[int]) -> dict[bytes, int]:
+def _latest_offsets(batches: _Segments, aborted: set[int]) -> dict[bytes, int]:
     latest: dict[bytes, int] = {}
     for _, data in batches:
         for pos, hdr in iter_batches(data):
@@ -163,7 +173,7 @@ def _latest_offsets(batches, aborted: set[int]) -> dict[bytes, int]:
     return latest
 
 
-def _keeps(rec, hdr: BatchHeader, latest: dict[bytes, int], tombs: _Tombstones) -> bool:
+def _keeps(rec: Record, hdr: BatchHeader, latest: dict[bytes, int], tombs: _Tombstones) -> bool:
     if rec.key is None:
         return True
     if latest.get(bytes(rec.key)) != rec.offset:
@@ -171,7 +181,7 @@ def _keeps(rec, hdr: BatchHeader, latest: dict[bytes, int], tombs: _Tombstones) 
     return rec.value is not None or not tombs.expired(hdr)   # tombstones go once expired
 
 
-def _rewrite(data, latest: dict[bytes, int], aborted: set[int], tombs: _Tombstones,
+def _rewrite(data: bytes, latest: dict[bytes, int], aborted: set[int], tombs: _Tombstones,
              result: CleanResult) -> tuple[bytes, int]:
     """(segment bytes with superseded, aborted and expired-tombstone records removed,
     how many removed); notes in `result` when the next kept tombstone expires."""
@@ -199,7 +209,7 @@ def _rewrite(data, latest: dict[bytes, int], aborted: set[int], tombs: _Tombston
     return bytes(out), removed
 
 
-def _rebuild(raw, hdr: BatchHeader, keep) -> bytes:
+def _rebuild(raw: memoryview, hdr: BatchHeader, keep: Sequence[Record]) -> bytes:
     """The batch with only `keep`, uncompressed, same offsets/producer fields, new CRC."""
     body = bytearray()
     for rec in keep:

@@ -12,6 +12,7 @@ round that finds the log already flushed returns at once.)
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from typing import Any, Callable, Iterable
 
@@ -74,7 +75,7 @@ class GroupCommitFlusher:
                 loop.call_soon(self._start_rounds)
             self._starting.append((plog, fut))
             self._inflight[plog] = fut
-            fut.add_done_callback(lambda f, key=plog: self._round_done(key, f))
+            fut.add_done_callback(functools.partial(self._round_done, plog))
         return fut
 
     def _start_rounds(self) -> None:
@@ -90,7 +91,7 @@ class GroupCommitFlusher:
         for i in range(0, len(batch), LOGS_PER_JOB):
             part = batch[i:i + LOGS_PER_JOB]
             job = loop.run_in_executor(None, _flush_each, [plog for plog, _ in part])
-            job.add_done_callback(lambda j, part=part: _settle_rounds(j, part))
+            job.add_done_callback(functools.partial(_settle_rounds_of, part))
 
     def _round_done(self, plog: PartitionLog, fut: asyncio.Future[Any]) -> None:
         if self._inflight.get(plog) is fut:
@@ -129,7 +130,7 @@ def _flush_each(logs: list[PartitionLog]) -> list[BaseException | None]:
     return out
 
 
-def _settle_rounds(job: asyncio.Future[Any], batch: list[tuple[PartitionLog, asyncio.Future[Any]]]) -> None:
+def _settle_rounds_of(batch: list[tuple[PartitionLog, asyncio.Future[Any]]], job: asyncio.Future[Any]) -> None:
     """Each round's outcome from the worker's job (a cancelled job cancels them all)."""
     outcomes = None if job.cancelled() else (job.exception() or job.result())
     for i, (_, fut) in enumerate(batch):

@@ -26,6 +26,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Callable, Mapping, TypedDict, cast
 
 
 class FileHandle:
@@ -243,22 +244,23 @@ class FaultyFileSystem(FileSystem):
         return None
 
     # -- intercepted operations ----------------------------------------------------
-    def pwrite(self, f: FileHandle, data, offset: int) -> None:
+    def pwrite(self, f: FileHandle, data: bytes | bytearray | memoryview, offset: int) -> None:
         fault = self._take("write", f.path)
         if fault is not None:
             if fault.partial and len(data) > 1:
                 super().pwrite(f, memoryview(data)[: len(data) // 2], offset)
             raise OSError(errno.EIO, "injected write failure", f.path)
         if self.enospc_after_bytes is not None:
-            self._write_with_quota(f, data, offset)
+            self._write_with_quota(f, data, offset, self.enospc_after_bytes)
             return
         super().pwrite(f, data, offset)
 
-    def _write_with_quota(self, f: FileHandle, data, offset: int) -> None:
+    def _write_with_quota(self, f: FileHandle, data: bytes | bytearray | memoryview, offset: int,
+                          quota: int) -> None:
         old_size = self.size(f)
         growth = max(0, offset + len(data) - old_size)
         with self._lock:
-            room = self.enospc_after_bytes - self._used
+            room = quota - self._used
             fits = growth <= room
             self._used += growth if fits else max(room, 0)
         if fits:
@@ -283,7 +285,7 @@ class FaultyFileSystem(FileSystem):
             with self._lock:
                 self._used = max(0, self._used - (old - size))
 
-    def unlink(self, path, *, missing_ok: bool = True) -> None:
+    def unlink(self, path: str | Path, *, missing_ok: bool = True) -> None:
         with self._lock:
             self.counts[("unlink", str(path))] += 1
         try:
@@ -298,7 +300,7 @@ class FaultyFileSystem(FileSystem):
         self._fsync_common(f.path)
         super().fsync(f)
 
-    def fsync_dir(self, path) -> None:
+    def fsync_dir(self, path: str | Path) -> None:
         self._fsync_common(str(path))
         super().fsync_dir(path)
 
@@ -308,7 +310,7 @@ class FaultyFileSystem(FileSystem):
         if self._take("fsync", path) is not None:
             raise OSError(errno.EIO, "injected fsync failure", path)
 
-    def rename(self, src, dst) -> None:
+    def rename(self, src: str | Path, dst: str | Path) -> None:
         if self._take("rename", str(src)) is not None:
             raise OSError(errno.EIO, "injected rename failure", str(src))
         super().rename(src, dst)
@@ -338,8 +340,22 @@ class FaultyFileSystem(FileSystem):
         threading.Thread(target=poll, name="fs-fault-control", daemon=True).start()
 
 
+class FaultSpec(TypedDict, total=False):
+    """A parsed SEMEL_FS_FAULTS spec: the keys of _ENV_KEYS, each of its kind."""
+    fsync_delay_ms: int
+    enospc_after_bytes: int
+    fail_next_write: int
+    fail_next_fsync: int
+    fail_next_rename: int
+    path_contains: str
+    partial: int
+    skip: int
+    clear: int
+    control_file: str
+
+
 # Keys accepted in SEMEL_FS_FAULTS and how to parse each value.
-_ENV_KEYS = {
+_ENV_KEYS: dict[str, Callable[[str], int | str]] = {
     "fsync_delay_ms": int,
     "enospc_after_bytes": int,
     "fail_next_write": int,
@@ -353,24 +369,27 @@ _ENV_KEYS = {
 }
 
 
-def parse_fault_spec(spec: str) -> dict:
+def parse_fault_spec(spec: str) -> FaultSpec:
     """'fsync_delay_ms=50,enospc_after_bytes=1000000' -> {'fsync_delay_ms': 50, ...}."""
-    out: dict = {}
+    out: dict[str, int | str] = {}
     for part in filter(None, (p.strip() for p in spec.split(","))):
         key, sep, value = part.partition("=")
         key = key.strip()
         if not sep or key not in _ENV_KEYS:
             raise ValueError(f"SEMEL_FS_FAULTS: bad entry {part!r}; known keys: {', '.join(_ENV_KEYS)}")
         try:
-            out[key] = _ENV_KEYS[key](value.strip())
+            parsed = _ENV_KEYS[key](value.strip())
         except ValueError:
             raise ValueError(f"SEMEL_FS_FAULTS: {key} needs an integer, got {value!r}") from None
-        if isinstance(out[key], int) and out[key] < 0:
+        if isinstance(parsed, int) and parsed < 0:
             raise ValueError(f"SEMEL_FS_FAULTS: {key} must not be negative")
-    return out
+        out[key] = parsed
+    # Every key is one of FaultSpec's and its value parsed to that key's kind by _ENV_KEYS,
+    # which a checker cannot follow through a key known only at run time.
+    return cast(FaultSpec, out)
 
 
-def fs_from_env(environ: dict | None = None) -> FileSystem:
+def fs_from_env(environ: Mapping[str, str] | None = None) -> FileSystem:
     """FileSystem for a broker process: faulty when SEMEL_FS_FAULTS is set, plain otherwise."""
     spec = (os.environ if environ is None else environ).get("SEMEL_FS_FAULTS", "").strip()
     if not spec:
@@ -384,7 +403,7 @@ def fs_from_env(environ: dict | None = None) -> FileSystem:
     return fs
 
 
-def arm_faults(fs: FaultyFileSystem, opts: dict) -> None:
+def arm_faults(fs: FaultyFileSystem, opts: FaultSpec) -> None:
     """Apply parsed spec options to fs (clear first when asked)."""
     if opts.get("clear"):
         fs.clear_faults()
@@ -394,12 +413,10 @@ def arm_faults(fs: FaultyFileSystem, opts: dict) -> None:
     if "enospc_after_bytes" in opts:
         fs.enospc_after_bytes = opts["enospc_after_bytes"]
     where = opts.get("path_contains")
-    for op in ("write", "fsync", "rename"):
-        n = opts.get(f"fail_next_{op}", 0)
-        if not n:
-            continue
-        skip = opts.get("skip", 0)
-        if op == "write":
-            fs.fail_next_write(n, where, partial=bool(opts.get("partial")), skip=skip)
-        else:
-            getattr(fs, f"fail_next_{op}")(n, where, skip=skip)
+    skip = opts.get("skip", 0)
+    if n := opts.get("fail_next_write", 0):
+        fs.fail_next_write(n, where, partial=bool(opts.get("partial")), skip=skip)
+    if n := opts.get("fail_next_fsync", 0):
+        fs.fail_next_fsync(n, where, skip=skip)
+    if n := opts.get("fail_next_rename", 0):
+        fs.fail_next_rename(n, where, skip=skip)

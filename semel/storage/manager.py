@@ -20,7 +20,7 @@ import re
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from semel.protocol.errors import KafkaError
 
@@ -117,12 +117,13 @@ class TopicInfo:
     def cleanup_policy(self) -> str:
         return self.config.get("cleanup.policy", "delete")
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, object]:
         return {"partitions": self.partitions, "config": self.config, "internal": self.internal,
                 "topic_id": self.topic_id, "state": self.state}
 
     @classmethod
-    def from_json(cls, name: str, d: dict) -> "TopicInfo":
+    def from_json(cls, name: str, d: dict[str, Any]) -> "TopicInfo":
+        # `d` is a decoded JSON object: each field is converted to its kind here.
         return cls(name, int(d["partitions"]), {str(k): str(v) for k, v in d.get("config", {}).items()},
                    bool(d.get("internal", False)), str(d.get("topic_id", "")), str(d.get("state", LIVE)))
 
@@ -260,7 +261,7 @@ class LogManager:
     def partition_dir(self, topic: str, partition: int) -> Path:
         return self.data_dir / f"{topic}-{partition}"
 
-    def _open_logs(self, info: TopicInfo, partitions) -> None:
+    def _open_logs(self, info: TopicInfo, partitions: Iterable[int]) -> None:
         cfg = log_config_for(self.default_config, info.config)
         for p in partitions:
             plog = PartitionLog.open(self.partition_dir(info.name, p), cfg, self.fs)
@@ -284,7 +285,7 @@ class LogManager:
                 self.fs.rmtree(d)
         self.fs.fsync_dir(self.data_dir)
 
-    def _clear_strays(self, topic: str, partitions) -> None:
+    def _clear_strays(self, topic: str, partitions: Iterable[int]) -> None:
         """Directories of a name no topic owns (left by hand or by a lost catalogue) must
         not leak old records into a new topic."""
         for p in partitions:
@@ -306,17 +307,18 @@ class LogManager:
                 err, msg = KafkaError.INVALID_TOPIC_EXCEPTION, f"topic {name!r} collides with an existing name"
             elif not isinstance(partitions, int) or partitions < 1:
                 err, msg = KafkaError.INVALID_PARTITIONS, "a topic needs at least one partition"
+        checked: dict[str, str] = {}
         if err is KafkaError.NONE:
-            err, msg, config = validate_topic_config(config)
+            err, msg, checked = validate_topic_config(config)
         if err is KafkaError.NONE:
             try:
-                log_config_for(self.default_config, config)
+                log_config_for(self.default_config, checked)
             except ValueError as exc:
                 err, msg = KafkaError.INVALID_CONFIG, str(exc)
         self.last_error_message = msg
         if err is not KafkaError.NONE:
             return err
-        info = TopicInfo(name, partitions, config, internal, topic_id or str(uuid.uuid4()))
+        info = TopicInfo(name, partitions, checked, internal, topic_id or str(uuid.uuid4()))
         try:
             self._clear_strays(name, range(partitions))
         except OSError as exc:
@@ -443,7 +445,7 @@ class LogManager:
     def all_logs(self) -> Iterator[tuple[tuple[str, int], PartitionLog]]:
         return iter(list(self._logs.items()))
 
-    def set_default(self, field: str, value) -> None:
+    def set_default(self, field: str, value: int | str) -> None:
         """Change a default every topic without its own override follows (a dynamic broker
         config such as log.retention.ms): new topics get it, open logs at once."""
         self.default_config = self.default_config.with_overrides(**{field: value})
@@ -457,7 +459,9 @@ class LogManager:
         deleted = 0
         for (topic, _), plog in self.all_logs():
             info = self._topics.get(topic)
-            policy = info.cleanup_policy.split(",") if info is not None else []
+            if info is None:
+                continue
+            policy = info.cleanup_policy.split(",")
             try:
                 if "compact" in policy and not info.internal:
                     self._clean(plog, info, now_ms)

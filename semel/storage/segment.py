@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Iterator
 
 from semel.protocol.records import (
-    ATTR_TIMESTAMP_LOG_APPEND, HEADER_SIZE, LOG_OVERHEAD, MAGIC, BatchHeader, crc_ok, iter_records,
+    ATTR_TIMESTAMP_LOG_APPEND, HEADER_SIZE, LOG_OVERHEAD, MAGIC, BatchHeader, Buffer, crc_ok, iter_records,
     parse_header,
 )
 
@@ -57,7 +57,7 @@ def parse_segment_file(name: str, suffix: str) -> int | None:
     return int(stem) if stem.isdigit() else None
 
 
-def _to_disk(a: array) -> bytes:
+def _to_disk(a: array[int]) -> bytes:
     if _BIG_ENDIAN:
         return a.tobytes()
     b = array(a.typecode, a)
@@ -65,7 +65,7 @@ def _to_disk(a: array) -> bytes:
     return b.tobytes()
 
 
-def _from_disk(typecode: str, data: bytes) -> array:
+def _from_disk(typecode: str, data: bytes) -> array[int]:
     a = array(typecode)
     a.frombytes(data)
     if not _BIG_ENDIAN:
@@ -161,7 +161,7 @@ class Segment:
                                                 self.tidx_persisted, sync)
         self.txn.persist(sync)
 
-    def _write_pairs(self, suffix: str, typecode: str, width: int, first: array, second: array,
+    def _write_pairs(self, suffix: str, typecode: str, width: int, first: array[int], second: array[int],
                      persisted: int, sync: bool) -> int:
         """Append the entries of an index file past `persisted` (entry i is first[i], second[i],
         `width` bytes together); returns how many are on disk now."""
@@ -221,7 +221,7 @@ class Segment:
             self.max_ts, self.max_ts_offset = ts[keep - 1], self.base + trel[keep - 1]
         self.txn.load(limit_offset)
 
-    def _read_pairs(self, suffix: str, typecode: str, entry: int) -> tuple[array, array]:
+    def _read_pairs(self, suffix: str, typecode: str, entry: int) -> tuple[array[int], array[int]]:
         try:
             data = self.fs.read_file(self.path(suffix))
         except FileNotFoundError:
@@ -255,7 +255,8 @@ class Segment:
         head = self.fs.pread(self.log, 17, pos)
         if len(head) < 17:
             return False
-        base, length, _, magic = struct.unpack(">qiib", head)
+        fields: tuple[int, int, int, int] = struct.unpack(">qiib", head)
+        base, length, _, magic = fields
         return base == offset and magic == MAGIC and length >= _MIN_BATCH_LENGTH
 
     def truncate_to(self, offset: int) -> None:
@@ -390,7 +391,7 @@ class Segment:
             return -1
 
 
-def scan_valid(buf, start: int, end: int, expected_offset: int, crc_from: int
+def scan_valid(buf: Buffer, start: int, end: int, expected_offset: int, crc_from: int
                ) -> Iterator[tuple[int, BatchHeader]]:
     """Batches of buf[start:end] that are well formed, continue the offsets, and (from
     position crc_from on) pass their CRC. Stops silently at the first one that does not:
@@ -410,7 +411,7 @@ def scan_valid(buf, start: int, end: int, expected_offset: int, crc_from: int
         expected_offset = hdr.next_offset
 
 
-def _first_batch(buf, offset: int) -> tuple[int, int, int] | None:
+def _first_batch(buf: Buffer, offset: int) -> tuple[int, int, int] | None:
     """(position, size, last offset) of the first batch of buf whose last offset is at
     or after offset; None when buf ends first. Only the fixed prefix of each header
     is read: no per-batch objects."""
@@ -426,7 +427,7 @@ def _first_batch(buf, offset: int) -> tuple[int, int, int] | None:
     return None
 
 
-def _batches_end(buf, p: int, limit: int, upper_bound: int) -> int:
+def _batches_end(buf: Buffer, p: int, limit: int, upper_bound: int) -> int:
     """End of the whole batches of buf from p that fit below limit and hold only
     offsets below upper_bound."""
     end, n = p, min(len(buf), limit)

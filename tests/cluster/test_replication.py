@@ -368,7 +368,7 @@ def test_a_transaction_completes_only_once_its_markers_are_replicated(cluster):
     outcome = []
     committing = threading.Thread(target=lambda: outcome.append(p.commit_transaction(60)))
     committing.start()
-    state = lambda: c.brokers[0].txns.transaction("tx-m").state   # noqa: E731
+    state = lambda: c.brokers[0].txn_coordinator.transaction("tx-m").state   # noqa: E731
     c.wait(lambda: c.log(0, "t").producers.ongoing_first_offsets() == {}, "marker appended on the leader")
     assert c.run(state) == TxnState.PREPARE_COMMIT   # not complete: the followers lack the marker
     assert committing.is_alive()

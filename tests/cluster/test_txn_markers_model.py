@@ -145,7 +145,7 @@ def test_markers_race_leader_changes(tmp_path, seed):
             assert result == [E.NONE]
             _check(mc, decided, settled=False)
         mc.wait(lambda: all(m.state.name.startswith("COMPLETE") and m.pending is None
-                            for m in mc.brokers[0].txns.transactions()), "every transaction completed")
+                            for m in mc.brokers[0].txn_coordinator.transactions()), "every transaction completed")
         until(lambda: _settled(mc), "LSO == high watermark on every leader")
         until(lambda: all(len({mc.log_bytes(n, TOPIC, p) for n in mc.brokers}) == 1 for p in range(PARTS)),
               "every replica caught up")

@@ -17,7 +17,7 @@ import pytest
 
 from tests.support.brokers import module_broker_fixture
 from tests.support.consumer_protocol import (
-    PARTITIONS, Member, committed_offsets, group_view, semel_cli, wait_for,
+    PARTITIONS, Member, committed_offsets, group_view, semel_cli, subscribe_knowing_partitions, wait_for,
 )
 
 pytest.importorskip("confluent_kafka")
@@ -79,7 +79,7 @@ class ClassicMember(Holdings):
             bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
             auto_offset_reset="earliest", session_timeout_ms=6000, heartbeat_interval_ms=300,
             max_poll_interval_ms=30000, metadata_max_age_ms=1000)
-        self.consumer.subscribe([topic], listener=Listener())
+        subscribe_knowing_partitions(self.consumer, topic, listener=Listener())
 
     def run(self):
         from kafka.errors import CommitFailedError, KafkaError

@@ -18,7 +18,7 @@ import uuid
 import pytest
 
 from tests.support.brokers import module_broker_fixture
-from tests.support.consumer_protocol import create_and_fill, wait_for
+from tests.support.consumer_protocol import create_and_fill, subscribe_knowing_partitions, wait_for
 
 # One broker for the module's tests that take `broker` (every test names its own topic and
 # group); the SIGKILL test starts its own.
@@ -41,11 +41,8 @@ class _KPMember(threading.Thread):
         self.consumer = KafkaConsumer(
             bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
             auto_offset_reset="earliest", session_timeout_ms=SESSION_MS, heartbeat_interval_ms=500,
-            max_poll_interval_ms=15000,
-            # kafka-python may run the first assignment before it has the topic's
-            # metadata; it rejoins when metadata changes, so refresh it often.
-            metadata_max_age_ms=1000)
-        self.consumer.subscribe([topic])
+            max_poll_interval_ms=15000, metadata_max_age_ms=1000)
+        subscribe_knowing_partitions(self.consumer, topic, PARTITIONS)
         self.stop_flag = threading.Event()
         self.lock = threading.Lock()
         self.assigned: set[int] = set()

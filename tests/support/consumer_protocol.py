@@ -18,6 +18,17 @@ def wait_for(cond, timeout_s: float = 60, what: str = "condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def subscribe_knowing_partitions(consumer, topic: str, partitions: int = PARTITIONS, **listener) -> None:
+    """Subscribe a kafka-python consumer and learn the topic's partitions before its first
+    JoinGroup. A leader that assigns without them hands out nothing and rejoins once the
+    metadata arrives; kafka-python 3.0.12 loses a rejoin started only by that metadata
+    change when poll() times out mid-join (its own assignment clears the reason to rejoin,
+    so the finished join is never taken up): the member keeps its heartbeats off, the
+    broker expires it after the session timeout and the member never learns of it."""
+    consumer.subscribe([topic], **listener)
+    assert consumer.partitions_for_topic(topic) == set(range(partitions))
+
+
 def create_and_fill(bootstrap: str, topic: str, partitions: int = PARTITIONS, n: int = RECORDS) -> None:
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic

@@ -103,7 +103,7 @@ class MemCluster:
         for name in INTERNAL:
             self.create_topic(name, [(self.coordinator,)])
         c = self.brokers[self.coordinator]
-        self.wait(lambda: c.txns.parts[0].seat.serving() and c.groups.parts[0].seat.serving(),
+        self.wait(lambda: c.txn_coordinator.parts[0].seat.serving() and c.group_coordinator.parts[0].seat.serving(),
                   "the coordinators loaded")
         return self
 

@@ -33,7 +33,7 @@ _RDN_NAMES = {"commonName": "CN", "organizationalUnitName": "OU", "organizationN
               "userId": "UID"}
 
 
-def certificate_principal(conn) -> str | None:
+def certificate_principal(conn: Connection) -> str | None:
     """On an SSL listener (TLS without SASL), the client certificate's subject as
     Kafka names it: "User:CN=alice,OU=payments,O=Example" (RFC 2253: last RDN first).
     None without a verified certificate (ANONYMOUS) and on SASL listeners, where
@@ -57,7 +57,7 @@ def _rfc2253_escape(value: str) -> str:
     return "".join(chars)
 
 
-def authorize(ctx: Requester, operation, resource_type, name: str) -> bool:
+def authorize(ctx: Requester, operation: Operation | str, resource_type: ResourceType | str, name: str) -> bool:
     authorizer = ctx.services.authorizer
     if not authorizer.enabled:
         return True

@@ -15,7 +15,8 @@ from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..deferred import Deferred
 from ..refusal import (CREATE_PARTITIONS, CREATE_TOPICS, FETCH, LEADER_EPOCH, LIST_OFFSETS, OFFSET_COMMIT, PRODUCE,
-                       TopicShape, add_partitions_answer, entry_class, refuse, topic_entry)
+                       TopicShape, add_partitions_answer, entry_class, offset_fetch_groups_answer, refuse,
+                       topic_entry)
 from ..router import RequestContext
 from .acl import CLUSTER_NAME, Operation as Op, ResourceType as Rt
 from .check import authorize_any
@@ -307,11 +308,9 @@ async def _offset_fetch(ctx: RequestContext, body, fn):
 
 
 def _deny_offset_fetch_groups(ctx: RequestContext, body):
-    G = entry_class(ctx.cls(), "groups")
-    return ctx.response(groups=[G(group_id=g.group_id, topics=[],
-                                  error_code=E.GROUP_AUTHORIZATION_FAILED
-                                  if not ctx.authorize(Op.DESCRIBE, Rt.GROUP, g.group_id)
-                                  else E.OPERATION_NOT_ATTEMPTED) for g in body.groups])
+    return offset_fetch_groups_answer(ctx, body, lambda group_id: E.GROUP_AUTHORIZATION_FAILED
+                                      if not ctx.authorize(Op.DESCRIBE, Rt.GROUP, group_id)
+                                      else E.OPERATION_NOT_ATTEMPTED)
 
 
 def _configs(op: Op, resp_list: str, **extra):

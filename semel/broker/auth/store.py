@@ -10,7 +10,7 @@ import logging
 import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ...storage.fs import FileSystem
 
@@ -22,11 +22,11 @@ class JsonStore:
         self.path = Path(path)
         self._empty = empty
         self._check = check   # raises on a document of the wrong shape
-        self._stamp: tuple | None = None
+        self._stamp: tuple[int, int, int] | None = None
         self._doc: Any = empty()
         self._loaded = False
 
-    def _current_stamp(self) -> tuple | None:
+    def _current_stamp(self) -> tuple[int, int, int] | None:
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
@@ -61,7 +61,7 @@ class JsonStore:
             raise ValueError(f"{self.path}: unreadable security file ({exc!r})") from None
 
     @contextmanager
-    def update(self):
+    def update(self) -> Iterator[Any]:
         """Yields the document to change in place; written back atomically on exit."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path.with_suffix(".lock"), "a") as lock:

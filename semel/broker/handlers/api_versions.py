@@ -1,4 +1,6 @@
 """ApiVersions (18): derived from the router, so we advertise exactly what we serve."""
+from typing import Any
+
 from ...protocol.api_keys import ApiKey
 from ...protocol.messages import Encoded
 from ..router import RequestContext, handler, supported_versions
@@ -9,7 +11,7 @@ _ENCODED: dict[int, Encoded] = {}
 
 
 @handler(ApiKey.API_VERSIONS, 0, 3)
-async def api_versions(ctx: RequestContext, req):
+async def api_versions(ctx: RequestContext, req: Any) -> Any:
     answer = _ENCODED.get(ctx.api_version)
     if answer is None:
         cls = ctx.cls()

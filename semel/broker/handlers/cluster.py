@@ -6,11 +6,14 @@ at the log end. In a cluster the answer comes from the partition's leader-epoch
 cache (KIP-101/KIP-279): followers truncate to it after a leader change."""
 from __future__ import annotations
 
-from ...cluster.replica_manager import ReplicaManager
+from typing import Any
+
 from ...cluster.elections import PREFERRED, elect, run_election
+from ...cluster.replica_manager import ReplicaManager
 from ...cluster.state import PartitionState
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
+from ...storage.log import PartitionLog
 from ..auth.acl import ResourceType
 from ..auth.check import authorized_operations
 from ..router import RequestContext, handler
@@ -22,7 +25,7 @@ NO_OPERATIONS = None  # the codec writes Kafka's "not asked for" (-2^31) for Non
 
 
 @handler(ApiKey.DESCRIBE_CLUSTER, 0, 2)
-async def describe_cluster(ctx: RequestContext, req):
+async def describe_cluster(ctx: RequestContext, req: Any) -> Any:
     cfg = ctx.services.config
     cls = ctx.cls()
     endpoint = req.endpoint_type if ctx.api_version >= 1 else ENDPOINT_BROKERS
@@ -47,7 +50,7 @@ async def describe_cluster(ctx: RequestContext, req):
 
 
 @handler(ApiKey.OFFSET_FOR_LEADER_EPOCH, 2, 4)
-async def offset_for_leader_epoch(ctx: RequestContext, req):
+async def offset_for_leader_epoch(ctx: RequestContext, req: Any) -> Any:
     cls = ctx.cls()
     T = cls.OffsetForLeaderTopicResult
     topics = [T(topic=t.topic, partitions=[
@@ -56,7 +59,7 @@ async def offset_for_leader_epoch(ctx: RequestContext, req):
     return ctx.response(throttle_time_ms=0, topics=topics)
 
 
-def _epoch_end(ctx: RequestContext, topic: str, p) -> dict:
+def _epoch_end(ctx: RequestContext, topic: str, p: Any) -> dict[str, Any]:
     plog = ctx.services.logs.get(topic, p.partition)
     if plog is None:
         return _undefined(KafkaError.UNKNOWN_TOPIC_OR_PARTITION)
@@ -74,7 +77,7 @@ def _epoch_end(ctx: RequestContext, topic: str, p) -> dict:
     return {"error_code": KafkaError.NONE, "leader_epoch": LEADER_EPOCH, "end_offset": plog.log_end_offset}
 
 
-def _replicated_epoch_end(replicas: ReplicaManager, topic: str, p, plog) -> dict:
+def _replicated_epoch_end(replicas: ReplicaManager, topic: str, p: Any, plog: PartitionLog) -> dict[str, Any]:
     """Only the leader answers, at the asker's epoch (KIP-320 fencing); the end of the
     requested epoch is the start of the next larger one, or the log end for the latest."""
     err = replicas.leader_error(topic, p.partition, p.current_leader_epoch)
@@ -84,12 +87,12 @@ def _replicated_epoch_end(replicas: ReplicaManager, topic: str, p, plog) -> dict
     return {"error_code": KafkaError.NONE, "leader_epoch": epoch, "end_offset": end}
 
 
-def _undefined(err: KafkaError) -> dict:
+def _undefined(err: KafkaError) -> dict[str, Any]:
     return {"error_code": err, "leader_epoch": -1, "end_offset": -1}
 
 
 @handler(ApiKey.ELECT_LEADERS, 0, 2)
-async def elect_leaders(ctx: RequestContext, req):
+async def elect_leaders(ctx: RequestContext, req: Any) -> Any:
     """ElectLeaders: preferred (0) or unclean (1) election of the partitions named, or of
     every partition when none are (then only those where something happened, or failed,
     are listed, as Kafka does). Any broker answers: the election is a compare-and-set in
@@ -135,6 +138,6 @@ async def _elect_one(services: Services, topic: str, partition: int, election_ty
     return err if isinstance(err, KafkaError) else KafkaError.NONE
 
 
-def _single_node_state(services: Services, topic: str, partition: int):
+def _single_node_state(services: Services, topic: str, partition: int) -> PartitionState:
     me = services.config.node_id
     return PartitionState(topic, partition, (me,), me, LEADER_EPOCH, (me,))

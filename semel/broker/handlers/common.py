@@ -3,17 +3,18 @@ from __future__ import annotations
 
 from ...cluster.controller import assign_replicas
 from ...protocol.errors import KafkaError
+from ...storage.log import PartitionLog
 from ...storage.manager import validate_topic_name
 from ..config import BrokerConfig
 from ..node_view import MetadataView
 from ..router import RequestContext
 
 
-def first_error(errors: dict) -> KafkaError:
+def first_error(errors: dict[tuple[str, int], KafkaError]) -> KafkaError:
     return next((KafkaError(e) for e in errors.values() if e), KafkaError.NONE)
 
 
-def unknown_topic(name) -> KafkaError:
+def unknown_topic(name: str) -> KafkaError:
     """The error for a topic that does not exist: an illegal name can never exist, so it
     is final for clients (INVALID_TOPIC_EXCEPTION, a producer fails at once); an unknown
     legal one is retriable (it may be created). Internal names are legal to ask about."""
@@ -22,7 +23,7 @@ def unknown_topic(name) -> KafkaError:
     return KafkaError.UNKNOWN_TOPIC_OR_PARTITION
 
 
-def may_auto_create(config: BrokerConfig, name) -> bool:
+def may_auto_create(config: BrokerConfig, name: object) -> bool:
     """Kafka's auto.create.topics.enable: a legal, non-internal name, when configured."""
     return (config.auto_create_topics and isinstance(name, str)
             and not name.startswith("__") and not validate_topic_name(name)[0])
@@ -45,7 +46,7 @@ async def auto_create_in_cluster(config: BrokerConfig, view: MetadataView, name:
     return KafkaError.NONE if err == KafkaError.TOPIC_ALREADY_EXISTS else err
 
 
-def lookup(ctx: RequestContext, topic: str, partition: int):
+def lookup(ctx: RequestContext, topic: str, partition: int) -> tuple[PartitionLog | None, KafkaError]:
     """(log, error): the partition's log (an unknown topic is auto-created before, when
     configured: auto_create_in_cluster, the same on a cluster of one)."""
     logs = ctx.services.logs

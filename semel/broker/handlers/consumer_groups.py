@@ -7,6 +7,8 @@ gives the coordinator the partition count of every topic a member may subscribe 
 """
 from __future__ import annotations
 
+from typing import Any
+
 import uuid
 
 from ...coordinator.consumer_group_rules import Heartbeat
@@ -23,7 +25,7 @@ MEMBER_TYPE_CLASSIC, MEMBER_TYPE_CONSUMER = 0, 1
 
 
 @handler(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, 1)
-async def consumer_group_heartbeat(ctx: RequestContext, req):
+async def consumer_group_heartbeat(ctx: RequestContext, req: Any) -> Any:
     v = ctx.api_version
     catalogue = topic_catalogue(ctx.services)
     names_by_id = {tid: name for name, (tid, _) in catalogue.items()}
@@ -46,7 +48,7 @@ async def consumer_group_heartbeat(ctx: RequestContext, req):
                    catalogue, answer.message)
 
 
-def _answer(ctx: RequestContext, err, member_id, epoch, assignment, catalogue, message=None):
+def _answer(ctx: RequestContext, err: Any, member_id: Any, epoch: Any, assignment: Any, catalogue: Any, message: Any = None) -> Any:
     cls = ctx.cls()
     body = None
     if not err and assignment is not None:
@@ -64,14 +66,14 @@ def _answer(ctx: RequestContext, err, member_id, epoch, assignment, catalogue, m
 
 
 @handler(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, 1)
-async def consumer_group_describe(ctx: RequestContext, req):
+async def consumer_group_describe(ctx: RequestContext, req: Any) -> Any:
     cls = ctx.cls()
     G = cls.DescribedGroup
     M = G.Member
     A = M.Assignment
     catalogue = topic_catalogue(ctx.services)
 
-    def assignment(parts):
+    def assignment(parts: Any) -> Any:
         by_topic: dict[str, list[int]] = {}
         for topic, p in parts:
             by_topic.setdefault(topic, []).append(p)

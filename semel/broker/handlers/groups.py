@@ -10,7 +10,9 @@ connection keeps serving the member's other requests (heartbeats, commits).
 """
 from __future__ import annotations
 
+import asyncio
 import uuid
+from typing import Any, Callable
 
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
@@ -38,18 +40,18 @@ def requester_host(ctx: RequestContext) -> str:
     return "/" + ctx.peer.rsplit(":", 1)[0] if ctx.peer and ctx.peer != "?" else ""
 
 
-def answer_when_done(fut, build):
+def answer_when_done(fut: asyncio.Future[Any], build: Callable[[Any], Any]) -> Any:
     """A response now when the future is already done, else a Deferred one."""
     if fut.done():
         return build(fut.result())
 
-    async def later():
+    async def later() -> Any:
         return build(await fut)
     return Deferred(later())
 
 
 @handler(ApiKey.JOIN_GROUP, 0, 7)
-async def join_group(ctx: RequestContext, req):
+async def join_group(ctx: RequestContext, req: Any) -> Any:
     v = ctx.api_version
     fut = ctx.services.group_coordinator.join_group(
         req.group_id, req.member_id or "",
@@ -64,7 +66,7 @@ async def join_group(ctx: RequestContext, req):
         topics=lambda: {name: count for name, (_, count) in topic_catalogue(ctx.services).items()},
     )
 
-    def build(res):
+    def build(res: Any) -> Any:
         member_cls = ctx.cls().JoinGroupResponseMember
         ok = res.error == KafkaError.NONE
         return ctx.response(
@@ -81,7 +83,7 @@ async def join_group(ctx: RequestContext, req):
 
 
 @handler(ApiKey.SYNC_GROUP, 0, 5)
-async def sync_group(ctx: RequestContext, req):
+async def sync_group(ctx: RequestContext, req: Any) -> Any:
     v = ctx.api_version
     fut = ctx.services.group_coordinator.sync_group(
         req.group_id, req.generation_id, req.member_id,
@@ -91,14 +93,14 @@ async def sync_group(ctx: RequestContext, req):
         assignments={a.member_id: a.assignment for a in req.assignments or ()},
     )
 
-    def build(res):
+    def build(res: Any) -> Any:
         return ctx.response(error_code=res.error, assignment=res.assignment,
                             protocol_type=res.protocol_type, protocol_name=res.protocol_name)
     return answer_when_done(fut, build)
 
 
 @handler(ApiKey.HEARTBEAT, 0, 4)
-async def heartbeat(ctx: RequestContext, req):
+async def heartbeat(ctx: RequestContext, req: Any) -> Any:
     err = ctx.services.group_coordinator.heartbeat(
         req.group_id, req.generation_id, req.member_id,
         req.group_instance_id if ctx.api_version >= 3 else None)
@@ -106,7 +108,7 @@ async def heartbeat(ctx: RequestContext, req):
 
 
 @handler(ApiKey.LEAVE_GROUP, 0, 4)
-async def leave_group(ctx: RequestContext, req):
+async def leave_group(ctx: RequestContext, req: Any) -> Any:
     v = ctx.api_version
     if v >= 3:
         leaving = [(m.member_id or "", m.group_instance_id) for m in req.members or ()]
@@ -125,7 +127,7 @@ async def leave_group(ctx: RequestContext, req):
 
 
 @handler(ApiKey.DESCRIBE_GROUPS, 0, 5)
-async def describe_groups(ctx: RequestContext, req):
+async def describe_groups(ctx: RequestContext, req: Any) -> Any:
     group_cls = ctx.cls().DescribedGroup
     member_cls = group_cls.DescribedGroupMember
     groups = []
@@ -144,7 +146,7 @@ async def describe_groups(ctx: RequestContext, req):
 
 
 @handler(ApiKey.LIST_GROUPS, 0, 5)
-async def list_groups(ctx: RequestContext, req):
+async def list_groups(ctx: RequestContext, req: Any) -> Any:
     v = ctx.api_version
     states = req.states_filter if v >= 4 else None
     types = {t.lower() for t in req.types_filter or ()} if v >= 5 else set()
@@ -159,10 +161,10 @@ async def list_groups(ctx: RequestContext, req):
 
 
 @handler(ApiKey.DELETE_GROUPS, 0, 2)
-async def delete_groups(ctx: RequestContext, req):
+async def delete_groups(ctx: RequestContext, req: Any) -> Any:
     fut = ctx.services.group_coordinator.delete_groups(req.groups_names or ())
     result_cls = ctx.cls().DeletableGroupResult
 
-    def build(results):
+    def build(results: Any) -> Any:
         return ctx.response(results=[result_cls(group_id=gid, error_code=e) for gid, e in results.items()])
     return answer_when_done(fut, build)

@@ -2,6 +2,8 @@
 the group coordinator's offsets API (tombstones in __consumer_offsets)."""
 from __future__ import annotations
 
+from typing import Any
+
 from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
 
 from ...protocol.api_keys import ApiKey
@@ -22,11 +24,11 @@ def subscribed_topics(metadata: bytes) -> set[str]:
 
 
 @handler(ApiKey.OFFSET_DELETE, 0, 0)
-async def offset_delete(ctx: RequestContext, req):
+async def offset_delete(ctx: RequestContext, req: Any) -> Any:
     order = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
     fut = ctx.services.group_coordinator.delete_offsets(req.group_id, list(dict.fromkeys(order)), subscribed_topics)
 
-    def build(result):
+    def build(result: Any) -> Any:
         err, per_partition = result
         T = ctx.cls().OffsetDeleteResponseTopic
         P = T.OffsetDeleteResponsePartition

@@ -1,6 +1,8 @@
 """DeleteRecords (21): move a partition's log start offset (its low watermark) up."""
 from __future__ import annotations
 
+from typing import Any
+
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ...storage.errors import OffsetOutOfRange, StorageError
@@ -10,7 +12,7 @@ HIGH_WATERMARK = -1  # the request's "up to the high watermark"
 
 
 @handler(ApiKey.DELETE_RECORDS, 0, 2)
-async def delete_records(ctx: RequestContext, req):
+async def delete_records(ctx: RequestContext, req: Any) -> Any:
     cls = ctx.cls()
     T = cls.DeleteRecordsTopicResult
     topics = []
@@ -22,7 +24,7 @@ async def delete_records(ctx: RequestContext, req):
     return ctx.response(throttle_time_ms=0, topics=topics)
 
 
-def _delete_one(ctx: RequestContext, topic: str, partition: int, offset: int) -> dict:
+def _delete_one(ctx: RequestContext, topic: str, partition: int, offset: int) -> dict[str, Any]:
     """{low_watermark, error_code} for one partition, with Kafka's errors."""
     logs = ctx.services.logs
     info = logs.topics().get(topic)
@@ -42,5 +44,5 @@ def _delete_one(ctx: RequestContext, topic: str, partition: int, offset: int) ->
     return {"low_watermark": low, "error_code": KafkaError.NONE}
 
 
-def _fail(err: KafkaError) -> dict:
+def _fail(err: KafkaError) -> dict[str, Any]:
     return {"low_watermark": -1, "error_code": err}

@@ -3,7 +3,9 @@ EndTxn (26), TxnOffsetCommit (28). Thin: decode, call the coordinator, encode.""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
+from ...cluster.coordinator_partitions import TxnCoordinators
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..refusal import refuse
@@ -14,18 +16,18 @@ from .common import first_error
 log = logging.getLogger("semel.broker.txn")
 
 
-def _debug(api: str, txn_id, err) -> None:
+def _debug(api: str, txn_id: str | None, err: KafkaError) -> None:
     """One DEBUG line per refused transactional request (what chaos runs need to explain stalls)."""
     if err and log.isEnabledFor(logging.DEBUG):
         log.debug("%s txn=%s: %s", api, txn_id, KafkaError(err).name)
 
 
-def _txns(ctx: RequestContext):
+def _txns(ctx: RequestContext) -> TxnCoordinators:
     return ctx.services.txn_coordinator
 
 
 @handler(ApiKey.INIT_PRODUCER_ID, 0, 4)
-async def init_producer_id(ctx: RequestContext, req):
+async def init_producer_id(ctx: RequestContext, req: Any) -> Any:
     pid = req.producer_id if ctx.api_version >= 3 else -1
     epoch = req.producer_epoch if ctx.api_version >= 3 else -1
     err, pid, epoch = await _txns(ctx).init_producer_id(req.transactional_id, req.transaction_timeout_ms,
@@ -35,7 +37,7 @@ async def init_producer_id(ctx: RequestContext, req):
 
 
 @handler(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 3)
-async def add_partitions_to_txn(ctx: RequestContext, req):
+async def add_partitions_to_txn(ctx: RequestContext, req: Any) -> Any:
     wanted = [(t.name, p) for t in req.v3_and_below_topics for p in t.partitions]
     result = await _txns(ctx).add_partitions(req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
                                              req.v3_and_below_producer_epoch, wanted, ctx.api_version)
@@ -48,7 +50,7 @@ async def add_partitions_to_txn(ctx: RequestContext, req):
 
 
 @handler(ApiKey.ADD_OFFSETS_TO_TXN, 0, 3)
-async def add_offsets_to_txn(ctx: RequestContext, req):
+async def add_offsets_to_txn(ctx: RequestContext, req: Any) -> Any:
     err = await _txns(ctx).add_offsets(req.transactional_id, req.producer_id, req.producer_epoch,
                                        req.group_id, ctx.api_version)
     _debug("AddOffsetsToTxn", req.transactional_id, err)
@@ -56,7 +58,7 @@ async def add_offsets_to_txn(ctx: RequestContext, req):
 
 
 @handler(ApiKey.END_TXN, 0, 3)
-async def end_txn(ctx: RequestContext, req):
+async def end_txn(ctx: RequestContext, req: Any) -> Any:
     err = await _txns(ctx).end_txn(req.transactional_id, req.producer_id, req.producer_epoch,
                                    req.committed, ctx.api_version)
     _debug("EndTxn", req.transactional_id, err)
@@ -64,7 +66,7 @@ async def end_txn(ctx: RequestContext, req):
 
 
 @handler(ApiKey.TXN_OFFSET_COMMIT, 0, 3)
-async def txn_offset_commit(ctx: RequestContext, req):
+async def txn_offset_commit(ctx: RequestContext, req: Any) -> Any:
     offsets = {(t.name, p.partition_index): (p.committed_offset,
                                              p.committed_leader_epoch if ctx.api_version >= 2 else -1,
                                              p.committed_metadata)

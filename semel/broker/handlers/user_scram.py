@@ -6,6 +6,8 @@ file, in a cluster the users in etcd, which every broker follows. Who may call t
 (Alter / Describe on the cluster) is checked in auth.gate."""
 from __future__ import annotations
 
+from typing import Any
+
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..auth.users import ITERATIONS, MAX_ITERATIONS, MECHANISM_CODES, credential_from_salted
@@ -14,11 +16,11 @@ from ..router import RequestContext, handler
 _CODE_OF = {name: code for code, name in MECHANISM_CODES.items()}
 
 
-def plan(deletions, upsertions) -> tuple[dict[str, tuple[dict, set]], dict[str, tuple[KafkaError, str]]]:
+def plan(deletions: Any, upsertions: Any) -> tuple[dict[str, tuple[dict[str, Any], set[str]]], dict[str, tuple[KafkaError, str]]]:
     """Kafka's checks, per user: (changes of the users whose entries all pass, the error of
     each other user). A user with one bad entry changes nothing."""
     names: list[str] = []
-    changes: dict[str, tuple[dict, set]] = {}
+    changes: dict[str, tuple[dict[str, Any], set[str]]] = {}
     errors: dict[str, tuple[KafkaError, str]] = {}
     seen: set[tuple[str, int]] = set()
     entries = [(d, None) for d in deletions] + [(u, u) for u in upsertions]
@@ -40,7 +42,7 @@ def plan(deletions, upsertions) -> tuple[dict[str, tuple[dict, set]], dict[str, 
     return {n: c for n, c in changes.items() if n not in errors}, errors
 
 
-def _check(entry, upsert, seen) -> tuple[KafkaError, str] | None:
+def _check(entry: Any, upsert: Any, seen: set[tuple[str, int]]) -> tuple[KafkaError, str] | None:
     if not entry.name:
         return KafkaError.UNACCEPTABLE_CREDENTIAL, "Username must not be empty"
     if entry.mechanism not in MECHANISM_CODES:
@@ -58,7 +60,7 @@ def _check(entry, upsert, seen) -> tuple[KafkaError, str] | None:
 
 
 @handler(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, 0)
-async def alter_user_scram_credentials(ctx: RequestContext, body):
+async def alter_user_scram_credentials(ctx: RequestContext, body: Any) -> Any:
     R = ctx.cls().AlterUserScramCredentialsResult
     changes, errors = plan(body.deletions or [], body.upsertions or [])
     try:
@@ -76,7 +78,7 @@ async def alter_user_scram_credentials(ctx: RequestContext, body):
 
 
 @handler(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0)
-async def describe_user_scram_credentials(ctx: RequestContext, body):
+async def describe_user_scram_credentials(ctx: RequestContext, body: Any) -> Any:
     cls = ctx.cls()
     R = cls.DescribeUserScramCredentialsResult
     C = R.CredentialInfo
