@@ -34,6 +34,13 @@ class MetadataView(Protocol):
     async def create_topic(self, name: str, assignment: list[tuple[int, ...]], configs: dict[str, str]) -> KafkaError: ...
 
 
+class CoordinatorPlacement(Protocol):
+    """Where FindCoordinator sends a client: the cluster member (the leader of the key's
+    internal partition), or NodeView (this node coordinates every key)."""
+
+    async def coordinator_for(self, key_type: int, key: str | None) -> int | None: ...
+
+
 class NodeView:
     """The cluster of one: this node, its topics (from the LogManager), every partition
     led here at epoch 0 with replicas and ISR [this node]."""
@@ -51,6 +58,9 @@ class NodeView:
         return {cfg.node_id: BrokerInfo(cfg.node_id, cfg.advertised, cfg.port, endpoints=endpoints)}
 
     def controller_id(self) -> int | None:
+        return self.node_id
+
+    async def coordinator_for(self, key_type: int, key: str | None) -> int | None:
         return self.node_id
 
     def topics(self) -> dict[str, TopicInfo]:

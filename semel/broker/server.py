@@ -29,7 +29,7 @@ from .auth.users import FILE_NAME as USER_FILE, UserStore
 from .config import BrokerConfig, Listener
 from .connection import ConnectionLimits, serve
 from .metrics import BrokerMetrics
-from .node_view import MetadataView, NodeView
+from .node_view import CoordinatorPlacement, MetadataView, NodeView
 from .notify import AppendNotifier
 from .watchdog import LoopWatchdog
 from .services import Services
@@ -120,8 +120,10 @@ class Broker:
             self.broker_configs.apply()
         # What handlers read of the cluster: a single node is a cluster of one.
         self.metadata_view: MetadataView = NodeView(self.config, self.logs, lambda: self.listeners)
+        self.coordinators_at: CoordinatorPlacement = self.metadata_view
         if self.cluster is not None:   # how followers and the coordinator reach other brokers
             self.metadata_view = self.cluster
+            self.coordinators_at = self.cluster_member
             self.high_watermarks = None   # until replication runs
             self.peer_dialer = PeerDialer.from_config(self.config)
             who = self.peer_dialer.principal

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 
 from ..cluster.broker_configs import BrokerConfigs
 from ..cluster.coordinator_partitions import GroupCoordinators, TxnCoordinators
-from ..cluster.member import ClusterMember
 from ..cluster.metadata import ClusterMetadata
 from ..cluster.replica_manager import ReplicaManager
 from ..storage.committed import Committed
@@ -23,7 +22,7 @@ from ..storage.flusher import GroupCommitFlusher
 from ..storage.manager import LogManager
 from .auth.acl import AclStore, Authorizer
 from .auth.cluster_store import ClusterAclStore, ClusterUserStore
-from .node_view import MetadataView
+from .node_view import CoordinatorPlacement, MetadataView
 from .auth.users import UserStore
 from .config import BrokerConfig
 from .metrics import BrokerMetrics
@@ -55,8 +54,9 @@ class Services:
     # brokers, controller, topics and their partitions' leaders: the cluster view, or on a
     # single node its NodeView (a cluster of one)
     metadata: MetadataView
-    # this broker's membership (registration, controller); None on a single node
-    cluster_member: ClusterMember | None
+    # which broker coordinates a group or transactional id: the cluster member, or this
+    # node's NodeView
+    coordinators_at: CoordinatorPlacement
     # the replication data plane; None on a single node
     replicas: ReplicaManager | None
     # signed OAUTHBEARER tokens when a JWKS is configured

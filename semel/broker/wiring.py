@@ -159,5 +159,5 @@ def build_services(broker) -> Services:
         config=broker.config, logs=broker.logs, flusher=broker.flusher, notifier=broker.notifier,
         metrics=broker.metrics, group_coordinator=broker.group_coordinator, txn_coordinator=broker.txn_coordinator,
         authorizer=broker.authorizer, users=broker.users, acls=broker.acls, broker_configs=broker.broker_configs,
-        cluster=broker.cluster, metadata=broker.metadata_view, cluster_member=broker.cluster_member, replicas=broker.replicas,
+        cluster=broker.cluster, metadata=broker.metadata_view, coordinators_at=broker.coordinators_at, replicas=broker.replicas,
         oauth_signed=broker.oauth_signed, committed=broker.committed)

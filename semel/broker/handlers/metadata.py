@@ -136,14 +136,10 @@ async def find_coordinator(ctx: RequestContext, req):
 
 
 async def _coordinator(ctx: RequestContext, key_type: int, key: str | None) -> tuple[KafkaError, int, str, int]:
-    """(error, node id, host, port) of the coordinator of `key`: this broker on a single
-    node; in a cluster the leader of the key's internal partition (docs/cluster.md)."""
-    member = ctx.services.cluster_member
-    if member is None:
-        cfg = ctx.services.config
-        return KafkaError.NONE, cfg.node_id, cfg.advertised, ctx.listener_port
-    node = await member.coordinator_for(key_type, key)
-    info = ctx.services.cluster.brokers().get(node) if node is not None else None
+    """(error, node id, host, port) of the coordinator of `key`: in a cluster the leader of
+    the key's internal partition (docs/cluster.md); this broker on a cluster of one."""
+    node = await ctx.services.coordinators_at.coordinator_for(key_type, key)
+    info = ctx.services.metadata.brokers().get(node) if node is not None else None
     if info is None:
         return KafkaError.COORDINATOR_NOT_AVAILABLE, -1, "", -1
     host, port = _address(ctx, info)
