@@ -31,6 +31,8 @@ class MetadataView(Protocol):
 
     def partition(self, topic: str, partition: int) -> PartitionState | None: ...
 
+    def partitions(self) -> list[PartitionState]: ...
+
     async def create_topic(self, name: str, assignment: list[tuple[int, ...]], configs: dict[str, str]) -> KafkaError: ...
 
 
@@ -79,6 +81,9 @@ class NodeView:
             return None
         me = (self.node_id,)
         return PartitionState(topic, partition, me, self.node_id, 0, me)
+
+    def partitions(self) -> list[PartitionState]:
+        return [st for name in self.logs.topics() for st in self.topic_partitions(name)]
 
     async def create_topic(self, name: str, assignment: list[tuple[int, ...]], configs: dict[str, str]) -> KafkaError:
         return self.logs.create_topic(name, len(assignment), configs)

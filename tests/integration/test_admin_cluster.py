@@ -118,3 +118,19 @@ def test_elect_leaders_on_a_single_node_has_nothing_to_elect(mbroker):
         assert {p.error_code for t in everything.replica_election_results for p in t.partition_result} == {84}
     finally:
         kp.close()
+
+
+def test_list_partition_reassignments_on_a_single_node_lists_none(mbroker):
+    """A cluster of one reads the same partition states as a cluster: none reassigning."""
+    admin = AdminClient({"bootstrap.servers": mbroker.bootstrap})
+    name = f"reassign-{uuid.uuid4().hex[:8]}"
+    admin.create_topics([NewTopic(name, 2, 1)])[name].result(30)
+    T = request_class(46).ListPartitionReassignmentsTopics
+    sock = wire.connect(mbroker.bootstrap)
+    try:
+        everything = wire.call(sock, 46, 0, timeout_ms=5000, topics=None)
+        named = wire.call(sock, 46, 0, corr=2, timeout_ms=5000, topics=[T(name=name, partition_indexes=[0, 1])])
+    finally:
+        sock.close()
+    assert (everything.error_code, everything.topics) == (0, [])
+    assert (named.error_code, named.topics) == (0, [])

@@ -59,8 +59,7 @@ async def list_partition_reassignments(ctx: RequestContext, req):
     cls = ctx.cls()
     T = cls.OngoingTopicReassignment
     P = T.OngoingPartitionReassignment
-    view = ctx.services.cluster
-    states = view.partitions() if view is not None else []
+    states = ctx.services.metadata.partitions()   # none reassigning on a cluster of one
     if req.topics is not None:
         wanted = {(t.name, i) for t in req.topics for i in t.partition_indexes}
         states = [st for st in states if (st.topic, st.partition) in wanted]
