@@ -569,10 +569,18 @@ class EtcdClusterView:
         return dict(self._deleted)
 
     def topic_partitions(self, name: str) -> list[PartitionState]:
+        """A topic's partitions as Metadata answers clients. While fenced, a partition this
+        broker led shows no leader (another may have taken over) and every other keeps
+        the leader last heard of, as a Kafka broker cut off from its controller answers
+        from its cache: a client that asks this broker is not told that partitions whose
+        leaders are healthy have none, which would stop its writes to them until the cut
+        heals; a leader that has moved meanwhile answers NOT_LEADER_OR_FOLLOWER and the
+        client asks again."""
         info = self._topics.get(name)
         if info is None:
             return []
-        return [self._shown(p) for p in (self._parts.get((name, i)) for i in range(info.partitions)) if p is not None]
+        parts = [p for p in (self._parts.get((name, i)) for i in range(info.partitions)) if p is not None]
+        return [self._shown(p) if p.leader == self.node_id else p for p in parts]
 
     async def write_partition(self, old: PartitionState, new: PartitionState) -> PartitionState | None:
         """CAS `new` over `old` (compared by version); the stored state or None when it lost.
