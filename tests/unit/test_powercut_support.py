@@ -32,11 +32,46 @@ def test_power_cut_disk_says_why_it_cannot_start(no_fuse, tmp_path):
     assert disk.proc is None
 
 
-def test_ci_script_installs_fuse_when_missing():
+def _ensure_test_packages(tmp_path, present: list[str]) -> tuple[int, str, str]:
+    """Run ./run's ensure_test_packages as root on a PATH holding only `present` of the
+    tools it looks for and a fake apt-get that records its arguments."""
+    import subprocess
+    from tests.support.markers import TESTS
+    text = (TESTS.parent / "run").read_text()
+    start = text.index("ensure_test_packages() {")
+    func = text[start:text.index("\n}\n", start) + 3]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (tmp_path / ".venv").mkdir()
+    fakes = {"apt-get": 'echo "$@" >> "$APT_LOG"', "id": "echo 0"}
+    fakes.update({name: "true" for name in present})
+    for name, body in fakes.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    script = f"set -euo pipefail\n{func}\nensure_test_packages\n"
+    got = subprocess.run(["/bin/bash", "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                         env={"PATH": str(bin_dir), "APT_LOG": str(tmp_path / "apt-args")})
+    apt = (tmp_path / "apt-args").read_text() if (tmp_path / "apt-args").exists() else ""
+    return got.returncode, apt, got.stderr
+
+
+def test_run_test_installs_the_packages_the_tests_need_when_missing(tmp_path):
+    rc, apt, err = _ensure_test_packages(tmp_path, present=[])
+    assert rc == 0, err
+    assert "install -y -qq fuse3 libfuse3-3 chromium" in apt, apt
+    assert apt.index("update") < apt.index("install")
+
+
+def test_run_test_installs_nothing_when_the_packages_are_there(tmp_path):
+    rc, apt, err = _ensure_test_packages(tmp_path, present=["fusermount3", "chromium"])
+    assert (rc, apt, err) == (0, "", "")
+
+
+def test_ci_runs_the_readme_test_command_with_ci_set():
     from tests.support.markers import TESTS
     script = (TESTS.parent / ".ci" / "run").read_text()
-    assert "command -v fusermount3" in script and "apt-get install" in script and "fuse3" in script
-    assert script.index("apt-get install") < script.index("./run test")
+    assert 'export CI="${CI:-true}"' in script and script.rstrip().endswith("./run test")
+    assert "ensure_test_packages; exec .venv/bin/python -m pytest" in (TESTS.parent / "run").read_text()
 
 
 def test_logged_errors_finds_failures_inside_the_layer(tmp_path):
