@@ -18,8 +18,8 @@ semel_request_seconds{api} latency histogram. semel_bytes_in_total /
 semel_bytes_out_total count request and response frames. Per partition, read at
 scrape: semel_partition_high_watermark, semel_partition_last_stable_offset and
 semel_partition_lso_gap (their difference: records a read_committed reader waits for).
-In a cluster, per partition the broker leads: semel_partition_isr_size and
-semel_partition_replicas, and their count semel_under_replicated_partitions.
+Per partition the broker leads: semel_partition_isr_size and semel_partition_replicas,
+and their count semel_under_replicated_partitions (1, 1 and 0 on a single node).
 
 Event loop (broker.watchdog): semel_event_loop_lag_seconds (histogram of how late the
 loop woke a sleeping task, sampled continuously) and semel_event_loop_lag_max_seconds
@@ -40,6 +40,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ..coordinator.txn_states import PREPARED, TxnState
+from .local_replicas import NOTHING_LED, LocalReplicas
 
 log = logging.getLogger("semel.broker.metrics")
 
@@ -90,7 +91,8 @@ class BrokerMetrics:
                                             "closed by a limit", ["reason"], registry=self.registry)
         self._loop_lag_max = 0.0
         self._per_api: dict[str, tuple] = {}
-        self.registry.register(_BrokerStateCollector(broker))
+        self._state = _BrokerStateCollector(broker)
+        self.registry.register(self._state)
 
     def api(self, name: str) -> tuple:
         """(semel_requests_total, semel_request_seconds) of one API, labelled once:
@@ -100,6 +102,10 @@ class BrokerMetrics:
         if pair is None:
             pair = self._per_api[name] = (self.requests.labels(name), self.request_seconds.labels(name))
         return pair
+
+    def report_replicas(self, replicas: LocalReplicas) -> None:
+        """Where the replication gauges come from once the broker serves (semel.broker.wiring)."""
+        self._state.replicas = replicas
 
     def observe_loop_lag(self, lag_s: float) -> None:
         self.loop_lag.observe(lag_s)
@@ -130,6 +136,8 @@ class _BrokerStateCollector(Collector):
 
     def __init__(self, broker) -> None:
         self.broker = broker
+        # This broker's replicas (BrokerMetrics.report_replicas); before it serves, none.
+        self.replicas: LocalReplicas = NOTHING_LED
 
     def describe(self):
         return []   # gauges appear once a broker is bound; nothing to check at registration
@@ -172,21 +180,18 @@ class _BrokerStateCollector(Collector):
         yield from self._replication()
 
     def _replication(self):
-        """Per partition this broker leads in a cluster: its ISR and replica counts, and
-        how many of them are under-replicated (each leader reports its own, so a
-        cluster's total is the sum over brokers)."""
-        replicas = self.broker.replicas   # None on a single node and until the broker starts
-        if replicas is None:
-            return
-        leading = list(replicas.leading.items())
+        """Per partition this broker leads: its ISR and replica counts, and how many of
+        them are under-replicated (each leader reports its own, so a cluster's total is
+        the sum over brokers; a single node leads every partition with an ISR of one)."""
+        leading = self.replicas.led()
         isr = GaugeMetricFamily("semel_partition_isr_size", "In-sync replicas of a partition led here",
                                 labels=["topic", "partition"])
         size = GaugeMetricFamily("semel_partition_replicas", "Replicas of a partition led here",
                                  labels=["topic", "partition"])
         under = GaugeMetricFamily("semel_under_replicated_partitions",
                                   "Partitions led here whose ISR is smaller than their replica set")
-        for (topic, partition), ls in leading:
-            isr.add_metric([topic, str(partition)], len(ls.state.isr))
-            size.add_metric([topic, str(partition)], len(ls.state.replicas))
-        under.add_metric([], sum(1 for _, ls in leading if len(ls.state.isr) < len(ls.state.replicas)))
+        for st in leading:
+            isr.add_metric([st.topic, str(st.partition)], len(st.isr))
+            size.add_metric([st.topic, str(st.partition)], len(st.replicas))
+        under.add_metric([], sum(1 for st in leading if len(st.isr) < len(st.replicas)))
         yield from (isr, size, under)

@@ -16,6 +16,9 @@ from ..protocol.errors import KafkaError
 from ..storage.manager import LogManager
 from .config import BrokerConfig, Listener
 
+# The leader epoch of every partition of a single node, which never hands one over.
+LEADER_EPOCH = 0
+
 
 class MetadataView(Protocol):
     """Brokers, controller and topics with their partitions' leaders, replicas and ISR;
@@ -45,7 +48,7 @@ class CoordinatorPlacement(Protocol):
 
 class NodeView:
     """The cluster of one: this node, its topics (from the LogManager), every partition
-    led here at epoch 0 with replicas and ISR [this node]."""
+    led here at LEADER_EPOCH with replicas and ISR [this node]."""
 
     def __init__(self, config: BrokerConfig, logs: LogManager, listeners: Callable[[], Sequence[Listener]]):
         self.config = config
@@ -72,7 +75,7 @@ class NodeView:
     def topic_partitions(self, name: str) -> list[PartitionState]:
         info = self.logs.topic(name)
         me = (self.node_id,)
-        return [] if info is None else [PartitionState(name, p, me, self.node_id, 0, me)
+        return [] if info is None else [PartitionState(name, p, me, self.node_id, LEADER_EPOCH, me)
                                          for p in range(info.partitions)]
 
     def partition(self, topic: str, partition: int) -> PartitionState | None:
@@ -80,7 +83,7 @@ class NodeView:
         if self.logs.get(topic, partition) is None:
             return None
         me = (self.node_id,)
-        return PartitionState(topic, partition, me, self.node_id, 0, me)
+        return PartitionState(topic, partition, me, self.node_id, LEADER_EPOCH, me)
 
     def partitions(self) -> list[PartitionState]:
         return [st for name in self.logs.topics() for st in self.topic_partitions(name)]

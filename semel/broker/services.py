@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 from ..cluster.broker_configs import BrokerConfigs
 from ..cluster.coordinator_partitions import GroupCoordinators, TxnCoordinators
 from ..cluster.metadata import ClusterMetadata
-from ..cluster.replica_manager import ReplicaManager
 from ..storage.committed import Committed
 from ..storage.flusher import GroupCommitFlusher
 from ..storage.manager import LogManager
@@ -25,6 +24,7 @@ from .auth.cluster_store import ClusterAclStore, ClusterUserStore
 from .node_view import CoordinatorPlacement, MetadataView
 from .auth.users import UserStore
 from .config import BrokerConfig
+from .local_replicas import LocalReplicas
 from .metrics import BrokerMetrics
 from .notify import AppendNotifier
 
@@ -57,8 +57,9 @@ class Services:
     # which broker coordinates a group or transactional id: the cluster member, or this
     # node's NodeView
     coordinators_at: CoordinatorPlacement
-    # the replication data plane; None on a single node
-    replicas: ReplicaManager | None
+    # this broker's replicas of its partitions (semel.broker.local_replicas): the replica
+    # manager in a cluster, or on a single node its NodeReplicas (a cluster of one)
+    replicas: LocalReplicas
     # signed OAUTHBEARER tokens when a JWKS is configured
     oauth_signed: SignedValidator | None
     # when an append is committed (semel.storage.committed): fsynced as the flush policy

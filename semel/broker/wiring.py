@@ -15,7 +15,8 @@ a cluster of one, reaches at once).
 
 The replication data plane (semel.cluster.replica_manager) is built here too, given
 only what it uses of the broker: the cluster view, the logs, the FileSystem, the
-readers' notifier, the peer dialer and the replica settings.
+readers' notifier, the peer dialer and the replica settings; on a single node the
+handlers ask NodeReplicas (semel.broker.local_replicas) the same questions instead.
 """
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ from ..protocol.errors import KafkaError
 from ..storage.committed import Committed, PartitionCommit
 from ..storage.flusher import GroupCommitFlusher
 from .config import BrokerConfig
+from .local_replicas import LocalReplicas, NodeReplicas
 from .services import Services
 
 
@@ -153,11 +155,23 @@ def _committed(broker, inner: GroupCommitFlusher | None, topic: str, partition: 
                      KafkaError.NOT_COORDINATOR).writer(topic, partition)
 
 
+def local_replicas(broker) -> LocalReplicas:
+    """This broker's replicas as the handlers and the metrics ask about them: a cluster
+    member's replica manager (built once it joined), or a single node's NodeReplicas."""
+    if broker.cluster is None:
+        return NodeReplicas(broker.config.node_id, broker.logs)
+    manager: ReplicaManager = broker.replicas
+    return manager
+
+
 def build_services(broker) -> Services:
-    """What handlers use, once every part exists (semel.broker.services)."""
+    """What handlers use, once every part exists (semel.broker.services); the metrics
+    report the partitions led here from then on."""
+    replicas = local_replicas(broker)
+    broker.metrics.report_replicas(replicas)
     return Services(
         config=broker.config, logs=broker.logs, flusher=broker.flusher, notifier=broker.notifier,
         metrics=broker.metrics, group_coordinator=broker.group_coordinator, txn_coordinator=broker.txn_coordinator,
         authorizer=broker.authorizer, users=broker.users, acls=broker.acls, broker_configs=broker.broker_configs,
-        cluster=broker.cluster, metadata=broker.metadata_view, coordinators_at=broker.coordinators_at, replicas=broker.replicas,
-        oauth_signed=broker.oauth_signed, committed=broker.committed)
+        cluster=broker.cluster, metadata=broker.metadata_view, coordinators_at=broker.coordinators_at,
+        replicas=replicas, oauth_signed=broker.oauth_signed, committed=broker.committed)

@@ -3,8 +3,7 @@
 `ClusterMember` owns the EtcdClusterView (the broker's `cluster`), the controller shell
 that acts while this broker holds the seat, and the local side of topic creation:
 a topic that appears in etcd gets its partition logs on every broker, so any of
-them can become a replica or leader without another round trip. The handlers ask
-`check_leader` before they touch a partition's log.
+them can become a replica or leader without another round trip.
 """
 from __future__ import annotations
 
@@ -20,8 +19,7 @@ from .elections import leave_isr
 from .etcd import Etcd
 from .internal_topics import coordinator_node, ensure_internal_topic
 from .metadata import EtcdClusterView
-from .replica_rules import leader_epoch_error
-from .state import BrokerInfo, ClusterView, PartitionState
+from .state import BrokerInfo, PartitionState
 from .topic_sync import deleted_names, sync_local_topics
 
 if TYPE_CHECKING:
@@ -172,22 +170,3 @@ class ClusterMember:
             return None
         return coordinator_node(self.view, name, partition)
 
-
-def check_leader(view: ClusterView | None, topic: str, partition: int, current_leader_epoch: int = -1) -> KafkaError:
-    """May this broker (its cluster `view`; None on a single node, where the answer is
-    NONE) serve the partition as its leader?
-
-    Kafka's order: the client's leader epoch first (replica_rules.leader_epoch_error),
-    then leadership itself (NOT_LEADER_OR_FOLLOWER sends the client to Metadata).
-    """
-    if view is None:
-        return KafkaError.NONE
-    st = view.partition(topic, partition)
-    if st is None:
-        return KafkaError.UNKNOWN_TOPIC_OR_PARTITION
-    err = leader_epoch_error(current_leader_epoch, st.leader_epoch)
-    if err:
-        return err
-    if st.leader != view.node_id:
-        return KafkaError.NOT_LEADER_OR_FOLLOWER
-    return KafkaError.NONE

@@ -42,8 +42,8 @@ from .peer import PeerDialer
 from .reassignment import THROTTLE_RATE, Throttle
 from .etcd import EtcdError
 from .replica_fetcher import Durable, FetchSettings, LeaderFetcher
-from .replica_rules import (UNDEFINED, FollowerProgress, TopicPartition, diverging_epoch, hand_over,
-                            high_watermark, isr_change, leader_epoch_error)
+from .replica_rules import (UNDEFINED, FollowerProgress, TopicPartition, check_leader, diverging_epoch,
+                            hand_over, high_watermark, isr_change, leader_epoch_error)
 from .session import OutageLog
 from .state import ClusterView, PartitionState
 
@@ -247,9 +247,15 @@ class ReplicaManager:
             self.fetchers[was[0]].remove(tp)
 
     # -- leader: followers' fetches, high watermark, ISR -----------------------------------
-    def leader_error(self, topic: str, partition: int, current_leader_epoch: int) -> KafkaError:
-        """NONE when this broker leads the partition at the asker's epoch (-1: any).
-        An older epoch is FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH (KIP-320)."""
+    def leader_error(self, topic: str, partition: int, current_leader_epoch: int = -1) -> KafkaError:
+        """A client's request (produce, fetch, list offsets, markers): NONE when the
+        cluster view names this broker the partition's leader at the asker's epoch
+        (replica_rules.check_leader)."""
+        return check_leader(self.view, topic, partition, current_leader_epoch)
+
+    def leading_error(self, topic: str, partition: int, current_leader_epoch: int) -> KafkaError:
+        """NONE when this broker acts as the partition's leader at the asker's epoch (-1:
+        any). An older epoch is FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH (KIP-320)."""
         ls = self.leading.get((topic, partition))
         st = self.view.partition(topic, partition)
         known = max(st.leader_epoch if st is not None else UNDEFINED, ls.state.leader_epoch if ls else UNDEFINED)
@@ -264,7 +270,7 @@ class ReplicaManager:
         """A follower's Fetch for one partition: fence it, tell it where its log diverged
         ((epoch, end offset), see `diverging_epoch`), or record its log end."""
         tp = (topic, partition)
-        err = self.leader_error(topic, partition, current_leader_epoch)
+        err = self.leading_error(topic, partition, current_leader_epoch)
         if err:
             return err
         ls = self.leading[tp]
@@ -294,6 +300,26 @@ class ReplicaManager:
         except ValueError:
             self.throttle.set_rate(0)
         return self.throttle.allow()
+
+    def spend(self, size: int) -> None:
+        """A throttled follower's fetch read `size` bytes."""
+        self.throttle.spend(size)
+
+    def epoch_end(self, topic: str, partition: int, current_leader_epoch: int,
+                  leader_epoch: int) -> tuple[KafkaError, int, int]:
+        """OffsetForLeaderEpoch: only the leader answers, at the asker's epoch (KIP-320
+        fencing); the end of the requested epoch is the start of the next larger one, or
+        the log end for the latest."""
+        err = self.leading_error(topic, partition, current_leader_epoch)
+        if err:
+            return err, UNDEFINED, UNDEFINED
+        plog = self.leading[(topic, partition)].plog
+        epoch, end = plog.epochs.end_offset_for(leader_epoch, plog.log_end_offset)
+        return KafkaError.NONE, epoch, end
+
+    def led(self) -> list[PartitionState]:
+        """The partitions led here, as their leader knows them (metrics)."""
+        return [ls.state for ls in list(self.leading.values())]
 
     def _advance_hw(self, tp: TopicPartition, ls: LeaderState) -> None:
         plog = ls.plog

@@ -12,7 +12,7 @@ Kafka's rules:
   with a diverging epoch (`diverging_epoch`, KIP-320/KIP-595) and the follower
   truncates by it (`truncation_point`, KIP-279).
 - Either side fences a request made at another leader epoch (`leader_epoch_error`,
-  KIP-320).
+  KIP-320); a client's request goes to the leader the view names (`check_leader`).
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ..protocol.errors import KafkaError
-from .state import NO_LEADER, PartitionState
+from .state import NO_LEADER, ClusterView, PartitionState
 
 if TYPE_CHECKING:
     from ..storage.leader_epoch import LeaderEpochCache
@@ -39,6 +39,23 @@ def leader_epoch_error(asked: int, known: int) -> KafkaError:
         return KafkaError.FENCED_LEADER_EPOCH
     if asked > known:
         return KafkaError.UNKNOWN_LEADER_EPOCH
+    return KafkaError.NONE
+
+
+def check_leader(view: ClusterView, topic: str, partition: int, current_leader_epoch: int = -1) -> KafkaError:
+    """May this broker (its cluster `view`) serve the partition as its leader?
+
+    Kafka's order: the client's leader epoch first (`leader_epoch_error`), then
+    leadership itself (NOT_LEADER_OR_FOLLOWER sends the client to Metadata).
+    """
+    st = view.partition(topic, partition)
+    if st is None:
+        return KafkaError.UNKNOWN_TOPIC_OR_PARTITION
+    err = leader_epoch_error(current_leader_epoch, st.leader_epoch)
+    if err:
+        return err
+    if st.leader != view.node_id:
+        return KafkaError.NOT_LEADER_OR_FOLLOWER
     return KafkaError.NONE
 
 

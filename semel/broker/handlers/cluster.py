@@ -1,25 +1,23 @@
 """Cluster view: DescribeCluster (60) and OffsetForLeaderEpoch (23).
 
-On a single node one broker leads every partition at leader epoch LEADER_EPOCH
-(what Metadata advertises), so the epoch lookup has one answer: that epoch ends
-at the log end. In a cluster the answer comes from the partition's leader-epoch
-cache (KIP-101/KIP-279): followers truncate to it after a leader change."""
+The epoch lookup is the leader's (`Services.replicas.epoch_end`): in a cluster from
+the partition's leader-epoch cache (KIP-101/KIP-279), which followers truncate to after
+a leader change; on a single node, which leads every partition at LEADER_EPOCH (what
+Metadata advertises), that one epoch ends at the log end."""
 from __future__ import annotations
 
 from typing import Any
 
 from ...cluster.elections import PREFERRED, elect, run_election
-from ...cluster.replica_manager import ReplicaManager
 from ...cluster.state import PartitionState
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
-from ...storage.log import PartitionLog
 from ..auth.acl import ResourceType
 from ..auth.check import authorized_operations
+from ..node_view import LEADER_EPOCH
 from ..router import RequestContext, handler
 from ..services import Services
 
-LEADER_EPOCH = 0
 ENDPOINT_BROKERS, ENDPOINT_CONTROLLERS = 1, 2
 NO_OPERATIONS = None  # the codec writes Kafka's "not asked for" (-2^31) for None
 
@@ -60,31 +58,11 @@ async def offset_for_leader_epoch(ctx: RequestContext, req: Any) -> Any:
 
 
 def _epoch_end(ctx: RequestContext, topic: str, p: Any) -> dict[str, Any]:
-    plog = ctx.services.logs.get(topic, p.partition)
-    if plog is None:
+    """Only the leader answers, at the asker's epoch (KIP-320 fencing; -1: do not fence)."""
+    if ctx.services.logs.get(topic, p.partition) is None:
         return _undefined(KafkaError.UNKNOWN_TOPIC_OR_PARTITION)
-    replicas = ctx.services.replicas
-    if replicas is not None:
-        return _replicated_epoch_end(replicas, topic, p, plog)
-    # current_leader_epoch -1 means "do not fence"; Kafka's checks otherwise.
-    if p.current_leader_epoch > LEADER_EPOCH:
-        return _undefined(KafkaError.UNKNOWN_LEADER_EPOCH)
-    if 0 <= p.current_leader_epoch < LEADER_EPOCH:
-        return _undefined(KafkaError.FENCED_LEADER_EPOCH)
-    if p.leader_epoch < LEADER_EPOCH or p.leader_epoch > LEADER_EPOCH:
-        # No such epoch in this log: Kafka answers "undefined" without an error.
-        return _undefined(KafkaError.NONE)
-    return {"error_code": KafkaError.NONE, "leader_epoch": LEADER_EPOCH, "end_offset": plog.log_end_offset}
-
-
-def _replicated_epoch_end(replicas: ReplicaManager, topic: str, p: Any, plog: PartitionLog) -> dict[str, Any]:
-    """Only the leader answers, at the asker's epoch (KIP-320 fencing); the end of the
-    requested epoch is the start of the next larger one, or the log end for the latest."""
-    err = replicas.leader_error(topic, p.partition, p.current_leader_epoch)
-    if err:
-        return _undefined(err)
-    epoch, end = plog.epochs.end_offset_for(p.leader_epoch, plog.log_end_offset)
-    return {"error_code": KafkaError.NONE, "leader_epoch": epoch, "end_offset": end}
+    err, epoch, end = ctx.services.replicas.epoch_end(topic, p.partition, p.current_leader_epoch, p.leader_epoch)
+    return {"error_code": err, "leader_epoch": epoch, "end_offset": end}
 
 
 def _undefined(err: KafkaError) -> dict[str, Any]:

@@ -4,21 +4,21 @@ read_uncommitted reads up to the high watermark; read_committed up to the last
 stable offset, with the aborted transactions that overlap the returned range so
 the client can drop their batches. Fetch long-polls: it waits (without holding
 anything) until min_bytes are available or max_wait_ms passes; min_bytes=0
-is answered at once, as Kafka does. In a cluster the high watermark is the
-replicated one; a follower's fetch (replica_id >= 0) reads to the log end and
-tells the leader where the follower's log ends (semel.cluster.replica_manager).
+is answered at once, as Kafka does. The high watermark is the replicated one (the
+log end alone); a follower's fetch (replica_id >= 0) reads to the log end and tells
+the leader where the follower's log ends (`Services.replicas`: a cluster member's
+semel.cluster.replica_manager; a single node has no follower and refuses it).
 """
 from __future__ import annotations
 
 import logging
 import time
 
-from ...cluster.member import check_leader
-from ...cluster.replica_manager import ReplicaManager
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ...storage.errors import CorruptLogError, OffsetOutOfRange, StorageError
 from ..router import RequestContext, handler
+from ..local_replicas import LocalReplicas
 from ..services import Services
 
 log = logging.getLogger("semel.broker.fetch")
@@ -37,12 +37,11 @@ async def fetch(ctx: RequestContext, req):
     services = ctx.services
     deadline = time.monotonic() + max(req.max_wait_ms, 0) / 1000
     keys = list(dict.fromkeys((t.topic, p.partition) for t in req.topics for p in t.partitions))
-    # A follower's fetch (cluster only): its fetch offsets are its log ends, recorded once
-    # per request; it reads up to the log end, not the high watermark.
-    replicas = services.replicas if req.replica_id >= 0 else None
-    refused = _replica_progress(replicas, req) if replicas is not None else {}
+    # A follower's fetch: its fetch offsets are its log ends, recorded once per request;
+    # it reads up to the log end, not the high watermark.
+    refused = _replica_progress(services.replicas, req) if req.replica_id >= 0 else {}
     while True:
-        topics, total = _read_all(ctx, req, replicas, refused)
+        topics, total = _read_all(ctx, req, refused)
         remaining = deadline - time.monotonic()
         # Nothing to wait on (no partitions: Kafka answers at once) is an answer too;
         # waiting for an append that cannot come once spun the loop until the deadline.
@@ -57,7 +56,7 @@ def _has_error(topics) -> bool:
     return any(p.error_code or p.diverging_epoch is not None for t in topics for p in t.partitions)
 
 
-def _replica_progress(replicas: ReplicaManager, req) -> dict:
+def _replica_progress(replicas: LocalReplicas, req) -> dict:
     refused = {}
     for t in req.topics:
         for p in t.partitions:
@@ -68,9 +67,10 @@ def _replica_progress(replicas: ReplicaManager, req) -> dict:
     return refused
 
 
-def _read_all(ctx: RequestContext, req, replicas: ReplicaManager | None = None, refused=None):
-    """`replicas`: the replica manager when a follower fetches, else None."""
-    replica = replicas is not None
+def _read_all(ctx: RequestContext, req, refused: dict):
+    """`refused`: what _replica_progress refused of a follower's fetch, per partition."""
+    replicas = ctx.services.replicas
+    replica = req.replica_id >= 0
     cls = ctx.cls()
     T = cls.FetchableTopicResponse
     # The broker caps a response below what clients ask for (50 MiB by default):
@@ -90,14 +90,14 @@ def _read_all(ctx: RequestContext, req, replicas: ReplicaManager | None = None, 
         parts = []
         for p in t.partitions:
             left, first = budget - total, total == 0
-            allowed = replicas.throttle_allowance(t.topic, p.partition, req.replica_id) if replicas is not None else -1
+            allowed = replicas.throttle_allowance(t.topic, p.partition, req.replica_id) if replica else -1
             if allowed >= 0:   # a reassignment's new replica, throttled: no more than the budget
                 left, first = min(left, allowed), False
             part, size = _read_partition(ctx, T.PartitionData, t.topic, p, req.isolation_level,
                                          left, first=first, replica=replica,
-                                         refused=(refused or {}).get((t.topic, p.partition)))
-            if replicas is not None and allowed >= 0:
-                replicas.throttle.spend(size)
+                                         refused=refused.get((t.topic, p.partition)))
+            if allowed >= 0:
+                replicas.spend(size)
             total += size
             parts.append(part)
         topics.append(T(topic=t.topic, partitions=parts))
@@ -115,9 +115,8 @@ def _read_partition(ctx: RequestContext, P, topic, p, isolation, budget, first, 
     if refused and not isinstance(refused, tuple):
         return P(partition_index=p.partition, error_code=refused, high_watermark=-1, last_stable_offset=-1,
                  log_start_offset=-1, aborted_transactions=None, records=b""), 0
-    # CLUSTER-HOOK: a follower's Fetch (replica_id >= 0) passes the same leadership and
-    # epoch check; the replication data plane records the follower's fetch offset here.
-    err = check_leader(ctx.services.cluster, topic, p.partition, getattr(p, "current_leader_epoch", -1))
+    # A follower's Fetch (replica_id >= 0) passes the same leadership and epoch check.
+    err = ctx.services.replicas.leader_error(topic, p.partition, getattr(p, "current_leader_epoch", -1))
     if err:
         return _error_partition(P, p.partition, err), 0
     plog = ctx.services.logs.get(topic, p.partition)
@@ -175,7 +174,8 @@ async def list_offsets(ctx: RequestContext, req):
     for t in req.topics:
         parts = []
         for p in t.partitions:
-            code = check_leader(ctx.services.cluster, t.name, p.partition_index, getattr(p, "current_leader_epoch", -1))
+            code = ctx.services.replicas.leader_error(t.name, p.partition_index,
+                                                      getattr(p, "current_leader_epoch", -1))
             code, ts, off = (code, -1, -1) if code else _offset_for(ctx, t.name, p.partition_index,
                                                                      p.timestamp, isolation)
             parts.append(P(partition_index=p.partition_index, error_code=code, timestamp=ts,

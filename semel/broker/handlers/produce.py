@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from ...cluster.member import check_leader
 from ...protocol import records
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
@@ -110,16 +109,16 @@ async def _append_partition(ctx: RequestContext, req, topic: str, pdata, budget:
         err = await _create_unknown(services.config, view, topic)
         if err:
             return _PartitionResult(pdata.index, err)
-    err = check_leader(services.cluster, topic, pdata.index)   # NONE on a single node
+    err = services.replicas.leader_error(topic, pdata.index)
     if err:
         return _PartitionResult(pdata.index, err)
     plog, err = lookup(ctx, topic, pdata.index)
     if err:
         return _PartitionResult(pdata.index, err)
-    if services.replicas is not None:   # cluster: leading here, enough in-sync replicas for acks=all
-        err = services.replicas.before_append(topic, pdata.index, req.acks)
-        if err:
-            return _PartitionResult(pdata.index, err)
+    # Leading here, and for acks=all enough in-sync replicas.
+    err = services.replicas.before_append(topic, pdata.index, req.acks)
+    if err:
+        return _PartitionResult(pdata.index, err)
     data = pdata.records
     if not data:
         return _PartitionResult(pdata.index, KafkaError.CORRUPT_MESSAGE, message="no records")

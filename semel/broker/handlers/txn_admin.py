@@ -17,7 +17,6 @@ import asyncio
 import logging
 import re
 
-from ...cluster.member import check_leader
 from ...cluster.txn_markers import is_coordinator_client
 from ...clock import wall_ms
 from ...coordinator.txn import OFFSETS_TOPIC
@@ -227,7 +226,7 @@ async def _coordinator_partition(ctx: RequestContext, tp: tuple[str, int], commi
         return [await _offsets_marker(ctx, m, partition) for m in markers]
     if topic.startswith("__"):
         return [KafkaError.INVALID_TOPIC_EXCEPTION] * len(markers)   # no transaction spans the transaction log
-    err = check_leader(ctx.services.cluster, topic, partition)
+    err = ctx.services.replicas.leader_error(topic, partition)
     if not err:
         kind = records.CONTROL_COMMIT if commit else records.CONTROL_ABORT
         try:

@@ -1,9 +1,9 @@
-"""check_leader, the handlers' question before they touch a partition's log: given only
-the broker's cluster view (None on a single node), may this broker serve the partition
-as its leader at the epoch the client names?"""
+"""check_leader, a cluster member's answer to the handlers' question before they touch a
+partition's log (ReplicaManager.leader_error): given only the broker's cluster view, may
+this broker serve the partition as its leader at the epoch the client names?"""
 from __future__ import annotations
 
-from semel.cluster.member import check_leader
+from semel.cluster.replica_rules import check_leader
 from semel.cluster.state import MemoryClusterView
 from semel.protocol.errors import KafkaError
 
@@ -13,7 +13,6 @@ def test_leadership_and_the_clients_leader_epoch():
     here, there = MemoryClusterView(table, 0), MemoryClusterView(table, 1)
     table.create_topic("t", [(0, 1)])
     table.set_leader("t", 0, 0)                      # leader 0 at epoch 1
-    assert check_leader(None, "t", 0, 7) is KafkaError.NONE          # single node: always
     assert check_leader(here, "t", 0) is KafkaError.NONE
     assert check_leader(here, "t", 0, 1) is KafkaError.NONE
     assert check_leader(here, "t", 1) is KafkaError.UNKNOWN_TOPIC_OR_PARTITION
