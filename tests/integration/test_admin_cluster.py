@@ -134,3 +134,48 @@ def test_list_partition_reassignments_on_a_single_node_lists_none(mbroker):
         sock.close()
     assert (everything.error_code, everything.topics) == (0, [])
     assert (named.error_code, named.topics) == (0, [])
+
+
+def _fetch_topics(name, epoch):
+    T = request_class(1).FetchTopic
+    return [T(topic=name, partitions=[T.FetchPartition(
+        partition=0, current_leader_epoch=epoch, fetch_offset=0, last_fetched_epoch=-1, log_start_offset=-1,
+        partition_max_bytes=1 << 20)])]
+
+
+def _list_topics(name, epoch):
+    T = request_class(2).ListOffsetsTopic
+    return [T(name=name, partitions=[T.ListOffsetsPartition(partition_index=0, current_leader_epoch=epoch,
+                                                           timestamp=-1)])]
+
+
+def test_fetch_and_list_offsets_answer_as_the_leader_of_a_cluster_of_one(mbroker):
+    """Epoch 0 (what Metadata advertises) and -1 are served, a newer epoch is
+    UNKNOWN_LEADER_EPOCH (KIP-320), and a fetch from a broker (replica_id >= 0) is refused:
+    no broker follows a single node."""
+    from semel.protocol.errors import KafkaError
+    name = f"fence-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": mbroker.bootstrap})
+    admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
+    p = Producer({"bootstrap.servers": mbroker.bootstrap})
+    for _ in range(3):
+        p.produce(name, value=b"x", partition=0)
+    assert p.flush(30) == 0
+    fetch = dict(max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0, session_id=0, session_epoch=-1,
+                 forgotten_topics_data=[], rack_id="")
+    sock = wire.connect(mbroker.bootstrap)
+    try:
+        fetched = {(who, epoch): wire.call(sock, 1, 12, replica_id=who, topics=_fetch_topics(name, epoch),
+                                           **fetch).responses[0].partitions[0]
+                   for who, epoch in [(-1, -1), (-1, 0), (-1, 1), (1, 0), (0, -1)]}
+        listed = {epoch: wire.call(sock, 2, 7, replica_id=-1, isolation_level=0,
+                                   topics=_list_topics(name, epoch)).topics[0].partitions[0]
+                  for epoch in (-1, 0, 1)}
+    finally:
+        sock.close()
+    assert {k: (r.error_code, r.high_watermark) for k, r in fetched.items()} == {
+        (-1, -1): (0, 3), (-1, 0): (0, 3), (-1, 1): (KafkaError.UNKNOWN_LEADER_EPOCH, -1),
+        (1, 0): (KafkaError.NOT_LEADER_OR_FOLLOWER, -1), (0, -1): (KafkaError.NOT_LEADER_OR_FOLLOWER, -1)}
+    assert fetched[(-1, 0)].records and not fetched[(1, 0)].records
+    assert {e: (r.error_code, r.offset, r.leader_epoch) for e, r in listed.items()} == {
+        -1: (0, 3, 0), 0: (0, 3, 0), 1: (KafkaError.UNKNOWN_LEADER_EPOCH, -1, -1)}
