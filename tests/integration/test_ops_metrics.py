@@ -1,6 +1,6 @@
 """The Prometheus endpoint after a known workload: the seed's transaction and
 idempotence metrics with exact values, per-API counts and latency histograms,
-bytes in/out, and per-partition high watermark / LSO / gap. A real broker process,
+bytes in/out, and per-partition high watermark / LSO / gap / ISR. A real broker process,
 confluent-kafka for the transactions, the byte-exact client for the timeout and
 for re-sent batches; `semel txn stats` reads the same counters."""
 from __future__ import annotations
@@ -108,6 +108,9 @@ def test_metrics_after_a_known_workload(metered):
         assert value(s, "semel_partition_high_watermark", **labels) == hw
         assert value(s, "semel_partition_last_stable_offset", **labels) == lso == hw
         assert value(s, "semel_partition_lso_gap", **labels) == 0
+        # a cluster of one: every partition led here, itself its only replica and ISR
+        assert value(s, "semel_partition_isr_size", **labels) == value(s, "semel_partition_replicas", **labels) == 1
+    assert value(s, "semel_under_replicated_partitions") == 0
     # the security layer's counters are declared (labelled: no sample until a login fails or a check denies)
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
     assert "# TYPE semel_failed_logins_total counter" in text
