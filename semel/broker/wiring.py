@@ -38,6 +38,7 @@ from ..coordinator.txn import OFFSETS_TOPIC, TXN_TOPIC, TransactionCoordinator
 from ..protocol.errors import KafkaError
 from ..storage.committed import Committed, PartitionCommit
 from ..storage.flusher import GroupCommitFlusher
+from .cluster_admin import ClusterAdmin, MetadataAdmin, NodeAdmin
 from .config import BrokerConfig
 from .services import Services
 
@@ -153,11 +154,20 @@ def _committed(broker, inner: GroupCommitFlusher | None, topic: str, partition: 
                      KafkaError.NOT_COORDINATOR).writer(topic, partition)
 
 
+def build_admin(broker) -> ClusterAdmin:
+    """The admin requests' port (semel.broker.cluster_admin): the cluster view's, or the
+    single node's over its own logs."""
+    if broker.cluster is None:
+        return NodeAdmin(broker.metadata_view, broker.logs, broker.group_coordinator, broker.config.node_id)
+    return MetadataAdmin(broker.cluster, broker.config.default_replication_factor)
+
+
 def build_services(broker) -> Services:
     """What handlers use, once every part exists (semel.broker.services)."""
     return Services(
         config=broker.config, logs=broker.logs, flusher=broker.flusher, notifier=broker.notifier,
         metrics=broker.metrics, group_coordinator=broker.group_coordinator, txn_coordinator=broker.txn_coordinator,
         authorizer=broker.authorizer, users=broker.users, acls=broker.acls, broker_configs=broker.broker_configs,
-        cluster=broker.cluster, metadata=broker.metadata_view, coordinators_at=broker.coordinators_at, replicas=broker.replicas,
+        cluster=broker.cluster, metadata=broker.metadata_view, coordinators_at=broker.coordinators_at,
+        admin=build_admin(broker), replicas=broker.replicas,
         oauth_signed=broker.oauth_signed, committed=broker.committed)

@@ -14,7 +14,7 @@ import semel
 BROKER = Path(semel.__file__).parent / "broker"
 CLUSTER_OBJECTS = frozenset({"cluster", "replicas", "cluster_member"})
 LOCAL_NAMES = CLUSTER_OBJECTS | {"view", "member"}
-LIMIT = 28
+LIMIT = 19
 
 
 def _names_a_cluster_object(node: ast.AST) -> bool:
