@@ -23,15 +23,16 @@ from ..protocol.errors import KafkaError
 from ..storage.manager import LogManager
 from .node_view import MetadataView
 
-# A new topic's replica lists (one per partition), or why there are none.
-Assignment = list[tuple[int, ...]]
-Refusal = tuple[KafkaError, str]
-Answer = tuple[KafkaError, str | None]
+Assignment = list[tuple[int, ...]]       # a topic's replica lists, one per partition
+Refusal = tuple[KafkaError, str]           # why a request is refused
+Answer = tuple[KafkaError, str | None]     # a change's outcome: the message None when it is done
 
 CAS_TRIES = 10        # compare-and-sets of one reassignment before giving up
 
 
 class ClusterAdmin(Protocol):
+    """What a handler asks once it has checked a request; answers as Kafka error values."""
+
     def live_brokers(self) -> list[int]: ...
 
     def topics(self) -> dict[str, TopicInfo]: ...
@@ -120,6 +121,7 @@ class NodeAdmin:
         return None
 
     async def set_cluster_setting(self, name: str, value: str | None) -> None:
+        """Never asked: refuse_cluster_setting answers first."""
         raise ValueError(self.refuse_cluster_setting(name))
 
     def refuse_cluster_setting(self, name: str) -> str | None:
