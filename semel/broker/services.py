@@ -21,6 +21,7 @@ from ..storage.flusher import GroupCommitFlusher
 from ..storage.manager import LogManager
 from .auth.acl import AclStore, Authorizer
 from .auth.cluster_store import ClusterAclStore, ClusterUserStore
+from .cluster_admin import ClusterAdmin
 from .node_view import CoordinatorPlacement, MetadataView
 from .auth.users import UserStore
 from .config import BrokerConfig
@@ -57,6 +58,9 @@ class Services:
     # which broker coordinates a group or transactional id: the cluster member, or this
     # node's NodeView
     coordinators_at: CoordinatorPlacement
+    # what the admin requests change (topics, partitions, replicas, leaders, cluster-wide
+    # settings): in etcd for a cluster member, in the LogManager on a single node
+    admin: ClusterAdmin
     # this broker's replicas of its partitions (semel.broker.local_replicas): the replica
     # manager in a cluster, or on a single node its NodeReplicas (a cluster of one)
     replicas: LocalReplicas
