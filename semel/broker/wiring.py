@@ -2,7 +2,7 @@
 one place that does.
 
 A coordinator depends only on the interfaces of semel.coordinator.ports. The
-coordinators have one shape (semel.cluster.coordinator_partitions): one coordinator per
+coordinators have one shape (semel.coordinator.partitioned): one coordinator per
 partition of __transaction_state and __consumer_offsets, a single node having one
 partition of each. On a single node the ports are the broker's own: the producer-id
 file as ProducerIdSource, a LocalSeat (the coordinator loads its log when the seat
@@ -22,8 +22,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..cluster.coordinator_host import SeatedCoordinator
-from ..cluster.coordinator_partitions import GroupCoordinators, TxnCoordinators, topic_partition_count
 from ..cluster.hw_checkpoint import HW_FILE
+from ..cluster.internal_topics import topic_partition_count
 from ..cluster.member import ClusterMember, InternalTopic
 from ..cluster.producer_ids import ClusterProducerIds
 from ..cluster.replica_fetcher import FetchSettings
@@ -32,6 +32,7 @@ from ..cluster.topic_sync import deleted_names
 from ..cluster.txn_markers import MarkerChannel
 from ..coordinator.group import GroupCoordinator
 from ..coordinator.group_model import GroupConfig
+from ..coordinator.partitioned import GroupCoordinators, TxnCoordinators
 from ..coordinator.ports import CoordinatorSeat, LocalMarkers, LocalSeat, MarkerWriter, ProducerIdSource
 from ..coordinator.producer_ids import ProducerIdManager
 from ..coordinator.txn import OFFSETS_TOPIC, TXN_TOPIC, TransactionCoordinator
@@ -76,7 +77,7 @@ def build_replicas(broker) -> ReplicaManager:
 
 def build_groups(broker) -> GroupCoordinators:
     """The group coordinators, one per __consumer_offsets partition
-    (semel.cluster.coordinator_partitions.GroupCoordinators; one on a single node)."""
+    (semel.coordinator.partitioned.GroupCoordinators; one on a single node)."""
     config = group_config(broker.config)
     view, topic = broker.cluster, config.offsets_topic
     # Every write waits until committed (semel.storage.committed); sync_writes says only
@@ -94,7 +95,7 @@ def build_groups(broker) -> GroupCoordinators:
 
 def build_txns(broker) -> TxnCoordinators:
     """The transaction coordinators, one per __transaction_state partition
-    (semel.cluster.coordinator_partitions.TxnCoordinators; one on a single node), sharing
+    (semel.coordinator.partitioned.TxnCoordinators; one on a single node), sharing
     the producer-id pool and the marker writer. Needs `broker.group_coordinator` built."""
     cfg = broker.config
     view = broker.cluster

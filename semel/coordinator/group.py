@@ -56,7 +56,7 @@ from .group_model import (
     OFFSETS_TOPIC, FetchedOffset, GroupConfig, GroupSummary, JoinResult, MemberSummary,
     SyncResult,
 )
-from .group_offsets import OffsetManager
+from .group_offsets import OffsetInput, OffsetManager
 from .group_replay import GroupStore
 from .group_timers import Timers, wall_clock_ms
 from .coordinator_log import CoordinatorLog, resolve_future
@@ -299,7 +299,7 @@ class GroupCoordinator:
     # Committed offsets (OffsetManager).
 
     def commit_offsets(self, group_id: str, generation: int, member_id: str,
-                       offsets: dict[TopicPartition, Any], *,
+                       offsets: Mapping[TopicPartition, OffsetInput], *,
                        group_instance_id: str | None = None, api_version: int | None = None
                        ) -> "asyncio.Future[dict[TopicPartition, KafkaError]]":
         return self.offset_manager.commit_offsets(group_id, generation, member_id, offsets,
@@ -313,7 +313,7 @@ class GroupCoordinator:
 
     def txn_commit_offsets(self, producer_id: int, producer_epoch: int, group_id: str,
                            generation: int, member_id: str, group_instance_id: str | None,
-                           offsets: dict[TopicPartition, Any]
+                           offsets: Mapping[TopicPartition, OffsetInput]
                            ) -> "asyncio.Future[dict[TopicPartition, KafkaError]]":
         return self.offset_manager.txn_commit_offsets(producer_id, producer_epoch, group_id, generation, member_id,
                                                group_instance_id, offsets)
