@@ -44,7 +44,7 @@ from .txn_states import (
     end_txn_outcome, now_ms,
 )
 from .txn_branches import BRANCH_PREFIX, TxnBranches, branch_of
-from .txn_completion import DataLogs, GroupCoordinators, MarkerCompletion, RequestTimeout
+from .txn_completion import DataLogs, MarkerCompletion, OffsetsPartitions, RequestTimeout
 from .txn_housekeeping import HousekeepingConfig, TxnHousekeeping
 from .txn_init import MAX_EPOCH, InitConfig, ProducerIdInit, fenced_error
 
@@ -62,7 +62,7 @@ class TxnLogs(DataLogs, Protocol):
                      internal: bool = False, topic_id: str | None = None) -> KafkaError: ...
 
 
-class TxnGroups(GroupCoordinators, Protocol):
+class TxnGroups(OffsetsPartitions, Protocol):
     """The group coordinators, as transactions reach them: each offsets partition's marker,
     and which partition holds a group."""
 

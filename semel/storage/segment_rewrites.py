@@ -7,29 +7,19 @@ the log's `rewrites`.
 """
 from __future__ import annotations
 
-import threading
 from array import array
 from bisect import bisect_right
-from pathlib import Path
 from typing import Protocol
 
 from semel.protocol.records import iter_batches
 
 from .errors import StorageError
-from .fs import FileSystem
-from .log_config import LogConfig
 from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, Segment
+from .segment_rolls import SegmentedLog
 
 
-class RewrittenLog(Protocol):
+class RewrittenLog(SegmentedLog, Protocol):
     """What SegmentRewrites needs of its log (PartitionLog)."""
-    directory: Path
-    config: LogConfig
-    fs: FileSystem
-    io_lock: threading.RLock
-    state_lock: threading.Lock
-    segments: list[Segment]
-    bases: list[int]
 
     @property
     def last_stable_offset(self) -> int: ...

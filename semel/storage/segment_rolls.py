@@ -19,8 +19,9 @@ from .log_config import LogConfig
 from .segment import MAX_RELATIVE_OFFSET, Segment
 
 
-class RolledLog(Protocol):
-    """What SegmentRolls needs of its log (PartitionLog)."""
+class SegmentedLog(Protocol):
+    """A PartitionLog's segments (the last one active) and their base offsets, its files
+    and settings, and the locks they change under."""
     directory: Path
     config: LogConfig
     fs: FileSystem
@@ -28,6 +29,10 @@ class RolledLog(Protocol):
     state_lock: threading.Lock
     segments: list[Segment]
     bases: list[int]
+
+
+class RolledLog(SegmentedLog, Protocol):
+    """What SegmentRolls needs of its log (PartitionLog)."""
     log_end_offset: int
     flushed_offset: int
     storage_failures: int
