@@ -133,7 +133,7 @@ class BrokerConfig:
     transaction_state_partitions: int = 6
     offsets_topic_partitions: int = 6
 
-    # --- replication (semel.cluster.replica_manager, read by broker.wiring.replica_settings) ---
+    # --- replication (semel.cluster.replica_manager, read by broker.node_role.replica_settings) ---
     # acks=all needs this many in-sync replicas (topic config min.insync.replicas overrides).
     min_insync_replicas: int = 1
     # A follower not caught up for this long leaves the ISR (Kafka's replica.lag.time.max.ms).

@@ -79,13 +79,6 @@ class RequestContext:
     def cls(self) -> Any:
         return response_class(self.api_key)
 
-    @property
-    def listener_port(self) -> int:
-        """The port of the listener this request came on: Metadata and FindCoordinator
-        advertise it, so a client stays on the listener (TLS, SASL) it chose."""
-        listener = self.listener
-        return listener.port if listener is not None else self.services.config.port
-
     def authorize(self, operation: Operation | str, resource_type: ResourceType | str, name: str) -> bool:
         """May this connection's principal do `operation` on the resource? Names or
         enums of semel.broker.auth.acl ("WRITE", "TOPIC", "payments"). A denial is

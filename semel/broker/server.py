@@ -11,78 +11,70 @@ import asyncio
 import logging
 import signal
 import time
+from typing import TYPE_CHECKING
 
 from ..clock import wall_ms
-from ..cluster.broker_configs import FileBrokerConfigs
-from ..cluster.peer import PeerDialer
-from ..cluster.shutdown import controlled_shutdown
-from ..storage.committed import Committed, HighWatermarks, OneNode
+from ..coordinator.partitioned import GroupCoordinators, TxnCoordinators
+from ..cluster.metadata import ClusterMetadata
+from ..cluster.replica_manager import ReplicaManager
+from ..storage.committed import Committed
 from ..storage.flusher import GroupCommitFlusher
 from ..storage.fs import fs_from_env
 from ..storage.errors import StorageError
 from ..storage.manager import LogManager
 from . import handlers  # noqa: F401  (registers every route)
 from .allocator import tune_allocator
-from .auth.acl import FILE_NAME as ACL_FILE, AclStore, Authorizer
-from .auth.cluster_store import cluster_stores
-from .auth.users import FILE_NAME as USER_FILE, UserStore
+from .auth.acl import AclStore, Authorizer
+from .auth.cluster_store import ClusterAclStore, ClusterUserStore
+from .auth.users import UserStore
 from .config import BrokerConfig, Listener
 from .connection import ConnectionLimits, serve
 from .metrics import BrokerMetrics
-from .node_view import CoordinatorPlacement, MetadataView, NodeView
+from .node_role import NodeRole, role_for
 from .notify import AppendNotifier
 from .watchdog import LoopWatchdog
 from .services import Services
-from .wiring import build_groups, build_replicas, build_services, build_txns, cluster_member
+from .wiring import build_groups, build_services, build_txns
+
+if TYPE_CHECKING:   # the oauth extra
+    from .auth.oauth_jwks import SignedValidator
 
 log = logging.getLogger("semel.broker")
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig):
+    def __init__(self, config: BrokerConfig, role: NodeRole | None = None):
         self.config = config
         self.fs = fs_from_env()
-        self.logs: LogManager | None = None
+        self._logs: LogManager | None = None   # opened in start()
         self.flusher = GroupCommitFlusher()
         self.notifier = AppendNotifier()
         self.metrics = BrokerMetrics(self)   # gauges read broker state at scrape time
         self.limits = ConnectionLimits(config, self.metrics)
         self.watchdog = LoopWatchdog(self.metrics, config.loop_lag_warn_ms / 1000, config.loop_stall_ms / 1000)
-        self.group_coordinator = None
-        self.txn_coordinator = None
+        self.group_coordinator: GroupCoordinators | None = None
+        self.txn_coordinator: TxnCoordinators | None = None
         self._server: asyncio.base_events.Server | None = None
         self._extra_servers: list = []   # listeners after the first (config.listeners)
         self.listeners: list[Listener] = []
         # Security: users and ACLs live in files under the data dir, re-read
         # when they change, so `semel user|acl` apply without a restart.
-        self.users = UserStore(config.data_dir)
-        self.acls = AclStore(config.data_dir)
+        self.users: UserStore | ClusterUserStore = UserStore(config.data_dir)
+        self.acls: AclStore | ClusterAclStore = AclStore(config.data_dir)
         authenticating = config.authenticating
         self.authorizer = Authorizer(
             self.acls, authenticating if config.authorizer_enabled is None else config.authorizer_enabled,
             set(config.super_users), config.allow_everyone_if_no_acl_found)
-        # The cluster view (semel.cluster.state.ClusterView) when a metadata service is
-        # configured; None on the embedded single node, where handlers take their single-node paths.
-        self.cluster = None
-        self.cluster_member = None
-        # Dynamic broker configs (semel.cluster.broker_configs): in etcd in a cluster, in
-        # a file of the data dir on a single node; set in start().
-        self.broker_configs = None
-        # Replication data plane (semel.cluster.replica_manager.ReplicaManager), started when
-        # `cluster` is set; None on a single node.
-        self.replicas = None
-        # What a commit waits on past this broker's fsync (semel.storage.committed): a
-        # single node is the ISR of every partition (OneNode); a cluster member's replica
-        # manager, once replication runs (None until then: nothing is committed).
-        self.high_watermarks: HighWatermarks | None = OneNode(self.notifier.notify)
+        # A single node (a cluster of one) or a cluster member: everything that differs
+        # between the two (semel.broker.node_role), chosen once.
+        self.role: NodeRole = role if role is not None else role_for(bool(config.metadata_endpoints))
         # Produce acks=all and admin markers: fsynced as the flush policy asks, then past
-        # the high watermark.
+        # the role's high watermark (at once on a single node; in a cluster once every
+        # in-sync replica holds them, nothing before replication runs).
         self.committed = Committed(self.flusher if config.log.flush_mode == "always" else None,
-                                   lambda: self.high_watermarks, config.request_timeout_ms / 1000)
-        # semel.cluster.peer.PeerDialer in a cluster: the inter-broker listener and login.
-        self.peer_dialer = None
+                                   lambda: self.role.high_watermarks, config.request_timeout_ms / 1000)
         # Signed OAUTHBEARER tokens (auth.oauth_jwks.SignedValidator) when a JWKS is set.
-        self.oauth_signed = None
+        self.oauth_signed: SignedValidator | None = None
         # What handlers use (semel.broker.services), built once every part exists and
         # before the first connection is served.
         self.services: Services | None = None
@@ -90,47 +82,31 @@ class Broker:
         self._stopped = asyncio.Event()
         self.started_at = time.monotonic()
 
-    def _use_cluster_security(self) -> None:
-        """In a cluster users and ACLs live in etcd, the same on every broker
-        (auth/cluster_store.py); files under the data dir are not read."""
-        self.users, self.acls = cluster_stores(self.cluster)
-        self.authorizer.store = self.acls
-        for name in (USER_FILE, ACL_FILE):
-            if (self.config.data_dir / name).exists():
-                log.warning("%s is ignored in a cluster: users and ACLs are kept in etcd "
-                            "(semel user|acl --metadata ENDPOINTS)", self.config.data_dir / name)
+    @property
+    def logs(self) -> LogManager:
+        assert self._logs is not None, "opened in start()"
+        return self._logs
+
+    @property
+    def cluster(self) -> ClusterMetadata | None:
+        """The cluster's metadata; None on a single node."""
+        return self.role.cluster
+
+    @property
+    def replicas(self) -> ReplicaManager | None:
+        return self.role.replicas
 
     # --- lifecycle ---------------------------------------------------------
 
     async def start(self) -> None:
         t0 = time.monotonic()
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
-        self.logs = LogManager(self.config.data_dir, self.config.log, self.fs)
+        self._logs = LogManager(self.config.data_dir, self.config.log, self.fs)
         # Under "always" nothing counts before it is fsynced, alone or in an ISR: readers see
         # no record a power cut could take (PartitionLog.durable_end).
         self.logs.set_reads_wait_for_fsync(self.config.log.flush_mode == "always")
-        if self.config.metadata_endpoints:
-            self.cluster_member = cluster_member(self)
-            self.cluster = self.cluster_member.view
-            self.broker_configs = self.cluster_member.configs
-            self._use_cluster_security()
-        else:   # a damaged file stops the start here, naming it
-            self.broker_configs = FileBrokerConfigs(self, self.config.node_id, self.fs, self.config.data_dir)
-            self.broker_configs.load()
-            self.broker_configs.apply()
-        # What handlers read of the cluster: a single node is a cluster of one.
-        self.metadata_view: MetadataView = NodeView(self.config, self.logs, lambda: self.listeners)
-        self.coordinators_at: CoordinatorPlacement = self.metadata_view
-        if self.cluster is not None:   # how followers and the coordinator reach other brokers
-            self.metadata_view = self.cluster
-            self.coordinators_at = self.cluster_member
-            self.high_watermarks = None   # until replication runs
-            self.peer_dialer = PeerDialer.from_config(self.config)
-            who = self.peer_dialer.principal
-            if who and self.authorizer.enabled and who not in self.config.super_users:
-                log.warning("inter-broker login %s is no --super-user: peers refuse its fetches and "
-                            "markers unless an ACL grants it ClusterAction on the cluster", who)
-        await self._start_coordinators()
+        self.role.open(self)
+        groups, txns = await self._start_coordinators()
         # A damaged users/ACL file stops the start here, naming it (ValueError -> one line).
         self.users.names()
         self.acls.bindings()
@@ -145,17 +121,12 @@ class Broker:
             self.config.port = self._server.sockets[0].getsockname()[1]
         for lst in listeners[1:]:
             self._extra_servers.append(await self._listen(lst))
-        if self.cluster_member is not None:   # registers with the bound port
-            await self.cluster_member.start()
-        if self.cluster is not None:
-            self.replicas = build_replicas(self)
-            self.high_watermarks = self.replicas
-            await self.replicas.start()
+        await self.role.join()
         # After replication: each partition state reaches the replica manager (which
         # takes the role) before the coordinators' seats act on it.
-        self.group_coordinator.start_seats()
-        self.txn_coordinator.start_seats()
-        self.services = build_services(self)
+        groups.start_seats()
+        txns.start_seats()
+        self.services = build_services(self, groups, txns)
         await self._open_doors()
         # Watched from the moment clients can connect (loading logs at start holds the
         # loop on purpose: nobody is being served yet).
@@ -208,21 +179,28 @@ class Broker:
             ctx.verify_mode = ssl.CERT_REQUIRED if self.config.ssl_client_auth == "required" else ssl.CERT_OPTIONAL
         return ctx
 
-    async def _start_coordinators(self) -> None:
+    async def _start_coordinators(self) -> tuple[GroupCoordinators, TxnCoordinators]:
         # Groups first: the transaction coordinator writes offset markers through them.
-        self.group_coordinator = build_groups(self)
-        await self.group_coordinator.start()
-        self.txn_coordinator = build_txns(self)
-        await self.txn_coordinator.start()
+        groups = self.group_coordinator = build_groups(self)
+        await groups.start()
+        txns = self.txn_coordinator = build_txns(self, groups)
+        await txns.start()
+        return groups, txns
+
+    def coordinators(self) -> tuple[GroupCoordinators, TxnCoordinators]:
+        """The group and transaction coordinators, once started."""
+        assert self.group_coordinator is not None and self.txn_coordinator is not None, "built in start()"
+        return self.group_coordinator, self.txn_coordinator
+
+    def follow_deleted_topics(self, names: set[str]) -> None:
+        """A cluster's topics were deleted: the groups drop their offsets (topics sync
+        before the coordinators are built, when there is nothing to drop yet)."""
+        if self.group_coordinator is not None:
+            self.group_coordinator.follow_deleted_topics(names)
 
     async def stop(self) -> None:
-        if self.cluster_member is not None and self.replicas is not None:
-            # Leaderships and coordinators to in-sync peers first (semel.cluster.shutdown).
-            await controlled_shutdown(self.cluster, self.replicas, self.config.controlled_shutdown_timeout_ms / 1000)
-        if self.replicas is not None:   # no more fetching or ISR changes from here on
-            await self.replicas.stop()
-        if self.cluster_member is not None:   # leave first: others take over without waiting out the lease
-            await self.cluster_member.stop()
+        if self._logs is not None:   # started: leaderships and coordinators to peers first
+            await self.role.leave()
         if self._server is not None:
             self._server.close()
         for server in self._extra_servers:
@@ -234,8 +212,8 @@ class Broker:
             await self.txn_coordinator.stop()
         if self.group_coordinator is not None:
             await self.group_coordinator.stop()
-        if self.logs is not None:
-            self.logs.close()
+        if self._logs is not None:
+            self._logs.close()
         self._stopped.set()
         log.info("semel broker stopped")
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 import sys
 import time
 
-from .main import CliError, quiet_logger, require_broker
+from ..client.quiet import quiet_logger
+from .main import CliError, require_broker
 
 
 def add_parser(sub) -> None:

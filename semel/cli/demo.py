@@ -15,7 +15,8 @@ from rich.console import Console
 from rich.table import Table
 
 from ..launch.process import SemelBroker
-from .main import CliError, quiet_logger
+from ..client.quiet import quiet_logger
+from .main import CliError
 
 
 def add_parser(sub) -> None:

@@ -79,15 +79,6 @@ def require_broker(bootstrap: str) -> None:
         raise CliError(str(exc)) from None
 
 
-def quiet_logger():
-    """A logger for librdkafka clients: connection chatter stays out of the CLI output."""
-    import logging
-    logger = logging.getLogger("semel.librdkafka")
-    logger.addHandler(logging.NullHandler())
-    logger.propagate = False
-    return logger
-
-
 if __name__ == "__main__":
     # Run through the imported module so that CliError raised by subcommands
     # is the same class main() catches (not a second copy living in __main__).

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import sys
 
-from .main import CliError, quiet_logger, require_broker
+from ..client.quiet import quiet_logger
+from .main import CliError, require_broker
 
 
 def add_parser(sub) -> None:

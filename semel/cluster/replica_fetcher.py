@@ -54,7 +54,7 @@ REFETCH_MAX_S = 5.0           # ...and the delay doubles up to this; its warning
 
 # fsync these logs up to these offsets; the outcome per log (None or the StorageError).
 # The broker's GroupCommitFlusher.sync_each.
-Durable = Callable[[list[tuple[object, int]]], Awaitable[list[StorageError | None]]]
+Durable = Callable[[list[tuple[PartitionLog, int]]], Awaitable[list[StorageError | None]]]
 
 
 def refetch_backoff() -> Backoff:

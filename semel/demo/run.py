@@ -25,6 +25,7 @@ from rich.live import Live
 from rich.table import Table
 
 from semel.client import Client
+from semel.client.quiet import quiet_logger
 from semel.protocol.errors import KafkaError
 
 from . import verify
@@ -79,7 +80,7 @@ class Feeder(threading.Thread):
     def run(self) -> None:
         from confluent_kafka import Producer
         p = Producer({"bootstrap.servers": self.cfg.bootstrap, "enable.idempotence": True, "acks": "all",
-                      "linger.ms": 5, "logger": verify.quiet_logger()})
+                      "linger.ms": 5, "logger": quiet_logger("semel.demo.librdkafka")})
 
         def ack(err, _msg):
             if err is None:

@@ -8,6 +8,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..client.quiet import quiet_logger
 from .job import INPUT, OUTPUT, TABLE
 
 
@@ -39,7 +40,7 @@ class TopicReader:
         self.topic, self.values = topic, []
         self.c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"semel-demo-verify-{topic}",
                            "isolation.level": "read_committed", "enable.auto.commit": False,
-                           "enable.partition.eof": True, "logger": quiet_logger()})
+                           "enable.partition.eof": True, "logger": quiet_logger("semel.demo.librdkafka")})
         parts = self.c.list_topics(topic, timeout=30).topics[topic].partitions
         self.c.assign([TopicPartition(topic, p, 0) for p in parts])
 
@@ -51,14 +52,6 @@ class TopicReader:
 
     def close(self) -> None:
         self.c.close()
-
-
-def quiet_logger():
-    import logging
-    logger = logging.getLogger("semel.demo.librdkafka")
-    logger.addHandler(logging.NullHandler())
-    logger.propagate = False
-    return logger
 
 
 def sql_values(postgres: str) -> list[int]:

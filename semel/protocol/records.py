@@ -90,10 +90,6 @@ class BatchHeader:
         return self.attributes & ATTR_COMPRESSION_MASK
 
     @property
-    def has_producer_id(self) -> bool:
-        return self.producer_id >= 0
-
-    @property
     def last_sequence(self) -> int:
         if self.base_sequence < 0:
             return NO_SEQUENCE

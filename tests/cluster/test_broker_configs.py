@@ -17,11 +17,13 @@ from semel.protocol.messages import request_class
 from tests.support.admin import alter_broker_config
 from tests.support.cluster import module_cluster
 from tests.support.wait import until
+from tests.support.markers import starts_processes
 
 DYNAMIC = {"log.retention.ms", "log.retention.bytes", "auto.create.topics.enable", "connections.max.idle.ms"}
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def cluster(tmp_path_factory):
     with module_cluster(tmp_path_factory, "broker-configs", 3, 2) as c:
         yield c

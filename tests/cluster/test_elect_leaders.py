@@ -19,11 +19,13 @@ from semel.protocol.errors import KafkaError
 from tests.support.cluster import module_cluster, partitions, wait_brokers
 from tests.support.consume import read_values
 from tests.support.wait import until
+from tests.support.markers import starts_processes
 
 PREFERRED, UNCLEAN = 0, 1
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def cluster(tmp_path_factory):
     with module_cluster(tmp_path_factory, "elect", 3, 2, "--auto-leader-rebalance-enable", "false",
                         "--replica-lag-time-max-ms", "1000", "--replica-fetch-wait-max-ms", "100") as c:

@@ -13,11 +13,13 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.support.cluster import module_cluster, partitions, wait_brokers
 from tests.support.consume import read_values
 from tests.support.wait import until
+from tests.support.markers import starts_processes
 
 TOPIC, PARTS = "balance", 6
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def cluster(tmp_path_factory):
     with module_cluster(tmp_path_factory, "balance", 3, 2, "--leader-imbalance-check-interval-seconds", "1",
                         "--replica-lag-time-max-ms", "1000", "--replica-fetch-wait-max-ms", "100") as c:

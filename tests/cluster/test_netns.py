@@ -11,7 +11,8 @@ import pytest
 from semel.launch.netns import Network, available
 
 WHY = available()
-pytestmark = pytest.mark.skipif(WHY is not None and not os.environ.get("CI"), reason=f"no namespaces: {WHY}")
+pytestmark = [pytest.mark.process,   # ip(8) and processes in namespaces
+              pytest.mark.skipif(WHY is not None and not os.environ.get("CI"), reason=f"no namespaces: {WHY}")]
 
 
 def _listen(net, host):

@@ -35,9 +35,11 @@ from tests.support.cluster import module_cluster, partitions, wait_brokers
 from tests.support.consume import read_values
 from tests.support.copier import Copier
 from tests.support.wait import in_background, until
+from tests.support.markers import starts_processes
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def cluster(tmp_path_factory):
     with module_cluster(tmp_path_factory, "reassign", 3, 2, "--group-initial-rebalance-delay-ms", "0") as c:
         yield c

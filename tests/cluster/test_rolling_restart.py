@@ -11,9 +11,11 @@ import pytest
 
 from tests.support.cluster import module_cluster
 from tests.support.rolling import rolling_restart
+from tests.support.markers import starts_processes
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def cluster(tmp_path_factory):
     with module_cluster(tmp_path_factory, "rolling", 3, 2, "--group-initial-rebalance-delay-ms", "0",
                         "--replica-lag-time-max-ms", "2000", "--replica-fetch-wait-max-ms", "100") as c:

@@ -13,7 +13,9 @@ import uuid
 from pathlib import Path
 
 from semel.broker.config import BrokerConfig
+from semel.broker.node_role import ClusterNode
 from semel.broker.server import Broker
+from semel.cluster.broker_configs import FileBrokerConfigs
 from semel.cluster.state import BrokerInfo, MemoryClusterView
 from semel.protocol.records import iter_batches
 
@@ -52,13 +54,17 @@ class TableView(MemoryClusterView):
 INTERNAL = ("__transaction_state", "__consumer_offsets")
 
 
-class _FixedCoordinator:
-    """Stands in for the control plane's ClusterMember where only its coordinator
-    placement is needed: the leader of each internal topic's one partition (MemCluster
-    puts both on one broker, alone in their replica set)."""
+class _FixedMember:
+    """Stands in for the control plane's ClusterMember (semel.broker.node_role.Membership):
+    the shared table as the cluster view, dynamic configs in a file of the data dir, and
+    as coordinator the leader of each internal topic's one partition (MemCluster puts
+    both on one broker, alone in their replica set)."""
 
-    def __init__(self, table):
+    def __init__(self, table, view, broker):
         self.table = table
+        self.view = view
+        self.configs = FileBrokerConfigs(broker, broker.config.node_id, broker.fs, broker.config.data_dir)
+        self.configs.load()
 
     async def coordinator_for(self, key_type: int, key: str | None = None) -> int | None:
         st = self.table.parts.get((INTERNAL[0] if key_type == 1 else INTERNAL[1], 0))
@@ -109,9 +115,8 @@ class MemCluster:
 
     def start_broker(self, i: int) -> Broker:
         cfg = BrokerConfig(data_dir=self.base / f"broker-{i}", port=0, node_id=i, **self.config)
-        broker = Broker(cfg)
-        broker.cluster = TableView(self.table, i, self.topics)
-        broker.cluster_member = _FixedCoordinator(self.table)
+        broker = Broker(cfg, role=ClusterNode(
+            lambda b, _replicas: _FixedMember(self.table, TableView(self.table, i, self.topics), b)))
 
         async def go():
             await broker.start()

@@ -15,6 +15,9 @@ BROKER = Path(semel.__file__).parent / "broker"
 CLUSTER_OBJECTS = frozenset({"cluster", "replicas", "cluster_member"})
 LOCAL_NAMES = CLUSTER_OBJECTS | {"view", "member"}
 LIMIT = 28
+# Where the two roles differ, by design (semel.broker.node_role): a cluster member's own
+# state there (joined or not) is no branch between a single node and a cluster.
+ROLES = BROKER / "node_role.py"
 
 
 def _names_a_cluster_object(node: ast.AST) -> bool:
@@ -36,7 +39,7 @@ def _is_none_tests(tree: ast.AST) -> list[int]:
 
 def branches() -> list[str]:
     return [f"{path.relative_to(BROKER.parent.parent)}:{line}"
-            for path in sorted(BROKER.rglob("*.py")) for line in _is_none_tests(ast.parse(path.read_text()))]
+            for path in sorted(BROKER.rglob("*.py")) if path != ROLES for line in _is_none_tests(ast.parse(path.read_text()))]
 
 
 def test_the_broker_branches_on_the_cluster_no_more_than_it_did():

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from enum import IntEnum
 from pathlib import Path
+from typing import Protocol
 
 from .store import JsonStore
 
@@ -203,10 +204,16 @@ class AclStore:
 MAX_CACHED_DECISIONS = 10_000
 
 
+class AclSource(Protocol):
+    """Where the authorizer reads bindings: AclStore, or a cluster's ClusterAclStore."""
+
+    def bindings(self) -> list[AclBinding]: ...
+
+
 class Authorizer:
     """`enabled` False: everyone may do everything (a broker without security)."""
 
-    def __init__(self, store: AclStore, enabled: bool, super_users: set[str], allow_if_no_acl: bool):
+    def __init__(self, store: AclSource, enabled: bool, super_users: set[str], allow_if_no_acl: bool):
         self.store = store
         self.enabled = enabled
         self.super_users = super_users
