@@ -43,6 +43,7 @@ from ..storage.manager import LogManager
 from .auth.acl import FILE_NAME as ACL_FILE, AclStore, Authorizer
 from .auth.cluster_store import ClusterAclStore, ClusterUserStore, cluster_stores
 from .auth.users import FILE_NAME as USER_FILE, UserStore
+from .cluster_admin import ClusterAdmin, MetadataAdmin, NodeAdmin
 from .config import BrokerConfig, Listener
 from .metrics import BrokerMetrics
 from .notify import AppendNotifier
@@ -121,6 +122,9 @@ class NodeRole(Protocol):
     def deleted_topics(self) -> Callable[[], set[str]] | None:
         """The names of deleted topics a loading group coordinator drops offsets of."""
 
+    def admin(self, groups: GroupCoordinators) -> ClusterAdmin:
+        """What the admin requests change, and where; `groups` drop a deleted topic's offsets."""
+
     async def join(self) -> None:
         """Once the listeners are bound: take part, and start what replicates."""
 
@@ -186,6 +190,10 @@ class SingleNode:
 
     def deleted_topics(self) -> Callable[[], set[str]] | None:
         return None   # a deleted topic's offsets go in DeleteTopics itself
+
+    def admin(self, groups: GroupCoordinators) -> ClusterAdmin:
+        assert self._broker is not None, "opened at start"
+        return NodeAdmin(self.metadata, self._broker.logs, groups, self._broker.config.node_id)
 
     async def join(self) -> None:
         return None
@@ -285,6 +293,9 @@ class ClusterNode:
     def deleted_topics(self) -> Callable[[], set[str]] | None:
         view = self.view
         return lambda: deleted_names(view)
+
+    def admin(self, groups: GroupCoordinators) -> ClusterAdmin:
+        return MetadataAdmin(self.view, self._opened().config.default_replication_factor)
 
     async def join(self) -> None:
         await self.member.start()   # registers with the bound ports

@@ -22,6 +22,7 @@ from ..storage.flusher import GroupCommitFlusher
 from ..storage.manager import LogManager
 from .auth.acl import AclStore, Authorizer
 from .auth.cluster_store import ClusterAclStore, ClusterUserStore
+from .cluster_admin import ClusterAdmin
 from .node_view import CoordinatorPlacement, MetadataView
 from .auth.users import UserStore
 from .config import BrokerConfig
@@ -57,6 +58,9 @@ class Services:
     # which broker coordinates a group or transactional id: the cluster member, or this
     # node's NodeView
     coordinators_at: CoordinatorPlacement
+    # what the admin requests change (topics, partitions, replicas, leaders, cluster-wide
+    # settings): in etcd for a cluster member, in the LogManager on a single node
+    admin: ClusterAdmin
     # the replication data plane; None on a single node
     replicas: ReplicaManager | None
     # signed OAUTHBEARER tokens when a JWKS is configured

@@ -95,5 +95,5 @@ def build_services(broker: Broker, groups: GroupCoordinators, txns: TxnCoordinat
         metrics=broker.metrics, group_coordinator=groups, txn_coordinator=txns,
         authorizer=broker.authorizer, users=broker.users, acls=broker.acls, broker_configs=broker.role.broker_configs,
         cluster=broker.role.cluster, metadata=broker.role.metadata, coordinators_at=broker.role.coordinators_at,
-        replicas=broker.role.replicas,
+        admin=broker.role.admin(groups), replicas=broker.role.replicas,
         oauth_signed=broker.oauth_signed, committed=broker.committed)

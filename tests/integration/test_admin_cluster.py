@@ -134,3 +134,36 @@ def test_list_partition_reassignments_on_a_single_node_lists_none(mbroker):
         sock.close()
     assert (everything.error_code, everything.topics) == (0, [])
     assert (named.error_code, named.topics) == (0, [])
+
+
+
+def test_a_single_node_refuses_what_needs_more_brokers_and_deletes_by_topic_id(mbroker):
+    """The one-broker admin answers alone what a cluster answers with its brokers: a
+    second replica, a reassignment and the cluster-wide replication throttle are refused;
+    a topic named by its id (DeleteTopics v6) is found and deleted, as in a cluster."""
+    admin = AdminClient({"bootstrap.servers": mbroker.bootstrap})
+    name = f"one-{uuid.uuid4().hex[:8]}"
+    two = admin.create_topics([NewTopic(name + "-rf2", 1, 2)])[name + "-rf2"]
+    assert two.exception(30).args[0].code() == CKError.INVALID_REPLICATION_FACTOR
+    admin.create_topics([NewTopic(name, 2, 1)])[name].result(30)
+    Alter = request_class(44).AlterConfigsResource
+    throttle = Alter(resource_type=4, resource_name="", configs=[Alter.AlterableConfig(
+        name="leader.replication.throttled.rate", config_operation=0, value="1000")])
+    Move = request_class(45).ReassignableTopic
+    State = request_class(20).DeleteTopicState
+    sock = wire.connect(mbroker.bootstrap)
+    try:
+        moved = wire.call(sock, 45, 0, timeout_ms=5000, topics=[Move(name=name, partitions=[
+            Move.ReassignablePartition(partition_index=0, replicas=[0])])])
+        refused = wire.call(sock, 44, 1, corr=2, resources=[throttle], validate_only=False)
+        listed = wire.call(sock, 3, 12, corr=3, topics=None, allow_auto_topic_creation=False,
+                           include_topic_authorized_operations=False)
+        topic_id = next(t.topic_id for t in listed.topics if t.name == name)
+        gone = wire.call(sock, 20, 6, corr=4, timeout_ms=5000, topics=[State(name=None, topic_id=topic_id)])
+    finally:
+        sock.close()
+    assert [(p.error_code, p.error_message) for t in moved.responses for p in t.partitions] == [
+        (CKError.INVALID_REPLICA_ASSIGNMENT, "a single node has nothing to reassign")]
+    assert [r.error_code for r in refused.responses] == [CKError.INVALID_CONFIG]
+    assert [(r.name, r.error_code) for r in gone.responses] == [(name, 0)]
+    assert name not in admin.list_topics(timeout=30).topics

@@ -14,7 +14,7 @@ import semel
 BROKER = Path(semel.__file__).parent / "broker"
 CLUSTER_OBJECTS = frozenset({"cluster", "replicas", "cluster_member"})
 LOCAL_NAMES = CLUSTER_OBJECTS | {"view", "member"}
-LIMIT = 28
+LIMIT = 7
 # Where the two roles differ, by design (semel.broker.node_role): a cluster member's own
 # state there (joined or not) is no branch between a single node and a cluster.
 ROLES = BROKER / "node_role.py"

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...cluster.elections import PREFERRED, elect, run_election
+from ...cluster.elections import PREFERRED
 from ...cluster.replica_manager import ReplicaManager
-from ...cluster.state import PartitionState
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ...storage.log import PartitionLog
@@ -95,8 +94,10 @@ def _undefined(err: KafkaError) -> dict[str, Any]:
 async def elect_leaders(ctx: RequestContext, req: Any) -> Any:
     """ElectLeaders: preferred (0) or unclean (1) election of the partitions named, or of
     every partition when none are (then only those where something happened, or failed,
-    are listed, as Kafka does). Any broker answers: the election is a compare-and-set in
-    the metadata service (semel.cluster.elections), not the controller's memory."""
+    are listed, as Kafka does). Any broker answers: in a cluster the election is a
+    compare-and-set in the metadata service (semel.cluster.elections), not the
+    controller's memory; a single node leads every partition already (the ClusterAdmin,
+    semel.broker.cluster_admin, answers for both)."""
     cls = ctx.cls()
     R = cls.ReplicaElectionResult
     election_type = req.election_type if ctx.api_version >= 1 else PREFERRED
@@ -113,7 +114,7 @@ async def elect_leaders(ctx: RequestContext, req: Any) -> Any:
     for topic, parts in asked:
         done = []
         for p in parts:
-            err = await _elect_one(ctx.services, topic, p, election_type)
+            err = await ctx.services.admin.elect(topic, p, election_type)
             if everything and err == KafkaError.ELECTION_NOT_NEEDED:
                 continue
             done.append(R.PartitionResult(partition_id=p, error_code=err,
@@ -125,19 +126,3 @@ async def elect_leaders(ctx: RequestContext, req: Any) -> Any:
 
 def _all_partitions(services: Services) -> list[tuple[str, list[int]]]:
     return [(name, list(range(info.partitions))) for name, info in sorted(services.metadata.topics().items())]
-
-
-async def _elect_one(services: Services, topic: str, partition: int, election_type: int) -> KafkaError:
-    view = services.cluster
-    if view is not None:
-        return await run_election(view, topic, partition, election_type)
-    if services.logs.get(topic, partition) is None:
-        return KafkaError.UNKNOWN_TOPIC_OR_PARTITION
-    # One node leads every partition: nothing to elect (elect() says which error).
-    err = elect(_single_node_state(services, topic, partition), (services.config.node_id,), election_type)
-    return err if isinstance(err, KafkaError) else KafkaError.NONE
-
-
-def _single_node_state(services: Services, topic: str, partition: int) -> PartitionState:
-    me = services.config.node_id
-    return PartitionState(topic, partition, (me,), me, LEADER_EPOCH, (me,))

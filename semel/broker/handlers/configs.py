@@ -42,7 +42,8 @@ async def describe_configs(ctx: RequestContext, req):
 
 def _dynamic_names(ctx: RequestContext) -> set[str]:
     """The broker settings alterable at runtime (the replication throttle only in a cluster)."""
-    return set(DYNAMIC) | ({THROTTLE_RATE} if ctx.services.cluster is not None else set())
+    throttled = ctx.services.admin.refuse_cluster_setting(THROTTLE_RATE) is None
+    return set(DYNAMIC) | ({THROTTLE_RATE} if throttled else set())
 
 
 def _defaults(ctx: RequestContext) -> dict[str, str]:
@@ -61,7 +62,7 @@ def _config_values(ctx: RequestContext, rtype, name):
     defaults = _defaults(ctx)
     if rtype == RESOURCE_BROKER:
         out, err = _broker_values(ctx, ctx.services.broker_configs, name, defaults)
-        throttle = ctx.services.cluster.config(THROTTLE_RATE) if ctx.services.cluster is not None else None
+        throttle = ctx.services.admin.cluster_setting(THROTTLE_RATE)
         if throttle is not None and not err:
             out[THROTTLE_RATE] = (throttle, 4)     # DYNAMIC_DEFAULT_BROKER_CONFIG: the cluster-wide one
         return out, err
@@ -118,12 +119,14 @@ async def incremental_alter_configs(ctx: RequestContext, req):
 async def _alter_cluster(ctx: RequestContext, res, compute, validate_only: bool) -> tuple[KafkaError, str]:
     """The cluster-wide default of a broker config (resource name ""), kept in etcd:
     only the replication throttle. Anything else is set at start (semel broker flags)."""
-    view = ctx.services.cluster
-    if view is None:
-        return KafkaError.INVALID_CONFIG, f"{THROTTLE_RATE} is a cluster's setting: a single node replicates nothing"
+    admin = ctx.services.admin
+    refused = admin.refuse_cluster_setting(THROTTLE_RATE)
+    if refused:
+        return KafkaError.INVALID_CONFIG, refused
     if res.resource_name != "":
         return KafkaError.INVALID_CONFIG, f"{THROTTLE_RATE} is set cluster-wide (resource name \"\"), not per broker"
-    current = {THROTTLE_RATE: view.config(THROTTLE_RATE)} if view.config(THROTTLE_RATE) is not None else {}
+    rate = admin.cluster_setting(THROTTLE_RATE)
+    current = {THROTTLE_RATE: rate} if rate is not None else {}
     err, msg, wanted = compute(current, res)
     if err:
         return err, msg
@@ -133,7 +136,7 @@ async def _alter_cluster(ctx: RequestContext, res, compute, validate_only: bool)
     if value is not None and (not value.isdigit()):
         return KafkaError.INVALID_CONFIG, f"{THROTTLE_RATE} is bytes per second, a whole number"
     if not validate_only:
-        await view.set_config(THROTTLE_RATE, value)
+        await admin.set_cluster_setting(THROTTLE_RATE, value)
     return KafkaError.NONE, ""
 
 
@@ -202,9 +205,9 @@ async def _alter_broker(ctx: RequestContext, res, compute, validate_only: bool) 
     key = entity(res.resource_name)
     if isinstance(key, KafkaError):
         return key, f"broker resource name {res.resource_name!r} is neither \"\" nor a node id"
-    if ctx.services.cluster is None and key not in (DEFAULT_KEY, str(ctx.services.config.node_id)):
-        return KafkaError.INVALID_REQUEST, (f"no broker {key} here: this single node is broker "
-                                            f"{ctx.services.config.node_id}")
+    refused = ctx.services.admin.refuse_broker(key)
+    if refused:
+        return KafkaError.INVALID_REQUEST, refused
 
     def decide(current):
         return compute(current, res)
