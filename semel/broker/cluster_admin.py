@@ -15,7 +15,7 @@ from typing import Protocol, Sequence
 
 from ..cluster.broker_configs import DEFAULT_KEY
 from ..cluster.controller import assign_replicas
-from ..cluster.coordinator_partitions import GroupCoordinators
+from ..coordinator.partitioned import GroupCoordinators
 from ..cluster.elections import elect, run_election
 from ..cluster.metadata import ClusterMetadata, GrowthDecision, TopicInfo
 from ..cluster.reassignment import begin, original

@@ -2,7 +2,7 @@
 
 In a cluster the transaction coordinator of a transactional id is the leader of its
 `__transaction_state` partition, the group coordinator of a group id the leader of its
-`__consumer_offsets` partition (semel.cluster.coordinator_partitions). Each request is
+`__consumer_offsets` partition (semel.coordinator.partitioned). Each request is
 gated on the seat of its id's partition, whose error value (`error_for`) this module
 turns into the API's refusal (semel.broker.refusal): a broker that does not lead that
 partition answers NOT_COORDINATOR, one still loading it COORDINATOR_LOAD_IN_PROGRESS,

@@ -21,18 +21,19 @@ from typing import TYPE_CHECKING, Callable, Protocol
 
 from ..cluster.broker_configs import BrokerConfigs, FileBrokerConfigs
 from ..cluster.coordinator_host import SeatedCoordinator
-from ..cluster.coordinator_partitions import GroupCoordinators, TxnCoordinators, topic_partition_count
 from ..cluster.member import ClusterMember, InternalTopic
 from ..cluster.metadata import ClusterMetadata
 from ..cluster.peer import PeerDialer
 from ..cluster.producer_ids import ClusterProducerIds
 from ..cluster.hw_checkpoint import HW_FILE
+from ..cluster.internal_topics import topic_partition_count
 from ..cluster.replica_fetcher import FetchSettings
 from ..cluster.replica_manager import ReplicaManager, ReplicaSettings
 from ..cluster.shutdown import controlled_shutdown
 from ..cluster.topic_sync import deleted_names
 from ..cluster.txn_markers import MarkerChannel
 from ..coordinator.group import GroupCoordinator
+from ..coordinator.partitioned import GroupCoordinators, TxnCoordinators
 from ..coordinator.ports import CoordinatorSeat, LocalMarkers, LocalSeat, MarkerWriter, ProducerIdSource
 from ..coordinator.txn import OFFSETS_TOPIC, TXN_TOPIC, TransactionCoordinator
 from ..storage.committed import Committed, HighWatermarks, OneNode

@@ -14,7 +14,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ..clock import wall_ms
-from ..cluster.coordinator_partitions import GroupCoordinators, TxnCoordinators
+from ..coordinator.partitioned import GroupCoordinators, TxnCoordinators
 from ..cluster.metadata import ClusterMetadata
 from ..cluster.replica_manager import ReplicaManager
 from ..storage.committed import Committed

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..cluster.broker_configs import BrokerConfigs
-from ..cluster.coordinator_partitions import GroupCoordinators, TxnCoordinators
+from ..coordinator.partitioned import GroupCoordinators, TxnCoordinators
 from ..cluster.metadata import ClusterMetadata
 from ..storage.committed import Committed
 from ..storage.flusher import GroupCommitFlusher
@@ -42,7 +42,7 @@ class Services:
     notifier: AppendNotifier
     metrics: BrokerMetrics
     # one coordinator per internal partition, each seated on it; one of each on a single
-    # node (semel.cluster.coordinator_partitions)
+    # node (semel.coordinator.partitioned)
     group_coordinator: GroupCoordinators
     txn_coordinator: TxnCoordinators
     authorizer: Authorizer

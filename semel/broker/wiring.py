@@ -1,7 +1,7 @@
 """Builds the coordinators and the services handlers use: the one place that does.
 
 A coordinator depends only on the interfaces of semel.coordinator.ports. The
-coordinators have one shape (semel.cluster.coordinator_partitions): one coordinator per
+coordinators have one shape (semel.coordinator.partitioned): one coordinator per
 partition of __transaction_state and __consumer_offsets, a single node having one
 partition of each. On a single node the ports are the broker's own: the producer-id
 file as ProducerIdSource, a LocalSeat (the coordinator loads its log when the seat
@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..cluster.coordinator_partitions import GroupCoordinators, TxnCoordinators
 from ..coordinator.group import GroupCoordinator
 from ..coordinator.group_model import GroupConfig
+from ..coordinator.partitioned import GroupCoordinators, TxnCoordinators
 from ..coordinator.producer_ids import ProducerIdManager
 from ..coordinator.txn import TXN_TOPIC, TransactionCoordinator
 from ..protocol.errors import KafkaError
@@ -46,7 +46,7 @@ def group_config(c: BrokerConfig) -> GroupConfig:
 
 def build_groups(broker: Broker) -> GroupCoordinators:
     """The group coordinators, one per __consumer_offsets partition
-    (semel.cluster.coordinator_partitions.GroupCoordinators; one on a single node)."""
+    (semel.coordinator.partitioned.GroupCoordinators; one on a single node)."""
     config = group_config(broker.config)
     role, topic = broker.role, config.offsets_topic
     # Every write waits until committed (semel.storage.committed); sync_writes says only
@@ -62,7 +62,7 @@ def build_groups(broker: Broker) -> GroupCoordinators:
 
 def build_txns(broker: Broker, groups: GroupCoordinators) -> TxnCoordinators:
     """The transaction coordinators, one per __transaction_state partition
-    (semel.cluster.coordinator_partitions.TxnCoordinators; one on a single node), sharing
+    (semel.coordinator.partitioned.TxnCoordinators; one on a single node), sharing
     the producer-id pool and the marker writer; they write offset markers through `groups`."""
     cfg, role = broker.config, broker.role
     pids = role.producer_ids(ProducerIdManager(cfg.data_dir / "producer_ids", broker.fs))

@@ -2,7 +2,7 @@
 between the cluster view, `CoordinatorSeat` and a coordinator.
 
 In a cluster each partition of `__transaction_state` and `__consumer_offsets` has its
-own coordinator (semel.cluster.coordinator_partitions), living on that partition's
+own coordinator (semel.coordinator.partitioned), living on that partition's
 leader. `SeatedCoordinator` listens to its partition's states and runs what the seat
 decides:
 

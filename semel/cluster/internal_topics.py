@@ -7,7 +7,8 @@ own retention and segment configs, and the broker's partition count for them
 (`transaction_state_partitions`, `offsets_topic_partitions`; Kafka's
 transaction.state.log.num.partitions and offsets.topic.num.partitions). Their leaders
 spread over the brokers like any topic's (`assign_replicas`). An id's coordinator is
-the leader of its partition (semel.cluster.coordinator_partitions.partition_for).
+the leader of its partition (semel.protocol.txn_hash.partition_for; the coordinators of
+those partitions: semel.coordinator.partitioned).
 """
 from __future__ import annotations
 
@@ -49,3 +50,11 @@ def coordinator_node(view: ClusterMetadata, name: str, partition: int = 0) -> in
     if st is None or not st.has_leader or st.leader not in view.brokers():
         return None
     return st.leader
+
+
+def topic_partition_count(view: ClusterMetadata | None, topic: str) -> int | None:
+    """The partition count of `topic` in the cluster view (None before it exists, or on
+    a single node, which has no cluster view): what a partitioned coordinator checks its
+    own count against."""
+    info = None if view is None else view.topics().get(topic)
+    return None if info is None else int(info.partitions)

@@ -23,7 +23,6 @@ from .state import BrokerInfo, PartitionState
 from .topic_sync import deleted_names, sync_local_topics
 
 if TYPE_CHECKING:
-    from .coordinator_partitions import PartitionedCoordinators
     from .replica_manager import ReplicaManager
 
 log = logging.getLogger("semel.cluster.member")
@@ -56,13 +55,24 @@ class MemberListener(Protocol):
     port: int
 
 
+class PlacedCoordinators(Protocol):
+    """The coordinators of one internal topic as FindCoordinator places a key on them
+    (semel.coordinator.partitioned.PartitionedCoordinators)."""
+
+    @property
+    def partitions(self) -> int: ...
+
+    def partition_for(self, key: str | None) -> int: ...
+
+    def misplaced(self) -> bool: ...
+
+
 class InternalTopic(NamedTuple):
     """What FindCoordinator needs of one coordinator's internal topic: its name, the
-    configs it is created with, and its coordinators (partition_for, partitions,
-    misplaced: semel.cluster.coordinator_partitions)."""
+    configs it is created with, and its coordinators."""
     name: str
     configs: dict[str, str]
-    coordinators: PartitionedCoordinators
+    coordinators: PlacedCoordinators
 
 
 class ClusterMember:

@@ -31,8 +31,8 @@ composed of parts by concern, each made in __init__ with the collaborators it us
   group_write_queue  GroupWrites: the writes through coordinator_log (append -> fsync ->
                      apply in log order, compaction by rewrite; shared with txn)
   consumer_group     ConsumerGroups: the consumer protocol's groups (KIP-848)
-  group_membership   GroupMembership: join/sync/heartbeat/leave, rebalancing,
-                     describe/list/delete
+  group_membership   GroupMembership: join/sync/heartbeat/leave, rebalancing
+  group_listing      GroupListing: describe/list/delete
   group_offsets      OffsetManager: offset commit/fetch, transactional offsets, delete,
                      expiry, compaction
 (group_timers: named deadlines; group_model: config, members, groups, answer values).
@@ -50,12 +50,13 @@ from ..protocol.errors import KafkaError
 from .consumer_group import ConsumerGroups, ConsumerGroupView
 from .consumer_group_rules import Answer, Heartbeat
 from .group_context import GroupContext
+from .group_listing import GroupListing
 from .group_membership import GroupMembership
 from .group_model import (
     OFFSETS_TOPIC, FetchedOffset, GroupConfig, GroupSummary, JoinResult, MemberSummary,
     SyncResult,
 )
-from .group_offsets import OffsetManager
+from .group_offsets import OffsetInput, OffsetManager
 from .group_replay import GroupStore
 from .group_timers import Timers, wall_clock_ms
 from .coordinator_log import CoordinatorLog, resolve_future
@@ -109,6 +110,7 @@ class GroupCoordinator:
         ctx = GroupContext(self.store, self.writes, self.timers, self.config, self.clock, self.ready_error)
         self.consumers = ConsumerGroups(ctx, self.spawn)
         self.membership = GroupMembership(ctx, self.consumers)
+        self.listing = GroupListing(ctx, self.consumers)
         self.offset_manager = OffsetManager(ctx, self.membership, self.consumers)
 
     @staticmethod
@@ -272,13 +274,13 @@ class GroupCoordinator:
         return self.membership.leave_group(group_id, members)
 
     def describe_groups(self, group_ids: Iterable[str]) -> list[GroupSummary]:
-        return self.membership.describe_groups(group_ids)
+        return self.listing.describe_groups(group_ids)
 
     def list_groups(self, states: Iterable[str] | None = None) -> tuple[KafkaError, list[tuple[str, str, str]]]:
-        return self.membership.list_groups(states)
+        return self.listing.list_groups(states)
 
     def delete_groups(self, group_ids: Iterable[str]) -> "asyncio.Future[dict[str, KafkaError]]":
-        return self.membership.delete_groups(group_ids)
+        return self.listing.delete_groups(group_ids)
 
     # Consumer-protocol groups (ConsumerGroups).
 
@@ -297,7 +299,7 @@ class GroupCoordinator:
     # Committed offsets (OffsetManager).
 
     def commit_offsets(self, group_id: str, generation: int, member_id: str,
-                       offsets: dict[TopicPartition, Any], *,
+                       offsets: Mapping[TopicPartition, OffsetInput], *,
                        group_instance_id: str | None = None, api_version: int | None = None
                        ) -> "asyncio.Future[dict[TopicPartition, KafkaError]]":
         return self.offset_manager.commit_offsets(group_id, generation, member_id, offsets,
@@ -311,7 +313,7 @@ class GroupCoordinator:
 
     def txn_commit_offsets(self, producer_id: int, producer_epoch: int, group_id: str,
                            generation: int, member_id: str, group_instance_id: str | None,
-                           offsets: dict[TopicPartition, Any]
+                           offsets: Mapping[TopicPartition, OffsetInput]
                            ) -> "asyncio.Future[dict[TopicPartition, KafkaError]]":
         return self.offset_manager.txn_commit_offsets(producer_id, producer_epoch, group_id, generation, member_id,
                                                group_instance_id, offsets)

@@ -1,5 +1,6 @@
 """Group membership and rebalancing: JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
-the join/sync barrier and its timeouts, DescribeGroups, ListGroups, DeleteGroups.
+the join/sync barrier and its timeouts (DescribeGroups, ListGroups and DeleteGroups:
+semel.coordinator.group_listing).
 Membership is soft state, as in Kafka; the group snapshot is written through
 the durable write queue."""
 from __future__ import annotations
@@ -7,22 +8,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Mapping
 
 from ..protocol.errors import KafkaError
 from ..storage.types import AppendInfo
 from .consumer_group import ConsumerGroups
 from .consumer_group_rules import Answer
 from .group_model import (
-    NEW_MEMBER_JOIN_TIMEOUT_MS, Group, GroupSummary, JoinResult, Member, MemberSummary,
-    SyncResult, JoinRequest,
+    NEW_MEMBER_JOIN_TIMEOUT_MS, Group, JoinResult, Member, SyncResult, JoinRequest,
 )
-from .group_states import HEARTBEAT_RESULT, STATE_BY_NAME, SYNC_RESULT, Event, GroupState
+from .group_states import HEARTBEAT_RESULT, SYNC_RESULT, Event, GroupState
 from .coordinator_log import done_future, resolve_future
 from .group_context import GroupContext
-from .consumer_records import Record, apply_records, records_between
 from .offsets import (
-    GroupRecord, MemberRecord, TopicPartition, group_key, group_value, offset_key,
+    GroupRecord, MemberRecord, group_key, group_value,
 )
 
 log = logging.getLogger("semel.coordinator.group")
@@ -506,104 +505,3 @@ class GroupMembership:
             return KafkaError.UNKNOWN_MEMBER_ID
         self._remove_member_and_update_group(group, member)
         return KafkaError.NONE
-
-    # --- DescribeGroups, ListGroups, DeleteGroups --------------------------------------------------
-
-    def describe_groups(self, group_ids: Iterable[str]) -> list[GroupSummary]:
-        err = self._ready()
-        out = []
-        for gid in group_ids:
-            group = self._store.groups.get(gid)
-            if err:
-                out.append(GroupSummary(gid, err, "", "", ""))
-            elif self._consumers.group_type(gid) == "consumer":
-                # As Kafka: DescribeGroups describes classic groups; ConsumerGroupDescribe these.
-                out.append(GroupSummary(gid, KafkaError.GROUP_ID_NOT_FOUND, S.DEAD.value, "", ""))
-            elif group is None:
-                out.append(GroupSummary(gid, KafkaError.NONE, S.DEAD.value, "", ""))
-            else:
-                out.append(self._summary(group))
-        return out
-
-    def _summary(self, group: Group) -> GroupSummary:
-        stable = group.state is S.STABLE
-        members = [MemberSummary(m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                                 m.metadata(group.protocol) if stable else b"",
-                                 m.assignment if stable else b"")
-                   for m in group.members.values()]
-        return GroupSummary(group.group_id, KafkaError.NONE, group.state.value,
-                            group.protocol_type or "", (group.protocol or "") if stable else "", members)
-
-    def list_groups(self, states: Iterable[str] | None = None
-                    ) -> tuple[KafkaError, list[tuple[str, str, str]]]:
-        """(error, [(group_id, protocol_type, state name)]), filtered by state names
-        (case-insensitive) when `states` is non-empty."""
-        err = self._ready()
-        if err == KafkaError.NOT_COORDINATOR:
-            return KafkaError.NONE, []   # a broker coordinating no group lists none, as in Kafka
-        if err:
-            return err, []
-        wanted = {STATE_BY_NAME.get(s.lower()) for s in states or ()}
-        consumer = self._consumers.consumer_group_rows()
-        names = {s.lower() for s in states or ()}
-        return KafkaError.NONE, [
-            (g.group_id, g.protocol_type or "", g.state.value)
-            for g in self._store.groups.values()
-            if (not wanted or g.state in wanted) and self._consumers.group_type(g.group_id) == "classic"
-        ] + [row for row in consumer if not names or row[2].lower() in names]
-
-    def delete_groups(self, group_ids: Iterable[str]) -> "asyncio.Future[dict[str, KafkaError]]":
-        """Delete empty groups: tombstones for the group and all its offsets."""
-        err = self._ready()
-        results: dict[str, KafkaError] = {}
-        doomed: list[str] = []
-        for gid in group_ids:
-            group = self._store.groups.get(gid)
-            consumer = self._store.consumer_groups.get(gid)
-            if err:
-                results[gid] = err
-            elif not gid:
-                results[gid] = KafkaError.INVALID_GROUP_ID
-            elif consumer is not None and consumer.members:
-                results[gid] = KafkaError.NON_EMPTY_GROUP
-            elif (group is None or group.state is S.DEAD) and consumer is None:
-                results[gid] = KafkaError.GROUP_ID_NOT_FOUND
-            elif group is not None and (group.state is not S.EMPTY or not group.is_empty()):
-                results[gid] = KafkaError.NON_EMPTY_GROUP
-            elif gid not in doomed:
-                doomed.append(gid)
-        if not doomed:
-            return done_future(results)
-        pairs: list[tuple[bytes, bytes | None]] = []
-        plan: list[tuple[str, Group | None, list[TopicPartition], list[Record]]] = []
-        for gid in doomed:
-            group = self._store.groups.get(gid)
-            tps = list(group.offsets.committed) if group is not None else []
-            pairs += [(offset_key(gid, t, p), None) for t, p in tps]
-            if group is not None:
-                pairs.append((group_key(gid), None))
-            # An empty group of the consumer protocol goes too: its records are tombstoned.
-            tombstones = records_between(self._store.consumer_groups.get(gid), None)
-            pairs += tombstones
-            plan.append((gid, group, tps, tombstones))
-
-        def apply(info: AppendInfo) -> dict[str, KafkaError]:
-            at = info.first_offset
-            for gid, group, tps, consumer in plan:
-                for tp in tps:
-                    self._store.apply_offset(gid, tp, None, at)
-                    at += 1
-                if group is not None:
-                    if group.is_empty() and group.state is S.EMPTY:
-                        group.persisted = False
-                        self._store.apply_group_record(gid, None)
-                    at += 1
-                apply_records(self._store.consumer_groups, consumer)
-                results[gid] = KafkaError.NONE
-            return results
-
-        def fail(error: KafkaError) -> dict[str, KafkaError]:
-            results.update({gid: error for gid in doomed})
-            return results
-
-        return self._writes.write(lambda: self._writes.append_records(pairs), apply, fail)

@@ -17,8 +17,10 @@ legal outcome of an error. Markers are written only once the decision is durable
 The coordinator is composed of parts along its seams, each made in __init__ with what
 it works on: carrying out a decision (markers, then the Complete record) is
 txn_completion.MarkerCompletion; the branch extension for the Spark sink's atomic
-micro-batches is txn_branches.TxnBranches. Each reaches back to the coordinator only
-through the Protocol it declares (its states `txns`, and begin / log_state /
+micro-batches is txn_branches.TxnBranches; InitProducerId (new ids, epoch bumps, fencing)
+is txn_init.ProducerIdInit; timeouts, expiry and compaction are
+txn_housekeeping.TxnHousekeeping. Each reaches back to the coordinator only through the
+Protocol it declares (its states `txns`, and begin / transition / log_state /
 transition_all / abort_with_bump / spawn, the transition steps below).
 """
 from __future__ import annotations
@@ -33,32 +35,22 @@ from ..protocol import records
 from ..protocol.api_keys import ApiKey
 from ..protocol.errors import KafkaError
 from ..storage.committed import Committed
-from ..storage.errors import StorageError
 from ..storage.log import PartitionLog
 from .coordinator_log import CoordinatorLog
 from .group_model import OFFSETS_TOPIC
 from .ports import CoordinatorSeat, LocalMarkers, MarkerWriter, PartitionWriter, ProducerIdSource
 from .txn_states import (
-    COMPLETE_OF, COMPLETED, PREPARED, TxnMeta, TxnState, can_transition, decode_value, encode_value,
+    COMPLETE_OF, PREPARED, TxnMeta, TxnState, can_transition, decode_value, encode_value,
     end_txn_outcome, now_ms,
 )
 from .txn_branches import BRANCH_PREFIX, TxnBranches, branch_of
-from .txn_completion import DataLogs, GroupCoordinators, MarkerCompletion, RequestTimeout
+from .txn_completion import DataLogs, MarkerCompletion, OffsetsPartitions, RequestTimeout
+from .txn_housekeeping import HousekeepingConfig, TxnHousekeeping
+from .txn_init import MAX_EPOCH, InitConfig, ProducerIdInit, fenced_error
 
 log = logging.getLogger("semel.txn")
 
 TXN_TOPIC = "__transaction_state"
-MAX_EPOCH = 32767
-# From these request versions on, a fenced producer is told PRODUCER_FENCED;
-# older clients only know INVALID_PRODUCER_EPOCH (KIP-588).
-_FENCED_SINCE: dict[int, int] = {ApiKey.INIT_PRODUCER_ID: 4, ApiKey.ADD_PARTITIONS_TO_TXN: 2, ApiKey.ADD_OFFSETS_TO_TXN: 2,
-                 ApiKey.END_TXN: 2, ApiKey.TXN_OFFSET_COMMIT: 3}
-
-
-def fenced_error(api_key: int, version: int) -> KafkaError:
-    if version >= _FENCED_SINCE.get(api_key, 99):
-        return KafkaError.PRODUCER_FENCED
-    return KafkaError.INVALID_PRODUCER_EPOCH
 
 
 class TxnLogs(DataLogs, Protocol):
@@ -70,19 +62,15 @@ class TxnLogs(DataLogs, Protocol):
                      internal: bool = False, topic_id: str | None = None) -> KafkaError: ...
 
 
-class TxnGroups(GroupCoordinators, Protocol):
+class TxnGroups(OffsetsPartitions, Protocol):
     """The group coordinators, as transactions reach them: each offsets partition's marker,
     and which partition holds a group."""
 
     def partition_for(self, group_id: str | None) -> int: ...
 
 
-class TxnConfig(RequestTimeout, Protocol):
+class TxnConfig(RequestTimeout, HousekeepingConfig, InitConfig, Protocol):
     """The broker settings the transaction coordinator reads (semel.broker.config)."""
-    transaction_max_timeout_ms: int
-    transactional_id_expiration_ms: int
-    transaction_abort_check_interval_ms: int
-    transaction_log_compact_records: int
     transaction_log_segment_bytes: int
 
 
@@ -158,7 +146,6 @@ class TransactionCoordinator:
         self.stats: TxnStats = stats or _Uncounted()
         self.txns: dict[str, TxnMeta] = {}
         self.log: PartitionLog | None = None
-        self._initializing: set[str] = set()
         self._background: set[asyncio.Task[None]] = set()
         self._clog = CoordinatorLog(TXN_TOPIC, flusher, self.spawn)
         self._tasks: list[asyncio.Task[None]] = []
@@ -179,6 +166,8 @@ class TransactionCoordinator:
         self._completion = MarkerCompletion(
             self, self._branches, self._clog, logs=logs, markers_committed=markers_committed, groups=groups,
             markers=markers, on_marker=self.on_marker)
+        self._init = ProducerIdInit(self, self._branches, pid_manager, config)
+        self.housekeeping = TxnHousekeeping(self, self._clog, self._branches, config, self.stats)
 
     @staticmethod
     def log_configs(config: TxnConfig) -> dict[str, str]:
@@ -195,7 +184,7 @@ class TransactionCoordinator:
 
     async def start(self) -> None:
         """Start the housekeeping; the transactions are loaded when the seat loads the log."""
-        self._tasks.append(asyncio.create_task(self._housekeeping_loop(), name="txn-housekeeping"))
+        self._tasks.append(asyncio.create_task(self.housekeeping.run(), name="txn-housekeeping"))
 
     # --- the seat loads, serves and drops this coordinator ---------------------------------
 
@@ -209,7 +198,7 @@ class TransactionCoordinator:
         self._clog.fail_all(KafkaError.NOT_COORDINATOR)
         self.txns.clear()
         self._branches.joined.clear()
-        self._initializing = set()
+        self._init.reset()
 
     def load(self, plog: PartitionLog, epoch: int | None) -> None:
         """Replay the log (synchronously) as the coordinator at `epoch` (None: the
@@ -342,7 +331,7 @@ class TransactionCoordinator:
                                       unsynced=unsynced, durable=durable)
 
     async def transition_all(self, currents: list[TxnMeta], news: list[TxnMeta], durable: bool = True) -> KafkaError:
-        """_transition of several ids at once: all begun, one record batch, or none."""
+        """transition of several ids at once: all begun, one record batch, or none."""
         begun: list[TxnMeta] = []
         try:
             for current, new in zip(currents, news):
@@ -356,17 +345,17 @@ class TransactionCoordinator:
             for current in begun:
                 current.pending = None
 
-    @property
-    def _unapplied(self) -> int:
-        """Records appended whose apply still waits for their fsync."""
-        return len(self._clog.inflight)
+    def busy(self) -> bool:
+        """Is a record appended whose apply still waits for its fsync, or an id's first
+        record being written?"""
+        return bool(self._clog.inflight or self._init.initializing)
 
     def begin(self, current: TxnMeta | None, target: TxnState) -> KafkaError:
         """The one place a transactional id's state change starts (Kafka's
         prepareTransitionTo): refused when the table forbids it or another change of
         that id is in flight; otherwise `pending` holds the target until the record
         is appended and applied (the caller clears it if it gives up). None: an id
-        with no record yet, whose in-flight guard is `_initializing`."""
+        with no record yet, whose in-flight guard is ProducerIdInit.initializing."""
         if current is not None and (self.txns.get(current.txn_id) is not current or current.pending is not None):
             # The caller looked before an await and the state moved on since.
             return KafkaError.CONCURRENT_TRANSACTIONS
@@ -376,7 +365,7 @@ class TransactionCoordinator:
             current.pending = target
         return KafkaError.NONE
 
-    async def _transition(self, current: TxnMeta | None, new: TxnMeta) -> KafkaError:
+    async def transition(self, current: TxnMeta | None, new: TxnMeta) -> KafkaError:
         err = self.begin(current, new.state)
         if err:
             return err
@@ -391,85 +380,7 @@ class TransactionCoordinator:
 
     async def init_producer_id(self, txn_id: str | None, timeout_ms: int, producer_id: int,
                                producer_epoch: int, version: int) -> tuple[KafkaError, int, int]:
-        try:
-            await self.pids.reserve()   # cluster ids: fetched before deciding
-            return await self._init_producer_id(txn_id, timeout_ms, producer_id, producer_epoch, version)
-        except (StorageError, ConnectionError) as exc:   # the producer-id block could not be reserved on disk
-            log.error("InitProducerId for %r failed: %s", txn_id, exc)
-            return KafkaError.COORDINATOR_NOT_AVAILABLE, -1, -1
-
-    async def _init_producer_id(self, txn_id: str | None, timeout_ms: int, producer_id: int,
-                                producer_epoch: int, version: int) -> tuple[KafkaError, int, int]:
-        if txn_id is None:
-            return KafkaError.NONE, self.pids.next_id(), 0
-        if not txn_id:   # Kafka: an empty transactional id is a bad request, not "none"
-            return KafkaError.INVALID_REQUEST, -1, -1
-        if not 0 < timeout_ms <= self.config.transaction_max_timeout_ms:
-            return KafkaError.INVALID_TRANSACTION_TIMEOUT, -1, -1
-        # Every decision is taken on the state as it is now: when the fence first has
-        # to abort something (an await), the whole check runs again on what that left.
-        for _ in range(3):
-            meta = self.txns.get(txn_id)
-            if meta is None:
-                return await self._init_new(txn_id, timeout_ms)
-            err = self._init_refusal(meta, producer_id, producer_epoch, version)
-            if err:
-                return err, -1, -1
-            if txn_id in self._branches.joined:
-                # A new instance of a joined branch (a task re-run after a crash): the
-                # batch it belonged to was not decided, so abort the parent with all its
-                # branches, then fence as usual.
-                if await self._branches.abort_parent_of(txn_id):
-                    return KafkaError.CONCURRENT_TRANSACTIONS, -1, -1
-                continue
-            if meta.state == TxnState.ONGOING:
-                # A new instance fences the old one: abort its transaction under a
-                # bumped epoch (so its in-flight writes are rejected), then bump again.
-                if await self.abort_with_bump(meta):
-                    return KafkaError.CONCURRENT_TRANSACTIONS, -1, -1
-                continue
-            pid, epoch = self._bumped(meta)
-            new = meta.copy(producer_id=pid, epoch=epoch, last_producer_id=meta.producer_id,
-                            last_epoch=meta.epoch, timeout_ms=timeout_ms, state=TxnState.EMPTY,
-                            partitions=None, start_ms=-1, update_ms=now_ms())
-            err = await self._transition(meta, new)
-            return (err, -1, -1) if err else (KafkaError.NONE, pid, epoch)
-        return KafkaError.CONCURRENT_TRANSACTIONS, -1, -1
-
-    def _init_refusal(self, meta: TxnMeta, producer_id: int, producer_epoch: int,
-                      version: int) -> KafkaError:
-        """Why InitProducerId cannot go on from `meta` now (NONE if it can)."""
-        if meta.pending is not None or meta.txn_id in self._initializing or meta.state in PREPARED:
-            return KafkaError.CONCURRENT_TRANSACTIONS
-        if producer_id != -1 and not self._may_bump(meta, producer_id, producer_epoch):
-            return fenced_error(ApiKey.INIT_PRODUCER_ID, version)
-        return KafkaError.NONE
-
-    async def _init_new(self, txn_id: str, timeout_ms: int) -> tuple[KafkaError, int, int]:
-        initializing = self._initializing   # unload replaces the set: only ours is cleaned
-        if txn_id in initializing:
-            return KafkaError.CONCURRENT_TRANSACTIONS, -1, -1
-        initializing.add(txn_id)
-        try:
-            pid = self.pids.next_id()
-            new = TxnMeta(txn_id, pid, 0, -1, -1, timeout_ms, TxnState.EMPTY, None, -1, now_ms())
-            err = await self._transition(None, new)
-        finally:
-            initializing.discard(txn_id)
-        return (err, -1, -1) if err else (KafkaError.NONE, pid, 0)
-
-    @staticmethod
-    def _may_bump(meta: TxnMeta, producer_id: int, epoch: int) -> bool:
-        """KIP-360: a producer passing its id/epoch may bump if it is the current
-        instance, or the one whose transaction the coordinator just aborted."""
-        if producer_id == meta.producer_id and epoch in (meta.epoch, meta.last_epoch):
-            return True
-        return producer_id == meta.last_producer_id and epoch == meta.last_epoch
-
-    def _bumped(self, meta: TxnMeta) -> tuple[int, int]:
-        if meta.epoch + 1 >= MAX_EPOCH:
-            return self.pids.next_id(), 0
-        return meta.producer_id, meta.epoch + 1
+        return await self._init.init_producer_id(txn_id, timeout_ms, producer_id, producer_epoch, version)
 
     # --- AddPartitionsToTxn / AddOffsetsToTxn -------------------------------------
 
@@ -515,7 +426,7 @@ class TransactionCoordinator:
         for b in joining:
             self._branches.joined[b] = txn_id
         try:
-            err = await self._transition(meta, new)
+            err = await self.transition(meta, new)
         finally:
             mine = self.txns.get(txn_id)
             for b in joining:
@@ -586,7 +497,7 @@ class TransactionCoordinator:
         if isinstance(target, KafkaError):
             return target
         prepared = meta.copy(state=target, update_ms=now_ms())
-        err = await self._transition(meta, prepared)
+        err = await self.transition(meta, prepared)
         await self._completion.complete_if_prepared(txn_id)
         if err and self._state(txn_id) == COMPLETE_OF[target]:
             return KafkaError.NONE  # the Prepare fsync failed, yet the decision is now carried out
@@ -611,7 +522,7 @@ class TransactionCoordinator:
         epoch = min(meta.epoch + 1, MAX_EPOCH)
         prepared = meta.copy(state=TxnState.PREPARE_ABORT, epoch=epoch,
                              last_producer_id=meta.producer_id, last_epoch=meta.epoch, update_ms=now_ms())
-        err = await self._transition(meta, prepared)
+        err = await self.transition(meta, prepared)
         await self._completion.complete_if_prepared(meta.txn_id)
         return err
 
@@ -620,73 +531,3 @@ class TransactionCoordinator:
         task = asyncio.create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
-
-    # --- timeouts and expiration ------------------------------------------------------
-
-    async def _housekeeping_loop(self) -> None:
-        interval = self.config.transaction_abort_check_interval_ms / 1000
-        while True:
-            await asyncio.sleep(interval)
-            if not self.serving():
-                continue   # never compact or time out a log this broker does not coordinate
-            try:
-                await self.abort_timed_out()
-                await self.expire_idle()
-                await self.maybe_compact()
-                self._warn_stuck()
-            except Exception:  # housekeeping must never take the coordinator down
-                log.exception("transaction housekeeping failed")
-
-    async def maybe_compact(self) -> bool:
-        """Compaction by rewrite: once the log holds many more records than there
-        are live transactional ids, append the current state of every id and drop
-        the segments entirely before it. Replay then reads a bounded log, so restart
-        time and disk follow the live state, not the history.
-
-        Memory is exactly the log's last word for each id only while no appended
-        record still waits for its fsync and apply; compaction waits for such a
-        moment (and for no transition in flight), then copies memory synchronously."""
-        threshold = max(self.config.transaction_log_compact_records, 4 * len(self.txns))
-        if self._clog.records_since_compaction < threshold:
-            return False
-        if self._unapplied or self._initializing or any(m.pending is not None for m in self.txns.values()):
-            return False
-        live = [(m.txn_id.encode(), encode_value(m)) for m in self.txns.values()]
-        data = b"".join(records.build_batch(live[i:i + 500]) for i in range(0, len(live), 500))
-        return await self._clog.rewrite(data, len(live))
-
-    def _warn_stuck(self, after_ms: int = 30_000) -> None:
-        """A transition that has been completing for long means markers cannot be
-        written (full disk?); say so instead of leaving clients to time out silently.
-        Counted from when the transition began (TxnMeta.pending_since)."""
-        now = time.monotonic()
-        for meta in self.txns.values():
-            if meta.pending is not None and now - meta.pending_since > after_ms / 1000:
-                log.warning("%s has been completing %s for %d s", meta.txn_id, TxnState(meta.pending).name,
-                            now - meta.pending_since)
-
-    async def abort_timed_out(self) -> int:
-        now = time.monotonic()
-        # A joined branch is timed by its parent (the parent's abort ends it too).
-        expired = [m for m in self.txns.values()
-                   if m.state == TxnState.ONGOING and m.pending is None and m.deadline < now
-                   and m.txn_id not in self._branches.joined]
-        for meta in expired:
-            if self.txns.get(meta.txn_id) is not meta or meta.pending is not None or meta.txn_id in self._branches.joined:
-                continue  # the client ended it (or a parent joined it) while an earlier abort was logged
-            log.info("aborting %s: transaction timed out after %d ms", meta.txn_id, meta.timeout_ms)
-            if not await self.abort_with_bump(meta):
-                self.stats.txn_timed_out()
-        return len(expired)
-
-    async def expire_idle(self) -> int:
-        cutoff = now_ms() - self.config.transactional_id_expiration_ms
-        idle = [m for m in self.txns.values()
-                if m.state in COMPLETED and m.pending is None and m.update_ms < cutoff]
-        for meta in idle:
-            if self.begin(meta, TxnState.DEAD):
-                continue  # used again while an earlier tombstone was being logged
-            _, applied = await self.log_state(meta, tombstone=True)
-            if not applied:
-                meta.pending = None
-        return len(idle)

@@ -64,7 +64,7 @@ class OffsetsMarkers(Protocol):
                      commit: bool) -> KafkaError | Awaitable[KafkaError]: ...
 
 
-class GroupCoordinators(Protocol):
+class OffsetsPartitions(Protocol):
     """The group coordinators of this broker, one per __consumer_offsets partition it leads."""
 
     def for_partition(self, partition: int) -> OffsetsMarkers | None: ...
@@ -84,7 +84,7 @@ class MarkerCompletion:
     written to."""
 
     def __init__(self, coordinator: CompletingCoordinator, branches: TxnBranches, clog: CoordinatorLog, *,
-                 logs: DataLogs, markers_committed: Committed, groups: GroupCoordinators,
+                 logs: DataLogs, markers_committed: Committed, groups: OffsetsPartitions,
                  markers: MarkerWriter, on_marker: Callable[[str, int], None]) -> None:
         self._coordinator = coordinator
         self._branches = branches

@@ -103,11 +103,11 @@ class _Tombstones:
 def clean(plog: PartitionLog, now_ms: int | None = None, delete_retention_ms: int = 86_400_000) -> CleanResult:
     """One cleaning pass over `plog` (a PartitionLog of a compacted topic). With
     `now_ms`, tombstones older than `delete_retention_ms` are removed as well."""
-    end = plog.cleanable_end()
-    segments = plog.closed_segments_below(end)
+    end = plog.rewrites.cleanable_end()
+    segments = plog.rewrites.closed_segments_below(end)
     if not segments:
         return CleanResult()
-    batches = [(base, data) for base, data in ((b, plog.segment_bytes(b)) for b in segments)]
+    batches = [(base, data) for base, data in ((b, plog.rewrites.segment_bytes(b)) for b in segments)]
     aborted = _aborted_batches(plog, batches)
     latest = _latest_offsets(batches, aborted)
     tombs = _Tombstones(None if now_ms is None else now_ms - delete_retention_ms, delete_retention_ms)
@@ -115,7 +115,7 @@ def clean(plog: PartitionLog, now_ms: int | None = None, delete_retention_ms: in
     for base, data in batches:
         new, removed = _rewrite(data, latest, aborted, tombs, result)
         if removed:
-            plog.replace_segment(base, new)
+            plog.rewrites.replace_segment(base, new)
             result.segments_rewritten += 1
             result.records_removed += removed
     return result
@@ -142,7 +142,7 @@ def _aborted_batches(plog: PartitionLog, batches: _Segments) -> set[int]:
     for _, data in batches:
         walk(data)
     if open_txn:
-        walk(plog.bytes_after(batches[-1][0]))
+        walk(plog.rewrites.bytes_after(batches[-1][0]))
     return aborted
 
 

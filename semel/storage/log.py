@@ -7,13 +7,19 @@ jobs, each given what it works on when it is made:
   given the files and settings; it returns the recovered segments and producer state;
 - write_offload.WriteOffload: the file work handed to threads (the write or roll a
   worker holds, the background checkpoint), given this log as an OffloadedLog;
-- replica_writes.ReplicaWrites: a follower's appends, truncation and reset, and
-  retention.Retention: deleting old segments (retention, DeleteRecords), each given
-  this log through the narrow Protocol it declares;
+- replica_writes.ReplicaWrites: a follower's appends, truncation and reset;
+  retention.Retention: deleting old segments (retention, DeleteRecords);
+  log_reader.LogReader: reads by offset and timestamp, aborted transactions;
+  log_markers.MarkerAppends: transaction markers; segment_rolls.SegmentRolls: when
+  and how the active segment rolls; segment_rewrites.SegmentRewrites (`rewrites`):
+  what compaction reads and rewrites; each given this log through the narrow
+  Protocol it declares;
+- log_checkpoints.RecoveryCheckpoints (`checkpoints`): when a recovery checkpoint is
+  due and writing one, given the files and settings;
 - log_config.LogConfig: the settings.
-This module keeps the rest: appending (on the loop, or append_async), rolling, reading,
-flushing and checkpoints, compaction support, the role in a cluster (set_leader_epoch,
-set_follower, set_high_watermark: the replica manager's only way in), close. Its
+This module keeps the rest: appending (on the loop, or append_async), flushing, the
+role in a cluster (set_leader_epoch, set_follower, set_high_watermark: the replica
+manager's only way in), close. Its
 members without a leading underscore that layers above have no use for (segments,
 bases, the locks, write_batches, flush_locked...) are what the parts' Protocols name.
 
@@ -43,29 +49,30 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from array import array
-from bisect import bisect_right
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from pathlib import Path
 
 from semel.protocol.errors import KafkaError
 from semel.protocol.records import (
-    CONTROL_ABORT, CONTROL_COMMIT, BatchHeader, build_control_batch, iter_batches, set_base_offset,
-    set_leader_epoch, split_batches, verified_prefix,
+    BatchHeader, set_base_offset,
+    set_leader_epoch,
 )
 
-from ..clock import wall_ms
-from . import checkpoint as cpfile
-from .errors import AppendError, CorruptLogError, OffsetOutOfRange, ProducerStateError, StorageError
+from .errors import AppendError, OffsetOutOfRange, ProducerStateError, StorageError
 from .fs import FileSystem
 from .leader_epoch import LeaderEpochCache
 from .log_config import LogConfig
-from .log_loader import LogLoader, RecoveryInfo, index_abort
-from .producer_state import ProducerStateManager, prune_snapshots, write_snapshot
+from .log_checkpoints import RecoveryCheckpoints
+from .log_markers import MarkerAppends
+from .log_reader import LogReader
+from .log_loader import LogLoader, RecoveryInfo
+from .producer_state import ProducerStateManager
 from .replica_writes import ReplicaWrites
 from .retention import Retention
-from .segment import INDEX_SUFFIX, LOG_SUFFIX, MAX_RELATIVE_OFFSET, TIMEINDEX_SUFFIX, Segment, segment_name
+from .segment import LOG_SUFFIX, Segment
+from .segment_rolls import SegmentRolls
+from .segment_rewrites import SegmentRewrites
 from .types import AppendInfo
 from .write_offload import (
     OFFLOOP_WRITE_BYTES, WRITERS, Payload, PendingWrite, Placed, WriteOffload, run_precheck,
@@ -89,7 +96,6 @@ class PartitionLog:
         self.fs = fs
         self.segments: list[Segment] = []      # the last one is active
         self.bases: list[int] = []             # their base offsets, for bisect
-        self._reported_damage: set[tuple[str, int]] = set()   # (file, offset) already logged
         self.log_start_offset = 0
         self.log_end_offset = 0
         self.flushed_offset = 0
@@ -107,9 +113,7 @@ class PartitionLog:
         # Writes and fsyncs of this log that failed (any thread): what a cluster member
         # watches to stop serving a partition its disk cannot keep (semel.cluster.offline).
         self.storage_failures = 0
-        self._bytes_since_checkpoint = 0
-        self._last_checkpoint = time.monotonic()
-        self.last_checkpoint_error: OSError | None = None
+        self.checkpoints = RecoveryCheckpoints(self.fs, self.directory, config)
         # The role in a cluster, changed only through the "role" methods below. Leader
         # epoch and high watermark stay None on a single-node broker, where batches keep
         # the leader epoch their producer wrote and the high watermark is the log end.
@@ -121,6 +125,11 @@ class PartitionLog:
         self._offload = WriteOffload(self, runner or WRITERS)
         self._replica = ReplicaWrites(self)
         self._retention = Retention(self)
+        # What compaction reads and rewrites (storage.compaction).
+        self.rewrites = SegmentRewrites(self)
+        self._reader = LogReader(self)
+        self._markers = MarkerAppends(self)
+        self._rolls = SegmentRolls(self)
 
     def offline(self, reason: str) -> StorageError:
         """Take this log offline (a write it could not undo, a failed truncation or
@@ -206,11 +215,11 @@ class PartitionLog:
         offload = self._offload
         lock = offload.append_lock
         if ((on_loop or len(data) < OFFLOOP_WRITE_BYTES) and not lock.locked()
-                and not self.roll_due(len(data), batches)):
+                and not self._rolls.due(len(data), batches)):
             run_precheck(precheck)
             return self.append(data, batches)
         async with lock:
-            if self.roll_due(len(data), batches):
+            if self._rolls.due(len(data), batches):
                 self.check_writable()
                 self.check_leading()
                 await offload.roll_in_thread(self.log_end_offset)
@@ -256,45 +265,16 @@ class PartitionLog:
 
     def append_control(self, kind: int, producer_id: int, producer_epoch: int, coordinator_epoch: int,
                        *, timestamp_ms: int | None = None) -> AppendInfo:
-        """Write a COMMIT (1) or ABORT (0) marker for producer_id and end its transaction here.
-
-        Fenced like data: an epoch below the producer's current one raises
-        ProducerStateError(INVALID_PRODUCER_EPOCH); so does an older coordinator epoch
-        (TRANSACTION_COORDINATOR_FENCED).
-        """
-        return self.append_controls(kind, [(producer_id, producer_epoch)], coordinator_epoch,
-                                    timestamp_ms=timestamp_ms)
+        """Write a COMMIT (1) or ABORT (0) marker for producer_id and end its transaction
+        here (MarkerAppends.append_controls of one producer)."""
+        return self._markers.append_controls(kind, [(producer_id, producer_epoch)], coordinator_epoch,
+                                             timestamp_ms=timestamp_ms)
 
     def append_controls(self, kind: int, producers: list[tuple[int, int]], coordinator_epoch: int,
                         *, timestamp_ms: int | None = None) -> AppendInfo:
-        """One marker of `kind` for each (producer id, epoch), all in one write: the
-        transactions they end stop holding back the last stable offset at the same
-        instant, so a read_committed reader sees all of them committed or none (the
-        branches of one Spark micro-batch). All or nothing: one refused marker (see
-        append_control) refuses the write."""
-        if kind not in (CONTROL_ABORT, CONTROL_COMMIT):
-            raise ValueError(f"control kind must be 0 (abort) or 1 (commit), not {kind!r}")
-        producers = list(dict.fromkeys(producers))
-        if not producers or any(pid < 0 for pid, _ in producers):
-            raise ValueError("a transaction marker needs a producer id")
-        self.check_writable()
-        self.check_leading()
-        for producer_id, producer_epoch in producers:
-            err = self.producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
-            if err is not KafkaError.NONE:
-                raise ProducerStateError(err, f"{err.name}: marker for producer {producer_id} refused")
-        ts = wall_ms() if timestamp_ms is None else timestamp_ms
-        data = b"".join(build_control_batch(kind, producer_id=pid, producer_epoch=epoch,
-                                            coordinator_epoch=coordinator_epoch, timestamp_ms=ts)
-                        for pid, epoch in producers)
-        batches, _ = split_batches(data)
+        return self._markers.append_controls(kind, producers, coordinator_epoch, timestamp_ms=timestamp_ms)
 
-        def apply(placed: list[Placed]) -> None:
-            for (producer_id, producer_epoch), (_, marker, _) in zip(producers, placed):
-                first = self.producers.complete_txn(producer_id, producer_epoch, coordinator_epoch, ts)
-                if kind == CONTROL_ABORT and first is not None:
-                    index_abort(self.producers, self.segments[-1], producer_id, first, marker)
-        return self.write_batches(data, batches, on_success=apply)
+    append_controls.__doc__ = MarkerAppends.append_controls.__doc__
 
     def _check_layout(self, data: Payload, batches: Batches) -> None:
         if not batches:
@@ -334,7 +314,7 @@ class PartitionLog:
                 self.epochs.assign(epoch, first)
             except OSError as exc:
                 raise StorageError(f"{self.directory}: cannot write the leader-epoch cache: {exc}") from exc
-        if self.roll_due(len(data), batches):
+        if self._rolls.due(len(data), batches):
             self.roll(first)
         seg = self.segments[-1]
         # A follower writes the leader's bytes untouched. A leader patches offsets (and
@@ -355,16 +335,6 @@ class PartitionLog:
             buf = patched
         return PendingWrite(seg, seg.size, buf, placed, first, offset, on_success)
 
-    def roll_due(self, size: int, batches: Batches) -> bool:
-        """Would `size` bytes of these batches overflow the active segment (bytes, or
-        offsets relative to its base)?"""
-        seg = self.segments[-1]
-        if seg.size == 0:
-            return False
-        count = sum(h.last_offset_delta + 1 for _, h in batches)
-        return (seg.size + size > self.config.segment_bytes
-                or self.log_end_offset + count - 1 - seg.base > MAX_RELATIVE_OFFSET)
-
     def finish_write(self, w: PendingWrite, failure: BaseException | None) -> AppendInfo:
         """After the pwrite: cut a failed one back, else account for the batches."""
         seg = w.seg
@@ -377,7 +347,7 @@ class PartitionLog:
             for pos, base, hdr in w.placed:
                 seg.note_batch(w.start + pos, base, hdr, interval)
             self.log_end_offset = w.end
-            self._bytes_since_checkpoint += len(w.buf)
+            self.checkpoints.note_appended(len(w.buf))
             if w.on_success is not None:
                 w.on_success(w.placed)
         if w.synced:
@@ -391,7 +361,7 @@ class PartitionLog:
         worker thread."""
         if end > self.flushed_offset:
             self.flushed_offset = end
-        if self._checkpoint_due():
+        if self.checkpoints.due():
             self._offload.checkpoint_soon()
 
     def _undo_write(self, seg: Segment, size: int) -> None:
@@ -404,33 +374,9 @@ class PartitionLog:
             log.error("%s: %s", self.directory, self._failed)
 
     def roll(self, new_base: int, close_old: bool = True) -> Segment:
-        """Start a new active segment at new_base; the old one is fsynced with its indexes.
-        Returns the old segment (closed unless close_old is False: see WriteOffload.roll_in_thread)."""
-        with self.io_lock:
-            old = self.segments[-1]
-            new = Segment(self.fs, self.directory, new_base)
-            try:
-                self.fs.fsync(old.log)
-                old.seal_time_index()
-                old.persist_indexes(sync=True)
-                new.create_files()
-                self.fs.fsync_dir(self.directory)
-            except OSError as exc:
-                self.storage_failures += 1
-                try:
-                    new.delete_files()
-                except OSError:
-                    pass
-                raise StorageError(f"cannot roll {self.directory} at offset {new_base}: {exc}") from exc
-            with self.state_lock:
-                self.segments.append(new)
-                self.bases.append(new_base)
-            self.flushed_offset = max(self.flushed_offset, new_base)
-            if close_old:
-                old.close()
-            # checkpoint + producer snapshot at the new base (failure only costs restart time)
-            self.flush_locked(force_checkpoint=True)
-            return old
+        return self._rolls.roll(new_base, close_old)
+
+    roll.__doc__ = SegmentRolls.roll.__doc__
 
     # ================================================================ role (set by the replica manager)
     @property
@@ -512,72 +458,17 @@ class PartitionLog:
         return self.durable_end
 
     def read(self, offset: int, max_bytes: int, upper_bound: int | None = None) -> bytes | memoryview:
-        """Whole batches from the one holding offset: at least one if one lies wholly below
-        upper_bound (even if bigger than max_bytes), never one whose last offset >= upper_bound."""
-        self._check_readable()
-        start, leo = self.log_start_offset, self.log_end_offset
-        if offset < start or offset > leo:
-            raise OffsetOutOfRange(offset, start, leo)
-        bound = leo if upper_bound is None else min(upper_bound, leo)
-        if offset >= bound:
-            return b""
-        segs = self.segments
-        i = max(0, bisect_right(self.bases, offset) - 1)
-        try:
-            while i < len(segs):
-                out = segs[i].read(offset, max_bytes, bound)
-                if out is not None:
-                    return out
-                i += 1
-        except OSError as exc:
-            raise StorageError(f"read of {self.directory} failed: {exc}") from exc
-        return b""
+        return self._reader.read(offset, max_bytes, upper_bound)
 
     def read_checked(self, offset: int, max_bytes: int, upper_bound: int | None = None,
                      crc: bool = True) -> bytes | memoryview:
-        """read(), verified batch by batch (structure, offset order, CRC-32C): the good
-        batches before any damage, or CorruptLogError naming the segment file when
-        the first batch itself is damaged. Readers that hand bytes to clients or
-        replay coordinator state use this, never the unverified read(). crc=False
-        leaves the CRC-32C to a reader that checks every batch's itself (a follower)."""
-        data = self.read(offset, max_bytes, upper_bound)
-        good, bad_at = verified_prefix(data, offset, crc)
-        if not data:
-            # Offsets end on batch boundaries (high watermark, LSO, log end), so nothing
-            # below the bound means the header there claims offsets it does not hold: a
-            # reader would wait at this offset for ever, a replay would stop short.
-            bound = self.log_end_offset if upper_bound is None else min(upper_bound, self.log_end_offset)
-            bad_at = offset if self.log_start_offset <= offset < bound else None
-        if bad_at is None:
-            return data
-        path = self.segment_path(bad_at)
-        first = (path, bad_at) not in self._reported_damage
-        if first and len(self._reported_damage) < 1000:
-            self._reported_damage.add((path, bad_at))
-            log.error("%s: damaged batch at offset %d (CRC or structure); it is not served", path, bad_at)
-        if good:
-            return good
-        raise CorruptLogError(f"{path}: damaged batch at offset {bad_at}", path, bad_at, first)
+        return self._reader.read_checked(offset, max_bytes, upper_bound, crc)
 
     def segment_path(self, offset: int) -> str:
-        """The segment data file holding `offset` (for messages)."""
-        i = max(bisect_right(self.bases, offset) - 1, 0)
-        return str(self.directory / f"{segment_name(self.bases[i] if self.bases else 0)}{LOG_SUFFIX}")
+        return self._reader.segment_path(offset)
 
     def offset_for_timestamp(self, ts_ms: int) -> tuple[int, int] | None:
-        """(timestamp, offset) of the first record with timestamp >= ts_ms, or None."""
-        self._check_readable()
-        segs = self.segments
-        try:
-            for k, seg in enumerate(segs):
-                if k < len(segs) - 1 and seg.max_ts < ts_ms:
-                    continue  # a sealed segment knows its max exactly
-                hit = seg.find_timestamp(ts_ms, self.log_start_offset)
-                if hit is not None:
-                    return hit
-        except OSError as exc:
-            raise StorageError(f"timestamp lookup in {self.directory} failed: {exc}") from exc
-        return None
+        return self._reader.offset_for_timestamp(ts_ms)
 
     @property
     def last_stable_offset(self) -> int:
@@ -586,15 +477,13 @@ class PartitionLog:
         return self.high_watermark if first is None else min(first, self.high_watermark)
 
     def aborted_transactions(self, start_offset: int, end_offset: int) -> list[tuple[int, int]]:
-        """(producer_id, first_offset) of aborted transactions overlapping [start, end),
-        for Fetch responses to read_committed consumers."""
-        out: list[tuple[int, int]] = []
-        segs = self.segments
-        i = max(0, bisect_right(self.bases, start_offset) - 1)
-        for seg in segs[i:]:
-            if seg.txn.collect(start_offset, end_offset, out):
-                break
-        return out
+        return self._reader.aborted_transactions(start_offset, end_offset)
+
+    read.__doc__ = LogReader.read.__doc__
+    read_checked.__doc__ = LogReader.read_checked.__doc__
+    segment_path.__doc__ = LogReader.segment_path.__doc__
+    offset_for_timestamp.__doc__ = LogReader.offset_for_timestamp.__doc__
+    aborted_transactions.__doc__ = LogReader.aborted_transactions.__doc__
 
     def expire_producers(self, now_ms: int) -> int:
         """Forget producers idle longer than producer_id_expiration_ms; returns how many."""
@@ -616,20 +505,15 @@ class PartitionLog:
         May run in a worker thread while the owner thread keeps appending.
         """
         with self.io_lock:
-            self._check_readable()
+            self.check_readable()
             return self.flush_locked(force_checkpoint=checkpoint)
 
-    def _checkpoint_due(self) -> bool:
-        cfg = self.config
-        return (self._bytes_since_checkpoint >= cfg.checkpoint_interval_bytes
-                or (time.monotonic() - self._last_checkpoint) * 1000 >= cfg.checkpoint_interval_ms)
-
     def flush_locked(self, *, force_checkpoint: bool = False, clean: bool = False, strict: bool = False) -> int:
-        due = force_checkpoint or self._checkpoint_due()
+        due = force_checkpoint or self.checkpoints.due()
         with self.state_lock:
             seg = self.segments[-1]
             leo = self.log_end_offset
-            state = self._capture(seg, leo, clean) if due else None
+            state = self.checkpoints.capture(seg, leo, clean, self.log_start_offset, self.producers) if due else None
         if leo > self.flushed_offset:
             try:
                 self.fs.fsync(seg.log)
@@ -639,88 +523,8 @@ class PartitionLog:
             # max: a write-through append may have moved it past this round's leo meanwhile
             self.flushed_offset = max(self.flushed_offset, leo)
         if state is not None:
-            try:
-                self._persist(seg, state)
-                self.last_checkpoint_error = None
-            except OSError as exc:
-                # The data is durable; only restart speed suffers. Keep going.
-                self.last_checkpoint_error = exc
-                log.warning("%s: could not write the recovery checkpoint: %s", self.directory, exc)
-                if strict:
-                    raise StorageError(f"checkpoint of {self.directory} failed: {exc}") from exc
+            self.checkpoints.write(seg, state, strict)
         return self.flushed_offset
-
-    def _capture(self, seg: Segment, leo: int, clean: bool) -> tuple[cpfile.Checkpoint, bytes]:
-        """Everything a checkpoint at leo needs, taken under state_lock so it is one instant."""
-        cp = cpfile.Checkpoint(recovery_offset=leo, segment_base=seg.base, position=seg.size,
-                               log_start_offset=self.log_start_offset, max_timestamp=seg.max_ts,
-                               max_timestamp_offset=seg.max_ts_offset, clean=clean)
-        return cp, self.producers.to_bytes()
-
-    def _persist(self, seg: Segment, state: tuple[cpfile.Checkpoint, bytes]) -> None:
-        """Indexes, then the producer snapshot, then the checkpoint that vouches for both."""
-        cp, snapshot = state
-        seg.persist_indexes(sync=False)
-        write_snapshot(self.fs, self.directory, cp.recovery_offset, snapshot)
-        self.fs.write_atomic(self.directory / cpfile.FILE_NAME, cp.encode(), sync_dir=True)
-        prune_snapshots(self.fs, self.directory)
-        self._bytes_since_checkpoint = 0
-        self._last_checkpoint = time.monotonic()
-
-    # ================================================================ compaction support
-    def cleanable_end(self) -> int:
-        """Where a compaction may stop: the active segment and anything at or above the
-        LSO (open transactions) are never cleaned."""
-        return min(self.segments[-1].base, self.last_stable_offset)
-
-    def closed_segments_below(self, offset: int) -> list[int]:
-        """Bases of the non-active segments that end at or below `offset`."""
-        return [seg.base for seg in self.segments[:-1] if seg.next_offset <= offset]
-
-    def _segment(self, base: int) -> Segment:
-        i = bisect_right(self.bases, base) - 1
-        if i < 0 or self.bases[i] != base:
-            raise StorageError(f"{self.directory}: no segment at {base}")
-        return self.segments[i]
-
-    def segment_bytes(self, base: int) -> bytes:
-        seg = self._segment(base)
-        try:
-            return self.fs.pread(seg.log, seg.size, 0)
-        except OSError as exc:
-            raise StorageError(f"read of {seg.path(LOG_SUFFIX)} failed: {exc}") from exc
-
-    def bytes_after(self, base: int) -> bytes:
-        """Every batch of the segments after the one at `base` (for walking headers)."""
-        i = self.bases.index(base) + 1
-        return b"".join(self.fs.pread(seg.log, seg.size, 0) for seg in self.segments[i:])
-
-    def replace_segment(self, base: int, data: bytes) -> None:
-        """Swap a closed segment's contents for `data` (same offsets, fewer records).
-        Crash-safe: the offset/time index files are emptied first (an empty sparse
-        index is valid for either content), then the log file is replaced atomically,
-        then the indexes are rebuilt. The aborted-transaction index is kept."""
-        self.settle()   # first: a roll in a worker thread waits for io_lock
-        with self.io_lock:
-            self.check_writable()
-            seg = self._segment(base)
-            if seg is self.segments[-1]:
-                raise StorageError(f"{self.directory}: the active segment is never rewritten")
-            try:
-                for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX):
-                    self.fs.write_atomic(seg.path(suffix), b"", sync_dir=False)
-                with self.state_lock:
-                    seg.close()
-                    self.fs.write_atomic(seg.path(LOG_SUFFIX), data, sync_dir=True)
-                    seg.idx_rel, seg.idx_pos, seg.idx_persisted = array("I"), array("I"), 0
-                    seg.tidx_ts, seg.tidx_rel, seg.tidx_persisted = array("q"), array("q"), 0
-                    seg.max_ts, seg.max_ts_offset = -1, -1
-                    for pos, hdr in iter_batches(data):
-                        seg.note_batch(pos, hdr.base_offset, hdr, self.config.index_interval_bytes)
-                    seg.seal_time_index()
-                seg.persist_indexes(sync=True)
-            except OSError as exc:
-                raise self.offline(f"rewriting segment {base} failed: {exc}") from exc
 
     # ================================================================ lifecycle
     def close(self) -> None:
@@ -764,7 +568,7 @@ class PartitionLog:
             except OSError:
                 pass
 
-    def _check_readable(self) -> None:
+    def check_readable(self) -> None:
         if self._closed:
             raise StorageError(f"log {self.directory} is closed")
 
@@ -774,7 +578,7 @@ class PartitionLog:
 
     def check_writable(self) -> None:
         self.settle()      # a write in a worker thread lands first: log order = call order
-        self._check_readable()
+        self.check_readable()
         if self._failed is not None:
             raise StorageError(f"log {self.directory} is offline: {self._failed}")
 

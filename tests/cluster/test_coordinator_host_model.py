@@ -35,7 +35,8 @@ import pytest
 
 from semel.cluster import coordinator_host
 from semel.cluster.coordinator_host import SeatedCoordinator
-from semel.cluster.coordinator_partitions import PartitionedCoordinators, partition_for
+from semel.coordinator.partitioned import PartitionedCoordinators
+from semel.protocol.txn_hash import partition_for
 from semel.cluster.coordinator_seat import Seat
 from semel.cluster.state import PartitionState
 from semel.protocol.errors import KafkaError

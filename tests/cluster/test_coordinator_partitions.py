@@ -24,7 +24,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from semel.client.client import Client
-from semel.cluster.coordinator_partitions import java_string_hash, partition_for
+from semel.protocol.txn_hash import java_string_hash, partition_for
 from semel.eos.kafka import RESTART_SAFE_CONFIG
 from semel.protocol.errors import KafkaError
 from tests.support.cluster import committed, fill, key_leader, module_cluster, partitions, wait_brokers
@@ -213,7 +213,7 @@ def test_a_broker_configured_with_another_count_coordinates_nothing():
     one id: every id gets COORDINATOR_NOT_AVAILABLE there until the counts agree."""
     from types import SimpleNamespace
 
-    from semel.cluster.coordinator_partitions import PartitionedCoordinators
+    from semel.coordinator.partitioned import PartitionedCoordinators
     seat = SimpleNamespace(error=lambda: KafkaError.NONE, topic=TXN_TOPIC)
     count = {"now": None}
     coordinators = PartitionedCoordinators([SimpleNamespace(seat=seat) for _ in range(3)], lambda: count["now"])

@@ -164,11 +164,11 @@ class Model:
         elif roll < 0.1:
             self.arm_fault()
         elif roll < 0.17:
-            await self.coord.abort_timed_out()
+            await self.coord.housekeeping.abort_timed_out()
         elif roll < 0.22:
-            await self.coord.expire_idle()
+            await self.coord.housekeeping.expire_idle()
         elif roll < 0.27:
-            await self.coord.maybe_compact()
+            await self.coord.housekeeping.maybe_compact()
         else:
             for _ in range(self.rng.randint(1, 4)):
                 self.start_request()
@@ -194,7 +194,7 @@ class Model:
 
     def quiet(self) -> bool:
         c = self.coord
-        return (not self.tasks and not c._background and not c._unapplied and not c._initializing
+        return (not self.tasks and not c._background and not c.busy()
                 and all(m.pending is None for m in c.txns.values()))
 
     def check_replay(self) -> None:

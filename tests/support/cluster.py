@@ -87,7 +87,7 @@ def fill(cluster, topic: str, n: int, parts: int) -> list[str]:
 def key_leader(cluster, topic: str, key: str) -> int:
     """The leader (as Metadata reports it) of `key`'s partition of the internal `topic`:
     the coordinator of that transactional id or group id."""
-    from semel.cluster.coordinator_partitions import partition_for
+    from semel.protocol.txn_hash import partition_for
     parts = partitions(cluster, topic)
     return parts[partition_for(key, len(parts))][0]
 

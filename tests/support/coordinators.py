@@ -1,9 +1,9 @@
 """Coordinators on their own, as a single node builds them (semel.broker.wiring): each on
 a LocalSeat, the transaction coordinator given the group coordinators' one shape
-(semel.cluster.coordinator_partitions.GroupCoordinators with one part)."""
+(semel.coordinator.partitioned.GroupCoordinators with one part)."""
 from __future__ import annotations
 
-from semel.cluster.coordinator_partitions import GroupCoordinators
+from semel.coordinator.partitioned import GroupCoordinators
 from semel.coordinator.group import GroupConfig, GroupCoordinator
 from semel.coordinator.ports import LocalSeat
 from semel.coordinator.txn import TXN_TOPIC, TransactionCoordinator

@@ -9,7 +9,8 @@ offsets_retention_ms).
 """
 from __future__ import annotations
 
-from ...cluster.coordinator_partitions import GroupCoordinators
+from ...coordinator.group_model import FetchedOffset
+from ...coordinator.partitioned import GroupCoordinators
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..responses import by_topic
@@ -73,7 +74,7 @@ async def offset_fetch(ctx: RequestContext, req):
     part_cls = topic_cls.OffsetFetchResponsePartition
     if err and v < 2:
         # v1 has no top-level error: every requested partition carries it.
-        fetched = [_Fetched(t, p, err) for t, p in wanted or ()]
+        fetched = [FetchedOffset(t, p, -1, -1, "", err) for t, p in wanted or ()]
     return ctx.response(topics=_fetched_topics(topic_cls, part_cls, fetched), error_code=err)
 
 
@@ -111,11 +112,3 @@ def _offset_fetch_groups(ctx: RequestContext, req):
         out.append(group_cls(group_id=g.group_id, error_code=err,
                              topics=_fetched_topics(topic_cls, part_cls, fetched)))
     return ctx.response(throttle_time_ms=0, groups=out)
-
-
-class _Fetched:
-    __slots__ = ("topic", "partition", "offset", "leader_epoch", "metadata", "error")
-
-    def __init__(self, topic, partition, error):
-        self.topic, self.partition, self.error = topic, partition, error
-        self.offset, self.leader_epoch, self.metadata = -1, -1, ""

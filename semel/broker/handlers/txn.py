@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ...cluster.coordinator_partitions import TxnCoordinators
+from ...coordinator.partitioned import TxnCoordinators
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..refusal import refuse

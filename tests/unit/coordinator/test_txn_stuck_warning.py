@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import logging
 import time
-from types import SimpleNamespace
 
-from semel.coordinator.txn import TransactionCoordinator, now_ms
-from semel.coordinator.txn_states import TxnMeta, TxnState
+from semel.coordinator.txn_housekeeping import warn_stuck
+from semel.coordinator.txn_states import TxnMeta, TxnState, now_ms
 
 WARN_AFTER_MS = 30_000
 
@@ -21,7 +20,7 @@ def _meta(txn_id: str, last_change_s_ago: float) -> TxnMeta:
 def _warnings(caplog, *metas) -> list[str]:
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="semel.txn"):
-        TransactionCoordinator._warn_stuck(SimpleNamespace(txns={m.txn_id: m for m in metas}), WARN_AFTER_MS)
+        warn_stuck({m.txn_id: m for m in metas}, WARN_AFTER_MS)
     return [r.getMessage() for r in caplog.records]
 
 

@@ -70,7 +70,7 @@ def test_an_unknown_id_may_only_start_empty(coord):
 def test_an_invalid_transition_is_refused_without_touching_the_log(coord):
     meta = _held(coord, "t", TxnState.COMPLETE_ABORT)
     before = coord._clog.records_since_compaction
-    err = asyncio.run(coord._transition(meta, meta.copy(state=TxnState.PREPARE_COMMIT)))
+    err = asyncio.run(coord.transition(meta, meta.copy(state=TxnState.PREPARE_COMMIT)))
     assert err == E.INVALID_TXN_STATE
     assert coord.txns["t"] is meta and meta.pending is None
     assert coord._clog.records_since_compaction == before

@@ -92,7 +92,7 @@ def _log_records(plog) -> dict[int, tuple[bytes, bytes]]:
 def _cleaned_upto(plog, end: int) -> int:
     """The cleaner rewrites whole closed segments ending at or below the cleanable end."""
     bases = plog.segment_bases
-    cleaned = plog.closed_segments_below(end)
+    cleaned = plog.rewrites.closed_segments_below(end)
     return bases[bases.index(cleaned[-1]) + 1] if cleaned else plog.log_start_offset
 
 
@@ -140,7 +140,7 @@ def _expire_a_tombstone(plog, m: Model) -> int:
         info = _append(plog, build_batch([(b"z", b"%d" % i)], timestamp_ms=m.clock))
         m.records[info.first_offset], m.stamp[info.first_offset] = (b"z", b"%d" % i, "committed"), m.clock
     _clean(plog, m)
-    end = plog.cleanable_end()
+    end = plog.rewrites.cleanable_end()
     assert b < _cleaned_upto(plog, end), "the filler closed the segments holding both tombstones"
     _check(plog, m, end)
     got = _log_records(plog)
@@ -159,9 +159,9 @@ def test_cleaner_against_model(tmp_path, seed):
             _step(rng, plog, m)
             if rng.random() < 0.1:
                 _clean(plog, m)
-                _check(plog, m, plog.cleanable_end())
+                _check(plog, m, plog.rewrites.cleanable_end())
         _clean(plog, m)
-        _check(plog, m, plog.cleanable_end())
+        _check(plog, m, plog.rewrites.cleanable_end())
         end = _expire_a_tombstone(plog, m)
         assert len(_log_records(plog)) < len(m.records)  # the pass did remove something
         before = dump(plog)

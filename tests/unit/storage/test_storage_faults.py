@@ -101,10 +101,10 @@ def test_failed_checkpoint_rename_does_not_fail_the_flush(p, fs):
     fill(p, 5)
     fs.fail_next_rename(path_contains="recovery.checkpoint")
     assert p.flush(checkpoint=True) == 5
-    assert isinstance(p.last_checkpoint_error, OSError)
+    assert isinstance(p.checkpoints.last_error, OSError)
     assert not [n for n in os.listdir(p.directory) if n.endswith(".tmp")]
     assert p.flush(checkpoint=True) == 5
-    assert p.last_checkpoint_error is None
+    assert p.checkpoints.last_error is None
 
 
 def test_close_reports_a_failed_fsync(p, fs):

@@ -291,7 +291,7 @@ def test_failed_txnindex_fsync_at_checkpoint_keeps_the_data_flushed(p, fs):
     a.end(ABORT)
     fs.fail_next_fsync(path_contains=".txnindex")
     assert p.flush(checkpoint=True) == 2       # data durable; the checkpoint waits for the next try
-    assert p.last_checkpoint_error is not None
+    assert p.checkpoints.last_error is not None
     p.abandon()
     q = reopen(p)
     assert q.aborted_transactions(0, 2) == [(1, 0)]

@@ -1,0 +1,136 @@
+"""The transaction coordinator's housekeeping: timeouts, expiry, compaction.
+
+A TxnHousekeeping belongs to one TransactionCoordinator (semel.coordinator.txn). Every
+`transaction_abort_check_interval_ms` while the coordinator serves it aborts the
+transactions past their timeout, expires transactional ids idle for longer than
+`transactional_id_expiration_ms`, compacts the coordinator's log by rewriting it once it
+holds many more records than live ids, and warns of transitions that stay pending.
+It reaches its coordinator only through HousekeptCoordinator.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from typing import Protocol
+
+from ..protocol import records
+from ..protocol.errors import KafkaError
+from .coordinator_log import CoordinatorLog
+from .txn_branches import TxnBranches
+from .txn_states import COMPLETED, TxnMeta, TxnState, encode_value, now_ms
+
+log = logging.getLogger("semel.txn")
+
+
+class HousekeptCoordinator(Protocol):
+    """What housekeeping needs of its transaction coordinator."""
+    txns: dict[str, TxnMeta]
+
+    def serving(self) -> bool: ...
+
+    def busy(self) -> bool:
+        """Is a record waiting for its apply, or an id's first record being written?"""
+
+    def begin(self, current: TxnMeta | None, target: TxnState) -> KafkaError: ...
+
+    async def log_state(self, meta: TxnMeta, tombstone: bool = False,
+                        durable: bool = True) -> tuple[KafkaError, bool]: ...
+
+    async def abort_with_bump(self, meta: TxnMeta) -> KafkaError: ...
+
+
+class HousekeepingConfig(Protocol):
+    """The broker settings housekeeping reads (semel.broker.config)."""
+    transactional_id_expiration_ms: int
+    transaction_abort_check_interval_ms: int
+    transaction_log_compact_records: int
+
+
+class TimeoutStats(Protocol):
+    def txn_timed_out(self) -> None: ...
+
+
+class TxnHousekeeping:
+    """`coordinator` the host, `clog` its log, `branches` its joined branches (a joined
+    branch is timed by its parent), `stats` counts the timeouts."""
+
+    def __init__(self, coordinator: HousekeptCoordinator, clog: CoordinatorLog, branches: TxnBranches,
+                 config: HousekeepingConfig, stats: TimeoutStats) -> None:
+        self.coordinator = coordinator
+        self.clog = clog
+        self.branches = branches
+        self.config = config
+        self.stats = stats
+
+    async def run(self) -> None:
+        interval = self.config.transaction_abort_check_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            if not self.coordinator.serving():
+                continue   # never compact or time out a log this broker does not coordinate
+            try:
+                await self.abort_timed_out()
+                await self.expire_idle()
+                await self.maybe_compact()
+                warn_stuck(self.coordinator.txns)
+            except Exception:  # housekeeping must never take the coordinator down
+                log.exception("transaction housekeeping failed")
+
+    async def maybe_compact(self) -> bool:
+        """Compaction by rewrite: once the log holds many more records than there
+        are live transactional ids, append the current state of every id and drop
+        the segments entirely before it. Replay then reads a bounded log, so restart
+        time and disk follow the live state, not the history.
+
+        Memory is exactly the log's last word for each id only while no appended
+        record still waits for its fsync and apply; compaction waits for such a
+        moment (and for no transition in flight), then copies memory synchronously."""
+        txns = self.coordinator.txns
+        threshold = max(self.config.transaction_log_compact_records, 4 * len(txns))
+        if self.clog.records_since_compaction < threshold:
+            return False
+        if self.coordinator.busy() or any(m.pending is not None for m in txns.values()):
+            return False
+        live = [(m.txn_id.encode(), encode_value(m)) for m in txns.values()]
+        data = b"".join(records.build_batch(live[i:i + 500]) for i in range(0, len(live), 500))
+        return await self.clog.rewrite(data, len(live))
+
+    async def abort_timed_out(self) -> int:
+        now = time.monotonic()
+        txns, joined = self.coordinator.txns, self.branches.joined
+        # A joined branch is timed by its parent (the parent's abort ends it too).
+        expired = [m for m in txns.values()
+                   if m.state == TxnState.ONGOING and m.pending is None and m.deadline < now
+                   and m.txn_id not in joined]
+        for meta in expired:
+            if txns.get(meta.txn_id) is not meta or meta.pending is not None or meta.txn_id in joined:
+                continue  # the client ended it (or a parent joined it) while an earlier abort was logged
+            log.info("aborting %s: transaction timed out after %d ms", meta.txn_id, meta.timeout_ms)
+            if not await self.coordinator.abort_with_bump(meta):
+                self.stats.txn_timed_out()
+        return len(expired)
+
+    async def expire_idle(self) -> int:
+        cutoff = now_ms() - self.config.transactional_id_expiration_ms
+        idle = [m for m in self.coordinator.txns.values()
+                if m.state in COMPLETED and m.pending is None and m.update_ms < cutoff]
+        for meta in idle:
+            if self.coordinator.begin(meta, TxnState.DEAD):
+                continue  # used again while an earlier tombstone was being logged
+            _, applied = await self.coordinator.log_state(meta, tombstone=True)
+            if not applied:
+                meta.pending = None
+        return len(idle)
+
+
+def warn_stuck(txns: Mapping[str, TxnMeta], after_ms: int = 30_000) -> None:
+    """A transition that has been completing for long means markers cannot be
+    written (full disk?); say so instead of leaving clients to time out silently.
+    Counted from when the transition began (TxnMeta.pending_since)."""
+    now = time.monotonic()
+    for meta in txns.values():
+        if meta.pending is not None and now - meta.pending_since > after_ms / 1000:
+            log.warning("%s has been completing %s for %d s", meta.txn_id, TxnState(meta.pending).name,
+                        now - meta.pending_since)
