@@ -81,11 +81,6 @@ class Broker(Protocol):
 
 
 class NodeRole(Protocol):
-    # The cluster's metadata service view; None on a single node, which has none.
-    cluster: ClusterMetadata | None
-    # The replication data plane; None on a single node and until a member joined.
-    replicas: ReplicaManager | None
-
     @property
     def metadata(self) -> MetadataView:
         """Brokers, controller, topics and their partitions' leaders."""
@@ -139,9 +134,6 @@ class NodeRole(Protocol):
 
 class SingleNode:
     """A cluster of one: see the module docstring."""
-
-    cluster: ClusterMetadata | None = None
-    replicas: ReplicaManager | None = None
 
     def __init__(self) -> None:
         self._high_watermarks: HighWatermarks | None = None
@@ -241,14 +233,14 @@ class ClusterNode:
         self.dialer = PeerDialer()
         self._member: Membership | None = None
         self._broker: Broker | None = None
-        self.cluster: ClusterMetadata | None = None
+        self._view: ClusterMetadata | None = None
         # The replication data plane, built once this member joined.
         self.replicas: ReplicaManager | None = None
 
     def open(self, broker: Broker) -> None:
         self._broker = broker
         self._member = self._make_member(broker, lambda: self.replicas)
-        self.cluster = self._member.view
+        self._view = self._member.view
         # How followers and the coordinators reach other brokers.
         self.dialer = PeerDialer.from_config(broker.config)
         who = self.dialer.principal
@@ -263,8 +255,8 @@ class ClusterNode:
 
     @property
     def view(self) -> ClusterMetadata:
-        assert self.cluster is not None, "opened at start"
-        return self.cluster
+        assert self._view is not None, "opened at start"
+        return self._view
 
     @property
     def metadata(self) -> MetadataView:

@@ -15,8 +15,6 @@ from typing import TYPE_CHECKING
 
 from ..clock import wall_ms
 from ..coordinator.partitioned import GroupCoordinators, TxnCoordinators
-from ..cluster.metadata import ClusterMetadata
-from ..cluster.replica_manager import ReplicaManager
 from ..storage.committed import Committed
 from ..storage.flusher import GroupCommitFlusher
 from ..storage.fs import fs_from_env
@@ -86,15 +84,6 @@ class Broker:
     def logs(self) -> LogManager:
         assert self._logs is not None, "opened in start()"
         return self._logs
-
-    @property
-    def cluster(self) -> ClusterMetadata | None:
-        """The cluster's metadata; None on a single node."""
-        return self.role.cluster
-
-    @property
-    def replicas(self) -> ReplicaManager | None:
-        return self.role.replicas
 
     # --- lifecycle ---------------------------------------------------------
 

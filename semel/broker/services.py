@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 
 from ..cluster.broker_configs import BrokerConfigs
 from ..coordinator.partitioned import GroupCoordinators, TxnCoordinators
-from ..cluster.metadata import ClusterMetadata
 from ..storage.committed import Committed
 from ..storage.flusher import GroupCommitFlusher
 from ..storage.manager import LogManager
@@ -50,8 +49,6 @@ class Services:
     acls: AclStore | ClusterAclStore
     # dynamic broker configs (a file of the data dir, or etcd in a cluster)
     broker_configs: BrokerConfigs
-    # the cluster's metadata; None on the embedded single node
-    cluster: ClusterMetadata | None
     # brokers, controller, topics and their partitions' leaders: the cluster view, or on a
     # single node its NodeView (a cluster of one)
     metadata: MetadataView

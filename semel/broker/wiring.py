@@ -97,6 +97,6 @@ def build_services(broker: Broker, groups: GroupCoordinators, txns: TxnCoordinat
         config=broker.config, logs=broker.logs, flusher=broker.flusher, notifier=broker.notifier,
         metrics=broker.metrics, group_coordinator=groups, txn_coordinator=txns,
         authorizer=broker.authorizer, users=broker.users, acls=broker.acls, broker_configs=broker.role.broker_configs,
-        cluster=broker.role.cluster, metadata=broker.role.metadata, coordinators_at=broker.role.coordinators_at,
+        metadata=broker.role.metadata, coordinators_at=broker.role.coordinators_at,
         admin=broker.role.admin(groups), replicas=replicas,
         oauth_signed=broker.oauth_signed, committed=broker.committed)

@@ -77,7 +77,7 @@ class LeaderState:
 
 
 class ReplicaManager:
-    """One per broker in a cluster (broker.replicas); see the module docstring.
+    """One per broker in a cluster (its ClusterNode role's `replicas`); see the module docstring.
 
     `logs` is the broker's LogManager, `fs` the FileSystem the high-watermark
     checkpoint goes through, `notify(topic, partition)` wakes the readers and long

@@ -106,7 +106,7 @@ def test_a_record_appended_without_produce_wakes_the_followers_fetches(cluster):
     own timeout, and the wait would end REQUEST_TIMED_OUT."""
     c = cluster(replica_fetch_wait_max_ms=120_000)
     c.create_topic("t", [(0, 1, 2)])
-    progress = lambda: c.brokers[0].replicas.leading[("t", 0)].progress  # noqa: E731
+    progress = lambda: c.brokers[0].role.replicas.leading[("t", 0)].progress  # noqa: E731
     c.wait(lambda: all(p.leo == 0 for p in progress().values()), "both followers fetching")   # on the loop
 
     async def append_and_wait():
@@ -115,7 +115,7 @@ def test_a_record_appended_without_produce_wakes_the_followers_fetches(cluster):
         batch = build_batch([(None, b"coordinator record")], timestamp_ms=1)
         info = plog.append(batch, split_batches(batch)[0])
         plog.flush()     # as a coordinator does first: the high watermark counts the leader's fsynced end
-        return await c.brokers[0].replicas.wait_for_hw("t", 0, info.last_offset + 1, 30)
+        return await c.brokers[0].role.replicas.wait_for_hw("t", 0, info.last_offset + 1, 30)
     assert c.run(append_and_wait, timeout=90) == KafkaError.NONE
     assert c.log(0, "t").high_watermark == 1
     c.wait(same_log_end(c, "t"), "both followers hold the record")
@@ -135,13 +135,13 @@ def test_a_restarted_replica_keeps_its_high_watermark(cluster):
 def test_follower_that_stops_fetching_leaves_the_isr_and_rejoins(cluster):
     c = cluster(replica_lag_time_max_ms=600)
     c.create_topic("t", [(0, 1, 2)])
-    c.run(lambda: setattr(c.brokers[2].replicas, "fetching_paused", True))
+    c.run(lambda: setattr(c.brokers[2].role.replicas, "fetching_paused", True))
     # acks=all waits for broker 2 until it is out of the ISR, then completes.
     reports = produce_all(c.bootstrap(), "t", [b"a%d" % i for i in range(50)])
     assert all(err is None for err, _ in reports)
     assert c.state("t").isr == (0, 1)
     assert c.log(2, "t").log_end_offset == 0
-    c.run(lambda: setattr(c.brokers[2].replicas, "fetching_paused", False))
+    c.run(lambda: setattr(c.brokers[2].role.replicas, "fetching_paused", False))
     c.wait(lambda: c.state("t").isr == (0, 1, 2), "broker 2 back in the ISR")
     c.wait(same_log_end(c, "t"), "broker 2 caught up")
     assert c.log_bytes(2, "t") == c.log_bytes(0, "t")
@@ -164,7 +164,7 @@ def test_batch_damaged_on_the_leaders_disk_is_refused_by_followers_and_consumers
     # Followers that stopped fetching (out of the ISR, so no fetch of theirs is still out)
     # see the next batch only once it is damaged.
     for i in (1, 2):
-        c.run(lambda i=i: setattr(c.brokers[i].replicas, "fetching_paused", True))
+        c.run(lambda i=i: setattr(c.brokers[i].role.replicas, "fetching_paused", True))
     c.wait(lambda: c.state("t").isr == (0,), "the followers left the ISR")
     with Client(c.bootstrap(0)) as cl:
         err, base = cl.produce("t", 0, build_batch([(None, b"payload-to-damage")], timestamp_ms=1), acks=1)
@@ -180,7 +180,7 @@ def test_batch_damaged_on_the_leaders_disk_is_refused_by_followers_and_consumers
             caplog.clear()
             started = time.monotonic()
             for i in (1, 2):
-                c.run(lambda i=i: setattr(c.brokers[i].replicas, "fetching_paused", False))
+                c.run(lambda i=i: setattr(c.brokers[i].role.replicas, "fetching_paused", False))
 
             def refused(i):
                 return sum(f"broker-{i}" in r.getMessage() and "CORRUPT_MESSAGE" in r.getMessage()
@@ -209,7 +209,7 @@ def count_replica_fetches(c: MemCluster, leader: int, topic: str, offset: int) -
     """From now on, how many fetches of `offset` each follower sends the leader (counted
     where the leader's replica manager takes them)."""
     served: dict[int, int] = collections.Counter()
-    replicas = c.brokers[leader].replicas
+    replicas = c.brokers[leader].role.replicas
     take = replicas.replica_fetch
 
     def counted(t, partition, replica_id, fetch_offset, *args, **kwargs):
@@ -223,11 +223,11 @@ def count_replica_fetches(c: MemCluster, leader: int, topic: str, offset: int) -
 def test_follower_behind_the_leaders_log_start_starts_over_there(cluster):
     c = cluster(replica_lag_time_max_ms=400)
     c.create_topic("t", [(0, 1, 2)])
-    c.run(lambda: setattr(c.brokers[2].replicas, "fetching_paused", True))
+    c.run(lambda: setattr(c.brokers[2].role.replicas, "fetching_paused", True))
     assert all(err is None for err, _ in produce_all(c.bootstrap(), "t", [b"r%d" % i for i in range(30)]))
     c.wait(lambda: c.state("t").isr == (0, 1), "broker 2 out of the ISR")
     assert c.run(lambda: c.log(0, "t").delete_records_before(20)) == 20   # DeleteRecords past broker 2's end
-    c.run(lambda: setattr(c.brokers[2].replicas, "fetching_paused", False))
+    c.run(lambda: setattr(c.brokers[2].role.replicas, "fetching_paused", False))
     c.wait(same_log_end(c, "t"), "broker 2 caught up from the leader's log start")
     follower = c.log(2, "t")
     assert follower.log_start_offset == 20
@@ -244,7 +244,7 @@ def test_acks_all_below_min_insync_is_refused_and_nothing_acknowledged_is_lost(c
     assert all(err is None for err, _ in acked)
     c.wait(same_log_end(c, "t"), "replicated")
     for i in (1, 2):
-        c.run(lambda i=i: setattr(c.brokers[i].replicas, "fetching_paused", True))
+        c.run(lambda i=i: setattr(c.brokers[i].role.replicas, "fetching_paused", True))
     with Client(c.bootstrap(0)) as cl:
         # Appended while the ISR still had three members, acknowledged only after the
         # high watermark passed it: by then the ISR had shrunk below two.
@@ -257,7 +257,7 @@ def test_acks_all_below_min_insync_is_refused_and_nothing_acknowledged_is_lost(c
         assert err == KafkaError.NONE   # acks=1 does not ask for replicas (Kafka's rule)
     assert b"refused" not in record_values(c.log_bytes(0, "t"))
     for i in (1, 2):
-        c.run(lambda i=i: setattr(c.brokers[i].replicas, "fetching_paused", False))
+        c.run(lambda i=i: setattr(c.brokers[i].role.replicas, "fetching_paused", False))
     c.wait(lambda: len(c.state("t").isr) == 3, "ISR whole again")
     again = produce_all(c.bootstrap(), "t", [b"after"])
     assert again[0][0] is None
@@ -364,7 +364,7 @@ def test_a_transaction_completes_only_once_its_markers_are_replicated(cluster):
     p.produce("t", value=b"v", partition=0)
     p.flush(30)
     for i in (1, 2):
-        c.run(lambda i=i: setattr(c.brokers[i].replicas, "fetching_paused", True))
+        c.run(lambda i=i: setattr(c.brokers[i].role.replicas, "fetching_paused", True))
     outcome = []
     committing = threading.Thread(target=lambda: outcome.append(p.commit_transaction(60)))
     committing.start()
@@ -373,7 +373,7 @@ def test_a_transaction_completes_only_once_its_markers_are_replicated(cluster):
     assert c.run(state) == TxnState.PREPARE_COMMIT   # not complete: the followers lack the marker
     assert committing.is_alive()
     for i in (1, 2):
-        c.run(lambda i=i: setattr(c.brokers[i].replicas, "fetching_paused", False))
+        c.run(lambda i=i: setattr(c.brokers[i].role.replicas, "fetching_paused", False))
     committing.join(60)
     assert outcome == [None] and c.run(state) == TxnState.COMPLETE_COMMIT
     for i in (1, 2):
@@ -387,13 +387,13 @@ def test_diverged_follower_truncates_to_the_new_leader_and_converges(cluster, wr
     assert all(err is None for err, _ in produce_all(c.bootstrap(), "t", [b"common%d" % i for i in range(10)]))
     c.wait(same_log_end(c, "t"), "replicated")
     for i in (1, 2):
-        c.run(lambda i=i: setattr(c.brokers[i].replicas, "fetching_paused", True))
+        c.run(lambda i=i: setattr(c.brokers[i].role.replicas, "fetching_paused", True))
     with Client(c.bootstrap(0)) as cl:   # stored on the old leader only (epoch 0), never acknowledged to all
         for i in range(3):
             assert cl.produce("t", 0, build_batch([(None, b"lost%d" % i)], timestamp_ms=1), acks=1)[0] == 0
     assert c.log(0, "t").log_end_offset == 13
     c.set_leader("t", 0, 1)                 # clean election: 1 was in the ISR
-    c.run(lambda: setattr(c.brokers[2].replicas, "fetching_paused", False))
+    c.run(lambda: setattr(c.brokers[2].role.replicas, "fetching_paused", False))
     with Client(c.bootstrap(1)) as cl:
         for i in range(5):
             assert cl.produce("t", 0, build_batch([(None, b"new%d" % i)], timestamp_ms=1), acks=-1)[0] == 0

@@ -124,7 +124,7 @@ class MemCluster:
             for name in self.topics:   # a restarted broker keeps its logs; a new one needs them
                 if name not in broker.logs.topics():
                     broker.logs.create_topic(name, self.topics[name].partitions, internal=name.startswith("__"))
-            broker.replicas.resync()
+            broker.role.replicas.resync()
         self.run(go)
         self.brokers[i] = broker
         return broker
