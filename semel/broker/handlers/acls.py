@@ -2,34 +2,38 @@
 Who may call them (Alter/Describe on the cluster) is checked in auth.gate."""
 from __future__ import annotations
 
+from typing import Any, TypeVar
+
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..auth.acl import (AclBinding, AclFilter, InvalidAcl, Operation, PatternType, Permission,
                         ResourceType)
 from ..router import RequestContext, handler
 
+E = TypeVar("E", ResourceType, PatternType, Operation, Permission)
 
-def _enum(enum, value):
+
+def _enum(enum: type[E], value: int) -> E:
     try:
         return enum(value)
     except ValueError:
-        return enum.UNKNOWN
+        return enum["UNKNOWN"]
 
 
-def _binding(c) -> AclBinding:
+def _binding(c: Any) -> AclBinding:
     return AclBinding(_enum(ResourceType, c.resource_type), c.resource_name or "",
                       _enum(PatternType, getattr(c, "resource_pattern_type", 3)), c.principal or "",
                       c.host or "", _enum(Operation, c.operation), _enum(Permission, c.permission_type))
 
 
-def _filter(f) -> AclFilter:
+def _filter(f: Any) -> AclFilter:
     return AclFilter(_enum(ResourceType, f.resource_type_filter), f.resource_name_filter,
                      _enum(PatternType, getattr(f, "pattern_type_filter", 3)), f.principal_filter,
                      f.host_filter, _enum(Operation, f.operation), _enum(Permission, f.permission_type))
 
 
 @handler(ApiKey.CREATE_ACLS, 0, 3)
-async def create_acls(ctx: RequestContext, body):
+async def create_acls(ctx: RequestContext, body: Any) -> Any:
     R = ctx.cls().AclCreationResult
     results = []
     for c in body.creations or []:
@@ -44,10 +48,10 @@ async def create_acls(ctx: RequestContext, body):
 
 
 @handler(ApiKey.DESCRIBE_ACLS, 0, 3)
-async def describe_acls(ctx: RequestContext, body):
+async def describe_acls(ctx: RequestContext, body: Any) -> Any:
     cls = ctx.cls()
     found = ctx.services.acls.describe(_filter(body))
-    grouped: dict[tuple, list] = {}
+    grouped: dict[tuple[ResourceType, str, PatternType], list[AclBinding]] = {}
     for b in found:
         grouped.setdefault((b.resource_type, b.name, b.pattern), []).append(b)
     R = cls.DescribeAclsResource
@@ -60,7 +64,7 @@ async def describe_acls(ctx: RequestContext, body):
 
 
 @handler(ApiKey.DELETE_ACLS, 0, 3)
-async def delete_acls(ctx: RequestContext, body):
+async def delete_acls(ctx: RequestContext, body: Any) -> Any:
     F = ctx.cls().DeleteAclsFilterResult
     M = F.DeleteAclsMatchingAcl
     results = []

@@ -6,7 +6,10 @@ and applied without a restart, kept in etcd in a cluster (every broker follows t
 and in the data dir on a single node; the rest are read-only start flags."""
 from __future__ import annotations
 
-from ...cluster.broker_configs import DEFAULT_KEY, DYNAMIC, DYNAMIC_DEFAULT_BROKER, entity, validate
+from typing import Any, Callable
+
+from ...cluster.broker_configs import (DEFAULT_KEY, DYNAMIC, DYNAMIC_DEFAULT_BROKER, BrokerConfigs, entity,
+                                       validate)
 from ...cluster.reassignment import THROTTLE_RATE
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
@@ -21,9 +24,14 @@ SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 # Configs whose value is a comma-separated list: the only ones APPEND/SUBTRACT apply to.
 LIST_CONFIGS = {"cleanup.policy"}
 
+# name -> (value, Kafka's ConfigSource)
+Values = dict[str, tuple[str, int]]
+# (current overrides, the request's resource) -> (error, message, overrides wanted)
+Compute = Callable[[dict[str, str], Any], tuple[KafkaError, str, dict[str, str]]]
+
 
 @handler(ApiKey.DESCRIBE_CONFIGS, 1, 4)
-async def describe_configs(ctx: RequestContext, req):
+async def describe_configs(ctx: RequestContext, req: Any) -> Any:
     cls = ctx.cls()
     results = []
     for res in req.resources:
@@ -57,7 +65,7 @@ def _defaults(ctx: RequestContext) -> dict[str, str]:
     }
 
 
-def _config_values(ctx: RequestContext, rtype, name):
+def _config_values(ctx: RequestContext, rtype: int, name: str) -> tuple[Values, KafkaError]:
     """name -> (value, source): source 1 = topic override, 5 = default (Kafka's ConfigSource)."""
     defaults = _defaults(ctx)
     if rtype == RESOURCE_BROKER:
@@ -77,7 +85,8 @@ def _config_values(ctx: RequestContext, rtype, name):
     return out, KafkaError.NONE
 
 
-def _broker_values(ctx: RequestContext, dyn, name, defaults):
+def _broker_values(ctx: RequestContext, dyn: BrokerConfigs, name: str,
+                   defaults: dict[str, str]) -> tuple[Values, KafkaError]:
     """The default entity ("") lists what is set there; a broker lists its read-only
     defaults and the dynamic settings in force, each with its source."""
     key = entity(name)
@@ -87,23 +96,23 @@ def _broker_values(ctx: RequestContext, dyn, name, defaults):
         return {k: (v, DYNAMIC_DEFAULT_BROKER) for k, v in dyn.overrides(DEFAULT_KEY).items()}, KafkaError.NONE
     if int(key) != ctx.services.config.node_id:   # Kafka: describe a broker on that broker
         return {}, KafkaError.INVALID_REQUEST
-    out = {k: (v, 5) for k, v in defaults.items()}
+    out: Values = {k: (v, 5) for k, v in defaults.items()}
     out.update(dyn.effective())
     return out, KafkaError.NONE
 
 
 @handler(ApiKey.ALTER_CONFIGS, 0, 2)
-async def alter_configs(ctx: RequestContext, req):
+async def alter_configs(ctx: RequestContext, req: Any) -> Any:
     """The resource's overrides become exactly the ones given (Kafka's replace semantics)."""
-    def compute(current, res):
+    def compute(current: dict[str, str], res: Any) -> tuple[KafkaError, str, dict[str, str]]:
         return _unique({c.name: c.value for c in res.configs}, res.configs)
     return await _alter(ctx, req, compute)
 
 
 @handler(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1)
-async def incremental_alter_configs(ctx: RequestContext, req):
+async def incremental_alter_configs(ctx: RequestContext, req: Any) -> Any:
     """SET/DELETE/APPEND/SUBTRACT applied to the current overrides."""
-    def compute(current, res):
+    def compute(current: dict[str, str], res: Any) -> tuple[KafkaError, str, dict[str, str]]:
         err, msg, _ = _unique({}, res.configs)
         if err:
             return err, msg, {}
@@ -116,7 +125,7 @@ async def incremental_alter_configs(ctx: RequestContext, req):
     return await _alter(ctx, req, compute)
 
 
-async def _alter_cluster(ctx: RequestContext, res, compute, validate_only: bool) -> tuple[KafkaError, str]:
+async def _alter_cluster(ctx: RequestContext, res: Any, compute: Compute, validate_only: bool) -> tuple[KafkaError, str]:
     """The cluster-wide default of a broker config (resource name ""), kept in etcd:
     only the replication throttle. Anything else is set at start (semel broker flags)."""
     admin = ctx.services.admin
@@ -140,13 +149,13 @@ async def _alter_cluster(ctx: RequestContext, res, compute, validate_only: bool)
     return KafkaError.NONE, ""
 
 
-def _unique(config: dict, entries) -> tuple[KafkaError, str, dict]:
+def _unique(config: dict[str, str], entries: list[Any]) -> tuple[KafkaError, str, dict[str, str]]:
     if len({c.name for c in entries}) != len(entries):  # Kafka: duplicate keys are a bad request
         return KafkaError.INVALID_REQUEST, "a config is named more than once", {}
     return KafkaError.NONE, "", config
 
 
-def _apply_op(out: dict, c) -> tuple[KafkaError, str]:
+def _apply_op(out: dict[str, str], c: Any) -> tuple[KafkaError, str]:
     if c.config_operation == SET:
         out[c.name] = c.value
     elif c.config_operation == DELETE:
@@ -166,7 +175,7 @@ def _apply_op(out: dict, c) -> tuple[KafkaError, str]:
     return KafkaError.NONE, ""
 
 
-async def _alter(ctx: RequestContext, req, compute):
+async def _alter(ctx: RequestContext, req: Any, compute: Compute) -> Any:
     cls = ctx.cls()
     responses = []
     for res in req.resources:
@@ -177,7 +186,7 @@ async def _alter(ctx: RequestContext, req, compute):
     return ctx.response(throttle_time_ms=0, responses=responses)
 
 
-async def _alter_one(ctx: RequestContext, res, compute, validate_only: bool) -> tuple[KafkaError, str]:
+async def _alter_one(ctx: RequestContext, res: Any, compute: Compute, validate_only: bool) -> tuple[KafkaError, str]:
     if res.resource_type == RESOURCE_BROKER:
         if any(c.name == THROTTLE_RATE for c in res.configs):   # the reassignment throttle's own key
             return await _alter_cluster(ctx, res, compute, validate_only)
@@ -198,7 +207,7 @@ async def _alter_one(ctx: RequestContext, res, compute, validate_only: bool) -> 
     return err, logs.last_error_message
 
 
-async def _alter_broker(ctx: RequestContext, res, compute, validate_only: bool) -> tuple[KafkaError, str]:
+async def _alter_broker(ctx: RequestContext, res: Any, compute: Compute, validate_only: bool) -> tuple[KafkaError, str]:
     """The dynamic settings of the default (resource name "") or of one broker (its node
     id): written to etcd in a cluster, to the data dir on a single node."""
     dyn = ctx.services.broker_configs
@@ -209,7 +218,7 @@ async def _alter_broker(ctx: RequestContext, res, compute, validate_only: bool) 
     if refused:
         return KafkaError.INVALID_REQUEST, refused
 
-    def decide(current):
+    def decide(current: dict[str, str]) -> tuple[KafkaError, str, dict[str, str]]:
         return compute(current, res)
     if validate_only:
         err, msg, wanted = decide(dyn.overrides(key))

@@ -9,6 +9,8 @@ offsets_retention_ms).
 """
 from __future__ import annotations
 
+from typing import Any
+
 from ...coordinator.group_model import FetchedOffset
 from ...coordinator.partitioned import GroupCoordinators
 from ...protocol.api_keys import ApiKey
@@ -26,7 +28,7 @@ def _partition_known(ctx: RequestContext, topic: str, partition: int) -> bool:
 
 
 @handler(ApiKey.OFFSET_COMMIT, 2, 9)
-async def offset_commit(ctx: RequestContext, req):
+async def offset_commit(ctx: RequestContext, req: Any) -> Any:
     v = ctx.api_version
     offsets: dict[tuple[str, int], tuple[int, int, str | None]] = {}
     refused: dict[tuple[str, int], KafkaError] = {}
@@ -47,7 +49,7 @@ async def offset_commit(ctx: RequestContext, req):
     else:
         fut = None
 
-    def build(results):
+    def build(results: dict[tuple[str, int], KafkaError]) -> Any:
         merged = {**refused, **(results or {})}
         topic_cls = ctx.cls().OffsetCommitResponseTopic
         part_cls = topic_cls.OffsetCommitResponsePartition
@@ -61,7 +63,7 @@ async def offset_commit(ctx: RequestContext, req):
 
 
 @handler(ApiKey.OFFSET_FETCH, 1, 9)
-async def offset_fetch(ctx: RequestContext, req):
+async def offset_fetch(ctx: RequestContext, req: Any) -> Any:
     v = ctx.api_version
     if v >= 8:
         return _offset_fetch_groups(ctx, req)
@@ -78,8 +80,8 @@ async def offset_fetch(ctx: RequestContext, req):
     return ctx.response(topics=_fetched_topics(topic_cls, part_cls, fetched), error_code=err)
 
 
-def _fetched_topics(topic_cls, part_cls, fetched) -> list:
-    topics: dict[str, list] = {}
+def _fetched_topics(topic_cls: Any, part_cls: Any, fetched: list[FetchedOffset]) -> list[Any]:
+    topics: dict[str, list[Any]] = {}
     for f in fetched:
         topics.setdefault(f.topic, []).append(part_cls(
             partition_index=f.partition, committed_offset=f.offset,
@@ -87,7 +89,7 @@ def _fetched_topics(topic_cls, part_cls, fetched) -> list:
     return [topic_cls(name=n, partitions=ps) for n, ps in topics.items()]
 
 
-def _offset_fetch_groups(ctx: RequestContext, req):
+def _offset_fetch_groups(ctx: RequestContext, req: Any) -> Any:
     """v8+: several groups in one request, each with its own error; v9 names the member
     (id and epoch) of a consumer-protocol group, checked as Kafka checks it. In a cluster
     each group is answered by its own coordinator, or NOT_COORDINATOR when not here."""
@@ -104,7 +106,7 @@ def _offset_fetch_groups(ctx: RequestContext, req):
         err = KafkaError.NONE
         if isinstance(groups, GroupCoordinators):   # a cluster: is this broker the group's coordinator?
             err = groups.error_for(g.group_id)
-        fetched: list = []
+        fetched: list[FetchedOffset] = []
         if not err:
             err, fetched = groups.fetch_offsets(
                 g.group_id, wanted, bool(req.require_stable),
