@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ...storage.errors import CorruptLogError, OffsetOutOfRange, StorageError
+from ...storage.log import PartitionLog
 from ..router import RequestContext, handler
 from ..local_replicas import LocalReplicas
 from ..services import Services
@@ -27,13 +29,17 @@ READ_COMMITTED = 1
 LATEST = -1
 EARLIEST = -2
 
+# A follower's fetch refused for a partition: an error, or (epoch, end offset) where its
+# log diverged (LocalReplicas.replica_fetch)
+Refusal = KafkaError | tuple[int, int]
 
-def upper_bound(plog, isolation: int) -> int:
+
+def upper_bound(plog: PartitionLog, isolation: int) -> int:
     return plog.last_stable_offset if isolation == READ_COMMITTED else plog.high_watermark
 
 
 @handler(ApiKey.FETCH, 4, 12)
-async def fetch(ctx: RequestContext, req):
+async def fetch(ctx: RequestContext, req: Any) -> Any:
     services = ctx.services
     deadline = time.monotonic() + max(req.max_wait_ms, 0) / 1000
     keys = list(dict.fromkeys((t.topic, p.partition) for t in req.topics for p in t.partitions))
@@ -51,13 +57,13 @@ async def fetch(ctx: RequestContext, req):
         await services.notifier.wait_any(keys, remaining)
 
 
-def _has_error(topics) -> bool:
+def _has_error(topics: list[Any]) -> bool:
     """An error or a diverging epoch: answered at once, not after the long poll."""
     return any(p.error_code or p.diverging_epoch is not None for t in topics for p in t.partitions)
 
 
-def _replica_progress(replicas: LocalReplicas, req) -> dict:
-    refused = {}
+def _replica_progress(replicas: LocalReplicas, req: Any) -> dict[tuple[str, int], Refusal]:
+    refused: dict[tuple[str, int], Refusal] = {}
     for t in req.topics:
         for p in t.partitions:
             err = replicas.replica_fetch(t.topic, p.partition, req.replica_id, p.fetch_offset,
@@ -67,7 +73,7 @@ def _replica_progress(replicas: LocalReplicas, req) -> dict:
     return refused
 
 
-def _read_all(ctx: RequestContext, req, refused: dict):
+def _read_all(ctx: RequestContext, req: Any, refused: dict[tuple[str, int], Refusal]) -> tuple[list[Any], int]:
     """`refused`: what _replica_progress refused of a follower's fetch, per partition."""
     replicas = ctx.services.replicas
     replica = req.replica_id >= 0
@@ -104,9 +110,10 @@ def _read_all(ctx: RequestContext, req, refused: dict):
     return topics, total
 
 
-def _read_partition(ctx: RequestContext, P, topic, p, isolation, budget, first, replica=False, refused=None):
+def _read_partition(ctx: RequestContext, P: Any, topic: str, p: Any, isolation: int, budget: int, first: bool,
+                    replica: bool = False, refused: Refusal | None = None) -> tuple[Any, int]:
     plog = ctx.services.logs.get(topic, p.partition) if isinstance(refused, tuple) else None
-    if plog is not None:   # KIP-320/KIP-595: no records, where to truncate instead
+    if plog is not None and isinstance(refused, tuple):   # KIP-320/KIP-595: no records, where to truncate instead
         epoch, end = refused
         return P(partition_index=p.partition, error_code=0, high_watermark=plog.high_watermark,
                  last_stable_offset=plog.last_stable_offset, log_start_offset=plog.log_start_offset,
@@ -159,13 +166,13 @@ def _read_partition(ctx: RequestContext, P, topic, p, isolation, budget, first, 
              preferred_read_replica=-1, records=data), len(data)
 
 
-def _error_partition(P, index, err):
+def _error_partition(P: Any, index: int, err: KafkaError) -> Any:
     return P(partition_index=index, error_code=err, high_watermark=-1, last_stable_offset=-1,
              log_start_offset=-1, aborted_transactions=None, records=b"")
 
 
 @handler(ApiKey.LIST_OFFSETS, 1, 7)
-async def list_offsets(ctx: RequestContext, req):
+async def list_offsets(ctx: RequestContext, req: Any) -> Any:
     cls = ctx.cls()
     T = cls.ListOffsetsTopicResponse
     P = T.ListOffsetsPartitionResponse
@@ -185,14 +192,15 @@ async def list_offsets(ctx: RequestContext, req):
     return ctx.response(throttle_time_ms=0, topics=topics)
 
 
-def _leader_epoch(services: Services, topic, partition) -> int:
+def _leader_epoch(services: Services, topic: str, partition: int) -> int:
     """The epoch clients should validate offsets against: the partition's current leader
     epoch (this broker leads it; 0 on a single node, which never hands a partition over)."""
     st = services.metadata.partition(topic, partition)
     return st.leader_epoch if st is not None else 0
 
 
-def _offset_for(ctx: RequestContext, topic, partition, timestamp, isolation):
+def _offset_for(ctx: RequestContext, topic: str, partition: int, timestamp: int,
+                isolation: int) -> tuple[KafkaError, int, int]:
     plog = ctx.services.logs.get(topic, partition)
     if plog is None:
         return KafkaError.UNKNOWN_TOPIC_OR_PARTITION, -1, -1
