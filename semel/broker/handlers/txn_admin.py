@@ -16,15 +16,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from typing import Any
 
 from ...cluster.txn_markers import is_coordinator_client
 from ...clock import wall_ms
 from ...coordinator.txn import OFFSETS_TOPIC
-from ...coordinator.txn_states import PREPARED, TxnState
+from ...coordinator.txn_states import PREPARED, TxnMeta, TxnState
 from ...protocol import records
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ...storage.errors import AppendError, StorageError
+from ...storage.log import PartitionLog
+from ...storage.producer_state import ProducerEntry
 from ..responses import by_topic
 from ..router import RequestContext, handler
 
@@ -48,12 +51,12 @@ _NEVER_LISTED = frozenset({"PrepareEpochFence"})
 LIVE = frozenset({TxnState.ONGOING}) | PREPARED
 
 
-def _transactions(ctx: RequestContext) -> list:
+def _transactions(ctx: RequestContext) -> list[TxnMeta]:
     """A snapshot of the coordinator's transactional ids (TxnMeta objects, never changed here)."""
     return ctx.services.txn_coordinator.transactions()
 
 
-def _find(ctx: RequestContext, txn_id: str):
+def _find(ctx: RequestContext, txn_id: str) -> TxnMeta | None:
     return ctx.services.txn_coordinator.transaction(txn_id)
 
 
@@ -64,13 +67,13 @@ def _now_ms() -> int:
 # --- DescribeTransactions ---------------------------------------------------------------
 
 @handler(ApiKey.DESCRIBE_TRANSACTIONS, 0, 0)
-async def describe_transactions(ctx: RequestContext, req):
+async def describe_transactions(ctx: RequestContext, req: Any) -> Any:
     T = ctx.cls().TransactionState
     return ctx.response(throttle_time_ms=0, transaction_states=[
         _describe_one(ctx, T, txn_id) for txn_id in req.transactional_ids or ()])
 
 
-def _describe_one(ctx: RequestContext, T, txn_id: str):
+def _describe_one(ctx: RequestContext, T: Any, txn_id: str) -> Any:
     if not ctx.authorize("DESCRIBE", "TRANSACTIONAL_ID", txn_id):
         return _not_described(T, txn_id, KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     # Kafka: only the id's coordinator describes it (NOT_COORDINATOR elsewhere).
@@ -92,7 +95,7 @@ def _describe_one(ctx: RequestContext, T, txn_id: str):
              topics=[T.TopicData(topic=t, partitions=ps) for t, ps in grouped.items()])
 
 
-def _not_described(T, txn_id: str, err: KafkaError):
+def _not_described(T: Any, txn_id: str, err: KafkaError) -> Any:
     return T(error_code=err, transactional_id=txn_id, transaction_state="", transaction_timeout_ms=0,
              transaction_start_time_ms=-1, producer_id=-1, producer_epoch=-1, topics=[])
 
@@ -100,7 +103,7 @@ def _not_described(T, txn_id: str, err: KafkaError):
 # --- ListTransactions -------------------------------------------------------------------
 
 @handler(ApiKey.LIST_TRANSACTIONS, 0, 2)
-async def list_transactions(ctx: RequestContext, req):
+async def list_transactions(ctx: RequestContext, req: Any) -> Any:
     v = ctx.api_version
     wanted_states = set(req.state_filters or ())
     unknown = sorted(s for s in wanted_states if s not in _STATE_BY_NAME and s not in _NEVER_LISTED)
@@ -135,7 +138,7 @@ async def list_transactions(ctx: RequestContext, req):
 # --- DescribeProducers ------------------------------------------------------------------
 
 @handler(ApiKey.DESCRIBE_PRODUCERS, 0, 0)
-async def describe_producers(ctx: RequestContext, req):
+async def describe_producers(ctx: RequestContext, req: Any) -> Any:
     cls = ctx.cls()
     T = cls.TopicResponse
     P = T.PartitionResponse
@@ -159,13 +162,14 @@ async def describe_producers(ctx: RequestContext, req):
     return ctx.response(throttle_time_ms=0, topics=topics)
 
 
-def _producer_entries(plog) -> list:
+def _producer_entries(plog: PartitionLog) -> list[ProducerEntry]:
     """Producers a partition remembers, in producer id order."""
     state = plog.producers
-    return sorted((state.entry(pid) for pid in state.producer_ids()), key=lambda e: e.producer_id)
+    found = (state.entry(pid) for pid in state.producer_ids())
+    return sorted((e for e in found if e is not None), key=lambda e: e.producer_id)
 
 
-def _producer_row(S, e):
+def _producer_row(S: Any, e: ProducerEntry) -> Any:
     return S(producer_id=e.producer_id, producer_epoch=e.epoch, last_sequence=e.last_seq,
              last_timestamp=e.last_timestamp, coordinator_epoch=e.coordinator_epoch,
              current_txn_start_offset=-1 if e.txn_first_offset is None else e.txn_first_offset)
@@ -174,7 +178,7 @@ def _producer_row(S, e):
 # --- WriteTxnMarkers (admin abort) ----------------------------------------------------------
 
 @handler(ApiKey.WRITE_TXN_MARKERS, 0, 1)
-async def write_txn_markers(ctx: RequestContext, req):
+async def write_txn_markers(ctx: RequestContext, req: Any) -> Any:
     R = ctx.cls().WritableTxnMarkerResult
     T = R.WritableTxnMarkerTopicResult
     # Kafka: markers are a cluster action (brokers write them; an admin abort needs the same right).
@@ -197,13 +201,14 @@ async def write_txn_markers(ctx: RequestContext, req):
     return ctx.response(markers=out)
 
 
-async def _coordinator_markers(ctx: RequestContext, markers, wanted) -> list[list[KafkaError]]:
+async def _coordinator_markers(ctx: RequestContext, markers: list[Any],
+                               wanted: list[list[tuple[str, int]]]) -> list[list[KafkaError]]:
     """Markers sent by the transaction coordinator on another broker (Kafka's use of
     WriteTxnMarkers), written as decided by the partitions' leader and answered once
     durable and replicated; the coordinator retries any error. Every marker of one
     partition (a decision's parent and branches) goes in one append, so a read_committed
     reader there sees them all or none; the partitions are written at once."""
-    groups: dict[tuple, list[tuple[int, int]]] = {}   # (tp, result, coordinator epoch) -> (marker, position)
+    groups: dict[tuple[tuple[str, int], bool, int], list[tuple[int, int]]] = {}   # (tp, result, coordinator epoch) -> (marker, position)
     for i, (marker, tps) in enumerate(zip(markers, wanted)):
         for j, tp in enumerate(tps):
             groups.setdefault((tp, bool(marker.transaction_result), marker.coordinator_epoch), []).append((i, j))
@@ -219,7 +224,7 @@ async def _coordinator_markers(ctx: RequestContext, markers, wanted) -> list[lis
 
 
 async def _coordinator_partition(ctx: RequestContext, tp: tuple[str, int], commit: bool, coordinator_epoch: int,
-                                 markers: list) -> list[KafkaError]:
+                                 markers: list[Any]) -> list[KafkaError]:
     """The markers of one partition (one result and coordinator epoch): one error each."""
     topic, partition = tp
     if topic == OFFSETS_TOPIC:
@@ -240,7 +245,7 @@ async def _coordinator_partition(ctx: RequestContext, tp: tuple[str, int], commi
     return [err] * len(markers)
 
 
-async def _offsets_marker(ctx: RequestContext, marker, partition: int) -> KafkaError:
+async def _offsets_marker(ctx: RequestContext, marker: Any, partition: int) -> KafkaError:
     """The offsets "marker" of a transaction whose coordinator sits on another broker:
     the group coordinator of that __consumer_offsets partition here (its leader) writes
     it and makes the transaction's offsets committed or drops them, answering once
@@ -255,7 +260,7 @@ async def _offsets_marker(ctx: RequestContext, marker, partition: int) -> KafkaE
                                       bool(marker.transaction_result))
 
 
-async def _abort_partition(ctx: RequestContext, marker, tp: tuple[str, int]) -> KafkaError:
+async def _abort_partition(ctx: RequestContext, marker: Any, tp: tuple[str, int]) -> KafkaError:
     """Write an ABORT marker for a transaction nobody else will end.
 
     Refused (nothing written) when it would contradict the coordinator: a COMMIT
@@ -292,7 +297,7 @@ async def _abort_partition(ctx: RequestContext, marker, tp: tuple[str, int]) -> 
     return KafkaError.NONE
 
 
-def _coordinator_owner(ctx: RequestContext, producer_id: int, tp: tuple[str, int]):
+def _coordinator_owner(ctx: RequestContext, producer_id: int, tp: tuple[str, int]) -> TxnMeta | None:
     """The coordinator's live transaction of producer_id that includes tp, if any."""
     for meta in _transactions(ctx):
         if meta.producer_id == producer_id and meta.state in LIVE and tp in meta.parts():
