@@ -4,7 +4,10 @@ partition's leader and each key's coordinator come from etcd."""
 from __future__ import annotations
 
 import uuid
+from typing import Any, Sequence
 
+from ...cluster.metadata import TopicInfo
+from ...cluster.state import BrokerInfo
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..auth.acl import ResourceType
@@ -17,11 +20,11 @@ ZERO_UUID = uuid.UUID(int=0)
 
 
 @handler(ApiKey.METADATA, 0, 12)
-async def metadata(ctx: RequestContext, req):
+async def metadata(ctx: RequestContext, req: Any) -> Any:
     return _with_authorized_operations(ctx, req, await _metadata(ctx, req))
 
 
-def _with_authorized_operations(ctx: RequestContext, req, result):
+def _with_authorized_operations(ctx: RequestContext, req: Any, result: Any) -> Any:
     """KIP-430 (v8+): what the requester may do on each topic described and (v8-v10)
     on the cluster; the request's flags are False at versions without them. Topics
     the gate denies are added after this, without operations, as Kafka answers them."""
@@ -33,13 +36,13 @@ def _with_authorized_operations(ctx: RequestContext, req, result):
     return result
 
 
-def _creation_asked(ctx: RequestContext, req) -> bool:
+def _creation_asked(ctx: RequestContext, req: Any) -> bool:
     """May this request create the topics it names (v4+ says; before, it always may)?
     Whether the broker does is may_auto_create's part."""
     return ctx.api_version < 4 or req.allow_auto_topic_creation
 
 
-async def _metadata(ctx: RequestContext, req):
+async def _metadata(ctx: RequestContext, req: Any) -> Any:
     """Metadata from the cluster view (a single node's NodeView, a cluster of one): every
     live broker, each partition's leader, epoch, replicas and ISR (LEADER_NOT_AVAILABLE
     while a partition has none). With auto-creation on, an unknown legal name is created
@@ -50,7 +53,7 @@ async def _metadata(ctx: RequestContext, req):
     P = T.MetadataResponsePartition
     known = view.topics()
     if req.topics is None or (ctx.api_version == 0 and not req.topics):
-        names = sorted(known)
+        names: Sequence[str | uuid.UUID | None] = sorted(known)
     else:
         names = [_requested_name(t, known) for t in req.topics]
     created = await _auto_create(ctx, view, req, [n for n in names if isinstance(n, str) and n not in known])
@@ -58,13 +61,13 @@ async def _metadata(ctx: RequestContext, req):
     live = view.brokers()
     topics = []
     for name in names:
-        info = known.get(name) if isinstance(name, str) else None
-        if info is None:
-            code = (KafkaError.UNKNOWN_TOPIC_ID if isinstance(name, uuid.UUID)
-                    else created.get(name) or unknown_topic(name))
-            topics.append(T(error_code=code, name=None if isinstance(name, uuid.UUID) else name,
-                            topic_id=name if isinstance(name, uuid.UUID) else ZERO_UUID,
-                            is_internal=False, partitions=[]))
+        if isinstance(name, uuid.UUID):   # an id no topic has
+            topics.append(_absent(T, KafkaError.UNKNOWN_TOPIC_ID, None, name))
+            continue
+        # No name at all is looked up as the empty one: no topic has it, and it is invalid.
+        info = known.get(name or "")
+        if name is None or info is None:
+            topics.append(_absent(T, created.get(name or "") or unknown_topic(name or ""), name, ZERO_UUID))
             continue
         parts = [P(error_code=KafkaError.NONE if st.has_leader else KafkaError.LEADER_NOT_AVAILABLE,
                    partition_index=st.partition, leader_id=st.leader, leader_epoch=st.leader_epoch,
@@ -81,14 +84,14 @@ async def _metadata(ctx: RequestContext, req):
                         controller_id=-1 if controller is None else controller, topics=topics)
 
 
-async def _auto_create(ctx: RequestContext, view: MetadataView, req, missing: list[str]) -> dict[str, KafkaError]:
+async def _auto_create(ctx: RequestContext, view: MetadataView, req: Any, missing: list[str]) -> dict[str, KafkaError]:
     """{name: error to answer while it is not in this broker's view}: the creation's
     error, or LEADER_NOT_AVAILABLE (retriable, Kafka's answer for a topic being created)
     when another broker created it and the watch has not brought it here yet."""
     config = ctx.services.config
     if not _creation_asked(ctx, req):
         return {}
-    out = {}
+    out: dict[str, KafkaError] = {}
     for name in missing:
         if may_auto_create(config, name):
             err = await auto_create_in_cluster(config, view, name)
@@ -96,7 +99,12 @@ async def _auto_create(ctx: RequestContext, view: MetadataView, req, missing: li
     return out
 
 
-def _address(ctx: RequestContext, info) -> tuple[str, int]:
+def _absent(T: Any, code: KafkaError, name: str | None, topic_id: uuid.UUID) -> Any:
+    """A topic the request names that is not here (by name, or by an id no topic has)."""
+    return T(error_code=code, name=name, topic_id=topic_id, is_internal=False, partitions=[])
+
+
+def _address(ctx: RequestContext, info: BrokerInfo) -> tuple[str, int]:
     """Where a client on this request's listener reaches broker `info` (a BrokerInfo): that
     broker's listener of the same name, as Kafka answers per listener, else its main one
     (a broker that registered no such listener)."""
@@ -104,17 +112,18 @@ def _address(ctx: RequestContext, info) -> tuple[str, int]:
     return (info.address(listener.name) if listener is not None else None) or (info.host, info.port)
 
 
-def _requested_name(t, known):
+def _requested_name(t: Any, known: dict[str, TopicInfo]) -> str | uuid.UUID | None:
     """The topic's name, found by topic id (v10+) when only that is given; an unknown id
     comes back as the UUID itself."""
-    topic_id = getattr(t, "topic_id", None)
-    if t.name is None and topic_id not in (None, ZERO_UUID):
+    topic_id: uuid.UUID | None = getattr(t, "topic_id", None)
+    name: str | None = t.name
+    if name is None and topic_id not in (None, ZERO_UUID):
         return next((n for n, i in known.items() if i.topic_id and uuid.UUID(i.topic_id) == topic_id), topic_id)
-    return t.name
+    return name
 
 
 @handler(ApiKey.FIND_COORDINATOR, 0, 4)
-async def find_coordinator(ctx: RequestContext, req):
+async def find_coordinator(ctx: RequestContext, req: Any) -> Any:
     # key_type 0 = group, 1 = transaction. v4+ (KIP-699) asks for several keys at once.
     key_type = req.key_type if ctx.api_version >= 1 else 0
     if ctx.api_version >= 1 and key_type not in (0, 1):
