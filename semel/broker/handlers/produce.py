@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any, Sequence
 
 from ...protocol import records
 from ...protocol.api_keys import ApiKey
@@ -21,6 +22,7 @@ from ...protocol.produce_response import ProduceAnswer, ProducePartitionAnswer, 
 from ...storage import compaction
 from ...storage.committed import Target
 from ...storage.errors import AppendError, StorageError
+from ...storage.log import Batches, PartitionLog
 from ..connection import Deferred
 from ..router import RequestContext, handler
 from .common import auto_create_in_cluster, lookup, may_auto_create, unknown_topic
@@ -33,11 +35,16 @@ log = logging.getLogger("semel.broker.produce")
 class _PartitionResult:
     __slots__ = ("index", "error", "base_offset", "log", "upto", "message", "record_errors")
 
-    def __init__(self, index, error=KafkaError.NONE, base_offset=-1, plog=None, upto=0, message=None,
-                 record_errors=()):
+    def __init__(self, index: int, error: KafkaError = KafkaError.NONE, base_offset: int = -1,
+                 plog: PartitionLog | None = None, upto: int = 0, message: str | None = None,
+                 record_errors: Sequence[RecordError] = ()):
         self.index, self.error, self.base_offset = index, error, base_offset
         self.log, self.upto, self.message = plog, upto, message
         self.record_errors = record_errors   # KIP-467: RecordErrors of the records that failed the batch
+
+
+# Each topic's name and its partitions' outcomes, in the request's order
+Results = list[tuple[str, list[_PartitionResult]]]
 
 
 # How a Produce's appends reach the disk (measured on 2 cores with
@@ -56,9 +63,9 @@ LOOP_WRITE_BUDGET_BYTES = 8 * 1024 * 1024
 
 
 @handler(ApiKey.PRODUCE, 3, 9)
-async def produce(ctx: RequestContext, req):
+async def produce(ctx: RequestContext, req: Any) -> ProduceAnswer | Deferred | None:
     acks = req.acks
-    results: list[tuple[str, list[_PartitionResult]]] = []
+    results: Results = []
     single = len(req.topic_data) == 1 and len(req.topic_data[0].partition_data) == 1
     budget = [0 if single else LOOP_WRITE_BUDGET_BYTES]
     for topic in req.topic_data:
@@ -78,10 +85,10 @@ async def produce(ctx: RequestContext, req):
     return _response(ctx, results)
 
 
-_FLUSHING: set = set()   # background flushes of acks=0/1 appends (a task needs a reference)
+_FLUSHING: set[asyncio.Task[list[KafkaError]]] = set()   # background flushes of acks=0/1 appends (a task needs a reference)
 
 
-def _flush_soon(services: Services, results) -> None:
+def _flush_soon(services: Services, results: Results) -> None:
     """acks=0/1 under flush_mode "always": nobody waits for the fsync, but the high
     watermark counts a record only once fsynced here (PartitionLog.durable_end), so it is
     fsynced now rather than whenever a later acks=all write comes (the high watermark is
@@ -93,13 +100,14 @@ def _flush_soon(services: Services, results) -> None:
         task.add_done_callback(_FLUSHING.discard)
 
 
-def _targets(results) -> list[Target]:
+def _targets(results: Results) -> list[Target]:
     """What a commit waits for: every partition that took a batch."""
     return [(name, part.index, part.log, part.upto) for name, parts in results for part in parts
             if part.log is not None]
 
 
-async def _append_partition(ctx: RequestContext, req, topic: str, pdata, budget: list[int]) -> _PartitionResult:
+async def _append_partition(ctx: RequestContext, req: Any, topic: str, pdata: Any,
+                            budget: list[int]) -> _PartitionResult:
     services = ctx.services
     if topic.startswith("__"):
         return _PartitionResult(pdata.index, KafkaError.INVALID_TOPIC_EXCEPTION, message="internal topic")
@@ -113,7 +121,7 @@ async def _append_partition(ctx: RequestContext, req, topic: str, pdata, budget:
     if err:
         return _PartitionResult(pdata.index, err)
     plog, err = lookup(ctx, topic, pdata.index)
-    if err:
+    if err or plog is None:   # lookup gives a log exactly when it gives no error
         return _PartitionResult(pdata.index, err)
     # Leading here, and for acks=all enough in-sync replicas.
     err = services.replicas.before_append(topic, pdata.index, req.acks)
@@ -163,7 +171,8 @@ async def _create_unknown(config: BrokerConfig, view: MetadataView, topic: str) 
     return await auto_create_in_cluster(config, view, topic)
 
 
-def _debug_refusal(req, topic, partition, batches, what, offset=None) -> None:
+def _debug_refusal(req: Any, topic: str, partition: int, batches: Batches, what: KafkaError | str,
+                   offset: int | None = None) -> None:
     """One DEBUG line per refused or deduplicated batch: what chaos runs need to explain themselves."""
     if log.isEnabledFor(logging.DEBUG):
         h = batches[0][1]
@@ -172,7 +181,8 @@ def _debug_refusal(req, topic, partition, batches, what, offset=None) -> None:
                   getattr(what, "name", what), "" if offset is None else f" (original offset {offset})")
 
 
-def _check_keys(ctx: RequestContext, topic, partition, data, batches) -> _PartitionResult | None:
+def _check_keys(ctx: RequestContext, topic: str, partition: int, data: records.Buffer,
+                batches: Batches) -> _PartitionResult | None:
     """A compacted topic takes only keyed records (Kafka: INVALID_RECORD for the whole
     batch, naming each keyless record by its index, KIP-467, so a client can tell the
     bad records from the ones refused with them). None when the records may go in."""
@@ -191,7 +201,7 @@ def _check_keys(ctx: RequestContext, topic, partition, data, batches) -> _Partit
         record_errors=[RecordError(i, f"record {i} of the batch has no key; {why}") for i in keyless])
 
 
-def _check_transactional(ctx: RequestContext, req, topic, partition, batches) -> KafkaError:
+def _check_transactional(ctx: RequestContext, req: Any, topic: str, partition: int, batches: Batches) -> KafkaError:
     """A transactional batch must come with the request's transactional id, and
     its partition must be part of that producer's ongoing transaction."""
     if any(h.is_control for _, h in batches):
@@ -211,7 +221,7 @@ def _check_transactional(ctx: RequestContext, req, topic, partition, batches) ->
     return KafkaError.NONE
 
 
-async def _after_flush(ctx: RequestContext, req, results):
+async def _after_flush(ctx: RequestContext, req: Any, results: Results) -> ProduceAnswer:
     """acks=all: every batch committed (semel.storage.committed): on disk here as the
     flush policy asks, the fsyncs of all partitions in flight together, then past the high
     watermark (every ISR member holds it; at once on a single node)."""
@@ -222,7 +232,7 @@ async def _after_flush(ctx: RequestContext, req, results):
     return _response(ctx, results)
 
 
-def _response(ctx: RequestContext, results):
+def _response(ctx: RequestContext, results: Results) -> ProduceAnswer:
     """Plain answer objects (protocol.produce_response): kafka-python's cost tens of
     microseconds per partition to build and encode, paid by every Produce."""
     topics = []
@@ -234,7 +244,7 @@ def _response(ctx: RequestContext, results):
                                             p.log.log_start_offset if (ok and p.log) else -1,
                                             None if ok else p.message)
             if p.record_errors:
-                answer.record_errors = p.record_errors
+                answer.record_errors = list(p.record_errors)
             out.append(answer)
             if not ok:
                 ctx.services.metrics.request_errors.labels("produce", p.error.name).inc()
