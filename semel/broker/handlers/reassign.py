@@ -6,12 +6,14 @@ in etcd; a single node has one replica per partition and nothing to move, and an
 what Kafka answers without a controller to move anything."""
 from __future__ import annotations
 
+from typing import Any
+
 from ...protocol.api_keys import ApiKey
 from ..router import RequestContext, handler
 
 
 @handler(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, 1)
-async def alter_partition_reassignments(ctx: RequestContext, req):
+async def alter_partition_reassignments(ctx: RequestContext, req: Any) -> Any:
     cls = ctx.cls()
     T, P = cls.ReassignableTopicResponse, cls.ReassignableTopicResponse.ReassignablePartitionResponse
     admin = ctx.services.admin
@@ -28,7 +30,7 @@ async def alter_partition_reassignments(ctx: RequestContext, req):
 
 
 @handler(ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, 0)
-async def list_partition_reassignments(ctx: RequestContext, req):
+async def list_partition_reassignments(ctx: RequestContext, req: Any) -> Any:
     cls = ctx.cls()
     T = cls.OngoingTopicReassignment
     P = T.OngoingPartitionReassignment
@@ -36,7 +38,7 @@ async def list_partition_reassignments(ctx: RequestContext, req):
     if req.topics is not None:
         wanted = {(t.name, i) for t in req.topics for i in t.partition_indexes}
         states = [st for st in states if (st.topic, st.partition) in wanted]
-    by_topic: dict[str, list] = {}
+    by_topic: dict[str, list[Any]] = {}
     for st in sorted((s for s in states if s.reassigning), key=lambda s: (s.topic, s.partition)):
         by_topic.setdefault(st.topic, []).append(P(
             partition_index=st.partition, replicas=list(st.replicas), adding_replicas=list(st.adding),
