@@ -7,18 +7,24 @@ A SaslHandshake on an authenticated connection starts a re-authentication
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING, Any
 
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..auth import oauth
 from ..auth.sasl import AuthFailed, IllegalState, SaslSession, SaslSettings, State, TokenRefused
+from ..config import BrokerConfig, Listener
 from ..connection import bad_input_log
 from ..router import RequestContext, handler
+
+if TYPE_CHECKING:   # the oauth extra
+    from ..auth.oauth_jwks import SignedValidator
 
 log = logging.getLogger("semel.broker.auth")
 
 
-def sasl_settings(config, listener, oauth_signed=None) -> SaslSettings:
+def sasl_settings(config: BrokerConfig, listener: Listener,
+                  oauth_signed: SignedValidator | None = None) -> SaslSettings:
     """The SASL rules of a listener, from the broker config (and the broker's signed
     OAUTHBEARER validator when it has one)."""
     return SaslSettings(tuple(config.sasl_enabled_mechanisms), config.max_reauth_ms(listener.name),
@@ -37,7 +43,7 @@ def _session(ctx: RequestContext) -> SaslSession | None:
 
 
 @handler(ApiKey.SASL_HANDSHAKE, 1, 1)
-async def sasl_handshake(ctx: RequestContext, body):
+async def sasl_handshake(ctx: RequestContext, body: Any) -> Any:
     enabled = list(ctx.services.config.sasl_enabled_mechanisms)
     session = _session(ctx)
     if session is None:
@@ -59,7 +65,7 @@ async def sasl_handshake(ctx: RequestContext, body):
 
 
 @handler(ApiKey.SASL_AUTHENTICATE, 0, 2)
-async def sasl_authenticate(ctx: RequestContext, body):
+async def sasl_authenticate(ctx: RequestContext, body: Any) -> Any:
     session = _session(ctx)
     if session is None:
         ctx.connection.closing = True
@@ -93,13 +99,14 @@ async def sasl_authenticate(ctx: RequestContext, body):
     return _auth_response(ctx, KafkaError.NONE, None, out, session.lifetime_ms)
 
 
-def _auth_response(ctx: RequestContext, code: KafkaError, message: str | None, token: bytes = b"", lifetime_ms: int = 0):
+def _auth_response(ctx: RequestContext, code: KafkaError, message: str | None, token: bytes = b"",
+                   lifetime_ms: int = 0) -> Any:
     # session_lifetime_ms is a v1+ field: a v0 client is not told, its connection just
     # closes at expiry (KIP-368).
     return ctx.response(error_code=code, error_message=message, auth_bytes=token, session_lifetime_ms=lifetime_ms)
 
 
-def _failed(ctx: RequestContext, mechanism: str, why: str) -> None:
+def _failed(ctx: RequestContext, mechanism: str | None, why: str) -> None:
     # The label is an enabled mechanism or "unsupported": a client naming made-up
     # mechanisms must not grow the metric by a series each.
     label = mechanism if mechanism in ctx.services.config.sasl_enabled_mechanisms else "unsupported"
