@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import functools
 import uuid
+from typing import Any
 
 from ...cluster.controller import assign_new_partitions
+from ...cluster.metadata import TopicInfo
 from ...cluster.topic_sync import is_internal
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
@@ -20,7 +22,7 @@ from ..services import Services
 
 
 @handler(ApiKey.CREATE_TOPICS, 2, 7)
-async def create_topics(ctx: RequestContext, req):
+async def create_topics(ctx: RequestContext, req: Any) -> Any:
     cls = ctx.cls()
     results = []
     for t in req.topics:
@@ -32,7 +34,7 @@ async def create_topics(ctx: RequestContext, req):
     return ctx.response(throttle_time_ms=0, topics=results)
 
 
-async def _create(services: Services, t, validate_only: bool) -> tuple[KafkaError, str | None, Assignment]:
+async def _create(services: Services, t: Any, validate_only: bool) -> tuple[KafkaError, str | None, Assignment]:
     """(error, message, assignment): the request's own assignment, or the admin's spread
     (Kafka's over the live brokers; the one node alone)."""
     admin = services.admin
@@ -54,7 +56,7 @@ async def _create(services: Services, t, validate_only: bool) -> tuple[KafkaErro
     return err, answer, assignment
 
 
-def _refuse_topic(t, configs: dict[str, str], cfg: BrokerConfig) -> Refusal:
+def _refuse_topic(t: Any, configs: dict[str, str], cfg: BrokerConfig) -> Refusal:
     """Kafka's checks of a new topic before its replicas: name, configs, partition count;
     an explicit assignment (num_partitions = replication_factor = -1 on the wire) names
     every partition and is refused mixed with a count."""
@@ -72,7 +74,7 @@ def _refuse_topic(t, configs: dict[str, str], cfg: BrokerConfig) -> Refusal:
     return err, msg
 
 
-def _requested_assignment(assignments, live: list[int]) -> Assignment | Refusal:
+def _requested_assignment(assignments: list[Any], live: list[int]) -> Assignment | Refusal:
     lists = [tuple(a.broker_ids) for a in sorted(assignments, key=lambda a: a.partition_index)]
     if (sorted(a.partition_index for a in assignments) != list(range(len(lists)))
             or len({len(r) for r in lists}) != 1
@@ -82,14 +84,14 @@ def _requested_assignment(assignments, live: list[int]) -> Assignment | Refusal:
     return lists
 
 
-def _partition_count(cfg: BrokerConfig, t) -> int:
+def _partition_count(cfg: BrokerConfig, t: Any) -> int:
     if t.assignments:
         return len(t.assignments)
     return t.num_partitions if t.num_partitions != -1 else cfg.default_partitions
 
 
 @handler(ApiKey.DELETE_TOPICS, 1, 6)
-async def delete_topics(ctx: RequestContext, req):
+async def delete_topics(ctx: RequestContext, req: Any) -> Any:
     cls = ctx.cls()
     names = [t.name for t in req.topics] if ctx.api_version >= 6 else list(req.topic_names)
     ids = [t.topic_id for t in req.topics] if ctx.api_version >= 6 else [None] * len(names)
@@ -104,7 +106,8 @@ async def delete_topics(ctx: RequestContext, req):
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-async def _delete(admin: ClusterAdmin, name, topic_id) -> tuple[str | None, KafkaError, str | None]:
+async def _delete(admin: ClusterAdmin, name: str | None,
+                  topic_id: uuid.UUID | None) -> tuple[str | None, KafkaError, str | None]:
     """(name, error, message), by name or by topic id (v6); as Kafka, the groups'
     offsets of the topic go with it."""
     by_id = name is None and topic_id not in (None, _ZERO_UUID)
@@ -121,7 +124,7 @@ async def _delete(admin: ClusterAdmin, name, topic_id) -> tuple[str | None, Kafk
 
 
 @handler(ApiKey.CREATE_PARTITIONS, 0, 3)
-async def create_partitions(ctx: RequestContext, req):
+async def create_partitions(ctx: RequestContext, req: Any) -> Any:
     cls = ctx.cls()
     names = [t.name for t in req.topics]
     results = []
@@ -135,7 +138,7 @@ async def create_partitions(ctx: RequestContext, req):
     return ctx.response(throttle_time_ms=0, results=results)
 
 
-async def _grow(services: Services, t, validate_only: bool) -> tuple[KafkaError, str]:
+async def _grow(services: Services, t: Any, validate_only: bool) -> tuple[KafkaError, str]:
     """New partitions, each led by its first replica at epoch 0 with ISR = replicas, like
     a new topic's; the admin decides again when the topic changed meanwhile."""
     admin = services.admin
@@ -151,25 +154,25 @@ async def _grow(services: Services, t, validate_only: bool) -> tuple[KafkaError,
     return await admin.add_partitions(t.name, decide)
 
 
-def _decide_growth(t, live: list[int], cap: int, info):
+def _decide_growth(t: Any, live: list[int], cap: int, info: TopicInfo) -> tuple[KafkaError, str, Assignment]:
     """(error, message, replica lists of the new partitions) for growing `info` to t.count:
     the request's assignment if it gives one (one list per new partition, the topic's
     replication factor of distinct live brokers), else round-robin over the live brokers."""
     if t.count <= info.partitions:
         what = "already has" if t.count == info.partitions else "has"
         return KafkaError.INVALID_PARTITIONS, (
-            f"topic {t.name!r} {what} {info.partitions} partitions; a topic's partition count only grows"), None
+            f"topic {t.name!r} {what} {info.partitions} partitions; a topic's partition count only grows"), []
     new = t.count - info.partitions
     if new > cap:
-        return KafkaError.INVALID_PARTITIONS, f"more than max_partitions_per_request={cap} new partitions", None
+        return KafkaError.INVALID_PARTITIONS, f"more than max_partitions_per_request={cap} new partitions", []
     if t.assignments is None:
         try:
             return KafkaError.NONE, "", assign_new_partitions(live, info.partitions, t.count, info.replication_factor)
         except ValueError as exc:
-            return KafkaError.INVALID_REPLICATION_FACTOR, str(exc), None
+            return KafkaError.INVALID_REPLICATION_FACTOR, str(exc), []
     lists = [tuple(a.broker_ids) for a in t.assignments]
     if len(lists) != new or any(len(r) != info.replication_factor or len(set(r)) != len(r)
                                 or not set(r) <= set(live) for r in lists):
         return KafkaError.INVALID_REPLICA_ASSIGNMENT, (
-            f"{new} assignments of {info.replication_factor} distinct live brokers {live} needed"), None
+            f"{new} assignments of {info.replication_factor} distinct live brokers {live} needed"), []
     return KafkaError.NONE, "", lists
