@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from typing import Any, Sequence
 
-from ...cluster.metadata import TopicInfo
+from ...cluster.keys import TopicInfo
 from ...cluster.state import BrokerInfo
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError

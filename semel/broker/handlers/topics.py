@@ -10,7 +10,7 @@ import uuid
 from typing import Any
 
 from ...cluster.controller import assign_new_partitions
-from ...cluster.metadata import TopicInfo
+from ...cluster.keys import TopicInfo
 from ...cluster.topic_sync import is_internal
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
