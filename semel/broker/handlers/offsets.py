@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any
 
 from ...coordinator.group_model import FetchedOffset
-from ...coordinator.partitioned import GroupCoordinators
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..responses import by_topic
@@ -91,8 +90,8 @@ def _fetched_topics(topic_cls: Any, part_cls: Any, fetched: list[FetchedOffset])
 
 def _offset_fetch_groups(ctx: RequestContext, req: Any) -> Any:
     """v8+: several groups in one request, each with its own error; v9 names the member
-    (id and epoch) of a consumer-protocol group, checked as Kafka checks it. In a cluster
-    each group is answered by its own coordinator, or NOT_COORDINATOR when not here."""
+    (id and epoch) of a consumer-protocol group, checked as Kafka checks it. Each group is
+    answered by its own coordinator, or NOT_COORDINATOR when it is not here."""
     v = ctx.api_version
     groups = ctx.services.group_coordinator
     group_cls = ctx.cls().OffsetFetchResponseGroup
@@ -103,9 +102,7 @@ def _offset_fetch_groups(ctx: RequestContext, req: Any) -> Any:
         wanted = None
         if g.topics is not None:
             wanted = [(t.name, p) for t in g.topics for p in t.partition_indexes or ()]
-        err = KafkaError.NONE
-        if isinstance(groups, GroupCoordinators):   # a cluster: is this broker the group's coordinator?
-            err = groups.error_for(g.group_id)
+        err = groups.error_for(g.group_id)   # is this broker the group's coordinator?
         fetched: list[FetchedOffset] = []
         if not err:
             err, fetched = groups.fetch_offsets(
