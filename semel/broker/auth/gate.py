@@ -56,8 +56,7 @@ async def guarded(ctx: RequestContext, body: Any, fn: Handler) -> Any:
 # --- whole-request checks ---------------------------------------------------------
 
 def _txn_id(body: Any) -> str | None:
-    tid: str | None = getattr(body, "transactional_id", None)
-    return tid
+    return getattr(body, "transactional_id", None)
 
 
 def _single(op: Op, rtype: Rt, name_of: Callable[[Any], str], code: KafkaError) -> Rule:
