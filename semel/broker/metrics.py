@@ -170,8 +170,8 @@ class _BrokerStateCollector(Collector):
         metas = txns.transactions() if txns is not None else []
         active.add_metric([], sum(1 for m in metas if m.state in ACTIVE_STATES))
         yield active
-        logs = broker.logs   # None until the broker starts
-        parts = [(tp, plog) for tp, plog in list(logs.all_logs())] if logs is not None else []
+        # (the metrics port opens once the logs are: Broker.logs is never unset here)
+        parts = list(broker.logs.all_logs())
         hw = GaugeMetricFamily("semel_partition_high_watermark", "High watermark", labels=["topic", "partition"])
         lso = GaugeMetricFamily("semel_partition_last_stable_offset", "Last stable offset",
                                 labels=["topic", "partition"])
