@@ -17,7 +17,9 @@ from ..cluster.broker_configs import DEFAULT_KEY
 from ..cluster.controller import assign_replicas
 from ..coordinator.partitioned import GroupCoordinators
 from ..cluster.elections import elect, run_election
-from ..cluster.metadata import ClusterMetadata, GrowthDecision, TopicInfo
+from ..cluster.keys import TopicInfo
+from ..cluster.metadata import ClusterMetadata
+from ..cluster.topic_catalogue import GrowthDecision
 from ..cluster.reassignment import begin, original
 from ..protocol.errors import KafkaError
 from ..storage.manager import LogManager

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..cluster.metadata import DEFAULT_CLUSTER_ID
+from ..cluster.keys import DEFAULT_CLUSTER_ID
 from ..storage.log_config import LogConfig
 
 

@@ -17,6 +17,7 @@ bound and leaves, handing its leaderships over, before it stops.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Protocol
 
 from ..cluster.broker_configs import BrokerConfigs, FileBrokerConfigs
@@ -132,49 +133,54 @@ class NodeRole(Protocol):
         """Before the broker stops: hand over what this broker leads."""
 
 
+@dataclass(frozen=True)
+class _NodeParts:
+    """What a single node's role is made of once the broker's logs are open."""
+    broker: Broker
+    view: NodeView
+    replicas: NodeReplicas
+    configs: FileBrokerConfigs
+    high_watermarks: OneNode
+
+
 class SingleNode:
     """A cluster of one: see the module docstring."""
 
     def __init__(self) -> None:
-        self._high_watermarks: HighWatermarks | None = None
-        self._view: NodeView | None = None
-        self._replicas: NodeReplicas | None = None
-        self._configs: FileBrokerConfigs | None = None
-        self._broker: Broker | None = None
+        self._opened: _NodeParts | None = None
 
     def open(self, broker: Broker) -> None:
-        self._broker = broker
-        self._high_watermarks = OneNode(broker.notifier.notify)
-        self._view = NodeView(broker.config, broker.logs, lambda: broker.listeners)
-        self._replicas = NodeReplicas(broker.config.node_id, broker.logs)
-        # A damaged file stops the start here, naming it.
-        self._configs = FileBrokerConfigs(broker, broker.config.node_id, broker.fs, broker.config.data_dir)
-        self._configs.load()
-        self._configs.apply()
+        # A damaged dynamic-configs file stops the start here, naming it.
+        configs = FileBrokerConfigs(broker, broker.config.node_id, broker.fs, broker.config.data_dir)
+        configs.load()
+        configs.apply()
+        self._opened = _NodeParts(broker, NodeView(broker.config, broker.logs, lambda: broker.listeners),
+                                  NodeReplicas(broker.config.node_id, broker.logs), configs,
+                                  OneNode(broker.notifier.notify))
+
+    def _parts(self) -> _NodeParts:
+        assert self._opened is not None, "opened at start"
+        return self._opened
 
     @property
     def metadata(self) -> MetadataView:
-        assert self._view is not None, "opened at start"
-        return self._view
+        return self._parts().view
 
     @property
     def coordinators_at(self) -> CoordinatorPlacement:
-        assert self._view is not None, "opened at start"
-        return self._view
+        return self._parts().view
 
     @property
     def local_replicas(self) -> LocalReplicas:
-        assert self._replicas is not None, "opened at start"
-        return self._replicas
+        return self._parts().replicas
 
     @property
     def broker_configs(self) -> BrokerConfigs:
-        assert self._configs is not None, "opened at start"
-        return self._configs
+        return self._parts().configs
 
     @property
     def high_watermarks(self) -> HighWatermarks | None:
-        return self._high_watermarks
+        return self._parts().high_watermarks
 
     def coordinator_partitions(self, topic: str) -> int:
         return 1
@@ -183,8 +189,7 @@ class SingleNode:
         return None   # no peer places ids another way
 
     def seat(self, topic: str, partition: int, configs: dict[str, str]) -> CoordinatorSeat:
-        assert self._broker is not None, "opened at start"
-        return LocalSeat(self._broker.logs, topic, configs)
+        return LocalSeat(self._parts().broker.logs, topic, configs)
 
     def producer_ids(self, own: ProducerIdSource) -> ProducerIdSource:
         return own
@@ -196,8 +201,8 @@ class SingleNode:
         return None   # a deleted topic's offsets go in DeleteTopics itself
 
     def admin(self, groups: GroupCoordinators) -> ClusterAdmin:
-        assert self._broker is not None, "opened at start"
-        return NodeAdmin(self.metadata, self._broker.logs, groups, self._broker.config.node_id)
+        broker = self._parts().broker
+        return NodeAdmin(self.metadata, broker.logs, groups, broker.config.node_id)
 
     async def join(self) -> None:
         return None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable, Protocol, Sequence
 
-from ..cluster.metadata import TopicInfo
+from ..cluster.keys import TopicInfo
 from ..cluster.state import BrokerInfo, PartitionState
 from ..protocol.errors import KafkaError
 from ..storage.manager import LogManager

@@ -5,7 +5,7 @@ import logging
 import os
 from pathlib import Path
 
-from ..cluster.metadata import DEFAULT_CLUSTER_ID
+from ..cluster.keys import DEFAULT_CLUSTER_ID
 from .main import CliError
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from ..cluster.metadata import DEFAULT_CLUSTER_ID
+from ..cluster.keys import DEFAULT_CLUSTER_ID
 from .main import CliError
 
 

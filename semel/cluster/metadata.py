@@ -1,23 +1,12 @@
-"""The cluster's metadata in etcd, and `EtcdClusterView`, a broker's live view of it.
+"""`EtcdClusterView`, a broker's live view of the cluster's metadata in etcd (the keys
+and their values: semel.cluster.keys; the topic catalogue's writes:
+semel.cluster.topic_catalogue).
 
-Keys, all under /semel/<cluster-id>/ (values are JSON):
-
-  brokers/<node-id>            {"node_id", "host", "port", "rack", "endpoints"}  bound to the broker's lease
-  controller                   {"node_id"}                           bound to the controller's lease
-  topics/<name>                {"partitions", "replication_factor", "configs", "topic_id",
-                                "deleted", "retired_ids"}            deleted: kept as a marker
-  partitions/<topic>/<index>   {"replicas", "leader", "leader_epoch", "isr",
-                                "adding", "removing", "origin"}       the last three during a reassignment
-  producer_ids                 {"next"}                              the next unallocated producer id
-  configs/<name>               {"value"}                             cluster-wide dynamic broker configs
-  users/<name>                 SCRAM credentials per mechanism       semel.broker.auth.cluster_store
-  acls/<type>/<pattern>/<name> the ACLs of one resource              semel.broker.auth.cluster_store
-
-A partition's `version` (PartitionState.version) is the etcd mod_revision of its key,
-and every change of a partition is a transaction comparing it: whoever read an older
-state loses and must re-read. A lease-bound key disappears when its owner stops
-refreshing the lease (killed, paused, cut off), which is how the controller learns a
-broker is gone and how a dead controller's seat falls vacant.
+Every change of a partition is a transaction comparing its version (the etcd
+mod_revision of its key): whoever read an older state loses and must re-read. A
+lease-bound key disappears when its owner stops refreshing the lease (killed, paused,
+cut off), which is how the controller learns a broker is gone and how a dead
+controller's seat falls vacant.
 
 The view holds a cache filled by one range read and kept current by a watch from
 the revision after it; listeners run on the event loop in revision order.
@@ -39,139 +28,27 @@ import asyncio
 import json
 import logging
 import math
-import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Awaitable, Callable, Protocol
 
 from ..backoff import Backoff
 from ..protocol.errors import KafkaError
-from .etcd import KV, Etcd, EtcdError, Json, delete_prefix_op, mod_equals, put_op
+from .etcd import KV, Etcd, EtcdError, mod_equals, put_op
+# The broker's modules take the key schema and topic records from here, with the view.
+from .keys import DEFAULT_CLUSTER_ID as DEFAULT_CLUSTER_ID
+from .keys import KeyCache as KeyCache
+from .keys import Keys as Keys
+from .keys import TopicInfo as TopicInfo
+from .keys import decode_partition, decode_topic, encode_partition
 from .session import LeaseClock, OutageLog
 from .state import NO_LEADER, BrokerInfo, ClusterView, PartitionListener, PartitionState
+from .topic_catalogue import GrowthDecision as GrowthDecision
+from .topic_catalogue import TopicCatalogue
 
 log = logging.getLogger("semel.cluster.metadata")
 
 
-@dataclass(frozen=True)
-class TopicInfo:
-    name: str
-    partitions: int
-    replication_factor: int
-    configs: dict[str, str] = field(default_factory=dict)
-    topic_id: str = ""
-    version: int = 0                    # mod_revision of topics/<name>: what a CAS compares
-    # A deleted topic stays as a marker (its partitions are gone) until the name is
-    # created again; the ids the name had before, each deleted, travel with it so a
-    # broker that missed a deletion recognises its local logs as stale (ClusterMember).
-    deleted: bool = False
-    retired_ids: tuple[str, ...] = ()
-
-
-# Ids of earlier incarnations kept per name: a broker away across more delete/create
-# cycles of one name than this keeps the (unrecognised) logs it has.
-RETIRED_IDS_KEPT = 256
-
-
-def encode_topic(info: TopicInfo) -> bytes:
-    d = {"partitions": info.partitions, "replication_factor": info.replication_factor,
-         "configs": info.configs, "topic_id": info.topic_id}
-    if info.deleted:
-        d["deleted"] = True
-    if info.retired_ids:
-        d["retired_ids"] = list(info.retired_ids)
-    return json.dumps(d).encode()
-
-
-def decode_topic(name: str, kv: KV) -> TopicInfo:
-    d = json.loads(kv.value)
-    return TopicInfo(name, d["partitions"], d["replication_factor"], d.get("configs") or {},
-                     d.get("topic_id", ""), kv.mod_revision, bool(d.get("deleted", False)),
-                     tuple(d.get("retired_ids") or ()))
-
-
-# The cluster id a broker, `semel broker` and `semel user|acl --metadata` use when none
-# is given: brokers started without one share one cluster's keys.
-DEFAULT_CLUSTER_ID = "semel-cluster"
-
-
-class Keys:
-    """The key schema of one cluster id."""
-
-    def __init__(self, cluster_id: str):
-        self.root = f"/semel/{cluster_id}/"
-        self.brokers = self.root + "brokers/"
-        self.controller = self.root + "controller"
-        self.topics = self.root + "topics/"
-        self.partitions = self.root + "partitions/"
-        self.producer_ids = self.root + "producer_ids"
-
-    def broker(self, node_id: int) -> str:
-        return f"{self.brokers}{node_id}"
-
-    def topic(self, name: str) -> str:
-        return self.topics + name
-
-    def partition(self, topic: str, index: int) -> str:
-        return f"{self.partitions}{topic}/{index}"
-
-
-def encode_partition(st: PartitionState) -> bytes:
-    d = {"replicas": list(st.replicas), "leader": st.leader, "leader_epoch": st.leader_epoch, "isr": list(st.isr)}
-    if st.reassigning:
-        d["adding"], d["removing"], d["origin"] = list(st.adding), list(st.removing), list(st.origin)
-    return json.dumps(d).encode()
-
-
-def decode_partition(topic: str, index: int, kv: KV) -> PartitionState:
-    d = json.loads(kv.value)
-    return PartitionState(topic, index, tuple(d["replicas"]), d["leader"], d["leader_epoch"],
-                          tuple(d["isr"]), kv.mod_revision, tuple(d.get("adding") or ()),
-                          tuple(d.get("removing") or ()), tuple(d.get("origin") or ()))
-
-
 ChangeListener = Callable[[], None]
-
-
-class KeyCache:
-    """The keys under one prefix of the cluster's root (users/, acls/), as the view's
-    watch delivers them: name (the key below the prefix) -> decoded JSON value.
-    `version` grows with every change, so readers can rebuild what they derive once per
-    change. A write of this broker is applied at once (`put`/`drop` with its revision);
-    the watch delivering it later, or anything older, changes nothing."""
-
-    def __init__(self) -> None:
-        self.items: dict[str, object] = {}
-        self.version = 0
-        self._rev: dict[str, int] = {}     # name -> revision of the newest change seen, deletions too
-
-    def apply(self, name: str, kv: KV, deleted: bool) -> None:
-        if deleted:
-            self.drop(name, kv.mod_revision)
-        else:
-            self.put(name, json.loads(kv.value), kv.mod_revision)
-
-    def put(self, name: str, value: object, revision: int) -> None:
-        if revision > self._rev.get(name, 0):
-            self._rev[name] = revision
-            self.items[name] = value
-            self.version += 1
-
-    def drop(self, name: str, revision: int) -> None:
-        if revision > self._rev.get(name, 0):
-            self._rev[name] = revision
-            if self.items.pop(name, None) is not None:
-                self.version += 1
-
-    def reset(self) -> None:
-        """Before a fresh range read (the watch broke): deletions may have been missed."""
-        self.items.clear()
-        self._rev.clear()
-        self.version += 1
-
-
-# What a topic's growth writes, decided from the topic as etcd holds it: (error, message,
-# the replica lists of the new partitions).
-GrowthDecision = Callable[[TopicInfo], tuple[KafkaError, str, list[tuple[int, ...]]]]
 
 
 class ClusterMetadata(ClusterView, Protocol):
@@ -224,6 +101,7 @@ class EtcdClusterView:
         self.session = LeaseClock()
         self._fenced = False     # set once the lapse was acted on; cleared by _resume only
         self.outage = OutageLog(log, f"broker {node_id}")
+        self.catalogue = TopicCatalogue(etcd, self.keys, self._reload_topic)
 
     # --- lifecycle -------------------------------------------------------------
 
@@ -615,73 +493,16 @@ class EtcdClusterView:
 
     async def read_topic(self, name: str) -> TopicInfo | None:
         """The topic as etcd holds it now (live or a deletion marker), None if never created."""
-        kv = await self.etcd.get(self.keys.topic(name))
-        return decode_topic(name, kv) if kv is not None else None
+        return await self.catalogue.read(name)
 
     async def create_topic(self, name: str, assignment: list[tuple[int, ...]], configs: dict[str, str]) -> KafkaError:
-        """Topic and all its partitions in one transaction, only if the name is free (never
-        used, or deleted: compared on the marker's version, so of two creators one wins).
-        A new topic id; each partition starts led by its first replica, epoch 0, ISR =
-        replicas, whatever an earlier topic of that name had reached."""
-        while True:
-            old = await self.read_topic(name)
-            if old is not None and not old.deleted:
-                return KafkaError.TOPIC_ALREADY_EXISTS
-            retired = (old.retired_ids + (old.topic_id,))[-RETIRED_IDS_KEPT:] if old is not None else ()
-            info = TopicInfo(name, len(assignment), len(assignment[0]), configs, str(uuid.uuid4()),
-                             retired_ids=retired)
-            ok, _ = await self.etcd.txn([mod_equals(self.keys.topic(name), old.version if old else 0)],
-                                        [put_op(self.keys.topic(name), encode_topic(info)),
-                                         *self._partition_puts(name, 0, assignment)])
-            if ok:
-                # Seen by this broker before the answer goes out, whatever the watch's pace.
-                await self._reload_topic(name)
-                return KafkaError.NONE
-
-    def _partition_puts(self, name: str, first: int, assignment: list[tuple[int, ...]]) -> list[Json]:
-        """New partitions first, first+1, ...: led by their first replica, epoch 0, ISR = replicas."""
-        return [put_op(self.keys.partition(name, first + i),
-                       encode_partition(PartitionState(name, first + i, tuple(r), r[0], 0, tuple(r))))
-                for i, r in enumerate(assignment)]
+        return await self.catalogue.create(name, assignment, configs)
 
     async def delete_topic(self, name: str, topic_id: str | None = None) -> KafkaError:
-        """Mark the topic deleted and remove its partitions in one transaction compared on
-        the topic's version: of two deleters one wins (the other finds no topic), and a
-        controller's or leader's CAS on a partition fails from then on (its key is gone).
-        UNKNOWN_TOPIC_OR_PARTITION without a live topic of that name (UNKNOWN_TOPIC_ID
-        when `topic_id` is given and the name now has another)."""
-        while True:
-            info = await self.read_topic(name)
-            if info is None or info.deleted:
-                return KafkaError.UNKNOWN_TOPIC_ID if topic_id else KafkaError.UNKNOWN_TOPIC_OR_PARTITION
-            if topic_id and info.topic_id != topic_id:
-                return KafkaError.UNKNOWN_TOPIC_ID
-            ok, _ = await self.etcd.txn([mod_equals(self.keys.topic(name), info.version)],
-                                        [put_op(self.keys.topic(name), encode_topic(replace(info, deleted=True))),
-                                         delete_prefix_op(self.keys.partitions + name + "/")])
-            if ok:
-                await self._reload_topic(name)   # local logs go before the answer (ClusterMember)
-                return KafkaError.NONE
-            # Lost: the topic changed (grown, deleted, created again): read it and decide again.
+        return await self.catalogue.delete(name, topic_id)
 
     async def add_partitions(self, name: str, decide: GrowthDecision) -> tuple[KafkaError, str]:
-        """Grow a topic: `decide(info)` gives (error, message, replica lists of the new
-        partitions) from the topic as etcd holds it; the new count and partitions are written
-        in one transaction compared on the topic's version, and decided again if it lost."""
-        while True:
-            info = await self.read_topic(name)
-            if info is None or info.deleted:
-                return KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist"
-            err, msg, assignment = decide(info)
-            if err:
-                return err, msg
-            grown = replace(info, partitions=info.partitions + len(assignment))
-            ok, _ = await self.etcd.txn([mod_equals(self.keys.topic(name), info.version)],
-                                        [put_op(self.keys.topic(name), encode_topic(grown)),
-                                         *self._partition_puts(name, info.partitions, assignment)])
-            if ok:
-                await self._reload_topic(name)
-                return KafkaError.NONE, ""
+        return await self.catalogue.grow(name, decide)
 
     async def _reload_topic(self, name: str) -> None:
         kv = await self.etcd.get(self.keys.topic(name))

@@ -22,7 +22,8 @@ from ..protocol.errors import KafkaError
 
 if TYPE_CHECKING:
     from ..storage.manager import LogManager, TopicInfo as LocalTopic
-    from .metadata import ClusterMetadata, TopicInfo
+    from .keys import TopicInfo
+    from .metadata import ClusterMetadata
     from .replica_manager import ReplicaManager
 
 log = logging.getLogger("semel.cluster.topic_sync")

@@ -25,7 +25,8 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from semel.cluster.metadata import EtcdClusterView, Keys, decode_partition, decode_topic
+from semel.cluster.keys import Keys, decode_partition, decode_topic
+from semel.cluster.metadata import EtcdClusterView
 from semel.cluster.state import BrokerInfo
 from semel.cluster.topic_sync import plan
 from semel.protocol.errors import KafkaError
