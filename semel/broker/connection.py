@@ -21,6 +21,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
+from typing import cast
 
 from ..protocol.errors import ProtocolError
 from ..protocol.messages import (
@@ -28,10 +29,11 @@ from ..protocol.messages import (
     unsupported_api_versions_response,
 )
 from .auth.gate import authenticated_enough, guarded
-from .config import Listener
+from .config import BrokerConfig, Listener
 from .coordinator_gate import coordinator_guard
 from .deferred import Deferred
 from .frame_reader import FrameReader
+from .metrics import BrokerMetrics
 from .router import ROUTES, RequestContext, supported_versions
 from .session import Connection
 from .services import Services
@@ -50,6 +52,11 @@ DECODE_IN_THREAD_BYTES = 256 * 1024
 # than the hop (a 1 MiB batch of one producer is such a frame, every request).
 DECODE_ON_LOOP_PARTITIONS = 64
 
+# A response's pieces, written in order
+Pieces = list[bytes | bytearray | memoryview]
+# What waits to be written: a response, or (ctx, its Deferred, when the request started)
+Pending = Pieces | tuple[RequestContext, Deferred, float]
+
 
 class _BadInputLog:
     """Lines about clients' bad input and refused connections, at most `per_second`
@@ -62,7 +69,7 @@ class _BadInputLog:
         self._count = 0
         self._dropped = 0
 
-    def warning(self, msg: str, *args) -> None:
+    def warning(self, msg: str, *args: object) -> None:
         now = int(time.monotonic())
         if now != self._window:
             self._window, self._count = now, 0
@@ -89,7 +96,7 @@ class ConnectionLimits:
     The sweep runs on a timer instead of a timeout around every read: one timer
     for the broker costs nothing on the hot path."""
 
-    def __init__(self, config, metrics):
+    def __init__(self, config: BrokerConfig, metrics: BrokerMetrics) -> None:
         self.config = config
         self.metrics = metrics
         self.open: set[Connection] = set()
@@ -147,7 +154,8 @@ class ConnectionLimits:
 async def serve(services: Services, limits: ConnectionLimits, reader: asyncio.StreamReader,
                 writer: asyncio.StreamWriter, listener: Listener | None = None) -> None:
     peer, ip = _peer(writer)
-    conn = Connection(peer, ip, writer.transport, _frames(reader, writer, services.config.max_request_bytes))
+    transport = cast(asyncio.Transport, writer.transport)   # a socket's: it reads too
+    conn = Connection(peer, ip, transport, _frames(reader, writer, services.config.max_request_bytes))
     conn.listener = listener
     if not limits.admit(conn):
         writer.transport.abort()
@@ -164,7 +172,7 @@ async def serve(services: Services, limits: ConnectionLimits, reader: asyncio.St
         limits.release(conn)
 
 
-def _frames(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, max_frame_bytes: int):
+def _frames(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, max_frame_bytes: int) -> FrameReader:
     """Where the connection's frames come from: plain TCP and TLS alike read them
     straight into their buffers (frame_reader.FrameReader). TLS once went through the
     StreamReader: each request's plaintext was copied three more times (the
@@ -174,7 +182,7 @@ def _frames(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, max_fram
 
 async def _serve(services: Services, conn: Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     peer, source = conn.peer, conn.decoder
-    queue: asyncio.Queue = asyncio.Queue(MAX_PENDING_RESPONSES)
+    queue: asyncio.Queue[Pending | None] = asyncio.Queue(MAX_PENDING_RESPONSES)
     writer_task = asyncio.create_task(_write_loop(writer, queue, peer, services.metrics))
     try:
         while not writer_task.done() and not conn.closing:
@@ -213,7 +221,7 @@ async def _serve(services: Services, conn: Connection, reader: asyncio.StreamRea
     writer.close()
 
 
-async def _dispatch(services: Services, conn: Connection, frame: bytes | bytearray):
+async def _dispatch(services: Services, conn: Connection, frame: bytes | bytearray) -> Pending | None:
     """Returns the response's pieces (a list of bytes-like), a (ctx, Deferred, started)
     tuple, or None (no response).
 
@@ -269,7 +277,8 @@ async def _dispatch(services: Services, conn: Connection, frame: bytes | bytearr
         raise _Close() from None
 
 
-async def _write_loop(writer: asyncio.StreamWriter, queue: asyncio.Queue, peer: str, metrics) -> None:
+async def _write_loop(writer: asyncio.StreamWriter, queue: asyncio.Queue[Pending | None], peer: str,
+                      metrics: BrokerMetrics) -> None:
     while True:
         item = await queue.get()
         if item is None:

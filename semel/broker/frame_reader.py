@@ -18,7 +18,7 @@ per call, so a large frame's plaintext lands in the frame's own bytearray too.
 from __future__ import annotations
 
 import asyncio
-from typing import cast
+from typing import Any, cast
 import struct
 from collections import deque
 
@@ -64,12 +64,16 @@ class FrameReader(asyncio.BufferedProtocol):
                   max_frame_bytes: int) -> "FrameReader":
         """Switch a fresh stream connection over to a FrameReader, with whatever the
         StreamReader buffered already (a client's first request can arrive before)."""
-        inner = writer._protocol            # StreamWriter keeps its protocol for drain()
-        leftover = bytes(reader._buffer)    # no public way to take it without awaiting
-        reader._buffer.clear()
+        # Private attributes, outside asyncio's typed API: there is no public way to take
+        # a stream's buffer without awaiting, nor its protocol.
+        stream_reader: Any = reader
+        stream_writer: Any = writer
+        inner = stream_writer._protocol            # StreamWriter keeps its protocol for drain()
+        leftover = bytes(stream_reader._buffer)
+        stream_reader._buffer.clear()
         me = cls(inner, cast(asyncio.Transport, writer.transport), max_frame_bytes, leftover)
         writer.transport.set_protocol(me)
-        me._eof = reader._eof
+        me._eof = stream_reader._eof
         me._keep_open_at_eof = writer.get_extra_info("ssl_object") is None
         return me
 

@@ -34,12 +34,15 @@ call `.labels(...).inc()` where a login fails or an ACL check denies.
 from __future__ import annotations
 
 import logging
+from typing import Iterable, Iterator, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from ..coordinator.partitioned import TxnCoordinators
 from ..coordinator.txn_states import PREPARED, TxnState
+from ..storage.manager import LogManager
 from .local_replicas import NOTHING_LED, LocalReplicas
 
 log = logging.getLogger("semel.broker.metrics")
@@ -48,8 +51,18 @@ log = logging.getLogger("semel.broker.metrics")
 ACTIVE_STATES = frozenset({TxnState.ONGOING}) | PREPARED
 
 
+class BrokerState(Protocol):
+    """What the scrape-time gauges read of the broker (semel.broker.server.Broker, which
+    imports this module)."""
+    @property
+    def txn_coordinator(self) -> TxnCoordinators | None: ...
+
+    @property
+    def logs(self) -> LogManager: ...
+
+
 class BrokerMetrics:
-    def __init__(self, broker=None) -> None:
+    def __init__(self, broker: BrokerState | None = None) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter("semel_requests_total", "Requests handled", ["api"], registry=self.registry)
         self.request_errors = Counter("semel_request_errors_total", "Kafka error codes returned",
@@ -90,11 +103,11 @@ class BrokerMetrics:
         self.connections_rejected = Counter("semel_connections_rejected_total", "Connections refused or "
                                             "closed by a limit", ["reason"], registry=self.registry)
         self._loop_lag_max = 0.0
-        self._per_api: dict[str, tuple] = {}
+        self._per_api: dict[str, tuple[Counter, Histogram]] = {}
         self._state = _BrokerStateCollector(broker)
         self.registry.register(self._state)
 
-    def api(self, name: str) -> tuple:
+    def api(self, name: str) -> tuple[Counter, Histogram]:
         """(semel_requests_total, semel_request_seconds) of one API, labelled once:
         labels() takes a lock and builds its key each time, and every request counts
         itself in both."""
@@ -134,30 +147,31 @@ class _BrokerStateCollector(Collector):
     """Gauges read from broker state when Prometheus scrapes (in the HTTP server's
     thread: it only reads, and copies containers before iterating them)."""
 
-    def __init__(self, broker) -> None:
+    def __init__(self, broker: BrokerState | None) -> None:
         self.broker = broker
         # This broker's replicas (BrokerMetrics.report_replicas); before it serves, none.
         self.replicas: LocalReplicas = NOTHING_LED
 
-    def describe(self):
+    def describe(self) -> Iterable[Metric]:
         return []   # gauges appear once a broker is bound; nothing to check at registration
 
-    def collect(self):
-        if self.broker is None:
+    def collect(self) -> Iterator[Metric]:
+        broker = self.broker
+        if broker is None:
             return
         try:
-            yield from self._collect()
+            yield from self._collect(broker)
         except RuntimeError as exc:   # a dict changed size under us: skip this scrape's gauges
             log.debug("metrics scrape skipped broker gauges: %s", exc)
 
-    def _collect(self):
+    def _collect(self, broker: BrokerState) -> Iterator[Metric]:
         active = GaugeMetricFamily("semel_transactions_active", "Transactions open or being completed")
-        txns = self.broker.txn_coordinator   # None until the coordinators are built
+        txns = broker.txn_coordinator   # None until the coordinators are built
         metas = txns.transactions() if txns is not None else []
         active.add_metric([], sum(1 for m in metas if m.state in ACTIVE_STATES))
         yield active
-        logs = self.broker.logs   # None until the broker starts
-        parts = [(tp, plog) for tp, plog in list(logs.all_logs())] if logs is not None else []
+        # (the metrics port opens once the logs are: Broker.logs is never unset here)
+        parts = list(broker.logs.all_logs())
         hw = GaugeMetricFamily("semel_partition_high_watermark", "High watermark", labels=["topic", "partition"])
         lso = GaugeMetricFamily("semel_partition_last_stable_offset", "Last stable offset",
                                 labels=["topic", "partition"])
@@ -179,7 +193,7 @@ class _BrokerStateCollector(Collector):
         yield from (hw, lso, gap, idem)
         yield from self._replication()
 
-    def _replication(self):
+    def _replication(self) -> Iterator[Metric]:
         """Per partition this broker leads: its ISR and replica counts, and how many of
         them are under-replicated (each leader reports its own, so a cluster's total is
         the sum over brokers; a single node leads every partition with an ISR of one)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import ssl
 import time
 from typing import TYPE_CHECKING
 
@@ -53,7 +54,7 @@ class Broker:
         self.group_coordinator: GroupCoordinators | None = None
         self.txn_coordinator: TxnCoordinators | None = None
         self._server: asyncio.base_events.Server | None = None
-        self._extra_servers: list = []   # listeners after the first (config.listeners)
+        self._extra_servers: list[asyncio.Server] = []   # listeners after the first (config.listeners)
         self.listeners: list[Listener] = []
         # Security: users and ACLs live in files under the data dir, re-read
         # when they change, so `semel user|acl` apply without a restart.
@@ -76,7 +77,7 @@ class Broker:
         # What handlers use (semel.broker.services), built once every part exists and
         # before the first connection is served.
         self.services: Services | None = None
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
         self.started_at = time.monotonic()
 
@@ -130,7 +131,7 @@ class Broker:
         log.info("semel broker listening on %s:%d (data %s, started in %.2fs)",
                  self.config.host, self.config.port, self.config.data_dir, time.monotonic() - t0)
 
-    async def _listen(self, lst: Listener):
+    async def _listen(self, lst: Listener) -> asyncio.Server:
         # Ports are bound first (a cluster member registers them) but connections are
         # accepted only once the services exist, the coordinators' seats started and a
         # cluster member has joined (`_open_doors`), as a Kafka broker enables request processing only after
@@ -155,10 +156,10 @@ class Broker:
         it knows that an answer leaves out: with metadata.recovery.strategy=none it then
         had none to ask again and a transactional producer stalled (docs/cluster.md)."""
         for server in (self._server, *self._extra_servers):
-            await server.start_serving()
+            if server is not None:   # (the first is bound in start() before this runs)
+                await server.start_serving()
 
-    def _tls_context(self):
-        import ssl
+    def _tls_context(self) -> ssl.SSLContext:
         if not (self.config.ssl_certfile and self.config.ssl_keyfile):
             raise ValueError("an SSL/SASL_SSL listener needs ssl_certfile and ssl_keyfile")
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from enum import IntEnum
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from .store import JsonStore
 
@@ -114,11 +114,11 @@ class AclBinding:
             raise InvalidAcl("host must not be empty (use * for any)")
         return self
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {k: int(v) if isinstance(v, IntEnum) else v for k, v in asdict(self).items()}
 
     @classmethod
-    def from_json(cls, d: dict) -> "AclBinding":
+    def from_json(cls, d: dict[str, Any]) -> "AclBinding":
         return cls(ResourceType(d["resource_type"]), d["name"], PatternType(d["pattern"]), d["principal"],
                    d["host"], Operation(d["operation"]), Permission(d["permission"]))
 
@@ -222,9 +222,9 @@ class Authorizer:
         # ACL list (store.bindings() returns a new list when the file changed). Every
         # Produce and Fetch asks again; scanning a few hundred bindings each time cost
         # ~70 us a request (bench/security.py).
-        self._decided_for: list | None = None
+        self._decided_for: list[AclBinding] | None = None
         self._decided_allow: bool | None = None
-        self._decisions: dict[tuple, bool] = {}
+        self._decisions: dict[tuple[str, str, Operation, ResourceType, str], bool] = {}
 
     def authorize(self, principal: str, host: str, op: Operation, rtype: ResourceType, name: str) -> bool:
         if not self.enabled or principal in self.super_users:
@@ -241,7 +241,7 @@ class Authorizer:
             self._decisions[key] = decision
         return decision
 
-    def _decide(self, bindings: list, principal: str, host: str, op: Operation, rtype: ResourceType,
+    def _decide(self, bindings: list[AclBinding], principal: str, host: str, op: Operation, rtype: ResourceType,
                 name: str) -> bool:
         matching = [b for b in bindings if b.matches_resource(rtype, name)]
         if not matching:

@@ -16,25 +16,41 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import TYPE_CHECKING, Callable, Iterable, TypedDict, cast
 
-from ...cluster.etcd import Etcd, b64, mod_equals, put_op
+from ...cluster.etcd import Etcd, Json, b64, mod_equals, put_op
 from ...cluster.metadata import DEFAULT_CLUSTER_ID, Keys, KeyCache
 from .acl import AclBinding, AclFilter, Operation, PatternType, Permission, ResourceType
-from .users import MECHANISMS, CredentialReader, altered, make_credentials
+from .users import MECHANISMS, CredentialReader, Credentials, Users, altered, make_credentials
+
+if TYPE_CHECKING:
+    from ...cluster.metadata import EtcdClusterView
 
 USERS, ACLS = "users/", "acls/"
+
+
+class AclEntry(TypedDict):
+    """One binding of a resource as stored under its acls/ key."""
+    principal: str
+    host: str
+    operation: int
+    permission: int
+
+
+# on_write(subtree, name, value, revision), value None: deleted
+OnWrite = Callable[[str, str, object, int], None]
 
 
 def acl_key(b: AclBinding) -> str:
     return f"{b.resource_type.name}/{b.pattern.name}/{b.name}"
 
 
-def _entry(b: AclBinding) -> dict:
+def _entry(b: AclBinding) -> AclEntry:
     return {"principal": b.principal, "host": b.host, "operation": int(b.operation),
             "permission": int(b.permission)}
 
 
-def bindings_of(key: str, entries: list) -> list[AclBinding]:
+def bindings_of(key: str, entries: list[AclEntry]) -> list[AclBinding]:
     """The bindings stored under acls/<key> (the resource name may hold '/')."""
     rtype, pattern, name = key.split("/", 2)
     return [AclBinding(ResourceType[rtype], name, PatternType[pattern], e["principal"], e["host"],
@@ -45,14 +61,14 @@ class EtcdSecurity:
     """Reads and writes of one cluster's users and ACLs. `on_write(subtree, name, value,
     revision)` (value None: deleted) lets a broker's caches see its own write at once."""
 
-    def __init__(self, etcd: Etcd, cluster_id: str, on_write=None):
+    def __init__(self, etcd: Etcd, cluster_id: str, on_write: OnWrite | None = None):
         self.etcd = etcd
         self.root = Keys(cluster_id).root
-        self.on_write = on_write or (lambda *a: None)
+        self.on_write: OnWrite = on_write or (lambda *a: None)
 
     # --- users ----------------------------------------------------------------------
 
-    async def put_user(self, name: str, password: str, mechanisms=MECHANISMS) -> None:
+    async def put_user(self, name: str, password: str, mechanisms: Iterable[str] = MECHANISMS) -> None:
         """A new user or a new password: the salted credentials replace the old ones."""
         creds = make_credentials(name, password, mechanisms)
         rev = await self.etcd.put(self.root + USERS + name, json.dumps(creds).encode())
@@ -66,7 +82,7 @@ class EtcdSecurity:
             self.on_write(USERS, name, None, rev)
         return ok
 
-    async def alter_user(self, name: str, upserts: dict, deletes: set) -> str | None:
+    async def alter_user(self, name: str, upserts: Credentials, deletes: set[str]) -> str | None:
         """Change some of a user's mechanisms by compare-and-set on its key (decided again
         on what won if another change came first); the error message, or None."""
         key = self.root + USERS + name
@@ -82,7 +98,7 @@ class EtcdSecurity:
                 self.on_write(USERS, name, new, rev)
                 return None
 
-    async def users(self) -> dict:
+    async def users(self) -> Users:
         kvs, _ = await self.etcd.get_prefix(self.root + USERS)
         return {kv.key[len(self.root + USERS):]: json.loads(kv.value) for kv in kvs}
 
@@ -91,11 +107,13 @@ class EtcdSecurity:
     async def add_acls(self, bindings: list[AclBinding]) -> None:
         for b in bindings:
             b.validate()
-        by_key: dict[str, list[dict]] = {}
+        by_key: dict[str, list[AclEntry]] = {}
         for b in bindings:
             by_key.setdefault(acl_key(b), []).append(_entry(b))
         for key, new in by_key.items():
-            await self._change(key, lambda cur, new=new: cur + [e for e in new if e not in cur])
+            def merged(cur: list[AclEntry], new: list[AclEntry] = new) -> list[AclEntry]:
+                return cur + [e for e in new if e not in cur]
+            await self._change(key, merged)
 
     async def remove_acls(self, filt: AclFilter) -> list[AclBinding]:
         """Deletes and returns the bindings the filter matches (each resource by CAS)."""
@@ -104,7 +122,7 @@ class EtcdSecurity:
         for kv in kvs:
             key = kv.key[len(self.root + ACLS):]
             if any(filt.matches(b) for b in bindings_of(key, json.loads(kv.value))):
-                def keep(cur, key=key):
+                def keep(cur: list[AclEntry], key: str = key) -> list[AclEntry]:
                     return [e for e, b in zip(cur, bindings_of(key, cur)) if not filt.matches(b)]
                 before = await self._change(key, keep)
                 gone += [b for b in bindings_of(key, before) if filt.matches(b)]
@@ -114,14 +132,14 @@ class EtcdSecurity:
         kvs, _ = await self.etcd.get_prefix(self.root + ACLS)
         return [b for kv in kvs for b in bindings_of(kv.key[len(self.root + ACLS):], json.loads(kv.value))]
 
-    async def _change(self, key: str, change) -> list:
+    async def _change(self, key: str, change: Callable[[list[AclEntry]], list[AclEntry]]) -> list[AclEntry]:
         """Read the resource's ACLs, change them, write by compare-and-set on the version
         read (an empty list deletes the key); decided again on what won if it lost. The
         entries the written change was decided from (unchanged: [])."""
         full = self.root + ACLS + key
         while True:
             kv = await self.etcd.get(full)
-            cur = json.loads(kv.value) if kv is not None else []
+            cur: list[AclEntry] = json.loads(kv.value) if kv is not None else []
             new = change(list(cur))
             if new == cur:
                 return []
@@ -133,7 +151,7 @@ class EtcdSecurity:
                 return cur
 
 
-def _delete_op(key: str) -> dict:
+def _delete_op(key: str) -> Json:
     return {"request_delete_range": {"key": b64(key)}}
 
 
@@ -143,13 +161,14 @@ class ClusterUserStore(CredentialReader):
     def __init__(self, cache: KeyCache, writer: EtcdSecurity):
         self.cache, self.writer = cache, writer
 
-    def _users(self) -> dict:
-        return self.cache.items
+    def _users(self) -> Users:
+        return self.credentials()
 
-    def credentials(self) -> dict:
-        return self.cache.items
+    def credentials(self) -> Users:
+        # the cache holds the decoded JSON of the users/ keys
+        return cast(Users, self.cache.items)
 
-    async def alter(self, changes: dict[str, tuple[dict, set]]) -> dict[str, str | None]:
+    async def alter(self, changes: dict[str, tuple[Credentials, set[str]]]) -> dict[str, str | None]:
         return {name: await self.writer.alter_user(name, upserts, deletes)
                 for name, (upserts, deletes) in changes.items()}
 
@@ -164,8 +183,10 @@ class ClusterAclStore:
 
     def bindings(self) -> list[AclBinding]:
         if self._built[0] != self.cache.version:
+            # the cache holds the decoded JSON of the acls/ keys
+            items = cast(dict[str, list[AclEntry]], self.cache.items)
             self._built = (self.cache.version,
-                           [b for key, entries in sorted(self.cache.items.items()) for b in bindings_of(key, entries)])
+                           [b for key, entries in sorted(items.items()) for b in bindings_of(key, entries)])
         return self._built[1]
 
     def describe(self, filt: AclFilter) -> list[AclBinding]:
@@ -178,13 +199,13 @@ class ClusterAclStore:
         return await self.writer.remove_acls(filt)
 
 
-def cluster_stores(view) -> tuple[ClusterUserStore, ClusterAclStore]:
+def cluster_stores(view: EtcdClusterView) -> tuple[ClusterUserStore, ClusterAclStore]:
     """The stores of a broker in the cluster `view` (before view.start(), so its first
     read fills them); its own writes reach its caches before they are answered."""
     users, acls = view.key_cache(USERS), view.key_cache(ACLS)
     caches = {USERS: users, ACLS: acls}
 
-    def seen(subtree, name, value, revision):
+    def seen(subtree: str, name: str, value: object, revision: int) -> None:
         if value is None:
             caches[subtree].drop(name, revision)
         else:
@@ -197,7 +218,7 @@ def cluster_stores(view) -> tuple[ClusterUserStore, ClusterAclStore]:
 def save_users(endpoint: str, users: dict[str, str], cluster_id: str = DEFAULT_CLUSTER_ID) -> None:
     """SCRAM users (name -> password) in the etcd at `endpoint`, where every broker of
     the cluster checks logins; blocks until they are written."""
-    async def save():
+    async def save() -> None:
         sec = EtcdSecurity(Etcd(endpoint), cluster_id)
         try:
             for name, password in users.items():

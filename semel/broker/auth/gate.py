@@ -17,7 +17,7 @@ from ..deferred import Deferred
 from ..refusal import (CREATE_PARTITIONS, CREATE_TOPICS, FETCH, LEADER_EPOCH, LIST_OFFSETS, OFFSET_COMMIT, PRODUCE,
                        TopicShape, add_partitions_answer, entry_class, offset_fetch_groups_answer, refuse,
                        topic_entry)
-from ..router import RequestContext
+from ..router import Handler, RequestContext
 from .acl import CLUSTER_NAME, Operation as Op, ResourceType as Rt
 from .check import authorize_any
 from .sasl import session_expired
@@ -27,6 +27,10 @@ PRE_AUTH_APIS = {ApiKey.SASL_HANDSHAKE, ApiKey.API_VERSIONS, ApiKey.SASL_AUTHENT
 # Once a login's session expired (KIP-368), only a re-login's requests are answered.
 REAUTH_APIS = {ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE}
 E = KafkaError
+# rule(ctx, body, handler): the answer, the handler's or a denial
+Rule = Callable[[RequestContext, Any, Handler], Awaitable[Any]]
+# whole(ctx, body): the code denying every topic of the request, or None
+Whole = Callable[[RequestContext, Any], KafkaError | None]
 
 
 def authenticated_enough(ctx: RequestContext) -> bool:
@@ -42,7 +46,7 @@ def _enabled(ctx: RequestContext) -> bool:
     return ctx.services.authorizer.enabled
 
 
-async def guarded(ctx: RequestContext, body, fn):
+async def guarded(ctx: RequestContext, body: Any, fn: Handler) -> Any:
     rule = RULES.get(ctx.api_key)
     if rule is None or not _enabled(ctx):
         return await fn(ctx, body)
@@ -51,25 +55,25 @@ async def guarded(ctx: RequestContext, body, fn):
 
 # --- whole-request checks ---------------------------------------------------------
 
-def _txn_id(body) -> str | None:
+def _txn_id(body: Any) -> str | None:
     return getattr(body, "transactional_id", None)
 
 
-def _single(op: Op, rtype: Rt, name_of, code: KafkaError):
-    async def rule(ctx: RequestContext, body, fn):
+def _single(op: Op, rtype: Rt, name_of: Callable[[Any], str], code: KafkaError) -> Rule:
+    async def rule(ctx: RequestContext, body: Any, fn: Handler) -> Any:
         if not ctx.authorize(op, rtype, name_of(body)):
             return refuse(ctx, body, code)
         return await fn(ctx, body)
     return rule
 
 
-def _group(op: Op):
+def _group(op: Op) -> Rule:
     return _single(op, Rt.GROUP, lambda b: b.group_id, E.GROUP_AUTHORIZATION_FAILED)
 
 
-def _acl_change(req_list: str, resp_list: str):
+def _acl_change(req_list: str, resp_list: str) -> Rule:
     """CreateAcls / DeleteAcls: Alter on the cluster, else each entry denied."""
-    async def rule(ctx: RequestContext, body, fn):
+    async def rule(ctx: RequestContext, body: Any, fn: Handler) -> Any:
         if ctx.authorize(Op.ALTER, Rt.CLUSTER, CLUSTER_NAME):
             return await fn(ctx, body)
         R = entry_class(ctx.cls(), resp_list)
@@ -78,7 +82,7 @@ def _acl_change(req_list: str, resp_list: str):
     return rule
 
 
-async def _alter_scram(ctx: RequestContext, body, fn):
+async def _alter_scram(ctx: RequestContext, body: Any, fn: Handler) -> Any:
     """AlterUserScramCredentials: Alter on the cluster, else every user named is denied."""
     if ctx.authorize(Op.ALTER, Rt.CLUSTER, CLUSTER_NAME):
         return await fn(ctx, body)
@@ -89,16 +93,16 @@ async def _alter_scram(ctx: RequestContext, body, fn):
         for n in names])
 
 
-def _cluster(op: Op):
+def _cluster(op: Op) -> Rule:
     """DescribeAcls, DescribeCluster: top-level error and message."""
-    async def rule(ctx: RequestContext, body, fn):
+    async def rule(ctx: RequestContext, body: Any, fn: Handler) -> Any:
         if not ctx.authorize(op, Rt.CLUSTER, CLUSTER_NAME):
             return refuse(ctx, body, E.CLUSTER_AUTHORIZATION_FAILED, error_message="Cluster authorization failed.")
         return await fn(ctx, body)
     return rule
 
 
-async def _init_producer_id(ctx: RequestContext, body, fn):
+async def _init_producer_id(ctx: RequestContext, body: Any, fn: Handler) -> Any:
     tid = _txn_id(body)
     if tid is not None:
         if not ctx.authorize(Op.WRITE, Rt.TRANSACTIONAL_ID, tid):
@@ -109,7 +113,7 @@ async def _init_producer_id(ctx: RequestContext, body, fn):
     return await fn(ctx, body)
 
 
-async def _add_offsets_to_txn(ctx: RequestContext, body, fn):
+async def _add_offsets_to_txn(ctx: RequestContext, body: Any, fn: Handler) -> Any:
     if not ctx.authorize(Op.WRITE, Rt.TRANSACTIONAL_ID, body.transactional_id):
         return refuse(ctx, body, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     if not ctx.authorize(Op.READ, Rt.GROUP, body.group_id):
@@ -117,7 +121,7 @@ async def _add_offsets_to_txn(ctx: RequestContext, body, fn):
     return await fn(ctx, body)
 
 
-async def _find_coordinator(ctx: RequestContext, body, fn):
+async def _find_coordinator(ctx: RequestContext, body: Any, fn: Handler) -> Any:
     kind = (Rt.TRANSACTIONAL_ID, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED) if body.key_type == 1 \
         else (Rt.GROUP, E.GROUP_AUTHORIZATION_FAILED)
     keys = getattr(body, "coordinator_keys", None)
@@ -138,7 +142,8 @@ async def _find_coordinator(ctx: RequestContext, body, fn):
 
 # --- per-topic checks ---------------------------------------------------------------
 
-async def _run_topics(ctx: RequestContext, body, fn, shape: TopicShape, denied: list, code: KafkaError):
+async def _run_topics(ctx: RequestContext, body: Any, fn: Handler, shape: TopicShape, denied: list[Any],
+                      code: KafkaError) -> Any:
     """The handler on the allowed topics, the denied ones answered with `code`."""
     topics = getattr(body, shape.req_list) or []
     if not denied:
@@ -153,22 +158,22 @@ async def _run_topics(ctx: RequestContext, body, fn, shape: TopicShape, denied: 
     return _merge(result, shape.resp_list, entries)
 
 
-def _merge(result, field: str, entries: list):
+def _merge(result: Any, field: str, entries: list[Any]) -> Any:
     if result is None:   # acks=0: nothing is answered
         return None
     if isinstance(result, Deferred):
         inner = result.awaitable
 
-        async def merged():
+        async def merged() -> Any:
             return _merge(await inner, field, entries)
         return Deferred(merged())
     setattr(result, field, list(getattr(result, field) or []) + entries)
     return result
 
 
-def _topics(op: Op, shape: TopicShape, whole=None):
+def _topics(op: Op, shape: TopicShape, whole: Whole | None = None) -> Rule:
     """Per-topic `op`; `whole(ctx, body)` may deny every topic with one code first."""
-    async def rule(ctx: RequestContext, body, fn):
+    async def rule(ctx: RequestContext, body: Any, fn: Handler) -> Any:
         topics = getattr(body, shape.req_list) or []
         code = whole(ctx, body) if whole else None
         if code:
@@ -178,31 +183,31 @@ def _topics(op: Op, shape: TopicShape, whole=None):
     return rule
 
 
-def _produce_txn(ctx: RequestContext, body):
+def _produce_txn(ctx: RequestContext, body: Any) -> KafkaError | None:
     tid = _txn_id(body)
     if tid is not None and not ctx.authorize(Op.WRITE, Rt.TRANSACTIONAL_ID, tid):
         return E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     return None
 
 
-def _group_read(ctx: RequestContext, body):
+def _group_read(ctx: RequestContext, body: Any) -> KafkaError | None:
     return None if ctx.authorize(Op.READ, Rt.GROUP, body.group_id) else E.GROUP_AUTHORIZATION_FAILED
 
 
-async def _offset_delete(ctx: RequestContext, body, fn):
+async def _offset_delete(ctx: RequestContext, body: Any, fn: Handler) -> Any:
     """OffsetDelete: Delete on the group (else a top-level error), Read on each topic."""
     if not ctx.authorize(Op.DELETE, Rt.GROUP, body.group_id):
         return refuse(ctx, body, E.GROUP_AUTHORIZATION_FAILED)
     return await _topics(Op.READ, OFFSET_COMMIT)(ctx, body, fn)
 
 
-def _txn_offset_commit(ctx: RequestContext, body):
+def _txn_offset_commit(ctx: RequestContext, body: Any) -> KafkaError | None:
     if not ctx.authorize(Op.WRITE, Rt.TRANSACTIONAL_ID, body.transactional_id):
         return E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     return _group_read(ctx, body)
 
 
-def _may_add(ctx: RequestContext, t) -> bool:
+def _may_add(ctx: RequestContext, t: Any) -> bool:
     """Write on the topic; for a branch's pseudo-partition (a Spark sink batch joining
     its branches, coordinator.txn_branches.branch_of) Write on the branch's transactional id,
     the resource that pseudo-partition stands for."""
@@ -212,7 +217,7 @@ def _may_add(ctx: RequestContext, t) -> bool:
     return ctx.authorize(Op.WRITE, Rt.TOPIC, t.name)
 
 
-async def _add_partitions_to_txn(ctx: RequestContext, body, fn):
+async def _add_partitions_to_txn(ctx: RequestContext, body: Any, fn: Handler) -> Any:
     """Kafka answers AddPartitionsToTxn all or nothing: denied topics get their
     code, the others OPERATION_NOT_ATTEMPTED."""
     if ctx.api_version >= 4:
@@ -229,7 +234,7 @@ async def _add_partitions_to_txn(ctx: RequestContext, body, fn):
     return add_partitions_answer(ctx, body, lambda t: codes[id(t)])
 
 
-async def _metadata(ctx: RequestContext, body, fn):
+async def _metadata(ctx: RequestContext, body: Any, fn: Handler) -> Any:
     """Topics without Describe: omitted from a listing, TOPIC_AUTHORIZATION_FAILED
     when named (and never auto-created)."""
     named = body.topics
@@ -253,14 +258,14 @@ async def _metadata(ctx: RequestContext, body, fn):
     return result
 
 
-async def _create_topics(ctx: RequestContext, body, fn):
+async def _create_topics(ctx: RequestContext, body: Any, fn: Handler) -> Any:
     cluster_ok = ctx.authorize(Op.CREATE, Rt.CLUSTER, CLUSTER_NAME)
     denied = [] if cluster_ok else [t for t in body.topics or []
                                     if not ctx.authorize(Op.CREATE, Rt.TOPIC, t.name)]
     return await _run_topics(ctx, body, fn, CREATE_TOPICS, denied, E.TOPIC_AUTHORIZATION_FAILED)
 
 
-async def _describe_groups(ctx: RequestContext, body, fn):
+async def _describe_groups(ctx: RequestContext, body: Any, fn: Handler) -> Any:
     groups = body.groups or []
     denied = [g for g in groups if not ctx.authorize(Op.DESCRIBE, Rt.GROUP, g)]
     if not denied:
@@ -274,7 +279,7 @@ async def _describe_groups(ctx: RequestContext, body, fn):
     return result
 
 
-async def _delete_groups(ctx: RequestContext, body, fn):
+async def _delete_groups(ctx: RequestContext, body: Any, fn: Handler) -> Any:
     """Delete on each group; denied ones are answered GROUP_AUTHORIZATION_FAILED and
     never reach the coordinator (their offsets stay)."""
     names = list(body.groups_names or [])
@@ -289,14 +294,14 @@ async def _delete_groups(ctx: RequestContext, body, fn):
     return _merge(await fn(ctx, body), "results", entries)
 
 
-async def _list_groups(ctx: RequestContext, body, fn):
+async def _list_groups(ctx: RequestContext, body: Any, fn: Handler) -> Any:
     result = await fn(ctx, body)
     if not ctx.authorize(Op.DESCRIBE, Rt.CLUSTER, CLUSTER_NAME):
         result.groups = [g for g in result.groups if ctx.authorize(Op.DESCRIBE, Rt.GROUP, g.group_id)]
     return result
 
 
-async def _offset_fetch(ctx: RequestContext, body, fn):
+async def _offset_fetch(ctx: RequestContext, body: Any, fn: Handler) -> Any:
     if ctx.api_version >= 8:
         for g in body.groups or []:
             if not ctx.authorize(Op.DESCRIBE, Rt.GROUP, g.group_id):
@@ -307,21 +312,21 @@ async def _offset_fetch(ctx: RequestContext, body, fn):
     return await fn(ctx, body)
 
 
-def _deny_offset_fetch_groups(ctx: RequestContext, body):
+def _deny_offset_fetch_groups(ctx: RequestContext, body: Any) -> Any:
     return offset_fetch_groups_answer(ctx, body, lambda group_id: E.GROUP_AUTHORIZATION_FAILED
                                       if not ctx.authorize(Op.DESCRIBE, Rt.GROUP, group_id)
                                       else E.OPERATION_NOT_ATTEMPTED)
 
 
-def _configs(op: Op, resp_list: str, **extra):
+def _configs(op: Op, resp_list: str, **extra: Any) -> Rule:
     """DescribeConfigs / AlterConfigs / IncrementalAlterConfigs: `op` on the topic
     (ConfigResource type 2) or on the cluster (a broker, type 4), per resource."""
-    def allowed(ctx: RequestContext, r) -> bool:
+    def allowed(ctx: RequestContext, r: Any) -> bool:
         if r.resource_type == 2:
             return ctx.authorize(op, Rt.TOPIC, r.resource_name)
         return ctx.authorize(op, Rt.CLUSTER, CLUSTER_NAME)
 
-    async def rule(ctx: RequestContext, body, fn):
+    async def rule(ctx: RequestContext, body: Any, fn: Handler) -> Any:
         resources = body.resources or []
         denied = [r for r in resources if not allowed(ctx, r)]
         if not denied:
@@ -345,7 +350,7 @@ def _cluster_action(ctx: RequestContext) -> bool:
 _CONSUMER_FETCH = _topics(Op.READ, FETCH)
 
 
-async def _fetch(ctx: RequestContext, body, fn):
+async def _fetch(ctx: RequestContext, body: Any, fn: Handler) -> Any:
     """A follower's Fetch (replica_id >= 0) needs ClusterAction on the cluster, as in Kafka:
     it reads past the high watermark and its fetch offsets move the leader's ISR and high
     watermark, so a client faking one could see uncommitted records or have acks=all
@@ -364,7 +369,7 @@ async def _fetch(ctx: RequestContext, body, fn):
 _DESCRIBE_EPOCHS = _topics(Op.DESCRIBE, LEADER_EPOCH)
 
 
-async def _offset_for_leader_epoch(ctx: RequestContext, body, fn):
+async def _offset_for_leader_epoch(ctx: RequestContext, body: Any, fn: Handler) -> Any:
     """Kafka: ClusterAction on the cluster (a follower) or Describe on each topic (a consumer
     checking for truncation, KIP-320). Only a request naming a replica is checked for the
     former, so a consumer's is not counted as a cluster denial."""
@@ -373,7 +378,7 @@ async def _offset_for_leader_epoch(ctx: RequestContext, body, fn):
     return await _DESCRIBE_EPOCHS(ctx, body, fn)
 
 
-async def _delete_topics(ctx: RequestContext, body, fn):
+async def _delete_topics(ctx: RequestContext, body: Any, fn: Handler) -> Any:
     names = body.topic_names if ctx.api_version < 6 else [t.name for t in body.topics or []]
     denied = {n for n in names or [] if not ctx.authorize(Op.DELETE, Rt.TOPIC, n)}
     if not denied:
@@ -391,8 +396,8 @@ async def _delete_topics(ctx: RequestContext, body, fn):
     return result
 
 
-# api key -> rule(ctx, body, handler): the answer, the handler's or a denial
-RULES: dict[int, Callable[[RequestContext, Any, Any], Awaitable[Any]]] = {
+# api key -> its rule
+RULES: dict[int, Rule] = {
     ApiKey.PRODUCE: _topics(Op.WRITE, PRODUCE, whole=_produce_txn),
     ApiKey.FETCH: _fetch,
     ApiKey.LIST_OFFSETS: _topics(Op.DESCRIBE, LIST_OFFSETS),

@@ -20,6 +20,10 @@ import binascii
 import json
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..config import BrokerConfig
 
 SEP = "\x01"
 # Kafka's grammar (OAuthBearerClientInitialResponse): SASL name (ASCII but ',' and '=',
@@ -30,6 +34,8 @@ _VALUE = r"[\x21-\x7E \t\r\n]+"
 _INITIAL = re.compile(rf"n,(?:a=(?P<authzid>{_SASLNAME}))?,{SEP}"
                       rf"(?P<kvpairs>(?:{_KEY}={_VALUE}{SEP})*){SEP}")
 _AUTH = re.compile(r"(?P<scheme>\w+) +(?P<token>[-_.a-zA-Z0-9]+)")
+# A JWS header or claims set: a JSON object
+Claims = dict[str, Any]
 
 
 class TokenRefused(Exception):
@@ -60,7 +66,7 @@ class ValidatorConfig:
     allowable_clock_skew_ms: int = 0
 
 
-def validator_config(config) -> ValidatorConfig:
+def validator_config(config: BrokerConfig) -> ValidatorConfig:
     """The claim rules from a BrokerConfig. The clock skew left unset is Kafka's default
     of the validator in use: 0 for unsecured tokens, 30 s for signed ones."""
     skew = config.sasl_oauthbearer_clock_skew_ms
@@ -100,7 +106,7 @@ def parse_initial_response(data: bytes) -> tuple[str | None, str]:
     return authzid, auth.group("token")
 
 
-def _b64url_json(part: str, what: str) -> dict:
+def _b64url_json(part: str, what: str) -> Claims:
     try:
         raw = base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
         doc = json.loads(raw.decode("utf-8"))
@@ -111,18 +117,16 @@ def _b64url_json(part: str, what: str) -> dict:
     return doc
 
 
-def _number_ms(claims: dict, name: str, required: bool) -> int | None:
+def _number_ms(claims: Claims, name: str) -> int | None:
     value = claims.get(name)
     if value is None:
-        if required:
-            raise TokenRefused(f"required claim {name!r} is missing")
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TokenRefused(f"claim {name!r} is not a number")
     return int(round(value * 1000))   # NumericDate: seconds, maybe fractional
 
 
-def _scope_of(claims: dict, name: str) -> frozenset[str]:
+def _scope_of(claims: Claims, name: str) -> frozenset[str]:
     value = claims.get(name)
     if value is None:
         return frozenset()
@@ -147,14 +151,16 @@ def validate_unsecured(token: str, cfg: ValidatorConfig, now_ms: int) -> Token:
     return check_claims(claims, cfg, now_ms)
 
 
-def check_claims(claims: dict, cfg: ValidatorConfig, now_ms: int) -> Token:
+def check_claims(claims: Claims, cfg: ValidatorConfig, now_ms: int) -> Token:
     """The claim rules both validators share (the signed one first checks the signature,
     issuer, audience and nbf): principal, exp, iat, scope."""
     principal = claims.get(cfg.principal_claim)
     if not isinstance(principal, str) or not principal.strip():
         raise TokenRefused(f"required claim {cfg.principal_claim!r} is missing or not a non-empty string")
-    expires = _number_ms(claims, "exp", required=True)
-    issued = _number_ms(claims, "iat", required=False)
+    expires = _number_ms(claims, "exp")
+    if expires is None:
+        raise TokenRefused("required claim 'exp' is missing")
+    issued = _number_ms(claims, "iat")
     skew = cfg.allowable_clock_skew_ms
     if issued is not None and now_ms + skew < issued:
         raise TokenRefused(f"the token is not valid yet (iat {issued} ms > now {now_ms} ms + skew {skew} ms)")
@@ -170,14 +176,14 @@ def check_claims(claims: dict, cfg: ValidatorConfig, now_ms: int) -> Token:
     return Token(principal, expires, scope)
 
 
-def not_before_ms(claims: dict) -> int | None:
+def not_before_ms(claims: Claims) -> int | None:
     """The token's nbf in ms (None without one); TokenRefused when it is not a number."""
-    return _number_ms(claims, "nbf", required=False)
+    return _number_ms(claims, "nbf")
 
 
-def unsecured_token(claims: dict) -> str:
+def unsecured_token(claims: Claims) -> str:
     """An unsecured JWS carrying `claims` (tests and tools; the broker only validates)."""
-    def enc(doc: dict) -> str:
+    def enc(doc: Claims) -> str:
         return base64.urlsafe_b64encode(json.dumps(doc).encode()).rstrip(b"=").decode()
     return f"{enc({'alg': 'none'})}.{enc(claims)}."
 

@@ -26,13 +26,17 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 import jwt
 from jwt.exceptions import PyJWTError
+from jwt.types import Options
 
 from . import oauth
-from .oauth import TokenRefused
+from .oauth import Claims, TokenRefused
+
+if TYPE_CHECKING:
+    from ..config import BrokerConfig
 
 log = logging.getLogger("semel.broker.auth")
 
@@ -118,7 +122,7 @@ def _verification_key(jwk: Any) -> VerificationKey | None:
     if why is not None:
         log.debug("JWKS: skipping key %r: %s", str(kid)[:KID_IN_LOGS], why)
         return None
-    return VerificationKey(kid, kty, jwk.get("crv"), alg, key)
+    return VerificationKey(str(kid), str(kty), jwk.get("crv"), alg, key)
 
 
 class JwksSource:
@@ -143,16 +147,19 @@ class JwksSource:
         if self.path is not None:
             with open(self.path, "rb") as f:
                 raw = f.read(MAX_JWKS_BYTES + 1)
-        else:
+        elif self.url is not None:
             req = urllib.request.Request(self.url, headers={"Accept": "application/json"})
             with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
                 raw = resp.read(MAX_JWKS_BYTES + 1)
+        else:
+            raise JwksError(f"{self.spec}: neither a file nor a URL")
         if len(raw) > MAX_JWKS_BYTES:
             raise JwksError(f"larger than {MAX_JWKS_BYTES} bytes")
         return raw
 
 
-def fetch_keys(source: JwksSource, cfg: SignedConfig, sleep=time.sleep) -> dict[str, VerificationKey]:
+def fetch_keys(source: JwksSource, cfg: SignedConfig,
+               sleep: Callable[[float], None] = time.sleep) -> dict[str, VerificationKey]:
     """Fetch and parse the set, retrying an http(s) source with Kafka's exponential
     backoff (retry_backoff_ms doubling, retry_backoff_max_ms in all); blocking."""
     waited, delay = 0, cfg.retry_backoff_ms
@@ -168,21 +175,27 @@ def fetch_keys(source: JwksSource, cfg: SignedConfig, sleep=time.sleep) -> dict[
         delay *= 2
 
 
+# kid -> key, and the blocking fetch of it
+KeySet = dict[str, VerificationKey]
+Fetch = Callable[[], KeySet]
+
+
 class JwksCache:
     """The loaded keys and their refreshes. State changes happen on the event loop only
     (the fetch itself runs in a thread); at most one fetch is under way at a time, and
     callers asking meanwhile share its outcome."""
 
-    def __init__(self, fetch: Callable[[], dict[str, VerificationKey]], cfg: SignedConfig,
+    def __init__(self, fetch: Fetch, cfg: SignedConfig,
                  clock: Callable[[], float] = time.monotonic,
-                 run_blocking: Callable[[Callable], Awaitable] = asyncio.to_thread, describe: str = "JWKS"):
+                 run_blocking: Callable[[Fetch], Awaitable[KeySet]] = asyncio.to_thread,
+                 describe: str = "JWKS"):
         self._fetch = fetch
         self.cfg = cfg
         self._clock = clock
         self._run_blocking = run_blocking
         self.describe = describe
         self.keys: dict[str, VerificationKey] = {}
-        self._inflight: asyncio.Task | None = None
+        self._inflight: asyncio.Task[bool] | None = None
         self._last_on_demand = float("-inf")
         self.failures = 0            # consecutive failed fetches (the periodic retry's backoff)
 
@@ -235,7 +248,7 @@ class JwksCache:
         (doubling, capped) after failed ones."""
         if self.failures == 0:
             return self.cfg.refresh_ms / 1000
-        backoff = self.cfg.retry_backoff_ms * 2 ** min(self.failures - 1, 30)
+        backoff: int = self.cfg.retry_backoff_ms * 2 ** min(self.failures - 1, 30)
         return min(backoff, self.cfg.retry_backoff_max_ms, self.cfg.refresh_ms) / 1000
 
     async def run(self) -> None:
@@ -299,10 +312,10 @@ class SignedValidator:
                                f"({key.kty}{' ' + key.crv if key.crv else ''}{', alg ' + key.alg if key.alg else ''})")
         return key, alg
 
-    def _verified_claims(self, token: str, key: VerificationKey, alg: str) -> dict:
+    def _verified_claims(self, token: str, key: VerificationKey, alg: str) -> Claims:
         # PyJWT checks the signature, the issuer and the audience; times are ours (the
         # broker's clock and skew, the same rules as the unsecured validator).
-        options = {"verify_exp": False, "verify_nbf": False, "verify_iat": False, "verify_sub": False,
+        options: Options = {"verify_exp": False, "verify_nbf": False, "verify_iat": False, "verify_sub": False,
                    "verify_jti": False, "verify_aud": bool(self.cfg.expected_audience),
                    "verify_iss": self.cfg.expected_issuer is not None, "require": []}
         try:
@@ -321,8 +334,10 @@ class SignedValidator:
             raise TokenRefused(f"malformed token: {exc}") from None
 
 
-def signed_config(config) -> SignedConfig:
+def signed_config(config: BrokerConfig) -> SignedConfig:
     """The signed validator's options from a BrokerConfig with a JWKS source."""
+    if config.sasl_oauthbearer_jwks is None:
+        raise ValueError("no OAUTHBEARER JWKS source configured")
     return SignedConfig(
         config.sasl_oauthbearer_jwks, tuple(config.sasl_oauthbearer_expected_audience),
         config.sasl_oauthbearer_expected_issuer, config.sasl_oauthbearer_jwks_refresh_ms,
@@ -330,7 +345,7 @@ def signed_config(config) -> SignedConfig:
         config.sasl_oauthbearer_jwks_unknown_kid_refresh_ms)
 
 
-async def start_signed_validator(config) -> SignedValidator:
+async def start_signed_validator(config: BrokerConfig) -> SignedValidator:
     """The validator of a BrokerConfig, its first key set loaded (off the loop);
     ValueError when that fails, so the broker refuses to start rather than refuse
     every login."""

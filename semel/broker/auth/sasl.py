@@ -18,11 +18,15 @@ import logging
 import time
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import TYPE_CHECKING, Any, Protocol
 
 import scramp
 
 from . import oauth
-from .users import UserStore
+from .users import AuthInfo, CredentialReader
+
+if TYPE_CHECKING:
+    from .oauth_jwks import SignedValidator
 
 log = logging.getLogger("semel.broker.auth")
 
@@ -81,23 +85,23 @@ class SaslSettings:
     enabled: tuple[str, ...]
     max_reauth_ms: int = 0          # Kafka's connections.max.reauth.ms; 0: sessions never expire
     oauth: oauth.ValidatorConfig = field(default_factory=oauth.ValidatorConfig)
-    # oauth_jwks.SignedValidator when a JWKS is configured: signed tokens only.
-    oauth_signed: object | None = None
+    # set when a JWKS is configured: signed tokens only.
+    oauth_signed: SignedValidator | None = None
 
 
 class SaslSession:
-    def __init__(self, users: UserStore, settings: SaslSettings | tuple[str, ...]):
+    def __init__(self, users: CredentialReader, settings: SaslSettings | tuple[str, ...]):
         self.users = users
         self.settings = settings if isinstance(settings, SaslSettings) else SaslSettings(tuple(settings))
         self.enabled = self.settings.enabled
         self.state = State.START
         self.mechanism: str | None = None
         self.user: str | None = None
-        self._scram = None
+        self._scram: Any = None   # a scramp.ScramServer during a SCRAM exchange (scramp has no type hints)
         self._refused: str | None = None           # OAUTHBEARER: why the token was refused
         self._credential_expires_ms: int | None = None   # OAUTHBEARER: the token's exp
         # The login being renewed (principal, mechanism) while re-authenticating.
-        self.previous: tuple[str, str] | None = None
+        self.previous: tuple[str | None, str | None] | None = None
         self.lifetime_ms = 0                    # the answer's session_lifetime_ms
         self.expires_at: float | None = None    # time.monotonic() past which requests close the connection
         self.logins = 0                         # successful logins on this connection (2+: re-authentications)
@@ -139,7 +143,7 @@ class SaslSession:
                 out = self._oauth(token)
             else:
                 out = self._scram_step(token)
-            if self.state is State.AUTHENTICATED:
+            if self.principal is not None:   # the step authenticated
                 self._logged_in()
             return out
         except AuthFailed:
@@ -205,10 +209,12 @@ class SaslSession:
 
     def _scram_step(self, token: bytes) -> bytes:
         mech = self.mechanism
+        if mech is None:
+            raise IllegalState("SCRAM step before a handshake")
         try:
             text = token.decode("utf-8")
             if self.state is State.MECHANISM:
-                def auth_fn(username):
+                def auth_fn(username: str) -> AuthInfo:
                     self.user = str(username)
                     info = self.users.auth_info(username, mech)
                     if info is None:
@@ -216,7 +222,7 @@ class SaslSession:
                     return info
                 self._scram = scramp.ScramMechanism(mech).make_server(auth_fn)
                 self._scram.set_client_first(text)
-                out = self._scram.get_server_first()
+                out: str = self._scram.get_server_first()
                 self._move("scram_first")
                 return out.encode()
             self._scram.set_client_final(text)
@@ -234,7 +240,15 @@ class SaslSession:
         return f"User:{self.user}" if self.state is State.AUTHENTICATED else None
 
 
-def session_expired(conn) -> bool:
+class LoggedIn(Protocol):
+    """What session_expired reads of a connection (semel.broker.session.Connection,
+    which imports this module)."""
+    session: SaslSession | None
+    peer: str
+    principal: str | None
+
+
+def session_expired(conn: LoggedIn) -> bool:
     """Has the connection's SASL login outlived its session (KIP-368)? Kafka then
     closes the connection at any request but a re-login's SaslHandshake/SaslAuthenticate."""
     session = conn.session

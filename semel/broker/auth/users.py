@@ -7,6 +7,7 @@ import base64
 import hashlib
 import hmac
 from pathlib import Path
+from typing import Any, Iterable, TypedDict
 
 import scramp
 
@@ -21,6 +22,21 @@ _HASHES = {"SCRAM-SHA-256": hashlib.sha256, "SCRAM-SHA-512": hashlib.sha512}
 FILE_NAME = "__users.json"
 
 
+class Credential(TypedDict):
+    """One mechanism's salted credential as stored (the keys base64)."""
+    salt: str
+    stored_key: str
+    server_key: str
+    iterations: int
+
+
+# {mechanism: credential} of one user; {user: that} of a store
+Credentials = dict[str, Credential]
+Users = dict[str, Credentials]
+# (salt, stored_key, server_key, iterations), as scramp takes them
+AuthInfo = tuple[bytes, bytes, bytes, int]
+
+
 def _b64(b: bytes) -> str:
     return base64.b64encode(b).decode()
 
@@ -29,17 +45,17 @@ def _unb64(s: str) -> bytes:
     return base64.b64decode(s)
 
 
-def _check_users(doc: dict) -> None:
+def _check_users(doc: Any) -> None:
     for creds in doc.values():
         for cred in creds.values():
             _unb64(cred["salt"]), _unb64(cred["stored_key"]), _unb64(cred["server_key"]), int(cred["iterations"])
 
 
-def make_credentials(name: str, password: str, mechanisms=MECHANISMS) -> dict:
+def make_credentials(name: str, password: str, mechanisms: Iterable[str] = MECHANISMS) -> Credentials:
     """{mechanism: salted credential} for a new password: what every user store keeps."""
     if not name or not password:
         raise ValueError("user name and password must not be empty")
-    creds = {}
+    creds: Credentials = {}
     for mech in mechanisms:
         if mech not in MECHANISMS:
             raise ValueError(f"unknown mechanism {mech!r} (known: {', '.join(MECHANISMS)})")
@@ -50,7 +66,7 @@ def make_credentials(name: str, password: str, mechanisms=MECHANISMS) -> dict:
     return creds
 
 
-def credential_from_salted(mechanism: str, salt: bytes, salted_password: bytes, iterations: int) -> dict:
+def credential_from_salted(mechanism: str, salt: bytes, salted_password: bytes, iterations: int) -> Credential:
     """The stored credential for a password a client salted itself (RFC 5802:
     StoredKey = H(HMAC(SaltedPassword, "Client Key")), ServerKey = HMAC(SaltedPassword,
     "Server Key")): what AlterUserScramCredentials carries, never the password."""
@@ -60,7 +76,7 @@ def credential_from_salted(mechanism: str, salt: bytes, salted_password: bytes, 
             "server_key": _b64(hmac.new(salted_password, b"Server Key", h).digest()), "iterations": iterations}
 
 
-def altered(current: dict | None, upserts: dict, deletes: set) -> tuple[dict | None, str | None]:
+def altered(current: Credentials | None, upserts: Credentials, deletes: set[str]) -> tuple[Credentials | None, str | None]:
     """A user's credentials after deleting the mechanisms `deletes` and setting `upserts`
     (None: no credential left, the user is gone), or an error message when a deleted
     mechanism was not there (Kafka's RESOURCE_NOT_FOUND)."""
@@ -77,13 +93,13 @@ class CredentialReader:
     """Logins checked against {user: {mechanism: credential}} as `_users()` gives it
     (a file under the data dir here, etcd in a cluster: semel.broker.auth.cluster_store)."""
 
-    def _users(self) -> dict:
+    def _users(self) -> Users:
         raise NotImplementedError
 
     def names(self) -> dict[str, list[str]]:
         return {name: sorted(creds) for name, creds in sorted(self._users().items())}
 
-    def auth_info(self, name: str, mechanism: str):
+    def auth_info(self, name: str, mechanism: str) -> AuthInfo | None:
         """(salt, stored_key, server_key, iterations) for scramp, or None."""
         cred = self._users().get(name, {}).get(mechanism)
         if cred is None:
@@ -108,10 +124,11 @@ class UserStore(CredentialReader):
     def __init__(self, data_dir: Path):
         self.store = JsonStore(Path(data_dir) / FILE_NAME, dict, check=_check_users)
 
-    def _users(self) -> dict:
-        return self.store.read()
+    def _users(self) -> Users:
+        users: Users = self.store.read()
+        return users
 
-    def add(self, name: str, password: str, mechanisms=MECHANISMS) -> None:
+    def add(self, name: str, password: str, mechanisms: Iterable[str] = MECHANISMS) -> None:
         creds = make_credentials(name, password, mechanisms)
         with self.store.update() as doc:
             doc[name] = creds
@@ -120,7 +137,7 @@ class UserStore(CredentialReader):
         with self.store.update() as doc:
             return doc.pop(name, None) is not None
 
-    async def alter(self, changes: dict[str, tuple[dict, set]]) -> dict[str, str | None]:
+    async def alter(self, changes: dict[str, tuple[Credentials, set[str]]]) -> dict[str, str | None]:
         """AlterUserScramCredentials: per user (upserts, deletes), applied together;
         per user None or the error message of a change that was refused."""
         out: dict[str, str | None] = {}
@@ -134,5 +151,5 @@ class UserStore(CredentialReader):
                         doc[name] = new
         return out
 
-    def credentials(self) -> dict:
+    def credentials(self) -> Users:
         return self._users()
