@@ -34,16 +34,10 @@ from typing import Awaitable, Callable, Protocol
 from ..backoff import Backoff
 from ..protocol.errors import KafkaError
 from .etcd import KV, Etcd, EtcdError, mod_equals, put_op
-# The broker's modules take the key schema and topic records from here, with the view.
-from .keys import DEFAULT_CLUSTER_ID as DEFAULT_CLUSTER_ID
-from .keys import KeyCache as KeyCache
-from .keys import Keys as Keys
-from .keys import TopicInfo as TopicInfo
-from .keys import decode_partition, decode_topic, encode_partition
+from .keys import KeyCache, Keys, TopicInfo, decode_partition, decode_topic, encode_partition
 from .session import LeaseClock, OutageLog
 from .state import NO_LEADER, BrokerInfo, ClusterView, PartitionListener, PartitionState
-from .topic_catalogue import GrowthDecision as GrowthDecision
-from .topic_catalogue import TopicCatalogue
+from .topic_catalogue import GrowthDecision, TopicCatalogue
 
 log = logging.getLogger("semel.cluster.metadata")
 

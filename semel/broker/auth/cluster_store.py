@@ -19,7 +19,7 @@ import json
 from typing import TYPE_CHECKING, Callable, Iterable, TypedDict, cast
 
 from ...cluster.etcd import Etcd, Json, b64, mod_equals, put_op
-from ...cluster.metadata import DEFAULT_CLUSTER_ID, Keys, KeyCache
+from ...cluster.keys import DEFAULT_CLUSTER_ID, Keys, KeyCache
 from .acl import AclBinding, AclFilter, Operation, PatternType, Permission, ResourceType
 from .users import MECHANISMS, CredentialReader, Credentials, Users, altered, make_credentials
 
