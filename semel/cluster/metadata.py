@@ -485,10 +485,6 @@ class EtcdClusterView:
             out.append(decode_partition(topic, int(index), kv))
         return out
 
-    async def read_topic(self, name: str) -> TopicInfo | None:
-        """The topic as etcd holds it now (live or a deletion marker), None if never created."""
-        return await self.catalogue.read(name)
-
     async def create_topic(self, name: str, assignment: list[tuple[int, ...]], configs: dict[str, str]) -> KafkaError:
         return await self.catalogue.create(name, assignment, configs)
 

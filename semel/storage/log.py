@@ -387,14 +387,10 @@ class PartitionLog:
     def set_leader_epoch(self, epoch: int | None) -> None:
         self._leader_epoch = epoch
 
-    @property
-    def is_follower(self) -> bool:
-        """True: only append_replicated may write (AppendError NOT_LEADER_OR_FOLLOWER
-        otherwise), since a local write (a coordinator's marker, a stray produce) would
-        fork a follower's log from its leader's."""
-        return self._is_follower
-
     def set_follower(self, follower: bool) -> None:
+        """A follower's log takes only append_replicated (others: AppendError
+        NOT_LEADER_OR_FOLLOWER): a local write, a coordinator's marker or a stray produce,
+        would fork it from its leader's."""
         self._is_follower = follower
 
     @property
