@@ -57,9 +57,9 @@ if TYPE_CHECKING:   # the oauth extra
 log = logging.getLogger("semel.broker")
 
 
-class Broker(Protocol):
+class BrokerParts(Protocol):
     """What the role and the wiring (semel.broker.wiring) read of the broker as it
-    starts: semel.broker.server.Broker, which imports them."""
+    starts: semel.broker.server.Broker, which imports this module."""
     config: BrokerConfig
     fs: FileSystem
     flusher: GroupCommitFlusher
@@ -82,6 +82,8 @@ class Broker(Protocol):
 
 
 class NodeRole(Protocol):
+    """What differs between a single node and a cluster member: see the module docstring."""
+
     @property
     def metadata(self) -> MetadataView:
         """Brokers, controller, topics and their partitions' leaders."""
@@ -102,7 +104,7 @@ class NodeRole(Protocol):
     def high_watermarks(self) -> HighWatermarks | None:
         """What commits wait on past the fsync; None while nothing can commit yet."""
 
-    def open(self, broker: Broker) -> None:
+    def open(self, broker: BrokerParts) -> None:
         """Once the logs are open, before the coordinators are built."""
 
     def coordinator_partitions(self, topic: str) -> int:
@@ -136,7 +138,7 @@ class NodeRole(Protocol):
 @dataclass(frozen=True)
 class _NodeParts:
     """What a single node's role is made of once the broker's logs are open."""
-    broker: Broker
+    broker: BrokerParts
     view: NodeView
     replicas: NodeReplicas
     configs: FileBrokerConfigs
@@ -149,7 +151,7 @@ class SingleNode:
     def __init__(self) -> None:
         self._opened: _NodeParts | None = None
 
-    def open(self, broker: Broker) -> None:
+    def open(self, broker: BrokerParts) -> None:
         # A damaged dynamic-configs file stops the start here, naming it.
         configs = FileBrokerConfigs(broker, broker.config.node_id, broker.fs, broker.config.data_dir)
         configs.load()
@@ -226,7 +228,7 @@ class Membership(CoordinatorPlacement, Protocol):
 
 
 # Builds a broker's Membership, given what reads its replica manager (None until joined).
-MembershipFactory = Callable[["Broker", Callable[[], "ReplicaManager | None"]], Membership]
+MembershipFactory = Callable[["BrokerParts", Callable[[], "ReplicaManager | None"]], Membership]
 
 
 class ClusterNode:
@@ -237,12 +239,12 @@ class ClusterNode:
         self._make_member = membership or etcd_membership
         self.dialer = PeerDialer()
         self._member: Membership | None = None
-        self._broker: Broker | None = None
+        self._broker: BrokerParts | None = None
         self._view: ClusterMetadata | None = None
         # The replication data plane, built once this member joined.
         self.replicas: ReplicaManager | None = None
 
-    def open(self, broker: Broker) -> None:
+    def open(self, broker: BrokerParts) -> None:
         self._broker = broker
         self._member = self._make_member(broker, lambda: self.replicas)
         self._view = self._member.view
@@ -325,7 +327,7 @@ class ClusterNode:
             await self.replicas.stop()   # no more fetching or ISR changes from here on
         await self.member.stop()   # leave first: others take over without waiting out the lease
 
-    def _opened(self) -> Broker:
+    def _opened(self) -> BrokerParts:
         assert self._broker is not None, "opened at start"
         return self._broker
 
@@ -341,7 +343,7 @@ def replica_settings(c: BrokerConfig) -> ReplicaSettings:
     )
 
 
-def build_replicas(broker: Broker, view: ClusterMetadata, dialer: PeerDialer) -> ReplicaManager:
+def build_replicas(broker: BrokerParts, view: ClusterMetadata, dialer: PeerDialer) -> ReplicaManager:
     """The replication data plane of a cluster member (after it joined the cluster)."""
     durable = broker.flusher.sync_each if broker.config.log.flush_mode == "always" else None
     return ReplicaManager(view, broker.logs, broker.fs, broker.notifier.notify, dialer,
@@ -353,7 +355,7 @@ def role_for(broker_has_metadata_service: bool) -> NodeRole:
     return ClusterNode() if broker_has_metadata_service else SingleNode()
 
 
-def etcd_membership(broker: Broker, replicas: Callable[[], ReplicaManager | None]) -> ClusterMember:
+def etcd_membership(broker: BrokerParts, replicas: Callable[[], ReplicaManager | None]) -> ClusterMember:
     """The broker's membership in its cluster through etcd (needs the cluster extra). Users
     and ACLs live in etcd then, the same on every broker (auth/cluster_store.py); files
     under the data dir are not read."""
@@ -370,7 +372,7 @@ def etcd_membership(broker: Broker, replicas: Callable[[], ReplicaManager | None
     return member
 
 
-def internal_topic(broker: Broker, key_type: int) -> InternalTopic:
+def internal_topic(broker: BrokerParts, key_type: int) -> InternalTopic:
     """FindCoordinator's internal topic for `key_type` (1 transactions, else groups)."""
     groups, txns = broker.coordinators()
     if key_type == 1:

@@ -26,7 +26,7 @@ from ..protocol.errors import KafkaError
 from ..storage.committed import Committed, PartitionCommit
 from ..storage.flusher import GroupCommitFlusher
 from .config import BrokerConfig
-from .node_role import Broker
+from .node_role import BrokerParts
 from .services import Services
 
 
@@ -44,7 +44,7 @@ def group_config(c: BrokerConfig) -> GroupConfig:
     )
 
 
-def build_groups(broker: Broker) -> GroupCoordinators:
+def build_groups(broker: BrokerParts) -> GroupCoordinators:
     """The group coordinators, one per __consumer_offsets partition
     (semel.coordinator.partitioned.GroupCoordinators; one on a single node)."""
     config = group_config(broker.config)
@@ -60,7 +60,7 @@ def build_groups(broker: Broker) -> GroupCoordinators:
     return GroupCoordinators(parts, lambda: role.topic_partitions(topic))
 
 
-def build_txns(broker: Broker, groups: GroupCoordinators) -> TxnCoordinators:
+def build_txns(broker: BrokerParts, groups: GroupCoordinators) -> TxnCoordinators:
     """The transaction coordinators, one per __transaction_state partition
     (semel.coordinator.partitioned.TxnCoordinators; one on a single node), sharing
     the producer-id pool and the marker writer; they write offset markers through `groups`."""
@@ -79,7 +79,7 @@ def build_txns(broker: Broker, groups: GroupCoordinators) -> TxnCoordinators:
     return TxnCoordinators(parts, lambda: role.topic_partitions(TXN_TOPIC))
 
 
-def _committed(broker: Broker, inner: GroupCommitFlusher | None, topic: str, partition: int) -> PartitionCommit:
+def _committed(broker: BrokerParts, inner: GroupCommitFlusher | None, topic: str, partition: int) -> PartitionCommit:
     """The writer of a coordinator partition's log: `inner`'s local fsync (None: none),
     then the high watermark (a cluster member's replica manager starts after the
     coordinators: until then nothing is committed, NOT_COORDINATOR)."""
@@ -88,7 +88,7 @@ def _committed(broker: Broker, inner: GroupCommitFlusher | None, topic: str, par
                      KafkaError.NOT_COORDINATOR).writer(topic, partition)
 
 
-def build_services(broker: Broker, groups: GroupCoordinators, txns: TxnCoordinators) -> Services:
+def build_services(broker: BrokerParts, groups: GroupCoordinators, txns: TxnCoordinators) -> Services:
     """What handlers use, once every part exists (semel.broker.services); the metrics
     report the partitions led here from then on."""
     replicas = broker.role.local_replicas
