@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from typing import Iterator, Protocol
 
-from ..cluster.replica_rules import UNDEFINED, leader_epoch_error
+from ..cluster.replica_rules import UNDEFINED, append_error, leader_epoch_error, min_insync_of
 from ..cluster.state import PartitionState
 from ..protocol.errors import KafkaError
 from ..storage.log import PartitionLog
+from ..storage.manager import TopicInfo
 from .node_view import LEADER_EPOCH
 
 UNLIMITED = -1   # throttle_allowance: no throttle on this fetch
@@ -69,6 +70,8 @@ class OpenLogs(Protocol):
 
     def all_logs(self) -> Iterator[tuple[tuple[str, int], PartitionLog]]: ...
 
+    def topic(self, name: str) -> TopicInfo | None: ...
+
 
 class NoLogs:
     """A broker's logs before it opened them: no partition."""
@@ -79,14 +82,18 @@ class NoLogs:
     def all_logs(self) -> Iterator[tuple[tuple[str, int], PartitionLog]]:
         return iter(())
 
+    def topic(self, name: str) -> TopicInfo | None:
+        return None
+
 
 class NodeReplicas:
     """The cluster of one: every partition of `logs` led here at LEADER_EPOCH, with this
     node its only replica and in-sync replica."""
 
-    def __init__(self, node_id: int, logs: OpenLogs):
+    def __init__(self, node_id: int, logs: OpenLogs, min_insync_default: int = 1):
         self.node_id = node_id
         self.logs = logs
+        self.min_insync_default = min_insync_default   # the broker's min.insync.replicas
 
     def leader_error(self, topic: str, partition: int, current_leader_epoch: int = -1) -> KafkaError:
         if self.logs.get(topic, partition) is None:
@@ -94,10 +101,12 @@ class NodeReplicas:
         return leader_epoch_error(current_leader_epoch, LEADER_EPOCH)
 
     def before_append(self, topic: str, partition: int, acks: int) -> KafkaError:
-        """Led here. min.insync.replicas does not apply alone: a single node takes acks=all
-        writes whatever a topic sets (Kafka would refuse them above 1 with
-        NOT_ENOUGH_REPLICAS)."""
-        return self.leader_error(topic, partition)
+        """Led here, and for acks=all an ISR of one is enough: a topic asking for more
+        in-sync replicas (min.insync.replicas above 1) refuses acks=all writes with
+        NOT_ENOUGH_REPLICAS, as a Kafka leader alone in its ISR does."""
+        info = self.logs.topic(topic)
+        return self.leader_error(topic, partition) or append_error(
+            acks, 1, min_insync_of(info.config if info is not None else None, self.min_insync_default))
 
     def replica_fetch(self, topic: str, partition: int, replica_id: int, fetch_offset: int,
                       current_leader_epoch: int, last_fetched_epoch: int = UNDEFINED

@@ -157,7 +157,7 @@ class SingleNode:
         configs.load()
         configs.apply()
         self._opened = _NodeParts(broker, NodeView(broker.config, broker.logs, lambda: broker.listeners),
-                                  NodeReplicas(broker.config.node_id, broker.logs), configs,
+                                  NodeReplicas(broker.config.node_id, broker.logs, broker.config.min_insync_replicas), configs,
                                   OneNode(broker.notifier.notify))
 
     def _parts(self) -> _NodeParts:

@@ -43,7 +43,7 @@ from .reassignment import THROTTLE_RATE, Throttle
 from .etcd import EtcdError
 from .replica_fetcher import Durable, FetchSettings, LeaderFetcher
 from .replica_rules import (UNDEFINED, FollowerProgress, TopicPartition, check_leader, diverging_epoch,
-                            hand_over, high_watermark, isr_change, leader_epoch_error)
+                            append_error, hand_over, high_watermark, isr_change, leader_epoch_error, min_insync_of)
 from .session import OutageLog
 from .state import ClusterView, PartitionState
 
@@ -367,9 +367,8 @@ class ReplicaManager:
         ls.waiters = keep
 
     def min_insync(self, topic: str) -> int:
-        info = self.logs.topics().get(topic)
-        value = info.config.get("min.insync.replicas") if info is not None else None
-        return int(value) if value is not None else self.settings.min_insync_replicas
+        info = self.logs.topic(topic)
+        return min_insync_of(info.config if info is not None else None, self.settings.min_insync_replicas)
 
     def before_append(self, topic: str, partition: int, acks: int) -> KafkaError:
         """Produce, before anything is written: this broker must lead the partition, and
@@ -377,9 +376,7 @@ class ReplicaManager:
         ls = self.leading.get((topic, partition))
         if ls is None:
             return KafkaError.NOT_LEADER_OR_FOLLOWER
-        if acks == -1 and len(ls.state.isr) < self.min_insync(topic):
-            return KafkaError.NOT_ENOUGH_REPLICAS
-        return KafkaError.NONE
+        return append_error(acks, len(ls.state.isr), self.min_insync(topic))
 
     def reached(self, topic: str, partition: int, upto: int) -> bool:
         """Would `wait_for_hw` answer NONE now: leading, the high watermark at `upto`,

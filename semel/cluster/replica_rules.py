@@ -16,7 +16,7 @@ Kafka's rules:
 """
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -40,6 +40,18 @@ def leader_epoch_error(asked: int, known: int) -> KafkaError:
     if asked > known:
         return KafkaError.UNKNOWN_LEADER_EPOCH
     return KafkaError.NONE
+
+
+def min_insync_of(topic_config: Mapping[str, str] | None, default: int) -> int:
+    """The topic's min.insync.replicas, or the broker's default when it sets none."""
+    value = topic_config.get("min.insync.replicas") if topic_config is not None else None
+    return int(value) if value is not None else default
+
+
+def append_error(acks: int, isr: int, min_isr: int) -> KafkaError:
+    """May a leader whose ISR has `isr` members take a produce with `acks`? acks=all
+    (-1) needs at least min.insync.replicas in the ISR, whatever the replicas are."""
+    return KafkaError.NOT_ENOUGH_REPLICAS if acks == -1 and isr < min_isr else KafkaError.NONE
 
 
 def check_leader(view: ClusterView, topic: str, partition: int, current_leader_epoch: int = -1) -> KafkaError:

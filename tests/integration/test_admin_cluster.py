@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from confluent_kafka import KafkaError as CKError, Producer, TopicCollection
+from confluent_kafka import Consumer, KafkaError as CKError, Producer, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from semel.protocol.messages import request_class
@@ -211,3 +211,26 @@ def test_a_single_node_refuses_what_needs_more_brokers_and_deletes_by_topic_id(m
     assert [r.error_code for r in refused.responses] == [CKError.INVALID_CONFIG]
     assert [(r.name, r.error_code) for r in gone.responses] == [(name, 0)]
     assert name not in admin.list_topics(timeout=30).topics
+
+
+def test_acks_all_to_a_topic_asking_for_two_in_sync_replicas_is_refused_on_one_node(mbroker):
+    """min.insync.replicas=2 on a single node: an acks=all record fails with
+    NOT_ENOUGH_REPLICAS and nothing is written; acks=1 is taken."""
+    admin = AdminClient({"bootstrap.servers": mbroker.bootstrap})
+    name = f"isr2-{uuid.uuid4().hex[:8]}"
+    admin.create_topics([NewTopic(name, 1, 1, config={"min.insync.replicas": "2"})])[name].result(30)
+    outcomes = []
+
+    def produce(conf):
+        p = Producer({"bootstrap.servers": mbroker.bootstrap, "message.timeout.ms": 5000, **conf})
+        p.produce(name, b"v", on_delivery=lambda err, msg: outcomes.append(err.code() if err else None))
+        assert p.flush(30) == 0
+
+    produce({"acks": "all", "retries": 0})
+    produce({"acks": "1", "retries": 0})
+    assert outcomes == [CKError.NOT_ENOUGH_REPLICAS, None]
+    c = Consumer({"bootstrap.servers": mbroker.bootstrap, "group.id": name})
+    try:
+        assert c.get_watermark_offsets(TopicPartition(name, 0), timeout=30) == (0, 1)
+    finally:
+        c.close()

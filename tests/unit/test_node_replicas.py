@@ -90,3 +90,21 @@ def test_appends_nothing_throttled_and_an_isr_of_one(logs):
         PartitionState("a", 0, me, NODE, 0, me), PartitionState("a", 1, me, NODE, 0, me),
         PartitionState("b", 0, me, NODE, 0, me)]
     assert NOTHING_LED.led() == []
+
+
+def test_acks_all_needs_no_more_in_sync_replicas_than_the_one_node(tmp_path):
+    """A topic asking for two in-sync replicas refuses acks=all on a single node, as a
+    Kafka leader alone in its ISR does; acks 0 and 1 are taken; the broker's own default
+    applies to a topic that sets none."""
+    m = LogManager(tmp_path, LogConfig())
+    try:
+        assert m.create_topic("two", 1, {"min.insync.replicas": "2"}) == KafkaError.NONE
+        assert m.create_topic("plain", 1) == KafkaError.NONE
+        replicas = NodeReplicas(NODE, m)
+        assert [replicas.before_append("two", 0, acks) for acks in (-1, 0, 1)] == [
+            KafkaError.NOT_ENOUGH_REPLICAS, KafkaError.NONE, KafkaError.NONE]
+        assert replicas.before_append("plain", 0, -1) is KafkaError.NONE
+        assert NodeReplicas(NODE, m, min_insync_default=2).before_append("plain", 0, -1) is \
+            KafkaError.NOT_ENOUGH_REPLICAS
+    finally:
+        m.close()
