@@ -112,14 +112,15 @@ def _read_all(ctx: RequestContext, req: Any, refused: dict[tuple[str, int], Refu
 
 def _read_partition(ctx: RequestContext, P: Any, topic: str, p: Any, isolation: int, budget: int, first: bool,
                     replica: bool = False, refused: Refusal | None = None) -> tuple[Any, int]:
-    plog = ctx.services.logs.get(topic, p.partition) if isinstance(refused, tuple) else None
-    if plog is not None and isinstance(refused, tuple):   # KIP-320/KIP-595: no records, where to truncate instead
-        epoch, end = refused
-        return P(partition_index=p.partition, error_code=0, high_watermark=plog.high_watermark,
-                 last_stable_offset=plog.last_stable_offset, log_start_offset=plog.log_start_offset,
-                 aborted_transactions=None, diverging_epoch=P.EpochEndOffset(epoch=epoch, end_offset=end),
-                 records=b""), 0
-    if refused and not isinstance(refused, tuple):
+    if isinstance(refused, tuple):   # KIP-320/KIP-595: no records, where to truncate instead
+        diverged = ctx.services.logs.get(topic, p.partition)
+        if diverged is not None:
+            epoch, end = refused
+            return P(partition_index=p.partition, error_code=0, high_watermark=diverged.high_watermark,
+                     last_stable_offset=diverged.last_stable_offset, log_start_offset=diverged.log_start_offset,
+                     aborted_transactions=None, diverging_epoch=P.EpochEndOffset(epoch=epoch, end_offset=end),
+                     records=b""), 0
+    elif refused:
         return P(partition_index=p.partition, error_code=refused, high_watermark=-1, last_stable_offset=-1,
                  log_start_offset=-1, aborted_transactions=None, records=b""), 0
     # A follower's Fetch (replica_id >= 0) passes the same leadership and epoch check.
