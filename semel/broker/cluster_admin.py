@@ -88,13 +88,16 @@ class NodeAdmin:
         return [(self.node_id,)] * partitions
 
     async def create_topic(self, name: str, assignment: Assignment, configs: dict[str, str]) -> Answer:
-        err = self.logs.create_topic(name, len(assignment), configs)
-        return err, None if err == 0 else (self.logs.last_error_message or err.name)
+        return self._answer(self.logs.create_topic(name, len(assignment), configs))
 
     async def delete_topic(self, name: str, topic_id: str | None) -> Answer:
         err = self.logs.delete_topic(name)
         if err == KafkaError.NONE:   # as Kafka: the groups' offsets of the topic go with it
             self.groups.drop_topic_offsets([name])
+        return self._answer(err)
+
+    def _answer(self, err: KafkaError) -> Answer:
+        """A LogManager change's outcome, with its reason when it failed."""
         return err, None if err == 0 else (self.logs.last_error_message or err.name)
 
     async def add_partitions(self, name: str, decide: GrowthDecision) -> tuple[KafkaError, str]:

@@ -78,10 +78,15 @@ def _requested_assignment(assignments: list[Any], live: list[int]) -> Assignment
     lists = [tuple(a.broker_ids) for a in sorted(assignments, key=lambda a: a.partition_index)]
     if (sorted(a.partition_index for a in assignments) != list(range(len(lists)))
             or len({len(r) for r in lists}) != 1
-            or any(not r or len(set(r)) != len(r) or not set(r) <= set(live) for r in lists)):
+            or not all(r and _distinct_live(r, live) for r in lists)):
         return (KafkaError.INVALID_REPLICA_ASSIGNMENT,
                 f"each partition 0..n-1 once, the same number of distinct live brokers {live}")
     return lists
+
+
+def _distinct_live(replicas: tuple[int, ...], live: list[int]) -> bool:
+    """A replica list names each broker once, every one of them live."""
+    return len(set(replicas)) == len(replicas) and set(replicas) <= set(live)
 
 
 def _partition_count(cfg: BrokerConfig, t: Any) -> int:
@@ -171,8 +176,8 @@ def _decide_growth(t: Any, live: list[int], cap: int, info: TopicInfo) -> tuple[
         except ValueError as exc:
             return KafkaError.INVALID_REPLICATION_FACTOR, str(exc), []
     lists = [tuple(a.broker_ids) for a in t.assignments]
-    if len(lists) != new or any(len(r) != info.replication_factor or len(set(r)) != len(r)
-                                or not set(r) <= set(live) for r in lists):
+    if len(lists) != new or not all(len(r) == info.replication_factor and _distinct_live(r, live)
+                                    for r in lists):
         return KafkaError.INVALID_REPLICA_ASSIGNMENT, (
             f"{new} assignments of {info.replication_factor} distinct live brokers {live} needed"), []
     return KafkaError.NONE, "", lists
