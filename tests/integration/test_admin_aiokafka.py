@@ -39,7 +39,9 @@ async def _scenario(bootstrap):
         (desc,) = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, name)])
         res = desc.to_object()["resources"][0]
         out["config"] = {c["config_names"]: c["config_value"] for c in res["config_entries"]}["retention.ms"]
-        producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+        # acks=all: the records are committed (fsynced, so under the high watermark)
+        # before DeleteRecords asks to cut at offset 6; acks=1 answers before the fsync.
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
         await producer.start()
         try:
             for i in range(10):
