@@ -144,8 +144,10 @@ def _report(result: dict, out: Path, run_info: dict, plot: bool) -> int:
 
 
 def run(args) -> int:
+    from .optional import require
+    if args.analyze is None:   # a run's workers are confluent-kafka clients; --analyze reads a file
+        require("confluent_kafka", "semel check")
     if not args.no_plot:   # say so now, not after a 30-minute run
-        from .optional import require
         require("matplotlib", "the offsets plot (offsets.png)", instead="pass --no-plot to run without it")
     from ..check.checker import analyze
     from ..check.history import HistoryError

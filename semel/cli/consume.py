@@ -40,6 +40,8 @@ def _format(msg, args) -> str:
 
 
 def run(args) -> int:
+    from .optional import require
+    require("confluent_kafka", "semel consume")
     from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaException, TopicPartition
     require_broker(args.bootstrap)
     conf = {"bootstrap.servers": args.bootstrap, "logger": quiet_logger(), "isolation.level": args.isolation,

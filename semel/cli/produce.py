@@ -35,6 +35,8 @@ def _records(args):
 
 
 def run(args) -> int:
+    from .optional import require
+    require("confluent_kafka", "semel produce")
     from confluent_kafka import KafkaException, Producer
     headers = []
     for item in args.header:
