@@ -9,9 +9,12 @@ many tasks that failed together (one broker restarting under a whole Spark job) 
 retrying in lockstep. The clock, the sleep and the random source are parameters so the
 rules can be tested without waiting. A loop that never gives up passes
 timeout_s=math.inf; an asyncio loop awaits asyncio.sleep(step()) instead of wait().
+
+FailureLog is what such a loop writes to the log: a few lines however long it retries.
 """
 from __future__ import annotations
 
+import logging
 import random
 import time
 from typing import Callable
@@ -63,3 +66,43 @@ class Backoff:
     def _draw(self) -> float:
         spread = 1 + self.jitter * (2 * self._rand() - 1)
         return min(self._base * spread, self.max_s)
+
+
+SUMMARY_EVERY_S = 60.0
+
+
+class FailureLog:
+    """The log lines of one retried operation: a WARNING at its first failure, then one
+    WARNING with the count every `every_s` while it keeps failing, and an INFO line with
+    the count when it succeeds after failing. A loop retrying every few seconds for
+    minutes (a transaction's markers refused by a partition below min.insync.replicas)
+    so writes a handful of lines instead of one per try."""
+
+    def __init__(self, logger: logging.Logger, what: str, every_s: float = SUMMARY_EVERY_S,
+                 clock: Callable[[], float] | None = None):
+        self.logger, self.what, self.every_s = logger, what, every_s
+        self._clock = clock or (lambda: time.monotonic())
+        self.count = 0
+        self._first = self._said = 0.0
+
+    def failed(self, reason: object) -> None:
+        now = self._clock()
+        self.count += 1
+        if self.count == 1:
+            self._first = self._said = now
+            self.logger.warning("%s failed (%s); will retry", self.what, reason)
+        elif now - self._said >= self.every_s:
+            self._said = now
+            self.logger.warning("%s failed %d times over %s (last: %s); still retrying", self.what, self.count,
+                                _duration(now - self._first), reason)
+
+    def succeeded(self) -> None:
+        if self.count:
+            self.logger.info("%s done after %d failure(s) over %s", self.what, self.count,
+                             _duration(self._clock() - self._first))
+        self.count = 0
+
+
+def _duration(seconds: float) -> str:
+    minutes, s = divmod(int(seconds), 60)
+    return f"{minutes}m{s:02d}s" if minutes else f"{seconds:.1f}s"

@@ -37,6 +37,10 @@ class LocalReplicas(Protocol):
         in-sync replicas."""
         ...
 
+    def min_insync(self, topic: str) -> int:
+        """The topic's min.insync.replicas (its own config, else the broker's default)."""
+        ...
+
     def replica_fetch(self, topic: str, partition: int, replica_id: int, fetch_offset: int,
                       current_leader_epoch: int, last_fetched_epoch: int = UNDEFINED
                       ) -> KafkaError | tuple[int, int]:
@@ -104,9 +108,11 @@ class NodeReplicas:
         """Led here, and for acks=all an ISR of one is enough: a topic asking for more
         in-sync replicas (min.insync.replicas above 1) refuses acks=all writes with
         NOT_ENOUGH_REPLICAS, as a Kafka leader alone in its ISR does."""
+        return self.leader_error(topic, partition) or append_error(acks, 1, self.min_insync(topic))
+
+    def min_insync(self, topic: str) -> int:
         info = self.logs.topic(topic)
-        return self.leader_error(topic, partition) or append_error(
-            acks, 1, min_insync_of(info.config if info is not None else None, self.min_insync_default))
+        return min_insync_of(info.config if info is not None else None, self.min_insync_default)
 
     def replica_fetch(self, topic: str, partition: int, replica_id: int, fetch_offset: int,
                       current_leader_epoch: int, last_fetched_epoch: int = UNDEFINED

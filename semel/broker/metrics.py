@@ -71,6 +71,11 @@ class BrokerMetrics:
                                   registry=self.registry)
         self.produced_bytes = Counter("semel_produced_bytes_total", "Bytes appended by Produce",
                                       registry=self.registry)
+        # acks=all writes refused because the ISR is below min.insync.replicas, per topic:
+        # a topic whose replication factor is below it counts up on every retry.
+        self.not_enough_replicas = Counter("semel_not_enough_replicas_total",
+                                           "acks=all writes refused with NOT_ENOUGH_REPLICAS", ["topic"],
+                                           registry=self.registry)
         self.duplicate_batches = Counter("semel_idempotent_duplicates_total",
                                          "Produce retries recognised as duplicates", registry=self.registry)
         self.request_seconds = Histogram("semel_request_seconds", "Request latency", ["api"],

@@ -54,6 +54,24 @@ def append_error(acks: int, isr: int, min_isr: int) -> KafkaError:
     return KafkaError.NOT_ENOUGH_REPLICAS if acks == -1 and isr < min_isr else KafkaError.NONE
 
 
+def not_enough_replicas_message(topic: str, replicas: int, isr: int, min_isr: int) -> str:
+    """What a refused acks=all write tells its producer (Produce v8+ carries it): the
+    numbers behind NOT_ENOUGH_REPLICAS. A client only retries that error, until its
+    delivery timeout, so a topic that can never have enough replicas says so, with the
+    ways out."""
+    why = (f"topic {topic} has replication factor {replicas} and min.insync.replicas {min_isr}; "
+           f"{isr} replica(s) in sync")
+    if replicas < min_isr:
+        return f"{why}: acks=all can never succeed on it ({below_min_isr_way_out(replicas, min_isr)})"
+    return f"{why}: acks=all waits until {min_isr} are in sync"
+
+
+def below_min_isr_way_out(replicas: int, min_isr: int) -> str:
+    """What a topic whose replication factor is below its min.insync.replicas can do."""
+    return (f"recreate it with replication factor >= {min_isr}, set its min.insync.replicas to "
+            f"{replicas} or less, or produce with acks=1")
+
+
 def check_leader(view: ClusterView, topic: str, partition: int, current_leader_epoch: int = -1) -> KafkaError:
     """May this broker (its cluster `view`) serve the partition as its leader?
 

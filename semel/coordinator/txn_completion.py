@@ -19,7 +19,7 @@ import math
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol
 
-from ..backoff import Backoff
+from ..backoff import Backoff, FailureLog
 from ..protocol import records
 from ..protocol.errors import KafkaError
 from ..storage.committed import Committed
@@ -107,20 +107,25 @@ class MarkerCompletion:
         if self._coordinator.begin(meta, COMPLETE_OF[meta.state]):
             return   # already being completed (an EndTxn retry met a roll-forward), or superseded
         done: set[TopicPartition] = set()
-        if await self._try_complete(meta, done):
+        failing: dict[TopicPartition, FailureLog] = {}
+        if await self._try_complete(meta, done, failing):
             return
-        self._coordinator.spawn(self._retry_complete(meta, done))
+        self._coordinator.spawn(self._retry_complete(meta, done, failing))
 
-    async def _retry_complete(self, meta: TxnMeta, done: set[TopicPartition]) -> None:
+    async def _retry_complete(self, meta: TxnMeta, done: set[TopicPartition],
+                              failing: dict[TopicPartition, FailureLog]) -> None:
         # No deadline: a logged decision is carried out however long the disk or the
         # partition leaders stay away.
         pace = Backoff(math.inf, first_s=0.1, max_s=5.0)
         while True:
             await asyncio.sleep(pace.step())
-            if await self._try_complete(meta, done):
+            if await self._try_complete(meta, done, failing):
                 return
 
-    async def _try_complete(self, meta: TxnMeta, done: set[TopicPartition]) -> bool:
+    async def _try_complete(self, meta: TxnMeta, done: set[TopicPartition],
+                            failing: dict[TopicPartition, FailureLog]) -> bool:
+        """One try at the markers not yet `done`; `failing` holds the log lines of the
+        partitions refusing them (one line at the first refusal, then a count)."""
         if self._coordinator.txns.get(meta.txn_id) is not meta:
             return True   # superseded (never expected): a stale retry must not overwrite newer state
         commit = meta.state == TxnState.PREPARE_COMMIT
@@ -155,13 +160,17 @@ class MarkerCompletion:
                                        return_exceptions=True)
         failed = False
         for tp, result in zip(todo, results):
-            if isinstance(result, AppendError):  # disk failure, or a refusal by the partition's producer state
-                log.warning("marker write to %s-%d for %s failed (%s); will retry", *tp, meta.txn_id, result)
+            if isinstance(result, AppendError):  # disk failure, a refusal by the partition's producer state,
+                # or by its leader (NOT_ENOUGH_REPLICAS below min.insync.replicas, for as long as that lasts)
+                what = f"marker write to {tp[0]}-{tp[1]} for {meta.txn_id}"
+                failing.setdefault(tp, FailureLog(log, what)).failed(result)
                 failed = True
             elif isinstance(result, BaseException):
                 raise result
             else:
                 done.add(tp)
+                if tp in failing:
+                    failing.pop(tp).succeeded()
         if failed:
             return False
         try:

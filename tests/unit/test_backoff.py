@@ -1,13 +1,15 @@
 """semel.backoff on a fake clock: the deadline counts from the last progress,
-delays double up to the cap, and jitter stays within its bounds."""
+delays double up to the cap, and jitter stays within its bounds; FailureLog writes a
+few lines however often an operation is retried."""
 from __future__ import annotations
 
+import logging
 import math
 import random
 
 import pytest
 
-from semel.backoff import Backoff
+from semel.backoff import Backoff, FailureLog
 
 
 class Clock:
@@ -102,3 +104,31 @@ def test_an_infinite_deadline_never_expires():
     b = backoff(c, timeout_s=math.inf)
     c.now += 1e9
     assert not b.expired() and b.fits()
+
+
+def test_a_retried_failure_is_logged_once_then_counted(caplog):
+    """613 refusals 0.5 s apart (about 5 minutes) and a success: the first refusal, one
+    summary a minute, and the success with the count; not one line per retry."""
+    clock = Clock()
+    logger = logging.getLogger("test.failure_log")
+    flog = FailureLog(logger, "marker write to t-0 for txn-a", every_s=60, clock=clock)
+    with caplog.at_level(logging.INFO, logger="test.failure_log"):
+        for _ in range(613):
+            flog.failed("NOT_ENOUGH_REPLICAS")
+            clock.now += 0.5
+        flog.succeeded()
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert lines[0] == ("WARNING", "marker write to t-0 for txn-a failed (NOT_ENOUGH_REPLICAS); will retry")
+    summaries = [m for level, m in lines[1:-1]]
+    assert len(summaries) == 5   # at 60, 120, ... 300 s
+    assert summaries[0] == ("marker write to t-0 for txn-a failed 121 times over 1m00s "
+                            "(last: NOT_ENOUGH_REPLICAS); still retrying")
+    assert lines[-1] == ("INFO", "marker write to t-0 for txn-a done after 613 failure(s) over 5m06s")
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="test.failure_log"):
+        flog.failed("again")   # a new run of failures starts with its own first line
+        flog.succeeded()
+        flog.succeeded()       # a success without a failure says nothing
+    assert [r.getMessage() for r in caplog.records] == [
+        "marker write to t-0 for txn-a failed (again); will retry",
+        "marker write to t-0 for txn-a done after 1 failure(s) over 0.0s"]

@@ -1,13 +1,32 @@
 """Small pieces shared by handler modules."""
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
+
 from ...cluster.controller import assign_replicas
+from ...cluster.replica_rules import below_min_isr_way_out, min_insync_of
 from ...protocol.errors import KafkaError
 from ...storage.log import PartitionLog
 from ...storage.manager import validate_topic_name
 from ..config import BrokerConfig
 from ..node_view import MetadataView
 from ..router import RequestContext
+
+log = logging.getLogger("semel.broker.topics")
+
+
+def warn_below_min_isr(config: BrokerConfig, topic: str, replication_factor: int,
+                       topic_config: Mapping[str, str]) -> None:
+    """A topic whose replication factor is below its min.insync.replicas is taken, as
+    Kafka takes it, but every acks=all write to it is refused with NOT_ENOUGH_REPLICAS,
+    which clients retry silently until their delivery timeout: one WARN when it is
+    created or its config changes makes it visible where an operator looks."""
+    min_isr = min_insync_of(topic_config, config.min_insync_replicas)
+    if replication_factor < min_isr:
+        log.warning("topic %s has replication factor %d, below its min.insync.replicas %d: every acks=all "
+                    "write to it will be refused with NOT_ENOUGH_REPLICAS (%s)", topic, replication_factor,
+                    min_isr, below_min_isr_way_out(replication_factor, min_isr))
 
 
 def first_error(errors: dict[tuple[str, int], KafkaError]) -> KafkaError:
@@ -43,6 +62,8 @@ async def auto_create_in_cluster(config: BrokerConfig, view: MetadataView, name:
         err = await view.create_topic(name, assignment, {})
     except ConnectionError:   # etcd unreachable
         return KafkaError.REQUEST_TIMED_OUT
+    if err == KafkaError.NONE:
+        warn_below_min_isr(config, name, config.default_replication_factor, {})
     return KafkaError.NONE if err == KafkaError.TOPIC_ALREADY_EXISTS else err
 
 

@@ -15,6 +15,7 @@ from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ...storage.manager import validate_topic_config
 from ..router import RequestContext, handler
+from .common import warn_below_min_isr
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
@@ -204,6 +205,9 @@ async def _alter_one(ctx: RequestContext, res: Any, compute: Compute, validate_o
         err, msg, _ = validate_topic_config(wanted)
         return err, msg
     err = logs.set_topic_config(res.resource_name, wanted)
+    known = ctx.services.admin.topics().get(res.resource_name)
+    if err == KafkaError.NONE and known is not None:
+        warn_below_min_isr(ctx.services.config, res.resource_name, known.replication_factor, wanted)
     return err, logs.last_error_message
 
 

@@ -15,6 +15,7 @@ import asyncio
 import logging
 from typing import Any, Sequence
 
+from ...cluster.replica_rules import not_enough_replicas_message
 from ...protocol import records
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
@@ -126,7 +127,7 @@ async def _append_partition(ctx: RequestContext, req: Any, topic: str, pdata: An
     # Leading here, and for acks=all enough in-sync replicas.
     err = services.replicas.before_append(topic, pdata.index, req.acks)
     if err:
-        return _PartitionResult(pdata.index, err)
+        return _refused_append(services, topic, pdata.index, err)
     data = pdata.records
     if not data:
         return _PartitionResult(pdata.index, KafkaError.CORRUPT_MESSAGE, message="no records")
@@ -161,6 +162,19 @@ async def _append_partition(ctx: RequestContext, req: Any, topic: str, pdata: An
         services.metrics.produced_bytes.inc(len(data))
         services.notifier.notify(topic, pdata.index)
     return _PartitionResult(pdata.index, base_offset=info.first_offset, plog=plog, upto=info.last_offset + 1)
+
+
+def _refused_append(services: Services, topic: str, partition: int, err: KafkaError) -> _PartitionResult:
+    """NOT_ENOUGH_REPLICAS is retriable, so a client retries it silently until its delivery
+    timeout: the answer names the topic's replication factor and min.insync.replicas, and
+    each refusal is counted per topic (semel_not_enough_replicas_total)."""
+    if err != KafkaError.NOT_ENOUGH_REPLICAS:
+        return _PartitionResult(partition, err)
+    services.metrics.not_enough_replicas.labels(topic).inc()
+    st = services.metadata.partition(topic, partition)
+    replicas, isr = (len(st.replicas), len(st.isr)) if st is not None else (1, 1)
+    message = not_enough_replicas_message(topic, replicas, isr, services.replicas.min_insync(topic))
+    return _PartitionResult(partition, err, message=message)
 
 
 async def _create_unknown(config: BrokerConfig, view: MetadataView, topic: str) -> KafkaError:

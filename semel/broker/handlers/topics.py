@@ -15,6 +15,7 @@ from ...cluster.topic_sync import is_internal
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ...storage.manager import validate_topic_config, validate_topic_name
+from .common import warn_below_min_isr
 from ..cluster_admin import Answer, Assignment, ClusterAdmin, Refusal
 from ..config import BrokerConfig
 from ..router import RequestContext, handler
@@ -53,6 +54,8 @@ async def _create(services: Services, t: Any, validate_only: bool) -> tuple[Kafk
         return (KafkaError.TOPIC_ALREADY_EXISTS if exists else KafkaError.NONE,
                 "topic exists" if exists else None, assignment)
     err, answer = await admin.create_topic(t.name, assignment, configs)
+    if err == KafkaError.NONE:
+        warn_below_min_isr(services.config, t.name, len(assignment[0]), configs)
     return err, answer, assignment
 
 
