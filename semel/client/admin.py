@@ -17,6 +17,8 @@ from ..protocol.errors import KafkaError
 from ..protocol.messages import request_class
 from .client import Client, ClientError
 
+TOPIC_RESOURCE = 2   # Kafka's ConfigResource type of a topic
+
 
 @dataclass(frozen=True)
 class TxnListing:
@@ -161,6 +163,17 @@ def delete_records(c: Client, topic: str, before: dict[int, int]) -> dict[int, t
     resp = c.request(ApiKey.DELETE_RECORDS, timeout_ms=30000, topics=[T(name=topic, partitions=[
         T.DeleteRecordsPartition(partition_index=p, offset=o) for p, o in sorted(before.items())])])
     return {r.partition_index: (KafkaError(r.error_code), r.low_watermark) for r in resp.topics[0].partitions}
+
+
+def topic_configs(c: Client, topics: list[str], keys: list[str] | None = None) -> dict[str, dict[str, str]]:
+    """DescribeConfigs of topics: {topic: {name: value}} with the defaults in force (only
+    `keys` when given); a topic the broker refuses to describe is left out."""
+    if not topics:
+        return {}
+    R = request_class(ApiKey.DESCRIBE_CONFIGS).DescribeConfigsResource
+    resp = c.request(ApiKey.DESCRIBE_CONFIGS, include_synonyms=False, include_documentation=False, resources=[
+        R(resource_type=TOPIC_RESOURCE, resource_name=t, configuration_keys=keys) for t in topics])
+    return {r.resource_name: {e.name: e.value for e in r.configs} for r in resp.results if not r.error_code}
 
 
 # --- groups --------------------------------------------------------------------------------

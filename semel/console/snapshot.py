@@ -127,6 +127,7 @@ class PartitionRow:
     high_watermark: int = -1
     last_stable: int = -1
     error: str = ""
+    min_insync: int = 0         # the topic's min.insync.replicas (0: unknown)
 
     @property
     def gap(self) -> int:
@@ -144,6 +145,12 @@ class PartitionRow:
     @property
     def under_replicated(self) -> bool:
         return len(self.isr) < len(self.replicas)
+
+    @property
+    def below_min_insync(self) -> bool:
+        """Fewer replicas than min.insync.replicas: every acks=all write is refused
+        (NOT_ENOUGH_REPLICAS), for good, not only while a replica is away."""
+        return len(self.replicas) < self.min_insync
 
 
 @dataclass
@@ -258,6 +265,8 @@ def collect(pool: Pool, bootstrap: list[str], known: dict[int, str]) -> Snapshot
             by_leader.setdefault(live[p.leader], []).append(p)
         elif not p.error:
             p.error = "no live leader"
+    if live:
+        _min_insync(pool, next(iter(live.values())), snap)
     producers: dict[TP, list[admin.ProducerInfo]] = {}
     for address, rows in by_leader.items():
         _offsets(pool, address, rows, snap)
@@ -277,6 +286,20 @@ def _metadata(pool: Pool, addresses: list[str], snap: Snapshot):
             why.append(f"{address}: {explain(exc)}")
     snap.errors.append("no broker answers: " + "; ".join(why))
     return None
+
+
+def _min_insync(pool: Pool, address: str, snap: Snapshot) -> None:
+    """Each topic's min.insync.replicas (DescribeConfigs), so the page can mark a topic
+    whose replication factor can never satisfy it."""
+    topics = sorted({p.topic for p in snap.partitions})
+    try:
+        configs = pool.call(address, lambda c: admin.topic_configs(c, topics, ["min.insync.replicas"]))
+    except (ClientError, OSError) as exc:   # the page still shows the rest
+        snap.errors.append(f"min.insync.replicas from {address}: {explain(exc)}")
+        return
+    for p in snap.partitions:
+        value = configs.get(p.topic, {}).get("min.insync.replicas", "")
+        p.min_insync = int(value) if value.isdigit() else 0
 
 
 def _broker(pool: Pool, node: int, address: str, registered: bool, controller: int) -> BrokerRow:

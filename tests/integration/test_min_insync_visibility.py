@@ -73,3 +73,23 @@ def test_raising_min_insync_replicas_above_the_replication_factor_warns(broker):
     admin.incremental_alter_configs([res])[res].result(30)
     wait.until(lambda: f"topic {name} has replication factor 1, below its min.insync.replicas 3" in broker_log(broker),
                timeout_s=10, what="the WARN line of the altered topic")
+
+
+def test_console_marks_a_topic_with_fewer_replicas_than_min_insync_replicas(broker, tmp_path):
+    from tests.support.console import console_process, get
+    from tests.support.wait import until
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    starved, fine = f"starved-{uuid.uuid4().hex[:8]}", f"fine-{uuid.uuid4().hex[:8]}"
+    for topic in admin.create_topics([NewTopic(starved, 1, 1, config={"min.insync.replicas": "2"}),
+                                      NewTopic(fine, 1, 1)]).values():
+        topic.result(30)
+    with console_process(broker.bootstrap, tmp_path / "console.log") as url:
+        until(lambda: f'id="tp-{fine}-0"' in get(url, "/topics"), "the console lists both topics", 30)
+        page = get(url, "/topics")
+
+    def row(topic: str) -> str:
+        return page[page.index(f'id="tp-{topic}-0"'):].split("</tr>")[0]
+    assert "replication factor 1 &lt; min.insync.replicas 2: acks=all refused" in row(starved)
+    assert 'class="bad"' in row(starved)
+    assert "min.insync.replicas" not in row(fine)
+    assert "every acks=all write to" in page and starved in page[page.index('id="below-min-isr"'):]

@@ -63,6 +63,7 @@ def _defaults(ctx: RequestContext) -> dict[str, str]:
         "segment.bytes": str(log_cfg.segment_bytes),
         "cleanup.policy": "delete",
         "max.message.bytes": str(ctx.services.config.max_message_bytes),
+        "min.insync.replicas": str(ctx.services.config.min_insync_replicas),
     }
 
 
