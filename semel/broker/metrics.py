@@ -12,6 +12,7 @@ Names follow seed 000's monitoring section under our prefix:
 - semel_idempotent_producers_active: distinct producer ids remembered by the
   producer state of any (non-internal) partition, read at scrape.
 - semel_idempotent_duplicates_total: Produce retries answered from producer state.
+- semel_not_enough_replicas_total{topic}: acks=all writes refused with NOT_ENOUGH_REPLICAS.
 
 Per API: semel_requests_total{api} (its rate is the request rate) and the
 semel_request_seconds{api} latency histogram. semel_bytes_in_total /
