@@ -6,6 +6,8 @@ import ast
 import asyncio
 import inspect
 import itertools
+import logging
+import math
 
 import pytest
 
@@ -97,3 +99,44 @@ def test_no_other_code_sets_a_pending_state():
                 if not cleared and any(isinstance(t, ast.Attribute) and t.attr == "pending" for t in targets):
                     setters.append(fn.name)
     assert setters == ["begin"]
+
+
+def test_markers_refused_for_a_while_are_logged_once_then_with_their_count(coord, monkeypatch, caplog):
+    """A partition's leader refusing a decision's markers (NOT_ENOUGH_REPLICAS while its ISR
+    is below min.insync.replicas) for 5 tries, then taking them: one WARNING at the first
+    refusal and one line with the count once written, not a line per retry."""
+    from semel.backoff import Backoff
+    from tests.support.coordinators import start
+
+    class RefusingLeader:   # the MarkerWriter of a partition led by another broker
+        tries = 0
+
+        def leads_here(self, tp):
+            return False
+
+        async def write(self, tp, commit, producers, coordinator_epoch):
+            self.tries += 1
+            return KafkaError.NOT_ENOUGH_REPLICAS if self.tries <= 5 else KafkaError.NONE
+
+    leader = RefusingLeader()
+    monkeypatch.setattr(coord._completion, "_markers", leader)
+    monkeypatch.setattr(completion_module, "Backoff", lambda *a, **kw: Backoff(math.inf, first_s=0.001, max_s=0.001))
+
+    async def run():
+        await start(coord)
+        meta = TxnMeta("stuck", 7, 1, -1, -1, 60_000, TxnState.PREPARE_ABORT, frozenset({("far", 0)}), 0, 0)
+        coord.txns["stuck"] = meta
+        await coord._completion.complete(meta)
+        for _ in range(500):
+            if coord.txns["stuck"].state == TxnState.COMPLETE_ABORT:
+                return
+            await asyncio.sleep(0.01)
+
+    with caplog.at_level(logging.INFO, logger="semel.txn"):
+        asyncio.run(run())
+    assert coord.txns["stuck"].state == TxnState.COMPLETE_ABORT and leader.tries == 6
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records if "far-0" in r.getMessage()]
+    assert len(lines) == 2, lines
+    assert lines[0][0] == "WARNING" and "marker write to far-0 for stuck failed" in lines[0][1]
+    assert "NOT_ENOUGH_REPLICAS" in lines[0][1]
+    assert lines[1][0] == "INFO" and "marker write to far-0 for stuck done after 5 failure(s)" in lines[1][1]
