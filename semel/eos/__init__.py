@@ -13,7 +13,7 @@ Public API:
     CommitSucceeded, CommitAborted, CommitFatal       semel.eos.outcomes
     TxnBackend, RecordingTxnBackend,
     RecordingBroker, BackendError, Record             semel.eos.backend
-    KafkaTxnBackend                                   semel.eos.kafka (imports confluent_kafka)
+    KafkaTxnBackend                                   semel.eos.kafka (imports confluent_kafka: the clients extra)
     Ledger, Decision, decide                          semel.eos.ledger
     recover, RecoveryReport, RecoveryError            semel.eos.recovery
     TransactionalStore, MemoryBacking,
