@@ -16,6 +16,12 @@ Where one request's time goes, as the connection sees it (semel.broker.connectio
 `total` is their sum, from the frame read to the response written:
 semel_request_seconds{api}. The stages are semel_request_stage_seconds{api,stage}.
 
+Only a handler that hands its wait to the connection (a Deferred: acks=all Produce,
+JoinGroup/SyncGroup waiting for the rebalance) has a remote stage. Handlers that wait
+inside themselves count the wait as local: the coordinators' requests (EndTxn,
+AddPartitionsToTxn, TxnOffsetCommit, OffsetCommit...) append to their internal log
+and wait for its commit point there, and a Fetch's long poll waits there.
+
 Both are plain lists counted on the event loop and turned into histograms at scrape
 time: a prometheus_client Histogram takes a lock and walks its buckets per observe,
 and every request observes six values here. Counts are read as copies in the scrape
