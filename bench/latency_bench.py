@@ -43,7 +43,7 @@ from pathlib import Path
 
 from bench.common import RESULTS, load_fields, write_result
 from bench.hotpath_bench import cpu_seconds
-from bench.latency_stats import breakdown, scrape, summary_ms, targets
+from bench.latency_stats import APIS, breakdown, scrape, summary_ms, targets
 from semel.launch.process import SemelBroker, TansuBroker, free_port
 
 PARTITIONS = 8
@@ -55,7 +55,6 @@ CLUSTER_WORKLOADS = ("1KiB@5000", "1KiB@10000")
 TXN_RATES = (100, 500)
 PRODUCER = {"acks": "all", "enable.idempotence": True, "linger.ms": 1, "compression.type": "none"}
 CONSUMER = {"isolation.level": "read_committed", "enable.auto.commit": False, "group.id": "latency-e2e"}
-APIS = ("produce", "fetch", "end_txn", "txn_offset_commit", "add_partitions_to_txn", "add_offsets_to_txn")
 KEY = struct.Struct(">d")
 GRACE_S = 10.0         # after a point's last send: the longest wait for deliveries and the consumer
 
