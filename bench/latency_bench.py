@@ -160,8 +160,11 @@ def _publish(bootstrap: str, topic: str, size: int, rate: int, warmup: float, du
             latencies.append(time.time() - sent)
 
     i, late_max = 0, 0.0
+    give_up = t0 + warmup + duration + GRACE_S   # a broker that stopped answering ends the point
     while i < total:
         now = time.time()
+        if now > give_up:
+            break
         due = min(total, int((now - t0) * rate) + 1)
         while i < due:
             scheduled = t0 + i / rate
@@ -177,7 +180,7 @@ def _publish(bootstrap: str, topic: str, size: int, rate: int, warmup: float, du
         if wait > 0:
             p.poll(min(wait, 0.005))
     left = p.flush(GRACE_S)
-    return {"sent": total, "not_delivered": left, "errors": errors[:3], "error_count": len(errors),
+    return {"sent": i, "not_sent": total - i, "not_delivered": left, "errors": errors[:3], "error_count": len(errors),
             "max_send_lateness_ms": round(late_max * 1000, 2), "publish_ms": summary_ms(latencies),
             "counted_from": counted_from}
 
