@@ -34,6 +34,7 @@ from .coordinator_gate import coordinator_guard
 from .deferred import Deferred
 from .frame_reader import FrameReader
 from .metrics import BrokerMetrics
+from .request_times import ApiTimes
 from .router import ROUTES, RequestContext, supported_versions
 from .session import Connection
 from .services import Services
@@ -54,8 +55,29 @@ DECODE_ON_LOOP_PARTITIONS = 64
 
 # A response's pieces, written in order
 Pieces = list[bytes | bytearray | memoryview]
-# What waits to be written: a response, or (ctx, its Deferred, when the request started)
-Pending = Pieces | tuple[RequestContext, Deferred, float]
+
+
+class Answer:
+    """An answer waiting to be written: its pieces, or the Deferred that gives its body,
+    with the request's times so far (semel.broker.request_times): seconds queued behind
+    earlier frames of its read, in the handler (local), encoding (an answer ready at
+    once is encoded before it queues), and the perf_counter() when it queued."""
+    __slots__ = ("ctx", "pieces", "deferred", "times", "queued_s", "local_s", "encode_s", "queued_at",
+                 "picked", "ready")
+
+    def __init__(self, ctx: RequestContext, pieces: Pieces | None, deferred: Deferred | None, times: ApiTimes,
+                 queued_s: float, local_s: float, encode_s: float, queued_at: float) -> None:
+        self.ctx, self.pieces, self.deferred, self.times = ctx, pieces, deferred, times
+        self.queued_s, self.local_s, self.encode_s, self.queued_at = queued_s, local_s, encode_s, queued_at
+        self.picked = self.ready = queued_at   # when the writer took it up, when its body was there
+
+    def observe(self, written: float) -> None:
+        picked, ready = self.picked, self.ready
+        self.times.observe(self.queued_s, self.local_s, picked - self.queued_at, ready - picked,
+                           self.encode_s + written - ready)
+
+
+Pending = Pieces | Answer
 
 
 class _BadInputLog:
@@ -190,9 +212,10 @@ async def _serve(services: Services, conn: Connection, reader: asyncio.StreamRea
             if frames is None:
                 break
             conn.last_active = time.monotonic()
+            read = time.perf_counter()
             services.metrics.bytes_in.inc(sum(4 + len(f) for f in frames))
             for frame in frames:
-                item = await _dispatch(services, conn, frame)
+                item = await _dispatch(services, conn, frame, read)
                 if item is not None:
                     await queue.put(item)
                 conn.last_active = time.monotonic()
@@ -221,12 +244,14 @@ async def _serve(services: Services, conn: Connection, reader: asyncio.StreamRea
     writer.close()
 
 
-async def _dispatch(services: Services, conn: Connection, frame: bytes | bytearray) -> Pending | None:
-    """Returns the response's pieces (a list of bytes-like), a (ctx, Deferred, started)
-    tuple, or None (no response).
+async def _dispatch(services: Services, conn: Connection, frame: bytes | bytearray,
+                    read: float) -> Pending | None:
+    """Returns the response's pieces (a list of bytes-like: an error answered before any
+    handler), an Answer, or None (no response). `read`: when the frame was read.
 
     The names `req` and `peer` are read by the loop watchdog (broker.watchdog) to
     say which request held the loop: keep them."""
+    started = time.perf_counter()   # local time counts the decode too
     peer = conn.peer
     supported = supported_versions()
     try:
@@ -257,7 +282,6 @@ async def _dispatch(services: Services, conn: Connection, frame: bytes | bytearr
     api = route.fn.__name__
     counted, timed = services.metrics.api(api)
     counted.inc()
-    started = time.perf_counter()
     try:
         # ACL checks (auth.gate): a denied request or resource is answered with its
         # *_AUTHORIZATION_FAILED code there and never reaches the handler.
@@ -267,14 +291,16 @@ async def _dispatch(services: Services, conn: Connection, frame: bytes | bytearr
         raise _Close() from None
     if result is None:
         return None
+    decided = time.perf_counter()
     if isinstance(result, Deferred):
-        return ctx, result, started
-    timed.observe(time.perf_counter() - started)
+        return Answer(ctx, None, result, timed, started - read, decided - started, 0.0, decided)
     try:
-        return encode_response_parts(ctx.api_key, ctx.api_version, ctx.correlation_id, result)
+        pieces = encode_response_parts(ctx.api_key, ctx.api_version, ctx.correlation_id, result)
     except Exception:  # a response we cannot encode is our bug: say so, then close
         log.exception("cannot encode %s v%d response for %s; closing the connection", api, ctx.api_version, peer)
         raise _Close() from None
+    encoded = time.perf_counter()
+    return Answer(ctx, pieces, None, timed, started - read, decided - started, encoded - decided, encoded)
 
 
 async def _write_loop(writer: asyncio.StreamWriter, queue: asyncio.Queue[Pending | None], peer: str,
@@ -283,30 +309,44 @@ async def _write_loop(writer: asyncio.StreamWriter, queue: asyncio.Queue[Pending
         item = await queue.get()
         if item is None:
             return
-        if isinstance(item, tuple):
-            ctx, deferred, started = item
-            try:
-                body = await deferred.awaitable
-            except Exception:
-                log.exception("deferred response failed for %s; closing", peer)
+        if isinstance(item, Answer):
+            pieces = await _answer_pieces(item, peer)
+            if pieces is None:
                 writer.close()
                 return
-            ctx.services.metrics.api(ROUTES[ctx.api_key].fn.__name__)[1].observe(time.perf_counter() - started)
-            try:
-                item = encode_response_parts(ctx.api_key, ctx.api_version, ctx.correlation_id, body)
-            except Exception:
-                log.exception("cannot encode a deferred response for %s; closing", peer)
-                writer.close()
-                return
+        else:
+            pieces = item
         # Piece by piece: a Fetch's records go out as the buffers storage read them
         # into (uvloop queues the pieces and sends them with one writev, no copy).
-        for piece in item:
+        for piece in pieces:
             writer.write(piece)
-        metrics.bytes_out.inc(sum(len(piece) for piece in item))
+        if isinstance(item, Answer):
+            item.observe(time.perf_counter())
+        metrics.bytes_out.inc(sum(len(piece) for piece in pieces))
         try:
             await writer.drain()
         except ConnectionError:
             return
+
+
+async def _answer_pieces(answer: Answer, peer: str) -> Pieces | None:
+    """The answer's pieces once its body is there (None: the connection must close)."""
+    answer.picked = time.perf_counter()
+    if answer.deferred is None:
+        answer.ready = answer.picked
+        return answer.pieces
+    ctx = answer.ctx
+    try:
+        body = await answer.deferred.awaitable
+    except Exception:
+        log.exception("deferred response failed for %s; closing", peer)
+        return None
+    answer.ready = time.perf_counter()
+    try:
+        return encode_response_parts(ctx.api_key, ctx.api_version, ctx.correlation_id, body)
+    except Exception:
+        log.exception("cannot encode a deferred response for %s; closing", peer)
+        return None
 
 
 def _peer(writer: asyncio.StreamWriter) -> tuple[str, str]:

@@ -14,9 +14,11 @@ Names follow seed 000's monitoring section under our prefix:
 - semel_idempotent_duplicates_total: Produce retries answered from producer state.
 - semel_not_enough_replicas_total{topic}: acks=all writes refused with NOT_ENOUGH_REPLICAS.
 
-Per API: semel_requests_total{api} (its rate is the request rate) and the
-semel_request_seconds{api} latency histogram. semel_bytes_in_total /
-semel_bytes_out_total count request and response frames. Per partition, read at
+Per API: semel_requests_total{api} (its rate is the request rate), the
+semel_request_seconds{api} latency histogram (frame read to response written) and
+semel_request_stage_seconds{api,stage}, the same time split by stage
+(broker.request_times). semel_bytes_in_total / semel_bytes_out_total count request
+and response frames. Per partition, read at
 scrape: semel_partition_high_watermark, semel_partition_last_stable_offset and
 semel_partition_lso_gap (their difference: records a read_committed reader waits for).
 Per partition the broker leads: semel_partition_isr_size and semel_partition_replicas,
@@ -45,6 +47,7 @@ from ..coordinator.partitioned import TxnCoordinators
 from ..coordinator.txn_states import PREPARED, TxnState
 from ..storage.manager import LogManager
 from .local_replicas import NOTHING_LED, LocalReplicas
+from .request_times import ApiTimes, RequestTimes
 
 log = logging.getLogger("semel.broker.metrics")
 
@@ -79,8 +82,8 @@ class BrokerMetrics:
                                            registry=self.registry)
         self.duplicate_batches = Counter("semel_idempotent_duplicates_total",
                                          "Produce retries recognised as duplicates", registry=self.registry)
-        self.request_seconds = Histogram("semel_request_seconds", "Request latency", ["api"],
-                                         registry=self.registry)
+        self.request_times = RequestTimes()
+        self.registry.register(self.request_times)
         self.bytes_in = Counter("semel_bytes_in_total", "Bytes of request frames received",
                                 registry=self.registry)
         self.bytes_out = Counter("semel_bytes_out_total", "Bytes of response frames sent",
@@ -109,17 +112,17 @@ class BrokerMetrics:
         self.connections_rejected = Counter("semel_connections_rejected_total", "Connections refused or "
                                             "closed by a limit", ["reason"], registry=self.registry)
         self._loop_lag_max = 0.0
-        self._per_api: dict[str, tuple[Counter, Histogram]] = {}
+        self._per_api: dict[str, tuple[Counter, ApiTimes]] = {}
         self._state = _BrokerStateCollector(broker)
         self.registry.register(self._state)
 
-    def api(self, name: str) -> tuple[Counter, Histogram]:
-        """(semel_requests_total, semel_request_seconds) of one API, labelled once:
+    def api(self, name: str) -> tuple[Counter, ApiTimes]:
+        """(semel_requests_total, its latency by stage) of one API, labelled once:
         labels() takes a lock and builds its key each time, and every request counts
         itself in both."""
         pair = self._per_api.get(name)
         if pair is None:
-            pair = self._per_api[name] = (self.requests.labels(name), self.request_seconds.labels(name))
+            pair = self._per_api[name] = (self.requests.labels(name), self.request_times.api(name))
         return pair
 
     def report_replicas(self, replicas: LocalReplicas) -> None:

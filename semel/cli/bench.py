@@ -18,6 +18,8 @@ BENCHMARKS = {
     "broker_restart_bench": "broker process restart time against log size (clean stop and SIGKILL)",
     "eos_bench": "commit-cycle overhead per sink",
     "failover_bench": "cluster: leader SIGKILL to the producer's next acknowledged write, per lease TTL",
+    "latency_bench": "publish and end-to-end latency at fixed rates: semel always/interval vs Tansu, RF3, transactions",
+    "consume_small_bench": "reading 100 B records back, semel vs Tansu: consumer and broker CPU, py-spy of both",
     "restart_resume": "broker SIGKILL + restart to the next committed transaction, per client library",
 }
 
