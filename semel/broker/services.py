@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 from ..cluster.broker_configs import BrokerConfigs
 from ..coordinator.partitioned import GroupCoordinators, TxnCoordinators
 from ..storage.committed import Committed
-from ..storage.flusher import GroupCommitFlusher
 from ..storage.manager import LogManager
 from .auth.acl import AclStore, Authorizer
 from .auth.cluster_store import ClusterAclStore, ClusterUserStore
@@ -35,8 +34,6 @@ if TYPE_CHECKING:   # the oauth extra
 class Services:
     config: BrokerConfig
     logs: LogManager
-    # fsyncs appended records (flush_mode=always: before an acks=-1 produce answers)
-    flusher: GroupCommitFlusher
     # wakes long-polling fetches when a partition gets records
     notifier: AppendNotifier
     metrics: BrokerMetrics

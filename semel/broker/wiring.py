@@ -94,7 +94,7 @@ def build_services(broker: BrokerParts, groups: GroupCoordinators, txns: TxnCoor
     replicas = broker.role.local_replicas
     broker.metrics.report_replicas(replicas)
     return Services(
-        config=broker.config, logs=broker.logs, flusher=broker.flusher, notifier=broker.notifier,
+        config=broker.config, logs=broker.logs, notifier=broker.notifier,
         metrics=broker.metrics, group_coordinator=groups, txn_coordinator=txns,
         authorizer=broker.authorizer, users=broker.users, acls=broker.acls, broker_configs=broker.role.broker_configs,
         metadata=broker.role.metadata, coordinators_at=broker.role.coordinators_at,
