@@ -11,7 +11,7 @@ from ...cluster.state import BrokerInfo
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..auth.acl import ResourceType
-from ..auth.check import authorized_operations
+from ..auth_check import authorized_operations
 from ..node_view import MetadataView
 from ..router import RequestContext, handler
 from .common import auto_create_topic, may_auto_create, unknown_topic
