@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..cluster.broker_configs import BrokerConfigs
+from ..coordinator.partition_markers import PartitionMarkers
 from ..coordinator.partitioned import GroupCoordinators, TxnCoordinators
 from ..storage.committed import Committed
 from ..storage.manager import LogManager
@@ -63,3 +64,6 @@ class Services:
     # when an append is committed (semel.storage.committed): fsynced as the flush policy
     # asks, then past the high watermark (at once on a single node)
     committed: Committed
+    # transaction markers written into partitions led here (WriteTxnMarkers from a
+    # coordinator on another broker; this broker's coordinators write through it too)
+    partition_markers: PartitionMarkers
