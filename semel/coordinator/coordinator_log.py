@@ -82,8 +82,11 @@ class CoordinatorLog:
     it can wait for or cancel them); `plog` is set once the coordinator opened
     its partition."""
 
-    def __init__(self, topic: str, flusher: PartitionWriter | None, spawn: Callable[[Any], Any], *, sync_writes: bool = True):
+    def __init__(self, topic: str, flusher: PartitionWriter | None, spawn: Callable[[Any], Any], *,
+                 sync_writes: bool = True, clock: Callable[[], int] | None = None):
         self.topic = topic
+        # Stamps the record batches `batch` builds (None: the wall clock).
+        self._clock = clock
         self.flusher = flusher
         self.sync_writes = sync_writes
         self._spawn = spawn
@@ -105,6 +108,23 @@ class CoordinatorLog:
         info = self.loaded().append(data, batches)
         self.records_since_compaction += sum(hdr.record_count for _, hdr in batches)
         return info
+
+    def batch(self, pairs: list[tuple[bytes, bytes | None]], *, producer_id: int = -1,
+              producer_epoch: int = -1) -> bytes:
+        """One batch of `pairs` (key, value; None a tombstone), transactional when a
+        producer id is given."""
+        return rb.build_batch(pairs, timestamp_ms=None if self._clock is None else self._clock(),
+                              producer_id=producer_id, producer_epoch=producer_epoch,
+                              base_sequence=rb.NO_SEQUENCE, transactional=producer_id >= 0)
+
+    def append_records(self, pairs: list[tuple[bytes, bytes | None]], *, producer_id: int = -1,
+                       producer_epoch: int = -1) -> AppendInfo:
+        return self.append(self.batch(pairs, producer_id=producer_id, producer_epoch=producer_epoch))
+
+    def append_control(self, kind: int, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> Any:
+        """A transaction marker in this log (the group coordinator's: the offsets a
+        transaction committed)."""
+        return self.loaded().append_control(kind, producer_id, producer_epoch, coordinator_epoch)
 
     def write(self, append: Callable[[], Any], apply: Callable[[Any], T],
               fail: Callable[[KafkaError], T],

@@ -36,7 +36,7 @@ class GroupMembership:
     (`consumers`: a group id is of one protocol at a time)."""
 
     def __init__(self, ctx: GroupContext, consumers: ConsumerGroups) -> None:
-        self._store, self._writes, self._ready = ctx.store, ctx.writes, ctx.ready
+        self._store, self._log, self._ready = ctx.store, ctx.log, ctx.ready
         self.timers, self.config, self.clock = ctx.timers, ctx.config, ctx.clock
         self._consumers = consumers
         consumers.classic.on_downgraded = self._downgraded
@@ -455,7 +455,7 @@ class GroupMembership:
                 self._prepare_rebalance(group)
 
         # Encoding happens inside the append so an unencodable name is an error answer.
-        self._writes.write(lambda: self._writes.append_records([(group_key(group.group_id), group_value(snapshot))]),
+        self._log.write(lambda: self._log.append_records([(group_key(group.group_id), group_value(snapshot))]),
                     apply, fail)
 
     def _store_group_snapshot(self, group: Group) -> None:
@@ -467,7 +467,7 @@ class GroupMembership:
         def apply(info: AppendInfo) -> None:
             group.persisted = True
 
-        self._writes.write(lambda: self._writes.append_records([(group_key(group.group_id), group_value(snapshot))]),
+        self._log.write(lambda: self._log.append_records([(group_key(group.group_id), group_value(snapshot))]),
                     apply, lambda error: None)
 
     def leave_group(self, group_id: str, members: list[tuple[str, str | None]]
