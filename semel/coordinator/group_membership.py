@@ -351,15 +351,10 @@ class GroupMembership:
         group = self._store.groups.get(group_id)
         if group is None:
             return KafkaError.UNKNOWN_MEMBER_ID
-        if group.state is S.DEAD:
-            return KafkaError.COORDINATOR_NOT_AVAILABLE
-        if group.static_fenced(group_instance_id, member_id):
-            return KafkaError.FENCED_INSTANCE_ID
-        member = group.members.get(member_id)
-        if member is None:
-            return KafkaError.UNKNOWN_MEMBER_ID
-        if generation != group.generation:
-            return KafkaError.ILLEGAL_GENERATION
+        err = group.member_error(generation, member_id, group_instance_id)
+        if err:
+            return err
+        member = group.members[member_id]
         result = HEARTBEAT_RESULT[group.state]
         if result in (KafkaError.NONE, KafkaError.REBALANCE_IN_PROGRESS):
             self.arm_heartbeat(group, member)
@@ -403,18 +398,13 @@ class GroupMembership:
                     protocol_name: str | None) -> KafkaError:
         if group is None:
             return KafkaError.UNKNOWN_MEMBER_ID
-        if group.state is S.DEAD:
-            return KafkaError.COORDINATOR_NOT_AVAILABLE
-        if member_id not in group.members:
-            return KafkaError.UNKNOWN_MEMBER_ID
-        if generation != group.generation:
-            return KafkaError.ILLEGAL_GENERATION
+        err = group.member_error(generation, member_id, group_instance_id)
+        if err:
+            return err
         if protocol_type is not None and protocol_type != group.protocol_type:
             return KafkaError.INCONSISTENT_GROUP_PROTOCOL
         if protocol_name is not None and protocol_name != group.protocol:
             return KafkaError.INCONSISTENT_GROUP_PROTOCOL
-        if group.static_fenced(group_instance_id, member_id):
-            return KafkaError.FENCED_INSTANCE_ID
         return KafkaError.NONE
 
     def group_record(self, group: Group, assignments: dict[str, bytes] | None = None) -> GroupRecord:

@@ -77,19 +77,16 @@ class OffsetManager:
         if group is None:
             # No such group: only a commit outside group management is meaningful.
             return KafkaError.NONE if generation < 0 else KafkaError.ILLEGAL_GENERATION
-        if group.state is S.DEAD:
-            return KafkaError.COORDINATOR_NOT_AVAILABLE
-        if group.static_fenced(group_instance_id, member_id):
-            return KafkaError.FENCED_INSTANCE_ID
+        err = group.member_error(generation, member_id, group_instance_id)
+        if err in (KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.FENCED_INSTANCE_ID):
+            return err
+        # Outside group management (no generation) while the group has no members; and
+        # no commit while the new generation's assignment is being decided.
         if generation < 0 and group.state is S.EMPTY:
             return KafkaError.NONE
         if group.state is S.COMPLETING_REBALANCE:
             return KafkaError.REBALANCE_IN_PROGRESS
-        if member_id not in group.members:
-            return KafkaError.UNKNOWN_MEMBER_ID
-        if generation != group.generation:
-            return KafkaError.ILLEGAL_GENERATION
-        return COMMIT_RESULT[group.state]
+        return err or COMMIT_RESULT[group.state]
 
     def _write_offsets(self, group_id: str, offsets: Mapping[TopicPartition, OffsetInput], *,
                        producer_id: int, producer_epoch: int) -> "asyncio.Future[dict[TopicPartition, KafkaError]]":
@@ -184,15 +181,7 @@ class OffsetManager:
             if member_id:
                 return KafkaError.UNKNOWN_MEMBER_ID
             return KafkaError.ILLEGAL_GENERATION if generation > 0 else KafkaError.NONE
-        if group.state is S.DEAD:
-            return KafkaError.COORDINATOR_NOT_AVAILABLE
-        if group.static_fenced(group_instance_id, member_id):
-            return KafkaError.FENCED_INSTANCE_ID
-        if member_id and member_id not in group.members:
-            return KafkaError.UNKNOWN_MEMBER_ID
-        if generation >= 0 and generation != group.generation:
-            return KafkaError.ILLEGAL_GENERATION
-        return KafkaError.NONE
+        return group.member_error(generation, member_id, group_instance_id, named_only=True)
 
     def complete_txn(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
                      commit: bool) -> "asyncio.Future[KafkaError]":
