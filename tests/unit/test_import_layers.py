@@ -186,11 +186,14 @@ def test_the_checks_see_what_they_check():
     assert ("semel.backoff", "semel.protocol.errors") in upward({"semel.backoff": {"semel.protocol.errors"}})
 
 
-def _untyped_reaches(tree: ast.AST) -> list[str]:
-    """`getattr(<the broker, its services, a request context or a connection>, "name", ...)`
-    calls: a name read around the attribute's declaration, which neither a type checker
-    nor a rename sees."""
-    roots = {"broker", "services", "ctx", "conn", "connection"}
+# What the broker's modules reach by declared attributes: the broker, its services, a
+# request context, a connection, and the cluster view (semel.cluster.state.ClusterView).
+_DECLARED = {"broker", "services", "ctx", "conn", "connection", "view"}
+
+
+def _untyped_reaches(tree: ast.AST, roots: set[str] = _DECLARED) -> list[str]:
+    """`getattr(<one of roots>, "name", ...)` calls: a name read around the attribute's
+    declaration, which neither a type checker nor a rename sees."""
     out = []
     for node in ast.walk(tree):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
@@ -203,8 +206,9 @@ def _untyped_reaches(tree: ast.AST) -> list[str]:
     return out
 
 
-def test_the_broker_and_connections_are_read_by_their_declared_attributes():
-    found = {str(path.relative_to(ROOT)): hits for path in sorted((ROOT / "broker").rglob("*.py"))
+def test_the_broker_connections_and_cluster_view_are_read_by_their_declared_attributes():
+    paths = [p for package in ("broker", "cluster", "coordinator") for p in sorted((ROOT / package).rglob("*.py"))]
+    found = {str(path.relative_to(ROOT)): hits for path in paths
              if (hits := _untyped_reaches(ast.parse(path.read_text(), str(path))))}
     assert found == {}
 
@@ -215,10 +219,12 @@ def test_the_attribute_check_sees_what_it_checks():
                      'c = getattr(conn, "listener", None)\n'
                      's = getattr(ctx.services, "replicas", None)\n'
                      'x = getattr(ctx, "services")\n'
+                     'v = getattr(self.view, "lease_ttl_s", None)\n'
                      'fine = getattr(topic, "topic_id", None)\n')
     assert [hit.split(" at ")[0] for hit in _untyped_reaches(tree)] == [
         "getattr(ctx.connection, 'listener', None)", "getattr(ctx.broker, 'replicas', None)",
-        "getattr(conn, 'listener', None)", "getattr(ctx.services, 'replicas', None)", "getattr(ctx, 'services')"]
+        "getattr(conn, 'listener', None)", "getattr(ctx.services, 'replicas', None)", "getattr(ctx, 'services')",
+        "getattr(self.view, 'lease_ttl_s', None)"]
 
 
 # What a handler reaches the broker through: the request context and its services.
