@@ -72,7 +72,7 @@ log = logging.getLogger("semel.coordinator.group")
 class GroupCoordinator:
     """Consumer groups and committed offsets of one broker (it coordinates every group).
 
-    `logs` is the storage LogManager, `flusher` the PartitionWriter its writes wait on
+    `logs` is the storage LogManager, `writer` the PartitionWriter its writes wait on
     (None: no wait, for tests), `seat` its CoordinatorSeat, which loads, serves and drops
     it (semel.coordinator.ports.LocalSeat on a single node), `deleted_topics` the names of topics the
     cluster holds deleted (None on a single node, which deletes offsets itself), `clock` returns milliseconds (tests pass a fake one and
@@ -80,11 +80,10 @@ class GroupCoordinator:
     fires them).
     """
 
-    def __init__(self, logs: LogManager, flusher: PartitionWriter | None = None, config: GroupConfig | None = None,
+    def __init__(self, logs: LogManager, writer: PartitionWriter | None = None, config: GroupConfig | None = None,
                  clock: Callable[[], int] | None = None, *, run_timers: bool = True,
                  seat: CoordinatorSeat, deleted_topics: Callable[[], set[str]] | None = None) -> None:
         self.logs = logs
-        self.flusher = flusher
         self.config = config or GroupConfig()
         self.clock = clock or wall_clock_ms
         # Deadlines run on the monotonic clock (a wall-clock step expires no session);
@@ -95,7 +94,7 @@ class GroupCoordinator:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._timer_task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
-        self.clog = CoordinatorLog(self.config.offsets_topic, flusher, self.spawn,
+        self.clog = CoordinatorLog(self.config.offsets_topic, writer, self.spawn,
                                    sync_writes=self.config.sync_writes, clock=self.clock)
         # The seat on one __consumer_offsets partition (semel.coordinator.ports):
         # groups are loaded, served and dropped as this broker leads that partition or not.

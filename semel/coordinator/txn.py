@@ -120,7 +120,7 @@ class TransactionCoordinator:
     partition in a cluster. What it needs from around it is given here
     (semel.coordinator.ports; semel.broker.wiring chooses the implementations):
 
-    `flusher`    the PartitionWriter of its own log (semel.storage.committed: fsynced,
+    `writer`     the PartitionWriter of its own log (semel.storage.committed: fsynced,
                  then past the high watermark)
     `pid_manager` the ProducerIdSource
     `markers`    the MarkerWriter for partitions led by other brokers (LocalMarkers:
@@ -133,7 +133,7 @@ class TransactionCoordinator:
     `txn_partitions`   the partition count of __transaction_state
     """
 
-    def __init__(self, logs: TxnLogs, flusher: PartitionWriter, groups: TxnGroups, config: TxnConfig,
+    def __init__(self, logs: TxnLogs, writer: PartitionWriter, groups: TxnGroups, config: TxnConfig,
                  pid_manager: ProducerIdSource, stats: TxnStats | None = None, *, seat: CoordinatorSeat,
                  local_markers: PartitionMarkers, markers: MarkerWriter = LocalMarkers(),
                  txn_partitions: int = 1) -> None:
@@ -146,7 +146,7 @@ class TransactionCoordinator:
         self.txns: dict[str, TxnMeta] = {}
         self.log: PartitionLog | None = None
         self._background: set[asyncio.Task[None]] = set()
-        self._clog = CoordinatorLog(TXN_TOPIC, flusher, self.spawn)
+        self._clog = CoordinatorLog(TXN_TOPIC, writer, self.spawn)
         self._tasks: list[asyncio.Task[None]] = []
         self.markers = markers
         # Nothing is appended to the log unless `serving()`. Only the coordinator's state
