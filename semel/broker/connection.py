@@ -28,7 +28,7 @@ from ..protocol.messages import (
     API_VERSIONS_KEY, DecodeInThread, UnsupportedVersion, decode_request, encode_response_parts, partition_count,
     unsupported_api_versions_response,
 )
-from .auth.gate import authenticated_enough, guarded
+from .auth_gate import authenticated_enough, guarded
 from .config import BrokerConfig, Listener
 from .coordinator_gate import coordinator_guard
 from .deferred import Deferred
@@ -283,9 +283,9 @@ async def _dispatch(services: Services, conn: Connection, frame: bytes | bytearr
     counted, timed = services.metrics.api(api)
     counted.inc()
     try:
-        # ACL checks (auth.gate): a denied request or resource is answered with its
+        # ACL checks (auth_gate.py): a denied request or resource is answered with its
         # *_AUTHORIZATION_FAILED code there and never reaches the handler.
-        result = await guarded(ctx, req.body, coordinator_guard(services, route.fn))
+        result = await guarded(ctx, req.body, coordinator_guard(route.fn))
     except Exception:
         log.exception("handler %s failed for %s; closing the connection", api, peer)
         raise _Close() from None

@@ -12,12 +12,12 @@ partition each, on a seat that always serves.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from ..protocol.api_keys import ApiKey
 from .refusal import refuse
 from .router import Handler, RequestContext
-from .services import Services
 
 # The APIs served by a coordinator. InitProducerId only with a transactional id:
 # idempotent producer ids come from any broker.
@@ -43,15 +43,16 @@ def coordinator_key(api_key: int, body: Any) -> str | None:
     return key
 
 
-def coordinator_guard(services: Services, fn: Handler) -> Handler:
-    """The handler `fn`, refusing the coordinator requests this broker must not serve now."""
-    txns, groups = services.txn_coordinator, services.group_coordinator
-
+@functools.cache
+def coordinator_guard(fn: Handler) -> Handler:
+    """The handler `fn`, refusing the coordinator requests this broker must not serve now;
+    built once per handler (cached) and given the coordinators by each request's context."""
     async def guarded(ctx: RequestContext, body: Any) -> Any:
         several = ctx.api_key == ApiKey.OFFSET_FETCH and ctx.api_version >= 8   # the handler asks each group's
         if (ctx.api_key in GATED and not several
                 and (ctx.api_key != ApiKey.INIT_PRODUCER_ID or body.transactional_id is not None)):
-            coordinators = txns if ctx.api_key in TXN_APIS else groups
+            services = ctx.services
+            coordinators = services.txn_coordinator if ctx.api_key in TXN_APIS else services.group_coordinator
             err = coordinators.error_for(coordinator_key(ctx.api_key, body))
             if err:
                 return refuse(ctx, body, err)

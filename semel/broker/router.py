@@ -12,7 +12,7 @@ from typing import Any, Awaitable, Callable
 
 from ..protocol.messages import response_class, spec_max_version
 from .auth.acl import Operation, ResourceType
-from .auth.check import authorize
+from .auth_check import authorize
 from .config import Listener
 from .services import Services
 from .session import Connection

@@ -15,6 +15,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ..clock import wall_ms
+from ..coordinator.partition_markers import PartitionMarkers
 from ..coordinator.partitioned import GroupCoordinators, TxnCoordinators
 from ..storage.committed import Committed
 from ..storage.flusher import GroupCommitFlusher
@@ -33,7 +34,7 @@ from .node_role import NodeRole, role_for
 from .notify import AppendNotifier
 from .watchdog import LoopWatchdog
 from .services import Services
-from .wiring import build_groups, build_services, build_txns
+from .wiring import build_groups, build_partition_markers, build_services, build_txns
 
 if TYPE_CHECKING:   # the oauth extra
     from .auth.oauth_jwks import SignedValidator
@@ -96,7 +97,7 @@ class Broker:
         # no record a power cut could take (PartitionLog.durable_end).
         self.logs.set_reads_wait_for_fsync(self.config.log.flush_mode == "always")
         self.role.open(self)
-        groups, txns = await self._start_coordinators()
+        groups, txns, markers = await self._start_coordinators()
         # A damaged users/ACL file stops the start here, naming it (ValueError -> one line).
         self.users.names()
         self.acls.bindings()
@@ -116,7 +117,7 @@ class Broker:
         # takes the role) before the coordinators' seats act on it.
         groups.start_seats()
         txns.start_seats()
-        self.services = build_services(self, groups, txns)
+        self.services = build_services(self, groups, txns, markers)
         await self._open_doors()
         # Watched from the moment clients can connect (loading logs at start holds the
         # loop on purpose: nobody is being served yet).
@@ -169,13 +170,14 @@ class Broker:
             ctx.verify_mode = ssl.CERT_REQUIRED if self.config.ssl_client_auth == "required" else ssl.CERT_OPTIONAL
         return ctx
 
-    async def _start_coordinators(self) -> tuple[GroupCoordinators, TxnCoordinators]:
+    async def _start_coordinators(self) -> tuple[GroupCoordinators, TxnCoordinators, PartitionMarkers]:
         # Groups first: the transaction coordinator writes offset markers through them.
         groups = self.group_coordinator = build_groups(self)
         await groups.start()
-        txns = self.txn_coordinator = build_txns(self, groups)
+        markers = build_partition_markers(self)
+        txns = self.txn_coordinator = build_txns(self, groups, markers)
         await txns.start()
-        return groups, txns
+        return groups, txns, markers
 
     def coordinators(self) -> tuple[GroupCoordinators, TxnCoordinators]:
         """The group and transaction coordinators, once started."""

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..cluster.broker_configs import BrokerConfigs
+from ..coordinator.partition_markers import PartitionMarkers
 from ..coordinator.partitioned import GroupCoordinators, TxnCoordinators
 from ..storage.committed import Committed
-from ..storage.flusher import GroupCommitFlusher
 from ..storage.manager import LogManager
 from .auth.acl import AclStore, Authorizer
 from .auth.cluster_store import ClusterAclStore, ClusterUserStore
@@ -35,8 +35,6 @@ if TYPE_CHECKING:   # the oauth extra
 class Services:
     config: BrokerConfig
     logs: LogManager
-    # fsyncs appended records (flush_mode=always: before an acks=-1 produce answers)
-    flusher: GroupCommitFlusher
     # wakes long-polling fetches when a partition gets records
     notifier: AppendNotifier
     metrics: BrokerMetrics
@@ -66,3 +64,6 @@ class Services:
     # when an append is committed (semel.storage.committed): fsynced as the flush policy
     # asks, then past the high watermark (at once on a single node)
     committed: Committed
+    # transaction markers written into partitions led here (WriteTxnMarkers from a
+    # coordinator on another broker; this broker's coordinators write through it too)
+    partition_markers: PartitionMarkers

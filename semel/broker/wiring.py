@@ -19,6 +19,7 @@ from dataclasses import replace
 
 from ..coordinator.group import GroupCoordinator
 from ..coordinator.group_model import GroupConfig
+from ..coordinator.partition_markers import PartitionMarkers
 from ..coordinator.partitioned import GroupCoordinators, TxnCoordinators
 from ..coordinator.producer_ids import ProducerIdManager
 from ..coordinator.txn import TXN_TOPIC, TransactionCoordinator
@@ -60,21 +61,27 @@ def build_groups(broker: BrokerParts) -> GroupCoordinators:
     return GroupCoordinators(parts, lambda: role.topic_partitions(topic))
 
 
-def build_txns(broker: BrokerParts, groups: GroupCoordinators) -> TxnCoordinators:
+def build_partition_markers(broker: BrokerParts) -> PartitionMarkers:
+    """The markers written into partitions led here, by this broker's transaction
+    coordinators and for WriteTxnMarkers (semel.coordinator.partition_markers). They are
+    always fsynced, whatever the flush policy, then replicated."""
+    role = broker.role
+    committed = Committed(broker.flusher, lambda: role.high_watermarks, broker.config.request_timeout_ms / 1000)
+    return PartitionMarkers(broker.logs, committed, broker.notifier.notify)
+
+
+def build_txns(broker: BrokerParts, groups: GroupCoordinators, local_markers: PartitionMarkers) -> TxnCoordinators:
     """The transaction coordinators, one per __transaction_state partition
     (semel.coordinator.partitioned.TxnCoordinators; one on a single node), sharing
-    the producer-id pool and the marker writer; they write offset markers through `groups`."""
+    the producer-id pool and the marker writers; they write offset markers through `groups`."""
     cfg, role = broker.config, broker.role
     pids = role.producer_ids(ProducerIdManager(cfg.data_dir / "producer_ids", broker.fs))
     count = role.coordinator_partitions(TXN_TOPIC)
-    # Markers are always fsynced, whatever the flush policy, then replicated.
-    markers_committed = Committed(broker.flusher, lambda: role.high_watermarks, cfg.request_timeout_ms / 1000)
     configs = TransactionCoordinator.log_configs(cfg)
     markers = role.markers()
     parts = [TransactionCoordinator(broker.logs, _committed(broker, broker.flusher, TXN_TOPIC, p), groups,
-                                    cfg, pids, broker.notifier.notify, broker.metrics,
-                                    markers=markers, seat=role.seat(TXN_TOPIC, p, configs),
-                                    markers_committed=markers_committed, txn_partitions=count)
+                                    cfg, pids, broker.metrics, markers=markers, seat=role.seat(TXN_TOPIC, p, configs),
+                                    local_markers=local_markers, txn_partitions=count)
              for p in range(count)]
     return TxnCoordinators(parts, lambda: role.topic_partitions(TXN_TOPIC))
 
@@ -88,15 +95,16 @@ def _committed(broker: BrokerParts, inner: GroupCommitFlusher | None, topic: str
                      KafkaError.NOT_COORDINATOR).writer(topic, partition)
 
 
-def build_services(broker: BrokerParts, groups: GroupCoordinators, txns: TxnCoordinators) -> Services:
+def build_services(broker: BrokerParts, groups: GroupCoordinators, txns: TxnCoordinators,
+                   partition_markers: PartitionMarkers) -> Services:
     """What handlers use, once every part exists (semel.broker.services); the metrics
     report the partitions led here from then on."""
     replicas = broker.role.local_replicas
     broker.metrics.report_replicas(replicas)
     return Services(
-        config=broker.config, logs=broker.logs, flusher=broker.flusher, notifier=broker.notifier,
+        config=broker.config, logs=broker.logs, notifier=broker.notifier,
         metrics=broker.metrics, group_coordinator=groups, txn_coordinator=txns,
         authorizer=broker.authorizer, users=broker.users, acls=broker.acls, broker_configs=broker.role.broker_configs,
         metadata=broker.role.metadata, coordinators_at=broker.role.coordinators_at,
         admin=broker.role.admin(groups), replicas=replicas,
-        oauth_signed=broker.oauth_signed, committed=broker.committed)
+        oauth_signed=broker.oauth_signed, committed=broker.committed, partition_markers=partition_markers)

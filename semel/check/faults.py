@@ -4,19 +4,20 @@ Client faults kill or pause worker processes; broker faults (when check runs the
 broker itself) kill and restart it, or restart it on a full or slow disk through the
 storage seam's fault injection (SEMEL_FS_FAULTS); cluster faults are CheckCluster's.
 
-FaultInjection is the part of Workload (semel.check.workload) that does this; it uses
-the workload's `cfg`, `stop`, `nemesis_rng`, `record`, `note` and `live_slots`.
+FaultInjection is the part of Workload (semel.check.workload) that does this, given the
+workload's settings, its stop event, its worker processes and how to write the history.
 """
 from __future__ import annotations
 
 import asyncio
 import random
 import signal
+from typing import Any, Callable
 
 from .cluster import CLUSTER_FAULTS
 from .errors import WorkloadError
 from .history import NEMESIS
-from .processes import signal_worker
+from .processes import WorkerProcesses, signal_worker
 from .target import BrokerStartError
 from .threads import blocking
 
@@ -27,11 +28,24 @@ BROKER_FAULTS = frozenset({"broker-kill", "power-loss", "disk-full", "slow-fsync
 
 
 class FaultInjection:
-    """The nemesis loop and one method per fault, `fault_<name>`."""
+    """The nemesis loop and one method per fault, `fault_<name>`. `cfg` is the
+    WorkloadConfig; the nemesis runs until `stop` is set; `record(event)` writes a
+    history event, `note(f, **value)` an info event (CheckCluster's faults note theirs
+    through it too)."""
+
+    def __init__(self, cfg: Any, stop: asyncio.Event, workers: WorkerProcesses,
+                 record: Callable[[dict], dict], note: Callable[..., None]) -> None:
+        self.cfg = cfg
+        self.stop = stop
+        self.workers = workers
+        self.record = record
+        self.note = note
+        # Its own stream of the seed: the schedule of faults is reproducible.
+        self.rng = random.Random(f"{cfg.seed}/nemesis")
 
     async def nemesis(self) -> None:
         faults = list(self.cfg.faults)
-        rng = self.nemesis_rng
+        rng = self.rng
         while faults:
             delay = rng.uniform(*self.cfg.fault_interval_s)
             try:
@@ -46,7 +60,7 @@ class FaultInjection:
                 await getattr(self, "fault_" + fault.replace("-", "_"))(rng)
 
     async def fault_client_kill(self, rng: random.Random) -> None:
-        live = self.live_slots()
+        live = self.workers.live_slots()
         if not live:
             return
         victim = rng.choice(live)
@@ -56,7 +70,7 @@ class FaultInjection:
         self.note("kill-client", slot=victim.name, process=victim.process)
 
     async def fault_client_pause(self, rng: random.Random) -> None:
-        live = self.live_slots()
+        live = self.workers.live_slots()
         if not live:
             return
         victim = rng.choice(live)

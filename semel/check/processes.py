@@ -2,9 +2,9 @@
 slots (stable client identities), starting a worker, one command and its answer over
 the worker's stdin/stdout, and reaping it.
 
-WorkerProcesses is the part of Workload (semel.check.workload) that does this; it uses
-the workload's `cfg`, `topic`, `slots`, `zombies`, `worker_log`, `next_process` and
-`note`.
+WorkerProcesses is the part of Workload (semel.check.workload) that does this, given
+the workload's settings, topic, the file the workers' stderr goes to, and how to note an
+event in the history.
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import random
 import signal
 import sys
 from dataclasses import dataclass
+from typing import IO, Any, Callable
 
 CONSUMER_SLOTS = (
     # name, mode, isolation, group suffix
@@ -50,24 +51,35 @@ class Slot:
 
 
 class WorkerProcesses:
-    """Slots and their worker processes."""
+    """Slots and their worker processes. `cfg` is the WorkloadConfig; `note(f, **value)`
+    records an info event in the history."""
 
-    def _base_cfg(self) -> dict:
+    def __init__(self, cfg: Any, topic: str, worker_log: IO[bytes], note: Callable[..., None]) -> None:
+        self.cfg = cfg
+        self.topic = topic
+        self.worker_log = worker_log
+        self.note = note
+        self.next_process = 0
+        self.slots: list[Slot] = []
+        self.zombies: list[Slot] = []   # also in slots; driven together (Workload.drive_zombies)
+
+    def base_cfg(self) -> dict:
+        """What every worker is configured with."""
         return {"bootstrap": self.cfg.bootstrap, "topic": self.topic, "keys": self.cfg.keys,
                 "max_seconds": self.cfg.duration_s + self.cfg.drain_timeout_s + 300}
 
     def build_slots(self) -> None:
         for i in range(self.cfg.producers):
             name = f"producer-{i}"
-            wcfg = dict(self._base_cfg(), role="producer", txn_id=f"{self.topic}-{name}")
+            wcfg = dict(self.base_cfg(), role="producer", txn_id=f"{self.topic}-{name}")
             self.slots.append(Slot(name, "producer", wcfg, random.Random(f"{self.cfg.seed}/{name}")))
         for i in range(self.cfg.zombies):
             name = f"zombie-{i}"
-            wcfg = dict(self._base_cfg(), role="producer", txn_id=f"{self.topic}-zombie")
+            wcfg = dict(self.base_cfg(), role="producer", txn_id=f"{self.topic}-zombie")
             self.zombies.append(Slot(name, "producer", wcfg, random.Random(f"{self.cfg.seed}/{name}")))
         self.slots += self.zombies
         for name, mode, iso, group in CONSUMER_SLOTS:
-            wcfg = dict(self._base_cfg(), role="consumer", mode=mode, isolation=iso,
+            wcfg = dict(self.base_cfg(), role="consumer", mode=mode, isolation=iso,
                         group=f"{self.topic}-{group}" if group else None)
             self.slots.append(Slot(name, "consumer", wcfg, random.Random(f"{self.cfg.seed}/{name}")))
 

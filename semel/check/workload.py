@@ -90,7 +90,11 @@ class WorkloadConfig:
             raise WorkloadError("duration must be positive")
 
 
-class Workload(WorkerProcesses, FaultInjection):
+class Workload:
+    """One run: the history it writes, its phases and the clients' operations, composed
+    of its worker processes (`workers`, semel.check.processes) and its nemesis
+    (`faults`, semel.check.faults)."""
+
     def __init__(self, cfg: WorkloadConfig):
         cfg.validate()
         self.cfg = cfg
@@ -100,13 +104,10 @@ class Workload(WorkerProcesses, FaultInjection):
         self.history = HistoryWriter(cfg.out_dir / "history.jsonl")
         self.worker_log = open(cfg.out_dir / "workers.log", "ab")
         self.stop = asyncio.Event()
-        self.next_process = 0
         self.next_value = 0
-        self.nemesis_rng = random.Random(f"{cfg.seed}/nemesis")
-        self.slots: list[Slot] = []
-        self.zombies: list[Slot] = []   # also in slots; driven together by drive_zombies
-        self.notes: list[str] = []
         self.drained: dict = {}
+        self.workers = WorkerProcesses(cfg, self.topic, self.worker_log, self.note)
+        self.faults = FaultInjection(cfg, self.stop, self.workers, self.record, self.note)
 
     # ------------------------------------------------------------------ history
 
@@ -163,17 +164,17 @@ class Workload(WorkerProcesses, FaultInjection):
 
     async def run_op(self, slot: Slot, cmd: dict, invoke: dict, timeout_s: float | None = None) -> dict | None:
         inv = self.record(dict(invoke, process=slot.process, type="invoke"))
-        reply = await self.call(slot, cmd, timeout_s or self.cfg.op_timeout_s)
+        reply = await self.workers.call(slot, cmd, timeout_s or self.cfg.op_timeout_s)
         self.record(dict(self.completion(slot, inv, reply), process=slot.process))
         if reply is None or reply.get("exit"):
-            await self.reap(slot)
+            await self.workers.reap(slot)
         return reply
 
     async def drive(self, slot: Slot) -> None:
         try:
             while not self.stop.is_set():
                 if slot.proc is None:
-                    if not await self.spawn(slot):
+                    if not await self.workers.spawn(slot):
                         await asyncio.sleep(0.5)
                     continue
                 cmd, invoke = self.next_op(slot)
@@ -182,7 +183,7 @@ class Workload(WorkerProcesses, FaultInjection):
         except asyncio.CancelledError:
             # Cut off mid-op: the worker would answer a command we no longer wait
             # for, so it goes; its op stays open in the history (an unknown outcome).
-            await self.reap(slot)
+            await self.workers.reap(slot)
             raise
 
     async def drive_zombies(self) -> None:
@@ -194,11 +195,11 @@ class Workload(WorkerProcesses, FaultInjection):
         rng = random.Random(f"{self.cfg.seed}/zombies")
         try:
             while not self.stop.is_set():
-                for slot in self.zombies:
-                    await self.reap(slot)
-                start_at = time.time() + 1.0 + 0.5 * len(self.zombies)   # all connected by then
-                await asyncio.gather(*(self.spawn(s, start_at=start_at) for s in self.zombies))
-                running = [s for s in self.zombies if s.proc is not None]
+                for slot in self.workers.zombies:
+                    await self.workers.reap(slot)
+                start_at = time.time() + 1.0 + 0.5 * len(self.workers.zombies)   # all connected by then
+                await asyncio.gather(*(self.workers.spawn(s, start_at=start_at) for s in self.workers.zombies))
+                running = [s for s in self.workers.zombies if s.proc is not None]
                 if not running:
                     await asyncio.sleep(0.5)
                     continue
@@ -211,8 +212,8 @@ class Workload(WorkerProcesses, FaultInjection):
                 over.set()
                 await asyncio.gather(*loops)
         except asyncio.CancelledError:
-            for slot in self.zombies:
-                await self.reap(slot)
+            for slot in self.workers.zombies:
+                await self.workers.reap(slot)
             raise
 
     async def _zombie_round(self, slot: Slot, over: asyncio.Event) -> None:
@@ -220,8 +221,6 @@ class Workload(WorkerProcesses, FaultInjection):
             cmd, invoke = self.next_op(slot)
             await self.run_op(slot, cmd, invoke)
             await asyncio.sleep(slot.rng.uniform(0, 0.02))
-
-    # ------------------------------------------------------------------ nemesis
 
     # ------------------------------------------------------------------ phases
 
@@ -273,7 +272,7 @@ class Workload(WorkerProcesses, FaultInjection):
     async def fence(self) -> None:
         """Initialise every transactional id once more: a killed producer's open
         transaction is aborted (or its decided commit completed) right here."""
-        producers = [s for s in self.slots if s.role == "producer"]
+        producers = [s for s in self.workers.slots if s.role == "producer"]
         ok = await self._bounded([self._fence_one(s) for s in producers], self.cfg.fence_timeout_s)
         for slot, fenced in zip(producers, ok):
             if not fenced:
@@ -281,13 +280,13 @@ class Workload(WorkerProcesses, FaultInjection):
 
     async def _fence_one(self, slot: Slot) -> bool:
         try:
-            if slot.proc is None and not await self.spawn(slot):
+            if slot.proc is None and not await self.workers.spawn(slot):
                 return False
-            reply = await self.call(slot, {"op": "close"}, self.cfg.op_timeout_s)
+            reply = await self.workers.call(slot, {"op": "close"}, self.cfg.op_timeout_s)
             self.note("fenced", slot=slot.name, process=slot.process, ok=reply is not None)
             return reply is not None
         finally:
-            await self.reap(slot)
+            await self.workers.reap(slot)
 
     async def _bounded(self, coros: list, timeout_s: float) -> list:
         """Run coroutines together for at most timeout_s; a late one counts as False."""
@@ -301,7 +300,7 @@ class Workload(WorkerProcesses, FaultInjection):
     async def drain(self) -> None:
         drains = []
         for iso, tag in (("read_committed", "rc"), ("read_uncommitted", "ru")):
-            wcfg = dict(self._base_cfg(), role="consumer", mode="assign", isolation=iso, group=None)
+            wcfg = dict(self.workers.base_cfg(), role="consumer", mode="assign", isolation=iso, group=None)
             drains.append(Slot(f"drain-{tag}", "consumer", wcfg, random.Random(f"{self.cfg.seed}/drain-{tag}")))
         await asyncio.gather(*(self._drain_one(s) for s in drains))
 
@@ -311,7 +310,7 @@ class Workload(WorkerProcesses, FaultInjection):
         at_end: set = set()
         while time.monotonic() < deadline:
             left = max(1.0, deadline - time.monotonic())
-            if slot.proc is None and not await self.spawn(slot, ready_timeout_s=left):
+            if slot.proc is None and not await self.workers.spawn(slot, ready_timeout_s=left):
                 await asyncio.sleep(0.5)
                 continue
             reply = await self.run_op(slot, {"op": "poll", "timeout_s": 1.0},
@@ -325,25 +324,25 @@ class Workload(WorkerProcesses, FaultInjection):
         self.drained[slot.name] = sorted(at_end)
         if not at_end >= want:
             self.note("drain-incomplete", slot=slot.name, at_end=sorted(at_end))
-        await self.reap(slot)
+        await self.workers.reap(slot)
 
     async def close_consumers(self) -> None:
         async def close(slot: Slot) -> bool:
             try:
-                return await self.call(slot, {"op": "close"}, 5) is not None
+                return await self.workers.call(slot, {"op": "close"}, 5) is not None
             finally:
-                await self.reap(slot)
+                await self.workers.reap(slot)
 
-        await self._bounded([close(s) for s in self.slots if s.role == "consumer" and s.proc is not None], 10)
+        await self._bounded([close(s) for s in self.workers.slots if s.role == "consumer" and s.proc is not None], 10)
 
     async def run(self) -> Path:
         try:
             await self.setup_topic()
-            self.build_slots()
-            drivers = [asyncio.create_task(self.drive(s)) for s in self.slots if s not in self.zombies]
-            if self.zombies:
+            self.workers.build_slots()
+            drivers = [asyncio.create_task(self.drive(s)) for s in self.workers.slots if s not in self.workers.zombies]
+            if self.workers.zombies:
                 drivers.append(asyncio.create_task(self.drive_zombies()))
-            nemesis = asyncio.create_task(self.nemesis())
+            nemesis = asyncio.create_task(self.faults.nemesis())
             try:
                 await asyncio.wait_for(self.stop.wait(), self.cfg.duration_s)
             except asyncio.TimeoutError:
@@ -362,8 +361,8 @@ class Workload(WorkerProcesses, FaultInjection):
             await self.drain()
             self.note("end", drained=self.drained)
         finally:
-            for slot in self.slots:
-                await self.reap(slot)
+            for slot in self.workers.slots:
+                await self.workers.reap(slot)
             self.history.close()
             self.worker_log.close()
         return self.history.path

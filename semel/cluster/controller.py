@@ -93,12 +93,8 @@ def decide(st: PartitionState, live: Iterable[int]) -> PartitionState | None:
 
 
 def _etcd_failed(view: EtcdClusterView, exc: EtcdError) -> None:
-    """Counted in the view's outage log (one line per outage), logged here without one."""
-    outage = getattr(view, "outage", None)
-    if outage is not None:
-        outage.failed("controller step", exc)
-    else:
-        log.warning("controller step failed: %s", exc)
+    """Counted in the view's outage log (one line per outage)."""
+    view.outage.failed("controller step", exc)
 
 
 class Controller:
@@ -152,7 +148,7 @@ class Controller:
             self._wake.clear()
 
     async def step(self) -> None:
-        if getattr(self.view, "fenced", False):
+        if self.view.fenced:
             return     # its view may be stale and its seat gone: no decision from here
         if self.view.controller_id() is None and await self.view.try_become_controller():
             log.info("broker %d is the controller", self.view.node_id)

@@ -108,7 +108,7 @@ class ReplicaManager:
         # Followers here stop fetching while set: what a stopped (SIGSTOP) follower looks
         # like to its leaders, without stopping the rest of the broker.
         self.fetching_paused = False
-        self.outage = getattr(view, "outage", None) or OutageLog(log, f"broker {view.node_id}")
+        self.outage = view.outage or OutageLog(log, f"broker {view.node_id}")
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
@@ -461,7 +461,7 @@ class ReplicaManager:
         registration (a lease, and half of one for etcd's expiry check and the watch).
         None where registrations are not sessions (an in-memory view: every broker always
         looks registered, so "registered" says nothing about a follower): never then."""
-        lease_s = getattr(self.view, "lease_ttl_s", None)
+        lease_s = self.view.lease_ttl_s
         if not lease_s:
             return None
         return max(float(self.settings.lag_time_max_ms), 1500.0 * float(lease_s))

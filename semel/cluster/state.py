@@ -17,6 +17,8 @@ import asyncio
 from dataclasses import dataclass, replace
 from typing import Callable, Mapping, Protocol
 
+from .session import OutageLog
+
 NO_LEADER = -1
 
 
@@ -71,8 +73,40 @@ class PartitionState:
 PartitionListener = Callable[[PartitionState], None]
 
 
+class CataloguedTopic(Protocol):
+    """A topic as the view's catalogue holds it (semel.cluster.keys.TopicInfo in etcd)."""
+
+    @property
+    def partitions(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class TableTopic:
+    """A topic of the in-memory table: its name and how many partitions it has."""
+    name: str
+    partitions: int
+
+
 class ClusterView(Protocol):
     node_id: int
+
+    @property
+    def outage(self) -> OutageLog | None:
+        """The broker's log of metadata-service outages (one line per outage), None where
+        the view has no service to lose (the in-memory table)."""
+
+    @property
+    def fenced(self) -> bool:
+        """May this broker's registration have lapsed? Then it decides nothing (its view
+        may be stale). Never for the in-memory table."""
+
+    @property
+    def lease_ttl_s(self) -> int | None:
+        """The TTL of the brokers' registrations, None where registrations are not
+        sessions (the in-memory table: every broker always looks registered)."""
+
+    def topics(self) -> Mapping[str, CataloguedTopic]:
+        """The topic catalogue: every live topic by name."""
 
     def brokers(self) -> dict[int, BrokerInfo]:
         """Live brokers (those holding a session/lease), by node id."""
@@ -153,6 +187,10 @@ class MemoryClusterView:
     def table(cls) -> "MemoryClusterView.Table":
         return cls.Table()
 
+    # No metadata service to lose, and no lease: never fenced, every broker registered.
+    outage: OutageLog | None = None
+    lease_ttl_s: int | None = None
+
     def __init__(self, table: "MemoryClusterView.Table", node_id: int, info: BrokerInfo | None = None):
         self.node_id = node_id
         self._t = table
@@ -169,6 +207,16 @@ class MemoryClusterView:
 
     def partitions(self) -> list[PartitionState]:
         return list(self._t.parts.values())
+
+    @property
+    def fenced(self) -> bool:
+        return False
+
+    def topics(self) -> Mapping[str, TableTopic]:
+        counts: dict[str, int] = {}
+        for topic, _ in self._t.parts:
+            counts[topic] = counts.get(topic, 0) + 1
+        return {name: TableTopic(name, n) for name, n in counts.items()}
 
     def controller_id(self) -> int | None:
         return self._t.controller

@@ -55,10 +55,7 @@ def partition_gone(view: ClusterView, tp: tuple[str, int]) -> bool:
     """Was tp's topic deleted (or created again with fewer partitions)? Then no marker is
     left to write there, as Kafka's coordinator drops markers of deleted partitions. A
     topic the view does not know at all is not gone: the view may only lag."""
-    topics = getattr(view, "topics", None)    # the catalogue of a ClusterMetadata view
-    if topics is None:
-        return False
-    live = topics().get(tp[0])
+    live = view.topics().get(tp[0])
     if live is not None:
         partitions: int = live.partitions
         return tp[1] >= partitions

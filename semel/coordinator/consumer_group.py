@@ -50,7 +50,7 @@ class ConsumerGroups:
     write each group is waiting for."""
 
     def __init__(self, ctx: GroupContext, spawn: Spawn) -> None:
-        self._store, self._writes, self._ready = ctx.store, ctx.writes, ctx.ready
+        self._store, self._log, self._ready = ctx.store, ctx.log, ctx.ready
         self.timers, self.config = ctx.timers, ctx.config
         self._spawn = spawn
         self.pending: dict[str, asyncio.Future[Answer]] = {}
@@ -147,7 +147,7 @@ class ConsumerGroups:
             apply(None)
             return fail(error)
 
-        fut = self._writes.write(lambda: self._writes.append_records(batch), apply, fail, unsynced=unsynced)
+        fut = self._log.write(lambda: self._log.append_records(batch), apply, fail, unsynced=unsynced)
         if fut.done():   # applied already (no fsync to wait for) or refused
             return fut
         self.pending[group_id] = fut

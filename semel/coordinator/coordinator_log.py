@@ -3,7 +3,8 @@
 Every transition of coordinator state takes the same path:
 
   append the transition record now (synchronously, so log order is the order
-  requests were decided in)  ->  fsync it through the group-commit flusher
+  requests were decided in)  ->  wait for its commit point through the partition's
+  writer (semel.storage.committed: fsynced, then past the high watermark)
   ->  apply it to memory (or fail it) strictly in log order.
 
 The coordinators replay their log at start through the same apply functions,
@@ -82,9 +83,14 @@ class CoordinatorLog:
     it can wait for or cancel them); `plog` is set once the coordinator opened
     its partition."""
 
-    def __init__(self, topic: str, flusher: PartitionWriter | None, spawn: Callable[[Any], Any], *, sync_writes: bool = True):
+    def __init__(self, topic: str, writer: PartitionWriter | None, spawn: Callable[[Any], Any], *,
+                 sync_writes: bool = True, clock: Callable[[], int] | None = None):
         self.topic = topic
-        self.flusher = flusher
+        # Stamps the record batches `batch` builds (None: the wall clock).
+        self._clock = clock
+        # What waits for a record's commit point (None: the coordinator's own tests
+        # write without one, and a write counts at once).
+        self.writer = writer
         self.sync_writes = sync_writes
         self._spawn = spawn
         self.plog: PartitionLog | None = None
@@ -105,6 +111,23 @@ class CoordinatorLog:
         info = self.loaded().append(data, batches)
         self.records_since_compaction += sum(hdr.record_count for _, hdr in batches)
         return info
+
+    def batch(self, pairs: list[tuple[bytes, bytes | None]], *, producer_id: int = -1,
+              producer_epoch: int = -1) -> bytes:
+        """One batch of `pairs` (key, value; None a tombstone), transactional when a
+        producer id is given."""
+        return rb.build_batch(pairs, timestamp_ms=None if self._clock is None else self._clock(),
+                              producer_id=producer_id, producer_epoch=producer_epoch,
+                              base_sequence=rb.NO_SEQUENCE, transactional=producer_id >= 0)
+
+    def append_records(self, pairs: list[tuple[bytes, bytes | None]], *, producer_id: int = -1,
+                       producer_epoch: int = -1) -> AppendInfo:
+        return self.append(self.batch(pairs, producer_id=producer_id, producer_epoch=producer_epoch))
+
+    def append_control(self, kind: int, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> Any:
+        """A transaction marker in this log (the group coordinator's: the offsets a
+        transaction committed)."""
+        return self.loaded().append_control(kind, producer_id, producer_epoch, coordinator_epoch)
 
     def write(self, append: Callable[[], Any], apply: Callable[[Any], T],
               fail: Callable[[KafkaError], T],
@@ -130,23 +153,23 @@ class CoordinatorLog:
             return fut
         entry = InFlightWrite(info, apply, fail, unsynced or fail, fut, storage_error)
         self.inflight.append(entry)
-        if not durable or self.flusher is None or not self.sync_writes:
+        if not durable or self.writer is None or not self.sync_writes:
             entry.state = _SYNCED
             self._drain()
         else:
-            self._spawn(self._await_durable(entry, self.flusher, self.loaded()))
+            self._spawn(self._await_durable(entry, self.writer, self.loaded()))
         return fut
 
     async def durable(self) -> None:
         """Wait until the whole log is durable (fsynced and replicated); at once where
-        the coordinator writes without a flusher."""
+        the coordinator writes without a writer."""
         own = self.loaded()
-        if self.flusher is not None:
-            await self.flusher.sync(own, own.log_end_offset)
+        if self.writer is not None:
+            await self.writer.sync(own, own.log_end_offset)
 
-    async def _await_durable(self, entry: InFlightWrite, flusher: PartitionWriter, plog: PartitionLog) -> None:
+    async def _await_durable(self, entry: InFlightWrite, writer: PartitionWriter, plog: PartitionLog) -> None:
         try:
-            await flusher.sync(plog, entry.info.last_offset + 1)
+            await writer.sync(plog, entry.info.last_offset + 1)
             entry.state = _SYNCED
         except Exception as exc:
             entry.failure_level = sync_failure_level(exc)

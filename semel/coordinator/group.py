@@ -28,13 +28,14 @@ The coordinator owns its lifecycle (status, seat, timers, background tasks) and 
 composed of parts by concern, each made in __init__ with the collaborators it uses:
   group_replay       GroupStore: the groups in memory and the apply functions shared
                      with the start-up replay
-  group_write_queue  GroupWrites: the writes through coordinator_log (append -> fsync ->
-                     apply in log order, compaction by rewrite; shared with txn)
   consumer_group     ConsumerGroups: the consumer protocol's groups (KIP-848)
   group_membership   GroupMembership: join/sync/heartbeat/leave, rebalancing
   group_listing      GroupListing: describe/list/delete
   group_offsets      OffsetManager: offset commit/fetch, transactional offsets, delete,
                      expiry, compaction
+and every part writes through the coordinator's `clog` (coordinator_log.CoordinatorLog,
+as the transaction coordinator does: append -> commit point -> apply in log order,
+compaction by rewrite; its batches stamped by the coordinator's clock).
 (group_timers: named deadlines; group_model: config, members, groups, answer values).
 Its public methods are the parts' own, handed on.
 """
@@ -60,7 +61,6 @@ from .group_offsets import OffsetInput, OffsetManager
 from .group_replay import GroupStore
 from .group_timers import Timers, wall_clock_ms
 from .coordinator_log import CoordinatorLog, resolve_future
-from .group_write_queue import GroupWrites
 from .offsets import CommittedOffset, OffsetsLogError, TopicPartition
 from ..storage.log import PartitionLog
 from ..storage.manager import LogManager
@@ -72,7 +72,7 @@ log = logging.getLogger("semel.coordinator.group")
 class GroupCoordinator:
     """Consumer groups and committed offsets of one broker (it coordinates every group).
 
-    `logs` is the storage LogManager, `flusher` the PartitionWriter its writes wait on
+    `logs` is the storage LogManager, `writer` the PartitionWriter its writes wait on
     (None: no wait, for tests), `seat` its CoordinatorSeat, which loads, serves and drops
     it (semel.coordinator.ports.LocalSeat on a single node), `deleted_topics` the names of topics the
     cluster holds deleted (None on a single node, which deletes offsets itself), `clock` returns milliseconds (tests pass a fake one and
@@ -80,11 +80,10 @@ class GroupCoordinator:
     fires them).
     """
 
-    def __init__(self, logs: LogManager, flusher: PartitionWriter | None = None, config: GroupConfig | None = None,
+    def __init__(self, logs: LogManager, writer: PartitionWriter | None = None, config: GroupConfig | None = None,
                  clock: Callable[[], int] | None = None, *, run_timers: bool = True,
                  seat: CoordinatorSeat, deleted_topics: Callable[[], set[str]] | None = None) -> None:
         self.logs = logs
-        self.flusher = flusher
         self.config = config or GroupConfig()
         self.clock = clock or wall_clock_ms
         # Deadlines run on the monotonic clock (a wall-clock step expires no session);
@@ -95,8 +94,8 @@ class GroupCoordinator:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._timer_task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
-        self._clog = CoordinatorLog(self.config.offsets_topic, flusher, self.spawn,
-                                    sync_writes=self.config.sync_writes)
+        self.clog = CoordinatorLog(self.config.offsets_topic, writer, self.spawn,
+                                   sync_writes=self.config.sync_writes, clock=self.clock)
         # The seat on one __consumer_offsets partition (semel.coordinator.ports):
         # groups are loaded, served and dropped as this broker leads that partition or not.
         self.seat = seat
@@ -106,8 +105,7 @@ class GroupCoordinator:
         self.deleted_topics = deleted_topics
         # The parts, each given what it works with.
         self.store = GroupStore(self.clock)
-        self.writes = GroupWrites(self._clog, self.clock)
-        ctx = GroupContext(self.store, self.writes, self.timers, self.config, self.clock, self.ready_error)
+        ctx = GroupContext(self.store, self.clog, self.timers, self.config, self.clock, self.ready_error)
         self.consumers = ConsumerGroups(ctx, self.spawn)
         self.membership = GroupMembership(ctx, self.consumers)
         self.listing = GroupListing(ctx, self.consumers)
@@ -140,10 +138,10 @@ class GroupCoordinator:
         """Rebuild every group from `plog` (synchronously); served once `serve` is called."""
         self._status = "loading"
         self.epoch = epoch
-        self._clog.plog = plog
+        self.clog.plog = plog
         self.offset_manager.topics_dropped = set()
         started = time.monotonic()
-        self._clog.records_since_compaction = self.store.load(plog)
+        self.clog.records_since_compaction = self.store.load(plog)
         # Restored members get a full session to find us again.
         for group in self.store.groups.values():
             for m in group.members.values():
@@ -170,7 +168,7 @@ class GroupCoordinator:
             for m in group.members.values():
                 resolve_future(m.join_future, JoinResult(KafkaError.NOT_COORDINATOR, m.member_id))
                 resolve_future(m.sync_future, SyncResult(KafkaError.NOT_COORDINATOR))
-        self._clog.fail_all(KafkaError.NOT_COORDINATOR)
+        self.clog.fail_all(KafkaError.NOT_COORDINATOR)
         self.store.clear()
         self.consumers.pending.clear()
         self.timers.cancel_if(lambda key: isinstance(key, tuple))   # per-group deadlines

@@ -5,18 +5,20 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..protocol.errors import KafkaError
+from .coordinator_log import CoordinatorLog
 from .group_model import GroupConfig
 from .group_replay import GroupStore
 from .group_timers import Timers
-from .group_write_queue import GroupWrites
 
 
 @dataclass(frozen=True, slots=True)
 class GroupContext:
-    """The groups in memory (`store`), the write path (`writes`), the coordinator's timers,
-    settings and clock, and `ready`: NONE while the coordinator serves, why not otherwise."""
+    """The groups in memory (`store`), the write path (`log`: append -> commit point ->
+    apply, in log order, batches stamped by the coordinator's clock), the coordinator's
+    timers, settings and clock, and `ready`: NONE while the coordinator serves, why not
+    otherwise."""
     store: GroupStore
-    writes: GroupWrites
+    log: CoordinatorLog
     timers: Timers
     config: GroupConfig
     clock: Callable[[], int]

@@ -26,7 +26,7 @@ class GroupListing:
     """Made with the coordinator's GroupContext and its consumer-protocol groups."""
 
     def __init__(self, ctx: GroupContext, consumers: ConsumerGroups) -> None:
-        self._store, self._writes, self._ready = ctx.store, ctx.writes, ctx.ready
+        self._store, self._log, self._ready = ctx.store, ctx.log, ctx.ready
         self._consumers = consumers
 
     def describe_groups(self, group_ids: Iterable[str]) -> list[GroupSummary]:
@@ -126,4 +126,4 @@ class GroupListing:
             results.update({gid: error for gid in doomed})
             return results
 
-        return self._writes.write(lambda: self._writes.append_records(pairs), apply, fail)
+        return self._log.write(lambda: self._log.append_records(pairs), apply, fail)

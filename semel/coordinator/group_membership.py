@@ -36,7 +36,7 @@ class GroupMembership:
     (`consumers`: a group id is of one protocol at a time)."""
 
     def __init__(self, ctx: GroupContext, consumers: ConsumerGroups) -> None:
-        self._store, self._writes, self._ready = ctx.store, ctx.writes, ctx.ready
+        self._store, self._log, self._ready = ctx.store, ctx.log, ctx.ready
         self.timers, self.config, self.clock = ctx.timers, ctx.config, ctx.clock
         self._consumers = consumers
         consumers.classic.on_downgraded = self._downgraded
@@ -351,15 +351,10 @@ class GroupMembership:
         group = self._store.groups.get(group_id)
         if group is None:
             return KafkaError.UNKNOWN_MEMBER_ID
-        if group.state is S.DEAD:
-            return KafkaError.COORDINATOR_NOT_AVAILABLE
-        if group.static_fenced(group_instance_id, member_id):
-            return KafkaError.FENCED_INSTANCE_ID
-        member = group.members.get(member_id)
-        if member is None:
-            return KafkaError.UNKNOWN_MEMBER_ID
-        if generation != group.generation:
-            return KafkaError.ILLEGAL_GENERATION
+        err = group.member_error(generation, member_id, group_instance_id)
+        if err:
+            return err
+        member = group.members[member_id]
         result = HEARTBEAT_RESULT[group.state]
         if result in (KafkaError.NONE, KafkaError.REBALANCE_IN_PROGRESS):
             self.arm_heartbeat(group, member)
@@ -403,18 +398,13 @@ class GroupMembership:
                     protocol_name: str | None) -> KafkaError:
         if group is None:
             return KafkaError.UNKNOWN_MEMBER_ID
-        if group.state is S.DEAD:
-            return KafkaError.COORDINATOR_NOT_AVAILABLE
-        if member_id not in group.members:
-            return KafkaError.UNKNOWN_MEMBER_ID
-        if generation != group.generation:
-            return KafkaError.ILLEGAL_GENERATION
+        err = group.member_error(generation, member_id, group_instance_id)
+        if err:
+            return err
         if protocol_type is not None and protocol_type != group.protocol_type:
             return KafkaError.INCONSISTENT_GROUP_PROTOCOL
         if protocol_name is not None and protocol_name != group.protocol:
             return KafkaError.INCONSISTENT_GROUP_PROTOCOL
-        if group.static_fenced(group_instance_id, member_id):
-            return KafkaError.FENCED_INSTANCE_ID
         return KafkaError.NONE
 
     def group_record(self, group: Group, assignments: dict[str, bytes] | None = None) -> GroupRecord:
@@ -455,7 +445,7 @@ class GroupMembership:
                 self._prepare_rebalance(group)
 
         # Encoding happens inside the append so an unencodable name is an error answer.
-        self._writes.write(lambda: self._writes.append_records([(group_key(group.group_id), group_value(snapshot))]),
+        self._log.write(lambda: self._log.append_records([(group_key(group.group_id), group_value(snapshot))]),
                     apply, fail)
 
     def _store_group_snapshot(self, group: Group) -> None:
@@ -467,7 +457,7 @@ class GroupMembership:
         def apply(info: AppendInfo) -> None:
             group.persisted = True
 
-        self._writes.write(lambda: self._writes.append_records([(group_key(group.group_id), group_value(snapshot))]),
+        self._log.write(lambda: self._log.append_records([(group_key(group.group_id), group_value(snapshot))]),
                     apply, lambda error: None)
 
     def leave_group(self, group_id: str, members: list[tuple[str, str | None]]

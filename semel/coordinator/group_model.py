@@ -137,6 +137,25 @@ class Group:
         known = self.static.get(group_instance_id)
         return known is not None and known != member_id
 
+    def member_error(self, generation: int, member_id: str, group_instance_id: str | None, *,
+                     named_only: bool = False) -> KafkaError:
+        """The one check of a classic group's member and generation, for Heartbeat,
+        SyncGroup, OffsetCommit and TxnOffsetCommit: a dead group has no coordinator
+        (COORDINATOR_NOT_AVAILABLE), a static instance now held by another member id is
+        fenced (FENCED_INSTANCE_ID), then the member must be in the group
+        (UNKNOWN_MEMBER_ID) at its generation (ILLEGAL_GENERATION). `named_only`
+        (TxnOffsetCommit, KIP-447): an empty member id or a negative generation is one
+        the request leaves out, and goes unchecked."""
+        if self.state is S.DEAD:
+            return KafkaError.COORDINATOR_NOT_AVAILABLE
+        if self.static_fenced(group_instance_id, member_id):
+            return KafkaError.FENCED_INSTANCE_ID
+        if (member_id or not named_only) and member_id not in self.members:
+            return KafkaError.UNKNOWN_MEMBER_ID
+        if (generation >= 0 or not named_only) and generation != self.generation:
+            return KafkaError.ILLEGAL_GENERATION
+        return KafkaError.NONE
+
     def supports(self, protocol_type: str, names: list[str], member_id: str) -> bool:
         """Can a member with these protocols be in the group? Every other member
         must share at least one protocol with it, and the protocol type must match."""

@@ -45,7 +45,7 @@ class OffsetManager:
     `topics_dropped`: the deleted topics whose offsets it dropped since the load."""
 
     def __init__(self, ctx: GroupContext, membership: GroupMembership, consumers: ConsumerGroups) -> None:
-        self._store, self._writes, self._ready = ctx.store, ctx.writes, ctx.ready
+        self._store, self._log, self._ready = ctx.store, ctx.log, ctx.ready
         self.timers, self.config, self.clock = ctx.timers, ctx.config, ctx.clock
         self._membership = membership
         self._consumers = consumers
@@ -77,19 +77,16 @@ class OffsetManager:
         if group is None:
             # No such group: only a commit outside group management is meaningful.
             return KafkaError.NONE if generation < 0 else KafkaError.ILLEGAL_GENERATION
-        if group.state is S.DEAD:
-            return KafkaError.COORDINATOR_NOT_AVAILABLE
-        if group.static_fenced(group_instance_id, member_id):
-            return KafkaError.FENCED_INSTANCE_ID
+        err = group.member_error(generation, member_id, group_instance_id)
+        if err in (KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.FENCED_INSTANCE_ID):
+            return err
+        # Outside group management (no generation) while the group has no members; and
+        # no commit while the new generation's assignment is being decided.
         if generation < 0 and group.state is S.EMPTY:
             return KafkaError.NONE
         if group.state is S.COMPLETING_REBALANCE:
             return KafkaError.REBALANCE_IN_PROGRESS
-        if member_id not in group.members:
-            return KafkaError.UNKNOWN_MEMBER_ID
-        if generation != group.generation:
-            return KafkaError.ILLEGAL_GENERATION
-        return COMMIT_RESULT[group.state]
+        return err or COMMIT_RESULT[group.state]
 
     def _write_offsets(self, group_id: str, offsets: Mapping[TopicPartition, OffsetInput], *,
                        producer_id: int, producer_epoch: int) -> "asyncio.Future[dict[TopicPartition, KafkaError]]":
@@ -109,7 +106,7 @@ class OffsetManager:
 
         def append() -> AppendInfo:
             pairs: list[tuple[bytes, bytes | None]] = [(offset_key(group_id, t, p), offset_value(v)) for (t, p), v in accepted]
-            return self._writes.append_records(pairs, producer_id=producer_id, producer_epoch=producer_epoch)
+            return self._log.append_records(pairs, producer_id=producer_id, producer_epoch=producer_epoch)
 
         def apply(info: AppendInfo) -> dict[TopicPartition, KafkaError]:
             for i, (tp, value) in enumerate(accepted):
@@ -124,7 +121,7 @@ class OffsetManager:
             results.update({tp: error for tp, _ in accepted})
             return results
 
-        return self._writes.write(append, apply, fail)
+        return self._log.write(append, apply, fail)
 
     def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None,
                       require_stable: bool = False, *, member_id: str | None = None,
@@ -184,15 +181,7 @@ class OffsetManager:
             if member_id:
                 return KafkaError.UNKNOWN_MEMBER_ID
             return KafkaError.ILLEGAL_GENERATION if generation > 0 else KafkaError.NONE
-        if group.state is S.DEAD:
-            return KafkaError.COORDINATOR_NOT_AVAILABLE
-        if group.static_fenced(group_instance_id, member_id):
-            return KafkaError.FENCED_INSTANCE_ID
-        if member_id and member_id not in group.members:
-            return KafkaError.UNKNOWN_MEMBER_ID
-        if generation >= 0 and generation != group.generation:
-            return KafkaError.ILLEGAL_GENERATION
-        return KafkaError.NONE
+        return group.member_error(generation, member_id, group_instance_id, named_only=True)
 
     def complete_txn(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
                      commit: bool) -> "asyncio.Future[KafkaError]":
@@ -208,8 +197,8 @@ class OffsetManager:
             self._store.apply_marker(producer_id, commit)
             return KafkaError.NONE
 
-        return self._writes.write(
-            lambda: self._writes.append_control(kind, producer_id, producer_epoch, coordinator_epoch),
+        return self._log.write(
+            lambda: self._log.append_control(kind, producer_id, producer_epoch, coordinator_epoch),
             apply, lambda error: error, storage_error=KafkaError.KAFKA_STORAGE_ERROR)
 
     def has_pending_offsets(self, producer_id: int) -> bool:
@@ -249,7 +238,7 @@ class OffsetManager:
             return error, {}
 
         pairs: list[tuple[bytes, bytes | None]] = [(offset_key(group_id, t, p), None) for t, p in doomed]
-        return self._writes.write(lambda: self._writes.append_records(pairs), apply, fail)
+        return self._log.write(lambda: self._log.append_records(pairs), apply, fail)
 
     # --- offsets of deleted topics ----------------------------------------------------------------
 
@@ -280,7 +269,7 @@ class OffsetManager:
 
         pairs: list[tuple[bytes, bytes | None]] = [(offset_key(group_id, t, p), None)
                                                    for group_id, (t, p) in doomed]
-        self._writes.write(lambda: self._writes.append_records(pairs), apply, fail)
+        self._log.write(lambda: self._log.append_records(pairs), apply, fail)
 
     def follow_deleted_topics(self, deleted: Iterable[str]) -> None:
         """Cluster: `deleted` names every topic the cluster view holds deleted (a marker,
@@ -333,9 +322,9 @@ class OffsetManager:
         committed one by log position, so they must never sit behind a rewrite."""
         self.timers.set("compact", self.config.compact_check_interval_ms, self.maybe_compact)
         live = sum(len(g.offsets.committed) + 1 for g in self._store.groups.values())
-        if self._ready() or self._writes.records_since_compaction < max(self.config.compact_records, 4 * live):
+        if self._ready() or self._log.records_since_compaction < max(self.config.compact_records, 4 * live):
             return
-        if self._writes.inflight or self._consumers.pending or self._store.producer_groups or any(g.offsets.pending for g in self._store.groups.values()):
+        if self._log.inflight or self._consumers.pending or self._store.producer_groups or any(g.offsets.pending for g in self._store.groups.values()):
             return
         pairs: list[tuple[bytes, bytes | None]] = []
         rewritten: list[_Rewritten] = []   # in record order
@@ -358,7 +347,7 @@ class OffsetManager:
                 if group is not None and tp is not None and value is not None and group.offsets.committed.get(tp) is value:
                     group.offsets.committed[tp] = value._replace(log_offset=at)
 
-        self._writes.rewrite(self._writes.batch(pairs), len(pairs), apply)
+        self._log.rewrite(self._log.batch(pairs), len(pairs), apply)
 
     def _write_expiry(self, plan: list[tuple[Group, list[TopicPartition], bool]]) -> None:
         pairs: list[tuple[bytes, bytes | None]] = []
@@ -378,7 +367,7 @@ class OffsetManager:
                         self._store.apply_group_record(group.group_id, None)
                     at += 1
 
-        self._writes.write(lambda: self._writes.append_records(pairs), apply, lambda error: None)
+        self._log.write(lambda: self._log.append_records(pairs), apply, lambda error: None)
 
 
 def _chunks(plan: list[tuple[Group, list[TopicPartition], bool]], limit: int

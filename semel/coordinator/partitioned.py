@@ -141,11 +141,6 @@ class TxnCoordinators(PartitionedCoordinators[TransactionCoordinator]):
     verify_produce = _routed(TransactionCoordinator.verify_produce)
     verify_offsets = _routed(TransactionCoordinator.verify_offsets)
 
-    async def write_partition_markers(self, tp: tuple[str, int], kind: int, producers: list[tuple[int, int]],
-                                      coordinator_epoch: int) -> None:
-        # Markers written here as the partition's leader: no coordinator state involved.
-        await self.parts[0].write_partition_markers(tp, kind, producers, coordinator_epoch)
-
 
 class GroupCoordinators(PartitionedCoordinators[GroupCoordinator]):
     """The group coordinators of a broker, one per __consumer_offsets partition (one on a

@@ -28,13 +28,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Coroutine, Mapping
 from typing import Any, Protocol
 
 from ..protocol import records
 from ..protocol.api_keys import ApiKey
 from ..protocol.errors import KafkaError
-from ..storage.committed import Committed
 from ..storage.log import PartitionLog
 from .coordinator_log import CoordinatorLog
 from .group_model import OFFSETS_TOPIC
@@ -44,7 +43,8 @@ from .txn_states import (
     end_txn_outcome, now_ms,
 )
 from .txn_branches import BRANCH_PREFIX, TxnBranches, branch_of
-from .txn_completion import DataLogs, MarkerCompletion, OffsetsPartitions, RequestTimeout
+from .partition_markers import DataLogs, PartitionMarkers
+from .txn_completion import MarkerCompletion, OffsetsPartitions, RequestTimeout
 from .txn_housekeeping import HousekeepingConfig, TxnHousekeeping
 from .txn_init import MAX_EPOCH, InitConfig, ProducerIdInit, fenced_error
 
@@ -120,34 +120,33 @@ class TransactionCoordinator:
     partition in a cluster. What it needs from around it is given here
     (semel.coordinator.ports; semel.broker.wiring chooses the implementations):
 
-    `flusher`    the PartitionWriter of its own log (semel.storage.committed: fsynced,
+    `writer`     the PartitionWriter of its own log (semel.storage.committed: fsynced,
                  then past the high watermark)
     `pid_manager` the ProducerIdSource
     `markers`    the MarkerWriter for partitions led by other brokers (LocalMarkers:
                  every partition is led here, as on a single node)
     `seat`       the CoordinatorSeat that loads, serves and drops it (on a single node
                  semel.coordinator.ports.LocalSeat: loaded when started, always serving)
-    `markers_committed` what markers written into local data partitions wait on before
-                 they count (semel.storage.committed.Committed: fsynced, then past the
-                 high watermark, as Kafka writes markers with acks=all)
+    `local_markers` the broker's PartitionMarkers: markers written into partitions
+                 led here, which wait until committed (fsynced, then past the high
+                 watermark, as Kafka writes markers with acks=all)
     `txn_partitions`   the partition count of __transaction_state
     """
 
-    def __init__(self, logs: TxnLogs, flusher: PartitionWriter, groups: TxnGroups, config: TxnConfig,
-                 pid_manager: ProducerIdSource, on_marker: Callable[[str, int], None] | None = None,
-                 stats: TxnStats | None = None, *, seat: CoordinatorSeat, markers_committed: Committed,
-                 markers: MarkerWriter = LocalMarkers(), txn_partitions: int = 1) -> None:
+    def __init__(self, logs: TxnLogs, writer: PartitionWriter, groups: TxnGroups, config: TxnConfig,
+                 pid_manager: ProducerIdSource, stats: TxnStats | None = None, *, seat: CoordinatorSeat,
+                 local_markers: PartitionMarkers, markers: MarkerWriter = LocalMarkers(),
+                 txn_partitions: int = 1) -> None:
         self.logs = logs
         self.groups = groups
         self.config = config
         self.pids = pid_manager
-        self.on_marker: Callable[[str, int], None] = on_marker or (lambda topic, partition: None)
         # Counts applied transitions for the metrics (semel.broker.metrics.BrokerMetrics).
         self.stats: TxnStats = stats or _Uncounted()
         self.txns: dict[str, TxnMeta] = {}
         self.log: PartitionLog | None = None
         self._background: set[asyncio.Task[None]] = set()
-        self._clog = CoordinatorLog(TXN_TOPIC, flusher, self.spawn)
+        self._clog = CoordinatorLog(TXN_TOPIC, writer, self.spawn)
         self._tasks: list[asyncio.Task[None]] = []
         self.markers = markers
         # Nothing is appended to the log unless `serving()`. Only the coordinator's state
@@ -164,8 +163,7 @@ class TransactionCoordinator:
         self.txn_partitions = txn_partitions
         self._branches = TxnBranches(self, txn_partitions)
         self._completion = MarkerCompletion(
-            self, self._branches, self._clog, logs=logs, markers_committed=markers_committed, groups=groups,
-            markers=markers, on_marker=self.on_marker)
+            self, self._branches, self._clog, local=local_markers, groups=groups, markers=markers)
         self._init = ProducerIdInit(self, self._branches, pid_manager, config)
         self.housekeeping = TxnHousekeeping(self, self._clog, self._branches, config, self.stats)
 
@@ -502,13 +500,6 @@ class TransactionCoordinator:
         if err and self._state(txn_id) == COMPLETE_OF[target]:
             return KafkaError.NONE  # the Prepare fsync failed, yet the decision is now carried out
         return err
-
-    async def write_partition_markers(self, tp: tuple[str, int], kind: int, producers: list[tuple[int, int]],
-                                      coordinator_epoch: int) -> None:
-        """Write the markers of `producers` into this broker's log of tp (its leader) in
-        one append and wait until they are committed (MarkerCompletion). Also serves
-        WriteTxnMarkers from a coordinator on another broker."""
-        await self._completion.write_partition_markers(tp, kind, producers, coordinator_epoch)
 
     def _state(self, txn_id: str) -> TxnState | None:
         meta = self.txns.get(txn_id)

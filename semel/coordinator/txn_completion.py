@@ -8,7 +8,8 @@ once the decision is durable.
 A MarkerCompletion belongs to one TransactionCoordinator (semel.coordinator.txn): it
 is given the coordinator as a CompletingCoordinator (its states and the transitions
 that log them), the coordinator's own log, its branches, and what markers go through
-(the data logs and their PartitionWriter, the MarkerWriter, the group coordinators).
+(the broker's PartitionMarkers for partitions led here, the MarkerWriter for those led
+elsewhere, the group coordinators).
 """
 from __future__ import annotations
 
@@ -16,17 +17,16 @@ import asyncio
 import inspect
 import logging
 import math
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Coroutine
 from typing import Any, Protocol
 
 from ..backoff import Backoff, FailureLog
 from ..protocol import records
 from ..protocol.errors import KafkaError
-from ..storage.committed import Committed
 from ..storage.errors import AppendError, StorageError
-from ..storage.log import PartitionLog
 from .coordinator_log import CoordinatorLog
 from .group_model import OFFSETS_TOPIC
+from .partition_markers import PartitionMarkers
 from .ports import MarkerWriter
 from .txn_branches import TxnBranches, branch_of
 from .txn_states import COMPLETE_OF, PREPARED, TxnMeta, TxnState, now_ms
@@ -51,12 +51,6 @@ class CompletingCoordinator(Protocol):
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None: ...
 
 
-class DataLogs(Protocol):
-    """The broker's partition logs (storage.manager.LogManager), as markers need them."""
-
-    def get(self, topic: str, partition: int) -> PartitionLog | None: ...
-
-
 class OffsetsMarkers(Protocol):
     """The group coordinator of one __consumer_offsets partition, as a marker reaches it."""
 
@@ -78,22 +72,17 @@ class MarkerCompletion:
     """Carries out decisions: markers into data, offsets and branch partitions.
 
     `clog` is the coordinator's own log (a decision is made durable there before any
-    marker), `markers_committed` what markers in local data partitions wait on before
-    they count (semel.storage.committed: fsynced, then past the high watermark, as Kafka
-    writes markers with acks=all), `on_marker` is told of every partition a marker was
-    written to."""
+    marker), `local` writes the markers of partitions led here (and waits until they
+    are committed), `markers` those of partitions led by another broker."""
 
     def __init__(self, coordinator: CompletingCoordinator, branches: TxnBranches, clog: CoordinatorLog, *,
-                 logs: DataLogs, markers_committed: Committed, groups: OffsetsPartitions,
-                 markers: MarkerWriter, on_marker: Callable[[str, int], None]) -> None:
+                 local: PartitionMarkers, groups: OffsetsPartitions, markers: MarkerWriter) -> None:
         self._coordinator = coordinator
         self._branches = branches
         self._clog = clog
-        self._logs = logs
-        self._markers_committed = markers_committed
+        self._local = local
         self._groups = groups
         self._markers = markers
-        self._on_marker = on_marker
 
     async def complete_if_prepared(self, txn_id: str) -> None:
         """A Prepare record in the log is the decision even when its fsync failed."""
@@ -211,19 +200,4 @@ class MarkerCompletion:
             if err:
                 raise AppendError(err, f"markers for {txn_id} on {tp[0]}-{tp[1]} via its leader: {err.name}")
             return
-        await self.write_partition_markers(tp, kind, producers, self._coordinator.coordinator_epoch)
-
-    async def write_partition_markers(self, tp: tuple[str, int], kind: int, producers: list[tuple[int, int]],
-                                      coordinator_epoch: int) -> None:
-        """Write the markers of `producers` into this broker's log of tp (its leader) in
-        one append and wait until they are durable and, in a cluster, replicated.
-        AppendError when refused or not replicated. Also serves WriteTxnMarkers from a
-        coordinator on another broker."""
-        plog = self._logs.get(*tp)
-        if plog is None:  # the topic was deleted: nothing left to mark
-            return
-        info = plog.append_controls(kind, producers, coordinator_epoch)
-        # Kafka writes markers with acks=all: the transaction is complete only once every
-        # in-sync replica holds its marker (fsynced), or a new leader would keep it open.
-        await self._markers_committed.wait(*tp, plog, info.last_offset + 1)
-        self._on_marker(*tp)
+        await self._local.write(tp, kind, producers, self._coordinator.coordinator_epoch)

@@ -257,7 +257,7 @@ class Node:
         for p in range(K):
             coord = FakeCoordinator(self.logs[p])
             coord.seat = SeatedCoordinator(self.view, node_id, logs, lambda: self.replicas, TOPIC, p)
-            coord.flusher = Committed(None, lambda: self.replicas, 0.05, KafkaError.NOT_COORDINATOR).writer(TOPIC, p)
+            coord.writer = Committed(None, lambda: self.replicas, 0.05, KafkaError.NOT_COORDINATOR).writer(TOPIC, p)
             parts.append(coord)
         self.coords = PartitionedCoordinators(parts)
         self.coords.start_seats()
@@ -290,12 +290,12 @@ class Model:
         return coord, coord.seat.error()
 
     async def write(self, node: Node, coord, txn_id: str) -> None:
-        """A decision logged at the coordinator and answered once the flusher lets it."""
+        """A decision logged at the coordinator and answered once its writer lets it."""
         plog, epoch = coord.plog, coord.seat.epoch
         plog.log_end_offset += 1
         end = plog.log_end_offset
         try:
-            await coord.flusher.sync(plog, end)
+            await coord.writer.sync(plog, end)
         except Exception:   # AppendError: not replicated in time, a failed write (not answered as done)
             return
         if plog.high_watermark < end:

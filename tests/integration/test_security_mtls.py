@@ -116,7 +116,7 @@ def test_client_auth_without_a_ca_is_one_line(tmp_path):
 def test_subject_names_follow_rfc_2253():
     from types import SimpleNamespace
 
-    from semel.broker.auth.check import certificate_principal
+    from semel.broker.auth_check import certificate_principal
     from semel.broker.config import Listener
 
     def conn(subject, protocol="SSL"):

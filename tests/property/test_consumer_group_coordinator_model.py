@@ -139,7 +139,7 @@ class CoordinatorModel(RuleBasedStateMachine):
 
     @invariant()
     def memory_is_the_replay_of_the_log(self):
-        if self.h.coord._clog.inflight:
+        if self.h.coord.clog.inflight:
             return
         replay = self.loop.run_until_complete(started(self.logs, GateFlusher(), self.clock))
         assert replay.coord.store.consumer_groups == self.h.coord.store.consumer_groups

@@ -221,7 +221,7 @@ async def _run(tmp_path, seed: int) -> GroupModel:
         for _ in range(STEPS):
             await m.step()
             m.check_generations()
-            if not m.coord.writes.inflight:
+            if not m.coord.clog.inflight:
                 await m.check_replay()
             assert not m.violations, (seed, m.violations)
         m.fs.clear_faults()

@@ -3,6 +3,7 @@ a LocalSeat, the transaction coordinator given the group coordinators' one shape
 (semel.coordinator.partitioned.GroupCoordinators with one part)."""
 from __future__ import annotations
 
+from semel.coordinator.partition_markers import PartitionMarkers
 from semel.coordinator.partitioned import GroupCoordinators
 from semel.coordinator.group import GroupConfig, GroupCoordinator
 from semel.coordinator.ports import LocalSeat
@@ -19,9 +20,9 @@ def group_coordinator(logs, flusher=None, config: GroupConfig | None = None, clo
 def txn_coordinator(logs, flusher, groups: GroupCoordinator, config, pids, **kw) -> TransactionCoordinator:
     seat = LocalSeat(logs, TXN_TOPIC, TransactionCoordinator.log_configs(config))
     one_node = OneNode(lambda topic, partition: None)
-    markers_committed = Committed(flusher, lambda: one_node, config.request_timeout_ms / 1000)
+    local = PartitionMarkers(logs, Committed(flusher, lambda: one_node, config.request_timeout_ms / 1000))
     return TransactionCoordinator(logs, flusher, GroupCoordinators([groups]), config, pids, seat=seat,
-                                  markers_committed=markers_committed, **kw)
+                                  local_markers=local, **kw)
 
 
 async def start(coordinator) -> None:

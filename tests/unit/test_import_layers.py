@@ -141,6 +141,35 @@ def test_no_import_circle():
     assert circles(import_graph()) == []
 
 
+def parts_graph(graph: dict[str, set[str]], package: str) -> dict[str, set[str]]:
+    """`package`'s imports between its direct children, a subpackage taken whole."""
+    depth = package.count(".") + 2
+
+    def part(module: str) -> str | None:
+        return ".".join(module.split(".")[:depth]) if module.startswith(package + ".") else None
+    out: dict[str, set[str]] = {}
+    for a, targets in graph.items():
+        if (pa := part(a)) is not None:
+            out.setdefault(pa, set()).update(pb for b in targets if (pb := part(b)) not in (None, pa))
+    return out
+
+
+def test_no_import_circle_between_a_packages_parts():
+    """A subpackage is one floor: nothing in it imports a sibling that imports it back
+    (broker/auth's stores below the router, the gates that use the router beside it)."""
+    graph, known = import_graph(), _modules()
+    packages = sorted(m for m, path in known.items() if path.name == "__init__.py")
+    found = {p: c for p in packages if (c := circles(parts_graph(graph, p)))}
+    assert found == {}
+
+
+def test_the_parts_check_sees_what_it_checks():
+    graph = {"semel.b.auth.gate": {"semel.b.router"}, "semel.b.router": {"semel.b.auth.acl"},
+             "semel.b.auth.acl": set(), "semel.b.x": {"semel.c"}}
+    assert circles(parts_graph(graph, "semel.b")) == [["semel.b.auth", "semel.b.router"]]
+    assert circles(graph) == []
+
+
 def test_no_import_against_the_layer_order():
     assert sorted(upward(import_graph())) == []
 
@@ -157,11 +186,14 @@ def test_the_checks_see_what_they_check():
     assert ("semel.backoff", "semel.protocol.errors") in upward({"semel.backoff": {"semel.protocol.errors"}})
 
 
-def _untyped_reaches(tree: ast.AST) -> list[str]:
-    """`getattr(<the broker, its services, a request context or a connection>, "name", ...)`
-    calls: a name read around the attribute's declaration, which neither a type checker
-    nor a rename sees."""
-    roots = {"broker", "services", "ctx", "conn", "connection"}
+# What the broker's modules reach by declared attributes: the broker, its services, a
+# request context, a connection, and the cluster view (semel.cluster.state.ClusterView).
+_DECLARED = {"broker", "services", "ctx", "conn", "connection", "view"}
+
+
+def _untyped_reaches(tree: ast.AST, roots: set[str] = _DECLARED) -> list[str]:
+    """`getattr(<one of roots>, "name", ...)` calls: a name read around the attribute's
+    declaration, which neither a type checker nor a rename sees."""
     out = []
     for node in ast.walk(tree):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
@@ -174,8 +206,9 @@ def _untyped_reaches(tree: ast.AST) -> list[str]:
     return out
 
 
-def test_the_broker_and_connections_are_read_by_their_declared_attributes():
-    found = {str(path.relative_to(ROOT)): hits for path in sorted((ROOT / "broker").rglob("*.py"))
+def test_the_broker_connections_and_cluster_view_are_read_by_their_declared_attributes():
+    paths = [p for package in ("broker", "cluster", "coordinator") for p in sorted((ROOT / package).rglob("*.py"))]
+    found = {str(path.relative_to(ROOT)): hits for path in paths
              if (hits := _untyped_reaches(ast.parse(path.read_text(), str(path))))}
     assert found == {}
 
@@ -186,16 +219,18 @@ def test_the_attribute_check_sees_what_it_checks():
                      'c = getattr(conn, "listener", None)\n'
                      's = getattr(ctx.services, "replicas", None)\n'
                      'x = getattr(ctx, "services")\n'
+                     'v = getattr(self.view, "lease_ttl_s", None)\n'
                      'fine = getattr(topic, "topic_id", None)\n')
     assert [hit.split(" at ")[0] for hit in _untyped_reaches(tree)] == [
         "getattr(ctx.connection, 'listener', None)", "getattr(ctx.broker, 'replicas', None)",
-        "getattr(conn, 'listener', None)", "getattr(ctx.services, 'replicas', None)", "getattr(ctx, 'services')"]
+        "getattr(conn, 'listener', None)", "getattr(ctx.services, 'replicas', None)", "getattr(ctx, 'services')",
+        "getattr(self.view, 'lease_ttl_s', None)"]
 
 
 # What a handler reaches the broker through: the request context and its services.
 _BROKER_NAMES = {"broker", "services", "ctx"}
 # The modules that handle requests: the handlers and the gates around them.
-_HANDLING = ["handlers", "router.py", "coordinator_gate.py", "auth/gate.py", "auth/check.py"]
+_HANDLING = ["handlers", "router.py", "coordinator_gate.py", "auth_gate.py", "auth_check.py"]
 
 
 def _untyped_broker(tree: ast.AST) -> list[str]:

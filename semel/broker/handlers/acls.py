@@ -1,5 +1,5 @@
 """CreateAcls (30), DescribeAcls (29), DeleteAcls (31) over auth.acl.AclStore.
-Who may call them (Alter/Describe on the cluster) is checked in auth.gate."""
+Who may call them (Alter/Describe on the cluster) is checked in auth_gate.py."""
 from __future__ import annotations
 
 from typing import Any, TypeVar

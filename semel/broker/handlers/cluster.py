@@ -12,7 +12,7 @@ from ...cluster.elections import PREFERRED
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..auth.acl import ResourceType
-from ..auth.check import authorized_operations
+from ..auth_check import authorized_operations
 from ..router import RequestContext, handler
 from ..services import Services
 

@@ -48,11 +48,11 @@ def may_auto_create(config: BrokerConfig, name: object) -> bool:
             and not name.startswith("__") and not validate_topic_name(name)[0])
 
 
-async def auto_create_in_cluster(config: BrokerConfig, view: MetadataView, name: str) -> KafkaError:
-    """Create `name` in the cluster with the default partitions and replication factor,
-    through etcd as CreateTopics does (semel.cluster.metadata), so every broker opens
-    its logs; on a cluster of one in its own logs (NodeView). NONE also when another
-    broker created it first (both raced on etcd)."""
+async def auto_create_topic(config: BrokerConfig, view: MetadataView, name: str) -> KafkaError:
+    """Create `name` with the default partitions and replication factor through the
+    view, as CreateTopics does: in etcd for a cluster member (semel.cluster.metadata),
+    so every broker opens its logs, or in a single node's own logs (NodeView). NONE
+    also when another broker created it first (both raced on etcd)."""
     try:
         assignment = assign_replicas(sorted(view.brokers()), config.default_partitions,
                                      config.default_replication_factor)
@@ -68,8 +68,10 @@ async def auto_create_in_cluster(config: BrokerConfig, view: MetadataView, name:
 
 
 def lookup(ctx: RequestContext, topic: str, partition: int) -> tuple[PartitionLog | None, KafkaError]:
-    """(log, error): the partition's log (an unknown topic is auto-created before, when
-    configured: auto_create_in_cluster, the same on a cluster of one)."""
+    """(log, error): the partition's log in this broker's LogManager, or why there is
+    none (`unknown_topic`'s error for a topic without logs here, UNKNOWN_TOPIC_OR_PARTITION
+    for a partition the topic lacks). It creates nothing: a caller that auto-creates
+    does so before (`auto_create_topic`)."""
     logs = ctx.services.logs
     plog = logs.get(topic, partition)
     if plog is not None:

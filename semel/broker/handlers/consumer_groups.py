@@ -15,7 +15,7 @@ from ...coordinator.consumer_group_rules import Heartbeat
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..auth.acl import ResourceType
-from ..auth.check import authorized_operations
+from ..auth_check import authorized_operations
 from ..router import RequestContext, handler
 from .groups import requester_host, topic_catalogue
 

@@ -17,7 +17,7 @@ from typing import Any, Callable
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..auth.acl import ResourceType
-from ..auth.check import authorized_operations
+from ..auth_check import authorized_operations
 from ..deferred import Deferred
 from ..router import RequestContext, handler
 from ..services import Services

@@ -11,10 +11,10 @@ from ...cluster.state import BrokerInfo
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..auth.acl import ResourceType
-from ..auth.check import authorized_operations
+from ..auth_check import authorized_operations
 from ..node_view import MetadataView
 from ..router import RequestContext, handler
-from .common import auto_create_in_cluster, may_auto_create, unknown_topic
+from .common import auto_create_topic, may_auto_create, unknown_topic
 
 ZERO_UUID = uuid.UUID(int=0)
 
@@ -94,7 +94,7 @@ async def _auto_create(ctx: RequestContext, view: MetadataView, req: Any, missin
     out: dict[str, KafkaError] = {}
     for name in missing:
         if may_auto_create(config, name):
-            err = await auto_create_in_cluster(config, view, name)
+            err = await auto_create_topic(config, view, name)
             out[name] = err or KafkaError.LEADER_NOT_AVAILABLE
     return out
 

@@ -26,7 +26,7 @@ from ...storage.errors import AppendError, StorageError
 from ...storage.log import Batches, PartitionLog
 from ..connection import Deferred
 from ..router import RequestContext, handler
-from .common import auto_create_in_cluster, lookup, may_auto_create, unknown_topic
+from .common import auto_create_topic, lookup, may_auto_create, unknown_topic
 from ..config import BrokerConfig
 from ..node_view import MetadataView
 from ..services import Services
@@ -182,7 +182,7 @@ async def _create_unknown(config: BrokerConfig, view: MetadataView, topic: str) 
     then finds its leader, here or not), else the error for an unknown name."""
     if not may_auto_create(config, topic):
         return unknown_topic(topic)
-    return await auto_create_in_cluster(config, view, topic)
+    return await auto_create_topic(config, view, topic)
 
 
 def _debug_refusal(req: Any, topic: str, partition: int, batches: Batches, what: KafkaError | str,

@@ -235,8 +235,8 @@ async def _coordinator_partition(ctx: RequestContext, tp: tuple[str, int], commi
     if not err:
         kind = records.CONTROL_COMMIT if commit else records.CONTROL_ABORT
         try:
-            await ctx.services.txn_coordinator.write_partition_markers(tp, kind, [(m.producer_id, m.producer_epoch)
-                                                                     for m in markers], coordinator_epoch)
+            await ctx.services.partition_markers.write(tp, kind, [(m.producer_id, m.producer_epoch) for m in markers],
+                                                       coordinator_epoch)
         except StorageError as exc:
             log.error("markers on %s-%d for %d producer(s) failed: %s", topic, partition, len(markers), exc)
             err = KafkaError.KAFKA_STORAGE_ERROR

@@ -3,7 +3,7 @@ over the wire (KIP-554), as Kafka's admin tools and confluent-kafka's AdminClien
 them. The client sends the salted password, never the password; the broker keeps the
 stored and server keys derived from it. On a single node they change the data dir's user
 file, in a cluster the users in etcd, which every broker follows. Who may call them
-(Alter / Describe on the cluster) is checked in auth.gate."""
+(Alter / Describe on the cluster) is checked in auth_gate.py."""
 from __future__ import annotations
 
 from typing import Any

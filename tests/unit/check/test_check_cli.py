@@ -108,10 +108,10 @@ def test_broker_faults_refused_without_a_managed_broker(tmp_path):
 
 def _schedule(tmp_path: Path, seed: int, n: int = 30) -> list:
     wl = Workload(WorkloadConfig(bootstrap="127.0.0.1:1", out_dir=tmp_path, seed=seed))
-    wl.build_slots()
+    wl.workers.build_slots()
     try:
         out = []
-        for slot in wl.slots:
+        for slot in wl.workers.slots:
             for _ in range(n):
                 cmd, _ = wl.next_op(slot)
                 # Values come from one shared counter; the shape is what the seed decides.

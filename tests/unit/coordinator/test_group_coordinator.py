@@ -342,6 +342,8 @@ async def test_static_member_replaced_without_rebalance_and_old_instance_fenced(
     assert again.member_id != follower.member_id
     assert state(h) is GroupState.STABLE
     assert h.coord.heartbeat("g", 1, follower.member_id, inst) == KafkaError.FENCED_INSTANCE_ID
+    fenced = await h.coord.sync_group("g", 1, follower.member_id, group_instance_id=inst)
+    assert fenced.error == KafkaError.FENCED_INSTANCE_ID   # the one member rule, as Heartbeat's
     assert (await h.coord.sync_group("g", 1, again.member_id, group_instance_id=inst)).assignment == b"part-1"
     err, per = h.coord.leave_group("g", [("", inst)])
     assert per == [KafkaError.NONE] and state(h) is GroupState.PREPARING_REBALANCE

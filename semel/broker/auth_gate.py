@@ -10,17 +10,17 @@ from __future__ import annotations
 
 from typing import Any, Awaitable, Callable
 
-from ...coordinator.txn_branches import branch_of
-from ...protocol.api_keys import ApiKey
-from ...protocol.errors import KafkaError
-from ..deferred import Deferred
-from ..refusal import (CREATE_PARTITIONS, CREATE_TOPICS, FETCH, LEADER_EPOCH, LIST_OFFSETS, OFFSET_COMMIT, PRODUCE,
-                       TopicShape, add_partitions_answer, entry_class, offset_fetch_groups_answer, refuse,
-                       topic_entry)
-from ..router import Handler, RequestContext
-from .acl import CLUSTER_NAME, Operation as Op, ResourceType as Rt
-from .check import authorize_any
-from .sasl import session_expired
+from ..coordinator.txn_branches import branch_of
+from ..protocol.api_keys import ApiKey
+from ..protocol.errors import KafkaError
+from .deferred import Deferred
+from .refusal import (CREATE_PARTITIONS, CREATE_TOPICS, FETCH, LEADER_EPOCH, LIST_OFFSETS, OFFSET_COMMIT, PRODUCE,
+                      TopicShape, add_partitions_answer, entry_class, offset_fetch_groups_answer, refuse,
+                      topic_entry)
+from .router import Handler, RequestContext
+from .auth.acl import CLUSTER_NAME, Operation as Op, ResourceType as Rt
+from .auth.sasl import session_expired
+from .auth_check import authorize_any
 
 # Requests a SASL listener answers before authentication; anything else closes it.
 PRE_AUTH_APIS = {ApiKey.SASL_HANDSHAKE, ApiKey.API_VERSIONS, ApiKey.SASL_AUTHENTICATE}

@@ -4,9 +4,9 @@ from __future__ import annotations
 import logging
 from typing import Protocol
 
-from ..services import Services
-from ..session import Connection
-from .acl import ANONYMOUS, CLUSTER_NAME, VALID_OPERATIONS, Operation, ResourceType
+from .auth.acl import ANONYMOUS, CLUSTER_NAME, VALID_OPERATIONS, Operation, ResourceType
+from .services import Services
+from .session import Connection
 
 log = logging.getLogger("semel.broker.auth")
 
