@@ -1,6 +1,7 @@
 """docs/grafana/semel.json asks Prometheus only for what semel exports: every metric
 name in its queries is one the broker declares (semel/broker/metrics.py: its counters,
-histograms and the gauges its collector yields at scrape) or one the Spark lag
+histograms and the gauges its collector yields at scrape; request_times.py: the request
+latency histograms) or one the Spark lag
 listener declares (semel/spark/metrics.py); and every label a query groups, matches
 or names a series by is one that metric carries."""
 from __future__ import annotations
@@ -17,7 +18,7 @@ NAME = re.compile(r"\bsemel_[a-z0-9_]+")
 HISTOGRAM_SUFFIXES = ("_bucket", "_count", "_sum")
 
 
-CONSTRUCTORS = {"Counter", "Gauge", "Histogram", "GaugeMetricFamily"}
+CONSTRUCTORS = {"Counter", "Gauge", "Histogram", "GaugeMetricFamily", "HistogramMetricFamily"}
 
 
 def _declared(path: Path) -> dict[str, set[str]]:
@@ -42,7 +43,7 @@ def _declared(path: Path) -> dict[str, set[str]]:
 
 
 def exported() -> dict[str, set[str]]:
-    out = _declared(ROOT / "semel" / "broker" / "metrics.py")
+    out = _declared(ROOT / "semel" / "broker" / "metrics.py") | _declared(ROOT / "semel" / "broker" / "request_times.py")
     assert {"semel_requests_total", "semel_partition_lso_gap"} <= set(out), sorted(out)
     spark = _declared(ROOT / "semel" / "spark" / "metrics.py")
     assert spark, "the Spark lag listener's gauges were not found"
