@@ -9,7 +9,7 @@ import pytest
 from storage_helpers import append, batch
 
 from semel.storage import GroupCommitFlusher, LogConfig, PartitionLog, StorageError
-from semel.storage.flusher import LOGS_PER_JOB
+from semel.storage.flusher import FSYNC_JOBS, LOGS_PER_JOB
 from semel.storage.fs import FaultyFileSystem
 
 CFG = LogConfig(checkpoint_interval_bytes=1 << 40, checkpoint_interval_ms=1 << 40)
@@ -157,20 +157,31 @@ def _rounds_in_one_turn(tmp_path, n: int) -> tuple[list[int], int]:
     return threads, executor.jobs
 
 
-def test_rounds_asked_for_in_one_turn_of_the_loop_share_one_worker_thread(tmp_path):
-    """One hand-off for all of them: their fsyncs run in one thread, one after another."""
+def test_a_few_rounds_asked_for_in_one_turn_run_in_parallel_jobs(tmp_path):
+    """Up to FSYNC_JOBS rounds of one turn: a job each, so no answer waits for
+    another log's fsync."""
     threads, jobs = _rounds_in_one_turn(tmp_path, 3)
-    assert len(set(threads)) == 1 and jobs == 1
+    assert jobs == 3
+
+
+def test_rounds_of_one_turn_are_dealt_over_fsync_jobs(tmp_path):
+    """More rounds than FSYNC_JOBS share the jobs: each job's logs are fsynced by one
+    thread, in turn (one hand-off per job, not per log)."""
+    n = 2 * FSYNC_JOBS
+    threads, jobs = _rounds_in_one_turn(tmp_path, n)
+    assert jobs == FSYNC_JOBS
+    for i in range(FSYNC_JOBS):
+        assert len(set(threads[i::FSYNC_JOBS])) == 1
 
 
 def test_many_rounds_in_one_turn_are_spread_over_jobs_of_a_few_logs(tmp_path):
     """A request naming many partitions waits for a few fsyncs in a row, not all of them:
     each job holds at most LOGS_PER_JOB logs, fsynced by one thread."""
-    n = 2 * LOGS_PER_JOB + 1
+    n = FSYNC_JOBS * LOGS_PER_JOB + 1
     threads, jobs = _rounds_in_one_turn(tmp_path, n)
-    assert jobs == 3
-    for i in range(0, n, LOGS_PER_JOB):    # a job's logs in one thread, in turn
-        assert len(set(threads[i:i + LOGS_PER_JOB])) == 1
+    assert jobs == FSYNC_JOBS + 1
+    for i in range(jobs):    # a job's logs in one thread, in turn
+        assert len(threads[i::jobs]) <= LOGS_PER_JOB and len(set(threads[i::jobs])) == 1
 
 
 def test_interval_flush_flushes_logs_with_unflushed_data(tmp_path, fs):
@@ -200,7 +211,7 @@ class _CountingLog:
         self.log_end_offset = 5
         self.flushes = 0
 
-    def flush(self):
+    def flush(self, checkpoint_later=False):
         self.flushes += 1
         self.flushed_offset = self.log_end_offset
         return self.flushed_offset
