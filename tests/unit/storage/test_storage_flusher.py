@@ -234,3 +234,85 @@ def test_sync_in_the_window_before_a_finished_round_is_cleared_starts_a_new_roun
 
     asyncio.run(main())
     assert plog.flushes == 1 and plog.flushed_offset == 5
+
+
+def test_a_round_begun_early_reports_its_failure_after_it_was_cleared(p, fs):
+    """start_each asks for the round when the request is handled; its answer awaits it
+    later, when the round may have failed and left the flusher. The failure still
+    reaches that answer: a fresh round that succeeded would not prove the data safe."""
+    async def main():
+        flusher = GroupCommitFlusher()
+        info = append(p, batch(b"a"))
+        targets = [(p, info.last_offset + 1)]
+        begun = flusher.start_each(targets)
+        assert begun[0] is not None and p in flusher._inflight
+        for _ in range(1000):              # the round fails and its done-callback clears it
+            if not flusher._inflight:
+                break
+            await asyncio.sleep(0.001)
+        assert not flusher._inflight and begun[0].done()
+        failed = await flusher.sync_each(targets, begun)
+        again = await flusher.sync_each(targets)        # not begun early: a new round
+        return failed, again
+    fs.fail_next_fsync(path_contains=".log")
+    failed, again = asyncio.run(main())
+    assert isinstance(failed[0], StorageError)
+    assert again == [None] and p.flushed_offset == 1
+
+
+def test_start_each_begins_only_the_rounds_still_needed(tmp_path, fs):
+    """A log already flushed up to its target needs no round; the others are under way
+    before anything is awaited, and sync_each with them starts no more."""
+    logs = [PartitionLog.open(tmp_path / f"log-{i}", CFG, fs) for i in range(3)]
+    targets = [(plog, append(plog, batch(b"x")).last_offset + 1) for plog in logs]
+    logs[0].flush()
+
+    async def main():
+        flusher = GroupCommitFlusher()
+        begun = flusher.start_each(targets)
+        assert begun[0] is None and all(f is not None and not f.done() for f in begun[1:])
+        out = await flusher.sync_each(targets, begun)
+        return flusher, out
+    flusher, out = asyncio.run(main())
+    assert out == [None] * 3 and flusher.rounds == 2
+    assert [plog.flushed_offset for plog in logs] == [1, 1, 1]
+    for plog in logs:
+        plog.close()
+
+
+class _HeldCheckpointFs(FaultyFileSystem):
+    """Holds every recovery-checkpoint write until `release` is set."""
+
+    def __init__(self):
+        super().__init__()
+        self.release = threading.Event()
+        self.checkpoints = 0
+
+    def write_atomic(self, path, data, *, sync_dir=True):
+        if str(path).endswith("recovery.checkpoint"):
+            assert self.release.wait(10)
+            self.checkpoints += 1
+        super().write_atomic(path, data, sync_dir=sync_dir)
+
+
+def test_a_due_checkpoint_is_written_after_the_round_answers(tmp_path):
+    """A round answers its waiters after its fsync; a recovery checkpoint that has come
+    due (three more fsyncs) is written by the log's background job, not on the answer's
+    path, and it is written."""
+    fs = _HeldCheckpointFs()
+    plog = PartitionLog.open(tmp_path / "t-0", CFG.with_overrides(checkpoint_interval_bytes=1), fs)
+    fs.checkpoints = 0                 # whatever open() wrote
+
+    async def main():
+        flusher = GroupCommitFlusher()
+        info = append(plog, batch(b"a"))
+        await asyncio.wait_for(flusher.sync(plog, info.last_offset + 1), 5)
+    asyncio.run(main())
+    assert plog.flushed_offset == 1 and fs.checkpoints == 0    # answered, checkpoint still held
+    fs.release.set()
+    for _ in range(1000):
+        if fs.checkpoints:
+            break
+        threading.Event().wait(0.005)
+    assert fs.checkpoints == 1
+    plog.close()
