@@ -23,7 +23,7 @@ from typing import Callable, Protocol, runtime_checkable
 
 from ..protocol.errors import KafkaError
 from .errors import AppendError
-from .flusher import GroupCommitFlusher, Rounds
+from .flusher import Begun, GroupCommitFlusher
 from .log import PartitionLog
 
 log = logging.getLogger("semel.storage.committed")
@@ -85,13 +85,13 @@ class Committed:
         if err:
             raise AppendError(err, f"{topic}-{partition} up to {upto} not committed: {err.name}")
 
-    def begin(self, targets: list[Target]) -> Rounds | None:
+    def begin(self, targets: list[Target]) -> Begun | None:
         """Start the fsyncs `targets` need now (GroupCommitFlusher.start_each), for a
         wait_each that comes later; None when no fsync is asked for."""
         return None if self.fsync is None else self.fsync.start_each(_logs(targets))
 
     async def wait_each(self, targets: list[Target], timeout_s: float | None = None,
-                        begun: Rounds | None = None) -> list[KafkaError]:
+                        begun: Begun | None = None) -> list[KafkaError]:
         """`wait` for several partitions, the error of each as a value (NONE: committed):
         their fsyncs in flight together (GroupCommitFlusher.sync_each, no task per
         partition; `begun`: the rounds begin() started for them), then each

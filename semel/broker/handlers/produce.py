@@ -22,7 +22,7 @@ from ...protocol.produce_response import ProduceAnswer, ProducePartitionAnswer, 
 from ...storage import compaction
 from ...storage.committed import Target
 from ...storage.errors import AppendError, StorageError
-from ...storage.flusher import Rounds
+from ...storage.flusher import Begun
 from ...storage.log import Batches, PartitionLog
 from ..connection import Deferred
 from ..router import RequestContext, handler
@@ -226,7 +226,7 @@ def _check_transactional(ctx: RequestContext, req: Any, topic: str, partition: i
 
 
 async def _after_flush(ctx: RequestContext, req: Any, results: Results, targets: list[Target],
-                       begun: Rounds | None) -> ProduceAnswer:
+                       begun: Begun | None) -> ProduceAnswer:
     """acks=all: every batch committed (semel.storage.committed): on disk here as the
     flush policy asks, the fsyncs of all partitions (`begun` when the request was
     handled) in flight together, then past the high watermark (every ISR member holds

@@ -210,6 +210,7 @@ class _CountingLog:
         self.flushed_offset = 0
         self.log_end_offset = 5
         self.flushes = 0
+        self.storage_failures = 0
 
     def flush(self, checkpoint_later=False):
         self.flushes += 1
@@ -245,12 +246,12 @@ def test_a_round_begun_early_reports_its_failure_after_it_was_cleared(p, fs):
         info = append(p, batch(b"a"))
         targets = [(p, info.last_offset + 1)]
         begun = flusher.start_each(targets)
-        assert begun[0] is not None and p in flusher._inflight
+        assert begun[0][0] is not None and p in flusher._inflight
         for _ in range(1000):              # the round fails and its done-callback clears it
             if not flusher._inflight:
                 break
             await asyncio.sleep(0.001)
-        assert not flusher._inflight and begun[0].done()
+        assert not flusher._inflight and begun[0][0].done()
         failed = await flusher.sync_each(targets, begun)
         again = await flusher.sync_each(targets)        # not begun early: a new round
         return failed, again
@@ -270,7 +271,7 @@ def test_start_each_begins_only_the_rounds_still_needed(tmp_path, fs):
     async def main():
         flusher = GroupCommitFlusher()
         begun = flusher.start_each(targets)
-        assert begun[0] is None and all(f is not None and not f.done() for f in begun[1:])
+        assert begun[0][0] is None and all(f is not None and not f.done() for f, _ in begun[1:])
         out = await flusher.sync_each(targets, begun)
         return flusher, out
     flusher, out = asyncio.run(main())
