@@ -8,7 +8,10 @@ once and awaited later, as a Produce does), how long each waits, which fsyncs fa
 how long each takes; the worker threads add their own orderings. The first fsync after
 an append is the one that may drop its pages when it fails, so a waiter that trusted a
 later, successful one (a retry, or a round queued behind a failed one) would be told a
-lie. Every waiter's outcome and every fsync are stamped from one counter.
+lie. Every waiter's outcome and every fsync are stamped from one counter. The rule is
+checked for the waiters that ask in their append's turn of the loop, as a Produce does
+(semel.storage.flusher.start_each); those that ask later add load and orderings (a
+failure between an append and a late ask is not seen by the flusher's count).
 """
 from __future__ import annotations
 
