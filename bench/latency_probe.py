@@ -4,8 +4,13 @@ A small probe of the durable path, not the full latency benchmark: one idempoten
 acks=all confluent-kafka producer sends 1 KiB records at a fixed rate into 8
 partitions of one broker (linger.ms 1); a record's latency is its delivery callback
 minus the moment it was handed to the client. Per broker and rate: p50, p99, p99.9,
-max (ms), after a warm-up second. The brokers run one after the other at each rate,
-so their numbers come from the same minutes of this shared machine.
+max (ms), after a warm-up second. The brokers run one after the other at each rate
+(`--rounds N`: N times over), so their numbers come from the same minutes of this
+shared machine; each row records the load average when it was taken. For semel each
+row also gives the broker's own view from its Prometheus histogram
+semel_request_seconds{api="produce"} (handled to answer ready, no client in it): the
+bucket bounds under which 50% and 99% of Produce requests fell, and the share slower
+than 5, 10 and 25 ms, which a busy client does not blur.
 
 `--before DIR` also runs the semel source tree at DIR (a `git worktree add` of the
 commit before a change) with `--flush-mode always`, so before/after come from one run.
@@ -18,12 +23,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 from bench.common import RESULTS, SHARED_BOX, load_fields, write_result
-from semel.launch.process import ManagedProcess, SemelBroker, TansuBroker
+from semel.launch.process import ManagedProcess, SemelBroker, TansuBroker, free_port
 
 PARTITIONS = 8
 RECORD = b"x" * 1024
@@ -82,20 +89,61 @@ def publish(bootstrap: str, topic: str, rate: int, seconds: float) -> dict:
     return {"rate": rate, "sent": sent, "errors": errors[0], **percentiles(latencies)}
 
 
+_BUCKET = re.compile(r'^semel_request_seconds_bucket\{api="produce",le="([^"]+)"\} ([0-9.e+]+)$', re.M)
+
+
+def produce_histogram(broker: ManagedProcess) -> dict[float, float] | None:
+    """A semel broker's semel_request_seconds buckets for Produce (cumulative counts by
+    upper bound, s): handled to answer ready, the fsync wait included, the client left
+    out. None for a broker without a metrics port (Tansu)."""
+    port = getattr(broker, "metrics_port", None)
+    if port is None:
+        return None
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return {float(le): float(n) for le, n in _BUCKET.findall(text)}
+
+
+def broker_side(before: dict[float, float] | None, after: dict[float, float] | None) -> dict:
+    """The broker's own Produce latency over one point, from its histogram's buckets:
+    the bucket bound under which 50% and 99% of requests fell, and the share slower
+    than 5, 10 and 25 ms."""
+    if before is None or after is None:
+        return {}
+    bounds = sorted(after)
+    counts = [after[b] - before.get(b, 0.0) for b in bounds]
+    total = counts[-1]
+    if not total:
+        return {}
+
+    def bound_of(q: float) -> float:
+        return next(b for b, n in zip(bounds, counts) if n >= q * total) * 1000
+
+    def slower(ms: float) -> float:
+        return round(1 - counts[bounds.index(ms / 1000)] / total, 4)
+    return {"broker_requests": int(total), "broker_p50_le_ms": bound_of(0.5), "broker_p99_le_ms": bound_of(0.99),
+            "broker_share_over_5ms": slower(5), "broker_share_over_10ms": slower(10),
+            "broker_share_over_25ms": slower(25)}
+
+
+def _semel(data_dir: Path, mode: str, env: dict) -> SemelBroker:
+    port = free_port()
+    b = SemelBroker(data_dir, extra_args=["--flush-mode", mode, "--metrics-port", str(port)], env=env)
+    b.metrics_port = port   # type: ignore[attr-defined]
+    return b
+
+
 def _brokers(tmp: Path, before: Path | None, tansu: bool, env: dict,
              variants: list[str]) -> dict[str, ManagedProcess]:
-    out: dict[str, ManagedProcess] = {
-        "semel always": SemelBroker(tmp / "always", extra_args=["--flush-mode", "always"], env=env),
-        "semel interval": SemelBroker(tmp / "interval", extra_args=["--flush-mode", "interval"], env=env)}
+    out: dict[str, ManagedProcess] = {"semel always": _semel(tmp / "always", "always", env),
+                                      "semel interval": _semel(tmp / "interval", "interval", env)}
     if before is not None:
-        out["semel always (before)"] = SemelBroker(
-            tmp / "before", extra_args=["--flush-mode", "always"],
-            env={"PYTHONPATH": str(before), "PYTHONSAFEPATH": "1"})
+        out["semel always (before)"] = _semel(tmp / "before", "always",
+                                              {"PYTHONPATH": str(before), "PYTHONSAFEPATH": "1"})
     for i, v in enumerate(variants):   # 'LABEL:NAME=VALUE,...': `always` with other settings
         label, _, settings = v.partition(":")
         extra = dict(kv.split("=", 1) for kv in settings.split(",") if kv)
-        out[f"semel always ({label})"] = SemelBroker(tmp / f"variant{i}", extra_args=["--flush-mode", "always"],
-                                                     env={**env, **extra})
+        out[f"semel always ({label})"] = _semel(tmp / f"variant{i}", "always", {**env, **extra})
     if tansu:
         out["tansu (memory)"] = TansuBroker()
     return out
@@ -103,7 +151,7 @@ def _brokers(tmp: Path, before: Path | None, tansu: bool, env: dict,
 
 def run(out_dir: Path, rates: list[int], seconds: float, tansu: bool, before: Path | None,
         env: dict, name: str, note: str | None, only: list[str] | None = None,
-        variants: list[str] = ()) -> dict:
+        variants: list[str] = (), rounds: int = 1) -> dict:
     load0 = os.getloadavg()
     rows = []
     with tempfile.TemporaryDirectory(prefix="semel-latency-") as tmp:
@@ -111,14 +159,17 @@ def run(out_dir: Path, rates: list[int], seconds: float, tansu: bool, before: Pa
         try:
             for b in brokers.values():
                 b.start()
-            for rate in rates:
-                for label, b in brokers.items():
-                    topic = f"probe-{rate}"
-                    _create(b.bootstrap, topic)
-                    row = {"broker": label, **publish(b.bootstrap, topic, rate, seconds),
-                           "load_average": round(os.getloadavg()[0], 2)}
-                    print(row, flush=True)
-                    rows.append(row)
+            for round_no in range(rounds):
+                for rate in rates:
+                    for label, b in brokers.items():
+                        topic = f"probe-{rate}-{round_no}"
+                        _create(b.bootstrap, topic)
+                        hist0 = produce_histogram(b)
+                        row = {"broker": label, "round": round_no, **publish(b.bootstrap, topic, rate, seconds),
+                               **broker_side(hist0, produce_histogram(b)),
+                               "load_average": round(os.getloadavg()[0], 2)}
+                        print(row, flush=True)
+                        rows.append(row)
         finally:
             for b in brokers.values():
                 b.close()
@@ -133,6 +184,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rates", default="5000,10000,20000", help="records/s, comma-separated")
     ap.add_argument("--seconds", type=float, default=10.0, help="measured seconds per point")
+    ap.add_argument("--rounds", type=int, default=1, help="measure every rate and broker this many times")
     ap.add_argument("--tansu", action="store_true", help="also run Tansu (memory storage)")
     ap.add_argument("--before", type=Path, default=None, help="a semel source tree to run as 'always (before)'")
     ap.add_argument("--broker-env", action="append", default=[], help="NAME=VALUE for this tree's brokers")
@@ -144,7 +196,7 @@ def main() -> None:
     ap.add_argument("--only", action="append", default=None, help="only this broker label (repeatable)")
     a = ap.parse_args()
     env = dict(kv.split("=", 1) for kv in a.broker_env)
-    run(a.out, [int(r) for r in a.rates.split(",")], a.seconds, a.tansu, a.before, env, a.name, a.note, a.only, a.variant)
+    run(a.out, [int(r) for r in a.rates.split(",")], a.seconds, a.tansu, a.before, env, a.name, a.note, a.only, a.variant, a.rounds)
 
 
 if __name__ == "__main__":
