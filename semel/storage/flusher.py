@@ -3,12 +3,14 @@
 The fsync runs in a worker thread (the loop's default executor; the rounds started
 in one turn of the loop are dealt over a few jobs, see _start_rounds) so the event
 loop keeps accepting and appending while the disk works. A round answers its waiters
-after its fsync; a recovery checkpoint that came due is written by a background job. A waiter whose data arrived after
-the running fsync took its snapshot waits for that fsync to end and then joins
-the next one, so at most one fsync round per log is in flight and every fsync covers
-everyone who arrived while the previous one ran. (A large acks=all append fsyncs
-in its own write thread instead: PartitionLog.append_async(sync=True); a flusher
-round that finds the log already flushed returns at once.)
+after its fsync; a recovery checkpoint that came due is written by a background job.
+A waiter whose data arrived after the running fsync took its snapshot gets the next
+round, started at once and queued behind the running one (at most two per log in
+flight); every round covers everyone who asked before it started. A waiter is told
+durable only if no write or fsync of its log failed while it waited. (A large acks=all
+append fsyncs in its own write thread instead: PartitionLog.append_async(sync=True);
+a flusher round that finds the log already flushed returns at once.)
+docs/internals/latency.md says where an answer's time goes.
 """
 from __future__ import annotations
 
