@@ -15,7 +15,9 @@ than 5, 10 and 25 ms, which a busy client does not blur.
 `--before DIR` also runs the semel source tree at DIR (a `git worktree add` of the
 commit before a change) with `--flush-mode always`, so before/after come from one run.
 `--broker-env NAME=VALUE` passes an environment setting to the semel brokers started
-from this tree (e.g. SEMEL_LATENCY_TRACE=1, semel/broker/latency_trace.py).
+from this tree; `--variant 'LABEL:NAME=VALUE,...'` adds an `always` broker with its own
+settings, `--only LABEL` keeps only the named brokers. docs/internals/latency.md says
+what this probe found.
 
     python -m bench.latency_probe [--rates 5000,10000,20000] [--seconds 10] [--tansu] [--before DIR]
 """
