@@ -96,12 +96,14 @@ async def _run(seed: int, logs: list[PartitionLog], fs: _StampingFs) -> list[tup
 
     for n in range(APPENDS):
         i = rng.randrange(LOGS)
-        info = logs[i].append(*_payload(n))
+        early = rng.random() < 0.5    # as a Produce does: rounds asked for in the append's turn
+        with fs.lock:
+            # The append and its stamp as one step for the fsyncs' stamps: an fsync stamped
+            # later started after these bytes were written and counted in the log end.
+            info = logs[i].append(*_payload(n))
+            appended = next(fs.stamps) if early else -1
         upto = info.last_offset + 1
-        begun, appended = None, -1
-        if rng.random() < 0.5:    # as a Produce does: in the append's turn of the loop
-            appended = fs.stamp()     # after the pwrite: an fsync stamped later flushes its pages
-            begun = flusher.start_each([(logs[i], upto)])
+        begun = flusher.start_each([(logs[i], upto)]) if early else None
         waits.append(asyncio.ensure_future(one(i, upto, begun, appended, rng.choice([0, 0, 0.0005, 0.002]))))
         if rng.random() < 0.4:
             await asyncio.sleep(rng.choice([0, 0.0002, 0.001]))
