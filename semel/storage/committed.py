@@ -23,7 +23,7 @@ from typing import Callable, Protocol, runtime_checkable
 
 from ..protocol.errors import KafkaError
 from .errors import AppendError
-from .flusher import GroupCommitFlusher
+from .flusher import Begun, GroupCommitFlusher
 from .log import PartitionLog
 
 log = logging.getLogger("semel.storage.committed")
@@ -85,11 +85,18 @@ class Committed:
         if err:
             raise AppendError(err, f"{topic}-{partition} up to {upto} not committed: {err.name}")
 
-    async def wait_each(self, targets: list[Target], timeout_s: float | None = None) -> list[KafkaError]:
+    def begin(self, targets: list[Target]) -> Begun | None:
+        """Start the fsyncs `targets` need now (GroupCommitFlusher.start_each), for a
+        wait_each that comes later; None when no fsync is asked for."""
+        return None if self.fsync is None else self.fsync.start_each(_logs(targets))
+
+    async def wait_each(self, targets: list[Target], timeout_s: float | None = None,
+                        begun: Begun | None = None) -> list[KafkaError]:
         """`wait` for several partitions, the error of each as a value (NONE: committed):
         their fsyncs in flight together (GroupCommitFlusher.sync_each, no task per
-        partition), then each high-watermark wait, all within one `timeout_s`."""
-        failures = (await self.fsync.sync_each([(plog, upto) for _, _, plog, upto in targets])
+        partition; `begun`: the rounds begin() started for them), then each
+        high-watermark wait, all within one `timeout_s`."""
+        failures = (await self.fsync.sync_each(_logs(targets), begun)
                     if self.fsync is not None else [None] * len(targets))
         deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
         out = []
@@ -124,6 +131,10 @@ class Committed:
         if self.fsync is not None:
             hws.flushed(topic, partition)
         return await hws.wait_for_hw(topic, partition, min(upto, plog.log_end_offset), timeout_s)
+
+
+def _logs(targets: list[Target]) -> list[tuple[PartitionLog, int]]:
+    return [(plog, upto) for _, _, plog, upto in targets]
 
 
 class PartitionCommit:

@@ -494,18 +494,26 @@ class PartitionLog:
         return list(self.bases)
 
     # ================================================================ flushing
-    def flush(self, *, checkpoint: bool = False) -> int:
+    def flush(self, *, checkpoint: bool = False, checkpoint_later: bool = False) -> int:
         """fsync everything appended so far (blocking); returns flushed_offset.
 
-        Also persists the recovery checkpoint when one is due (or checkpoint=True).
+        Also persists the recovery checkpoint when one is due (or checkpoint=True);
+        with checkpoint_later a due one is left to a background job instead
+        (WriteOffload.checkpoint_soon): a group-commit round answers its waiters after
+        its fsync, not after the three more fsyncs a checkpoint costs.
         May run in a worker thread while the owner thread keeps appending.
         """
         with self.io_lock:
             self.check_readable()
-            return self.flush_locked(force_checkpoint=checkpoint)
+            flushed = self.flush_locked(force_checkpoint=checkpoint, due=not checkpoint_later)
+        if checkpoint_later and self.checkpoints.due():
+            self._offload.checkpoint_soon()
+        return flushed
 
-    def flush_locked(self, *, force_checkpoint: bool = False, clean: bool = False, strict: bool = False) -> int:
-        due = force_checkpoint or self.checkpoints.due()
+    def flush_locked(self, *, force_checkpoint: bool = False, clean: bool = False, strict: bool = False,
+                     due: bool = True) -> int:
+        """flush() under io_lock; `due`: also write a checkpoint that has come due."""
+        due = force_checkpoint or (due and self.checkpoints.due())
         with self.state_lock:
             seg = self.segments[-1]
             leo = self.log_end_offset

@@ -114,8 +114,10 @@ class WriteOffload:
         w.synced = True
 
     def checkpoint_soon(self) -> None:
-        """A recovery checkpoint has come due after a write-through fsync: a worker thread
-        writes it, off the answer's path (the flusher writes it at its rounds)."""
+        """A recovery checkpoint has come due after a write-through fsync or a group-
+        commit round (PartitionLog.flush(checkpoint_later=True)): a worker thread writes
+        it, off the answer's path. May be called from any thread: two calls at once at
+        worst start two jobs, and the second finds nothing due (io_lock orders them)."""
         job = self.checkpoint_job
         if job is None or job.done():
             self.checkpoint_job = self._runner.submit(self._checkpoint_in_background)

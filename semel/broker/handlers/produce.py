@@ -23,6 +23,7 @@ from ...protocol.produce_response import ProduceAnswer, ProducePartitionAnswer, 
 from ...storage import compaction
 from ...storage.committed import Target
 from ...storage.errors import AppendError, StorageError
+from ...storage.flusher import Begun
 from ...storage.log import Batches, PartitionLog
 from ..connection import Deferred
 from ..router import RequestContext, handler
@@ -81,8 +82,11 @@ async def produce(ctx: RequestContext, req: Any) -> ProduceAnswer | Deferred | N
         _flush_soon(ctx.services, results)
     if acks == 0:
         return None
-    if acks == -1 and not ctx.services.committed.already(_targets(results)):
-        return Deferred(_after_flush(ctx, req, results))
+    if acks == -1:
+        committed, targets = ctx.services.committed, _targets(results)
+        if not committed.already(targets):
+            # The fsyncs start now; the answer waits for them in its turn (connection order).
+            return Deferred(_after_flush(ctx, req, results, targets, committed.begin(targets)))
     return _response(ctx, results)
 
 
@@ -235,12 +239,14 @@ def _check_transactional(ctx: RequestContext, req: Any, topic: str, partition: i
     return KafkaError.NONE
 
 
-async def _after_flush(ctx: RequestContext, req: Any, results: Results) -> ProduceAnswer:
+async def _after_flush(ctx: RequestContext, req: Any, results: Results, targets: list[Target],
+                       begun: Begun | None) -> ProduceAnswer:
     """acks=all: every batch committed (semel.storage.committed): on disk here as the
-    flush policy asks, the fsyncs of all partitions in flight together, then past the high
-    watermark (every ISR member holds it; at once on a single node)."""
+    flush policy asks, the fsyncs of all partitions (`begun` when the request was
+    handled) in flight together, then past the high watermark (every ISR member holds
+    it; at once on a single node)."""
     taken = [part for _, parts in results for part in parts if part.log is not None]
-    errors = await ctx.services.committed.wait_each(_targets(results), max(req.timeout_ms, 0) / 1000)
+    errors = await ctx.services.committed.wait_each(targets, max(req.timeout_ms, 0) / 1000, begun)
     for part, err in zip(taken, errors):
         part.error = err
     return _response(ctx, results)

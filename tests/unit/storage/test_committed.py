@@ -28,7 +28,7 @@ class Inner:
         if plog in self.fail:
             raise StorageError("fsync failed")
 
-    async def sync_each(self, targets):
+    async def sync_each(self, targets, begun=None):
         out = []
         for plog, upto in targets:
             try:

@@ -9,7 +9,7 @@ import pytest
 from storage_helpers import append, batch
 
 from semel.storage import GroupCommitFlusher, LogConfig, PartitionLog, StorageError
-from semel.storage.flusher import LOGS_PER_JOB
+from semel.storage.flusher import FSYNC_JOBS, LOGS_PER_JOB
 from semel.storage.fs import FaultyFileSystem
 
 CFG = LogConfig(checkpoint_interval_bytes=1 << 40, checkpoint_interval_ms=1 << 40)
@@ -157,20 +157,31 @@ def _rounds_in_one_turn(tmp_path, n: int) -> tuple[list[int], int]:
     return threads, executor.jobs
 
 
-def test_rounds_asked_for_in_one_turn_of_the_loop_share_one_worker_thread(tmp_path):
-    """One hand-off for all of them: their fsyncs run in one thread, one after another."""
+def test_a_few_rounds_asked_for_in_one_turn_run_in_parallel_jobs(tmp_path):
+    """Up to FSYNC_JOBS rounds of one turn: a job each, so no answer waits for
+    another log's fsync."""
     threads, jobs = _rounds_in_one_turn(tmp_path, 3)
-    assert len(set(threads)) == 1 and jobs == 1
+    assert jobs == 3
+
+
+def test_rounds_of_one_turn_are_dealt_over_fsync_jobs(tmp_path):
+    """More rounds than FSYNC_JOBS share the jobs: each job's logs are fsynced by one
+    thread, in turn (one hand-off per job, not per log)."""
+    n = 2 * FSYNC_JOBS
+    threads, jobs = _rounds_in_one_turn(tmp_path, n)
+    assert jobs == FSYNC_JOBS
+    for i in range(FSYNC_JOBS):
+        assert len(set(threads[i::FSYNC_JOBS])) == 1
 
 
 def test_many_rounds_in_one_turn_are_spread_over_jobs_of_a_few_logs(tmp_path):
     """A request naming many partitions waits for a few fsyncs in a row, not all of them:
     each job holds at most LOGS_PER_JOB logs, fsynced by one thread."""
-    n = 2 * LOGS_PER_JOB + 1
+    n = FSYNC_JOBS * LOGS_PER_JOB + 1
     threads, jobs = _rounds_in_one_turn(tmp_path, n)
-    assert jobs == 3
-    for i in range(0, n, LOGS_PER_JOB):    # a job's logs in one thread, in turn
-        assert len(set(threads[i:i + LOGS_PER_JOB])) == 1
+    assert jobs == FSYNC_JOBS + 1
+    for i in range(jobs):    # a job's logs in one thread, in turn
+        assert len(threads[i::jobs]) <= LOGS_PER_JOB and len(set(threads[i::jobs])) == 1
 
 
 def test_interval_flush_flushes_logs_with_unflushed_data(tmp_path, fs):
@@ -199,8 +210,9 @@ class _CountingLog:
         self.flushed_offset = 0
         self.log_end_offset = 5
         self.flushes = 0
+        self.storage_failures = 0
 
-    def flush(self):
+    def flush(self, checkpoint_later=False):
         self.flushes += 1
         self.flushed_offset = self.log_end_offset
         return self.flushed_offset
@@ -223,3 +235,85 @@ def test_sync_in_the_window_before_a_finished_round_is_cleared_starts_a_new_roun
 
     asyncio.run(main())
     assert plog.flushes == 1 and plog.flushed_offset == 5
+
+
+def test_a_round_begun_early_reports_its_failure_after_it_was_cleared(p, fs):
+    """start_each asks for the round when the request is handled; its answer awaits it
+    later, when the round may have failed and left the flusher. The failure still
+    reaches that answer: a fresh round that succeeded would not prove the data safe."""
+    async def main():
+        flusher = GroupCommitFlusher()
+        info = append(p, batch(b"a"))
+        targets = [(p, info.last_offset + 1)]
+        begun = flusher.start_each(targets)
+        assert begun[0][0] is not None and p in flusher._inflight
+        for _ in range(1000):              # the round fails and its done-callback clears it
+            if not flusher._inflight:
+                break
+            await asyncio.sleep(0.001)
+        assert not flusher._inflight and begun[0][0].done()
+        failed = await flusher.sync_each(targets, begun)
+        again = await flusher.sync_each(targets)        # not begun early: a new round
+        return failed, again
+    fs.fail_next_fsync(path_contains=".log")
+    failed, again = asyncio.run(main())
+    assert isinstance(failed[0], StorageError)
+    assert again == [None] and p.flushed_offset == 1
+
+
+def test_start_each_begins_only_the_rounds_still_needed(tmp_path, fs):
+    """A log already flushed up to its target needs no round; the others are under way
+    before anything is awaited, and sync_each with them starts no more."""
+    logs = [PartitionLog.open(tmp_path / f"log-{i}", CFG, fs) for i in range(3)]
+    targets = [(plog, append(plog, batch(b"x")).last_offset + 1) for plog in logs]
+    logs[0].flush()
+
+    async def main():
+        flusher = GroupCommitFlusher()
+        begun = flusher.start_each(targets)
+        assert begun[0][0] is None and all(f is not None and not f.done() for f, _ in begun[1:])
+        out = await flusher.sync_each(targets, begun)
+        return flusher, out
+    flusher, out = asyncio.run(main())
+    assert out == [None] * 3 and flusher.rounds == 2
+    assert [plog.flushed_offset for plog in logs] == [1, 1, 1]
+    for plog in logs:
+        plog.close()
+
+
+class _HeldCheckpointFs(FaultyFileSystem):
+    """Holds every recovery-checkpoint write until `release` is set."""
+
+    def __init__(self):
+        super().__init__()
+        self.release = threading.Event()
+        self.checkpoints = 0
+
+    def write_atomic(self, path, data, *, sync_dir=True):
+        if str(path).endswith("recovery.checkpoint"):
+            assert self.release.wait(10)
+            self.checkpoints += 1
+        super().write_atomic(path, data, sync_dir=sync_dir)
+
+
+def test_a_due_checkpoint_is_written_after_the_round_answers(tmp_path):
+    """A round answers its waiters after its fsync; a recovery checkpoint that has come
+    due (three more fsyncs) is written by the log's background job, not on the answer's
+    path, and it is written."""
+    fs = _HeldCheckpointFs()
+    plog = PartitionLog.open(tmp_path / "t-0", CFG.with_overrides(checkpoint_interval_bytes=1), fs)
+    fs.checkpoints = 0                 # whatever open() wrote
+
+    async def main():
+        flusher = GroupCommitFlusher()
+        info = append(plog, batch(b"a"))
+        await asyncio.wait_for(flusher.sync(plog, info.last_offset + 1), 5)
+    asyncio.run(main())
+    assert plog.flushed_offset == 1 and fs.checkpoints == 0    # answered, checkpoint still held
+    fs.release.set()
+    for _ in range(1000):
+        if fs.checkpoints:
+            break
+        threading.Event().wait(0.005)
+    assert fs.checkpoints == 1
+    plog.close()
