@@ -5,6 +5,7 @@ them exercise brokers as separate processes so a SIGKILL is a real one.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import signal
@@ -36,7 +37,13 @@ def wait_for_port(host: str, port: int, timeout_s: float, proc: subprocess.Popen
 
 
 class ManagedProcess:
-    """A server process bound to a fixed loopback port, restartable on that port."""
+    """A server process bound to a fixed loopback port, restartable on that port.
+
+    `die_with_parent`: the kernel SIGKILLs the process when the thread that started it
+    ends (Linux's parent-death signal), so a test run killed outright leaves no server
+    behind; only for a starter that outlives its processes on one thread (pytest)."""
+
+    die_with_parent = False
 
     def __init__(self, port: int | None = None, log_path: Path | None = None, env: dict | None = None):
         self.host = "127.0.0.1"
@@ -60,7 +67,8 @@ class ManagedProcess:
         out = self._log or subprocess.DEVNULL
         for attempt in range(3):
             self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT, env=self.env,
-                                         start_new_session=True)
+                                         start_new_session=True,
+                                         preexec_fn=_die_with_parent if self.die_with_parent else None)
             try:
                 self.reach(wait_for_port, self.host, self.port, timeout_s, self.proc)
                 break
@@ -130,6 +138,14 @@ class ManagedProcess:
 
     def __exit__(self, *exc):
         self.close()
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: ask for SIGKILL when the parent goes (kept across exec)."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 class SemelBroker(ManagedProcess):
