@@ -8,6 +8,7 @@ two need the broker set up for them at start (`power_cut=True`, `network=True`).
 """
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -24,6 +25,10 @@ from .topics import TopicFactory
 # created on first use, as a Kafka broker's defaults do.
 TEST_BROKER_ARGS = ("--group-initial-rebalance-delay-ms", "0", "--group-min-session-timeout-ms", "1000",
                     "--auto-create-topics")
+
+
+# What `semel broker start` prints once it serves (semel/broker/server.py).
+READY_LINE = "semel broker ready on"
 
 
 class BrokerStartError(RuntimeError):
@@ -43,15 +48,36 @@ def last_line(path: Path | None) -> str:
     return lines[-1] if lines else ""
 
 
-def start_or_explain(proc, what: str, timeout_s: float) -> None:
+def start_or_explain(proc, what: str, timeout_s: float, ready_line: str | None = None) -> None:
     """proc.start(timeout_s), or BrokerStartError naming `what` and the process's last
-    log line; a process that neither listens nor exits in time is killed."""
+    log line; a process that neither listens nor exits in time is killed.
+
+    `ready_line`: also wait for this line in the log from this start on: a port that
+    accepts may be another program's (a taken port), the line only this process writes."""
+    log = Path(proc.log_path)
+    offset = log.stat().st_size if log.exists() else 0
+    deadline = time.monotonic() + timeout_s
     try:
         proc.start(timeout_s)
+        while ready_line is not None and ready_line not in _read_from(log, offset):
+            if not proc.alive():
+                raise RuntimeError(f"process exited with status {proc.proc.returncode} before it was ready")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"not ready after {timeout_s}s")
+            time.sleep(0.01)
     except (RuntimeError, TimeoutError, OSError) as exc:
         proc.close()
         said = last_line(proc.log_path)
         raise BrokerStartError(f"{what} did not start ({exc})" + (f": {said}" if said else "")) from None
+
+
+def _read_from(path: Path, offset: int) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
 
 
 class Broker:
@@ -97,7 +123,8 @@ class Broker:
                 self.network.create()
                 self._network_up = True
             self.security.prepare(self.process.data_dir)
-            start_or_explain(self.process, f"semel broker on {self.process.bootstrap}", self.start_timeout_s)
+            start_or_explain(self.process, f"semel broker on {self.process.bootstrap}", self.start_timeout_s,
+                             READY_LINE)
         except BaseException:
             self.close()
             raise
@@ -130,6 +157,10 @@ class Broker:
     @property
     def bootstrap_servers(self) -> str:
         return self.process.bootstrap
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
 
     @property
     def data_dir(self) -> Path:

@@ -78,8 +78,12 @@ class ClientSecurity:
 
 def client_configs(bootstrap: str, sec: ClientSecurity) -> dict[str, dict]:
     """Each library's settings for this broker, by library: "confluent" (confluent-kafka,
-    librdkafka's names), "kafka_python" and "aiokafka" (keyword arguments)."""
-    confluent: dict = {"bootstrap.servers": bootstrap}
+    librdkafka's names), "kafka_python" and "aiokafka" (keyword arguments).
+
+    librdkafka's re-bootstrap is off: after a restart of a test's only broker it can
+    leave send_offsets_to_transaction waiting for ever (docs/librdkafka-restart-hang.md);
+    a test broker keeps its address, so there is nothing to re-bootstrap to."""
+    confluent: dict = {"bootstrap.servers": bootstrap, "metadata.recovery.strategy": "none"}
     kafka_python: dict = {"bootstrap_servers": bootstrap}
     aiokafka: dict = {"bootstrap_servers": bootstrap}
     if sec.protocol != "PLAINTEXT":

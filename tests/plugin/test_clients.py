@@ -1,0 +1,16 @@
+"""The plugin as an outside project uses it: confluent-kafka, kafka-python and
+aiokafka round trips on the shared broker, its faults, a fresh broker, SASL and TLS
+brokers and the 3-broker cluster (projects/clients.py)."""
+from __future__ import annotations
+
+import ast
+
+from tests.support.plugin_projects import PROJECTS
+
+
+def test_clients_against_the_fixtures(project):
+    expected = {n.name for n in ast.parse((PROJECTS / "clients.py").read_text()).body
+                if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")}
+    out = project({"test_clients.py": "clients.py"})
+    assert out.passed() == expected, out.output[-4000:]
+    assert out.returncode == 0
