@@ -41,7 +41,8 @@ class ManagedProcess:
 
     `die_with_parent`: the kernel SIGKILLs the process when the thread that started it
     ends (Linux's parent-death signal), so a test run killed outright leaves no server
-    behind; only for a starter that outlives its processes on one thread (pytest)."""
+    behind; only for a starter that outlives its processes on one thread (pytest).
+    Linux only (elsewhere nothing is asked)."""
 
     die_with_parent = False
 
@@ -68,7 +69,7 @@ class ManagedProcess:
         for attempt in range(3):
             self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT, env=self.env,
                                          start_new_session=True,
-                                         preexec_fn=_die_with_parent if self.die_with_parent else None)
+                                         preexec_fn=_die_with_parent if self.die_with_parent and sys.platform == "linux" else None)
             try:
                 self.reach(wait_for_port, self.host, self.port, timeout_s, self.proc)
                 break
