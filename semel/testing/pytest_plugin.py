@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from .broker import Broker, BrokerStartError, FaultUnavailable
-from .cluster import Cluster
-from .security import ClientSecurity
+# pytest imports this module in every run wherever semel is installed, most of them
+# using none of its fixtures: the broker handles (and semel's client and protocol under
+# them) are imported when a fixture first starts something.
 
 
 def pytest_addoption(parser) -> None:
@@ -46,6 +46,7 @@ def pytest_addoption(parser) -> None:
 def start(make):
     """make() started, or the test's set-up failed with the broker's own last word
     (or skipped where a fault it asks for cannot be had here)."""
+    from .broker import BrokerStartError, FaultUnavailable
     try:
         return make().start()
     except BrokerStartError as exc:
@@ -63,7 +64,8 @@ class _Settings:
         self.args = tuple(config.getoption("--semel-broker-arg"))
         self.timeout = config.getoption("--semel-start-timeout")
 
-    def broker(self, base: Path, **kw) -> Broker:
+    def broker(self, base: Path, **kw):
+        from .broker import Broker
         kw.setdefault("extra_args", ())
         kw["extra_args"] = (*self.args, *kw["extra_args"])
         return Broker.create(base, start_timeout_s=self.timeout, **kw)
@@ -89,6 +91,7 @@ def semel_session_broker(tmp_path_factory, _semel_settings):
 
 def _recovered(handle):
     """Hand a shared handle to a test, then undo the faults it left behind."""
+    from .broker import BrokerStartError
     yield handle
     try:
         handle.recover()
@@ -103,11 +106,13 @@ def semel_broker(semel_session_broker):
 
 @pytest.fixture(scope="session")
 def semel_broker_sasl(tmp_path_factory, _semel_settings):
+    from .security import ClientSecurity
     yield from _shared(tmp_path_factory, _semel_settings, "semel-sasl", security=ClientSecurity("SASL_PLAINTEXT"))
 
 
 @pytest.fixture(scope="session")
 def semel_broker_tls(tmp_path_factory, _semel_settings):
+    from .security import ClientSecurity
     yield from _shared(tmp_path_factory, _semel_settings, "semel-tls", security=ClientSecurity("SSL"))
 
 
@@ -115,10 +120,11 @@ def semel_broker_tls(tmp_path_factory, _semel_settings):
 def semel_broker_factory(tmp_path, _semel_settings):
     """make(security="PLAINTEXT"|"SSL"|"SASL_PLAINTEXT"|"SASL_SSL", power_cut=False,
     network=False, args=(), port=None) -> a started Broker of this test's own."""
-    made: list[Broker] = []
+    from .security import ClientSecurity
+    made: list = []
 
     def make(security: str = "PLAINTEXT", power_cut: bool = False, network: bool = False,
-             args: tuple[str, ...] = (), port: int | None = None) -> Broker:
+             args: tuple[str, ...] = (), port: int | None = None):
         base = tmp_path / f"semel-broker-{len(made)}"
         broker = start(lambda: _semel_settings.broker(base, security=ClientSecurity(security), power_cut=power_cut,
                                                       network=network, extra_args=tuple(args), port=port))
@@ -131,12 +137,13 @@ def semel_broker_factory(tmp_path, _semel_settings):
 
 
 @pytest.fixture
-def semel_broker_fresh(semel_broker_factory) -> Broker:
+def semel_broker_fresh(semel_broker_factory):
     return semel_broker_factory()
 
 
 @pytest.fixture(scope="session")
 def _semel_session_cluster(tmp_path_factory, _semel_settings):
+    from .cluster import Cluster
     cluster = start(lambda: Cluster(tmp_path_factory.mktemp("semel-cluster"), extra_args=_semel_settings.args,
                                     start_timeout_s=max(_semel_settings.timeout, 60.0)))
     yield cluster

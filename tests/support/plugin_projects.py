@@ -44,12 +44,14 @@ def outcomes(junit: Path) -> dict[str, str]:
 
 def run_project(folder: Path, files: dict[str, str], *args: str, timeout_s: float = 240,
                 python: str = sys.executable, env: dict | None = None) -> Outcome:
-    """Copy projects/<source> to folder/<name> for each name -> source, run pytest there."""
+    """Copy projects/<source> to folder/<name> for each name -> source, run pytest there
+    with `python` (another environment's: semel installed there, so its entry point)."""
     folder.mkdir(parents=True, exist_ok=True)
     for name, source in files.items():
         (folder / name).write_text((PROJECTS / source).read_text())
     junit = folder / "junit.xml"
-    r = subprocess.run([python, "-m", "pytest", "-p", "no:cacheprovider", *plugin_args(), f"--junitxml={junit}",
+    plugin = plugin_args() if python == sys.executable else []
+    r = subprocess.run([python, "-m", "pytest", "-p", "no:cacheprovider", *plugin, f"--junitxml={junit}",
                         "-W", "ignore::DeprecationWarning", *args], cwd=folder, capture_output=True, text=True,
                        timeout=timeout_s, env=dict(os.environ, **(env or {})))
     return Outcome(r.returncode, r.stdout + r.stderr, outcomes(junit) if junit.exists() else {})
