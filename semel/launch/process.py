@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -41,8 +42,8 @@ class ManagedProcess:
 
     `die_with_parent`: the kernel SIGKILLs the process when the thread that started it
     ends (Linux's parent-death signal), so a test run killed outright leaves no server
-    behind; only for a starter that outlives its processes on one thread (pytest).
-    Linux only (elsewhere nothing is asked)."""
+    behind. Asked only on Linux and from the main thread (pytest's): the kernel ties it
+    to the starting thread, not the process."""
 
     die_with_parent = False
 
@@ -69,7 +70,7 @@ class ManagedProcess:
         for attempt in range(3):
             self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT, env=self.env,
                                          start_new_session=True,
-                                         preexec_fn=_die_with_parent if self.die_with_parent and sys.platform == "linux" else None)
+                                         preexec_fn=_die_with_parent if self._asks_parent_death() else None)
             try:
                 self.reach(wait_for_port, self.host, self.port, timeout_s, self.proc)
                 break
@@ -81,6 +82,11 @@ class ManagedProcess:
                 self.port = free_port()
         self._port_chosen = False  # restarts must come back on the same port
         return self
+
+    def _asks_parent_death(self) -> bool:
+        # The signal follows the starting *thread*: from any other than the main one the
+        # process would die with that thread (a timer restarting a broker, say).
+        return self.die_with_parent and sys.platform == "linux" and threading.current_thread() is threading.main_thread()
 
     def reach(self, fn, *args):
         """Run `fn(*args)` where this process's address can be reached from (here; a

@@ -162,3 +162,14 @@ def test_cluster_round_trip_through_a_broker_kill(semel_cluster, semel_cluster_t
     semel_cluster.brokers[0].kill()
     produce_confluent({**cfg, "acks": "all"}, topic, [b"two"])
     assert sorted(consume_confluent(cfg, topic, 2, timeout_s=60)) == [b"one", b"two"]
+
+
+def test_sasl_ssl_broker_with_kafka_python(semel_broker_factory):
+    broker = semel_broker_factory(security="SASL_SSL")
+    cfg = broker.client_configs()["kafka_python"]
+    assert cfg["security_protocol"] == "SASL_SSL" and cfg["ssl_cafile"]
+    topic = broker.topics("sasl-ssl").make()
+    p = KafkaProducer(**cfg, acks="all")
+    p.send(topic, b"both").get(30)
+    p.close()
+    assert consume_confluent(broker.client_configs()["confluent"], topic, 1) == [b"both"]
