@@ -14,19 +14,18 @@ from .topics import TopicFactory
 
 class Cluster:
     """`bootstrap_servers` (every broker), `brokers[n]` (node id n) with kill(),
-    restart(), pause() and resume(); topics default to replication factor `nodes`.
+    restart(), pause() and resume(); topics default to replication factor min(3, nodes).
 
     Raises FileNotFoundError (with the install command) where etcd is missing."""
 
     def __init__(self, data_dir: Path, nodes: int = 3, extra_args: tuple[str, ...] = (),
                  start_timeout_s: float = 60.0):
         etcd_binary()   # the `cluster` extra: say so before starting anything
-        self.replication_factor = nodes
+        self.replication_factor = min(3, nodes)
         self.security = ClientSecurity()
         self.start_timeout_s = start_timeout_s
         self.local = LocalCluster(Path(data_dir), nodes, lease_ttl_s=3,
-                                  broker_args=[*TEST_BROKER_ARGS, "--default-replication-factor", str(nodes),
-                                               *extra_args])
+                                  broker_args=[*TEST_BROKER_ARGS, *_replication(nodes), *extra_args])
         for p in (self.local.etcd, *self.local.brokers):
             p.die_with_parent = True
         self.brokers = [Broker(p, self.security, start_timeout_s=start_timeout_s) for p in self.local.brokers]
@@ -66,3 +65,10 @@ class Cluster:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _replication(nodes: int) -> list[str]:
+    """As `semel cluster start`: topics on min(3, nodes) brokers and, at 3, acks=all
+    waiting for 2 of them, so a write survives the loss of any one broker."""
+    rf = min(3, nodes)
+    return ["--default-replication-factor", str(rf)] + (["--min-insync-replicas", "2"] if rf == 3 else [])
