@@ -35,7 +35,7 @@ PASSWORD = "bench-secret"
 
 
 def certs(d: Path) -> tuple[Path, Path, Path]:
-    from tests.support.certs import make_certs
+    from semel.testing.certs import make_certs
     return make_certs(d)
 
 

@@ -60,10 +60,17 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 
 
 class Network:
-    """Hosts by name, each in its own namespace behind one router namespace."""
+    """Hosts by name, each in its own namespace behind one router namespace.
 
-    def __init__(self, hosts: Iterable[str], tag: str | None = None):
+    `here`: the host that is the calling process itself, left in the namespace it runs
+    in (its link to the router and a route to the hosts' subnet are added there), so a
+    test's own clients reach the others and can be cut from them. Its address and
+    route are the only change to that namespace, and go with close(); one such
+    network at a time per namespace (the route is for the whole subnet)."""
+
+    def __init__(self, hosts: Iterable[str], tag: str | None = None, here: str | None = None):
         self.hosts = list(hosts)
+        self.here = here
         if len(self.hosts) > 250:
             raise ValueError("at most 250 hosts")
         self.tag = tag or f"sm{uuid.uuid4().hex[:6]}"
@@ -81,7 +88,7 @@ class Network:
 
     def exec_argv(self, host: str) -> list[str]:
         """The prefix that runs a command inside `host`'s namespace."""
-        return ["ip", "netns", "exec", self.ns(host)]
+        return [] if host == self.here else ["ip", "netns", "exec", self.ns(host)]
 
     # -- lifecycle -----------------------------------------------------------------------
     def create(self) -> "Network":
@@ -89,6 +96,9 @@ class Network:
             self._add_ns(self.router)
             _ip("netns", "exec", self.router, "sysctl", "-qw", "net.ipv4.ip_forward=1")
             for host, n in self.index.items():
+                if host == self.here:
+                    self._link_here(n)
+                    continue
                 ns = self.ns(host)
                 self._add_ns(ns)
                 _ip("-n", self.router, "link", "add", f"h{n}", "type", "veth", "peer", "name", "eth0", "netns", ns)
@@ -101,6 +111,16 @@ class Network:
             self.close()
             raise
         return self
+
+    def _link_here(self, n: int) -> None:
+        """The router's link to the caller's own namespace (the `here` host)."""
+        end = f"{self.tag}-o"
+        _ip("-n", self.router, "link", "add", f"h{n}", "type", "veth", "peer", "name", end, "netns", str(os.getpid()))
+        _ip("-n", self.router, "addr", "add", f"{SUBNET}.{n}.1/24", "dev", f"h{n}")
+        _ip("-n", self.router, "link", "set", f"h{n}", "up")
+        _ip("addr", "add", f"{SUBNET}.{n}.2/24", "dev", end)
+        _ip("link", "set", end, "up")
+        _ip("route", "add", f"{SUBNET}.0.0/16", "via", f"{SUBNET}.{n}.1")
 
     def _add_ns(self, ns: str) -> None:
         _ip("netns", "add", ns)
@@ -156,6 +176,8 @@ class Network:
     def within(self, host: str, fn: Callable, *args, **kwargs):
         """fn(*args, **kwargs) in a thread that entered `host`'s network namespace (a
         thread's namespace is its own: the caller's stays as it was)."""
+        if host == self.here:
+            return fn(*args, **kwargs)
         out: dict = {}
 
         def run() -> None:

@@ -5,6 +5,7 @@ them exercise brokers as separate processes so a SIGKILL is a real one.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import signal
@@ -12,6 +13,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -36,7 +38,14 @@ def wait_for_port(host: str, port: int, timeout_s: float, proc: subprocess.Popen
 
 
 class ManagedProcess:
-    """A server process bound to a fixed loopback port, restartable on that port."""
+    """A server process bound to a fixed loopback port, restartable on that port.
+
+    `die_with_parent`: the kernel SIGKILLs the process when the thread that started it
+    ends (Linux's parent-death signal), so a test run killed outright leaves no server
+    behind. Asked only on Linux and from the main thread (pytest's): the kernel ties it
+    to the starting thread, not the process."""
+
+    die_with_parent = False
 
     def __init__(self, port: int | None = None, log_path: Path | None = None, env: dict | None = None):
         self.host = "127.0.0.1"
@@ -60,7 +69,8 @@ class ManagedProcess:
         out = self._log or subprocess.DEVNULL
         for attempt in range(3):
             self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT, env=self.env,
-                                         start_new_session=True)
+                                         start_new_session=True,
+                                         preexec_fn=_die_with_parent if self._asks_parent_death() else None)
             try:
                 self.reach(wait_for_port, self.host, self.port, timeout_s, self.proc)
                 break
@@ -72,6 +82,11 @@ class ManagedProcess:
                 self.port = free_port()
         self._port_chosen = False  # restarts must come back on the same port
         return self
+
+    def _asks_parent_death(self) -> bool:
+        # The signal follows the starting *thread*: from any other than the main one the
+        # process would die with that thread (a timer restarting a broker, say).
+        return self.die_with_parent and sys.platform == "linux" and threading.current_thread() is threading.main_thread()
 
     def reach(self, fn, *args):
         """Run `fn(*args)` where this process's address can be reached from (here; a
@@ -130,6 +145,14 @@ class ManagedProcess:
 
     def __exit__(self, *exc):
         self.close()
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: ask for SIGKILL when the parent goes (kept across exec)."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 class SemelBroker(ManagedProcess):

@@ -37,7 +37,7 @@ from semel.launch.local_cluster import LocalCluster
 from semel.launch.process import free_port
 from semel.protocol.errors import KafkaError
 from semel.protocol.messages import request_class
-from tests.support.certs import make_certs
+from semel.testing.certs import make_certs
 from tests.support.cluster import partitions, wait_brokers
 from tests.support.consume import read_values
 from tests.support.markers import starts_processes
@@ -389,7 +389,7 @@ def _dial(dialer: PeerDialer, host: str, port: int):
 
 def test_tls_to_a_peer_checks_its_certificate_and_presents_ours(mtls, tmp_path):
     from semel.cluster.peer import PeerAuthError
-    from tests.support.certs import make_client_cert
+    from semel.testing.certs import make_client_cert
     broker, d = mtls
     cert, key = make_client_cert(d, "broker-1", unit="brokers")
 

@@ -17,7 +17,7 @@ from semel.client.cluster import ClusterRouter, ReaderError
 from semel.client.security import from_config
 from semel.launch.process import SemelBroker, free_port
 from semel.protocol.errors import KafkaError
-from tests.support.certs import make_certs, make_client_cert
+from semel.testing.certs import make_certs, make_client_cert
 from tests.support.jwks import AUDIENCE, ISSUER, claims, rsa_key, write_jwks
 
 KEY = rsa_key("k1")

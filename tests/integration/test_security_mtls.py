@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from semel.launch.process import SemelBroker, free_port
-from tests.support.certs import make_certs, make_client_cert
+from semel.testing.certs import make_certs, make_client_cert
 
 ADMIN, ALICE = "User:CN=admin,OU=payments", "User:CN=alice,OU=payments"
 

@@ -13,7 +13,7 @@ from semel.client import Client
 from semel.launch.process import SemelBroker, free_port, wait_for_port
 from semel.protocol.errors import KafkaError
 from tests.integration.test_hotpath import _batch, _produce_frame, _read_frame, trickle_and_check
-from tests.support.certs import make_certs
+from semel.testing.certs import make_certs
 
 
 @pytest.fixture(scope="module")

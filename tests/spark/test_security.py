@@ -20,7 +20,7 @@ from semel.client.security import from_config
 from semel.launch.process import SemelBroker, free_port
 from semel.spark import sink
 from tests.support import wait
-from tests.support.certs import make_certs
+from semel.testing.certs import make_certs
 from tests.support.consume import read_values
 
 # Escapes in the JAAS line (a quote, a backslash, a ';') must reach the broker intact.

@@ -14,7 +14,7 @@ import pytest
 TESTS = Path(__file__).resolve().parent.parent
 
 # Directories where every test runs against real processes; Spark ones also get `spark`.
-PROCESS_DIRS = ("integration", "chaos", "spark")
+PROCESS_DIRS = ("integration", "chaos", "spark", "plugin")
 SPARK_DIRS = ("spark",)
 # Fixtures that start Spark (a local SparkSession runs a JVM).
 SPARK_FIXTURES = frozenset({"spark"})

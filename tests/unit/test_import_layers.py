@@ -35,6 +35,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "spark": frozenset({"protocol", "client", "eos"}),
     "launch": frozenset({"protocol", "client"}),
     "check": frozenset({"protocol", "client", "eos", "launch"}),
+    "testing": frozenset({"protocol", "client", "launch"}),
     "demo": frozenset({"protocol", "client", "eos", "spark"}),
     "console": frozenset({"protocol", "client"}),
     "cli": frozenset({"protocol", "storage", "client", "coordinator", "cluster", "broker", "eos", "spark",

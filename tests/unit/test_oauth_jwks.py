@@ -19,7 +19,7 @@ from semel.broker.auth import oauth
 from semel.broker.auth.oauth import TokenRefused, ValidatorConfig, unsecured_token
 from semel.broker.auth.oauth_jwks import (JwksCache, JwksError, JwksSource, SignedConfig, SignedValidator,
                                           fetch_keys, parse_jwks)
-from tests.support.certs import make_certs
+from semel.testing.certs import make_certs
 from tests.support.jwks import AUDIENCE, ISSUER, JwksServer, claims, ec_key, jwks_doc, rsa_key
 
 NOW = 1_800_000_000

@@ -110,7 +110,7 @@ def test_a_store_that_is_not_pem_is_refused_without_a_type(tmp_path):
 
 
 def test_pem_trust_and_client_certificate(tmp_path):
-    from tests.support.certs import make_certs, make_client_cert
+    from semel.testing.certs import make_certs, make_client_cert
     ca, _, _ = make_certs(tmp_path)
     cert, key = make_client_cert(tmp_path, "alice")
     inline = from_config({"security.protocol": "SSL", "ssl.truststore.type": "PEM",

@@ -1,5 +1,5 @@
 """A throwaway CA, a server certificate for TLS listeners and client certificates
-(mTLS) for tests and benchmarks."""
+(mTLS) for tests and benchmarks (needs the `cryptography` package)."""
 from __future__ import annotations
 
 import datetime
