@@ -80,9 +80,12 @@ from semel.spark.trace import Phases
 _VALUE_TYPES = ("binary", "string")
 
 
-def parse_options(options, fs_settings=None) -> SinkOptions:
+def parse_options(options, fs_settings=None, each_batch: bool = False) -> SinkOptions:
+    """`each_batch`: for write_each_batch, which alone takes the options choosing the tasks."""
     try:
         opts = opt.validate_sink(options)
+        if not each_batch:
+            opt.refuse_write_tasks(opts)
         security = opt.parse_security(opts)
         producer = opt.parse_producer(opts)
     except opt.OptionError as exc:
