@@ -34,17 +34,12 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from bench.common import RESULTS, write_result
-from bench.spark_pipeline import load_note, preload
-from bench.spark_tasks import PER_BATCH, SINKS, PythonNullSink, run
-
-from semel.demo.job import session
-from semel.launch.process import SemelBroker
-from semel.spark.trace import TRACE_ENV
+from bench.spark_pipeline import load_note
+from bench.spark_tasks import PER_BATCH, SINKS, bench_setup, run
 
 # Run in a fresh interpreter: the worker modules a Spark Python worker has loaded before a
 # writer's task arrives, then semel's sink module (what unpickling its writer imports).
@@ -102,21 +97,11 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--out", type=Path, default=RESULTS)
     a = ap.parse_args(argv)
-    work = Path(tempfile.mkdtemp(prefix="semel-spark-profile-"))
-    trace = work / "trace.jsonl"
-    os.environ[TRACE_ENV] = str(trace)  # read by the Python workers Spark starts from here on
     loads = {"start": os.getloadavg()}
     import_ms = [float(fresh(_IMPORT)[0]) for _ in range(3)]
     unpickle_ms, pickled_bytes = fresh(_UNPICKLE)
     times: dict[str, list[int]] = {s: [] for s in SINKS}
-    with SemelBroker(work / "data", log_path=work / "broker.log") as broker:
-        bs = broker.bootstrap
-        spark = session("local[2]", work)
-        spark.dataSource.register(PythonNullSink)
-        preload(bs, "tasks-in", PER_BATCH * a.batches)
-        preload(bs, "tasks-out", 0)
-        for sink in SINKS:                                        # JVM and Python workers warm
-            run(spark, bs, work, 10, a.batches, sink, f"warm-{sink}")
+    with bench_setup("semel-spark-profile-", a.batches) as (work, trace, bs, spark):
         since = time.time()
         for r in range(a.rounds):
             for sink in SINKS:
@@ -125,7 +110,6 @@ def main(argv=None) -> int:
                 print(f"{a.tasks} tasks {sink} round {r}: {ms} ms per batch", flush=True)
         loads["end"] = os.getloadavg()
         cores = spark.sparkContext.defaultParallelism
-        spark.stop()
     p50 = {s: statistics.median(v) for s, v in times.items()}
     prof = trace_profile(trace, since)
     floor_task_ms = (p50["pynull"] - p50["noop"]) * cores / a.tasks
