@@ -24,6 +24,7 @@ import os
 import statistics
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from bench.common import RESULTS, write_result
@@ -102,6 +103,29 @@ def run(spark, bs: str, work: Path, tasks: int, batches: int, sink: str, tag: st
     return got
 
 
+@contextmanager
+def bench_setup(prefix: str, batches: int):
+    """What this bench and bench.spark_task_profile start with: the sink's trace on, a
+    semel broker holding `batches` batches of input, a local[2] session with pynull
+    registered, JVM and Python workers warmed by each sink at 10 tasks. Yields (work
+    dir, trace file, bootstrap, session)."""
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    trace = work / "trace.jsonl"
+    os.environ[TRACE_ENV] = str(trace)  # read by the Python workers Spark starts from here on
+    with SemelBroker(work / "data", log_path=work / "broker.log") as broker:
+        bs = broker.bootstrap
+        spark = session("local[2]", work)
+        spark.dataSource.register(PythonNullSink)
+        preload(bs, "tasks-in", PER_BATCH * batches)
+        preload(bs, "tasks-out", 0)
+        for sink in SINKS:
+            run(spark, bs, work, 10, batches, sink, f"warm-{sink}")
+        try:
+            yield work, trace, bs, spark
+        finally:
+            spark.stop()
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tasks", default="10,200,2000")
@@ -109,20 +133,9 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", type=Path, default=RESULTS)
     a = ap.parse_args(argv)
-    work = Path(tempfile.mkdtemp(prefix="semel-spark-tasks-"))
-    trace = work / "trace.jsonl"
-    os.environ[TRACE_ENV] = str(trace)  # read by the Python workers Spark starts from here on
     loads = {"start": os.getloadavg()}
     rows: dict[str, dict] = {}
-    with SemelBroker(work / "data", log_path=work / "broker.log") as broker:
-        bs = broker.bootstrap
-        spark = session("local[2]", work)
-        spark.dataSource.register(PythonNullSink)
-        preload(bs, "tasks-in", PER_BATCH * a.batches)
-        preload(bs, "tasks-out", 0)
-        run(spark, bs, work, 10, a.batches, "noop", "warm")           # JVM and Python workers warm
-        run(spark, bs, work, 10, a.batches, "semel", "warm-semel")
-        run(spark, bs, work, 10, a.batches, "pynull", "warm-pynull")
+    with bench_setup("semel-spark-tasks-", a.batches) as (work, trace, bs, spark):
         for n in (int(x) for x in a.tasks.split(",")):
             times: dict[str, list[int]] = {s: [] for s in SINKS}
             since = time.time()
@@ -140,7 +153,6 @@ def main(argv=None) -> int:
                             "semel_sink_own": sink_ms(trace, since),
                             **{f"{s}_batch_ms": times[s] for s in SINKS}}
             loads[f"after_{n}"] = os.getloadavg()
-        spark.stop()
     result = {
         "per_batch_records": PER_BATCH, "tasks": rows,
         "target": {"ratio_at_200_tasks": 1.2, "met": rows.get("200", {}).get("ratio", 99) <= 1.2},

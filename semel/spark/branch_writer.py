@@ -157,6 +157,8 @@ def write_branch(o: SinkOptions, cols: dict[str, int], rows: Iterator, batch: in
     """One task attempt's branch. `parts`: where the batch's decision is recorded (from
     the writer's plan; without one, the `topic` option's partition 0)."""
     ph = Phases(o, f"write p{partition} a{attempt}", batch)
+    if isinstance(rows, ArrowInput):
+        rows = ArrowInput(ph.waited(rows.batches), rows.columnar)
     rows = _unless_empty(rows)
     if rows is None:
         # Nothing to write (most of an aggregation's 200 shuffle partitions in a small

@@ -149,3 +149,22 @@ class Checkpoint:
             raise CheckpointError(f"cannot list the offset log of checkpoint {self.location}: {exc}") from None
         batches = [int(i.base_name) for i in infos if i.type == pafs.FileType.File and i.base_name.isdigit()]
         return max(batches) if batches else None
+
+    def has_state(self) -> bool:
+        """Whether the query keeps state (an aggregation, a join, dropDuplicates): Spark
+        writes `state/` once a stateful operator's first batch has run."""
+        import pyarrow.fs as pafs
+        try:
+            return self.fs.get_file_info(f"{self.root.rstrip('/')}/state").type == pafs.FileType.Directory
+        except OSError:
+            return False
+
+
+def shuffle_partitions(offset_lines: list[str] | None) -> int | None:
+    """spark.sql.shuffle.partitions as the offset log recorded it (Spark's metadata line:
+    the value a stateful query keeps for the life of its checkpoint)."""
+    try:
+        return int(json.loads(offset_lines[1])["conf"]["spark.sql.shuffle.partitions"])
+    except (TypeError, IndexError, KeyError, ValueError):
+        return None
+

@@ -20,7 +20,7 @@ from semel.client.cluster import COORDINATOR_MOVED, GROUP, TRANSACTION, ClusterR
 from semel.protocol.api_keys import ApiKey
 from semel.protocol.errors import KafkaError
 from semel.spark import atomic
-from semel.spark.checkpoint import Checkpoint, CheckpointError
+from semel.spark.checkpoint import Checkpoint, CheckpointError, shuffle_partitions
 from semel.spark.hooks import kill_if
 from semel.spark.routing import (BROKEN, connect, end_transaction, fence_transaction, group_coordinator, init_transaction,
                                  on_txn_coordinator, require_ok, resending, reset_connections, retrying, route_key,
@@ -56,6 +56,7 @@ class BatchPlan:
     batch number (None without a checkpoint) and its source end offsets."""
     batch: int | None = None
     offsets: dict = field(default_factory=dict)
+    shuffle_partitions: int | None = None  # as the batch's offset log entry records it
 
 
 def plan_batch(o: SinkOptions) -> tuple[SinkOptions, BatchPlan]:
@@ -66,8 +67,9 @@ def plan_batch(o: SinkOptions) -> tuple[SinkOptions, BatchPlan]:
     try:
         ck = _checkpoint(o)
         batch = ck.latest_batch()
-        offsets = _kafka_offsets(ck.offset_lines(batch) or []) if batch is not None else {}
-        return replace(o, query=ck.query_id()), BatchPlan(batch, offsets)
+        lines = ck.offset_lines(batch) if batch is not None else None
+        return (replace(o, query=ck.query_id()),
+                BatchPlan(batch, _kafka_offsets(lines or []), shuffle_partitions(lines)))
     except CheckpointError as exc:
         raise SinkError(f"semel sink: {exc}") from None
 

@@ -20,6 +20,16 @@ and abort of losers as format("semel")'s commit(). A batch Spark replays after a
 is recognised from the query's committed offsets (by the tasks, which then write
 nothing, and by commit_batch, which rolls it forward), never written twice. The query group, parent transaction and branch ids are those format("semel")
 derives from the same options, so a query may move between the two.
+
+The batch is written by as many Python tasks as the executors run at once (their
+cores), not by one per shuffle partition: a Python task costs PySpark a worker round
+whether it holds rows or not, and a stateful query has spark.sql.shuffle.partitions of
+them (200 by default) however small the batch. The batch is coalesced (no shuffle: each
+task reads several of the stateful stage's partitions in turn), or with
+`semel.write.rebalance` spread round robin (one more shuffle; for a skewed batch);
+`semel.write.tasks` sets the number. Which rows a task gets does not matter to the
+guarantee: every task writes its own branch and the batch's decision takes the
+branches of the winning attempts, whatever rows each held.
 """
 from __future__ import annotations
 
@@ -27,6 +37,7 @@ import pickle
 from typing import Any, Callable, Mapping
 
 from semel.spark import decision, sink
+from semel.spark import options as opt
 from semel.spark.branch_writer import ArrowInput, write_branch
 from semel.spark.sink_options import SinkError
 
@@ -37,10 +48,14 @@ def write_each_batch(options: Mapping[str, str]) -> Callable[[Any, int], None]:
     if not opts.get("checkpointLocation"):
         raise SinkError("write_each_batch needs the query's 'checkpointLocation' among its options (the "
                         "batch's source offsets are read from it, and it names the query)")
+    try:
+        shape = opt.parse_write_tasks(opts)
+    except opt.OptionError as exc:
+        raise SinkError(str(exc)) from None
 
     def run(df, batch_id: int) -> None:
         from semel.spark.checkpoint import session_settings
-        o = sink.parse_options(opts, session_settings(df.sparkSession))
+        o = sink.parse_options(opts, session_settings(df.sparkSession), each_batch=True)
         cols = sink.check_schema(df.schema, o.topic)
         o = sink.probe_cached(o)
         o, plan = decision.plan_batch(o)
@@ -49,9 +64,27 @@ def write_each_batch(options: Mapping[str, str]) -> Callable[[Any, int], None]:
         # The job runs even for a batch decided before a crash: Spark requires a stateful
         # query's foreachBatch to process every partition (its state stores commit then);
         # each task finds the batch decided and writes nothing, and commit_batch rolls it forward.
-        messages = _write(df, o, cols, batch_id, parts)
+        messages = _write(spread(df, shape), o, cols, batch_id, parts)
         decision.commit_batch(o, messages, batch_id, offsets)
     return run
+
+
+def spread(df, shape: opt.WriteTasks):
+    """The batch over `shape.tasks` partitions, by default the executors' cores."""
+    n = shape.tasks or executor_cores(df.sparkSession)
+    if n is None:
+        return df
+    return df.repartition(n) if shape.rebalance else df.coalesce(n)
+
+
+def executor_cores(spark) -> int | None:
+    """How many tasks the executors run at once (Spark's default parallelism: the sum of
+    the executors' cores, or local[N]'s N); None where the session has no SparkContext
+    to ask (Spark Connect)."""
+    try:
+        return int(spark.sparkContext.defaultParallelism)
+    except Exception:  # noqa: BLE001 - Spark Connect raises its own error for sparkContext
+        return None
 
 
 def _write(df, o, cols: dict[str, int], batch: int, parts) -> list:

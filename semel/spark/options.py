@@ -99,8 +99,14 @@ BATCH_SIZE = "kafka.batch.size"
 ACKS = "kafka.acks"
 IDEMPOTENCE = "kafka.enable.idempotence"
 
+# write_each_batch (foreachBatch) only, where semel chooses the writing tasks: how many
+# (default: the executors' cores) and whether a round-robin shuffle evens them out.
+WRITE_TASKS = "semel.write.tasks"
+WRITE_REBALANCE = "semel.write.rebalance"
+EACH_BATCH_OPTIONS = {WRITE_TASKS, WRITE_REBALANCE}
+
 SINK_OPTIONS = {TOPIC, QUERY_ID, RESTART_WINDOW, ATOMIC, BATCH_ROWS, COMPRESSION, LINGER, BATCH_SIZE,
-                ACKS, IDEMPOTENCE}
+                ACKS, IDEMPOTENCE} | EACH_BATCH_OPTIONS
 
 # --- every option of Spark's Kafka connector ------------------------------------
 
@@ -257,6 +263,27 @@ class ProducerOptions:
     linger_ms: int = 0
     batch_bytes: int | None = None  # None: as large as a request allows
     client_id: str = "semel-spark-sink"
+
+
+@dataclass(frozen=True)
+class WriteTasks:
+    """How write_each_batch spreads a micro-batch over Python tasks."""
+    tasks: int | None = None  # None: the executors' cores (SparkContext.defaultParallelism)
+    rebalance: bool = False   # a round-robin shuffle to `tasks` partitions instead of a coalesce
+
+
+def parse_write_tasks(options: Mapping[str, str]) -> WriteTasks:
+    opts = lower(options)
+    return WriteTasks(_positive_int(opts, WRITE_TASKS), _bool(opts, WRITE_REBALANCE, False))
+
+
+def refuse_write_tasks(options: Mapping[str, str]) -> None:
+    """format("semel") writes from one task per partition of its input (PySpark's
+    choice): the options that choose the tasks are write_each_batch's alone."""
+    for name in sorted(set(lower(options)) & EACH_BATCH_OPTIONS):
+        raise OptionError(f"option '{name}' applies to foreachBatch(write_each_batch(...)) only: format('semel') "
+                          "writes from one task per partition of its input (coalesce the DataFrame or lower "
+                          "spark.sql.shuffle.partitions instead)")
 
 
 def parse_producer(options: Mapping[str, str]) -> ProducerOptions:

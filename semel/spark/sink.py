@@ -65,6 +65,7 @@ from semel.protocol.errors import KafkaError
 from semel.client import txn as wire
 from semel.client.cluster import ClusterRouter
 from semel.spark import atomic
+from semel.spark.advice import warn_many_tasks
 from semel.spark import options as opt
 from semel.spark.branch_writer import ArrowInput, Partitioner, write_branch
 from semel.spark.decision import (BatchPlan, abort_batch, branch_id, commit_batch, decision_partitions, end_branch,
@@ -80,9 +81,12 @@ from semel.spark.trace import Phases
 _VALUE_TYPES = ("binary", "string")
 
 
-def parse_options(options, fs_settings=None) -> SinkOptions:
+def parse_options(options, fs_settings=None, each_batch: bool = False) -> SinkOptions:
+    """`each_batch`: for write_each_batch, which alone takes the options choosing the tasks."""
     try:
         opts = opt.validate_sink(options)
+        if not each_batch:
+            opt.refuse_write_tasks(opts)
         security = opt.parse_security(opts)
         producer = opt.parse_producer(opts)
     except opt.OptionError as exc:
@@ -289,6 +293,7 @@ def make_stream_writer(options, schema, overwrite: bool, fs_settings=None) -> Se
     ph.mark("probe")
     o, plan = plan_batch(o)
     ph.mark("plan")
+    warn_many_tasks(o.group, o.checkpoint, dict(o.fs), plan.batch, plan.shuffle_partitions, complete=overwrite)
     ph.done(cached=hit)
     return SemelStreamWriter(o, cols, plan)
 

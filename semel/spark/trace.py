@@ -1,6 +1,7 @@
 """Diagnostics of the exactly-once sink: the benchmark's per-batch phase breakdown."""
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import time
@@ -10,6 +11,9 @@ from semel.spark.sink_options import SinkOptions
 # Diagnostics (the benchmark's per-batch breakdown): a file that gets one JSON line of
 # phase timings per write() and per commit(). Unset: nothing is timed or written.
 TRACE_ENV = "SEMEL_SPARK_SINK_TRACE"
+# The n-th traced call in this process: 1 in a Python worker Spark has just started, more
+# in one it reuses (the profile's count of worker starts).
+_calls = itertools.count(1)
 
 
 class Phases:
@@ -18,8 +22,10 @@ class Phases:
 
     def __init__(self, o: SinkOptions, where: str, batch: int):
         self.path = os.environ.get(TRACE_ENV)
-        self.doc: dict = {"query": o.group, "where": where, "batch": batch, "pid": os.getpid(), "start": time.time()}
+        self.doc: dict = {"query": o.group, "where": where, "batch": batch, "pid": os.getpid(), "start": time.time(),
+                          "call": next(_calls)}
         self.t = time.perf_counter()
+        self.wait_s: float | None = None  # set by waited()
 
     def mark(self, phase: str) -> None:
         if self.path:
@@ -27,8 +33,30 @@ class Phases:
             self.doc[phase] = round((now - self.t) * 1000, 2)
             self.t = now
 
+    def waited(self, batches):
+        """`batches` as they come, the time spent waiting for each (Spark preparing the
+        task's input: its share of a task, not the sink's) added up for done()."""
+        if not self.path:
+            return batches
+        self.wait_s = 0.0
+
+        def timed():
+            it = iter(batches)
+            while True:
+                t = time.perf_counter()
+                try:
+                    item = next(it)
+                except StopIteration:
+                    self.wait_s += time.perf_counter() - t
+                    return
+                self.wait_s += time.perf_counter() - t
+                yield item
+        return timed()
+
     def done(self, **extra) -> None:
         if self.path:
+            if self.wait_s is not None:
+                extra["input_wait_ms"] = round(self.wait_s * 1000, 2)
             self.doc.update(extra, end=time.time())
             # one write() of one short line to an O_APPEND file: lines of concurrent tasks do not mix
             with open(self.path, "a", encoding="utf-8") as f:

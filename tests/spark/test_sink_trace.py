@@ -38,3 +38,23 @@ def test_nothing_is_written_without_the_variable(tmp_path, monkeypatch):
     ph.done(rows=5)
     assert list(tmp_path.iterdir()) == []
     assert "check" not in ph.doc
+
+
+def test_waits_for_the_input_are_summed_apart(tmp_path, monkeypatch):
+    """A task's waits for its next Arrow batch (Spark's share of the task) are added up
+    as input_wait_ms; each traced call is numbered within its process."""
+    import time
+    path = tmp_path / "trace.jsonl"
+    monkeypatch.setenv(spark_trace.TRACE_ENV, str(path))
+
+    def slow():
+        for i in range(3):
+            time.sleep(0.02)
+            yield i
+    ph = spark_trace.Phases(options(), "write p0 a0", 1)
+    assert list(ph.waited(slow())) == [0, 1, 2]
+    ph.done()
+    spark_trace.Phases(options(), "write p1 a0", 1).done()
+    first, second = (json.loads(x) for x in path.read_text().splitlines())
+    assert first["input_wait_ms"] >= 60 and "input_wait_ms" not in second
+    assert second["call"] == first["call"] + 1

@@ -82,17 +82,62 @@ def test_write_each_batch_needs_the_checkpoint():
         write_each_batch({"kafka.bootstrap.servers": "x:1", "topic": "t"})
 
 
-def test_update_mode_windowed_count_is_exactly_once(spark, spark_broker, tmp_path):
+@pytest.mark.parametrize("name,value,why", [("semel.write.tasks", "0", "positive"),
+                                            ("semel.write.tasks", "two", "integer"),
+                                            ("semel.write.rebalance", "yes", "true or false")])
+def test_write_each_batch_refuses_a_bad_task_option(name, value, why):
+    with pytest.raises(SinkError, match=why):
+        write_each_batch({"kafka.bootstrap.servers": "x:1", "topic": "t", "checkpointLocation": "/ck", name: value})
+
+
+def test_format_semel_refuses_the_task_options():
+    """format("semel") cannot choose its tasks (one per input partition): the option
+    would do nothing there, so it is an error naming where it applies."""
+    from semel.spark.sink import parse_options
+    with pytest.raises(SinkError, match="write_each_batch"):
+        parse_options({"kafka.bootstrap.servers": "x:1", "topic": "t", "checkpointLocation": "/ck",
+                       "semel.write.tasks": "2"})
+
+
+def write_stage_tasks(spark, q) -> list[tuple[str, int]]:
+    """Spark's own count of tasks in the last stage of each job the query ran (Spark runs
+    a query's jobs, those of its foreachBatch function included, in a job group named
+    by the run's id): (stage name, tasks)."""
+    st = spark.sparkContext.statusTracker()
+    out = []
+    for job in sorted(st.getJobIdsForGroup(str(q.runId))):
+        stages = [st.getStageInfo(s) for s in st.getJobInfo(job).stageIds]
+        last = max((s for s in stages if s is not None), key=lambda s: s.stageId)
+        out.append((last.name, last.numTasks))
+    return out
+
+
+# (extra options, expected tasks per batch: None is the executors' cores)
+SHAPES = [({}, None), ({"semel.write.tasks": "3", "semel.write.rebalance": "true"}, 3)]
+
+
+@pytest.mark.parametrize("extra,tasks", SHAPES, ids=["cores", "option"])
+def test_update_mode_windowed_count_is_exactly_once(spark, spark_broker, tmp_path, extra, tasks):
+    """With Spark's default 200 shuffle partitions, each batch is written by as many
+    Python tasks as the executors' cores (or as the option says), and exactly once."""
     bs = spark_broker.bootstrap
-    src = setup(bs, "upd")
+    name = f"upd-{len(extra)}"
+    src = setup(bs, name)
     want = reference(spark, bs, src, str(tmp_path / "ref"))
     ck = str(tmp_path / "ck")
-    opts = {"kafka.bootstrap.servers": bs, "topic": "upd-out", "checkpointLocation": ck}
-    q = (windowed_counts(spark, bs, src).writeStream.outputMode("update").foreachBatch(write_each_batch(opts))
-         .option("checkpointLocation", ck).trigger(availableNow=True).start())
-    q.awaitTermination(300)
+    opts = {"kafka.bootstrap.servers": bs, "topic": f"{name}-out", "checkpointLocation": ck, **extra}
+    spark.conf.set("spark.sql.shuffle.partitions", "200")
+    try:
+        q = (windowed_counts(spark, bs, src).writeStream.outputMode("update").foreachBatch(write_each_batch(opts))
+             .option("checkpointLocation", ck).trigger(availableNow=True).start())
+        q.awaitTermination(300)
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", "2")
     assert q.exception() is None
-    got = Counter(read_values(bs, "upd-out", 2, want=sum(want.values())))
+    written = write_stage_tasks(spark, q)
+    assert len(written) >= EVENTS // PER_TRIGGER, written
+    assert {n for _, n in written} == {tasks or spark.sparkContext.defaultParallelism}, written
+    got = Counter(read_values(bs, f"{name}-out", 2, want=sum(want.values())))
     assert got == want
     # every window's last update is its full count
     final = {}
