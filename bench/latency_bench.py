@@ -88,7 +88,10 @@ def _consume_worker(bootstrap: str, topic: str, counted_from: float, ready, stop
     ready.set()
     try:
         while True:
-            msgs = c.consume(1000, 0.05)
+            # consume(n, timeout) waits for n records or the timeout, which would add up to
+            # the timeout to every record of a slow rate: wait for the first, then drain.
+            first = c.poll(0.05)
+            msgs = [first] + c.consume(1000, 0) if first is not None else []
             now = time.time()
             for m in msgs:
                 if m.error() is None:
