@@ -7,8 +7,9 @@ Every transition of coordinator state takes the same path:
   writer (semel.storage.committed: fsynced, then past the high watermark)
   ->  apply it to memory (or fail it) strictly in log order.
 
-The coordinators replay their log at start through the same apply functions,
-so memory is the replay of the log. Compaction is a rewrite: append every live
+Each coordinator partition's runtime (coordinator.runtime) owns one; the runtime's
+load replays the log through the coordinator's own apply functions, so memory is the
+replay of the log. Compaction is a rewrite: append every live
 record as it stands and, once that is applied like any write, drop the
 segments entirely before it.
 

@@ -24,7 +24,9 @@ handles requests) and only the answer waits.
 Timeouts (session, rebalance, initial rebalance delay, pending sync, offsets
 retention) are deadlines in `Timers`, driven by a clock the tests replace.
 
-The coordinator owns its lifecycle (status, seat, timers, background tasks) and is
+Its lifecycle (status, load by replay, unload, timers, background tasks, the write
+path) is the coordinator runtime's (coordinator.runtime.CoordinatorRuntime, as for the
+transaction coordinator); the GroupStore is the shard it loads. The coordinator is
 composed of parts by concern, each made in __init__ with the collaborators it uses:
   group_replay       GroupStore: the groups in memory and the apply functions shared
                      with the start-up replay
@@ -33,9 +35,9 @@ composed of parts by concern, each made in __init__ with the collaborators it us
   group_listing      GroupListing: describe/list/delete
   group_offsets      OffsetManager: offset commit/fetch, transactional offsets, delete,
                      expiry, compaction
-and every part writes through the coordinator's `clog` (coordinator_log.CoordinatorLog,
-as the transaction coordinator does: append -> commit point -> apply in log order,
-compaction by rewrite; its batches stamped by the coordinator's clock).
+and every part writes through the runtime's log, `clog` (coordinator_log.CoordinatorLog:
+append -> commit point -> apply in log order, compaction by rewrite; its batches
+stamped by the coordinator's clock).
 (group_timers: named deadlines; group_model: config, members, groups, answer values).
 Its public methods are the parts' own, handed on.
 """
@@ -60,7 +62,8 @@ from .group_model import (
 from .group_offsets import OffsetInput, OffsetManager
 from .group_replay import GroupStore
 from .group_timers import Timers, wall_clock_ms
-from .coordinator_log import CoordinatorLog, resolve_future
+from .runtime import CoordinatorRuntime
+from .coordinator_log import resolve_future
 from .offsets import CommittedOffset, OffsetsLogError, TopicPartition
 from ..storage.log import PartitionLog
 from ..storage.manager import LogManager
@@ -88,18 +91,14 @@ class GroupCoordinator:
         self.clock = clock or wall_clock_ms
         # Deadlines run on the monotonic clock (a wall-clock step expires no session);
         # a test that gives a clock drives both.
-        self.timers = Timers(clock or mono_ms)
+        self.runtime = CoordinatorRuntime(self.config.offsets_topic, writer, sync_writes=self.config.sync_writes,
+                                          clock=self.clock, timer_clock=clock or mono_ms)
+        self.timers = self.runtime.timers
         self._run_timers = run_timers
-        self._status = "new"
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._timer_task: asyncio.Task[None] | None = None
-        self._wake: asyncio.Event | None = None
-        self.clog = CoordinatorLog(self.config.offsets_topic, writer, self.spawn,
-                                   sync_writes=self.config.sync_writes, clock=self.clock)
+        self.clog = self.runtime.log
         # The seat on one __consumer_offsets partition (semel.coordinator.ports):
         # groups are loaded, served and dropped as this broker leads that partition or not.
         self.seat = seat
-        self.epoch: int | None = None    # the leader epoch served at (cluster)
         # Cluster: names of the topics the cluster holds deleted (OffsetManager drops
         # their offsets).
         self.deleted_topics = deleted_topics
@@ -123,25 +122,18 @@ class GroupCoordinator:
     async def start(self) -> None:
         """Start the timers; the groups are rebuilt when the seat loads the log
         (NOT_COORDINATOR until then)."""
-        self._status = "stopped"
         self.timers.set("expire-offsets", self.config.offsets_retention_check_interval_ms,
                         self.offset_manager.expire_offsets)
         self.timers.set("compact", self.config.compact_check_interval_ms, self.offset_manager.maybe_compact)
-        if self._run_timers:
-            self._wake = asyncio.Event()
-            self.timers.on_change = self._wake.set
-            self._timer_task = asyncio.create_task(self._timer_loop(), name="group-timers")
+        self.runtime.start(run_timers=self._run_timers)
 
     # --- the seat loads, serves and drops this coordinator ---------------------------------
 
     def load(self, plog: PartitionLog, epoch: int | None) -> None:
         """Rebuild every group from `plog` (synchronously); served once `serve` is called."""
-        self._status = "loading"
-        self.epoch = epoch
-        self.clog.plog = plog
         self.offset_manager.topics_dropped = set()
         started = time.monotonic()
-        self.clog.records_since_compaction = self.store.load(plog)
+        self.runtime.load(self.store, plog, epoch)
         # Restored members get a full session to find us again.
         for group in self.store.groups.values():
             for m in group.members.values():
@@ -150,8 +142,13 @@ class GroupCoordinator:
         log.info("loaded %d groups from %s in %.3fs", len(self.store.groups),
                  self.config.offsets_topic, time.monotonic() - started)
 
+    @property
+    def epoch(self) -> int | None:
+        """The leader epoch served at (cluster)."""
+        return self.runtime.epoch
+
     def serve(self, epoch: int | None) -> None:
-        self._status = "active"
+        self.runtime.serve()
         if self.deleted_topics is not None:
             # Topics deleted while another broker coordinated (or before its tombstones
             # were durable) lose their offsets here.
@@ -160,15 +157,17 @@ class GroupCoordinator:
     def unload(self) -> None:
         """Not the coordinator (any more): answer every waiting member and write
         NOT_COORDINATOR, so they look for the coordinator again, and forget every group."""
-        self._status = "stopped"
+        self._answer_members()
+        self.runtime.unload(cancel_tasks=False)
         self._drop_groups()
 
-    def _drop_groups(self) -> None:
+    def _answer_members(self) -> None:
         for group in self.store.groups.values():
             for m in group.members.values():
                 resolve_future(m.join_future, JoinResult(KafkaError.NOT_COORDINATOR, m.member_id))
                 resolve_future(m.sync_future, SyncResult(KafkaError.NOT_COORDINATOR))
-        self.clog.fail_all(KafkaError.NOT_COORDINATOR)
+
+    def _drop_groups(self) -> None:
         self.store.clear()
         self.consumers.pending.clear()
         self.timers.cancel_if(lambda key: isinstance(key, tuple))   # per-group deadlines
@@ -177,68 +176,26 @@ class GroupCoordinator:
         """Finish in-flight writes (briefly), then answer every waiting member
         with NOT_COORDINATOR so it looks for the coordinator again."""
         await self.seat.stop()
-        self._status = "stopped"
-        if self._timer_task is not None:
-            self._timer_task.cancel()
-            await asyncio.gather(self._timer_task, return_exceptions=True)
-            self._timer_task = None
-        if self._tasks:
-            await asyncio.wait(list(self._tasks), timeout=5)
+        await self.runtime.stop(cancel_tasks=False)
+        self._answer_members()
         self._drop_groups()
 
     async def idle(self) -> None:
         """Wait until every background write has been applied (for tests)."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self.runtime.idle()
 
     def fire_timers(self) -> int:
         """Run the timeouts that are due by the clock (tests call this after
-        advancing a fake clock; the timer task calls it in production)."""
-        return self.timers.fire_due()
-
-    async def _timer_loop(self) -> None:
-        """Sleep until the next deadline (or until a timer is set), fire what is due.
-        Every group timeout depends on this loop, so it logs and carries on after
-        any unexpected error instead of dying silently."""
-        assert self._wake is not None
-        while True:
-            try:
-                self._wake.clear()
-                deadline = self.timers.next_deadline()
-                delay = None if deadline is None else (deadline - self.timers.now()) / 1000
-                if delay is None or delay > 0:
-                    try:
-                        await asyncio.wait_for(self._wake.wait(), delay)
-                    except asyncio.TimeoutError:
-                        pass
-                self.fire_timers()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("group timer loop failed; continuing")
-                await asyncio.sleep(0.1)
+        advancing a fake clock; the runtime's timer loop calls it in production)."""
+        return self.runtime.fire_timers()
 
     def ready_error(self) -> KafkaError:
         """NONE while serving; why not otherwise (the parts ask before every change)."""
-        if self._status == "active":
-            return KafkaError.NONE
-        if self._status == "loading":
-            return KafkaError.COORDINATOR_LOAD_IN_PROGRESS
-        if self._status == "stopped":
-            return KafkaError.NOT_COORDINATOR
-        return KafkaError.COORDINATOR_NOT_AVAILABLE
+        return self.runtime.error()
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         """Run `coro` in the background; stop waits for it (briefly)."""
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-        return task
-
-    def _task_done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("group coordinator task failed", exc_info=task.exception())
+        return self.runtime.spawn(coro)
 
     # --- the parts' public methods ------------------------------------------------------------
     # Classic membership (GroupMembership).

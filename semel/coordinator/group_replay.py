@@ -1,20 +1,22 @@
 """Applying group-coordinator records to memory: the live write path (once a
 write is durable) and the start-up replay use the same functions, so memory is
 always the replay of the durable prefix of the log. A GroupStore holds the groups in
-memory that those functions change; the group coordinator and its parts share one."""
+memory that those functions change; the group coordinator and its parts share one.
+It is the group coordinator's shard for the runtime's load (coordinator.runtime):
+`clear` and `replay` of one batch."""
 from __future__ import annotations
 
 from typing import Callable
 
 from ..protocol import records as rb
-from ..storage.log import PartitionLog
+from ..protocol.records import BatchHeader
 from .consumer_group_rules import ConsumerGroup
 from .group_model import Group, Member
 from .group_states import Event, GroupState
 from .consumer_records import apply_record
 from .offsets import (
     CommittedOffset, ConsumerGroupKey, GroupRecord, OffsetKey, TopicPartition, decode_group_value,
-    decode_key, decode_offset_value, scan_log,
+    decode_key, decode_offset_value,
 )
 
 S = GroupState
@@ -105,28 +107,24 @@ class GroupStore:
         # Loading is not a transition: the snapshot is Stable when it has members.
         group.state = S.STABLE if group.members else S.EMPTY
 
-    def load(self, plog: PartitionLog) -> int:
-        """Replay `plog` into memory; returns how many records it holds."""
-        records = 0
-        for buf, pos, hdr in scan_log(plog):
-            records += hdr.record_count
-            if hdr.is_control:
-                self.apply_marker(hdr.producer_id, rb.control_type(buf, pos) == rb.CONTROL_COMMIT)
-                continue
-            for rec in rb.iter_records(buf, pos):
-                key = decode_key(rec.key)
-                if isinstance(key, OffsetKey):
-                    tp = (key.topic, key.partition)
-                    value = None if rec.value is None else decode_offset_value(rec.value, rec.offset)
-                    if hdr.is_transactional:
-                        if value is not None:
-                            self.apply_pending(hdr.producer_id, key.group, tp, value, rec.offset)
-                    else:
-                        self.apply_offset(key.group, tp, value, rec.offset)
-                elif isinstance(key, ConsumerGroupKey):
-                    if not hdr.is_transactional:
-                        apply_record(self.consumer_groups, key, rec.value)
-                elif not hdr.is_transactional:
-                    group = None if rec.value is None else decode_group_value(rec.value)
-                    self.apply_group_record(key.group, group)
-        return records
+    def replay(self, buf: bytes | memoryview, pos: int, hdr: BatchHeader) -> None:
+        """Apply one batch of the log (the runtime's load hands every batch here)."""
+        if hdr.is_control:
+            self.apply_marker(hdr.producer_id, rb.control_type(buf, pos) == rb.CONTROL_COMMIT)
+            return
+        for rec in rb.iter_records(buf, pos):
+            key = decode_key(rec.key)
+            if isinstance(key, OffsetKey):
+                tp = (key.topic, key.partition)
+                value = None if rec.value is None else decode_offset_value(rec.value, rec.offset)
+                if hdr.is_transactional:
+                    if value is not None:
+                        self.apply_pending(hdr.producer_id, key.group, tp, value, rec.offset)
+                else:
+                    self.apply_offset(key.group, tp, value, rec.offset)
+            elif isinstance(key, ConsumerGroupKey):
+                if not hdr.is_transactional:
+                    apply_record(self.consumer_groups, key, rec.value)
+            elif not hdr.is_transactional:
+                group = None if rec.value is None else decode_group_value(rec.value)
+                self.apply_group_record(key.group, group)

@@ -22,10 +22,13 @@ is txn_init.ProducerIdInit; timeouts, expiry and compaction are
 txn_housekeeping.TxnHousekeeping. Each reaches back to the coordinator only through the
 Protocol it declares (its states `txns`, and begin / transition / log_state /
 transition_all / abort_with_bump / spawn, the transition steps below).
+
+Its lifecycle (status, load by replay, unload, the write path, background tasks and the
+periodic housekeeping) is the coordinator runtime's (coordinator.runtime, as for the
+group coordinator): the coordinator is the shard the runtime loads (`clear`, `replay`).
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Coroutine, Mapping
@@ -35,7 +38,7 @@ from ..protocol import records
 from ..protocol.api_keys import ApiKey
 from ..protocol.errors import KafkaError
 from ..storage.log import PartitionLog
-from .coordinator_log import CoordinatorLog
+from .runtime import CoordinatorRuntime
 from .group_model import OFFSETS_TOPIC
 from .ports import CoordinatorSeat, LocalMarkers, MarkerWriter, PartitionWriter, ProducerIdSource
 from .txn_states import (
@@ -145,17 +148,15 @@ class TransactionCoordinator:
         self.stats: TxnStats = stats or _Uncounted()
         self.txns: dict[str, TxnMeta] = {}
         self.log: PartitionLog | None = None
-        self._background: set[asyncio.Task[None]] = set()
-        self._clog = CoordinatorLog(TXN_TOPIC, writer, self.spawn)
-        self._tasks: list[asyncio.Task[None]] = []
+        self.runtime = CoordinatorRuntime(TXN_TOPIC, writer)
+        self._clog = self.runtime.log
         self.markers = markers
         # Nothing is appended to the log unless `serving()`. Only the coordinator's state
         # can verify a transactional produce; a leader that is not the coordinator relies
         # on producer state (epochs, sequences) as Kafka did before KIP-890.
         self.seat = seat
-        self.serving = seat.serving
+        self.serving = self.runtime.serving
         self.is_coordinator = self.serving
-        self._epoch: int | None = None   # the leader epoch served at (cluster), else the local counter
         # A parent and its branches must share one coordinator: with several partitions a
         # branch whose id maps to another partition than its parent's is refused as a
         # Kafka broker refuses the pseudo-topic (the Spark sink names branches that hash
@@ -176,13 +177,17 @@ class TransactionCoordinator:
 
     @property
     def coordinator_epoch(self) -> int:
-        return self.pids.coordinator_epoch if self._epoch is None else self._epoch
+        # The leader epoch served at (cluster), else the ProducerIdSource's counter.
+        epoch = self.runtime.epoch
+        return self.pids.coordinator_epoch if epoch is None else epoch
 
     # --- lifecycle -------------------------------------------------------------
 
     async def start(self) -> None:
         """Start the housekeeping; the transactions are loaded when the seat loads the log."""
-        self._tasks.append(asyncio.create_task(self.housekeeping.run(), name="txn-housekeeping"))
+        self.runtime.start(run_timers=False)
+        self.runtime.every(self.config.transaction_abort_check_interval_ms / 1000, "housekeeping",
+                           self.housekeeping.run_once)
 
     # --- the seat loads, serves and drops this coordinator ---------------------------------
 
@@ -191,9 +196,7 @@ class TransactionCoordinator:
         answer writes still waiting NOT_COORDINATOR. Coroutines of requests in flight find
         their state objects gone (identity checks) and `serving()` false, so they append
         nothing more."""
-        for task in list(self._background):
-            task.cancel()
-        self._clog.fail_all(KafkaError.NOT_COORDINATOR)
+        self.runtime.unload(cancel_tasks=True)
         self.txns.clear()
         self._branches.joined.clear()
         self._init.reset()
@@ -201,48 +204,33 @@ class TransactionCoordinator:
     def load(self, plog: PartitionLog, epoch: int | None) -> None:
         """Replay the log (synchronously) as the coordinator at `epoch` (None: the
         ProducerIdSource's coordinator epoch, on a single node)."""
-        self.log = self._clog.plog = plog
-        self._epoch = epoch
-        self._replay()
+        self.log = plog
+        self.runtime.load(self, plog, epoch)
+        log.info("transaction coordinator loaded %d transactional id(s) (coordinator epoch %d)",
+                 len(self.txns), self.coordinator_epoch)
 
     def serve(self, epoch: int | None) -> None:
         """Serving at `epoch`: carry out every decision the log holds, in the background."""
+        self.runtime.serve()
         self.spawn(self._roll_forward_prepared())
 
     async def stop(self) -> None:
         await self.seat.stop()
-        for task in self._tasks + list(self._background):
-            task.cancel()
-        await asyncio.gather(*self._tasks, *self._background, return_exceptions=True)
-        # Writes whose fsync wait was just cancelled: their waiters must not hang.
-        self._clog.fail_all(KafkaError.NOT_COORDINATOR)
+        # Writes whose commit wait is cancelled here are answered NOT_COORDINATOR.
+        await self.runtime.stop(cancel_tasks=True)
         self.markers.close()
 
-    def _replay(self) -> None:
-        """Memory := the last state of every transactional id in the log."""
+    # --- the shard the runtime loads: memory := the last state of every id in the log ---
+
+    def clear(self) -> None:
         self.txns.clear()
-        replayed = 0
-        plog = self.log
-        if plog is None:
-            raise RuntimeError(f"{TXN_TOPIC}: no partition log loaded")
-        offset = plog.log_start_offset
-        while offset < plog.log_end_offset:
-            # Verified (CRC, structure): a batch damaged on disk stops the start with an error
-            # naming the file instead of becoming transaction state or an endless loop.
-            chunk = plog.read_checked(offset, 1 << 20)
-            if not chunk:
-                break
-            for pos, hdr in records.iter_batches(chunk):
-                if hdr.is_control:   # never written here since AddPartitionsToTxn refuses internal topics
-                    log.warning("ignoring a control batch at offset %d of %s", hdr.base_offset, TXN_TOPIC)
-                else:
-                    for rec in records.iter_records(chunk, pos):
-                        self._apply_record(rec.key, rec.value)
-                        replayed += 1
-                offset = hdr.next_offset
-        self._clog.records_since_compaction = replayed
-        log.info("transaction coordinator loaded %d transactional id(s) (coordinator epoch %d)",
-                 len(self.txns), self.coordinator_epoch)
+
+    def replay(self, buf: bytes | memoryview, pos: int, hdr: records.BatchHeader) -> None:
+        if hdr.is_control:   # never written here since AddPartitionsToTxn refuses internal topics
+            log.warning("ignoring a control batch at offset %d of %s", hdr.base_offset, TXN_TOPIC)
+            return
+        for rec in records.iter_records(buf, pos):
+            self._apply_record(rec.key, rec.value)
 
     def _apply_record(self, key: bytes | None, value: bytes | None) -> None:
         if key is None:
@@ -275,53 +263,36 @@ class TransactionCoordinator:
 
     async def log_state(self, meta: TxnMeta, tombstone: bool = False,
                          durable: bool = True) -> tuple[KafkaError, bool]:
-        """(error, applied): append, fsync, then apply in log order (coordinator_log,
-        shared with the group coordinator). applied is False only when
-        nothing reached the log; after a failed fsync the record is in the log and
-        memory follows it (replaying the whole log instead would swap the objects
-        that in-flight transitions hold, and a stale one could later overwrite
+        """(error, applied): append, wait for the commit point, then apply in log order
+        (the runtime's log, shared with the group coordinator). applied is False only
+        when nothing reached the log; after a failed commit wait the record is in the
+        log and memory follows it (replaying the whole log instead would swap the
+        objects that in-flight transitions hold, and a stale one could later overwrite
         newer state)."""
+        return await self._log_states([meta], tombstone=tombstone, durable=durable)
+
+    async def _log_states(self, metas: list[TxnMeta], *, tombstone: bool = False,
+                          durable: bool = True) -> tuple[KafkaError, bool]:
+        """log_state of several transactional ids in one record batch: one append, one
+        commit wait, applied together (a decision's branches)."""
         if not self.serving():
             # Lost the seat while this transition was being decided: the log is not ours.
             return KafkaError.NOT_COORDINATOR, False
-        value = None if tombstone else encode_value(meta)
-        batch = records.build_batch([(meta.txn_id.encode(), value)])
+        batch = records.build_batch([(m.txn_id.encode(), None if tombstone else encode_value(m)) for m in metas])
 
         def apply(_info: object = None) -> tuple[KafkaError, bool]:
-            previous = self.txns.get(meta.txn_id)
-            if tombstone:
-                self.txns.pop(meta.txn_id, None)
-            else:
+            for meta in metas:
+                previous = self.txns.get(meta.txn_id)
+                if tombstone:
+                    self.txns.pop(meta.txn_id, None)
+                    continue
                 self._apply(meta)
                 self.stats.txn_transition(previous.state if previous is not None else None, meta.state)
             return KafkaError.NONE, True
 
         def unsynced(error: KafkaError) -> tuple[KafkaError, bool]:
             log.log(self._clog.failure_level, "transaction log record for %s not made durable here; it stays in the log",
-                    meta.txn_id)
-            apply()
-            return error, True
-
-        return await self._clog.write(lambda: self._clog.append(batch), apply, lambda error: (error, False),
-                                      unsynced=unsynced, durable=durable)
-
-    async def _log_states(self, metas: list[TxnMeta], durable: bool = True) -> tuple[KafkaError, bool]:
-        """log_state of several transactional ids in one record batch: one append, one
-        fsync, applied together (a decision's branches)."""
-        if not self.serving():
-            return KafkaError.NOT_COORDINATOR, False
-        batch = records.build_batch([(m.txn_id.encode(), encode_value(m)) for m in metas])
-
-        def apply(_info: object = None) -> tuple[KafkaError, bool]:
-            for meta in metas:
-                previous = self.txns.get(meta.txn_id)
-                self._apply(meta)
-                self.stats.txn_transition(previous.state if previous is not None else None, meta.state)
-            return KafkaError.NONE, True
-
-        def unsynced(error: KafkaError) -> tuple[KafkaError, bool]:
-            log.error("transaction log fsync failed for %d transactional id(s); the records stay in the log",
-                      len(metas))
+                    ", ".join(m.txn_id for m in metas))
             apply()
             return error, True
 
@@ -519,6 +490,4 @@ class TransactionCoordinator:
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run `coro` in the background; unload cancels it, stop waits for it."""
-        task = asyncio.create_task(coro)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self.runtime.spawn(coro)

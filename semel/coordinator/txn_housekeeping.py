@@ -1,7 +1,8 @@
 """The transaction coordinator's housekeeping: timeouts, expiry, compaction.
 
 A TxnHousekeeping belongs to one TransactionCoordinator (semel.coordinator.txn). Every
-`transaction_abort_check_interval_ms` while the coordinator serves it aborts the
+`transaction_abort_check_interval_ms` while the coordinator serves (a periodic pass of
+the coordinator runtime) it aborts the
 transactions past their timeout, expires transactional ids idle for longer than
 `transactional_id_expiration_ms`, compacts the coordinator's log by rewriting it once it
 holds many more records than live ids, and warns of transitions that stay pending.
@@ -9,7 +10,6 @@ It reaches its coordinator only through HousekeptCoordinator.
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Mapping
@@ -27,8 +27,6 @@ log = logging.getLogger("semel.txn")
 class HousekeptCoordinator(Protocol):
     """What housekeeping needs of its transaction coordinator."""
     txns: dict[str, TxnMeta]
-
-    def serving(self) -> bool: ...
 
     def busy(self) -> bool:
         """Is a record waiting for its apply, or an id's first record being written?"""
@@ -64,19 +62,14 @@ class TxnHousekeeping:
         self.config = config
         self.stats = stats
 
-    async def run(self) -> None:
-        interval = self.config.transaction_abort_check_interval_ms / 1000
-        while True:
-            await asyncio.sleep(interval)
-            if not self.coordinator.serving():
-                continue   # never compact or time out a log this broker does not coordinate
-            try:
-                await self.abort_timed_out()
-                await self.expire_idle()
-                await self.maybe_compact()
-                warn_stuck(self.coordinator.txns)
-            except Exception:  # housekeeping must never take the coordinator down
-                log.exception("transaction housekeeping failed")
+    async def run_once(self) -> None:
+        """One housekeeping pass; the coordinator runtime runs it every
+        `transaction_abort_check_interval_ms` while the coordinator serves (never on a
+        log this broker does not coordinate) and logs a pass that fails."""
+        await self.abort_timed_out()
+        await self.expire_idle()
+        await self.maybe_compact()
+        warn_stuck(self.coordinator.txns)
 
     async def maybe_compact(self) -> bool:
         """Compaction by rewrite: once the log holds many more records than there

@@ -81,8 +81,8 @@ class Model:
         await start(self.coord)
         # The seat's load rolls Prepare* records forward in the background: a restart
         # is over once that finished (a Crash in it is this process dying).
-        while self.coord._background:
-            await asyncio.gather(*list(self.coord._background))
+        while self.coord.runtime.tasks:
+            await asyncio.gather(*list(self.coord.runtime.tasks))
 
     async def write_branches(self) -> None:
         for i in range(self.rng.randint(2, 6)):

@@ -194,13 +194,12 @@ class Model:
 
     def quiet(self) -> bool:
         c = self.coord
-        return (not self.tasks and not c._background and not c.busy()
+        return (not self.tasks and not c.runtime.tasks and not c.busy()
                 and all(m.pending is None for m in c.txns.values()))
 
     def check_replay(self) -> None:
         fresh = txn_coordinator(self.logs, self.flusher, self.groups, self.config, self.pids)
-        fresh.log = self.coord.log
-        fresh._replay()
+        fresh.load(self.coord.log, None)
         fields = ["producer_id", "epoch", "last_producer_id", "last_epoch", "timeout_ms", "state",
                   "partitions", "start_ms", "update_ms"]
 

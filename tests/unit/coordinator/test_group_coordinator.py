@@ -7,6 +7,7 @@ from test_group_support import async_test, settle, started
 from tests.support.coordinators import group_coordinator, start
 from semel.coordinator.group import GroupConfig
 from semel.coordinator.group_states import GroupState
+from semel.coordinator.runtime import Status
 from semel.protocol.errors import KafkaError
 
 RANGE = [("range", b"meta")]
@@ -385,10 +386,10 @@ async def test_delete_groups():
 @async_test
 async def test_requests_while_loading_or_stopped():
     h = await started()
-    h.coord._status = "loading"
+    h.coord.runtime.status = Status.LOADING
     assert h.coord.heartbeat("g", 1, "m") == KafkaError.COORDINATOR_LOAD_IN_PROGRESS
     assert (await join(h.coord)).error == KafkaError.COORDINATOR_LOAD_IN_PROGRESS
-    h.coord._status = "active"
+    h.coord.runtime.status = Status.ACTIVE
     _, fut = await new_member(h)
     await h.coord.stop()
     assert (await fut).error == KafkaError.NOT_COORDINATOR
