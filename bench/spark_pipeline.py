@@ -374,6 +374,17 @@ def headline(doc: dict) -> dict:
             "rounds_rows_per_s": tp["rounds_rows_per_s"], "load": doc.get("load")}
 
 
+def pin(broker_pid: int) -> dict:
+    """The broker on the last core, this process on the others before Spark starts: the
+    JVM that PySpark launches and the Python workers it forks inherit that set."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        raise SystemExit("--pin-broker needs at least 2 cores")
+    os.sched_setaffinity(broker_pid, {cores[-1]})
+    os.sched_setaffinity(0, set(cores[:-1]))
+    return {"broker": [cores[-1]], "spark": cores[:-1]}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     # sized so that per-query and per-batch fixed costs do not dominate: 4 batches of 50k
@@ -385,6 +396,10 @@ def main(argv=None) -> int:
     ap.add_argument("--latency-rate", type=float, default=50)
     ap.add_argument("--trigger-ms", type=int, default=500)
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--pin-broker", action="store_true",
+                    help="give the broker the last CPU core and Spark (driver, JVM, Python workers) the others, "
+                         "so the ratios say what the sink costs rather than what a broker sharing Spark's "
+                         "cores costs (needs 2 cores or more)")
     ap.add_argument("--before", type=Path, default=None,
                     help="a results file of this bench from the tree before a change: its headline figures "
                          "go into this run's results beside this run's")
@@ -394,6 +409,7 @@ def main(argv=None) -> int:
     os.environ[spark_trace.TRACE_ENV] = str(trace)  # before the session: its Python workers inherit it
     loads = {"start": os.getloadavg()}
     with SemelBroker(work / "data", log_path=work / "broker.log") as broker:
+        cores = pin(broker.pid()) if a.pin_broker else None
         spark = session("local[2]", work)  # the demo job's session settings
         tp = throughput(spark, broker.bootstrap, work, a.records, a.per_trigger, a.rounds | 1)
         loads["after_throughput"] = os.getloadavg()
@@ -419,6 +435,7 @@ def main(argv=None) -> int:
                  f"{a.rounds | 1} rounds run interleaved (noop, exactly-once, at-least-once, repeated; "
                  "rounds_rows_per_s lists every round), and the ratios are of those medians. " + LATENCY_NOTE,
         "load": load_note(loads),
+        "cores": cores or "shared: the broker, Spark's JVM and its Python workers on every core",
         "commit_cycle_cost_ms_per_batch": cycle_cost(lat["batches"]),
         "add_batch_eos_minus_alo_ms": (eos["add_batch_ms_p50"] - alo["add_batch_ms_p50"])
         if eos["add_batch_ms_p50"] is not None and alo["add_batch_ms_p50"] is not None else None,
