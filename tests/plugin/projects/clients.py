@@ -1,5 +1,5 @@
 """An outside project's tests: produce and consume with each client library against
-the semel plugin's fixtures (run by tests/plugin/test_clients.py as test_clients.py
+the semel plugin's fixtures (run by tests/plugin/test_plugin_clients.py as test_clients.py
 in a folder of its own; it imports nothing of the semel test-suite)."""
 import asyncio
 import time
