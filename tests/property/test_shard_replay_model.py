@@ -69,33 +69,37 @@ offset_op = st.one_of(
 @given(st.lists(offset_op, max_size=25))
 def test_the_group_shard_loads_committed_offsets_as_the_log_says(ops):
     plog = MemLog()
-    committed: dict[tuple[str, int], int] = {}
-    pending: dict[tuple[str, int], int] = {}
-    for kind, group, partition, value in ops:
+    # (group, partition) -> (offset, position in the log): at a COMMIT marker a pending
+    # value becomes committed only over an older plain commit (the later write wins).
+    committed: dict[tuple[str, int], tuple[int, int]] = {}
+    pending: dict[tuple[str, int], tuple[int, int]] = {}
+    for at, (kind, group, partition, value) in enumerate(ops):
         key = offset_key(group, "t", partition)
         if kind == "commit":
             _append(plog, [(key, offset_value(CommittedOffset(value)))])
-            committed[(group, partition)] = value
+            committed[(group, partition)] = (value, at)
         elif kind == "delete":
             _append(plog, [(key, None)])
             committed.pop((group, partition), None)
             pending.pop((group, partition), None)
         elif kind == "txn":
             _append(plog, [(key, offset_value(CommittedOffset(value)))], producer_id=1)
-            pending[(group, partition)] = value
+            pending[(group, partition)] = (value, at)
         else:
             commit = kind == "commit-marker"
             data = rb.build_control_batch(rb.CONTROL_COMMIT if commit else rb.CONTROL_ABORT,
                                           producer_id=1, producer_epoch=0, coordinator_epoch=0)
             plog.append(data, [(0, rb.parse_header(data))])
             if commit:
-                committed.update(pending)
+                for gp, (v, pos) in pending.items():
+                    if gp not in committed or committed[gp][1] < pos:
+                        committed[gp] = (v, pos)
             pending.clear()
     store = CoordinatorRuntime("__consumer_offsets", None)
     shard = GroupStore(lambda: 0)
     store.load(shard, plog, None)
     got = {(g, tp[1]): v.offset for g, group in shard.groups.items() for tp, v in group.offsets.committed.items()}
-    assert got == committed
+    assert got == {gp: v for gp, (v, _) in committed.items()}
     waiting = {(g, tp[1]): v.offset for g, group in shard.groups.items()
                for values in group.offsets.pending.values() for tp, v in values.items()}
-    assert waiting == pending
+    assert waiting == {gp: v for gp, (v, _) in pending.items()}
