@@ -7,7 +7,7 @@ after its fsync; a recovery checkpoint that came due is written by a background 
 A waiter whose data arrived after the running fsync took its snapshot gets the next
 round, started at once and queued behind the running one (at most two per log in
 flight); every round covers everyone who asked before it started. A waiter is told
-durable only if no write or fsync of its log failed while it waited. (A large acks=all
+durable only if no fsync of its log failed while it waited. (A large acks=all
 append fsyncs in its own write thread instead: PartitionLog.append_async(sync=True);
 a flusher round that finds the log already flushed returns at once.)
 docs/internals/latency.md says where an answer's time goes.
@@ -25,7 +25,7 @@ from .log import PartitionLog
 log = logging.getLogger("semel.storage")
 
 # What start_each began for each target of a sync_each: the round it waits for (None:
-# it needed none) and the log's storage_failures when it asked.
+# it needed none) and the log's fsync_failures when it asked.
 Begun = list[tuple["asyncio.Future[Any] | None", int]]
 
 # The rounds of one loop turn go to at least this many worker jobs in parallel (fewer
@@ -51,18 +51,19 @@ class GroupCommitFlusher:
         """Return once plog.flushed_offset >= upto_offset (capped at the log end).
 
         Raises StorageError (to every waiter of the failed round) when the fsync fails,
-        and when any write or fsync of the log failed (plog.storage_failures moved past
+        and when any fsync of the log failed (plog.fsync_failures moved past
         `failures`, by default its count now) before the records were on disk: a failed
         fsync may have dropped their pages, whoever's round it was, and a later fsync
-        that succeeds proves nothing about them.
+        that succeeds proves nothing about them. A failed write is cut back and drops
+        no other record's pages: it does not count.
         Cancelling a waiter does not cancel the shared fsync.
         """
         if failures is None:
-            failures = plog.storage_failures
+            failures = plog.fsync_failures
         while plog.flushed_offset < min(upto_offset, plog.log_end_offset):
             await asyncio.shield(self._round(plog))
-        if plog.storage_failures != failures:
-            raise StorageError(f"{plog.directory}: a write or fsync of the log failed while records up to "
+        if plog.fsync_failures != failures:
+            raise StorageError(f"{plog.directory}: an fsync of the log failed while records up to "
                                f"{upto_offset} waited for their fsync; they may not be on disk")
 
     def start_each(self, targets: list[tuple[PartitionLog, int]]) -> Begun:
@@ -73,7 +74,7 @@ class GroupCommitFlusher:
         round asked for only then would wait for every earlier answer of the connection,
         fsync after fsync."""
         return [(self._round(plog) if plog.flushed_offset < min(upto, plog.log_end_offset) else None,
-                 plog.storage_failures) for plog, upto in targets]
+                 plog.fsync_failures) for plog, upto in targets]
 
     async def sync_each(self, targets: list[tuple[PartitionLog, int]],
                         begun: Begun | None = None) -> list[StorageError | None]:

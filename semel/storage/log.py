@@ -113,6 +113,10 @@ class PartitionLog:
         # Writes and fsyncs of this log that failed (any thread): what a cluster member
         # watches to stop serving a partition its disk cannot keep (semel.cluster.offline).
         self.storage_failures = 0
+        # Fsyncs of this log that failed: a failed fsync may drop the pages of records
+        # written before it, so the flusher's waiters count these (a failed write is
+        # cut back and leaves the records before it as they were).
+        self.fsync_failures = 0
         self.checkpoints = RecoveryCheckpoints(self.fs, self.directory, config)
         # The role in a cluster, changed only through the "role" methods below. Leader
         # epoch and high watermark stay None on a single-node broker, where batches keep
@@ -523,6 +527,7 @@ class PartitionLog:
                 self.fs.fsync(seg.log)
             except OSError as exc:
                 self.storage_failures += 1
+                self.fsync_failures += 1
                 raise StorageError(f"fsync of {seg.path(LOG_SUFFIX)} failed: {exc}") from exc
             # max: a write-through append may have moved it past this round's leo meanwhile
             self.flushed_offset = max(self.flushed_offset, leo)

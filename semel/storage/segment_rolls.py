@@ -36,6 +36,7 @@ class RolledLog(SegmentedLog, Protocol):
     log_end_offset: int
     flushed_offset: int
     storage_failures: int
+    fsync_failures: int
 
     def flush_locked(self, *, force_checkpoint: bool = False, clean: bool = False, strict: bool = False) -> int: ...
 
@@ -71,6 +72,7 @@ class SegmentRolls:
                 fs.fsync_dir(plog.directory)
             except OSError as exc:
                 plog.storage_failures += 1
+                plog.fsync_failures += 1   # the old segment's fsync may be the step that failed
                 try:
                     new.delete_files()
                 except OSError:

@@ -59,6 +59,7 @@ class OffloadedLog(Protocol):
     """What a WriteOffload needs of the log whose file work it hands to threads."""
     fs: FileSystem
     directory: Path
+    fsync_failures: int
 
     def finish_write(self, w: PendingWrite, failure: BaseException | None) -> AppendInfo: ...
 
@@ -109,6 +110,8 @@ class WriteOffload:
         try:
             fs.fsync(w.seg.log)
         except OSError as exc:
+            # Counted: the pages it may have dropped are not vouched for by the retry.
+            self._log.fsync_failures += 1
             log.warning("%s: fsync after an append failed (the flusher retries it): %s", self._log.directory, exc)
             return
         w.synced = True

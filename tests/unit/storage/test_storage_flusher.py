@@ -211,6 +211,7 @@ class _CountingLog:
         self.log_end_offset = 5
         self.flushes = 0
         self.storage_failures = 0
+        self.fsync_failures = 0
 
     def flush(self, checkpoint_later=False):
         self.flushes += 1
