@@ -113,10 +113,7 @@ class PartitionLog:
         # Writes and fsyncs of this log that failed (any thread): what a cluster member
         # watches to stop serving a partition its disk cannot keep (semel.cluster.offline).
         self.storage_failures = 0
-        # Fsyncs of this log that failed: a failed fsync may drop the pages of records
-        # written before it, so the flusher's waiters count these (a failed write is
-        # cut back and leaves the records before it as they were).
-        self.fsync_failures = 0
+        self.fsync_failures = 0   # of these, the fsyncs: what the flusher's waiters count
         self.checkpoints = RecoveryCheckpoints(self.fs, self.directory, config)
         # The role in a cluster, changed only through the "role" methods below. Leader
         # epoch and high watermark stay None on a single-node broker, where batches keep
