@@ -11,6 +11,13 @@ from semel.eos.deadline import DeadlineExceeded, call_with_deadline
 from semel.eos.kafka import DEADLINE_GRACE_S, RESTART_SAFE_CONFIG
 
 COMMITTED_PATIENCE_S = 60
+TXN_TIMEOUT_S = 60
+# How long a send_offsets_to_transaction or commit_transaction may run before the copier
+# abandons it with its producer. librdkafka is given the whole transaction timeout, so
+# it never gives up first (a timed-out commit would leave the transaction half-ended);
+# the copier's patience is shorter, so that a call stuck after a coordinator moved
+# (librdkafka issue 5511) is replaced, and the copier commits again, within that timeout.
+CALL_PATIENCE_S = 25
 
 
 class Copier:
@@ -37,7 +44,7 @@ class Copier:
         """A new instance (it fences the old one), initialised again while the coordinator moves."""
         for _ in range(5):
             p = Producer({"bootstrap.servers": self.cluster.bootstrap, "transactional.id": self.txn_id,
-                          "transaction.timeout.ms": 60000, **RESTART_SAFE_CONFIG})
+                          "transaction.timeout.ms": TXN_TIMEOUT_S * 1000, **RESTART_SAFE_CONFIG})
             try:
                 p.init_transactions(60)
                 return p
@@ -80,8 +87,8 @@ class Copier:
                 self.producer.produce(self.dst, value=m.value(), partition=m.partition())
             offsets, meta, p = self.consumer.position(self.consumer.assignment()), \
                 self.consumer.consumer_group_metadata(), self.producer
-            self._call(lambda: p.send_offsets_to_transaction(offsets, meta, 60), 60)
-            self._call(lambda: p.commit_transaction(60), 60)
+            self._call(lambda: p.send_offsets_to_transaction(offsets, meta, TXN_TIMEOUT_S))
+            self._call(lambda: p.commit_transaction(TXN_TIMEOUT_S))
             self.commits += 1
             on_commit(self.commits)
         except KafkaException as exc:
@@ -93,8 +100,8 @@ class Copier:
             self.producer = self._producer()
             self._rewind()
 
-    def _call(self, fn, timeout_s: float):
-        return call_with_deadline(fn, timeout_s + DEADLINE_GRACE_S, self.abandoned, name="copier-call")
+    def _call(self, fn):
+        return call_with_deadline(fn, CALL_PATIENCE_S + DEADLINE_GRACE_S, self.abandoned, name="copier-call")
 
     def _recover(self, err) -> None:
         if err.txn_requires_abort():
