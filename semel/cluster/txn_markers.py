@@ -21,6 +21,7 @@ import asyncio
 import logging
 from typing import Any
 
+from ..backoff import FailureLog
 from ..protocol.api_keys import ApiKey
 from ..protocol.errors import KafkaError
 from ..protocol.messages import request_class
@@ -72,6 +73,9 @@ class MarkerChannel:
         # Markers waiting for the next request to each broker, and that broker's sender.
         self._queued: dict[int, list[_Queued]] = {}
         self._senders: dict[int, asyncio.Task[None]] = {}
+        # A broker unreachable for minutes (killed, cut off) gets a line at its first
+        # failure and a count now and then, not a line per retry.
+        self._unreachable: dict[int, FailureLog] = {}
 
     def leads_here(self, tp: tuple[str, int]) -> bool:
         return local_leader(self.view, self.node_id, tp)
@@ -128,14 +132,20 @@ class MarkerChannel:
             resp = await self._call(node, info, _request_markers(batch))
         except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, PeerError) as exc:
             if not isinstance(exc, PeerAuthError):   # (the dialer logs refusals, once a minute)
-                log.info("markers to broker %d: %s; will retry", node, exc or type(exc).__name__)
+                self._failure_log(node).failed(exc or type(exc).__name__)
             self._drop(node)
             return {tp: KafkaError.NETWORK_EXCEPTION for _, tp, _ in batch}
+        self._failure_log(node).succeeded()
         errors = _partition_errors(resp)
         if KafkaError.CLUSTER_AUTHORIZATION_FAILED in errors.values():
             self.dialer.refused(node, "markers denied: the inter-broker principal needs ClusterAction "
                                       "on the cluster (a super user)")
         return errors
+
+    def _failure_log(self, node: int) -> FailureLog:
+        if node not in self._unreachable:
+            self._unreachable[node] = FailureLog(log, f"markers to broker {node}")
+        return self._unreachable[node]
 
     async def _call(self, node: int, info: BrokerInfo, markers: list[object]) -> Any:
         # Any: a decoded WriteTxnMarkers answer (kafka-python's message classes are untyped).

@@ -140,3 +140,31 @@ def test_a_cancelled_sender_answers_the_batch_in_flight():
         ch.close()
         return await asyncio.wait_for(write, 10)
     assert asyncio.run(go()) == E.NETWORK_EXCEPTION
+
+
+def test_a_broker_unreachable_for_many_retries_is_logged_once_then_once_recovered(caplog):
+    """Markers to a killed broker are retried every few hundred ms for as long as it is
+    down: one WARNING at the first failure, an INFO with the count when it answers again."""
+    ch, _ = channel()
+    answers = iter([ConnectionRefusedError("refused")] * 5 + [None])
+
+    async def fake_call(node, info, markers):
+        exc = next(answers)
+        if exc is not None:
+            raise exc
+        R = response_class(27).WritableTxnMarkerResult
+        T = R.WritableTxnMarkerTopicResult
+        P = T.WritableTxnMarkerPartitionResult
+        return response_class(27)(version=1, markers=[
+            R(producer_id=7, topics=[T(name="t", partitions=[P(partition_index=0, error_code=0)])])])
+    ch._call = fake_call
+
+    async def go():
+        return [await ch.write(("t", 0), True, [(7, 1)], 0) for _ in range(6)]
+    with caplog.at_level("INFO", logger="semel.cluster.txn_markers"):
+        results = asyncio.run(go())
+    assert results == [E.NETWORK_EXCEPTION] * 5 + [E.NONE]
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records if "markers to broker 1" in r.getMessage()]
+    assert lines == [("WARNING", "markers to broker 1 failed (refused); will retry"),
+                     ("INFO", lines[1][1])], lines
+    assert "after 5 failure(s)" in lines[1][1]
