@@ -216,10 +216,6 @@ class TxnShard:
                 if self.joined.get(b) == parent and (mine is None or (BRANCH_PREFIX + b, 0) not in mine.parts()):
                     del self.joined[b]
 
-    def busy(self) -> bool:
-        """Is a transition in flight, or an id's first record being written?"""
-        return bool(self.initializing) or any(m.pending is not None for m in self.txns.values())
-
     # --- InitProducerId ----------------------------------------------------------------
 
     def init_producer_id(self, txn_id: str, timeout_ms: int, producer_id: int, producer_epoch: int,
