@@ -1,7 +1,7 @@
 """The transaction shard driven directly, with no event loop: Hypothesis picks the
 requests (InitProducerId, AddPartitionsToTxn with real partitions and branches, EndTxn,
-timeouts, expiry, marker completion), when each write reaches its commit point, and when
-the coordinator restarts. The harness plays the runtime's part by hand: lock, append,
+timeouts, expiry, marker completion), when each write reaches its commit point, which
+appends fail, and when the coordinator restarts. The harness plays the runtime's part by hand: lock, append,
 replay in log order, unlock.
 
 After every step: replaying the records the shard emitted into a fresh shard gives the
@@ -61,13 +61,17 @@ class TxnShardModel(RuleBasedStateMachine):
         self.next_pid += 1
         return self.next_pid
 
-    def submit(self, op: TxnOp, now: bool = True) -> KafkaError:
-        """Lock and append `op`; with `now` its commit point is reached at once."""
+    def submit(self, op: TxnOp, now: bool = True, fails: bool = False) -> KafkaError:
+        """Lock and append `op`; with `now` its commit point is reached at once. An append
+        that `fails` never reaches the log: the op's locks are released, nothing replayed."""
         if not op.records:
             return E.NONE
         err = self.shard.lock(op)
         if err:
             return err
+        if fails:
+            self.shard.unlock(op)
+            return E.KAFKA_STORAGE_ERROR
         self.queue.append(op)
         for txn_id, meta in op.records:
             self.log.append((txn_id, None if meta is None else encode_value(meta)))
@@ -117,8 +121,8 @@ class TxnShardModel(RuleBasedStateMachine):
 
     # --- requests -------------------------------------------------------------------------
 
-    @rule(txn_id=st.sampled_from(IDS), known=st.booleans(), now=st.booleans())
-    def init(self, txn_id: str, known: bool, now: bool) -> None:
+    @rule(txn_id=st.sampled_from(IDS), known=st.booleans(), now=st.booleans(), fails=st.booleans())
+    def init(self, txn_id: str, known: bool, now: bool, fails: bool) -> None:
         pid, epoch = self.handle(txn_id) if known else (-1, -1)
         for _ in range(3):
             op = self.shard.init_producer_id(txn_id, 30_000, pid, epoch, 4, self._next_id)
@@ -132,15 +136,15 @@ class TxnShardModel(RuleBasedStateMachine):
         else:
             return
         err, new_pid, new_epoch = op.response
-        if err or self.submit(op, now):
+        if err or self.submit(op, now, fails):
             return
         if (new_pid, new_epoch) in self.grants[txn_id]:
             self.violations.append(f"{txn_id}: ({new_pid}, {new_epoch}) handed out twice")
         self.grants[txn_id].append((new_pid, new_epoch))
 
     @rule(txn_id=st.sampled_from(IDS), parts=st.lists(st.sampled_from(TOPICS), min_size=1, max_size=2),
-          branch=st.sampled_from([None, *IDS]), stale=st.booleans(), now=st.booleans())
-    def add(self, txn_id: str, parts: list, branch: str | None, stale: bool, now: bool) -> None:
+          branch=st.sampled_from([None, *IDS]), stale=st.booleans(), now=st.booleans(), fails=st.booleans())
+    def add(self, txn_id: str, parts: list, branch: str | None, stale: bool, now: bool, fails: bool) -> None:
         pid, epoch = self.grants[txn_id][0] if stale and self.grants[txn_id] else self.handle(txn_id)
         if branch is not None:
             parts = [*parts, (BRANCH_PREFIX + branch, 0)]
@@ -148,15 +152,15 @@ class TxnShardModel(RuleBasedStateMachine):
                                        lambda tp: E.NONE)
         if op.records and (pid, epoch) != self.handle(txn_id):
             self.violations.append(f"fenced {txn_id} ({pid}, {epoch}) joined partitions")
-        self.submit(op, now)
+        self.submit(op, now, fails)
 
-    @rule(txn_id=st.sampled_from(IDS), commit=st.booleans(), stale=st.booleans())
-    def end(self, txn_id: str, commit: bool, stale: bool) -> None:
+    @rule(txn_id=st.sampled_from(IDS), commit=st.booleans(), stale=st.booleans(), fails=st.booleans())
+    def end(self, txn_id: str, commit: bool, stale: bool, fails: bool) -> None:
         pid, epoch = self.grants[txn_id][0] if stale and self.grants[txn_id] else self.handle(txn_id)
         op = self.shard.end_txn(txn_id, pid, epoch, commit, 3)
         if op.records and (pid, epoch) != self.handle(txn_id):
             self.violations.append(f"fenced {txn_id} ({pid}, {epoch}) ended a transaction")
-        if not self.submit(op):
+        if not self.submit(op, fails=fails):
             self.carry_out(txn_id)
 
     @rule(txn_id=st.sampled_from(IDS), tp=st.sampled_from(TOPICS), stale=st.booleans())
