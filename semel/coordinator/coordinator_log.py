@@ -14,9 +14,9 @@ record as it stands and, once that is applied like any write, drop the
 segments entirely before it.
 
 What happens when a record reached the log but its fsync failed is the
-coordinator's choice (`unsynced`): the group coordinator answers with an error
-and leaves memory as it was; the transaction coordinator lets memory follow
-the log, since in-flight transitions hold its state objects.
+caller's choice (`unsynced`): the group coordinator answers with an error and
+leaves memory as it was; the runtime's `write` (the transaction coordinator's
+path) replays it, so memory follows the log.
 """
 from __future__ import annotations
 

@@ -51,7 +51,6 @@ from typing import Any, Callable, Coroutine, Iterable, Mapping
 from ..clock import mono_ms
 from ..protocol.errors import KafkaError
 from .consumer_group import ConsumerGroups, ConsumerGroupView
-from .consumer_group_rules import Answer, Heartbeat
 from .group_context import GroupContext
 from .group_listing import GroupListing
 from .group_membership import GroupMembership
@@ -237,10 +236,8 @@ class GroupCoordinator:
     def delete_groups(self, group_ids: Iterable[str]) -> "asyncio.Future[dict[str, KafkaError]]":
         return self.listing.delete_groups(group_ids)
 
-    # Consumer-protocol groups (ConsumerGroups).
-
-    async def consumer_group_heartbeat(self, group_id: str, hb: Heartbeat, topics: Mapping[str, int]) -> Answer:
-        return await self.consumers.consumer_group_heartbeat(group_id, hb, topics)
+    # Consumer-protocol groups (ConsumerGroups). A ConsumerGroupHeartbeat goes straight to
+    # `consumers` (partitioned.GroupCoordinators routes it there).
 
     def consumer_group_describe(self, group_ids: Iterable[str]) -> list[ConsumerGroupView]:
         return self.consumers.consumer_group_describe(group_ids)

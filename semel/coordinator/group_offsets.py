@@ -16,6 +16,8 @@ from .group_model import MAX_RECORDS_PER_BATCH, FetchedOffset, Group
 from .group_states import COMMIT_RESULT, GroupState
 from .coordinator_log import done_future
 from .offsets import CommittedOffset, TopicPartition, group_key, group_value, offset_key, offset_value
+from . import offsets_shard as shard
+from .offsets_shard import OffsetInput, OffsetOp
 from ..storage.types import AppendInfo
 
 log = logging.getLogger("semel.coordinator.group")
@@ -23,18 +25,9 @@ log = logging.getLogger("semel.coordinator.group")
 S = GroupState
 
 
-# An offset to commit: a CommittedOffset, or (offset, leader epoch, metadata).
-OffsetInput = CommittedOffset | tuple[int, int, str | None]
 # A rewritten record: its group (None for a consumer group's), partition and value.
 _Rewritten = tuple[Group | None, TopicPartition | None, CommittedOffset | None]
 T = TypeVar("T")
-
-
-def _as_committed(value: OffsetInput) -> CommittedOffset:
-    if isinstance(value, CommittedOffset):
-        return CommittedOffset(value.offset, value.leader_epoch, value.metadata)
-    offset, epoch, metadata = value
-    return CommittedOffset(int(offset), epoch, metadata)
 
 
 class OffsetManager:
@@ -90,38 +83,23 @@ class OffsetManager:
 
     def _write_offsets(self, group_id: str, offsets: Mapping[TopicPartition, OffsetInput], *,
                        producer_id: int, producer_epoch: int) -> "asyncio.Future[dict[TopicPartition, KafkaError]]":
-        results: dict[TopicPartition, KafkaError] = {}
-        now = self.clock()
-        accepted: list[tuple[TopicPartition, CommittedOffset]] = []
-        for tp, raw in offsets.items():
-            value = _as_committed(raw)
-            meta = value.metadata or ""
-            if len(meta.encode("utf-8")) > self.config.max_metadata_bytes:
-                results[tp] = KafkaError.OFFSET_METADATA_TOO_LARGE
-                continue
-            accepted.append(((tp[0], int(tp[1])), value._replace(commit_ts=now)))
-        if not accepted:
-            return done_future(results)
-        transactional = producer_id >= 0
+        op = shard.commit(group_id, offsets, now=self.clock(), max_metadata_bytes=self.config.max_metadata_bytes,
+                          producer_id=producer_id, producer_epoch=producer_epoch)
+        return self._write(op, lambda error: shard.commit_failed(op, error))
 
-        def append() -> AppendInfo:
-            pairs: list[tuple[bytes, bytes | None]] = [(offset_key(group_id, t, p), offset_value(v)) for (t, p), v in accepted]
-            return self._log.append_records(pairs, producer_id=producer_id, producer_epoch=producer_epoch)
+    def _write(self, op: OffsetOp[T], fail: Callable[[KafkaError], T]) -> "asyncio.Future[T]":
+        """The write path of an offsets op: append its batch now; once committed, replay
+        it into the store at the positions the append gave it, and answer."""
+        if not op.records:
+            return done_future(op.response)
 
-        def apply(info: AppendInfo) -> dict[TopicPartition, KafkaError]:
-            for i, (tp, value) in enumerate(accepted):
-                if transactional:
-                    self._store.apply_pending(producer_id, group_id, tp, value, info.first_offset + i)
-                else:
-                    self._store.apply_offset(group_id, tp, value, info.first_offset + i)
-                results[tp] = KafkaError.NONE
-            return results
+        def committed(info: AppendInfo) -> T:
+            shard.replay(self._store, op, info.first_offset)
+            return op.response
 
-        def fail(error: KafkaError) -> dict[TopicPartition, KafkaError]:
-            results.update({tp: error for tp, _ in accepted})
-            return results
-
-        return self._log.write(append, apply, fail)
+        return self._log.write(
+            lambda: self._log.append_records(op.pairs(), producer_id=op.producer_id, producer_epoch=op.producer_epoch),
+            committed, fail)
 
     def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None,
                       require_stable: bool = False, *, member_id: str | None = None,
@@ -211,34 +189,11 @@ class OffsetManager:
         Kafka, a consumer group keeps the offsets of topics its members subscribe to
         (GROUP_SUBSCRIBED_TO_TOPIC); `subscribed` reads the topics out of a member's
         protocol metadata. Decided and appended without an await in between."""
-        err = self._ready() or (KafkaError.NONE if group_id else KafkaError.INVALID_GROUP_ID)
-        group = self._store.groups.get(group_id) if not err else None
-        if not err and (group is None or group.state is S.DEAD):
-            err = KafkaError.GROUP_ID_NOT_FOUND
-        if not err and group is not None and group.state is not S.EMPTY and group.protocol_type != "consumer":
-            err = KafkaError.NON_EMPTY_GROUP
-        if err or group is None:
+        err = self._ready()
+        if err:
             return done_future((err, {}))
-        busy: set[str] = set()
-        if group.state is not S.EMPTY:
-            for member in group.members.values():
-                busy |= subscribed(member.metadata(group.protocol))
-        results = {tp: KafkaError.GROUP_SUBSCRIBED_TO_TOPIC if tp[0] in busy else KafkaError.NONE
-                   for tp in partitions}
-        doomed = [tp for tp, e in results.items() if not e and tp in group.offsets.committed]
-        if not doomed:
-            return done_future((KafkaError.NONE, results))
-
-        def apply(info: AppendInfo) -> tuple[KafkaError, dict[TopicPartition, KafkaError]]:
-            for i, tp in enumerate(doomed):
-                self._store.apply_offset(group_id, tp, None, info.first_offset + i)
-            return KafkaError.NONE, results
-
-        def fail(error: KafkaError) -> tuple[KafkaError, dict[TopicPartition, KafkaError]]:
-            return error, {}
-
-        pairs: list[tuple[bytes, bytes | None]] = [(offset_key(group_id, t, p), None) for t, p in doomed]
-        return self._log.write(lambda: self._log.append_records(pairs), apply, fail)
+        op = shard.delete(self._store, group_id, partitions, subscribed)
+        return self._write(op, lambda error: (error, {}))
 
     # --- offsets of deleted topics ----------------------------------------------------------------
 
@@ -251,25 +206,14 @@ class OffsetManager:
         names = set(topics)
         if self._ready() or not names:
             return
-        doomed = [(group.group_id, tp) for group in self._store.groups.values()
-                  for tp in sorted(group.offsets.partitions()) if tp[0] in names]
-        for at in range(0, len(doomed), MAX_RECORDS_PER_BATCH):
-            self._write_topic_tombstones(doomed[at:at + MAX_RECORDS_PER_BATCH])
+        for op in shard.drop_topics(self._store, names, MAX_RECORDS_PER_BATCH):
+            self._write(op, self._tombstones_failed)
 
-    def _write_topic_tombstones(self, doomed: list[tuple[str, TopicPartition]]) -> None:
-        def apply(info: AppendInfo) -> None:
-            for i, (group_id, tp) in enumerate(doomed):
-                self._store.apply_offset(group_id, tp, None, info.first_offset + i)
-
-        def fail(error: KafkaError) -> None:
-            # Not written (the seat moved, storage failed): the next coordinator drops
-            # them when it loads (follow_deleted_topics), as this one would have.
-            log.warning("offsets of deleted topics not dropped: %s", KafkaError(error).name)
-            self.topics_dropped.clear()
-
-        pairs: list[tuple[bytes, bytes | None]] = [(offset_key(group_id, t, p), None)
-                                                   for group_id, (t, p) in doomed]
-        self._log.write(lambda: self._log.append_records(pairs), apply, fail)
+    def _tombstones_failed(self, error: KafkaError) -> None:
+        # Not written (the seat moved, storage failed): the next coordinator drops
+        # them when it loads (follow_deleted_topics), as this one would have.
+        log.warning("offsets of deleted topics not dropped: %s", KafkaError(error).name)
+        self.topics_dropped.clear()
 
     def follow_deleted_topics(self, deleted: Iterable[str]) -> None:
         """Cluster: `deleted` names every topic the cluster view holds deleted (a marker,

@@ -14,7 +14,10 @@ coordinator sits on a seat that always serves (semel.coordinator.ports.LocalSeat
 `group_coordinator`: every request goes to the coordinator of its id's partition, whose
 seat answers NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS when this broker does not
 serve that partition; listings gather every partition. A routed method has the
-signature of the coordinator's own method of that name (`_routed`).
+signature of the coordinator's own method of that name (`_routed`), or of the method
+of the coordinator's part that serves it (`_routed_to`: ConsumerGroupHeartbeat goes
+straight to the consumer groups, so its path is handler -> here -> consumer_group ->
+rules -> records -> log).
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ from typing import Concatenate, Generic, ParamSpec, Protocol, TypeVar
 
 from ..protocol.errors import KafkaError
 from ..protocol.txn_hash import partition_for
-from .consumer_group import ConsumerGroupView
+from .consumer_group import ConsumerGroups, ConsumerGroupView
 from .group import GroupCoordinator
 from .group_model import GroupConfig, GroupSummary
 from .group_offsets import OffsetInput
@@ -50,6 +53,7 @@ C = TypeVar("C", bound=Seated)
 K = TypeVar("K", bound="str | None")
 P = ParamSpec("P")
 R = TypeVar("R")
+X = TypeVar("X")
 
 
 class PartitionedCoordinators(Generic[C]):
@@ -112,14 +116,28 @@ class PartitionedCoordinators(Generic[C]):
             await c.stop()
 
 
-def _routed(method: Callable[Concatenate[C, K, P], R]) -> Callable[Concatenate[PartitionedCoordinators[C], K, P], R]:
-    """`method` of the coordinator that owns the key its first argument names: the
-    partitioned method keeps the coordinator method's signature."""
+def _routed_to(part: Callable[[C], X], method: Callable[Concatenate[X, K, P], R]
+               ) -> Callable[Concatenate[PartitionedCoordinators[C], K, P], R]:
+    """`method` of the `part` of the coordinator that owns the key its first argument names."""
     def route(self: PartitionedCoordinators[C], key: K, /, *args: P.args, **kw: P.kwargs) -> R:
-        return method(self.for_key(key), key, *args, **kw)
+        return method(part(self.for_key(key)), key, *args, **kw)
     route.__name__ = route.__qualname__ = method.__name__
     route.__doc__ = method.__doc__
     return route
+
+
+def _routed(method: Callable[Concatenate[C, K, P], R]) -> Callable[Concatenate[PartitionedCoordinators[C], K, P], R]:
+    """`method` of the coordinator that owns the key its first argument names: the
+    partitioned method keeps the coordinator method's signature."""
+    return _routed_to(_itself, method)
+
+
+def _itself(coordinator: C) -> C:
+    return coordinator
+
+
+def _consumers(coordinator: GroupCoordinator) -> ConsumerGroups:
+    return coordinator.consumers
 
 
 class TxnCoordinators(PartitionedCoordinators[TransactionCoordinator]):
@@ -151,7 +169,7 @@ class GroupCoordinators(PartitionedCoordinators[GroupCoordinator]):
         return self.parts[0].config
 
     join_group = _routed(GroupCoordinator.join_group)
-    consumer_group_heartbeat = _routed(GroupCoordinator.consumer_group_heartbeat)
+    consumer_group_heartbeat = _routed_to(_consumers, ConsumerGroups.consumer_group_heartbeat)
     group_type = _routed(GroupCoordinator.group_type)
     sync_group = _routed(GroupCoordinator.sync_group)
     heartbeat = _routed(GroupCoordinator.heartbeat)

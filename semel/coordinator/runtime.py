@@ -11,9 +11,9 @@ state is the same for every coordinator and is written here once:
   load       memory is the replay of the log: `load` clears the shard and hands it
              every batch of the partition through its `replay`, the only way its state
              is rebuilt; `unload` forgets it and answers what still waits.
-  writes     `log` (coordinator_log.CoordinatorLog): append now, wait for the commit
-             point through the partition's `writer` (fsynced, then past the high
-             watermark), apply in log order, answer.
+  writes     `write` (over coordinator_log.CoordinatorLog): append now, wait for the
+             commit point through the partition's `writer` (fsynced, then past the high
+             watermark), replay in log order, answer.
   timers     named deadlines (`timers`, group_timers.Timers) fired by one loop, and
              periodic passes (`every`) that run only while serving.
   tasks      the background work a shard asks for (`spawn`): cancelled at unload when
@@ -142,6 +142,27 @@ class CoordinatorRuntime:
             for task in list(self._tasks):
                 task.cancel()
         self.log.fail_all(KafkaError.NOT_COORDINATOR)
+
+    # --- the write path ------------------------------------------------------------------
+
+    def write(self, batch: bytes, replay: Callable[[], None], *, durable: bool = True,
+              what: str = "a record") -> "asyncio.Future[tuple[KafkaError, bool]]":
+        """Append `batch` now, wait for its commit point, `replay` it in log order, answer
+        (NONE, True). A batch that never reached the log is answered (error, False) and
+        not replayed. One whose commit wait failed is in the log (a restart would replay
+        it), so memory follows the log: it is replayed and answered (error, True).
+        `durable=False`: it counts once appended. `what` names it in the log line."""
+        def committed(_info: object) -> tuple[KafkaError, bool]:
+            replay()
+            return KafkaError.NONE, True
+
+        def unsynced(error: KafkaError) -> tuple[KafkaError, bool]:
+            log.log(self.log.failure_level, "%s: %s not made durable here; it stays in the log", self.topic, what)
+            replay()
+            return error, True
+
+        return self.log.write(lambda: self.log.append(batch), committed, lambda error: (error, False),
+                              unsynced=unsynced, durable=durable)
 
     # --- start and stop ---------------------------------------------------------------
 

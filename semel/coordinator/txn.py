@@ -1,55 +1,47 @@
-"""The transaction coordinator (KIP-98 / KIP-447 semantics).
+"""The transaction coordinator (KIP-98 / KIP-447 semantics): the thin part that hands
+the shard's operations to the runtime.
 
-State lives in the internal log `__transaction_state` (one record per
-transition: key = transactional id, value = the full new state). Each request
-validates against memory, appends the new state, waits for its fsync, and only
-then applies it to memory with `_apply` — the same function replay uses.
-A PrepareCommit/PrepareAbort record is the decision: once it is on disk the
-markers are written to every partition of the transaction (retried until they
-succeed, also after a crash) and a Complete record closes the transaction. A
+State lives in the internal log `__transaction_state` (one record per transition: key =
+transactional id, value = the full new state). Every decision is the shard's
+(coordinator.txn_shard.TxnShard: plain functions of state and request returning records
+and a response); this module carries each one through the runtime's write path
+(`commit`): take the op's locks, append, wait for the commit point (fsync and high
+watermark), `replay` the records into the shard, answer. The runtime's load replays the
+log through the same `replay`, so memory is the replay of the log.
+
+A PrepareCommit/PrepareAbort record is the decision: once it is on disk the markers are
+written to every partition of the transaction (txn_completion.MarkerCompletion, retried
+until they succeed, also after a crash) and a Complete record closes the transaction. A
 logged decision is never reversed.
 
-A record whose write succeeded but whose fsync failed is in the log (a restart
-would replay it), so memory applies it too and the client is told
-COORDINATOR_NOT_AVAILABLE: what it asked for may still take effect, which is a
-legal outcome of an error. Markers are written only once the decision is durable.
+A record whose write succeeded but whose fsync failed is in the log (a restart would
+replay it), so memory replays it too and the client is told COORDINATOR_NOT_AVAILABLE:
+what it asked for may still take effect, which is a legal outcome of an error. Markers
+are written only once the decision is durable.
 
-The coordinator is composed of parts along its seams, each made in __init__ with what
-it works on: carrying out a decision (markers, then the Complete record) is
-txn_completion.MarkerCompletion; the branch extension for the Spark sink's atomic
-micro-batches is txn_branches.TxnBranches; InitProducerId (new ids, epoch bumps, fencing)
-is txn_init.ProducerIdInit; timeouts, expiry and compaction are
-txn_housekeeping.TxnHousekeeping. Each reaches back to the coordinator only through the
-Protocol it declares (its states `txns`, and begin / transition / log_state /
-transition_all / abort_with_bump / spawn, the transition steps below).
-
-Its lifecycle (status, load by replay, unload, the write path, background tasks and the
-periodic housekeeping) is the coordinator runtime's (coordinator.runtime, as for the
-group coordinator): the coordinator is the shard the runtime loads (`clear`, `replay`).
+Timeouts, expiry and compaction are txn_housekeeping.TxnHousekeeping, a periodic pass of
+the runtime. Its lifecycle (status, load by replay, unload, the write path, background
+tasks) is the coordinator runtime's (coordinator.runtime, as for the group coordinator).
 """
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Coroutine, Mapping
 from typing import Any, Protocol
 
 from ..protocol import records
 from ..protocol.api_keys import ApiKey
 from ..protocol.errors import KafkaError
+from ..storage.errors import StorageError
 from ..storage.log import PartitionLog
 from .runtime import CoordinatorRuntime
 from .group_model import OFFSETS_TOPIC
 from .ports import CoordinatorSeat, LocalMarkers, MarkerWriter, PartitionWriter, ProducerIdSource
-from .txn_states import (
-    COMPLETE_OF, PREPARED, TxnMeta, TxnState, can_transition, decode_value, encode_value,
-    end_txn_outcome, now_ms,
-)
-from .txn_branches import BRANCH_PREFIX, TxnBranches, branch_of
+from .txn_states import COMPLETE_OF, TxnMeta, TxnState, encode_value
 from .partition_markers import DataLogs, PartitionMarkers
 from .txn_completion import MarkerCompletion, OffsetsPartitions, RequestTimeout
 from .txn_housekeeping import HousekeepingConfig, TxnHousekeeping
-from .txn_init import MAX_EPOCH, InitConfig, ProducerIdInit, fenced_error
+from .txn_shard import TopicPartition, TxnOp, TxnShard, fenced_error
 
 log = logging.getLogger("semel.txn")
 
@@ -72,9 +64,10 @@ class TxnGroups(OffsetsPartitions, Protocol):
     def partition_for(self, group_id: str | None) -> int: ...
 
 
-class TxnConfig(RequestTimeout, HousekeepingConfig, InitConfig, Protocol):
+class TxnConfig(RequestTimeout, HousekeepingConfig, Protocol):
     """The broker settings the transaction coordinator reads (semel.broker.config)."""
     transaction_log_segment_bytes: int
+    transaction_max_timeout_ms: int
 
 
 class TxnStats(Protocol):
@@ -85,7 +78,7 @@ class TxnStats(Protocol):
     def txn_timed_out(self) -> None: ...
 
 
-def _partition_error(tp: tuple[str, int], logs: DataLogs) -> KafkaError:
+def _partition_error(tp: TopicPartition, logs: DataLogs) -> KafkaError:
     """Why tp cannot join a transaction (NONE if it can). Internal topics other than
     the offsets partitions (which AddOffsetsToTxn adds) are refused: a marker written
     into the coordinator's own log would make it unreadable at the next start."""
@@ -104,19 +97,6 @@ class _Uncounted:
     def txn_timed_out(self) -> None:
         pass
 
-
-
-def timeout_deadline(prev: TxnMeta | None, meta: TxnMeta) -> float:
-    """When (time.monotonic()) the ONGOING transaction `meta` times out. The same
-    transaction growing by a partition keeps its deadline; a new one gets its whole
-    timeout. One replayed from the log (a restart, a failover) gets what its wall-clock
-    start leaves, between nothing and the whole timeout, so a clock stepped meanwhile
-    can neither end it early by more than that nor keep it open for longer."""
-    if (prev is not None and prev.state == TxnState.ONGOING and prev.start_ms == meta.start_ms
-            and (prev.producer_id, prev.epoch) == (meta.producer_id, meta.epoch)):
-        return prev.deadline
-    left_ms = min(max(meta.start_ms + meta.timeout_ms - now_ms(), 0), meta.timeout_ms)
-    return time.monotonic() + left_ms / 1000
 
 class TransactionCoordinator:
     """One transaction coordinator: of the single node, or of one __transaction_state
@@ -146,7 +126,11 @@ class TransactionCoordinator:
         self.pids = pid_manager
         # Counts applied transitions for the metrics (semel.broker.metrics.BrokerMetrics).
         self.stats: TxnStats = stats or _Uncounted()
-        self.txns: dict[str, TxnMeta] = {}
+        # A parent and its branches must share one coordinator: with several partitions a
+        # branch whose id maps to another partition than its parent's is refused as a
+        # Kafka broker refuses the pseudo-topic (the Spark sink names branches that hash
+        # like their parent, semel.protocol.txn_hash.aligned, so they always land here).
+        self.shard = TxnShard(txn_partitions)
         self.log: PartitionLog | None = None
         self.runtime = CoordinatorRuntime(TXN_TOPIC, writer)
         self._clog = self.runtime.log
@@ -157,16 +141,13 @@ class TransactionCoordinator:
         self.seat = seat
         self.serving = self.runtime.serving
         self.is_coordinator = self.serving
-        # A parent and its branches must share one coordinator: with several partitions a
-        # branch whose id maps to another partition than its parent's is refused as a
-        # Kafka broker refuses the pseudo-topic (the Spark sink names branches that hash
-        # like their parent, semel.protocol.txn_hash.aligned, so they always land here).
-        self.txn_partitions = txn_partitions
-        self._branches = TxnBranches(self, txn_partitions)
-        self._completion = MarkerCompletion(
-            self, self._branches, self._clog, local=local_markers, groups=groups, markers=markers)
-        self._init = ProducerIdInit(self, self._branches, pid_manager, config)
-        self.housekeeping = TxnHousekeeping(self, self._clog, self._branches, config, self.stats)
+        self._completion = MarkerCompletion(self, self._clog, local=local_markers, groups=groups, markers=markers)
+        self.housekeeping = TxnHousekeeping(self, self._clog, config, self.stats)
+
+    @property
+    def txns(self) -> dict[str, TxnMeta]:
+        """The last state of every transactional id (the shard's)."""
+        return self.shard.txns
 
     @staticmethod
     def log_configs(config: TxnConfig) -> dict[str, str]:
@@ -197,9 +178,7 @@ class TransactionCoordinator:
         their state objects gone (identity checks) and `serving()` false, so they append
         nothing more."""
         self.runtime.unload(cancel_tasks=True)
-        self.txns.clear()
-        self._branches.joined.clear()
-        self._init.reset()
+        self.shard.clear()
 
     def load(self, plog: PartitionLog, epoch: int | None) -> None:
         """Replay the log (synchronously) as the coordinator at `epoch` (None: the
@@ -212,7 +191,7 @@ class TransactionCoordinator:
     def serve(self, epoch: int | None) -> None:
         """Serving at `epoch`: carry out every decision the log holds, in the background."""
         self.runtime.serve()
-        self.spawn(self._roll_forward_prepared())
+        self.spawn(self._completion.roll_forward())
 
     async def stop(self) -> None:
         await self.seat.stop()
@@ -220,188 +199,88 @@ class TransactionCoordinator:
         await self.runtime.stop(cancel_tasks=True)
         self.markers.close()
 
-    # --- the shard the runtime loads: memory := the last state of every id in the log ---
+    # --- what the runtime loads: the shard, one batch of the log at a time -----------------
 
     def clear(self) -> None:
-        self.txns.clear()
+        self.shard.clear()
 
     def replay(self, buf: bytes | memoryview, pos: int, hdr: records.BatchHeader) -> None:
-        if hdr.is_control:   # never written here since AddPartitionsToTxn refuses internal topics
-            log.warning("ignoring a control batch at offset %d of %s", hdr.base_offset, TXN_TOPIC)
-            return
-        for rec in records.iter_records(buf, pos):
-            self._apply_record(rec.key, rec.value)
+        self.shard.replay_batch(buf, pos, hdr)
 
-    def _apply_record(self, key: bytes | None, value: bytes | None) -> None:
-        if key is None:
-            return
-        txn_id = key.decode()
-        if value is None:
-            self.txns.pop(txn_id, None)
-        else:
-            self._apply(decode_value(txn_id, value))
+    # --- the write path: locks, append, commit point, replay, answer --------------------------
 
-    def _apply(self, meta: TxnMeta) -> None:
-        if meta.state == TxnState.ONGOING:
-            meta.deadline = timeout_deadline(self.txns.get(meta.txn_id), meta)
-        self._branches.index(self.txns.get(meta.txn_id), meta)
-        if meta.state == TxnState.DEAD:
-            self.txns.pop(meta.txn_id, None)
-        else:
-            self.txns[meta.txn_id] = meta
-
-    async def _roll_forward_prepared(self) -> None:
-        # A prepared branch of a prepared parent is its parent's to complete, with the
-        # parent's other branches in the same appends: completed on its own it would
-        # show its rows of the batch before theirs.
-        for meta in [m for m in self.txns.values() if m.state in PREPARED and m.txn_id not in self._branches.joined]:
-            log.info("rolling forward %s of %s (producer %d epoch %d)", meta.state.name, meta.txn_id,
-                     meta.producer_id, meta.epoch)
-            await self._completion.complete(meta)
-
-    # --- the append-then-apply step ---------------------------------------------
-
-    async def log_state(self, meta: TxnMeta, tombstone: bool = False,
-                         durable: bool = True) -> tuple[KafkaError, bool]:
-        """(error, applied): append, wait for the commit point, then apply in log order
-        (the runtime's log, shared with the group coordinator). applied is False only
-        when nothing reached the log; after a failed commit wait the record is in the
-        log and memory follows it (replaying the whole log instead would swap the
-        objects that in-flight transitions hold, and a stale one could later overwrite
-        newer state)."""
-        return await self._log_states([meta], tombstone=tombstone, durable=durable)
-
-    async def _log_states(self, metas: list[TxnMeta], *, tombstone: bool = False,
-                          durable: bool = True) -> tuple[KafkaError, bool]:
-        """log_state of several transactional ids in one record batch: one append, one
-        commit wait, applied together (a decision's branches)."""
-        if not self.serving():
-            # Lost the seat while this transition was being decided: the log is not ours.
-            return KafkaError.NOT_COORDINATOR, False
-        batch = records.build_batch([(m.txn_id.encode(), None if tombstone else encode_value(m)) for m in metas])
-
-        def apply(_info: object = None) -> tuple[KafkaError, bool]:
-            for meta in metas:
-                previous = self.txns.get(meta.txn_id)
-                if tombstone:
-                    self.txns.pop(meta.txn_id, None)
-                    continue
-                self._apply(meta)
-                self.stats.txn_transition(previous.state if previous is not None else None, meta.state)
-            return KafkaError.NONE, True
-
-        def unsynced(error: KafkaError) -> tuple[KafkaError, bool]:
-            log.log(self._clog.failure_level, "transaction log record for %s not made durable here; it stays in the log",
-                    ", ".join(m.txn_id for m in metas))
-            apply()
-            return error, True
-
-        return await self._clog.write(lambda: self._clog.append(batch), apply, lambda error: (error, False),
-                                      unsynced=unsynced, durable=durable)
-
-    async def transition_all(self, currents: list[TxnMeta], news: list[TxnMeta], durable: bool = True) -> KafkaError:
-        """transition of several ids at once: all begun, one record batch, or none."""
-        begun: list[TxnMeta] = []
+    async def commit(self, op: TxnOp[Any]) -> tuple[KafkaError, bool]:
+        """Write `op`'s records through the runtime: (error, replayed). replayed is False
+        only when nothing reached the log (or `op` writes nothing: (NONE, False)); after a
+        failed commit wait the records are in the log and memory follows them."""
+        if not op.records:
+            return KafkaError.NONE, False
+        err = self.shard.lock(op)
+        if err:
+            return err, False
         try:
-            for current, new in zip(currents, news):
-                err = self.begin(current, new.state)
-                if err:
-                    return err
-                begun.append(current)
-            err, _ = await self._log_states(news, durable=durable)
-            return err
+            if not self.serving():
+                # Lost the seat while this op was being decided: the log is not ours.
+                return KafkaError.NOT_COORDINATOR, False
+            batch = records.build_batch([(txn_id.encode(), None if meta is None else encode_value(meta))
+                                         for txn_id, meta in op.records])
+            what = "transaction log record for " + ", ".join(txn_id for txn_id, _ in op.records)
+            return await self.runtime.write(batch, lambda: self._replay_live(op), durable=op.durable, what=what)
         finally:
-            for current in begun:
-                current.pending = None
+            self.shard.unlock(op)
+
+    def _replay_live(self, op: TxnOp[Any]) -> None:
+        for txn_id, meta in op.records:
+            previous = self.shard.state_of(txn_id)
+            self.shard.replay((txn_id, meta))
+            if meta is not None:
+                self.stats.txn_transition(previous, meta.state)
 
     def busy(self) -> bool:
-        """Is a record appended whose apply still waits for its fsync, or an id's first
-        record being written?"""
-        return bool(self._clog.inflight or self._init.initializing)
+        """Is a record appended whose replay still waits for its commit point, or an id's
+        first record being written?"""
+        return bool(self._clog.inflight or self.shard.initializing)
 
     def begin(self, current: TxnMeta | None, target: TxnState) -> KafkaError:
-        """The one place a transactional id's state change starts (Kafka's
-        prepareTransitionTo): refused when the table forbids it or another change of
-        that id is in flight; otherwise `pending` holds the target until the record
-        is appended and applied (the caller clears it if it gives up). None: an id
-        with no record yet, whose in-flight guard is ProducerIdInit.initializing."""
-        if current is not None and (self.txns.get(current.txn_id) is not current or current.pending is not None):
-            # The caller looked before an await and the state moved on since.
-            return KafkaError.CONCURRENT_TRANSACTIONS
-        if not can_transition(None if current is None else current.state, target):
-            return KafkaError.INVALID_TXN_STATE
-        if current is not None:
-            current.pending = target
-        return KafkaError.NONE
-
-    async def transition(self, current: TxnMeta | None, new: TxnMeta) -> KafkaError:
-        err = self.begin(current, new.state)
-        if err:
-            return err
-        try:
-            err, _ = await self.log_state(new)
-            return err
-        finally:
-            if current is not None:
-                current.pending = None
+        return self.shard.begin(current, target)
 
     # --- InitProducerId ---------------------------------------------------------
 
     async def init_producer_id(self, txn_id: str | None, timeout_ms: int, producer_id: int,
                                producer_epoch: int, version: int) -> tuple[KafkaError, int, int]:
-        return await self._init.init_producer_id(txn_id, timeout_ms, producer_id, producer_epoch, version)
+        try:
+            await self.pids.reserve()   # cluster ids: fetched before deciding
+            if txn_id is None:
+                return KafkaError.NONE, self.pids.next_id(), 0
+            if not txn_id:   # Kafka: an empty transactional id is a bad request, not "none"
+                return KafkaError.INVALID_REQUEST, -1, -1
+            if not 0 < timeout_ms <= self.config.transaction_max_timeout_ms:
+                return KafkaError.INVALID_TRANSACTION_TIMEOUT, -1, -1
+            # Every decision is taken on the state as it is now: when the fence first has
+            # to abort something (an await), the shard decides again on what that left.
+            for _ in range(3):
+                op = self.shard.init_producer_id(txn_id, timeout_ms, producer_id, producer_epoch, version,
+                                                 self.pids.next_id)
+                if op.fence is not None:
+                    if await self.abort_with_bump(op.fence):
+                        return KafkaError.CONCURRENT_TRANSACTIONS, -1, -1
+                    continue
+                err, _ = await self.commit(op)
+                return (err, -1, -1) if err else op.response
+            return KafkaError.CONCURRENT_TRANSACTIONS, -1, -1
+        except (StorageError, ConnectionError) as exc:   # the producer-id block could not be reserved on disk
+            log.error("InitProducerId for %r failed: %s", txn_id, exc)
+            return KafkaError.COORDINATOR_NOT_AVAILABLE, -1, -1
 
     # --- AddPartitionsToTxn / AddOffsetsToTxn -------------------------------------
 
-    def _validate(self, txn_id: str, producer_id: int, epoch: int, api_key: int,
-                  version: int) -> tuple[TxnMeta | None, KafkaError]:
-        if not txn_id:
-            return None, KafkaError.INVALID_REQUEST
-        meta = self.txns.get(txn_id)
-        if meta is None or meta.producer_id != producer_id:
-            return None, KafkaError.INVALID_PRODUCER_ID_MAPPING
-        if epoch != meta.epoch:
-            return None, fenced_error(api_key, version)
-        if meta.pending is not None or meta.state in PREPARED or txn_id in self._branches.joined:
-            return None, KafkaError.CONCURRENT_TRANSACTIONS
-        return meta, KafkaError.NONE
-
     async def add_partitions(self, txn_id: str, producer_id: int, epoch: int,
-                             partitions: list[tuple[str, int]], version: int,
-                             api_key: int = ApiKey.ADD_PARTITIONS_TO_TXN) -> dict[tuple[str, int], KafkaError]:
-        meta, err = self._validate(txn_id, producer_id, epoch, api_key, version)
-        if meta is None:
-            return {tp: err for tp in partitions}
-
-        def refusal(tp: tuple[str, int]) -> KafkaError:
-            branch = branch_of(tp)
-            if branch is None:
-                return _partition_error(tp, self.logs)
-            if not self._branches.coordinated_here(txn_id, branch):
-                return KafkaError.INVALID_TOPIC_EXCEPTION
-            return self._branches.join_error(meta, branch)
-        refused = {tp: refusal(tp) for tp in partitions}
-        if any(refused.values()):  # all or nothing
-            return {tp: err or KafkaError.OPERATION_NOT_ATTEMPTED for tp, err in refused.items()}
-        wanted = meta.parts() | frozenset(partitions)
-        if meta.state == TxnState.ONGOING and wanted == meta.parts():
-            return {tp: KafkaError.NONE for tp in partitions}
-        now = now_ms()
-        start = meta.start_ms if meta.state == TxnState.ONGOING else now
-        new = meta.copy(state=TxnState.ONGOING, partitions=wanted, start_ms=start, update_ms=now)
-        # Reserve the new branches before the await, so no timeout, EndTxn or fence
-        # can end them while the join is being logged; undone if it never applied.
-        joining = [b for b in map(branch_of, partitions) if b is not None and b not in self._branches.joined]
-        for b in joining:
-            self._branches.joined[b] = txn_id
-        try:
-            err = await self.transition(meta, new)
-        finally:
-            mine = self.txns.get(txn_id)
-            for b in joining:
-                if self._branches.joined.get(b) == txn_id and (mine is None or (BRANCH_PREFIX + b, 0) not in mine.parts()):
-                    del self._branches.joined[b]
-        return {tp: err for tp in partitions}
+                             partitions: list[TopicPartition], version: int,
+                             api_key: int = ApiKey.ADD_PARTITIONS_TO_TXN) -> dict[TopicPartition, KafkaError]:
+        op = self.shard.add_partitions(txn_id, producer_id, epoch, partitions, version, api_key,
+                                       lambda tp: _partition_error(tp, self.logs))
+        err, _ = await self.commit(op)
+        return {tp: err for tp in partitions} if err else op.response
 
     async def add_offsets(self, txn_id: str, producer_id: int, epoch: int, group_id: str,
                           version: int) -> KafkaError:
@@ -411,7 +290,7 @@ class TransactionCoordinator:
         result = await self.add_partitions(txn_id, producer_id, epoch, [tp], version, api_key=ApiKey.ADD_OFFSETS_TO_TXN)
         return result[tp]
 
-    def _offsets_partition(self, group_id: str | None) -> tuple[str, int]:
+    def _offsets_partition(self, group_id: str | None) -> TopicPartition:
         """The __consumer_offsets partition holding `group_id` (Kafka: the group's partition
         joins the transaction, so its coordinator gets the marker)."""
         return (OFFSETS_TOPIC, self.groups.partition_for(group_id))
@@ -425,7 +304,7 @@ class TransactionCoordinator:
             # state is not the transaction's (it may be empty or stale), so it decides
             # nothing; the partition's producer state fences old epochs and checks sequences.
             return KafkaError.NONE
-        return self._verify(txn_id, producer_id, epoch, (topic, partition))
+        return self.shard.verify(txn_id, producer_id, epoch, (topic, partition))
 
     def verify_offsets(self, txn_id: str, producer_id: int, epoch: int, version: int,
                        group_id: str | None = None) -> KafkaError:
@@ -433,59 +312,32 @@ class TransactionCoordinator:
             # The group coordinator on another broker than the transaction's: the offsets
             # log's producer state fences older epochs (as in Kafka before KIP-890).
             return KafkaError.NONE
-        err = self._verify(txn_id, producer_id, epoch, self._offsets_partition(group_id))
+        err = self.shard.verify(txn_id, producer_id, epoch, self._offsets_partition(group_id))
         if err == KafkaError.INVALID_PRODUCER_EPOCH:
             return fenced_error(ApiKey.TXN_OFFSET_COMMIT, version)
         return err
 
-    def _verify(self, txn_id: str, producer_id: int, epoch: int, tp: tuple[str, int]) -> KafkaError:
-        meta = self.txns.get(txn_id)
-        if meta is None or meta.producer_id != producer_id:
-            return KafkaError.INVALID_PRODUCER_ID_MAPPING
-        if epoch != meta.epoch:
-            return KafkaError.INVALID_PRODUCER_EPOCH
-        if (meta.state != TxnState.ONGOING or meta.pending in PREPARED or tp not in meta.parts()
-                or txn_id in self._branches.joined):
-            return KafkaError.INVALID_TXN_STATE
-        return KafkaError.NONE
-
-    # --- EndTxn -------------------------------------------------------------------
+    # --- EndTxn and the fence: a Prepare record, then its markers -------------------------
 
     async def end_txn(self, txn_id: str, producer_id: int, epoch: int, commit: bool,
                       version: int) -> KafkaError:
-        if not txn_id:
-            return KafkaError.INVALID_REQUEST
-        meta = self.txns.get(txn_id)
-        if meta is None or meta.producer_id != producer_id:
-            return KafkaError.INVALID_PRODUCER_ID_MAPPING
-        if epoch != meta.epoch:
-            return fenced_error(ApiKey.END_TXN, version)
-        if meta.pending is not None or txn_id in self._branches.joined:
-            return KafkaError.CONCURRENT_TRANSACTIONS   # a joined branch ends with its parent
-        target = end_txn_outcome(meta.state, commit)
-        if isinstance(target, KafkaError):
-            return target
-        prepared = meta.copy(state=target, update_ms=now_ms())
-        err = await self.transition(meta, prepared)
-        await self._completion.complete_if_prepared(txn_id)
-        if err and self._state(txn_id) == COMPLETE_OF[target]:
+        op = self.shard.end_txn(txn_id, producer_id, epoch, commit, version)
+        if not op.records:
+            return op.response
+        err = await self._decide(txn_id, op)
+        decision = op.records[0][1]
+        if err and decision is not None and self.shard.state_of(txn_id) == COMPLETE_OF[decision.state]:
             return KafkaError.NONE  # the Prepare fsync failed, yet the decision is now carried out
         return err
 
-    def _state(self, txn_id: str) -> TxnState | None:
-        meta = self.txns.get(txn_id)
-        return None if meta is None else meta.state
-
     async def abort_with_bump(self, meta: TxnMeta) -> KafkaError:
-        # Never a new producer id here: the markers must carry the id the transaction's
-        # data was written with, or its partitions stay unstable for ever. Epochs handed
-        # to clients stop below MAX_EPOCH, which is kept for this fence; the next
-        # InitProducerId then moves on to a new producer id.
-        epoch = min(meta.epoch + 1, MAX_EPOCH)
-        prepared = meta.copy(state=TxnState.PREPARE_ABORT, epoch=epoch,
-                             last_producer_id=meta.producer_id, last_epoch=meta.epoch, update_ms=now_ms())
-        err = await self.transition(meta, prepared)
-        await self._completion.complete_if_prepared(meta.txn_id)
+        """Abort `meta`'s transaction under the next epoch (the shard's `fence`)."""
+        return await self._decide(meta.txn_id, self.shard.fence(meta))
+
+    async def _decide(self, txn_id: str, op: TxnOp[KafkaError]) -> KafkaError:
+        """Write a Prepare record, then carry the decision out if it reached the log."""
+        err, _ = await self.commit(op)
+        await self._completion.complete_if_prepared(txn_id)
         return err
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:

@@ -6,10 +6,11 @@ after a crash) and a Complete record closes the transaction. Markers are written
 once the decision is durable.
 
 A MarkerCompletion belongs to one TransactionCoordinator (semel.coordinator.txn): it
-is given the coordinator as a CompletingCoordinator (its states and the transitions
-that log them), the coordinator's own log, its branches, and what markers go through
-(the broker's PartitionMarkers for partitions led here, the MarkerWriter for those led
-elsewhere, the group coordinators).
+is given the coordinator as a CompletingCoordinator (its shard, which decides each
+record, and `commit`, the write path), the coordinator's own log, and what markers go
+through (the broker's PartitionMarkers for partitions led here, the MarkerWriter for
+those led elsewhere, the group coordinators). Only the markers are written here; every
+record is an op of the shard.
 """
 from __future__ import annotations
 
@@ -28,8 +29,9 @@ from .coordinator_log import CoordinatorLog
 from .group_model import OFFSETS_TOPIC
 from .partition_markers import PartitionMarkers
 from .ports import MarkerWriter
-from .txn_branches import TxnBranches, branch_of
-from .txn_states import COMPLETE_OF, PREPARED, TxnMeta, TxnState, now_ms
+from .txn_branches import branch_of
+from .txn_shard import TxnOp, TxnShard
+from .txn_states import COMPLETE_OF, PREPARED, TxnMeta, TxnState
 
 log = logging.getLogger("semel.txn")
 
@@ -38,15 +40,12 @@ TopicPartition = tuple[str, int]
 
 class CompletingCoordinator(Protocol):
     """What MarkerCompletion needs of its transaction coordinator."""
-    txns: dict[str, TxnMeta]
+    shard: TxnShard
 
     @property
     def coordinator_epoch(self) -> int: ...
 
-    def begin(self, current: TxnMeta | None, target: TxnState) -> KafkaError: ...
-
-    async def log_state(self, meta: TxnMeta, tombstone: bool = False,
-                        durable: bool = True) -> tuple[KafkaError, bool]: ...
+    async def commit(self, op: TxnOp[Any]) -> tuple[KafkaError, bool]: ...
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None: ...
 
@@ -75,25 +74,35 @@ class MarkerCompletion:
     marker), `local` writes the markers of partitions led here (and waits until they
     are committed), `markers` those of partitions led by another broker."""
 
-    def __init__(self, coordinator: CompletingCoordinator, branches: TxnBranches, clog: CoordinatorLog, *,
+    def __init__(self, coordinator: CompletingCoordinator, clog: CoordinatorLog, *,
                  local: PartitionMarkers, groups: OffsetsPartitions, markers: MarkerWriter) -> None:
         self._coordinator = coordinator
-        self._branches = branches
+        self._shard = coordinator.shard
         self._clog = clog
         self._local = local
         self._groups = groups
         self._markers = markers
 
+    async def roll_forward(self) -> None:
+        """Carry out every decision the log holds (the coordinator starts serving). A
+        prepared branch of a prepared parent is its parent's to complete, with the
+        parent's other branches in the same appends: completed on its own it would show
+        its rows of the batch before theirs."""
+        for meta in [m for m in self._shard.txns.values() if m.state in PREPARED and m.txn_id not in self._shard.joined]:
+            log.info("rolling forward %s of %s (producer %d epoch %d)", meta.state.name, meta.txn_id,
+                     meta.producer_id, meta.epoch)
+            await self.complete(meta)
+
     async def complete_if_prepared(self, txn_id: str) -> None:
         """A Prepare record in the log is the decision even when its fsync failed."""
-        meta = self._coordinator.txns.get(txn_id)
+        meta = self._shard.txns.get(txn_id)
         if meta is not None and meta.state in PREPARED and meta.pending is None:
             await self.complete(meta)
 
     async def complete(self, meta: TxnMeta) -> None:
         """Carry out a logged decision. If markers cannot be written now, keep
         retrying in the background; the transaction stays pending until done."""
-        if self._coordinator.begin(meta, COMPLETE_OF[meta.state]):
+        if self._shard.begin(meta, COMPLETE_OF[meta.state]):
             return   # already being completed (an EndTxn retry met a roll-forward), or superseded
         done: set[TopicPartition] = set()
         failing: dict[TopicPartition, FailureLog] = {}
@@ -115,7 +124,7 @@ class MarkerCompletion:
                             failing: dict[TopicPartition, FailureLog]) -> bool:
         """One try at the markers not yet `done`; `failing` holds the log lines of the
         partitions refusing them (one line at the first refusal, then a count)."""
-        if self._coordinator.txns.get(meta.txn_id) is not meta:
+        if self._shard.txns.get(meta.txn_id) is not meta:
             return True   # superseded (never expected): a stale retry must not overwrite newer state
         commit = meta.state == TxnState.PREPARE_COMMIT
         kind = records.CONTROL_COMMIT if commit else records.CONTROL_ABORT
@@ -130,10 +139,8 @@ class MarkerCompletion:
         # coordinator record batch, then every partition gets the markers of the parent and
         # of all its branches in one append: a read_committed reader of a partition sees
         # the whole decision there or none of it, never one branch before another.
-        try:
-            branches = await self._branches.prepare(meta, commit)
-        except AppendError as exc:
-            log.warning("preparing the branches of %s failed (%s); will retry", meta.txn_id, exc)
+        branches = await self._prepare_branches(meta, commit)
+        if branches is None:
             return False
         marks: dict[tuple[str, int], list[tuple[int, int]]] = {}
         for tp in meta.parts() - done:
@@ -162,21 +169,37 @@ class MarkerCompletion:
                     failing.pop(tp).succeeded()
         if failed:
             return False
-        try:
-            await self._branches.complete(branches)
-        except AppendError as exc:
-            log.warning("completing the branches of %s failed (%s); will retry", meta.txn_id, exc)
-            return False
-        if self._coordinator.txns.get(meta.txn_id) is not meta:
+        if branches:
+            # Like the parent's, the branches' Complete records need not wait for their fsync.
+            err, _ = await self._coordinator.commit(self._shard.complete_branches(branches))
+            if err:
+                log.warning("completing the branches of %s failed (%s); will retry", meta.txn_id, err.name)
+                return False
+        if self._shard.txns.get(meta.txn_id) is not meta:
             return True   # unloaded while the markers were written: the next coordinator completes it
-        final = meta.copy(state=COMPLETE_OF[meta.state], partitions=None, update_ms=now_ms())
         # The Complete record need not wait for its own fsync: every marker is
         # already durable, and if the record is lost the Prepare is replayed and
         # rolled forward again (markers written twice are harmless).
-        _, applied = await self._coordinator.log_state(final, durable=False)
+        _, replayed = await self._coordinator.commit(self._shard.complete(meta))
         # A Complete record that reached the log (even unsynced) is done: a crash
         # before it is durable replays the Prepare record and rolls forward again.
-        return applied
+        return replayed
+
+    async def _prepare_branches(self, parent: TxnMeta, commit: bool) -> list[TxnMeta] | None:
+        """The parent's decision carried to its branches (prepared in one record batch: one
+        append, one fsync); returns them, prepared, for their markers. Idempotent (a
+        roll-forward after a crash finds them ongoing, prepared or complete); None: not
+        now, the completion retries."""
+        op, live = self._shard.prepare_branches(parent, commit)
+        err = op.response
+        if not err:
+            err, _ = await self._coordinator.commit(op)
+        target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+        prepared = None if err else self._shard.prepared(live, target)
+        if prepared is None:
+            log.warning("preparing the branches of %s failed (%s); will retry", parent.txn_id,
+                        (err or KafkaError.COORDINATOR_NOT_AVAILABLE).name)
+        return prepared
 
     async def _write_markers(self, tp: tuple[str, int], kind: int, producers: list[tuple[int, int]],
                              txn_id: str) -> None:

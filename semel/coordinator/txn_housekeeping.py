@@ -6,35 +6,33 @@ the coordinator runtime) it aborts the
 transactions past their timeout, expires transactional ids idle for longer than
 `transactional_id_expiration_ms`, compacts the coordinator's log by rewriting it once it
 holds many more records than live ids, and warns of transitions that stay pending.
-It reaches its coordinator only through HousekeptCoordinator.
+What to abort, expire or rewrite is the shard's to say (coordinator.txn_shard); the
+pass writes those ops through its coordinator (HousekeptCoordinator).
 """
 from __future__ import annotations
 
 import logging
 import time
 from collections.abc import Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..protocol import records
 from ..protocol.errors import KafkaError
 from .coordinator_log import CoordinatorLog
-from .txn_branches import TxnBranches
-from .txn_states import COMPLETED, TxnMeta, TxnState, encode_value, now_ms
+from .txn_shard import TxnOp, TxnShard
+from .txn_states import TxnMeta, TxnState, encode_value, now_ms
 
 log = logging.getLogger("semel.txn")
 
 
 class HousekeptCoordinator(Protocol):
     """What housekeeping needs of its transaction coordinator."""
-    txns: dict[str, TxnMeta]
+    shard: TxnShard
 
     def busy(self) -> bool:
-        """Is a record waiting for its apply, or an id's first record being written?"""
+        """Is a record waiting for its replay, or an id's first record being written?"""
 
-    def begin(self, current: TxnMeta | None, target: TxnState) -> KafkaError: ...
-
-    async def log_state(self, meta: TxnMeta, tombstone: bool = False,
-                        durable: bool = True) -> tuple[KafkaError, bool]: ...
+    async def commit(self, op: TxnOp[Any]) -> tuple[KafkaError, bool]: ...
 
     async def abort_with_bump(self, meta: TxnMeta) -> KafkaError: ...
 
@@ -51,14 +49,13 @@ class TimeoutStats(Protocol):
 
 
 class TxnHousekeeping:
-    """`coordinator` the host, `clog` its log, `branches` its joined branches (a joined
-    branch is timed by its parent), `stats` counts the timeouts."""
+    """`coordinator` the host, `clog` its log, `stats` counts the timeouts."""
 
-    def __init__(self, coordinator: HousekeptCoordinator, clog: CoordinatorLog, branches: TxnBranches,
+    def __init__(self, coordinator: HousekeptCoordinator, clog: CoordinatorLog,
                  config: HousekeepingConfig, stats: TimeoutStats) -> None:
         self.coordinator = coordinator
+        self.shard = coordinator.shard
         self.clog = clog
-        self.branches = branches
         self.config = config
         self.stats = stats
 
@@ -69,7 +66,7 @@ class TxnHousekeeping:
         await self.abort_timed_out()
         await self.expire_idle()
         await self.maybe_compact()
-        warn_stuck(self.coordinator.txns)
+        warn_stuck(self.shard.txns)
 
     async def maybe_compact(self) -> bool:
         """Compaction by rewrite: once the log holds many more records than there
@@ -80,25 +77,20 @@ class TxnHousekeeping:
         Memory is exactly the log's last word for each id only while no appended
         record still waits for its fsync and apply; compaction waits for such a
         moment (and for no transition in flight), then copies memory synchronously."""
-        txns = self.coordinator.txns
+        txns = self.shard.txns
         threshold = max(self.config.transaction_log_compact_records, 4 * len(txns))
         if self.clog.records_since_compaction < threshold:
             return False
         if self.coordinator.busy() or any(m.pending is not None for m in txns.values()):
             return False
-        live = [(m.txn_id.encode(), encode_value(m)) for m in txns.values()]
+        live = [(m.txn_id.encode(), encode_value(m)) for m in self.shard.snapshot()]
         data = b"".join(records.build_batch(live[i:i + 500]) for i in range(0, len(live), 500))
         return await self.clog.rewrite(data, len(live))
 
     async def abort_timed_out(self) -> int:
-        now = time.monotonic()
-        txns, joined = self.coordinator.txns, self.branches.joined
-        # A joined branch is timed by its parent (the parent's abort ends it too).
-        expired = [m for m in txns.values()
-                   if m.state == TxnState.ONGOING and m.pending is None and m.deadline < now
-                   and m.txn_id not in joined]
+        expired = self.shard.timed_out(time.monotonic())
         for meta in expired:
-            if txns.get(meta.txn_id) is not meta or meta.pending is not None or meta.txn_id in joined:
+            if not self.shard.still_timed_out(meta):
                 continue  # the client ended it (or a parent joined it) while an earlier abort was logged
             log.info("aborting %s: transaction timed out after %d ms", meta.txn_id, meta.timeout_ms)
             if not await self.coordinator.abort_with_bump(meta):
@@ -106,15 +98,10 @@ class TxnHousekeeping:
         return len(expired)
 
     async def expire_idle(self) -> int:
-        cutoff = now_ms() - self.config.transactional_id_expiration_ms
-        idle = [m for m in self.coordinator.txns.values()
-                if m.state in COMPLETED and m.pending is None and m.update_ms < cutoff]
+        idle = self.shard.idle(now_ms() - self.config.transactional_id_expiration_ms)
         for meta in idle:
-            if self.coordinator.begin(meta, TxnState.DEAD):
-                continue  # used again while an earlier tombstone was being logged
-            _, applied = await self.coordinator.log_state(meta, tombstone=True)
-            if not applied:
-                meta.pending = None
+            # An id used again while an earlier tombstone was being logged keeps its lock: refused.
+            await self.coordinator.commit(self.shard.expire(meta))
         return len(idle)
 
 

@@ -102,7 +102,7 @@ class TxnMeta:
         # coordinator failover can be long before the transition now under way).
         self.pending_since = 0.0
         # time.monotonic() past which an ONGOING transaction times out (set when it is
-        # applied: TransactionCoordinator._apply); start_ms, the wall clock's, is only shown.
+        # replayed: txn_shard.TxnShard.replay); start_ms, the wall clock's, is only shown.
         self.deadline = math.inf
 
     @property

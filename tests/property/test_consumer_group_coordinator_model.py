@@ -72,7 +72,7 @@ class CoordinatorModel(RuleBasedStateMachine):
         return self.h.coord.store.consumer_groups.get("g")
 
     def _send(self, mid, hb):
-        self.tasks.append((mid, self.loop.create_task(self.h.coord.consumer_group_heartbeat("g", hb, TOPICS))))
+        self.tasks.append((mid, self.loop.create_task(self.h.coord.consumers.consumer_group_heartbeat("g", hb, TOPICS))))
         self._spin()
 
     @rule(mid=st.sampled_from(MEMBERS), topics=st.sampled_from([("t",), ("u",), ("t", "u")]),

@@ -207,7 +207,7 @@ class Model:
             return {t: tuple(getattr(m, f) for f in fields) for t, m in txns.items()}
         if snap(fresh.txns) != snap(self.coord.txns):
             self.violations.append(f"replay {snap(fresh.txns)} != memory {snap(self.coord.txns)}")
-        if fresh._branches.joined != self.coord._branches.joined:
+        if fresh.shard.joined != self.coord.shard.joined:
             self.violations.append("replayed branch index differs")
 
 

@@ -20,7 +20,7 @@ def hb(member, epoch, owned=None, **kw):
 
 
 async def join(h, group, member, **kw):
-    fut = asyncio.ensure_future(h.coord.consumer_group_heartbeat(group, hb(member, 0, **kw), TOPICS))
+    fut = asyncio.ensure_future(h.coord.consumers.consumer_group_heartbeat(group, hb(member, 0, **kw), TOPICS))
     await asyncio.sleep(0)
     for i, w in enumerate(h.flusher.waiting):
         h.flusher.release(i)
@@ -31,7 +31,7 @@ async def join(h, group, member, **kw):
 async def test_a_join_is_answered_and_visible_only_once_durable():
     h = await started()
     h.flusher.hold = True
-    fut = asyncio.ensure_future(h.coord.consumer_group_heartbeat("g", hb("a", 0), TOPICS))
+    fut = asyncio.ensure_future(h.coord.consumers.consumer_group_heartbeat("g", hb("a", 0), TOPICS))
     for _ in range(3):
         await asyncio.sleep(0)
     assert h.log.log_end_offset > 0 and not fut.done()
@@ -47,8 +47,8 @@ async def test_a_join_is_answered_and_visible_only_once_durable():
 async def test_a_second_heartbeat_waits_for_the_first_write():
     h = await started()
     h.flusher.hold = True
-    first = asyncio.ensure_future(h.coord.consumer_group_heartbeat("g", hb("a", 0), TOPICS))
-    second = asyncio.ensure_future(h.coord.consumer_group_heartbeat("g", hb("b", 0), TOPICS))
+    first = asyncio.ensure_future(h.coord.consumers.consumer_group_heartbeat("g", hb("a", 0), TOPICS))
+    second = asyncio.ensure_future(h.coord.consumers.consumer_group_heartbeat("g", hb("b", 0), TOPICS))
     for _ in range(3):
         await asyncio.sleep(0)
     assert len(h.flusher.waiting) == 1          # b decides only after a's write is applied
@@ -66,15 +66,15 @@ async def test_a_second_heartbeat_waits_for_the_first_write():
 async def test_a_failed_append_changes_nothing_and_a_failed_fsync_leaves_memory_as_the_log():
     h = await started()
     h.log.fail_appends = 1
-    answer = await h.coord.consumer_group_heartbeat("g", hb("a", 0), TOPICS)
+    answer = await h.coord.consumers.consumer_group_heartbeat("g", hb("a", 0), TOPICS)
     assert answer.error == KafkaError.COORDINATOR_NOT_AVAILABLE
     assert h.coord.consumer_group_describe(["g"])[0].group is None and h.log.log_end_offset == 0
     h.flusher.fail_next = 1
-    answer = await h.coord.consumer_group_heartbeat("g", hb("a", 0), TOPICS)
+    answer = await h.coord.consumers.consumer_group_heartbeat("g", hb("a", 0), TOPICS)
     assert answer.error == KafkaError.COORDINATOR_NOT_AVAILABLE      # the member retries
     replayed = await started(logs=h.logs)
     assert h.coord.consumer_group_describe(["g"])[0].group == replayed.coord.consumer_group_describe(["g"])[0].group
-    again = await h.coord.consumer_group_heartbeat("g", hb("a", 0), TOPICS)
+    again = await h.coord.consumers.consumer_group_heartbeat("g", hb("a", 0), TOPICS)
     assert again.error == KafkaError.NONE and again.assignment == {("t", p) for p in range(4)}
 
 
@@ -82,9 +82,9 @@ async def test_a_failed_append_changes_nothing_and_a_failed_fsync_leaves_memory_
 async def test_restart_replays_the_group_and_compaction_keeps_it():
     logs, clock = MemLogs(), FakeClock()
     h = await started(logs=logs, clock=clock, compact_records=1)
-    a = await h.coord.consumer_group_heartbeat("g", hb("a", 0, instance_id="ia"), TOPICS)
-    b = await h.coord.consumer_group_heartbeat("g", hb("b", 0), TOPICS)
-    a2 = await h.coord.consumer_group_heartbeat("g", hb("a", a.member_epoch, owned=a.assignment), TOPICS)
+    a = await h.coord.consumers.consumer_group_heartbeat("g", hb("a", 0, instance_id="ia"), TOPICS)
+    b = await h.coord.consumers.consumer_group_heartbeat("g", hb("b", 0), TOPICS)
+    a2 = await h.coord.consumers.consumer_group_heartbeat("g", hb("a", a.member_epoch, owned=a.assignment), TOPICS)
     before = h.coord.consumer_group_describe(["g"])[0].group
     assert before.current["a"].revoking                 # a is giving two partitions up
     h.coord.offset_manager.maybe_compact()
@@ -94,7 +94,7 @@ async def test_restart_replays_the_group_and_compaction_keeps_it():
     after = h2.coord.consumer_group_describe(["g"])[0].group
     assert after == before
     # The member goes on at its epoch after the restart.
-    a3 = await h2.coord.consumer_group_heartbeat("g", hb("a", a2.member_epoch, owned=a2.assignment), TOPICS)
+    a3 = await h2.coord.consumers.consumer_group_heartbeat("g", hb("a", a2.member_epoch, owned=a2.assignment), TOPICS)
     assert a3.error == KafkaError.NONE and a3.member_epoch == after.target_epoch
     assert b.error == KafkaError.NONE
 
@@ -103,7 +103,7 @@ async def test_restart_replays_the_group_and_compaction_keeps_it():
 async def test_compaction_rewrite_drops_old_segments_and_keeps_the_group():
     h = await started(compact_records=1)
     for _ in range(3):
-        a = await h.coord.consumer_group_heartbeat("g", hb("a", 0), TOPICS)
+        a = await h.coord.consumers.consumer_group_heartbeat("g", hb("a", 0), TOPICS)
     h.log.delete_segments_before = lambda start: setattr(h.log, "dropped_before", start) or 1
     h.coord.offset_manager.maybe_compact()
     await settle(h.coord)
@@ -120,23 +120,23 @@ async def test_compaction_rewrite_drops_old_segments_and_keeps_the_group():
 @async_test
 async def test_a_silent_member_is_fenced_after_its_session():
     h = await started(consumer_session_timeout_ms=1000)
-    a = await h.coord.consumer_group_heartbeat("g", hb("a", 0), TOPICS)
-    await h.coord.consumer_group_heartbeat("g", hb("b", 0), TOPICS)
+    a = await h.coord.consumers.consumer_group_heartbeat("g", hb("a", 0), TOPICS)
+    await h.coord.consumers.consumer_group_heartbeat("g", hb("b", 0), TOPICS)
     h.clock.advance(600)
-    await h.coord.consumer_group_heartbeat("g", hb("a", a.member_epoch, owned=a.assignment), TOPICS)
+    await h.coord.consumers.consumer_group_heartbeat("g", hb("a", a.member_epoch, owned=a.assignment), TOPICS)
     h.clock.advance(600)
     h.coord.fire_timers()                       # b: 1200 ms silent; a heard from 600 ms ago
     await settle(h.coord)
     g = h.coord.consumer_group_describe(["g"])[0].group
     assert set(g.members) == {"a"}
-    fenced = await h.coord.consumer_group_heartbeat("g", hb("b", 2, owned=frozenset()), TOPICS)
+    fenced = await h.coord.consumers.consumer_group_heartbeat("g", hb("b", 2, owned=frozenset()), TOPICS)
     assert fenced.error == KafkaError.UNKNOWN_MEMBER_ID
 
 
 @async_test
 async def test_offset_commits_carry_the_member_epoch():
     h = await started()
-    a = await h.coord.consumer_group_heartbeat("g", hb("a", 0), TOPICS)
+    a = await h.coord.consumers.consumer_group_heartbeat("g", hb("a", 0), TOPICS)
     e = a.member_epoch
 
     async def commit(epoch, member="a", version=9):
@@ -163,14 +163,14 @@ async def test_offset_commits_carry_the_member_epoch():
 @async_test
 async def test_classic_and_consumer_groups_keep_to_their_own_protocol():
     h = await started()
-    await h.coord.consumer_group_heartbeat("g", hb("a", 0), TOPICS)
+    await h.coord.consumers.consumer_group_heartbeat("g", hb("a", 0), TOPICS)
     res = await h.coord.join_group("g", "", protocol_type="consumer", protocols=[("range", b"")],
                                    session_timeout_ms=10_000)
     assert res.error == KafkaError.INCONSISTENT_GROUP_PROTOCOL
     assert h.coord.describe_groups(["g"])[0].error == KafkaError.GROUP_ID_NOT_FOUND
     err, rows = h.coord.list_groups()
     assert ("g", "consumer", "Stable") in rows
-    leave = await h.coord.consumer_group_heartbeat("g", hb("a", -1), TOPICS)
+    leave = await h.coord.consumers.consumer_group_heartbeat("g", hb("a", -1), TOPICS)
     assert leave.member_epoch == -1
     assert (await h.coord.delete_groups(["g"]))["g"] == KafkaError.NONE
     assert h.coord.consumer_group_describe(["g"])[0].error == KafkaError.GROUP_ID_NOT_FOUND
@@ -179,13 +179,13 @@ async def test_classic_and_consumer_groups_keep_to_their_own_protocol():
 @async_test
 async def test_a_member_that_never_revokes_is_fenced_after_its_rebalance_timeout():
     h = await started(consumer_session_timeout_ms=60_000)
-    a = await h.coord.consumer_group_heartbeat("g", hb("a", 0, rebalance_timeout_ms=5000), TOPICS)
-    b = await h.coord.consumer_group_heartbeat("g", hb("b", 0), TOPICS)
-    told = await h.coord.consumer_group_heartbeat("g", hb("a", a.member_epoch, owned=a.assignment), TOPICS)
+    a = await h.coord.consumers.consumer_group_heartbeat("g", hb("a", 0, rebalance_timeout_ms=5000), TOPICS)
+    b = await h.coord.consumers.consumer_group_heartbeat("g", hb("b", 0), TOPICS)
+    told = await h.coord.consumers.consumer_group_heartbeat("g", hb("a", a.member_epoch, owned=a.assignment), TOPICS)
     assert len(told.assignment) == 2          # a must give two partitions up
     for _ in range(4):                        # ...and keeps heartbeating with all four
         h.clock.advance(1000)
-        again = await h.coord.consumer_group_heartbeat("g", hb("a", told.member_epoch, owned=a.assignment), TOPICS)
+        again = await h.coord.consumers.consumer_group_heartbeat("g", hb("a", told.member_epoch, owned=a.assignment), TOPICS)
         assert again.error == KafkaError.NONE
         h.coord.fire_timers()
         await settle(h.coord)
@@ -195,18 +195,18 @@ async def test_a_member_that_never_revokes_is_fenced_after_its_rebalance_timeout
     await settle(h.coord)
     g = h.coord.consumer_group_describe(["g"])[0].group
     assert set(g.members) == {"b"}
-    b2 = await h.coord.consumer_group_heartbeat("g", hb("b", b.member_epoch, owned=frozenset()), TOPICS)
+    b2 = await h.coord.consumers.consumer_group_heartbeat("g", hb("b", b.member_epoch, owned=frozenset()), TOPICS)
     assert b2.assignment == {("t", p) for p in range(4)}
 
 
 @async_test
 async def test_a_member_that_revokes_in_time_is_not_fenced():
     h = await started(consumer_session_timeout_ms=60_000)
-    a = await h.coord.consumer_group_heartbeat("g", hb("a", 0, rebalance_timeout_ms=5000), TOPICS)
-    await h.coord.consumer_group_heartbeat("g", hb("b", 0), TOPICS)
-    told = await h.coord.consumer_group_heartbeat("g", hb("a", a.member_epoch, owned=a.assignment), TOPICS)
+    a = await h.coord.consumers.consumer_group_heartbeat("g", hb("a", 0, rebalance_timeout_ms=5000), TOPICS)
+    await h.coord.consumers.consumer_group_heartbeat("g", hb("b", 0), TOPICS)
+    told = await h.coord.consumers.consumer_group_heartbeat("g", hb("a", a.member_epoch, owned=a.assignment), TOPICS)
     h.clock.advance(1000)
-    done = await h.coord.consumer_group_heartbeat("g", hb("a", told.member_epoch, owned=told.assignment), TOPICS)
+    done = await h.coord.consumers.consumer_group_heartbeat("g", hb("a", told.member_epoch, owned=told.assignment), TOPICS)
     assert done.member_epoch > told.member_epoch
     h.clock.advance(10_000)
     h.coord.fire_timers()
@@ -217,9 +217,9 @@ async def test_a_member_that_revokes_in_time_is_not_fenced():
 @async_test
 async def test_an_emptied_consumer_group_becomes_classic_when_a_classic_member_joins():
     h = await started(initial_rebalance_delay_ms=0)
-    a = await h.coord.consumer_group_heartbeat("g", hb("a", 0), TOPICS)
+    a = await h.coord.consumers.consumer_group_heartbeat("g", hb("a", 0), TOPICS)
     await h.coord.commit_offsets("g", a.member_epoch, "a", {("t", 0): (5, -1, "")}, api_version=9)
-    await h.coord.consumer_group_heartbeat("g", hb("a", -1), TOPICS)
+    await h.coord.consumers.consumer_group_heartbeat("g", hb("a", -1), TOPICS)
     fut = h.coord.join_group("g", "", protocol_type="consumer", protocols=[("range", b"")],
                              session_timeout_ms=10_000, require_known_member_id=False)
     await settle(h.coord)
@@ -235,5 +235,5 @@ async def test_an_emptied_consumer_group_becomes_classic_when_a_classic_member_j
     replayed = await started(logs=h.logs)
     assert "g" not in replayed.coord.store.consumer_groups
     # Back the other way is refused while the classic member is there.
-    back = await h.coord.consumer_group_heartbeat("g", hb("b", 0), TOPICS)
+    back = await h.coord.consumers.consumer_group_heartbeat("g", hb("b", 0), TOPICS)
     assert back.error == KafkaError.GROUP_ID_NOT_FOUND

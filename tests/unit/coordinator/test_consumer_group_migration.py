@@ -71,7 +71,7 @@ async def upgraded_and_a_rejoined():
     """A classic group upgraded by member c; classic member a rejoined (eagerly) and synced."""
     h = await started(initial_rebalance_delay_ms=0)
     a, b = await stable_classic_group(h)
-    c = await h.coord.consumer_group_heartbeat("g", Heartbeat("c", 0, topics=("t",), owned=frozenset()), TOPICS)
+    c = await h.coord.consumers.consumer_group_heartbeat("g", Heartbeat("c", 0, topics=("t",), owned=frozenset()), TOPICS)
     await settle(h.coord)
     ra = await classic_join(h, a.member_id)
     held = decode_assignment((await classic_sync(h, a.member_id, ra.generation)).assignment)
@@ -94,7 +94,7 @@ async def test_a_classic_group_is_upgraded_and_its_classic_members_keep_working(
     a, b = await stable_classic_group(h)
     assert (await h.coord.commit_offsets("g", a.generation, a.member_id, {("t", 0): (3, -1, "")}))[("t", 0)] == 0
 
-    c = await h.coord.consumer_group_heartbeat("g", Heartbeat("c", 0, topics=("t",), owned=frozenset()), TOPICS)
+    c = await h.coord.consumers.consumer_group_heartbeat("g", Heartbeat("c", 0, topics=("t",), owned=frozenset()), TOPICS)
     assert c.error == KafkaError.NONE and c.assignment == frozenset()   # all four still held by a and b
     await settle(h.coord)
     assert h.coord.group_type("g") == "consumer"
@@ -117,7 +117,7 @@ async def test_a_classic_group_is_upgraded_and_its_classic_members_keep_working(
         ("t", 0): KafkaError.ILLEGAL_GENERATION}
 
     # c now gets the partitions the classic members released.
-    c2 = await h.coord.consumer_group_heartbeat(
+    c2 = await h.coord.consumers.consumer_group_heartbeat(
         "g", Heartbeat("c", c.member_epoch, owned=frozenset()), TOPICS)
     assert c2.assignment and not c2.assignment & (got_a | got_b)
     assert len(got_a) + len(got_b) + len(c2.assignment) == 4
@@ -133,7 +133,7 @@ async def test_a_classic_group_is_upgraded_and_its_classic_members_keep_working(
     assert replayed.coord.group_type("g") == "consumer"
 
     # The last member of the consumer protocol leaves: classic again, rebalancing.
-    left = await h.coord.consumer_group_heartbeat("g", Heartbeat("c", -1), TOPICS)
+    left = await h.coord.consumers.consumer_group_heartbeat("g", Heartbeat("c", -1), TOPICS)
     assert left.member_epoch == -1
     await settle(h.coord)
     assert h.coord.group_type("g") == "classic" and "g" not in h.coord.store.consumer_groups
@@ -152,16 +152,16 @@ async def test_a_classic_group_is_upgraded_and_its_classic_members_keep_working(
 async def test_the_migration_policy_decides():
     h = await started(initial_rebalance_delay_ms=0, consumer_migration_policy="downgrade")
     await stable_classic_group(h)
-    refused = await h.coord.consumer_group_heartbeat("g", Heartbeat("c", 0, topics=("t",), owned=frozenset()),
+    refused = await h.coord.consumers.consumer_group_heartbeat("g", Heartbeat("c", 0, topics=("t",), owned=frozenset()),
                                                      TOPICS)
     assert refused.error == KafkaError.GROUP_ID_NOT_FOUND and "disabled" in refused.message
     assert h.coord.group_type("g") == "classic"
 
     h = await started(initial_rebalance_delay_ms=0, consumer_migration_policy="upgrade")
     a, b = await stable_classic_group(h)
-    await h.coord.consumer_group_heartbeat("g", Heartbeat("c", 0, topics=("t",), owned=frozenset()), TOPICS)
+    await h.coord.consumers.consumer_group_heartbeat("g", Heartbeat("c", 0, topics=("t",), owned=frozenset()), TOPICS)
     await settle(h.coord)
-    await h.coord.consumer_group_heartbeat("g", Heartbeat("c", -1), TOPICS)
+    await h.coord.consumers.consumer_group_heartbeat("g", Heartbeat("c", -1), TOPICS)
     await settle(h.coord)
     assert h.coord.group_type("g") == "consumer"     # no downgrade under `upgrade`
     assert set(h.coord.store.consumer_groups["g"].members) == {a.member_id, b.member_id}
@@ -172,7 +172,7 @@ async def test_a_cooperative_classic_member_gives_partitions_up_before_another_g
     h = await started(initial_rebalance_delay_ms=0)
     a, b = await stable_classic_group(h)
     held_a = {("t", 0), ("t", 1)}
-    c = await h.coord.consumer_group_heartbeat("g", Heartbeat("c", 0, topics=("t",), owned=frozenset()), TOPICS)
+    c = await h.coord.consumers.consumer_group_heartbeat("g", Heartbeat("c", 0, topics=("t",), owned=frozenset()), TOPICS)
     await settle(h.coord)
     # a rejoins still owning its two partitions (cooperative): it keeps what the target leaves it.
     ra = await classic_join(h, a.member_id, owned=held_a)
@@ -182,7 +182,7 @@ async def test_a_cooperative_classic_member_gives_partitions_up_before_another_g
     assert cur.revoking == held_a - kept
     if cur.revoking:
         assert h.coord.heartbeat("g", ra.generation, a.member_id) == KafkaError.REBALANCE_IN_PROGRESS
-        c2 = await h.coord.consumer_group_heartbeat("g", Heartbeat("c", c.member_epoch, owned=frozenset()), TOPICS)
+        c2 = await h.coord.consumers.consumer_group_heartbeat("g", Heartbeat("c", c.member_epoch, owned=frozenset()), TOPICS)
         assert not (c2.assignment or frozenset()) & cur.revoking      # not before a lets go
     await classic_join(h, a.member_id, owned=kept)
     assert h.coord.store.consumer_groups["g"].current[a.member_id].revoking == frozenset()
@@ -206,7 +206,7 @@ async def test_a_classic_member_that_never_rejoins_is_fenced_after_its_rebalance
     await settle(h.coord)
     g = h.coord.store.consumer_groups["g"]
     assert set(g.members) == {a.member_id, "c"}
-    c2 = await h.coord.consumer_group_heartbeat("g", Heartbeat("c", c.member_epoch, owned=frozenset()), TOPICS)
+    c2 = await h.coord.consumers.consumer_group_heartbeat("g", Heartbeat("c", c.member_epoch, owned=frozenset()), TOPICS)
     assert c2.assignment and all(len(ms) == 1 for ms in owners(h).values())
 
 
@@ -225,7 +225,7 @@ async def test_an_eager_classic_member_rejoining_on_its_own_gets_its_partitions_
 async def test_a_static_classic_member_restarting_takes_its_predecessors_place():
     h = await started(initial_rebalance_delay_ms=0)
     a, b = await stable_classic_group(h)
-    await h.coord.consumer_group_heartbeat("g", Heartbeat("c", 0, topics=("t",), owned=frozenset()), TOPICS)
+    await h.coord.consumers.consumer_group_heartbeat("g", Heartbeat("c", 0, topics=("t",), owned=frozenset()), TOPICS)
     await settle(h.coord)
     fut = h.coord.join_group("g", "", protocol_type="consumer", protocols=[("range", subscription(["t"]))],
                              session_timeout_ms=10_000, group_instance_id="i-1", require_known_member_id=False,

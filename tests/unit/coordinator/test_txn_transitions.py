@@ -1,5 +1,5 @@
 """Every state change of a transactional id starts in one function,
-TransactionCoordinator.begin, which consults the VALID_PREVIOUS table."""
+TxnShard.begin, which consults the VALID_PREVIOUS table."""
 from __future__ import annotations
 
 import ast
@@ -14,10 +14,13 @@ import pytest
 import semel.coordinator.txn as txn_module
 import semel.coordinator.txn_branches as branches_module
 import semel.coordinator.txn_completion as completion_module
+import semel.coordinator.txn_housekeeping as housekeeping_module
+import semel.coordinator.txn_shard as shard_module
 from tests.support.coordinators import group_coordinator, txn_coordinator
 from semel.broker.config import BrokerConfig
 from semel.coordinator.group import GroupConfig
 from semel.coordinator.producer_ids import ProducerIdManager
+from semel.coordinator.txn_shard import TxnOp
 from semel.coordinator.txn_states import VALID_PREVIOUS, TxnMeta, TxnState
 from semel.protocol.errors import KafkaError
 from semel.storage.flusher import GroupCommitFlusher
@@ -72,7 +75,9 @@ def test_an_unknown_id_may_only_start_empty(coord):
 def test_an_invalid_transition_is_refused_without_touching_the_log(coord):
     meta = _held(coord, "t", TxnState.COMPLETE_ABORT)
     before = coord._clog.records_since_compaction
-    err = asyncio.run(coord.transition(meta, meta.copy(state=TxnState.PREPARE_COMMIT)))
+    op = TxnOp(E.NONE, [("t", meta.copy(state=TxnState.PREPARE_COMMIT))], [("t", meta, TxnState.PREPARE_COMMIT)])
+    err, replayed = asyncio.run(coord.commit(op))
+    assert not replayed
     assert err == E.INVALID_TXN_STATE
     assert coord.txns["t"] is meta and meta.pending is None
     assert coord._clog.records_since_compaction == before
@@ -87,7 +92,8 @@ def test_completing_a_transaction_already_being_completed_does_nothing(coord):
 
 def test_no_other_code_sets_a_pending_state():
     """`pending` is set to a state only inside begin; elsewhere it is only cleared."""
-    trees = [ast.parse(inspect.getsource(m)) for m in (txn_module, branches_module, completion_module)]
+    trees = [ast.parse(inspect.getsource(m)) for m in (txn_module, branches_module, completion_module,
+                                                        housekeeping_module, shard_module)]
     setters = []
     for fn in (n for tree in trees for n in ast.walk(tree)):
         if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
