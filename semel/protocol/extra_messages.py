@@ -32,5 +32,32 @@ class ConsumerGroupDescribeResponse(ApiMessage, load_json=specs):
         return json
 
 
+class ShareGroupHeartbeatRequest(ApiMessage, load_json=specs):
+    pass
+
+
+class ShareGroupHeartbeatResponse(ApiMessage, load_json=specs):
+    pass
+
+
+class ShareFetchRequest(ApiMessage, load_json=specs):
+    pass
+
+
+class ShareFetchResponse(ApiMessage, load_json=specs):
+    pass
+
+
+class ShareAcknowledgeRequest(ApiMessage, load_json=specs):
+    pass
+
+
+class ShareAcknowledgeResponse(ApiMessage, load_json=specs):
+    pass
+
+
 EXTRA_MESSAGES = (ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse,
-                  ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse)
+                  ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse,
+                  ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse,
+                  ShareFetchRequest, ShareFetchResponse,
+                  ShareAcknowledgeRequest, ShareAcknowledgeResponse)
