@@ -14,8 +14,8 @@ has an `InFlight` entry; offsets at or past `end` are available with no delivery
 `start` moves past the contiguous prefix of acknowledged/archived records, and new
 records are acquired only while the window holds fewer than `max_in_flight` offsets.
 What survives a restart is `durable()`: the window and, per offset, its state and
-delivery count, an acquired record counting as available (its lock dies with the
-broker, so it is delivered again, never lost).
+delivery count, an acquired record counting as released (its lock dies with the
+broker, so it is delivered again, never lost, unless that was its last delivery).
 """
 from __future__ import annotations
 
@@ -58,12 +58,16 @@ class SharePartition:
 
     # --- durable form ----------------------------------------------------------------
 
-    def durable(self) -> tuple[int, int, list[Run]]:
-        """(start, end, runs): what a restart rebuilds; acquired records count as available."""
+    def durable(self, limits: Limits) -> tuple[int, int, list[Run]]:
+        """(start, end, runs): what a restart rebuilds. An acquired record counts as
+        released (its lock dies with the broker): available again, or archived when
+        this was its last delivery."""
         runs: list[Run] = []
         for off in range(self.start, self.end):
             r = self.records[off]
-            state = AVAILABLE if r.state == ACQUIRED else r.state
+            state = r.state
+            if state == ACQUIRED:
+                state = ARCHIVED if r.count >= limits.delivery_limit else AVAILABLE
             if runs and runs[-1][1] == off - 1 and runs[-1][2:] == (state, r.count):
                 runs[-1] = (runs[-1][0], off, state, r.count)
             else:
@@ -79,6 +83,7 @@ class SharePartition:
                 sp.records[off] = InFlight(state, count)
         for off in range(start, end):   # a hole in a record written by hand: available again
             sp.records.setdefault(off, InFlight(AVAILABLE, 0))
+        sp._advance()
         return sp
 
     # --- time and members --------------------------------------------------------------

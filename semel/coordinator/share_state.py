@@ -158,7 +158,7 @@ class ShareState:
 
     def partition_record(self, group_id: str, topic: str, p: int) -> Pair:
         sp = self.partitions[(group_id, topic, p)]
-        start, end, runs = sp.durable()
+        start, end, runs = sp.durable(self.limits(group_id))
         return (_key(k="partition", g=group_id, t=topic, p=p),
                 json.dumps({"start": start, "end": end, "runs": runs}).encode())
 
