@@ -31,9 +31,12 @@ def _share(ctx: RequestContext) -> ShareCoordinator | None:
 
 
 def _conflict(ctx: RequestContext, group_id: str) -> KafkaError:
-    """A group id of the consumer protocol is not a share group (Kafka's answer)."""
-    if ctx.services.group_coordinator.group_type(group_id) == "consumer":
-        return KafkaError.INCONSISTENT_GROUP_PROTOCOL
+    """A group id in use by a consumer group (classic or KIP-848) is not a share group:
+    GROUP_ID_NOT_FOUND, as Kafka answers."""
+    groups = ctx.services.group_coordinator
+    _, rows = groups.list_groups()
+    if groups.group_type(group_id) == "consumer" or any(gid == group_id for gid, _, _ in rows):
+        return KafkaError.GROUP_ID_NOT_FOUND
     return KafkaError.NONE
 
 
@@ -156,7 +159,7 @@ async def share_fetch(ctx: RequestContext, req: Any) -> Any:
     if share is None:
         return _fetch_error(ctx, KafkaError.UNSUPPORTED_VERSION)
     group_id, member_id = req.group_id or "", req.member_id or ""
-    err = share.error() or _conflict(ctx, group_id)
+    err = share.error()
     if not err and not ctx.authorize("READ", "GROUP", group_id):
         err = KafkaError.GROUP_AUTHORIZATION_FAILED
     if not err and req.share_session_epoch != -1 and not share.state.is_member(group_id, member_id):
@@ -235,7 +238,7 @@ async def share_acknowledge(ctx: RequestContext, req: Any) -> Any:
         return ctx.response(throttle_time_ms=0, error_code=KafkaError.UNSUPPORTED_VERSION, responses=[],
                             node_endpoints=[])
     group_id, member_id = req.group_id or "", req.member_id or ""
-    err = share.error() or _conflict(ctx, group_id)
+    err = share.error()
     if not err and not ctx.authorize("READ", "GROUP", group_id):
         err = KafkaError.GROUP_AUTHORIZATION_FAILED
     catalogue = topic_catalogue(ctx.services)

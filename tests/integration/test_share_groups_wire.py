@@ -1,0 +1,128 @@
+"""Share-group APIs byte for byte over a socket to a real broker process: what is
+advertised, and Kafka's error for each bad request (a stale or unknown share session
+epoch, an acknowledgement of a record another member holds, a group id of a consumer
+group, a bad group config), with the broker serving on afterwards."""
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from support.wire import call, connect
+
+from semel.protocol.errors import KafkaError
+from semel.protocol.messages import request_class
+from tests.support.share import fill, set_group_configs
+
+HEARTBEAT, FETCH, ACK, API_VERSIONS, METADATA = 76, 78, 79, 18, 3
+
+pytest.importorskip("confluent_kafka")
+
+
+@pytest.fixture(scope="module")
+def wire_broker(tmp_path_factory):
+    from semel.launch.process import SemelBroker
+    d = tmp_path_factory.mktemp("share-wire")
+    b = SemelBroker(d / "data", log_path=d / "broker.log")
+    b.start()
+    yield b
+    b.close()
+
+
+def _topic_id(sock, topic):
+    md = call(sock, METADATA, 12, topics=[request_class(METADATA).MetadataRequestTopic(name=topic, topic_id=None)],
+              allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+    return md.topics[0].topic_id
+
+
+def _join(sock, group, topic):
+    member = uuid.uuid4().hex[:22]
+    r = call(sock, HEARTBEAT, 1, group_id=group, member_id=member, member_epoch=0, rack_id=None,
+             subscribed_topic_names=[topic])
+    assert r.error_code == 0, r
+    return member, r
+
+
+def _fetch(sock, group, member, epoch, topic_id, acks=(), max_records=5, corr=2):
+    R = request_class(FETCH)
+    P = R.FetchTopic.FetchPartition
+    batches = [P.AcknowledgementBatch(first_offset=f, last_offset=last, acknowledge_types=[t])
+               for f, last, t in acks]
+    return call(sock, FETCH, 1, corr, group_id=group, member_id=member, share_session_epoch=epoch,
+                max_wait_ms=500, min_bytes=1, max_bytes=1 << 20, max_records=max_records, batch_size=max_records,
+                topics=[R.FetchTopic(topic_id=topic_id, partitions=[P(partition_index=0,
+                                                                      acknowledgement_batches=batches)])],
+                forgotten_topics_data=[])
+
+
+def test_apis_are_advertised_at_kafka_42_versions(wire_broker):
+    with connect(wire_broker.bootstrap) as s:
+        r = call(s, API_VERSIONS, 3, client_software_name="t", client_software_version="1")
+    served = {k.api_key: (k.min_version, k.max_version) for k in r.api_keys}
+    assert served[HEARTBEAT] == (1, 1) and served[FETCH] == (1, 1) and served[ACK] == (1, 1)
+
+
+def test_session_epochs_and_record_states(wire_broker):
+    topic, group = f"wire-{uuid.uuid4().hex[:6]}", f"sg-wire-{uuid.uuid4().hex[:6]}"
+    fill(wire_broker.bootstrap, topic, 10)
+    set_group_configs(wire_broker.bootstrap, group, share_auto_offset_reset="earliest")
+    with connect(wire_broker.bootstrap) as a, connect(wire_broker.bootstrap) as b:
+        tid = _topic_id(a, topic)
+        ma, joined = _join(a, group, topic)
+        assert joined.member_epoch >= 1 and joined.assignment.topic_partitions[0].partitions == [0]
+        mb, _ = _join(b, group, topic)
+        # No session yet: a positive epoch is SHARE_SESSION_NOT_FOUND.
+        assert _fetch(a, group, ma, 1, tid).error_code == KafkaError.SHARE_SESSION_NOT_FOUND
+        got = _fetch(a, group, ma, 0, tid)
+        assert got.error_code == 0 and got.acquisition_lock_timeout_ms == 30000
+        acquired = got.responses[0].partitions[0].acquired_records
+        assert [(x.first_offset, x.last_offset, x.delivery_count) for x in acquired] == [(0, 4, 1)]
+        # A stale epoch (0 was used, 1 is next; 5 is not) changes nothing.
+        assert _fetch(a, group, ma, 5, tid).error_code == KafkaError.INVALID_SHARE_SESSION_EPOCH
+        # Member b acknowledging a's records: INVALID_RECORD_STATE, and a still holds them.
+        assert _fetch(b, group, mb, 0, tid, max_records=1).error_code == 0
+        ack = call(b, ACK, 1, 3, group_id=group, member_id=mb, share_session_epoch=1, topics=[
+            request_class(ACK).AcknowledgeTopic(topic_id=tid, partitions=[
+                request_class(ACK).AcknowledgeTopic.AcknowledgePartition(partition_index=0, acknowledgement_batches=[
+                    request_class(ACK).AcknowledgeTopic.AcknowledgePartition.AcknowledgementBatch(
+                        first_offset=0, last_offset=4, acknowledge_types=[1])])])])
+        assert ack.responses[0].partitions[0].error_code == KafkaError.INVALID_RECORD_STATE
+        # a accepts its records on its next fetch (epoch 1) and gets the next ones.
+        nxt = _fetch(a, group, ma, 1, tid, acks=[(0, 4, 1)], max_records=10)
+        part = nxt.responses[0].partitions[0]
+        assert part.acknowledge_error_code == 0
+        assert all(x.first_offset >= 5 for x in part.acquired_records)
+
+
+def test_a_consumer_group_id_is_not_a_share_group(wire_broker):
+    from tests.support.consumer_protocol import Member
+    topic, group = f"wire-cg-{uuid.uuid4().hex[:6]}", f"cg-{uuid.uuid4().hex[:6]}"
+    fill(wire_broker.bootstrap, topic, 1)
+    m = Member(wire_broker.bootstrap, group, [topic])
+    m.start()
+    try:
+        import time
+        deadline = time.time() + 30
+        while m.count() < 1:
+            assert time.time() < deadline
+            time.sleep(0.2)
+        with connect(wire_broker.bootstrap) as s:
+            r = call(s, HEARTBEAT, 1, group_id=group, member_id=uuid.uuid4().hex[:22], member_epoch=0,
+                     rack_id=None, subscribed_topic_names=[topic])
+        assert r.error_code == KafkaError.GROUP_ID_NOT_FOUND
+    finally:
+        m.stop()
+
+
+@pytest.mark.parametrize("name,value", [
+    ("share.auto.offset.reset", "sometimes"),
+    ("share.record.lock.duration.ms", "10"),
+    ("share.delivery.count.limit", "many"),
+    ("share.isolation.level", "read_mostly"),
+    ("share.no.such.config", "1"),
+])
+def test_bad_group_configs_are_invalid_config(wire_broker, name, value):
+    from confluent_kafka import KafkaException
+    with pytest.raises(KafkaException) as exc:
+        set_group_configs(wire_broker.bootstrap, f"sg-bad-{uuid.uuid4().hex[:6]}", **{name.replace(".", "_"): value})
+    assert exc.value.args[0].code() == KafkaError.INVALID_CONFIG
+    assert name in exc.value.args[0].str()
