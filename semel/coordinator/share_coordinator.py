@@ -27,6 +27,8 @@ from .share_state import GROUP_CONFIGS, HeartbeatAnswer, Pair, ShareState, check
 log = logging.getLogger("semel.coordinator.share")
 
 SHARE_TOPIC = "__share_group_state"
+# Records per batch of a compaction rewrite.
+REWRITE_BATCH = 500
 
 
 class ShareCoordinator:
@@ -34,12 +36,16 @@ class ShareCoordinator:
     (None: at once, for tests), `clock` gives the milliseconds locks and sessions run on."""
 
     def __init__(self, writer: PartitionWriter | None, *, seat: CoordinatorSeat,
-                 clock: Callable[[], int] | None = None, segment_bytes: int = 64 << 20) -> None:
+                 clock: Callable[[], int] | None = None, compact_records: int = 20_000,
+                 compact_interval_s: float = 30) -> None:
         self.clock = clock or mono_ms
         self.runtime = CoordinatorRuntime(SHARE_TOPIC, writer)
         self.state = ShareState()
         self.seat = seat
-        self.segment_bytes = segment_bytes
+        # Every acquisition writes its share-partition's state: the log is rewritten
+        # (compacted) once it holds this many records, and 4x the live ones.
+        self.compact_records = compact_records
+        self.compact_interval_s = compact_interval_s
 
     @staticmethod
     def log_configs(segment_bytes: int = 64 << 20) -> dict[str, str]:
@@ -51,6 +57,7 @@ class ShareCoordinator:
 
     async def start(self) -> None:
         self.runtime.start(run_timers=False)
+        self.runtime.every(self.compact_interval_s, "compact", self.maybe_compact)
 
     def start_seat(self) -> None:
         self.seat.start(self)
@@ -83,6 +90,20 @@ class ShareCoordinator:
             return done_future(KafkaError.NONE)
         clog = self.runtime.log
         return clog.write(lambda: clog.append_records(pairs), lambda info: KafkaError.NONE, lambda err: err)
+
+    async def maybe_compact(self) -> None:
+        await self.compact()
+
+    async def compact(self) -> bool:
+        """Compaction by rewrite: append every live record as it stands, then drop the
+        segments before it, so a load replays the state, not its history. Only at a
+        quiet moment (no write in flight); True when it rewrote."""
+        clog = self.runtime.log
+        pairs = self.state.snapshot()
+        if clog.inflight or clog.records_since_compaction < max(self.compact_records, 4 * len(pairs)):
+            return False
+        data = b"".join(clog.batch(pairs[i:i + REWRITE_BATCH]) for i in range(0, len(pairs), REWRITE_BATCH))
+        return await clog.rewrite(data, len(pairs))
 
     def partition_records(self, group_id: str, keys: Iterable[tuple[str, int]]) -> list[Pair]:
         return [self.state.partition_record(group_id, t, p) for t, p in sorted(set(keys))
@@ -125,6 +146,18 @@ class ShareCoordinator:
             sp = self.state.init_partition(group_id, topic, p,
                                            reset_start(self.state.config(group_id, "share.auto.offset.reset")))
         return sp
+
+    async def delete_group(self, group_id: str) -> KafkaError:
+        """DeleteGroups of a share group: refused while it has members."""
+        group = self.state.groups.get(group_id)
+        if group is not None and group.members:
+            return KafkaError.NON_EMPTY_GROUP
+        return await self.persist(self.state.drop_group(group_id))
+
+    def list_rows(self) -> list[tuple[str, str]]:
+        """(group id, state) of every share group, for ListGroups."""
+        return [(g, "Stable" if self.state.groups.get(g) and self.state.groups[g].members else "Empty")
+                for g in self.groups()]
 
     def is_share_group(self, group_id: str) -> bool:
         return group_id in self.state.groups or group_id in self.state.configs or any(

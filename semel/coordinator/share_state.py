@@ -162,6 +162,21 @@ class ShareState:
         return (_key(k="partition", g=group_id, t=topic, p=p),
                 json.dumps({"start": start, "end": end, "runs": runs}).encode())
 
+    def snapshot(self) -> list[Pair]:
+        """Every live record as it stands (what a compaction rewrites)."""
+        out = [(_key(k="config", g=g), json.dumps(v).encode()) for g, v in sorted(self.configs.items()) if v]
+        return out + [self.partition_record(g, t, p) for g, t, p in sorted(self.partitions)]
+
+    def drop_group(self, group_id: str) -> list[Pair]:
+        """Forget a share group with no members: tombstones for its configs and partitions."""
+        out: list[Pair] = [(_key(k="config", g=group_id), None)] if group_id in self.configs else []
+        for g, t, p in [k for k in self.partitions if k[0] == group_id]:
+            del self.partitions[(g, t, p)]
+            out.append((_key(k="partition", g=g, t=t, p=p), None))
+        self.configs.pop(group_id, None)
+        self.groups.pop(group_id, None)
+        return out
+
     # --- members -------------------------------------------------------------------------
 
     def heartbeat(self, group_id: str, member_id: str, epoch: int, topics: tuple[str, ...] | None,

@@ -126,3 +126,24 @@ def test_bad_group_configs_are_invalid_config(wire_broker, name, value):
         set_group_configs(wire_broker.bootstrap, f"sg-bad-{uuid.uuid4().hex[:6]}", **{name.replace(".", "_"): value})
     assert exc.value.args[0].code() == KafkaError.INVALID_CONFIG
     assert name in exc.value.args[0].str()
+
+
+def test_list_and_delete_share_groups(wire_broker):
+    LIST, DELETE = 16, 42
+    topic, group = f"wire-ld-{uuid.uuid4().hex[:6]}", f"sg-ld-{uuid.uuid4().hex[:6]}"
+    fill(wire_broker.bootstrap, topic, 3)
+    with connect(wire_broker.bootstrap) as s:
+        member, joined = _join(s, group, topic)
+        listed = call(s, LIST, 5, states_filter=[], types_filter=["share"])
+        rows = {(g.group_id, g.group_type, g.protocol_type, g.group_state) for g in listed.groups}
+        assert (group, "share", "share", "Stable") in rows
+        assert all(g.group_type == "share" for g in listed.groups)
+        deleted = call(s, DELETE, 2, groups_names=[group])
+        assert deleted.results[0].error_code == KafkaError.NON_EMPTY_GROUP
+        left = call(s, HEARTBEAT, 1, group_id=group, member_id=member, member_epoch=-1, rack_id=None,
+                    subscribed_topic_names=None)
+        assert left.error_code == 0 and left.member_epoch == -1
+        deleted = call(s, DELETE, 2, groups_names=[group])
+        assert deleted.results[0].error_code == 0
+        listed = call(s, LIST, 5, states_filter=[], types_filter=[])
+        assert group not in {g.group_id for g in listed.groups}
