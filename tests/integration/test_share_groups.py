@@ -222,3 +222,36 @@ def test_broker_sigkill_keeps_acknowledged_and_redelivers_the_rest(start_broker)
     assert sorted(_offsets(seen)) == sorted(set(range(30)) - set(accepted))   # acknowledged: never again
     counts = {m.offset(): m.delivery_count() for m in seen}
     assert all(counts[o] >= 2 for o in held)   # acquired before the kill: delivered again
+
+
+def test_share_group_gauges(start_broker):
+    from confluent_kafka import AcknowledgeType
+
+    from semel.launch.process import free_port
+    from tests.integration.test_ops_metrics import scrape
+    port = free_port()
+    b = start_broker("--metrics-port", str(port))
+    topic, group = names("gauge")
+    fill(b.bootstrap, topic, 20)
+    set_group_configs(b.bootstrap, group, share_auto_offset_reset="earliest")
+    holder = share_consumer(b.bootstrap, group, topic, share_acknowledgement_mode="explicit", max_poll_records=10)
+    rejecter = share_consumer(b.bootstrap, group, topic, share_acknowledgement_mode="explicit", max_poll_records=10)
+    held: list = []
+    try:
+        held = poll_until(holder, lambda s: len(s) >= 1)   # acquired and kept
+        rejected = poll_until(rejecter, lambda s: len(s) >= 1,
+                              on_message=lambda m: rejecter.acknowledge(m, AcknowledgeType.REJECT))
+        rejecter.commit_sync()
+
+        def gauge(state):
+            return scrape(port).get(("semel_share_group_records", (("group", group), ("state", state))))
+        deadline = time.time() + 30
+        while (gauge("acquired"), gauge("archived")) != (len(held), len(rejected)):
+            assert time.time() < deadline, (gauge("acquired"), gauge("archived"), len(held), len(rejected))
+            time.sleep(0.2)
+        assert gauge("in_flight") == max(m.offset() for m in held + rejected) + 1
+    finally:
+        for m in held:
+            holder.acknowledge(m)
+        holder.close()
+        rejecter.close()
