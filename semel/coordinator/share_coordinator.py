@@ -112,11 +112,13 @@ class ShareCoordinator:
     # --- requests --------------------------------------------------------------------------
 
     def heartbeat(self, group_id: str, member_id: str, epoch: int, topics: tuple[str, ...] | None,
-                  rack_id: str | None, partition_counts: Mapping[str, int]) -> HeartbeatAnswer:
+                  rack_id: str | None, partition_counts: Mapping[str, int],
+                  client: tuple[str, str] = ("", "")) -> HeartbeatAnswer:
         err = self.error()
         if err:
             return HeartbeatAnswer(err, member_id, -1, None, 0)
-        return self.state.heartbeat(group_id, member_id, epoch, topics, rack_id, partition_counts, self.clock())
+        return self.state.heartbeat(group_id, member_id, epoch, topics, rack_id, partition_counts, self.clock(),
+                                    client)
 
     async def alter_configs(self, group_id: str, wanted: Mapping[str, str],
                             validate_only: bool) -> tuple[KafkaError, str | None]:

@@ -63,6 +63,8 @@ class ShareMember:
     topics: tuple[str, ...]
     last_seen: int
     rack_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
 
 
 @dataclass
@@ -180,7 +182,9 @@ class ShareState:
     # --- members -------------------------------------------------------------------------
 
     def heartbeat(self, group_id: str, member_id: str, epoch: int, topics: tuple[str, ...] | None,
-                  rack_id: str | None, partition_counts: Mapping[str, int], now: int) -> HeartbeatAnswer:
+                  rack_id: str | None, partition_counts: Mapping[str, int], now: int,
+                  client: tuple[str, str] = ("", "")) -> HeartbeatAnswer:
+        """One ShareGroupHeartbeat; `client` is (client id, client host), kept for describe."""
         interval = int(self.config(group_id, "share.heartbeat.interval.ms"))
         self.expire_members(group_id, now)
         group = self.groups.setdefault(group_id, ShareGroup(group_id))
@@ -197,7 +201,7 @@ class ShareState:
                 return HeartbeatAnswer(KafkaError.INVALID_REQUEST, member_id, -1, None, 0,
                                        "SubscribedTopicNames is required when joining")
             group.epoch += 1
-            m = group.members[member_id] = ShareMember(member_id, group.epoch, topics, now, rack_id)
+            m = group.members[member_id] = ShareMember(member_id, group.epoch, topics, now, rack_id, *client)
         elif m is None:
             return HeartbeatAnswer(KafkaError.UNKNOWN_MEMBER_ID, member_id, -1, None, 0)
         elif epoch != m.epoch:

@@ -147,3 +147,16 @@ def test_list_and_delete_share_groups(wire_broker):
         assert deleted.results[0].error_code == 0
         listed = call(s, LIST, 5, states_filter=[], types_filter=[])
         assert group not in {g.group_id for g in listed.groups}
+
+
+def test_cli_lists_and_describes_share_groups(wire_broker):
+    from tests.support.consumer_protocol import semel_cli
+    topic, group = f"wire-cli-{uuid.uuid4().hex[:6]}", f"sg-cli-{uuid.uuid4().hex[:6]}"
+    fill(wire_broker.bootstrap, topic, 3, partitions=2)
+    with connect(wire_broker.bootstrap) as s:
+        member, _ = _join(s, group, topic)
+        listed = semel_cli("group", "list", "--bootstrap", wire_broker.bootstrap)
+        assert f"{group}\tStable\tshare\tshare" in listed.splitlines()
+        described = semel_cli("group", "describe", group, "--bootstrap", wire_broker.bootstrap)
+        assert f"group {group}: Stable, 1 member(s), share group (KIP-932), assignor simple" in described
+        assert f"member {member}" in described and f"assigned {topic}-0,{topic}-1" in described

@@ -14,11 +14,14 @@ from typing import Any, Callable
 
 from ...coordinator.share_coordinator import ShareCoordinator
 from ...coordinator.share_partition import SharePartition
+from ...coordinator.share_state import ShareGroup
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ...storage.log import PartitionLog
+from ..auth.acl import ResourceType
+from ..auth_check import authorized_operations
 from ..router import RequestContext, handler
-from .groups import topic_catalogue
+from .groups import requester_host, topic_catalogue
 from .share_reads import fetchable, read_range
 
 # A long-polling fetch looks again at least this often: a lock that ran out makes
@@ -55,7 +58,8 @@ async def share_group_heartbeat(ctx: RequestContext, req: Any) -> Any:
                             member_epoch=-1, heartbeat_interval_ms=0, assignment=None)
     topics = tuple(req.subscribed_topic_names) if req.subscribed_topic_names is not None else None
     answer = share.heartbeat(req.group_id, req.member_id or "", req.member_epoch, topics, req.rack_id,
-                             {name: count for name, (_, count) in catalogue.items()})
+                             {name: count for name, (_, count) in catalogue.items()},
+                             (ctx.client_id or "", requester_host(ctx)))
     cls = ctx.cls()
     body = None
     if not answer.error and answer.assignment is not None:
@@ -264,3 +268,41 @@ async def share_acknowledge(ctx: RequestContext, req: Any) -> Any:
     return ctx.response(throttle_time_ms=0, error_code=0,
                         responses=[T(topic_id=catalogue[t][0], partitions=ps) for t, ps in sorted(by_topic.items())],
                         node_endpoints=[])
+
+
+@handler(ApiKey.SHARE_GROUP_DESCRIBE, 1, 1)
+async def share_group_describe(ctx: RequestContext, req: Any) -> Any:
+    cls = ctx.cls()
+    G = cls.DescribedGroup
+    A = G.Member.Assignment
+    share = _share(ctx)
+    catalogue = topic_catalogue(ctx.services)
+    groups = []
+    for gid in req.group_ids or ():
+        err = share.error() if share is not None else KafkaError.UNSUPPORTED_VERSION
+        if not err and not ctx.authorize("DESCRIBE", "GROUP", gid):
+            err = KafkaError.GROUP_AUTHORIZATION_FAILED
+        group = share.state.groups.get(gid) if share is not None and not err else None
+        if group is None and share is not None and share.is_share_group(gid):
+            group = ShareGroup(gid)   # known by its configs or share-partitions alone
+        if err or group is None or share is None:
+            groups.append(G(error_code=err or KafkaError.GROUP_ID_NOT_FOUND, group_id=gid, group_state="Dead",
+                            group_epoch=-1, assignment_epoch=-1, assignor_name="", members=[]))
+            continue
+        counts = {name: n for name, (_, n) in catalogue.items()}
+        members = []
+        for m in group.members.values():
+            by_topic: dict[str, list[int]] = {}
+            for t, p in share.state.assignment(m, counts):
+                by_topic.setdefault(t, []).append(p)
+            members.append(G.Member(
+                member_id=m.member_id, rack_id=m.rack_id, member_epoch=m.epoch, client_id=m.client_id,
+                client_host=m.client_host, subscribed_topic_names=list(m.topics),
+                assignment=A(topic_partitions=[A.TopicPartitions(topic_id=catalogue[t][0], topic_name=t, partitions=ps)
+                                               for t, ps in sorted(by_topic.items())])))
+        groups.append(G(
+            error_code=0, group_id=gid, group_state="Stable" if members else "Empty", group_epoch=group.epoch,
+            assignment_epoch=group.epoch, assignor_name="simple", members=members,
+            authorized_operations=authorized_operations(ctx, req.include_authorized_operations,
+                                                        ResourceType.GROUP, gid)))
+    return ctx.response(throttle_time_ms=0, groups=groups)
