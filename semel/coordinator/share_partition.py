@@ -146,6 +146,8 @@ class SharePartition:
         if last < first or not types or (len(types) != 1 and len(types) != last - first + 1) \
                 or any(t not in ACK_TYPES for t in types):
             return KafkaError.INVALID_REQUEST
+        if first < self.start or last >= self.end:   # outside the window: nothing there is held
+            return KafkaError.INVALID_RECORD_STATE
         for off in range(first, last + 1):
             r = self.records.get(off)
             if r is None or r.state != ACQUIRED or r.member != member:

@@ -23,6 +23,8 @@ from .share_partition import Limits, SharePartition
 
 Pair = tuple[bytes, bytes | None]
 TP = tuple[str, int]
+# Share sessions a broker keeps open at once (Kafka's group.share.max.share.sessions).
+MAX_SESSIONS = 2000
 
 # Group configs a user sets on a GROUP resource: name -> (default, check, what it takes).
 ISOLATION = ("read_uncommitted", "read_committed")
@@ -255,6 +257,8 @@ class ShareState:
         if epoch == 0:
             if key in self.sessions:   # a new session: what the old one held goes back
                 self.release_session(group_id, member_id)
+            elif len(self.sessions) >= MAX_SESSIONS:
+                return KafkaError.SHARE_SESSION_LIMIT_REACHED, None
             session = self.sessions[key] = Session(1, set(add))
             return KafkaError.NONE, session
         found = self.sessions.get(key)

@@ -86,8 +86,11 @@ def test_session_epochs_and_record_states(wire_broker):
                     request_class(ACK).AcknowledgeTopic.AcknowledgePartition.AcknowledgementBatch(
                         first_offset=0, last_offset=4, acknowledge_types=[1])])])])
         assert ack.responses[0].partitions[0].error_code == KafkaError.INVALID_RECORD_STATE
-        # a accepts its records on its next fetch (epoch 1) and gets the next ones.
-        nxt = _fetch(a, group, ma, 1, tid, acks=[(0, 4, 1)], max_records=10)
+        # An acknowledgement far outside the window: INVALID_RECORD_STATE, at once.
+        far = _fetch(a, group, ma, 1, tid, acks=[(0, 1 << 62, 1)], max_records=0)
+        assert far.responses[0].partitions[0].acknowledge_error_code == KafkaError.INVALID_RECORD_STATE
+        # a accepts its records on its next fetch (epoch 2) and gets the next ones.
+        nxt = _fetch(a, group, ma, 2, tid, acks=[(0, 4, 1)], max_records=10)
         part = nxt.responses[0].partitions[0]
         assert part.acknowledge_error_code == 0
         assert all(x.first_offset >= 5 for x in part.acquired_records)
