@@ -15,7 +15,7 @@ import pytest
 
 from tests.support.brokers import module_broker_fixture
 from tests.support.share import (
-    HOLDER, LOCK_MS, drain, fill, names, poll_until, set_group_configs, share_consumer,
+    HOLDER, LOCK_MS, drain, fill, names, poll_until, read_all, set_group_configs, share_consumer,
 )
 
 pytest.importorskip("confluent_kafka")
@@ -31,12 +31,7 @@ def test_reads_every_record_after_earliest_reset(broker):
     topic, group = names("all")
     fill(broker.bootstrap, topic, 50)
     set_group_configs(broker.bootstrap, group, share_auto_offset_reset="earliest")
-    c = share_consumer(broker.bootstrap, group, topic)
-    try:
-        seen = poll_until(c, lambda s: len(s) >= 50)
-        seen += drain(c, 2)
-    finally:
-        c.close()
+    seen = read_all(broker.bootstrap, group, topic, 50)
     assert sorted(_offsets(seen)) == list(range(50))
     assert {m.value() for m in seen} == {f"v{i}".encode() for i in range(50)}
     assert all(m.delivery_count() == 1 for m in seen)
@@ -150,12 +145,7 @@ def test_lock_expiry_redelivers_what_a_killed_consumer_held(broker):
         holder.kill()
         holder.wait()
     assert held, "the holder acquired records"
-    c = share_consumer(broker.bootstrap, group, topic)
-    try:
-        seen = poll_until(c, lambda s: len(s) >= 20, timeout_s=60)
-        seen += drain(c, 2)
-    finally:
-        c.close()
+    seen = read_all(broker.bootstrap, group, topic, 20)
     assert sorted(_offsets(seen)) == list(range(20))
     counts = {m.offset(): m.delivery_count() for m in seen}
     assert all(counts[o] == 2 for o in held)          # delivered again after the lock ran out
@@ -176,12 +166,7 @@ def test_read_committed_never_delivers_aborted_records(broker):
             p.produce(topic, value=f"{outcome}-{i}".encode())
         p.flush(30)
         (p.commit_transaction if outcome == "commit" else p.abort_transaction)(30)
-    c = share_consumer(broker.bootstrap, group, topic)
-    try:
-        seen = poll_until(c, lambda s: len(s) >= 10)
-        seen += drain(c, 3)
-    finally:
-        c.close()
+    seen = read_all(broker.bootstrap, group, topic, 10, quiet_s=3)
     values = sorted(m.value().decode() for m in seen)
     assert values == sorted([f"commit-{i}" for i in range(5)] * 2)
 
@@ -212,12 +197,7 @@ def test_broker_sigkill_keeps_acknowledged_and_redelivers_the_rest(start_broker)
         except Exception:
             pass   # its broker is gone
     b.restart()
-    c2 = share_consumer(b.bootstrap, group, topic)
-    try:
-        seen = poll_until(c2, lambda s: len(s) >= 15)
-        seen += drain(c2, 3)
-    finally:
-        c2.close()
+    seen = read_all(b.bootstrap, group, topic, 30 - len(accepted), quiet_s=3)
     assert accepted
     assert sorted(_offsets(seen)) == sorted(set(range(30)) - set(accepted))   # acknowledged: never again
     counts = {m.offset(): m.delivery_count() for m in seen}

@@ -11,6 +11,7 @@ from support.wire import call, connect
 
 from semel.protocol.errors import KafkaError
 from semel.protocol.messages import request_class
+from tests.support.brokers import module_broker_fixture
 from tests.support.share import fill, set_group_configs
 
 HEARTBEAT, FETCH, ACK, API_VERSIONS, METADATA = 76, 78, 79, 18, 3
@@ -18,14 +19,7 @@ HEARTBEAT, FETCH, ACK, API_VERSIONS, METADATA = 76, 78, 79, 18, 3
 pytest.importorskip("confluent_kafka")
 
 
-@pytest.fixture(scope="module")
-def wire_broker(tmp_path_factory):
-    from semel.launch.process import SemelBroker
-    d = tmp_path_factory.mktemp("share-wire")
-    b = SemelBroker(d / "data", log_path=d / "broker.log")
-    b.start()
-    yield b
-    b.close()
+wire_broker = module_broker_fixture("share-wire")
 
 
 def _topic_id(sock, topic):

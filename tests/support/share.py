@@ -57,6 +57,17 @@ def poll_until(consumer, want, timeout_s: float = 60, on_message=None) -> list:
     return seen
 
 
+def read_all(bootstrap: str, group: str, topic: str, n: int, quiet_s: float = 2.0) -> list:
+    """A new share consumer (implicit mode) reads `n` records, then whatever comes
+    until it is quiet for `quiet_s`; closed after."""
+    c = share_consumer(bootstrap, group, topic)
+    try:
+        seen = poll_until(c, lambda s: len(s) >= n)
+        return seen + drain(c, quiet_s)
+    finally:
+        c.close()
+
+
 def drain(consumer, quiet_s: float = 4.0, on_message=None) -> list:
     """Poll until nothing came for `quiet_s` seconds."""
     seen: list = []
