@@ -107,11 +107,14 @@ class SharePartition:
     # --- acquire ---------------------------------------------------------------------------
 
     def acquire(self, member: str, fetchable_end: int, max_records: int, now: int, limits: Limits,
-                skip: Callable[[int], bool] = lambda off: False) -> list[tuple[int, int]]:
+                skip: Callable[[int], bool] = lambda off: False,
+                batch_start: Callable[[int], bool] | None = None) -> list[tuple[int, int]]:
         """Acquire up to `max_records` records below `fetchable_end` for `member`:
         released ones first (lowest offset first), then new ones while the window has
         room. `skip(offset)` says an offset holds nothing to deliver (a transaction
-        marker, an aborted record): it is archived on the way, never delivered.
+        marker, an aborted record): it is archived on the way, never delivered. With
+        `batch_start` (is an offset the first of a log batch?) new records are acquired
+        up to a batch boundary, past `max_records` if need be, as Kafka aligns them.
         Returns (offset, delivery count) of every record acquired."""
         self.expire(now, limits)
         got: list[tuple[int, int]] = []
@@ -124,8 +127,8 @@ class SharePartition:
                 continue
             self._lock(r, member, now, limits)
             got.append((off, r.count))
-        while len(got) < max_records and self.end < fetchable_end \
-                and self.end - self.start < limits.max_in_flight:
+        while self.end < fetchable_end and self.end - self.start < limits.max_in_flight \
+                and (len(got) < max_records or (batch_start is not None and not batch_start(self.end))):
             off = self.end
             self.end += 1
             if skip(off):

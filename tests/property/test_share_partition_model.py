@@ -55,11 +55,13 @@ class SharePartitionModel(RuleBasedStateMachine):
 
     # --- acquire --------------------------------------------------------------------------
 
-    @rule(member=st.sampled_from(MEMBERS), max_records=st.integers(1, 8))
-    def acquire(self, member, max_records):
+    @rule(member=st.sampled_from(MEMBERS), max_records=st.integers(1, 8), aligned=st.booleans())
+    def acquire(self, member, max_records, aligned):
+        """`aligned`: log batches of 4 offsets, acquired whole (past max_records if need be)."""
         self._expire_model()
-        got = self.sp.acquire(member, self.log_end, max_records, self.now, LIMITS, self.undeliverable.__contains__)
-        assert len(got) <= max_records
+        got = self.sp.acquire(member, self.log_end, max_records, self.now, LIMITS, self.undeliverable.__contains__,
+                              (lambda off: off % 4 == 0) if aligned else None)
+        assert len(got) <= max_records + (3 if aligned else 0)
         for off, count in got:
             assert off not in self.finished, f"{off} delivered after it finished"
             assert off not in self.undeliverable, f"{off} holds nothing to deliver"

@@ -126,8 +126,9 @@ def _acquire(ctx: RequestContext, share: ShareCoordinator, group_id: str, member
         sp = share.share_partition(group_id, topic, p, _reset_start(plog))
         if sp.start < plog.log_start_offset:   # records deleted under the window
             _skip_to(sp, plog.log_start_offset)
-        end, skip = fetchable(plog, sp.end, committed)
-        acquired = sp.acquire(member_id, max(end, sp.end), max_records, now, limits, skip.__contains__)
+        end, skip, starts = fetchable(plog, sp.end, committed)
+        acquired = sp.acquire(member_id, max(end, sp.end), max_records, now, limits, skip.__contains__,
+                              starts.__contains__)
         if acquired:
             got[(topic, p)] = acquired
             max_records -= len(acquired)

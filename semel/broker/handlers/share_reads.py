@@ -12,11 +12,13 @@ from ...storage.log import PartitionLog
 SCAN_BYTES = 1 << 20
 
 
-def fetchable(plog: PartitionLog, offset: int, read_committed: bool) -> tuple[int, set[int]]:
-    """(end of what may be acquired from `offset` on, offsets to skip in that range)."""
+def fetchable(plog: PartitionLog, offset: int, read_committed: bool) -> tuple[int, set[int], set[int]]:
+    """(end of what may be acquired from `offset` on, offsets to skip in that range, the
+    first offsets of its batches)."""
     bound = plog.last_stable_offset if read_committed else plog.high_watermark
+    starts: set[int] = set()
     if offset >= bound:
-        return bound, set()
+        return bound, set(), starts
     data = plog.read(offset, SCAN_BYTES, bound)
     aborted_first: dict[int, list[int]] = {}
     if read_committed:
@@ -29,6 +31,7 @@ def fetchable(plog: PartitionLog, offset: int, read_committed: bool) -> tuple[in
         if hdr.next_offset > bound:
             break
         pid = hdr.producer_id
+        starts.add(hdr.base_offset)
         if hdr.is_control:
             skip.update(range(hdr.base_offset, hdr.next_offset))
             if rb.control_type(data, pos) == rb.CONTROL_ABORT:
@@ -41,8 +44,8 @@ def fetchable(plog: PartitionLog, offset: int, read_committed: bool) -> tuple[in
                 skip.update(range(hdr.base_offset, hdr.next_offset))
         end = hdr.next_offset
     if end == offset and data:   # a batch larger than the scan: take it whole next time
-        return offset, skip
-    return min(end, bound) if data else offset, skip
+        return offset, skip, starts
+    return (min(end, bound) if data else offset), skip, starts
 
 
 def read_range(plog: PartitionLog, first: int, last: int) -> bytes:
