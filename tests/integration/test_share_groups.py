@@ -15,7 +15,7 @@ import pytest
 
 from tests.support.brokers import module_broker_fixture
 from tests.support.share import (
-    HOLDER, LOCK_MS, drain, fill, names, poll_until, read_all, set_group_configs, share_consumer,
+    HOLDER, LOCK_MS, ONE_PER_BATCH, drain, fill, names, poll_until, read_all, set_group_configs, share_consumer,
 )
 
 pytest.importorskip("confluent_kafka")
@@ -52,7 +52,7 @@ def test_default_reset_is_latest(broker):
 
 def fill_more(bootstrap: str, topic: str, n: int) -> None:
     from confluent_kafka import Producer
-    p = Producer({"bootstrap.servers": bootstrap})
+    p = Producer({"bootstrap.servers": bootstrap, **ONE_PER_BATCH})
     for i in range(n):
         p.produce(topic, value=f"more{i}".encode())
     assert p.flush(30) == 0

@@ -157,3 +157,22 @@ def test_cli_lists_and_describes_share_groups(wire_broker):
         described = semel_cli("group", "describe", group, "--bootstrap", wire_broker.bootstrap)
         assert f"group {group}: Stable, 1 member(s), share group (KIP-932), assignor simple" in described
         assert f"member {member}" in described and f"assigned {topic}-0,{topic}-1" in described
+
+
+def test_a_fetch_acquires_whole_batches(wire_broker):
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+    topic, group = f"wire-batch-{uuid.uuid4().hex[:6]}", f"sg-batch-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": wire_broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    p = Producer({"bootstrap.servers": wire_broker.bootstrap, "linger.ms": 1000})
+    for i in range(10):
+        p.produce(topic, value=b"x")
+    assert p.flush(30) == 0   # one batch of ten records
+    set_group_configs(wire_broker.bootstrap, group, share_auto_offset_reset="earliest")
+    with connect(wire_broker.bootstrap) as s:
+        tid = _topic_id(s, topic)
+        member, _ = _join(s, group, topic)
+        got = _fetch(s, group, member, 0, tid, max_records=3)
+        acquired = got.responses[0].partitions[0].acquired_records
+        assert [(x.first_offset, x.last_offset) for x in acquired] == [(0, 9)]   # past MaxRecords, to the batch end

@@ -5,6 +5,9 @@ import time
 import uuid
 
 LOCK_MS = 2000   # short locks: the expiry tests wait for them
+# One record per log batch: a share fetch acquires whole batches (past MaxRecords if
+# need be, as Kafka does), so tests that split records between consumers write them apart.
+ONE_PER_BATCH = {"batch.num.messages": 1, "linger.ms": 0}
 
 
 def names(prefix: str) -> tuple[str, str]:
@@ -17,7 +20,7 @@ def fill(bootstrap: str, topic: str, n: int = 50, partitions: int = 1) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
     admin = AdminClient({"bootstrap.servers": bootstrap})   # kept alive until the answer comes
     admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
-    p = Producer({"bootstrap.servers": bootstrap})
+    p = Producer({"bootstrap.servers": bootstrap, **ONE_PER_BATCH})
     for i in range(n):
         p.produce(topic, value=f"v{i}".encode(), partition=i % partitions)
     assert p.flush(30) == 0
