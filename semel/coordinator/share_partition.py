@@ -167,6 +167,15 @@ class SharePartition:
         self._advance()
         return KafkaError.NONE
 
+    def skip_to(self, offset: int) -> None:
+        """The log no longer holds what lies before `offset` (retention, DeleteRecords):
+        the window starts there, whatever was in flight below it is gone."""
+        for off in range(self.start, min(offset, self.end)):
+            del self.records[off]
+        self.start = max(self.start, offset)
+        self.end = max(self.end, self.start)
+        self._advance()
+
     # --- counts (describe, metrics) ----------------------------------------------------
 
     def counts(self) -> dict[str, int]:

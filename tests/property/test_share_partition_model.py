@@ -33,6 +33,7 @@ class SharePartitionModel(RuleBasedStateMachine):
     def begin(self, start):
         self.sp = SharePartition(start)
         self.initial_start = start
+        self.deleted_below = 0
         self.log_end = start
         self.now = 0
         self.undeliverable: set[int] = set()
@@ -114,6 +115,18 @@ class SharePartitionModel(RuleBasedStateMachine):
             if who == member:
                 self._released(off)
 
+    @rule(n=st.integers(1, 6))
+    def retention_deletes(self, n):
+        """The log's start moves up (retention, DeleteRecords): nothing below it is
+        delivered again, held or not."""
+        cut = min(self.sp.start + n, self.log_end)
+        self.sp.skip_to(cut)
+        self.deleted_below = max(self.deleted_below, cut)
+        for off in [o for o in self.holder if o < cut]:
+            del self.holder[off]
+        for off in range(cut):
+            self.finished.setdefault(off, ARCHIVED)   # gone: never delivered again
+
     @rule()
     def restart(self):
         """Only the durable form survives: what was acquired is available again."""
@@ -138,7 +151,7 @@ class SharePartitionModel(RuleBasedStateMachine):
     def finished_records_stay_finished(self):
         for off, state in self.finished.items():
             r = self.sp.records.get(off)
-            assert off < self.sp.start or (r is not None and r.state == state), off
+            assert off < self.sp.start or off < self.deleted_below or (r is not None and r.state == state), off
 
     @invariant()
     def delivery_counts_within_the_limit(self):

@@ -13,7 +13,6 @@ import uuid
 from typing import Any, Callable
 
 from ...coordinator.share_coordinator import ShareCoordinator
-from ...coordinator.share_partition import SharePartition
 from ...coordinator.share_state import ShareGroup
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
@@ -125,7 +124,7 @@ def _acquire(ctx: RequestContext, share: ShareCoordinator, group_id: str, member
             continue
         sp = share.share_partition(group_id, topic, p, _reset_start(plog))
         if sp.start < plog.log_start_offset:   # records deleted under the window
-            _skip_to(sp, plog.log_start_offset)
+            sp.skip_to(plog.log_start_offset)
         end, skip, starts = fetchable(plog, sp.end, committed)
         acquired = sp.acquire(member_id, max(end, sp.end), max_records, now, limits, skip.__contains__,
                               starts.__contains__)
@@ -138,13 +137,6 @@ def _acquire(ctx: RequestContext, share: ShareCoordinator, group_id: str, member
 def _reset_start(plog: PartitionLog) -> Callable[[str], int]:
     """Where a share-partition starts, by share.auto.offset.reset."""
     return lambda reset: plog.log_start_offset if reset == "earliest" else plog.high_watermark
-
-
-def _skip_to(sp: SharePartition, offset: int) -> None:
-    for off in range(sp.start, min(offset, sp.end)):
-        sp.records.pop(off, None)
-    sp.start = offset
-    sp.end = max(sp.end, offset)
 
 
 def _ranges(acquired: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
