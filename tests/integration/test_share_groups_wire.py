@@ -176,3 +176,14 @@ def test_a_fetch_acquires_whole_batches(wire_broker):
         got = _fetch(s, group, member, 0, tid, max_records=3)
         acquired = got.responses[0].partitions[0].acquired_records
         assert [(x.first_offset, x.last_offset) for x in acquired] == [(0, 9)]   # past MaxRecords, to the batch end
+
+
+def test_a_share_group_id_is_not_a_consumer_group(wire_broker):
+    topic, group = f"wire-sg-{uuid.uuid4().hex[:6]}", f"sg-not-cg-{uuid.uuid4().hex[:6]}"
+    fill(wire_broker.bootstrap, topic, 1)
+    with connect(wire_broker.bootstrap) as s:
+        _join(s, group, topic)
+        r = call(s, 68, 1, group_id=group, member_id=uuid.uuid4().hex[:22], member_epoch=0, instance_id=None,
+                 rack_id=None, rebalance_timeout_ms=30000, subscribed_topic_names=[topic],
+                 subscribed_topic_regex=None, server_assignor=None, topic_partitions=[])
+        assert r.error_code == KafkaError.GROUP_ID_NOT_FOUND
