@@ -189,19 +189,22 @@ class ShareState:
         """One ShareGroupHeartbeat; `client` is (client id, client host), kept for describe."""
         interval = int(self.config(group_id, "share.heartbeat.interval.ms"))
         self.expire_members(group_id, now)
+        if not member_id or not group_id:
+            return HeartbeatAnswer(KafkaError.INVALID_REQUEST, member_id, -1, None, 0,
+                                   "GroupId and MemberId are required")
+        if epoch == 0 and topics is None:
+            return HeartbeatAnswer(KafkaError.INVALID_REQUEST, member_id, -1, None, 0,
+                                   "SubscribedTopicNames is required when joining")
+        if epoch != 0 and group_id not in self.groups:
+            return HeartbeatAnswer(KafkaError.UNKNOWN_MEMBER_ID, member_id, -1, None, 0)
         group = self.groups.setdefault(group_id, ShareGroup(group_id))
-        if not member_id:
-            return HeartbeatAnswer(KafkaError.INVALID_REQUEST, "", -1, None, 0, "MemberId is required")
         if epoch == -1:
             # Its share sessions close on their own (a client closes them as it leaves,
             # acknowledging what it read): what they hold stays theirs until then.
             self.leave(group_id, member_id, release=False)
             return HeartbeatAnswer(KafkaError.NONE, member_id, -1, None, interval)
         m = group.members.get(member_id)
-        if epoch == 0:
-            if topics is None:
-                return HeartbeatAnswer(KafkaError.INVALID_REQUEST, member_id, -1, None, 0,
-                                       "SubscribedTopicNames is required when joining")
+        if epoch == 0 and topics is not None:
             group.epoch += 1
             m = group.members[member_id] = ShareMember(member_id, group.epoch, topics, now, rack_id, *client)
         elif m is None:

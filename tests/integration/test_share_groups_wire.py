@@ -187,3 +187,17 @@ def test_a_share_group_id_is_not_a_consumer_group(wire_broker):
                  rack_id=None, rebalance_timeout_ms=30000, subscribed_topic_names=[topic],
                  subscribed_topic_regex=None, server_assignor=None, topic_partitions=[])
         assert r.error_code == KafkaError.GROUP_ID_NOT_FOUND
+
+
+def test_bad_heartbeats(wire_broker):
+    group = f"sg-badhb-{uuid.uuid4().hex[:6]}"
+    with connect(wire_broker.bootstrap) as s:
+        def hb(**kw):
+            fields = dict(group_id=group, member_id=uuid.uuid4().hex[:22], member_epoch=0, rack_id=None,
+                          subscribed_topic_names=None)
+            return call(s, HEARTBEAT, 1, **{**fields, **kw}).error_code
+        assert hb() == KafkaError.INVALID_REQUEST                       # joining names no topics
+        assert hb(member_id="", subscribed_topic_names=["t"]) == KafkaError.INVALID_REQUEST
+        assert hb(member_epoch=3) == KafkaError.UNKNOWN_MEMBER_ID       # never joined
+        listed = call(s, 16, 5, states_filter=[], types_filter=["share"])
+        assert group not in {g.group_id for g in listed.groups}        # nothing was made of them
