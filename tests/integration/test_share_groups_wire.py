@@ -201,3 +201,17 @@ def test_bad_heartbeats(wire_broker):
         assert hb(member_epoch=3) == KafkaError.UNKNOWN_MEMBER_ID       # never joined
         listed = call(s, 16, 5, states_filter=[], types_filter=["share"])
         assert group not in {g.group_id for g in listed.groups}        # nothing was made of them
+
+
+def test_describe_group_configs(wire_broker):
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+    group = f"sg-cfg-{uuid.uuid4().hex[:6]}"
+    set_group_configs(wire_broker.bootstrap, group, share_isolation_level="read_committed")
+    admin = AdminClient({"bootstrap.servers": wire_broker.bootstrap})
+    res = ConfigResource(ResourceType.GROUP, group)
+    entries = admin.describe_configs([res])[res].result(30)
+    assert entries["share.isolation.level"].value == "read_committed"
+    assert entries["share.auto.offset.reset"].value == "latest"          # Kafka's default
+    assert entries["share.record.lock.duration.ms"].value == "30000"
+    assert entries["share.delivery.count.limit"].value == "5"
+    assert entries["share.partition.max.record.locks"].value == "2000"
