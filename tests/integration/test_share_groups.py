@@ -58,30 +58,30 @@ def fill_more(bootstrap: str, topic: str, n: int) -> None:
     assert p.flush(30) == 0
 
 
-def test_two_consumers_share_one_partition_without_duplicates(broker):
+def test_three_consumers_share_one_partition_without_duplicates(broker):
     topic, group = names("split")
     fill(broker.bootstrap, topic, 0)
     set_group_configs(broker.bootstrap, group, share_auto_offset_reset="earliest")
-    a = share_consumer(broker.bootstrap, group, topic, max_poll_records=5)
-    b = share_consumer(broker.bootstrap, group, topic, max_poll_records=5)
+    consumers = [share_consumer(broker.bootstrap, group, topic, max_poll_records=5) for _ in range(3)]
+    got: list[list] = [[] for _ in consumers]
     try:
-        drain(a, 1), drain(b, 1)   # both joined and hold a session before records exist
-        fill_more(broker.bootstrap, topic, 200)
-        got_a: list = []
-        got_b: list = []
+        for c in consumers:   # every one joined and holds a session before records exist
+            drain(c, 1)
+        fill_more(broker.bootstrap, topic, 300)
         deadline = time.time() + 90
-        while len(got_a) + len(got_b) < 200:
-            assert time.time() < deadline, f"gave up after {len(got_a) + len(got_b)} record(s)"
-            got_a += [m for m in a.poll(0.3) if m.error() is None]
-            got_b += [m for m in b.poll(0.3) if m.error() is None]
-        got_a += drain(a, 2)
-        got_b += drain(b, 2)
+        while sum(map(len, got)) < 300:
+            assert time.time() < deadline, f"gave up after {sum(map(len, got))} record(s)"
+            for c, mine in zip(consumers, got):
+                mine += [m for m in c.poll(0.2) if m.error() is None]
+        for c, mine in zip(consumers, got):
+            mine += drain(c, 2)
+            c.commit_sync()   # the last poll's acceptances, before close releases them
     finally:
-        a.close()
-        b.close()
-    offsets = _offsets(got_a) + _offsets(got_b)
-    assert sorted(offsets) == list(range(200))   # every record once, none twice
-    assert got_a and got_b                          # the partition was shared
+        for c in consumers:
+            c.close()
+    offsets = [o for mine in got for o in _offsets(mine)]
+    assert sorted(offsets) == list(range(300))   # every record once, none twice
+    assert all(got)                                # the partition was shared by all three
 
 
 def test_release_redelivers_with_a_raised_delivery_count(broker):
