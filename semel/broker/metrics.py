@@ -44,6 +44,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from ..coordinator.partitioned import TxnCoordinators
+from ..coordinator.share_coordinator import ShareCoordinator
 from ..coordinator.txn_states import PREPARED, TxnState
 from ..storage.manager import LogManager
 from .local_replicas import NOTHING_LED, LocalReplicas
@@ -63,6 +64,9 @@ class BrokerState(Protocol):
 
     @property
     def logs(self) -> LogManager: ...
+
+    @property
+    def share_coordinator(self) -> ShareCoordinator | None: ...
 
 
 class BrokerMetrics:
@@ -200,7 +204,26 @@ class _BrokerStateCollector(Collector):
                                  "Distinct producer ids with state in some partition")
         idem.add_metric([], len(producers))
         yield from (hw, lso, gap, idem)
+        yield from self._share_groups(broker.share_coordinator)
         yield from self._replication()
+
+    @staticmethod
+    def _share_groups(share: ShareCoordinator | None) -> Iterator[Metric]:
+        """Per share group, its records by state over the window of every share-partition
+        (finished ones count until the start offset passes them)."""
+        records = GaugeMetricFamily("semel_share_group_records",
+                                    "Records of a share group's windows by state (in_flight: the whole window)",
+                                    labels=["group", "state"])
+        if share is None:
+            return
+        for group in share.groups():
+            totals: dict[str, int] = {}
+            for part in share.describe(group)["partitions"]:
+                for state in ("in_flight", "available", "acquired", "acknowledged", "archived"):
+                    totals[state] = totals.get(state, 0) + part[state]
+            for state, n in sorted(totals.items()):
+                records.add_metric([group, state], n)
+        yield records
 
     def _replication(self) -> Iterator[Metric]:
         """Per partition this broker leads: its ISR and replica counts, and how many of

@@ -34,7 +34,8 @@ from .node_role import NodeRole, role_for
 from .notify import AppendNotifier
 from .watchdog import LoopWatchdog
 from .services import Services
-from .wiring import build_groups, build_partition_markers, build_services, build_txns
+from ..coordinator.share_coordinator import ShareCoordinator
+from .wiring import build_groups, build_partition_markers, build_services, build_share, build_txns
 
 if TYPE_CHECKING:   # the oauth extra
     from .auth.oauth_jwks import SignedValidator
@@ -53,6 +54,7 @@ class Broker:
         self.limits = ConnectionLimits(config, self.metrics)
         self.watchdog = LoopWatchdog(self.metrics, config.loop_lag_warn_ms / 1000, config.loop_stall_ms / 1000)
         self.group_coordinator: GroupCoordinators | None = None
+        self.share_coordinator: ShareCoordinator | None = None
         self.txn_coordinator: TxnCoordinators | None = None
         self._server: asyncio.base_events.Server | None = None
         self._extra_servers: list[asyncio.Server] = []   # listeners after the first (config.listeners)
@@ -117,7 +119,11 @@ class Broker:
         # takes the role) before the coordinators' seats act on it.
         groups.start_seats()
         txns.start_seats()
-        self.services = build_services(self, groups, txns, markers)
+        share = self.share_coordinator = build_share(self)
+        if share is not None:
+            await share.start()
+            share.start_seat()
+        self.services = build_services(self, groups, txns, markers, share)
         await self._open_doors()
         # Watched from the moment clients can connect (loading logs at start holds the
         # loop on purpose: nobody is being served yet).
@@ -202,6 +208,8 @@ class Broker:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.txn_coordinator is not None:
             await self.txn_coordinator.stop()
+        if self.share_coordinator is not None:
+            await self.share_coordinator.stop()
         if self.group_coordinator is not None:
             await self.group_coordinator.stop()
         if self._logs is not None:

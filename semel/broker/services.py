@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from ..cluster.broker_configs import BrokerConfigs
 from ..coordinator.partition_markers import PartitionMarkers
 from ..coordinator.partitioned import GroupCoordinators, TxnCoordinators
+from ..coordinator.share_coordinator import ShareCoordinator
 from ..storage.committed import Committed
 from ..storage.manager import LogManager
 from .auth.acl import AclStore, Authorizer
@@ -67,3 +68,6 @@ class Services:
     # transaction markers written into partitions led here (WriteTxnMarkers from a
     # coordinator on another broker; this broker's coordinators write through it too)
     partition_markers: PartitionMarkers
+    # share groups (KIP-932): a single node's share coordinator; None in a cluster,
+    # which does not serve share groups
+    share_coordinator: ShareCoordinator | None = None

@@ -22,12 +22,13 @@ from ..coordinator.group_model import GroupConfig
 from ..coordinator.partition_markers import PartitionMarkers
 from ..coordinator.partitioned import GroupCoordinators, TxnCoordinators
 from ..coordinator.producer_ids import ProducerIdManager
+from ..coordinator.share_coordinator import SHARE_TOPIC, ShareCoordinator
 from ..coordinator.txn import TXN_TOPIC, TransactionCoordinator
 from ..protocol.errors import KafkaError
 from ..storage.committed import Committed, PartitionCommit
 from ..storage.flusher import GroupCommitFlusher
 from .config import BrokerConfig
-from .node_role import BrokerParts
+from .node_role import BrokerParts, SingleNode
 from .services import Services
 
 
@@ -59,6 +60,16 @@ def build_groups(broker: BrokerParts) -> GroupCoordinators:
                               deleted_topics=role.deleted_topics())
              for p in range(role.coordinator_partitions(topic))]
     return GroupCoordinators(parts, lambda: role.topic_partitions(topic))
+
+
+def build_share(broker: BrokerParts) -> ShareCoordinator | None:
+    """The share coordinator, on its own internal topic (one partition); a single node
+    only: a cluster does not place share groups yet."""
+    role = broker.role
+    if not isinstance(role, SingleNode):
+        return None
+    return ShareCoordinator(_committed(broker, broker.flusher, SHARE_TOPIC, 0),
+                            seat=role.seat(SHARE_TOPIC, 0, ShareCoordinator.log_configs()))
 
 
 def build_partition_markers(broker: BrokerParts) -> PartitionMarkers:
@@ -96,7 +107,7 @@ def _committed(broker: BrokerParts, inner: GroupCommitFlusher | None, topic: str
 
 
 def build_services(broker: BrokerParts, groups: GroupCoordinators, txns: TxnCoordinators,
-                   partition_markers: PartitionMarkers) -> Services:
+                   partition_markers: PartitionMarkers, share: ShareCoordinator | None = None) -> Services:
     """What handlers use, once every part exists (semel.broker.services); the metrics
     report the partitions led here from then on."""
     replicas = broker.role.local_replicas
@@ -107,4 +118,5 @@ def build_services(broker: BrokerParts, groups: GroupCoordinators, txns: TxnCoor
         authorizer=broker.authorizer, users=broker.users, acls=broker.acls, broker_configs=broker.role.broker_configs,
         metadata=broker.role.metadata, coordinators_at=broker.role.coordinators_at,
         admin=broker.role.admin(groups), replicas=replicas,
-        oauth_signed=broker.oauth_signed, committed=broker.committed, partition_markers=partition_markers)
+        oauth_signed=broker.oauth_signed, committed=broker.committed, partition_markers=partition_markers,
+        share_coordinator=share)

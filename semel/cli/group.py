@@ -64,7 +64,10 @@ def _describe(client, args) -> int:
     offsets = admin.fetch_offsets(client, args.group)
     if d.state == "Dead" and not offsets:
         raise CliError(f"group {args.group!r} does not exist")
-    if d.group_type == "consumer":
+    if d.group_type == "share":
+        print(f"group {d.group_id}: {d.state}, {len(d.members)} member(s), share group (KIP-932), "
+              f"assignor {d.protocol}, group epoch {d.group_epoch}")
+    elif d.group_type == "consumer":
         print(f"group {d.group_id}: {d.state}, {len(d.members)} member(s), consumer protocol (KIP-848), "
               f"assignor {d.protocol}, group epoch {d.group_epoch}, assignment epoch {d.assignment_epoch}")
     else:
@@ -76,6 +79,8 @@ def _describe(client, args) -> int:
               + (" classic protocol" if m.classic else "")
               + (f" epoch {m.member_epoch} assigned {_tps(m.assigned)}" if m.member_epoch is not None else "")
               + (f" target {_tps(m.target)}" if m.member_epoch is not None and m.target != m.assigned else ""))
+    if d.group_type == "share":   # no committed offsets: each record is acknowledged on its own
+        return 0
     print("topic\tpartition\tcommitted\tlog-end\tlag")
     for (topic, partition), committed in sorted(offsets.items()):
         end = client.list_offset(topic, partition, -1)

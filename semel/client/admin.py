@@ -73,7 +73,8 @@ class GroupDescription:
     protocol_type: str
     protocol: str
     members: tuple[GroupMember, ...] = field(default=())
-    # "classic" or "consumer" (KIP-848); the epochs are the consumer protocol's.
+    # "classic", "consumer" (KIP-848) or "share" (KIP-932); the epochs are the
+    # consumer protocol's and the share group's.
     group_type: str = "classic"
     group_epoch: int | None = None
     assignment_epoch: int | None = None
@@ -202,10 +203,14 @@ def describe_groups(c: Client, group_ids: list[str]) -> list[GroupDescription]:
                                               if g.protocol_type == "consumer" else ())
                                   for m in g.members))
            for g in resp.groups]
-    again = [d.group_id for d in out if d.error == KafkaError.GROUP_ID_NOT_FOUND]
-    if again and ApiKey.CONSUMER_GROUP_DESCRIBE in c.versions:
-        found = {d.group_id: d for d in describe_consumer_groups(c, again) if not d.error}
-        out = [found.get(d.group_id, d) for d in out]
+    for api, describe in ((ApiKey.CONSUMER_GROUP_DESCRIBE, describe_consumer_groups),
+                          (ApiKey.SHARE_GROUP_DESCRIBE, describe_share_groups)):
+        # DescribeGroups answers Dead for a group it does not know: a share group, maybe
+        again = [d.group_id for d in out if d.error == KafkaError.GROUP_ID_NOT_FOUND
+                 or (api == ApiKey.SHARE_GROUP_DESCRIBE and d.state == "Dead" and not d.error)]
+        if again and api in c.versions:
+            found = {d.group_id: d for d in describe(c, again) if not d.error}
+            out = [found.get(d.group_id, d) for d in out]
     return out
 
 
@@ -247,6 +252,17 @@ def describe_consumer_groups(c: Client, group_ids: list[str]) -> list[GroupDescr
                           getattr(m, "member_type", 1) == 0)
               for m in g.members),
         "consumer", g.group_epoch, g.assignment_epoch) for g in resp.groups]
+
+
+def describe_share_groups(c: Client, group_ids: list[str]) -> list[GroupDescription]:
+    """Share groups (KIP-932) by ShareGroupDescribe: members, their epochs and assignment."""
+    resp = c.request(ApiKey.SHARE_GROUP_DESCRIBE, group_ids=list(group_ids), include_authorized_operations=False)
+    return [GroupDescription(
+        g.group_id, KafkaError(g.error_code), g.group_state, "share", g.assignor_name,
+        tuple(GroupMember(m.member_id, None, m.client_id, m.client_host, m.member_epoch,
+                          _partitions(m.assignment), _partitions(m.assignment))
+              for m in g.members),
+        "share", g.group_epoch, g.assignment_epoch) for g in resp.groups]
 
 
 def delete_groups(c: Client, group_ids: list[str]) -> dict[str, KafkaError]:

@@ -22,15 +22,57 @@ class ConsumerGroupDescribeRequest(ApiMessage, load_json=specs):
     pass
 
 
+def _operations_as_bitfield(json: dict[str, Any]) -> dict[str, Any]:
+    # The codec's own messages mark AuthorizedOperations this way: a set of operation
+    # codes in, Kafka's 32-bit field (or -2^31 for None) on the wire.
+    group = next(f for f in json['fields'] if f['name'] == 'Groups')
+    next(f for f in group['fields'] if f['name'] == 'AuthorizedOperations')['type'] = 'bitfield'
+    return json
+
+
 class ConsumerGroupDescribeResponse(ApiMessage, load_json=specs):
     @classmethod
     def json_patch(cls, json: dict[str, Any]) -> dict[str, Any]:
-        # The codec's own messages mark AuthorizedOperations this way: a set of operation
-        # codes in, Kafka's 32-bit field (or -2^31 for None) on the wire.
-        group = next(f for f in json['fields'] if f['name'] == 'Groups')
-        next(f for f in group['fields'] if f['name'] == 'AuthorizedOperations')['type'] = 'bitfield'
-        return json
+        return _operations_as_bitfield(json)
+
+
+class ShareGroupHeartbeatRequest(ApiMessage, load_json=specs):
+    pass
+
+
+class ShareGroupHeartbeatResponse(ApiMessage, load_json=specs):
+    pass
+
+
+class ShareGroupDescribeRequest(ApiMessage, load_json=specs):
+    pass
+
+
+class ShareGroupDescribeResponse(ApiMessage, load_json=specs):
+    @classmethod
+    def json_patch(cls, json: dict[str, Any]) -> dict[str, Any]:
+        return _operations_as_bitfield(json)
+
+
+class ShareFetchRequest(ApiMessage, load_json=specs):
+    pass
+
+
+class ShareFetchResponse(ApiMessage, load_json=specs):
+    pass
+
+
+class ShareAcknowledgeRequest(ApiMessage, load_json=specs):
+    pass
+
+
+class ShareAcknowledgeResponse(ApiMessage, load_json=specs):
+    pass
 
 
 EXTRA_MESSAGES = (ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse,
-                  ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse)
+                  ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse,
+                  ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse,
+                  ShareGroupDescribeRequest, ShareGroupDescribeResponse,
+                  ShareFetchRequest, ShareFetchResponse,
+                  ShareAcknowledgeRequest, ShareAcknowledgeResponse)

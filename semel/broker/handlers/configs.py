@@ -19,6 +19,9 @@ from .common import warn_below_min_isr
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
+RESOURCE_GROUP = 32
+# Kafka's ConfigSource of a group's own config.
+SOURCE_GROUP = 8
 
 # IncrementalAlterConfigs operations (Kafka's AlterConfigOp.OpType)
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
@@ -76,6 +79,10 @@ def _config_values(ctx: RequestContext, rtype: int, name: str) -> tuple[Values, 
         if throttle is not None and not err:
             out[THROTTLE_RATE] = (throttle, 4)     # DYNAMIC_DEFAULT_BROKER_CONFIG: the cluster-wide one
         return out, err
+    share = ctx.services.share_coordinator
+    if rtype == RESOURCE_GROUP and share is not None:
+        return {k: (v, SOURCE_GROUP if own else 5) for k, (v, own) in share.group_config_values(name).items()}, \
+            KafkaError.NONE
     if rtype != RESOURCE_TOPIC:
         return {}, KafkaError.INVALID_REQUEST
     info = ctx.services.logs.topics().get(name)
@@ -193,6 +200,8 @@ async def _alter_one(ctx: RequestContext, res: Any, compute: Compute, validate_o
         if any(c.name == THROTTLE_RATE for c in res.configs):   # the reassignment throttle's own key
             return await _alter_cluster(ctx, res, compute, validate_only)
         return await _alter_broker(ctx, res, compute, validate_only)
+    if res.resource_type == RESOURCE_GROUP:
+        return await _alter_group(ctx, res, compute, validate_only)
     if res.resource_type != RESOURCE_TOPIC:
         return KafkaError.INVALID_REQUEST, f"resource type {res.resource_type} has no configs here"
     logs = ctx.services.logs
@@ -210,6 +219,19 @@ async def _alter_one(ctx: RequestContext, res: Any, compute: Compute, validate_o
     if err == KafkaError.NONE and known is not None:
         warn_below_min_isr(ctx.services.config, res.resource_name, known.replication_factor, wanted)
     return err, logs.last_error_message
+
+
+async def _alter_group(ctx: RequestContext, res: Any, compute: Compute, validate_only: bool) -> tuple[KafkaError, str]:
+    """A share group's configs (share.*), kept by the share coordinator."""
+    share = ctx.services.share_coordinator
+    if share is None:
+        return KafkaError.INVALID_REQUEST, "group configs are served by a single node only"
+    current = {k: v for k, (v, own) in share.group_config_values(res.resource_name).items() if own}
+    err, msg, wanted = compute(current, res)
+    if err:
+        return err, msg
+    err, why = await share.alter_configs(res.resource_name, wanted, validate_only)
+    return err, why or ""
 
 
 async def _alter_broker(ctx: RequestContext, res: Any, compute: Compute, validate_only: bool) -> tuple[KafkaError, str]:

@@ -28,6 +28,10 @@ MEMBER_TYPE_CLASSIC, MEMBER_TYPE_CONSUMER = 0, 1
 async def consumer_group_heartbeat(ctx: RequestContext, req: Any) -> Any:
     v = ctx.api_version
     catalogue = topic_catalogue(ctx.services)
+    share = ctx.services.share_coordinator
+    if share is not None and share.is_share_group(req.group_id):   # Kafka: not a consumer group
+        return _answer(ctx, KafkaError.GROUP_ID_NOT_FOUND, req.member_id, -1, None, catalogue,
+                       f"group {req.group_id} is a share group")
     names_by_id = {tid: name for name, (tid, _) in catalogue.items()}
     owned = None
     if req.topic_partitions is not None:

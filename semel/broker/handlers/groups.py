@@ -157,14 +157,29 @@ async def list_groups(ctx: RequestContext, req: Any) -> Any:
         kind = ctx.services.group_coordinator.group_type(gid)
         if not types or kind in types:
             groups.append(listed(group_id=gid, protocol_type=ptype, group_state=state, group_type=kind))
+    share = ctx.services.share_coordinator
+    if share is not None and (not types or "share" in types):
+        groups += [listed(group_id=gid, protocol_type="share", group_state=state, group_type="share")
+                   for gid, state in share.list_rows() if not states or state in states]
     return ctx.response(error_code=err, groups=groups)
 
 
 @handler(ApiKey.DELETE_GROUPS, 0, 2)
 async def delete_groups(ctx: RequestContext, req: Any) -> Any:
-    fut = ctx.services.group_coordinator.delete_groups(req.groups_names or ())
+    names = list(req.groups_names or ())
+    share = ctx.services.share_coordinator
+    shared = [g for g in names if share is not None and share.is_share_group(g)]
+    fut = ctx.services.group_coordinator.delete_groups([g for g in names if g not in shared])
     result_cls = ctx.cls().DeletableGroupResult
 
     def build(results: Any) -> Any:
         return ctx.response(results=[result_cls(group_id=gid, error_code=e) for gid, e in results.items()])
-    return answer_when_done(fut, build)
+    if share is None or not shared:
+        return answer_when_done(fut, build)
+
+    async def with_share_groups() -> Any:   # share groups are the share coordinator's
+        results = dict(await fut)
+        for gid in shared:
+            results[gid] = await share.delete_group(gid)
+        return build(results)
+    return Deferred(with_share_groups())

@@ -1,0 +1,217 @@
+"""Share-group APIs byte for byte over a socket to a real broker process: what is
+advertised, and Kafka's error for each bad request (a stale or unknown share session
+epoch, an acknowledgement of a record another member holds, a group id of a consumer
+group, a bad group config), with the broker serving on afterwards."""
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from support.wire import call, connect
+
+from semel.protocol.errors import KafkaError
+from semel.protocol.messages import request_class
+from tests.support.brokers import module_broker_fixture
+from tests.support.share import fill, set_group_configs
+
+HEARTBEAT, FETCH, ACK, API_VERSIONS, METADATA = 76, 78, 79, 18, 3
+
+pytest.importorskip("confluent_kafka")
+
+
+wire_broker = module_broker_fixture("share-wire")
+
+
+def _topic_id(sock, topic):
+    md = call(sock, METADATA, 12, topics=[request_class(METADATA).MetadataRequestTopic(name=topic, topic_id=None)],
+              allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+    return md.topics[0].topic_id
+
+
+def _join(sock, group, topic):
+    member = uuid.uuid4().hex[:22]
+    r = call(sock, HEARTBEAT, 1, group_id=group, member_id=member, member_epoch=0, rack_id=None,
+             subscribed_topic_names=[topic])
+    assert r.error_code == 0, r
+    return member, r
+
+
+def _fetch(sock, group, member, epoch, topic_id, acks=(), max_records=5, corr=2):
+    R = request_class(FETCH)
+    P = R.FetchTopic.FetchPartition
+    batches = [P.AcknowledgementBatch(first_offset=f, last_offset=last, acknowledge_types=[t])
+               for f, last, t in acks]
+    return call(sock, FETCH, 1, corr, group_id=group, member_id=member, share_session_epoch=epoch,
+                max_wait_ms=500, min_bytes=1, max_bytes=1 << 20, max_records=max_records, batch_size=max_records,
+                topics=[R.FetchTopic(topic_id=topic_id, partitions=[P(partition_index=0,
+                                                                      acknowledgement_batches=batches)])],
+                forgotten_topics_data=[])
+
+
+def test_apis_are_advertised_at_kafka_42_versions(wire_broker):
+    with connect(wire_broker.bootstrap) as s:
+        r = call(s, API_VERSIONS, 3, client_software_name="t", client_software_version="1")
+    served = {k.api_key: (k.min_version, k.max_version) for k in r.api_keys}
+    assert served[HEARTBEAT] == (1, 1) and served[FETCH] == (1, 1) and served[ACK] == (1, 1)
+
+
+def test_session_epochs_and_record_states(wire_broker):
+    topic, group = f"wire-{uuid.uuid4().hex[:6]}", f"sg-wire-{uuid.uuid4().hex[:6]}"
+    fill(wire_broker.bootstrap, topic, 10)
+    set_group_configs(wire_broker.bootstrap, group, share_auto_offset_reset="earliest")
+    with connect(wire_broker.bootstrap) as a, connect(wire_broker.bootstrap) as b:
+        tid = _topic_id(a, topic)
+        ma, joined = _join(a, group, topic)
+        assert joined.member_epoch >= 1 and joined.assignment.topic_partitions[0].partitions == [0]
+        mb, _ = _join(b, group, topic)
+        # No session yet: a positive epoch is SHARE_SESSION_NOT_FOUND.
+        assert _fetch(a, group, ma, 1, tid).error_code == KafkaError.SHARE_SESSION_NOT_FOUND
+        got = _fetch(a, group, ma, 0, tid)
+        assert got.error_code == 0 and got.acquisition_lock_timeout_ms == 30000
+        acquired = got.responses[0].partitions[0].acquired_records
+        assert [(x.first_offset, x.last_offset, x.delivery_count) for x in acquired] == [(0, 4, 1)]
+        # A stale epoch (0 was used, 1 is next; 5 is not) changes nothing.
+        assert _fetch(a, group, ma, 5, tid).error_code == KafkaError.INVALID_SHARE_SESSION_EPOCH
+        # Member b acknowledging a's records: INVALID_RECORD_STATE, and a still holds them.
+        assert _fetch(b, group, mb, 0, tid, max_records=1).error_code == 0
+        ack = call(b, ACK, 1, 3, group_id=group, member_id=mb, share_session_epoch=1, topics=[
+            request_class(ACK).AcknowledgeTopic(topic_id=tid, partitions=[
+                request_class(ACK).AcknowledgeTopic.AcknowledgePartition(partition_index=0, acknowledgement_batches=[
+                    request_class(ACK).AcknowledgeTopic.AcknowledgePartition.AcknowledgementBatch(
+                        first_offset=0, last_offset=4, acknowledge_types=[1])])])])
+        assert ack.responses[0].partitions[0].error_code == KafkaError.INVALID_RECORD_STATE
+        # An acknowledgement far outside the window: INVALID_RECORD_STATE, at once.
+        far = _fetch(a, group, ma, 1, tid, acks=[(0, 1 << 62, 1)], max_records=0)
+        assert far.responses[0].partitions[0].acknowledge_error_code == KafkaError.INVALID_RECORD_STATE
+        # a accepts its records on its next fetch (epoch 2) and gets the next ones.
+        nxt = _fetch(a, group, ma, 2, tid, acks=[(0, 4, 1)], max_records=10)
+        part = nxt.responses[0].partitions[0]
+        assert part.acknowledge_error_code == 0
+        assert all(x.first_offset >= 5 for x in part.acquired_records)
+
+
+def test_a_consumer_group_id_is_not_a_share_group(wire_broker):
+    from tests.support.consumer_protocol import Member
+    topic, group = f"wire-cg-{uuid.uuid4().hex[:6]}", f"cg-{uuid.uuid4().hex[:6]}"
+    fill(wire_broker.bootstrap, topic, 1)
+    m = Member(wire_broker.bootstrap, group, [topic])
+    m.start()
+    try:
+        import time
+        deadline = time.time() + 30
+        while m.count() < 1:
+            assert time.time() < deadline
+            time.sleep(0.2)
+        with connect(wire_broker.bootstrap) as s:
+            r = call(s, HEARTBEAT, 1, group_id=group, member_id=uuid.uuid4().hex[:22], member_epoch=0,
+                     rack_id=None, subscribed_topic_names=[topic])
+        assert r.error_code == KafkaError.GROUP_ID_NOT_FOUND
+    finally:
+        m.stop()
+
+
+@pytest.mark.parametrize("name,value", [
+    ("share.auto.offset.reset", "sometimes"),
+    ("share.record.lock.duration.ms", "10"),
+    ("share.delivery.count.limit", "many"),
+    ("share.isolation.level", "read_mostly"),
+    ("share.no.such.config", "1"),
+])
+def test_bad_group_configs_are_invalid_config(wire_broker, name, value):
+    from confluent_kafka import KafkaException
+    with pytest.raises(KafkaException) as exc:
+        set_group_configs(wire_broker.bootstrap, f"sg-bad-{uuid.uuid4().hex[:6]}", **{name.replace(".", "_"): value})
+    assert exc.value.args[0].code() == KafkaError.INVALID_CONFIG
+    assert name in exc.value.args[0].str()
+
+
+def test_list_and_delete_share_groups(wire_broker):
+    LIST, DELETE = 16, 42
+    topic, group = f"wire-ld-{uuid.uuid4().hex[:6]}", f"sg-ld-{uuid.uuid4().hex[:6]}"
+    fill(wire_broker.bootstrap, topic, 3)
+    with connect(wire_broker.bootstrap) as s:
+        member, joined = _join(s, group, topic)
+        listed = call(s, LIST, 5, states_filter=[], types_filter=["share"])
+        rows = {(g.group_id, g.group_type, g.protocol_type, g.group_state) for g in listed.groups}
+        assert (group, "share", "share", "Stable") in rows
+        assert all(g.group_type == "share" for g in listed.groups)
+        deleted = call(s, DELETE, 2, groups_names=[group])
+        assert deleted.results[0].error_code == KafkaError.NON_EMPTY_GROUP
+        left = call(s, HEARTBEAT, 1, group_id=group, member_id=member, member_epoch=-1, rack_id=None,
+                    subscribed_topic_names=None)
+        assert left.error_code == 0 and left.member_epoch == -1
+        deleted = call(s, DELETE, 2, groups_names=[group])
+        assert deleted.results[0].error_code == 0
+        listed = call(s, LIST, 5, states_filter=[], types_filter=[])
+        assert group not in {g.group_id for g in listed.groups}
+
+
+def test_cli_lists_and_describes_share_groups(wire_broker):
+    from tests.support.consumer_protocol import semel_cli
+    topic, group = f"wire-cli-{uuid.uuid4().hex[:6]}", f"sg-cli-{uuid.uuid4().hex[:6]}"
+    fill(wire_broker.bootstrap, topic, 3, partitions=2)
+    with connect(wire_broker.bootstrap) as s:
+        member, _ = _join(s, group, topic)
+        listed = semel_cli("group", "list", "--bootstrap", wire_broker.bootstrap)
+        assert f"{group}\tStable\tshare\tshare" in listed.splitlines()
+        described = semel_cli("group", "describe", group, "--bootstrap", wire_broker.bootstrap)
+        assert f"group {group}: Stable, 1 member(s), share group (KIP-932), assignor simple" in described
+        assert f"member {member}" in described and f"assigned {topic}-0,{topic}-1" in described
+
+
+def test_a_fetch_acquires_whole_batches(wire_broker):
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+    topic, group = f"wire-batch-{uuid.uuid4().hex[:6]}", f"sg-batch-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": wire_broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    p = Producer({"bootstrap.servers": wire_broker.bootstrap, "linger.ms": 1000})
+    for i in range(10):
+        p.produce(topic, value=b"x")
+    assert p.flush(30) == 0   # one batch of ten records
+    set_group_configs(wire_broker.bootstrap, group, share_auto_offset_reset="earliest")
+    with connect(wire_broker.bootstrap) as s:
+        tid = _topic_id(s, topic)
+        member, _ = _join(s, group, topic)
+        got = _fetch(s, group, member, 0, tid, max_records=3)
+        acquired = got.responses[0].partitions[0].acquired_records
+        assert [(x.first_offset, x.last_offset) for x in acquired] == [(0, 9)]   # past MaxRecords, to the batch end
+
+
+def test_a_share_group_id_is_not_a_consumer_group(wire_broker):
+    topic, group = f"wire-sg-{uuid.uuid4().hex[:6]}", f"sg-not-cg-{uuid.uuid4().hex[:6]}"
+    fill(wire_broker.bootstrap, topic, 1)
+    with connect(wire_broker.bootstrap) as s:
+        _join(s, group, topic)
+        r = call(s, 68, 1, group_id=group, member_id=uuid.uuid4().hex[:22], member_epoch=0, instance_id=None,
+                 rack_id=None, rebalance_timeout_ms=30000, subscribed_topic_names=[topic],
+                 subscribed_topic_regex=None, server_assignor=None, topic_partitions=[])
+        assert r.error_code == KafkaError.GROUP_ID_NOT_FOUND
+
+
+def test_bad_heartbeats(wire_broker):
+    group = f"sg-badhb-{uuid.uuid4().hex[:6]}"
+    with connect(wire_broker.bootstrap) as s:
+        def hb(**kw):
+            fields = dict(group_id=group, member_id=uuid.uuid4().hex[:22], member_epoch=0, rack_id=None,
+                          subscribed_topic_names=None)
+            return call(s, HEARTBEAT, 1, **{**fields, **kw}).error_code
+        assert hb() == KafkaError.INVALID_REQUEST                       # joining names no topics
+        assert hb(member_id="", subscribed_topic_names=["t"]) == KafkaError.INVALID_REQUEST
+        assert hb(member_epoch=3) == KafkaError.UNKNOWN_MEMBER_ID       # never joined
+        listed = call(s, 16, 5, states_filter=[], types_filter=["share"])
+        assert group not in {g.group_id for g in listed.groups}        # nothing was made of them
+
+
+def test_describe_group_configs(wire_broker):
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+    group = f"sg-cfg-{uuid.uuid4().hex[:6]}"
+    set_group_configs(wire_broker.bootstrap, group, share_isolation_level="read_committed")
+    admin = AdminClient({"bootstrap.servers": wire_broker.bootstrap})
+    res = ConfigResource(ResourceType.GROUP, group)
+    entries = admin.describe_configs([res])[res].result(30)
+    assert entries["share.isolation.level"].value == "read_committed"
+    assert entries["share.auto.offset.reset"].value == "latest"          # Kafka's default
+    assert entries["share.record.lock.duration.ms"].value == "30000"
+    assert entries["share.delivery.count.limit"].value == "5"
+    assert entries["share.partition.max.record.locks"].value == "2000"

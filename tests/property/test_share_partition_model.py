@@ -1,0 +1,184 @@
+"""Model-based test of one share-partition (KIP-932): random acquisitions by several
+members, acknowledgements of every type (including of records another member holds),
+lock expiry as time passes, members leaving, records that are not deliverable (markers,
+aborted records), and restarts (the state rebuilt from its durable form alone). No
+event loop: the share-partition is plain Python and time is a number.
+
+After every step:
+  - a record is acquired by at most one member, and only within its lock;
+  - an acknowledged or archived record is never delivered again;
+  - a delivery count never exceeds the limit;
+  - the start offset never passes an unfinished record (every offset below it was
+    acknowledged or archived), and the window never holds more than the lock limit;
+  - what is durable, rebuilt, gives the same window and the same finished records.
+"""
+from __future__ import annotations
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from semel.coordinator.share_partition import (
+    ACK_ACCEPT, ACK_GAP, ACK_REJECT, ACK_RELEASE, ACKNOWLEDGED, ACQUIRED, ARCHIVED, FINISHED, Limits,
+    SharePartition,
+)
+from semel.protocol.errors import KafkaError
+
+MEMBERS = ["m1", "m2", "m3"]
+LIMITS = Limits(lock_ms=100, delivery_limit=3, max_in_flight=12)
+
+
+class SharePartitionModel(RuleBasedStateMachine):
+    @initialize(start=st.integers(0, 5))
+    def begin(self, start):
+        self.sp = SharePartition(start)
+        self.initial_start = start
+        self.deleted_below = 0
+        self.log_end = start
+        self.now = 0
+        self.undeliverable: set[int] = set()
+        # The model: what each offset ended as, and every delivery made.
+        self.finished: dict[int, int] = {}          # offset -> ACKNOWLEDGED / ARCHIVED
+        self.deliveries: dict[int, int] = {}        # offset -> deliveries seen
+        self.holder: dict[int, tuple[str, int]] = {}  # offset -> (member, lock deadline)
+
+    # --- the log grows -------------------------------------------------------------------
+
+    @rule(n=st.integers(1, 6), marker=st.booleans())
+    def produce(self, n, marker):
+        if marker:   # a transaction marker or an aborted record: never delivered
+            self.undeliverable.add(self.log_end)
+        self.log_end += n
+
+    @rule(ms=st.integers(1, 150))
+    def time_passes(self, ms):
+        self.now += ms
+
+    # --- acquire --------------------------------------------------------------------------
+
+    @rule(member=st.sampled_from(MEMBERS), max_records=st.integers(1, 8), aligned=st.booleans())
+    def acquire(self, member, max_records, aligned):
+        """`aligned`: log batches of 4 offsets, acquired whole (past max_records if need be)."""
+        self._expire_model()
+        got = self.sp.acquire(member, self.log_end, max_records, self.now, LIMITS, self.undeliverable.__contains__,
+                              (lambda off: off % 4 == 0) if aligned else None)
+        assert len(got) <= max_records + (3 if aligned else 0)
+        for off, count in got:
+            assert off not in self.finished, f"{off} delivered after it finished"
+            assert off not in self.undeliverable, f"{off} holds nothing to deliver"
+            assert off not in self.holder, f"{off} acquired twice"
+            self.deliveries[off] = self.deliveries.get(off, 0) + 1
+            assert count == self.deliveries[off] <= LIMITS.delivery_limit
+            self.holder[off] = (member, self.now + LIMITS.lock_ms)
+        for off in self.undeliverable:
+            if off < self.sp.end:
+                self.finished.setdefault(off, ARCHIVED)
+
+    def _expire_model(self):
+        for off, (_, deadline) in list(self.holder.items()):
+            if deadline <= self.now:
+                self._released(off)
+
+    def _released(self, off):
+        del self.holder[off]
+        if self.deliveries[off] >= LIMITS.delivery_limit:
+            self.finished[off] = ARCHIVED
+
+    # --- acknowledge --------------------------------------------------------------------
+
+    @rule(member=st.sampled_from(MEMBERS), data=st.data(),
+          kind=st.sampled_from([ACK_ACCEPT, ACK_RELEASE, ACK_REJECT, ACK_GAP]))
+    def acknowledge(self, member, data, kind):
+        if self.log_end == 0:
+            return
+        first = data.draw(st.integers(0, self.log_end - 1))
+        last = data.draw(st.integers(first, min(first + 3, self.log_end - 1)))
+        self.sp.expire(self.now, LIMITS)
+        self._expire_model()
+        err = self.sp.acknowledge(member, first, last, [kind], LIMITS)
+        held = all(self.holder.get(off, ("", 0))[0] == member for off in range(first, last + 1))
+        if not held:
+            assert err == KafkaError.INVALID_RECORD_STATE   # all or nothing
+            return
+        assert err == KafkaError.NONE
+        for off in range(first, last + 1):
+            if kind == ACK_RELEASE:
+                self._released(off)
+            else:
+                del self.holder[off]
+                self.finished[off] = ACKNOWLEDGED if kind == ACK_ACCEPT else ARCHIVED
+
+    @rule(member=st.sampled_from(MEMBERS))
+    def member_leaves(self, member):
+        self.sp.release_member(member, LIMITS)
+        for off, (who, _) in list(self.holder.items()):
+            if who == member:
+                self._released(off)
+
+    @rule(n=st.integers(1, 6))
+    def retention_deletes(self, n):
+        """The log's start moves up (retention, DeleteRecords): nothing below it is
+        delivered again, held or not."""
+        cut = min(self.sp.start + n, self.log_end)
+        self.sp.skip_to(cut)
+        self.deleted_below = max(self.deleted_below, cut)
+        for off in [o for o in self.holder if o < cut]:
+            del self.holder[off]
+        for off in range(cut):
+            self.finished.setdefault(off, ARCHIVED)   # gone: never delivered again
+
+    @rule()
+    def restart(self):
+        """Only the durable form survives: what was acquired is available again."""
+        start, end, runs = self.sp.durable(LIMITS)
+        self.sp = SharePartition.restore(start, end, runs)
+        for off in list(self.holder):
+            del self.holder[off]
+            if self.deliveries[off] >= LIMITS.delivery_limit:
+                self.finished[off] = ARCHIVED
+
+    # --- invariants ---------------------------------------------------------------------
+
+    @invariant()
+    def at_most_one_holder_within_its_lock(self):
+        acquired = {off: r for off, r in self.sp.records.items() if r.state == ACQUIRED}
+        assert set(acquired) <= set(self.holder) | {o for o, r in acquired.items() if r.deadline <= self.now}
+        for off, r in acquired.items():
+            if r.deadline > self.now:
+                assert self.holder[off][0] == r.member
+
+    @invariant()
+    def finished_records_stay_finished(self):
+        for off, state in self.finished.items():
+            r = self.sp.records.get(off)
+            assert off < self.sp.start or off < self.deleted_below or (r is not None and r.state == state), off
+
+    @invariant()
+    def delivery_counts_within_the_limit(self):
+        assert all(r.count <= LIMITS.delivery_limit for r in self.sp.records.values())
+        assert all(n <= LIMITS.delivery_limit for n in self.deliveries.values())
+
+    @invariant()
+    def start_never_passes_an_unfinished_record(self):
+        sp = self.sp
+        assert sp.start <= sp.end <= max(self.log_end, sp.end)
+        assert sp.end - sp.start <= LIMITS.max_in_flight
+        assert set(sp.records) == set(range(sp.start, sp.end))
+        assert sp.start == sp.end or sp.records[sp.start].state not in FINISHED
+        for off in range(self.initial_start, sp.start):
+            assert off in self.finished, f"start {sp.start} passed unfinished {off}"
+
+    @invariant()
+    def durable_form_round_trips(self):
+        start, end, runs = self.sp.durable(LIMITS)
+        back = SharePartition.restore(start, end, runs)
+        # the same window (its start moves only past a last delivery whose lock died)
+        assert back.end == self.sp.end and back.start >= self.sp.start
+        for off, r in self.sp.records.items():
+            if r.state in FINISHED:
+                assert off < back.start or back.records[off].state == r.state
+        assert SharePartition.restore(*back.durable(LIMITS)).durable(LIMITS) == back.durable(LIMITS)
+
+
+TestSharePartitionModel = SharePartitionModel.TestCase
+TestSharePartitionModel.settings = settings(max_examples=150, stateful_step_count=60, deadline=None)
