@@ -50,6 +50,9 @@ class RepairedLog(Protocol):
     @property
     def failed_reason(self) -> str | None: ...
 
+    @property
+    def log_end_offset(self) -> int: ...
+
     def truncate_to(self, offset: int) -> int: ...
 
     def offline(self, reason: str) -> StorageError: ...
@@ -123,7 +126,8 @@ class FsyncRepair:
             self.untrusted_from = None    # first: the truncation's own checkpoint is trusted
             self._cuts.append(cut)
             try:
-                plog.truncate_to(cut)
+                if plog.truncate_to(cut) != cut:   # the batch boundary at `cut` was not found
+                    raise StorageError(f"the log ends at {plog.log_end_offset}")
             except StorageError as exc:
                 if plog.failed_reason is None:
                     raise plog.offline(f"cut-back to {cut} after a failed fsync failed: {exc}") from exc
