@@ -173,7 +173,7 @@ class CoordinatorLog:
 
     async def _await_durable(self, entry: InFlightWrite, writer: PartitionWriter, plog: PartitionLog) -> None:
         try:
-            await writer.sync(plog, entry.info.last_offset + 1, entry.info.fsync_stamp)
+            await writer.sync(plog, entry.info.last_offset + 1, stamp=entry.info.fsync_stamp)
             entry.state = _SYNCED
         except Exception as exc:
             entry.failure_level = sync_failure_level(exc)

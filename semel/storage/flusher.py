@@ -69,8 +69,12 @@ class GroupCommitFlusher:
             failures = plog.fsync_failures
         repair = plog.fsync_repair
         # An untrusted tail is fsynced by no round until it is cut back: nothing to wait for.
-        while plog.flushed_offset < min(upto_offset, plog.log_end_offset) and repair.trusted:
-            await asyncio.shield(self._round(plog))
+        try:
+            while plog.flushed_offset < min(upto_offset, plog.log_end_offset) and repair.trusted:
+                await asyncio.shield(self._round(plog))
+        finally:
+            if not repair.trusted:
+                _cut_back(plog)
         if stamp is not None:
             if repair.lost(stamp, upto_offset) or plog.flushed_offset < upto_offset:
                 raise StorageError(f"{plog.directory}: an fsync of the log failed before records up to "
@@ -206,6 +210,20 @@ class GroupCommitFlusher:
                     await self.sync(plog, plog.log_end_offset)
                 except StorageError as exc:
                     log.warning("interval flush of %s failed: %s", plog.directory, exc)
+
+
+def _cut_back(plog: PartitionLog) -> None:
+    """The loop learned that an fsync of plog failed: cut the tail it left untrusted back
+    now (what the next write would do first, storage.fsync_repair), so that a
+    coordinator, which fails such a write and leaves its memory as it was, finds its log
+    saying the same at once. A cut-back that fails takes the log offline, which its
+    next write reports."""
+    if plog.closed:
+        return
+    try:
+        plog.check_writable()
+    except StorageError as exc:
+        log.error("%s: %s", plog.directory, exc)
 
 
 def _flush_each(logs: list[PartitionLog]) -> list[BaseException | None]:

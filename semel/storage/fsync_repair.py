@@ -83,6 +83,11 @@ class FsyncRepair:
     def trusted(self) -> bool:
         return self.untrusted_from is None
 
+    @property
+    def cut_backs(self) -> int:
+        """How many times this log cut an untrusted tail back."""
+        return len(self._cuts)
+
     def advance(self, end: int) -> None:
         """An fsync that started after every write below `end` succeeded: flushed_offset
         moves there, unless an fsync failed meanwhile (its dropped pages are not vouched
