@@ -8,12 +8,13 @@ cluster) under flush_mode "always", where nothing past flushed_offset was
 acknowledged by an acks=all answer or shown to a reader:
 - the tail from flushed_offset on is untrusted: no later fsync moves flushed_offset,
   writes a recovery checkpoint, or answers a waiter for records in it;
-- the next write (on the loop, in check_writable, once a worker's write is settled)
-  first cuts the log back to flushed_offset with the follower's truncation
+- the loop cuts the log back to flushed_offset with the follower's truncation
   (ReplicaWrites.truncate_to: segments, indexes, transaction index, producer state and
-  LSO follow), so an idempotent producer's retry is written and fsynced again instead
-  of being answered as a duplicate of records a power cut could take. A cut-back that
-  fails takes the log offline.
+  LSO follow) in check_writable, once a worker's write is settled: before the next
+  write, when a waiter learns of the failure (GroupCommitFlusher.sync) and before a
+  coordinator loads the log. So an idempotent producer's retry is written and fsynced
+  again instead of being answered as a duplicate of records a power cut could take,
+  and nothing replays what is about to go. A cut-back that fails takes the log offline.
 A waiter holds the stamp its append was given (AppendInfo.fsync_stamp) and asks
 `lost(stamp, upto)`: after a cut-back the same offsets are reused, so the offset alone
 cannot tell a record that was cut from the retry written in its place.
