@@ -16,7 +16,9 @@ segments entirely before it.
 What happens when a record reached the log but its fsync failed is the
 caller's choice (`unsynced`): the group coordinator answers with an error and
 leaves memory as it was; the runtime's `write` (the transaction coordinator's
-path) replays it, so memory follows the log.
+path) replays it, so memory follows the log. A record the log cuts back after the
+failed fsync (single node, storage.fsync_repair) is not in the log any more: it is
+answered by `fail`, as one that never reached it.
 """
 from __future__ import annotations
 
@@ -56,7 +58,7 @@ def sync_failure_level(exc: BaseException) -> int:
 
 class InFlightWrite:
     """A record appended to the log and not yet applied to memory."""
-    __slots__ = ("info", "apply", "fail", "unsynced", "future", "state", "error", "failure_level")
+    __slots__ = ("info", "apply", "fail", "unsynced", "future", "state", "error", "failure_level", "cut")
 
     def __init__(self, info: Any, apply: Callable[[Any], object], fail: Callable[[KafkaError], object],
                  unsynced: Callable[[KafkaError], object], future: asyncio.Future[Any], error: KafkaError):
@@ -64,6 +66,7 @@ class InFlightWrite:
         self.unsynced = unsynced
         self.state, self.error = _WAITING, error
         self.failure_level = logging.ERROR
+        self.cut = False    # its fsync failed and the log cuts it back: memory must not follow it
 
 
 def done_future(value: T) -> "asyncio.Future[T]":
@@ -170,10 +173,12 @@ class CoordinatorLog:
 
     async def _await_durable(self, entry: InFlightWrite, writer: PartitionWriter, plog: PartitionLog) -> None:
         try:
-            await writer.sync(plog, entry.info.last_offset + 1)
+            await writer.sync(plog, entry.info.last_offset + 1, stamp=entry.info.fsync_stamp)
             entry.state = _SYNCED
         except Exception as exc:
             entry.failure_level = sync_failure_level(exc)
+            stamp = entry.info.fsync_stamp
+            entry.cut = stamp is not None and plog.fsync_repair.lost(stamp, entry.info.last_offset + 1)
             if entry.failure_level == logging.INFO:
                 log.info("%s: a write stays unanswered here, its partition moved to another broker: %s",
                          self.topic, exc)
@@ -191,7 +196,7 @@ class CoordinatorLog:
                     result = entry.apply(entry.info)
                 else:
                     self.failure_level = entry.failure_level
-                    result = entry.unsynced(entry.error)
+                    result = (entry.fail if entry.cut else entry.unsynced)(entry.error)
             except Exception as exc:  # a bug: report it to the waiter, keep draining
                 log.exception("applying a write to %s failed", self.topic)
                 if not entry.future.done():

@@ -42,5 +42,5 @@ class PartitionMarkers:
         if plog is None:  # the topic was deleted: nothing left to mark
             return
         info = plog.append_controls(kind, producers, coordinator_epoch)
-        await self._committed.wait(*tp, plog, info.last_offset + 1)
+        await self._committed.wait(*tp, plog, info.last_offset + 1, info.fsync_stamp)
         self._on_marker(*tp)

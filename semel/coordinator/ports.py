@@ -41,9 +41,9 @@ __all__ = ["CoordinatorSeat", "HighWatermarks", "Loadable", "LocalMarkers", "Loc
 
 @runtime_checkable
 class PartitionWriter(Protocol):
-    async def sync(self, plog: Any, upto_offset: int) -> None:
+    async def sync(self, plog: Any, upto_offset: int, stamp: int | None = None) -> None:
         """Return once plog's records before `upto_offset` are committed; AppendError
-        (or StorageError) when they are not."""
+        (or StorageError) when they are not. `stamp`: the append's AppendInfo.fsync_stamp."""
 
 
 @runtime_checkable

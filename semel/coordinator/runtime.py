@@ -121,6 +121,10 @@ class CoordinatorRuntime:
         self.move("load")
         self.epoch = epoch
         self.log.plog = plog
+        if not plog.fsync_repair.trusted:
+            # A failed fsync left a tail the log cuts back (storage.fsync_repair): cut it
+            # now, so memory never takes records the log is about to drop.
+            plog.check_writable()
         started = time.monotonic()
         shard.clear()
         records = 0

@@ -28,8 +28,9 @@ from .log import PartitionLog
 
 log = logging.getLogger("semel.storage.committed")
 
-# One partition of a commit: (topic, partition, its log, one past the last offset to commit).
-Target = tuple[str, int, PartitionLog, int]
+# One partition of a commit: (topic, partition, its log, one past the last offset to commit,
+# the AppendInfo.fsync_stamp of that append or None).
+Target = tuple[str, int, PartitionLog, int, int | None]
 
 
 @runtime_checkable
@@ -76,11 +77,13 @@ class Committed:
         self.timeout_s = timeout_s
         self.unavailable = unavailable
 
-    async def wait(self, topic: str, partition: int, plog: PartitionLog, upto: int) -> None:
+    async def wait(self, topic: str, partition: int, plog: PartitionLog, upto: int,
+                   stamp: int | None = None) -> None:
         """Return once plog's records before `upto` are committed. StorageError when the
-        fsync failed, AppendError with the reason when the high watermark did not get there."""
+        fsync failed, AppendError with the reason when the high watermark did not get there.
+        `stamp`: the append's AppendInfo.fsync_stamp (GroupCommitFlusher.sync)."""
         if self.fsync is not None:
-            await self.fsync.sync(plog, upto)
+            await self.fsync.sync(plog, upto, stamp=stamp)
         err = await self._replicated(topic, partition, plog, upto, self.timeout_s)
         if err:
             raise AppendError(err, f"{topic}-{partition} up to {upto} not committed: {err.name}")
@@ -96,11 +99,11 @@ class Committed:
         their fsyncs in flight together (GroupCommitFlusher.sync_each, no task per
         partition; `begun`: the rounds begin() started for them), then each
         high-watermark wait, all within one `timeout_s`."""
-        failures = (await self.fsync.sync_each(_logs(targets), begun)
+        failures = (await self.fsync.sync_each(_logs(targets), begun, [t[4] for t in targets])
                     if self.fsync is not None else [None] * len(targets))
         deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
         out = []
-        for (topic, partition, plog, upto), exc in zip(targets, failures):
+        for (topic, partition, plog, upto, _), exc in zip(targets, failures):
             if exc is not None:
                 log.error("fsync of %s-%d failed: %s", topic, partition, exc)
                 out.append(exc.error)
@@ -116,8 +119,9 @@ class Committed:
         without waiting at all."""
         hws = self.high_watermarks()
         return hws is not None and all(
-            (self.fsync is None or plog.flushed_offset >= min(upto, plog.log_end_offset))
-            and hws.reached(topic, partition, upto) for topic, partition, plog, upto in targets)
+            (self.fsync is None or (plog.flushed_offset >= min(upto, plog.log_end_offset)
+                                    and (stamp is None or not plog.fsync_repair.lost(stamp, upto))))
+            and hws.reached(topic, partition, upto) for topic, partition, plog, upto, stamp in targets)
 
     def writer(self, topic: str, partition: int) -> "PartitionCommit":
         """The PartitionWriter of one partition's log (a coordinator's)."""
@@ -134,7 +138,7 @@ class Committed:
 
 
 def _logs(targets: list[Target]) -> list[tuple[PartitionLog, int]]:
-    return [(plog, upto) for _, _, plog, upto in targets]
+    return [(plog, upto) for _, _, plog, upto, _ in targets]
 
 
 class PartitionCommit:
@@ -144,5 +148,5 @@ class PartitionCommit:
         self.committed = committed
         self.topic, self.partition = topic, partition
 
-    async def sync(self, plog: PartitionLog, upto_offset: int) -> None:
-        await self.committed.wait(self.topic, self.partition, plog, upto_offset)
+    async def sync(self, plog: PartitionLog, upto_offset: int, stamp: int | None = None) -> None:
+        await self.committed.wait(self.topic, self.partition, plog, upto_offset, stamp)

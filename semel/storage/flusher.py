@@ -27,6 +27,8 @@ log = logging.getLogger("semel.storage")
 # What start_each began for each target of a sync_each: the round it waits for (None:
 # it needed none) and the log's fsync_failures when it asked.
 Begun = list[tuple["asyncio.Future[Any] | None", int]]
+# Each target's AppendInfo.fsync_stamp, where its caller kept them (None: none given).
+Stamps = list["int | None"] | None
 
 # The rounds of one loop turn go to at least this many worker jobs in parallel (fewer
 # when there are fewer rounds), and no job fsyncs more than LOGS_PER_JOB logs in a row
@@ -47,7 +49,8 @@ class GroupCommitFlusher:
         self._ahead: dict[asyncio.Future[Any], asyncio.Future[Any]] = {}
         self.rounds = 0   # fsync rounds started (for metrics and tests)
 
-    async def sync(self, plog: PartitionLog, upto_offset: int, failures: int | None = None) -> None:
+    async def sync(self, plog: PartitionLog, upto_offset: int, failures: int | None = None,
+                   stamp: int | None = None) -> None:
         """Return once plog.flushed_offset >= upto_offset (capped at the log end).
 
         Raises StorageError (to every waiter of the failed round) when the fsync fails,
@@ -56,13 +59,27 @@ class GroupCommitFlusher:
         fsync may have dropped their pages, whoever's round it was, and a later fsync
         that succeeds proves nothing about them. A failed write is cut back and drops
         no other record's pages: it does not count.
+        With `stamp`, the AppendInfo.fsync_stamp of the append (a log that cuts back the
+        tail a failed fsync left untrusted, storage.fsync_repair), the answer is exact:
+        StorageError exactly when the records are lost or bound to be cut back, whenever
+        the failure came, even before this call (no count to compare then).
         Cancelling a waiter does not cancel the shared fsync.
         """
         if failures is None:
             failures = plog.fsync_failures
-        while plog.flushed_offset < min(upto_offset, plog.log_end_offset):
-            await asyncio.shield(self._round(plog))
-        if plog.fsync_failures != failures:
+        repair = plog.fsync_repair
+        # An untrusted tail is fsynced by no round until it is cut back: nothing to wait for.
+        try:
+            while plog.flushed_offset < min(upto_offset, plog.log_end_offset) and repair.trusted:
+                await asyncio.shield(self._round(plog))
+        finally:
+            if not repair.trusted:
+                _cut_back(plog)
+        if stamp is not None:
+            if repair.lost(stamp, upto_offset) or plog.flushed_offset < upto_offset:
+                raise StorageError(f"{plog.directory}: an fsync of the log failed before records up to "
+                                   f"{upto_offset} were on disk; they are cut back and must be written again")
+        elif plog.fsync_failures != failures or plog.flushed_offset < min(upto_offset, plog.log_end_offset):
             raise StorageError(f"{plog.directory}: an fsync of the log failed while records up to "
                                f"{upto_offset} waited for their fsync; they may not be on disk")
 
@@ -77,10 +94,10 @@ class GroupCommitFlusher:
                  plog.fsync_failures) for plog, upto in targets]
 
     async def sync_each(self, targets: list[tuple[PartitionLog, int]],
-                        begun: Begun | None = None) -> list[StorageError | None]:
+                        begun: Begun | None = None, stamps: Stamps = None) -> list[StorageError | None]:
         """sync() for several logs: every round they need starts first (in one
         turn of the loop, _start_rounds; or `begun`, from start_each), then each is
-        awaited in turn. One waiter instead of a task per log: a Produce naming many
+        awaited in turn (with its `stamps` entry, as sync's `stamp`). One waiter instead of a task per log: a Produce naming many
         partitions pays for its fsyncs, not for a task each. The outcome per target,
         in order: None, or the StorageError of its round."""
         # Each round started for a target is awaited itself, not left to sync(): one that
@@ -89,11 +106,11 @@ class GroupCommitFlusher:
         if begun is None:
             begun = self.start_each(targets)
         out: list[StorageError | None] = []
-        for (plog, upto), (fut, failures) in zip(targets, begun):
+        for i, ((plog, upto), (fut, failures)) in enumerate(zip(targets, begun)):
             try:
                 if fut is not None:
                     await asyncio.shield(fut)
-                await self.sync(plog, upto, failures)
+                await self.sync(plog, upto, failures, None if stamps is None else stamps[i])
                 out.append(None)
             except StorageError as exc:
                 out.append(exc)
@@ -193,6 +210,20 @@ class GroupCommitFlusher:
                     await self.sync(plog, plog.log_end_offset)
                 except StorageError as exc:
                     log.warning("interval flush of %s failed: %s", plog.directory, exc)
+
+
+def _cut_back(plog: PartitionLog) -> None:
+    """The loop learned that an fsync of plog failed: cut the tail it left untrusted back
+    now (what the next write would do first, storage.fsync_repair), so that a
+    coordinator, which fails such a write and leaves its memory as it was, finds its log
+    saying the same at once. A cut-back that fails takes the log offline, which its
+    next write reports."""
+    if plog.closed:
+        return
+    try:
+        plog.check_writable()
+    except StorageError as exc:
+        log.error("%s: %s", plog.directory, exc)
 
 
 def _flush_each(logs: list[PartitionLog]) -> list[BaseException | None]:

@@ -170,15 +170,18 @@ class FileSystem:
 
 class _Fault:
     """n more failures of one operation, optionally only for paths containing a substring,
-    after letting `skip` matching calls through (to aim at the 2nd, 3rd... such call)."""
+    after letting `skip` matching calls through (to aim at the 2nd, 3rd... such call).
+    `partial`: a failed write is torn; `drop`: a failed fsync loses the file's unsynced bytes."""
 
-    __slots__ = ("remaining", "path_contains", "partial", "skip")
+    __slots__ = ("remaining", "path_contains", "partial", "skip", "drop")
 
-    def __init__(self, n: int, path_contains: str | None, partial: bool = False, skip: int = 0):
+    def __init__(self, n: int, path_contains: str | None, partial: bool = False, skip: int = 0,
+                 drop: bool = False):
         self.remaining = n
         self.path_contains = path_contains
         self.partial = partial
         self.skip = skip
+        self.drop = drop
 
     def hits(self, path: str) -> bool:
         return self.remaining > 0 and (self.path_contains is None or self.path_contains in path)
@@ -190,7 +193,12 @@ class FaultyFileSystem(FileSystem):
     - fail_next_write(n, path_contains, partial): the next n matching pwrites raise EIO;
       with partial=True half of the bytes reach the file first (a torn write).
     - fail_next_fsync / fail_next_rename: the next n matching calls raise EIO
-      (fsync_dir counts as an fsync of the directory path).
+      (fsync_dir counts as an fsync of the directory path). fail_next_fsync(drop=True)
+      also models what Linux may do to the pages of a failed fsync ("fsyncgate": it
+      marks them clean and reports the error once, so they are lost at the next power
+      cut or eviction while a later fsync succeeds): every byte written to the file
+      since its last successful fsync is zeroed in the file before the error is
+      raised, as a reader would find it once the page cache let go of them.
     - fsync_delay_s: every fsync sleeps first (a slow disk).
     - enospc_after_bytes: once that many bytes were added to files, writes raise
       ENOSPC after writing what still fits; truncate and unlink give space back.
@@ -204,6 +212,9 @@ class FaultyFileSystem(FileSystem):
         self._used = 0
         self._lock = threading.Lock()
         self._faults: dict[str, list[_Fault]] = {"write": [], "fsync": [], "rename": []}
+        # Per path, the (start, end) byte ranges written since its last successful fsync
+        # (adjacent and overlapping ones merged): what a dropping fsync failure zeroes.
+        self._unsynced: dict[str, list[tuple[int, int]]] = {}
 
     # -- arming faults ---------------------------------------------------------
     def fail_next_write(self, n: int = 1, path_contains: str | None = None, *, partial: bool = False,
@@ -211,9 +222,10 @@ class FaultyFileSystem(FileSystem):
         with self._lock:
             self._faults["write"].append(_Fault(n, path_contains, partial, skip))
 
-    def fail_next_fsync(self, n: int = 1, path_contains: str | None = None, *, skip: int = 0) -> None:
+    def fail_next_fsync(self, n: int = 1, path_contains: str | None = None, *, skip: int = 0,
+                        drop: bool = False) -> None:
         with self._lock:
-            self._faults["fsync"].append(_Fault(n, path_contains, skip=skip))
+            self._faults["fsync"].append(_Fault(n, path_contains, skip=skip, drop=drop))
 
     def fail_next_rename(self, n: int = 1, path_contains: str | None = None, *, skip: int = 0) -> None:
         with self._lock:
@@ -248,12 +260,34 @@ class FaultyFileSystem(FileSystem):
         fault = self._take("write", f.path)
         if fault is not None:
             if fault.partial and len(data) > 1:
+                self._note_unsynced(f.path, offset, len(data) // 2)
                 super().pwrite(f, memoryview(data)[: len(data) // 2], offset)
             raise OSError(errno.EIO, "injected write failure", f.path)
+        self._note_unsynced(f.path, offset, len(data))
         if self.enospc_after_bytes is not None:
             self._write_with_quota(f, data, offset, self.enospc_after_bytes)
             return
         super().pwrite(f, data, offset)
+
+    def _note_unsynced(self, path: str, start: int, size: int) -> None:
+        end = start + size
+        with self._lock:
+            ranges = self._unsynced.setdefault(path, [])
+            if ranges and start <= ranges[-1][1] and end >= ranges[-1][0]:
+                last = ranges.pop()
+                start, end = min(start, last[0]), max(end, last[1])
+            ranges.append((start, end))
+
+    def _drop_unsynced(self, f: FileHandle) -> None:
+        """A failed fsync lost the pages written since the last good one: zero them
+        (within the file's current size), bypassing faults and counts."""
+        with self._lock:
+            ranges = self._unsynced.pop(f.path, [])
+        size = super().size(f)
+        for start, end in ranges:
+            end = min(end, size)
+            if end > start:
+                super().pwrite(f, bytes(end - start), start)
 
     def _write_with_quota(self, f: FileHandle, data: bytes | bytearray | memoryview, offset: int,
                           quota: int) -> None:
@@ -297,18 +331,25 @@ class FaultyFileSystem(FileSystem):
             self._used = max(0, self._used - freed)
 
     def fsync(self, f: FileHandle) -> None:
-        self._fsync_common(f.path)
+        fault = self._fsync_common(f.path)
+        if fault is not None:
+            if fault.drop:
+                self._drop_unsynced(f)
+            raise OSError(errno.EIO, "injected fsync failure", f.path)
+        with self._lock:
+            self._unsynced.pop(f.path, None)
         super().fsync(f)
 
     def fsync_dir(self, path: str | Path) -> None:
-        self._fsync_common(str(path))
+        if self._fsync_common(str(path)) is not None:
+            raise OSError(errno.EIO, "injected fsync failure", str(path))
         super().fsync_dir(path)
 
-    def _fsync_common(self, path: str) -> None:
+    def _fsync_common(self, path: str) -> _Fault | None:
+        """Sleep as asked; the armed fault this fsync takes, if any."""
         if self.fsync_delay_s:
             time.sleep(self.fsync_delay_s)
-        if self._take("fsync", path) is not None:
-            raise OSError(errno.EIO, "injected fsync failure", path)
+        return self._take("fsync", path)
 
     def rename(self, src: str | Path, dst: str | Path) -> None:
         if self._take("rename", str(src)) is not None:
@@ -349,6 +390,7 @@ class FaultSpec(TypedDict, total=False):
     fail_next_rename: int
     path_contains: str
     partial: int
+    drop: int
     skip: int
     clear: int
     control_file: str
@@ -363,6 +405,7 @@ _ENV_KEYS: dict[str, Callable[[str], int | str]] = {
     "fail_next_rename": int,
     "path_contains": str,
     "partial": int,          # 1: a failed write first puts half of its bytes in the file (torn write)
+    "drop": int,             # 1: a failed fsync zeroes what the file got since its last good fsync (fsyncgate)
     "skip": int,             # let this many matching calls succeed before the failures begin
     "clear": int,            # 1: disarm all faults before arming the rest (control file only)
     "control_file": str,     # test-only: a file polled for more specs while the process runs
@@ -417,6 +460,6 @@ def arm_faults(fs: FaultyFileSystem, opts: FaultSpec) -> None:
     if n := opts.get("fail_next_write", 0):
         fs.fail_next_write(n, where, partial=bool(opts.get("partial")), skip=skip)
     if n := opts.get("fail_next_fsync", 0):
-        fs.fail_next_fsync(n, where, skip=skip)
+        fs.fail_next_fsync(n, where, skip=skip, drop=bool(opts.get("drop")))
     if n := opts.get("fail_next_rename", 0):
         fs.fail_next_rename(n, where, skip=skip)

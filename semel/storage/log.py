@@ -16,18 +16,19 @@ jobs, each given what it works on when it is made:
   Protocol it declares;
 - log_checkpoints.RecoveryCheckpoints (`checkpoints`): when a recovery checkpoint is
   due and writing one, given the files and settings;
+- fsync_repair.FsyncRepair (`fsync_repair`): what a failed fsync leaves trusted;
 - log_config.LogConfig: the settings.
 This module keeps the rest: appending (on the loop, or append_async), flushing, the
 role in a cluster (set_leader_epoch, set_follower, set_high_watermark: the replica
-manager's only way in), close. Its
-members without a leading underscore that layers above have no use for (segments,
-bases, the locks, write_batches, flush_locked...) are what the parts' Protocols name.
+manager's only way in), close. Its members without a leading underscore that layers above
+have no use for (segments, bases, the locks, flush_locked...) are what the parts' Protocols name.
 
 Promises (each has a test under tests/unit/storage):
 - append is all-or-nothing. On any disk error the active segment is cut back to
   its previous size, memory is left untouched and StorageError is raised.
-- flushed_offset only moves after an fsync succeeded; everything below it
-  survives a crash.
+- flushed_offset only moves after an fsync succeeded, never past a failed one;
+  everything below it survives a crash. On a single node under flush_mode "always"
+  the tail past it is cut back before the next write after a failed fsync (fsync_repair).
 - open() recovers what a crash left (see log_loader).
 - Idempotence and transactions: every batch with a producer id is checked before
   anything is written (ProducerStateError on a sequence/epoch violation; a retry
@@ -61,6 +62,7 @@ from semel.protocol.records import (
 
 from .errors import AppendError, OffsetOutOfRange, ProducerStateError, StorageError
 from .fs import FileSystem
+from .fsync_repair import FsyncRepair
 from .leader_epoch import LeaderEpochCache
 from .log_config import LogConfig
 from .log_checkpoints import RecoveryCheckpoints
@@ -75,7 +77,7 @@ from .segment_rolls import SegmentRolls
 from .segment_rewrites import SegmentRewrites
 from .types import AppendInfo
 from .write_offload import (
-    OFFLOOP_WRITE_BYTES, WRITERS, Payload, PendingWrite, Placed, WriteOffload, run_precheck,
+    OFFLOOP_WRITE_BYTES, WRITERS, Payload, PendingWrite, Placed, WriteOffload, check_layout, run_precheck,
 )
 
 __all__ = ["LogConfig", "PartitionLog", "AppendInfo", "RecoveryInfo", "StorageError", "OffsetOutOfRange",
@@ -114,6 +116,7 @@ class PartitionLog:
         # watches to stop serving a partition its disk cannot keep (semel.cluster.offline).
         self.storage_failures = 0
         self.fsync_failures = 0   # of these, the fsyncs: what the flusher's waiters count
+        self.fsync_repair = FsyncRepair(self)
         self.checkpoints = RecoveryCheckpoints(self.fs, self.directory, config)
         # The role in a cluster, changed only through the "role" methods below. Leader
         # epoch and high watermark stay None on a single-node broker, where batches keep
@@ -254,10 +257,12 @@ class PartitionLog:
         is a retry of batches already stored. Raises AppendError."""
         self.check_writable()
         self.check_leading()
-        self._check_layout(data, batches)
+        check_layout(data, batches)
         err, duplicate = self.producers.check_batches([h for _, h in batches])
         if err is not KafkaError.NONE:
             raise ProducerStateError(err, f"{err.name} for {self.directory}")
+        if duplicate is not None:
+            duplicate.fsync_stamp = self.fsync_repair.stamp()
         return duplicate
 
     def _apply_data(self, placed: list[Placed]) -> None:
@@ -276,19 +281,6 @@ class PartitionLog:
         return self._markers.append_controls(kind, producers, coordinator_epoch, timestamp_ms=timestamp_ms)
 
     append_controls.__doc__ = MarkerAppends.append_controls.__doc__
-
-    def _check_layout(self, data: Payload, batches: Batches) -> None:
-        if not batches:
-            raise AppendError(KafkaError.CORRUPT_MESSAGE, "no record batches to append")
-        expect = 0
-        for pos, hdr in batches:
-            if pos != expect or hdr.batch_length < 49:
-                raise AppendError(KafkaError.CORRUPT_MESSAGE, "batch positions do not tile the payload")
-            if hdr.is_control:
-                raise AppendError(KafkaError.INVALID_RECORD, "control batches are written by append_control")
-            expect = pos + hdr.size
-        if expect != len(data):
-            raise AppendError(KafkaError.CORRUPT_MESSAGE, "payload has bytes after its last batch")
 
     def write_batches(self, data: Payload, batches: Batches,
                       on_success: Callable[[list[Placed]], None] | None = None, assign: bool = True) -> AppendInfo:
@@ -334,7 +326,7 @@ class PartitionLog:
                 if epoch is not None:
                     set_leader_epoch(patched, pos, epoch)
             buf = patched
-        return PendingWrite(seg, seg.size, buf, placed, first, offset, on_success)
+        return PendingWrite(seg, seg.size, buf, placed, first, offset, on_success, self.fsync_repair.stamp())
 
     def finish_write(self, w: PendingWrite, failure: BaseException | None) -> AppendInfo:
         """After the pwrite: cut a failed one back, else account for the batches."""
@@ -353,15 +345,14 @@ class PartitionLog:
                 w.on_success(w.placed)
         if w.synced:
             self._note_synced(w.end)
-        return AppendInfo(w.first, w.end - 1, -1)
+        return AppendInfo(w.first, w.end - 1, -1, fsync_stamp=w.stamp)
 
     def _note_synced(self, end: int) -> None:
         """A write-through fsync covered the active segment up to `end`: every earlier
         write to it went before (appends are serialised) and older segments were
         fsynced at their roll. A recovery checkpoint that has come due is written by a
         worker thread."""
-        if end > self.flushed_offset:
-            self.flushed_offset = end
+        self.fsync_repair.advance(end)
         if self.checkpoints.due():
             self._offload.checkpoint_soon()
 
@@ -513,7 +504,10 @@ class PartitionLog:
 
     def flush_locked(self, *, force_checkpoint: bool = False, clean: bool = False, strict: bool = False,
                      due: bool = True) -> int:
-        """flush() under io_lock; `due`: also write a checkpoint that has come due."""
+        """flush() under io_lock; `due`: also write a checkpoint that has come due. An
+        untrusted tail (fsync_repair) is neither fsynced nor checkpointed: StorageError."""
+        if not self.fsync_repair.trusted:
+            raise StorageError(f"{self.directory}: an fsync failed; the tail is cut back at the next write")
         due = force_checkpoint or (due and self.checkpoints.due())
         with self.state_lock:
             seg = self.segments[-1]
@@ -524,10 +518,9 @@ class PartitionLog:
                 self.fs.fsync(seg.log)
             except OSError as exc:
                 self.storage_failures += 1
-                self.fsync_failures += 1
+                self.fsync_repair.failed()
                 raise StorageError(f"fsync of {seg.path(LOG_SUFFIX)} failed: {exc}") from exc
-            # max: a write-through append may have moved it past this round's leo meanwhile
-            self.flushed_offset = max(self.flushed_offset, leo)
+            self.fsync_repair.advance(leo)   # a write-through append may have moved it past leo
         if state is not None:
             self.checkpoints.write(seg, state, strict)
         return self.flushed_offset
@@ -541,6 +534,7 @@ class PartitionLog:
                 return
             try:
                 if self._failed is None:
+                    self.fsync_repair.run()   # an untrusted tail is cut, not vouched for
                     self.segments[-1].seal_time_index()
                     self.flush_locked(force_checkpoint=True, clean=True, strict=True)
             finally:
@@ -587,6 +581,12 @@ class PartitionLog:
         self.check_readable()
         if self._failed is not None:
             raise StorageError(f"log {self.directory} is offline: {self._failed}")
+        self.fsync_repair.run()
+
+    @property
+    def standalone(self) -> bool:
+        """No role in a cluster (a single node): no leader epoch, high watermark or follower."""
+        return self._leader_epoch is None and self._replicated_hw is None and not self._is_follower
 
     @property
     def closed(self) -> bool:
@@ -595,6 +595,3 @@ class PartitionLog:
     def __repr__(self) -> str:
         return (f"PartitionLog({str(self.directory)!r}, start={self.log_start_offset}, "
                 f"end={self.log_end_offset}, flushed={self.flushed_offset}, segments={len(self.segments)})")
-
-
-

@@ -262,12 +262,18 @@ class Segment:
     def truncate_to(self, offset: int) -> None:
         """Cut the segment before the batch holding `offset` (replica truncation): the
         data file, the offset and time indexes (in memory and on disk), the running
-        max timestamp and the aborted-transaction index. Raises OSError."""
-        cut_pos, cut_off = self.size, self.next_offset
-        for pos, hdr in self.iter_headers(self.lookup(offset)):
+        max timestamp and the aborted-transaction index. Raises OSError.
+        Where the bytes from `offset` on do not read back as batches (the pages a failed
+        fsync dropped, storage.fsync_repair), it cuts where the last batch before ends,
+        when that is `offset`."""
+        cut_pos, cut_off = (0, self.base) if offset <= self.base else (self.size, self.next_offset)
+        # From a batch before `offset`: the one holding it may be what does not read back.
+        for pos, hdr in self.iter_headers(self.lookup(offset - 1)):
             if hdr.last_offset >= offset:
                 cut_pos, cut_off = pos, hdr.base_offset
                 break
+            if hdr.next_offset == offset:
+                cut_pos, cut_off = pos + hdr.size, offset
         if cut_pos >= self.size:
             return
         self.fs.truncate(self.log, cut_pos)

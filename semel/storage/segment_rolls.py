@@ -15,6 +15,7 @@ from semel.protocol.records import BatchHeader
 
 from .errors import StorageError
 from .fs import FileSystem
+from .fsync_repair import FsyncRepair
 from .log_config import LogConfig
 from .segment import MAX_RELATIVE_OFFSET, Segment
 
@@ -37,6 +38,7 @@ class RolledLog(SegmentedLog, Protocol):
     flushed_offset: int
     storage_failures: int
     fsync_failures: int
+    fsync_repair: FsyncRepair
 
     def flush_locked(self, *, force_checkpoint: bool = False, clean: bool = False, strict: bool = False) -> int: ...
 
@@ -66,13 +68,18 @@ class SegmentRolls:
             new = Segment(fs, plog.directory, new_base)
             try:
                 fs.fsync(old.log)
+            except OSError as exc:
+                plog.storage_failures += 1
+                plog.fsync_repair.failed()   # its dropped pages: the tail past flushed_offset is untrusted
+                raise StorageError(f"cannot roll {plog.directory} at offset {new_base}: {exc}") from exc
+            try:
                 old.seal_time_index()
                 old.persist_indexes(sync=True)
                 new.create_files()
                 fs.fsync_dir(plog.directory)
             except OSError as exc:
                 plog.storage_failures += 1
-                plog.fsync_failures += 1   # the old segment's fsync may be the step that failed
+                plog.fsync_failures += 1   # an index or directory fsync may be the step that failed
                 try:
                     new.delete_files()
                 except OSError:
@@ -81,9 +88,11 @@ class SegmentRolls:
             with plog.state_lock:
                 plog.segments.append(new)
                 plog.bases.append(new_base)
-            plog.flushed_offset = max(plog.flushed_offset, new_base)
+            plog.fsync_repair.advance(new_base)   # not past a tail a failed fsync left untrusted
             if close_old:
                 old.close()
-            # checkpoint + producer snapshot at the new base (failure only costs restart time)
-            plog.flush_locked(force_checkpoint=True)
+            # checkpoint + producer snapshot at the new base (failure only costs restart time;
+            # none vouches for a tail a failed fsync left untrusted)
+            if plog.fsync_repair.trusted:
+                plog.flush_locked(force_checkpoint=True)
             return old

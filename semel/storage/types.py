@@ -10,3 +10,6 @@ class AppendInfo:
     last_offset: int
     log_append_time: int = -1   # -1: batches keep their CreateTime timestamps
     duplicate: bool = False     # True: a retry of batches already in the log (nothing written)
+    # What a waiter for these records' fsync hands back to the log (FsyncRepair.lost):
+    # None where the log is never cut back after a failed fsync.
+    fsync_stamp: int | None = None

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable
 from concurrent.futures import CancelledError as FutureCancelled
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
@@ -34,6 +35,7 @@ from semel.protocol.records import BatchHeader
 
 from .errors import AppendError, StorageError
 from .fs import FileSystem
+from .fsync_repair import FsyncRepair
 from .segment import Segment
 from .types import AppendInfo
 
@@ -59,7 +61,8 @@ class OffloadedLog(Protocol):
     """What a WriteOffload needs of the log whose file work it hands to threads."""
     fs: FileSystem
     directory: Path
-    fsync_failures: int
+    io_lock: threading.RLock
+    fsync_repair: FsyncRepair
 
     def finish_write(self, w: PendingWrite, failure: BaseException | None) -> AppendInfo: ...
 
@@ -103,17 +106,20 @@ class WriteOffload:
 
     def _write_through(self, w: PendingWrite) -> None:
         """Worker thread: w's pwrite, then an fsync of its segment file. A failed fsync
-        is not the write's failure: the data stays (as when a flusher round fails) and
-        the caller's acks=all wait goes through the flusher, which reports it."""
+        is not the write's failure: the data stays until the log cuts its untrusted
+        tail back (fsync_repair), and the caller's acks=all wait reports it."""
         fs = self._log.fs
         fs.pwrite(w.seg.log, w.buf, w.start)
-        try:
-            fs.fsync(w.seg.log)
-        except OSError as exc:
-            # Counted: the pages it may have dropped are not vouched for by the retry.
-            self._log.fsync_failures += 1
-            log.warning("%s: fsync after an append failed (the flusher retries it): %s", self._log.directory, exc)
-            return
+        # io_lock, as every fsync of the log: one that fails is noted before any other
+        # fsync of the log can succeed and move flushed_offset past what it dropped.
+        with self._log.io_lock:
+            try:
+                fs.fsync(w.seg.log)
+            except OSError as exc:
+                # Counted: the pages it may have dropped are not vouched for by a retry.
+                self._log.fsync_repair.failed()
+                log.warning("%s: fsync after an append failed: %s", self._log.directory, exc)
+                return
         w.synced = True
 
     def checkpoint_soon(self) -> None:
@@ -202,14 +208,32 @@ def run_precheck(precheck: Callable[[], KafkaError] | None) -> None:
             raise AppendError(err, err.name)
 
 
+def check_layout(data: Payload, batches: list[tuple[int, BatchHeader]]) -> None:
+    """A produce payload's batches, as split_batches gave them, tile it exactly and none
+    is a control batch (those are written by append_control); AppendError otherwise."""
+    if not batches:
+        raise AppendError(KafkaError.CORRUPT_MESSAGE, "no record batches to append")
+    expect = 0
+    for pos, hdr in batches:
+        if pos != expect or hdr.batch_length < 49:
+            raise AppendError(KafkaError.CORRUPT_MESSAGE, "batch positions do not tile the payload")
+        if hdr.is_control:
+            raise AppendError(KafkaError.INVALID_RECORD, "control batches are written by append_control")
+        expect = pos + hdr.size
+    if expect != len(data):
+        raise AppendError(KafkaError.CORRUPT_MESSAGE, "payload has bytes after its last batch")
+
+
 class PendingWrite:
     """One append between its pwrite and its effect on memory (see append_async)."""
-    __slots__ = ("seg", "start", "buf", "placed", "first", "end", "on_success", "future", "info", "error", "synced")
+    __slots__ = ("seg", "start", "buf", "placed", "first", "end", "on_success", "stamp", "future", "info", "error",
+                 "synced")
 
     def __init__(self, seg: Segment, start: int, buf: Payload, placed: list[Placed], first: int, end: int,
-                 on_success: Callable[[list[Placed]], None] | None) -> None:
+                 on_success: Callable[[list[Placed]], None] | None, stamp: int | None = None) -> None:
         self.seg, self.start, self.buf, self.placed = seg, start, buf, placed
         self.first, self.end, self.on_success = first, end, on_success
+        self.stamp = stamp            # AppendInfo.fsync_stamp
         self.future: Future[None] | None = None
         self.info: AppendInfo | None = None
         self.error: StorageError | None = None

@@ -243,3 +243,39 @@ def test_a_record_a_reader_saw_survives_a_power_cut(tmp_path):
             assert read_values(broker.bootstrap, "seen", 1, "read_committed", want=1) == ["v0"]
         finally:
             broker.close()
+
+
+def test_a_record_retried_after_a_failed_fsync_survives_a_power_cut(tmp_path):
+    """A failed fsync may drop the pages it was writing and report the error once
+    (drop=1 zeroes them, as Linux may): the idempotent producer's retry must be written
+    and fsynced again, not answered as a duplicate of bytes the cut takes
+    (storage/fsync_repair.py). Every acknowledged record survives, exactly once."""
+    from confluent_kafka import Producer
+    with power_cut_disk(tmp_path) as disk:
+        broker = SemelBroker(disk.mount / "data", log_path=tmp_path / "broker.log",
+                             env={"SEMEL_FS_FAULTS": f"control_file={tmp_path / 'faults'}"})
+        broker.start()
+        try:
+            with Client(broker.bootstrap) as c:
+                c.create_topic("fg", 1)
+            acked: list[str] = []
+
+            def on_delivery(err, msg) -> None:
+                if err is None:
+                    acked.append(msg.value().decode())
+            producer = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True,
+                                 "acks": "all", "linger.ms": 0})
+            producer.produce("fg", value=b"v0", on_delivery=on_delivery)
+            assert producer.flush(30) == 0
+            _arm_faults(tmp_path / "faults", "fail_next_fsync=1,drop=1,path_contains=fg-0/00000000000000000000.log")
+            for v in (b"v1", b"v2"):
+                producer.produce("fg", value=v, on_delivery=on_delivery)
+                assert producer.flush(60) == 0
+            assert acked == ["v0", "v1", "v2"]
+            assert "fsync failed; records from offset 1 on are cut back" in (tmp_path / "broker.log").read_text()
+            broker.kill()
+            disk.cut()
+            broker.start()
+            assert read_values(broker.bootstrap, "fg", 1, "read_uncommitted", want=3) == ["v0", "v1", "v2"]
+        finally:
+            broker.close()

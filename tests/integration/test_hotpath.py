@@ -232,10 +232,11 @@ def _produce_many(c: Client, topic: str, batches: dict[int, bytes]) -> dict[int,
 
 def test_acks_all_is_answered_only_after_an_fsync_covered_the_batch(start_broker, tmp_path):
     """The acks=all paths of one node (PartitionLog.append_async): a large single-
-    partition append is fsynced by its own write thread; when that fsync fails, the
-    answer waits for a flusher round, and when that fails too the producer gets
-    KAFKA_STORAGE_ERROR, never NONE. A request naming several partitions writes them on
-    the loop and each gets the outcome of its own log's fsync."""
+    partition append is fsynced by its own write thread; when that fsync fails the
+    producer gets KAFKA_STORAGE_ERROR, never NONE (no later fsync vouches for pages the
+    failed one may have dropped), and the next append cuts the batch back first
+    (storage/fsync_repair.py). A request naming several partitions writes them on the
+    loop and each gets the outcome of its own log's fsync."""
     from test_txn_faults import arm
     ctl = tmp_path / "faults"
     b = start_broker(env={"SEMEL_FS_FAULTS": f"control_file={ctl}"})
@@ -245,15 +246,15 @@ def test_acks_all_is_answered_only_after_an_fsync_covered_the_batch(start_broker
         assert c.create_topic("wt", 1) == KafkaError.NONE
         assert c.create_topic("multi", 3) == KafkaError.NONE
         assert c.produce("wt", 0, _batch(big)) == (KafkaError.NONE, 0)
-        arm(b, "fail_next_fsync=2,path_contains=wt-0/")     # the write's own fsync, then the flusher's
+        arm(b, "fail_next_fsync=1,path_contains=wt-0/")     # the write's own fsync
         assert c.produce("wt", 0, _batch(big))[0] == KafkaError.KAFKA_STORAGE_ERROR
-        arm(b, "clear=1,fail_next_fsync=1,path_contains=wt-0/")   # only the write's own: the flusher's works
-        assert c.produce("wt", 0, _batch(big)) == (KafkaError.NONE, 400)
+        assert c.produce("wt", 0, _batch(big)) == (KafkaError.NONE, 200)   # written where it was cut
         arm(b, "clear=1,fail_next_fsync=1,path_contains=multi-1/")
         got = _produce_many(c, "multi", {p: _batch(big) for p in range(3)})
         assert got == {0: KafkaError.NONE, 1: KafkaError.KAFKA_STORAGE_ERROR, 2: KafkaError.NONE}
         arm(b, "clear=1")
         assert _produce_many(c, "multi", {p: _batch([b"m"]) for p in range(3)}) == {p: KafkaError.NONE for p in range(3)}
-    # What failed its fsync stays in the log unacknowledged (as a failed flusher round
-    # leaves it): the producer's retry is deduplicated when it is idempotent.
-    assert read_values(b.bootstrap, "wt", 1, "read_uncommitted", want=600) == ["w" * 1000] * 600
+    # What failed its fsync was cut back: only the batches acknowledged are stored.
+    assert read_values(b.bootstrap, "wt", 1, "read_uncommitted", want=400) == ["w" * 1000] * 400
+    multi = read_values(b.bootstrap, "multi", 3, "read_uncommitted", want=400 + 3)
+    assert sorted(multi) == sorted(["w" * 1000] * 400 + ["m"] * 3)   # multi-1's big batch was cut

@@ -242,8 +242,14 @@ def test_kip360_transactional_epoch_bump_and_fencing(ibroker):
 
 # --- disk faults while appending ---------------------------------------------------------------
 
-@pytest.mark.parametrize("fault", ["fail_next_write=1", "fail_next_write=1,partial=1", "fail_next_fsync=1"])
+@pytest.mark.parametrize("fault", ["fail_next_write=1", "fail_next_write=1,partial=1", "fail_next_fsync=1",
+                                   "fail_next_fsync=1,drop=1"])
 def test_retry_after_disk_fault_is_stored_exactly_once(start_broker, tmp_path, fault):
+    """A failed write is cut back; a failed fsync leaves the log's unflushed tail
+    untrusted (with drop=1 its bytes are gone from the file, as Linux may drop the
+    pages of a failed fsync), and the retry's append cuts it back first: the retry is
+    written and fsynced again, not answered as a duplicate of bytes a power cut or
+    the page cache could take (storage/fsync_repair.py)."""
     from test_txn_faults import arm, assert_logs_whole
     b = start_broker(env={"SEMEL_FS_FAULTS": f"control_file={tmp_path / 'faults'}"})
     b.control_file = tmp_path / "faults"
@@ -253,7 +259,7 @@ def test_retry_after_disk_fault_is_stored_exactly_once(start_broker, tmp_path, f
         assert c.produce("t", 0, batch(pid, 0)) == (E.NONE, 0)
         arm(b, f"{fault},path_contains=t-0/00000000000000000000.log")
         assert c.produce("t", 0, batch(pid, 1))[0] == E.KAFKA_STORAGE_ERROR
-        # Written but not synced (fsync fault) or not written at all: either way one copy.
+        # Not written (write fault) or cut back before the retry (fsync fault): one copy.
         assert c.produce("t", 0, batch(pid, 1)) == (E.NONE, 1)
         assert c.produce("t", 0, batch(pid, 2)) == (E.NONE, 2)
     b.kill()

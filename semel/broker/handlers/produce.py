@@ -35,13 +35,14 @@ from ..services import Services
 log = logging.getLogger("semel.broker.produce")
 
 class _PartitionResult:
-    __slots__ = ("index", "error", "base_offset", "log", "upto", "message", "record_errors")
+    __slots__ = ("index", "error", "base_offset", "log", "upto", "stamp", "message", "record_errors")
 
     def __init__(self, index: int, error: KafkaError = KafkaError.NONE, base_offset: int = -1,
                  plog: PartitionLog | None = None, upto: int = 0, message: str | None = None,
-                 record_errors: Sequence[RecordError] = ()):
+                 record_errors: Sequence[RecordError] = (), stamp: int | None = None):
         self.index, self.error, self.base_offset = index, error, base_offset
         self.log, self.upto, self.message = plog, upto, message
+        self.stamp = stamp   # AppendInfo.fsync_stamp: the fsync wait asks the log with it
         self.record_errors = record_errors   # KIP-467: RecordErrors of the records that failed the batch
 
 
@@ -107,7 +108,7 @@ def _flush_soon(services: Services, results: Results) -> None:
 
 def _targets(results: Results) -> list[Target]:
     """What a commit waits for: every partition that took a batch."""
-    return [(name, part.index, part.log, part.upto) for name, parts in results for part in parts
+    return [(name, part.index, part.log, part.upto, part.stamp) for name, parts in results for part in parts
             if part.log is not None]
 
 
@@ -165,7 +166,8 @@ async def _append_partition(ctx: RequestContext, req: Any, topic: str, pdata: An
     else:
         services.metrics.produced_bytes.inc(len(data))
         services.notifier.notify(topic, pdata.index)
-    return _PartitionResult(pdata.index, base_offset=info.first_offset, plog=plog, upto=info.last_offset + 1)
+    return _PartitionResult(pdata.index, base_offset=info.first_offset, plog=plog, upto=info.last_offset + 1,
+                            stamp=info.fsync_stamp)
 
 
 def _refused_append(services: Services, topic: str, partition: int, err: KafkaError) -> _PartitionResult:

@@ -285,7 +285,7 @@ async def _abort_partition(ctx: RequestContext, marker: Any, tp: tuple[str, int]
     try:
         info = plog.append_control(records.CONTROL_ABORT, marker.producer_id, marker.producer_epoch,
                                    marker.coordinator_epoch)
-        await ctx.services.committed.wait(topic, partition, plog, info.last_offset + 1)
+        await ctx.services.committed.wait(topic, partition, plog, info.last_offset + 1, info.fsync_stamp)
     except StorageError as exc:
         log.error("admin abort marker on %s-%d failed: %s", topic, partition, exc)
         return KafkaError.KAFKA_STORAGE_ERROR

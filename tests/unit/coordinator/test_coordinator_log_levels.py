@@ -33,7 +33,7 @@ class _FailingFlusher:
     def __init__(self, exc: Exception):
         self.exc = exc
 
-    async def sync(self, plog, upto_offset: int) -> None:
+    async def sync(self, plog, upto_offset: int, stamp: int | None = None) -> None:
         raise self.exc
 
 
@@ -52,7 +52,8 @@ def _write_through(exc: Exception) -> tuple[str, int]:
             seen.append(clog.failure_level)
             return "unsynced"
 
-        fut = clog.write(lambda: SimpleNamespace(last_offset=0), lambda info: "applied", lambda error: "failed",
+        fut = clog.write(lambda: SimpleNamespace(last_offset=0, fsync_stamp=None), lambda info: "applied",
+                         lambda error: "failed",
                          unsynced=unsynced)
         return await fut
 

@@ -44,6 +44,14 @@ def _fenced() -> Exception:
     return ProducerStateError(KafkaError.INVALID_PRODUCER_EPOCH, "fenced")
 
 
+class _NeverCut:
+    """A FsyncRepair of a log that never cuts its tail back (storage/fsync_repair.py)."""
+    trusted = True
+
+    def lost(self, stamp, upto) -> bool:
+        return False
+
+
 class MemLog:
     def __init__(self):
         self.batches: list[tuple[int, bytes]] = []   # (base offset, bytes)
@@ -51,6 +59,7 @@ class MemLog:
         self.log_end_offset = 0
         self.fail_appends = 0
         self.epochs: dict[int, int] = {}
+        self.fsync_repair = _NeverCut()
 
     def _check_epoch(self, producer_id: int, epoch: int) -> None:
         if producer_id < 0:
@@ -73,7 +82,7 @@ class MemLog:
             self.log_end_offset += hdr.last_offset_delta + 1
             if hdr.producer_id >= 0:
                 self.epochs[hdr.producer_id] = hdr.producer_epoch
-        return SimpleNamespace(first_offset=first, last_offset=self.log_end_offset - 1)
+        return SimpleNamespace(first_offset=first, last_offset=self.log_end_offset - 1, fsync_stamp=None)
 
     def append(self, data: bytes, batches):
         return self._store(data, batches)
@@ -132,7 +141,7 @@ class GateFlusher:
         self.hold = False
         self.waiting: list[asyncio.Future] = []
 
-    async def sync(self, log, upto_offset: int) -> None:
+    async def sync(self, log, upto_offset: int, stamp: int | None = None) -> None:
         self.calls += 1
         if self.hold:
             fut = asyncio.get_running_loop().create_future()

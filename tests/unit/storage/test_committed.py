@@ -23,12 +23,12 @@ class Inner:
     def __init__(self, fail=()):
         self.calls, self.fail = [], fail
 
-    async def sync(self, plog, upto):
+    async def sync(self, plog, upto, failures=None, stamp=None):
         self.calls.append(upto)
         if plog in self.fail:
             raise StorageError("fsync failed")
 
-    async def sync_each(self, targets, begun=None):
+    async def sync_each(self, targets, begun=None, stamps=None):
         out = []
         for plog, upto in targets:
             try:
@@ -92,6 +92,7 @@ def test_no_replication_running_is_not_coordinator():
 class Info:
     def __init__(self, last):
         self.last_offset = last
+        self.fsync_stamp = None   # a log never cut back
 
 
 def test_coordinator_log_applies_only_past_the_high_watermark():
@@ -131,7 +132,7 @@ def test_one_node_commits_once_fsynced_and_wakes_readers():
         good, bad = Log(5), Log(5)
         inner = Inner(fail={bad})
         c = Committed(inner, lambda: OneNode(lambda t, p: woken.append((t, p))), 5.0)
-        errors = await c.wait_each([("a", 0, good, 5), ("b", 1, bad, 5)])
+        errors = await c.wait_each([("a", 0, good, 5, None), ("b", 1, bad, 5, None)])
         assert errors == [E.NONE, E.KAFKA_STORAGE_ERROR]
         assert inner.calls == [5, 5] and woken == [("a", 0)]
         await c.wait("a", 0, good, 5)
@@ -145,7 +146,7 @@ def test_no_fsync_asked_for_waits_only_for_the_high_watermark():
         replicas = Replicas()
         replicas.hw = 4
         c = Committed(None, lambda: replicas, 5.0)
-        assert await c.wait_each([("t", 0, Log(4), 4)]) == [E.NONE]
+        assert await c.wait_each([("t", 0, Log(4), 4, None)]) == [E.NONE]
         assert replicas.flushes == [] and replicas.asked == [("t", 0, 4)]
     asyncio.run(go())
 
@@ -158,12 +159,12 @@ class Flushed(Log):
 
 def test_already_committed_needs_the_fsync_and_the_high_watermark():
     one = OneNode(lambda t, p: None)
-    assert Committed(Inner(), lambda: one, 5.0).already([("t", 0, Flushed(5, 5), 5)])
-    assert not Committed(Inner(), lambda: one, 5.0).already([("t", 0, Flushed(5, 4), 5)])
-    assert Committed(None, lambda: one, 5.0).already([("t", 0, Flushed(5, 0), 5)])   # no fsync asked for
-    assert not Committed(None, lambda: None, 5.0).already([("t", 0, Flushed(5, 5), 5)])
+    assert Committed(Inner(), lambda: one, 5.0).already([("t", 0, Flushed(5, 5), 5, None)])
+    assert not Committed(Inner(), lambda: one, 5.0).already([("t", 0, Flushed(5, 4), 5, None)])
+    assert Committed(None, lambda: one, 5.0).already([("t", 0, Flushed(5, 0), 5, None)])   # no fsync asked for
+    assert not Committed(None, lambda: None, 5.0).already([("t", 0, Flushed(5, 5), 5, None)])
 
     class Behind(Replicas):
         def reached(self, topic, partition, upto):
             return False
-    assert not Committed(Inner(), lambda: Behind(), 5.0).already([("t", 0, Flushed(5, 5), 5)])
+    assert not Committed(Inner(), lambda: Behind(), 5.0).already([("t", 0, Flushed(5, 5), 5, None)])

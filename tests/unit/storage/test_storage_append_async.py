@@ -7,7 +7,8 @@ flushes, slow and failing writes, slow fsyncs, and readers; after every step:
 - the log reads back as contiguous offsets up to its end, every byte below the end
   is a whole, CRC-correct batch, and nothing is readable at or past the end;
 - offsets were assigned in call order: each append answered got offsets above
-  every append answered before it was called;
+  every append answered before it was called, except those the log cut back after
+  a failed fsync (their offsets are written again: storage/fsync_repair.py);
 - every acknowledged batch (answered, then flushed) is in the log exactly once at
   the offsets it was given, and a retry of it got those same offsets;
 - acknowledged == durable: when the flush returns, the batch lies wholly within the
@@ -98,7 +99,7 @@ async def scenario(tmp_path, seed: int, stepped: bool = False) -> None:
     plog = PartitionLog.open(tmp_path / f"s{seed}", CFG, fs, runner=runner)
     flusher = GroupCommitFlusher()
     acked: dict[tuple[int, int], tuple[int, int]] = {}      # (pid, seq) -> (first, last offset)
-    answered: list[tuple[int, int, int]] = []                # (call number, first, last)
+    answered: list[tuple[int, int, int, int | None]] = []    # (call number, first, last, fsync stamp)
     calls = 0
     seqs = {pid: 0 for pid in (1, 2, 3)}
     last_sent: dict[int, tuple[bytes, int]] = {}
@@ -118,7 +119,7 @@ async def scenario(tmp_path, seed: int, stepped: bool = False) -> None:
             last_sent[pid] = raw, seq
         calls += 1
         me = calls
-        called_after = [(first, last) for _, first, last in answered]
+        called_after = [(first, last, stamp) for _, first, last, stamp in answered]
         if rng.random() < 0.1:
             fs.fail_next_write(1, ".log", partial=rng.random() < 0.5)
         if rng.random() < 0.08:
@@ -134,10 +135,11 @@ async def scenario(tmp_path, seed: int, stepped: bool = False) -> None:
             return
         if not info.duplicate:
             # Offsets in call order: above everything answered before this call.
-            assert all(info.first_offset > last for _, last in called_after)
-        answered.append((me, info.first_offset, info.last_offset))
+            assert all(info.first_offset > last for _, last, stamp in called_after
+                       if not plog.fsync_repair.lost(stamp, last + 1))
+        answered.append((me, info.first_offset, info.last_offset, info.fsync_stamp))
         try:
-            await flusher.sync(plog, info.last_offset + 1)
+            await flusher.sync(plog, info.last_offset + 1, stamp=info.fsync_stamp)
         except StorageError:
             fs.clear_faults()
             return                            # not acknowledged: the producer retries it later
@@ -306,6 +308,7 @@ def test_a_failed_roll_fails_the_append_and_writes_nothing(tmp_path):
     async def body(plog, fs):
         big = batch([b"b" * 1000] * 90)
         _fill(plog, len(big))
+        plog.flush()   # durable first: a failed fsync cuts back an unflushed tail (fsync_repair)
         end, bases = plog.log_end_offset, plog.segment_bases
         fs.fail_next_fsync(1, ".log")
         with pytest.raises(AppendError):
@@ -354,12 +357,18 @@ def test_a_write_through_append_is_flushed_when_answered_and_checkpoints_off_the
     asyncio.run(run())
 
 
-def test_a_failed_write_through_fsync_keeps_the_data_and_leaves_the_flush_to_the_flusher(tmp_path):
+def test_a_failed_write_through_fsync_fails_the_wait_and_the_retry_is_written_again(tmp_path):
+    """The write stays in memory until the next write cuts it back: no later fsync
+    vouches for the pages the failed one may have dropped (storage/fsync_repair.py)."""
     async def body(plog, fs):
         big = batch([b"b" * 1000] * 80)
         fs.fail_next_fsync(1, ".log")
         info = await plog.append_async(big, split_batches(big)[0], sync=True)
         assert (info.first_offset, plog.log_end_offset, plog.flushed_offset) == (0, 80, 0)
-        await GroupCommitFlusher().sync(plog, 80)      # the next fsync works and moves it on
-        assert plog.flushed_offset == 80
+        with pytest.raises(StorageError):
+            await GroupCommitFlusher().sync(plog, 80, stamp=info.fsync_stamp)
+        assert plog.flushed_offset == 0
+        info = await plog.append_async(big, split_batches(big)[0], sync=True)   # the retry
+        assert (info.first_offset, plog.log_end_offset, plog.flushed_offset) == (0, 80, 80)
+        await GroupCommitFlusher().sync(plog, 80, stamp=info.fsync_stamp)
     on_fresh_log(tmp_path, body)

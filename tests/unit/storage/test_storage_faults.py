@@ -56,24 +56,34 @@ def test_full_disk_changes_nothing(p, fs):
     assert_unchanged_after_reopen(p, fs, before)
 
 
-def test_failed_fsync_leaves_flushed_offset_and_data(p, fs):
+def test_failed_fsync_leaves_flushed_offset_and_cuts_the_tail_back_at_the_next_write(p, fs):
+    """A failed fsync may have dropped the pages of everything past flushed_offset
+    (storage/fsync_repair.py): no later fsync vouches for them, and the next write
+    first cuts them back and writes after what is durable."""
     fill(p, 6)
     assert p.flush() == 6
+    durable = state(p)
     fill(p, 4)
     before = state(p)
     fs.fail_next_fsync(path_contains=".log")
     with pytest.raises(StorageError):
         p.flush()
     assert p.flushed_offset == 6
-    assert state(p) == before
-    assert p.flush() == 10          # a later fsync that works moves it on
-    assert_unchanged_after_reopen(p, fs, before)
+    assert state(p) == before       # memory is cut back by the next write, not by the failure
+    with pytest.raises(StorageError):
+        p.flush()                   # a later fsync that works proves nothing about the tail
+    assert p.flushed_offset == 6
+    assert append(p, batch(b"again")).first_offset == 6
+    assert state(p)[1:4] == (7, durable[2] + len(batch(b"again")), durable[3])
+    assert p.flush() == 7
+    assert_unchanged_after_reopen(p, fs, state(p))
 
 
 def test_failed_fsync_at_roll_refuses_the_append(p, fs):
     fill(p, 3)
     while p.size_bytes() + 200 < CFG.segment_bytes:
         fill(p, 1)
+    p.flush()      # durable: what the failed fsync leaves untrusted is only what follows
     before = state(p)
     fs.fail_next_fsync(path_contains=".log")
     with pytest.raises(StorageError):

@@ -109,8 +109,14 @@ def test_sync_each_runs_the_logs_rounds_together_and_reports_each_outcome(tmp_pa
     assert [type(x) for x in out] == [type(None), StorageError, type(None), type(None)]
     assert flusher.rounds == 3
     assert [plog.flushed_offset for plog in logs] == [1, 0, 1, 1]
-    out = asyncio.run(GroupCommitFlusher().sync_each(targets))   # the failed one's next round recovers
-    assert out == [None] * 4 and logs[1].flushed_offset == 1
+    # No later fsync vouches for the failed one's tail (storage/fsync_repair.py)...
+    out = asyncio.run(GroupCommitFlusher().sync_each(targets))
+    assert [type(x) for x in out] == [type(None), StorageError, type(None), type(None)]
+    assert logs[1].flushed_offset == 0
+    info = append(logs[1], batch(b"x1"))     # ...its next write cuts it back: the retry lands at 0
+    assert info.first_offset == 0
+    out = asyncio.run(GroupCommitFlusher().sync_each([(logs[1], 1)], stamps=[info.fsync_stamp]))
+    assert out == [None] and logs[1].flushed_offset == 1
     for plog in logs:
         plog.close()
 
@@ -205,6 +211,14 @@ def test_interval_flush_flushes_logs_with_unflushed_data(tmp_path, fs):
 
 
 
+class _Trusted:
+    """A log's FsyncRepair where no fsync ever failed."""
+    trusted = True
+
+    def lost(self, stamp, upto):
+        return False
+
+
 class _CountingLog:
     def __init__(self):
         self.flushed_offset = 0
@@ -212,6 +226,7 @@ class _CountingLog:
         self.flushes = 0
         self.storage_failures = 0
         self.fsync_failures = 0
+        self.fsync_repair = _Trusted()
 
     def flush(self, checkpoint_later=False):
         self.flushes += 1
@@ -254,12 +269,13 @@ def test_a_round_begun_early_reports_its_failure_after_it_was_cleared(p, fs):
             await asyncio.sleep(0.001)
         assert not flusher._inflight and begun[0][0].done()
         failed = await flusher.sync_each(targets, begun)
-        again = await flusher.sync_each(targets)        # not begun early: a new round
-        return failed, again
+        again = await flusher.sync_each(targets)        # not begun early: no round vouches for it
+        retry = append(p, batch(b"a"))                   # cut back first, then written again
+        return failed, again, retry, await flusher.sync_each([(p, 1)], stamps=[retry.fsync_stamp])
     fs.fail_next_fsync(path_contains=".log")
-    failed, again = asyncio.run(main())
-    assert isinstance(failed[0], StorageError)
-    assert again == [None] and p.flushed_offset == 1
+    failed, again, retry, last = asyncio.run(main())
+    assert isinstance(failed[0], StorageError) and isinstance(again[0], StorageError)
+    assert retry.first_offset == 0 and last == [None] and p.flushed_offset == 1
 
 
 def test_start_each_begins_only_the_rounds_still_needed(tmp_path, fs):
