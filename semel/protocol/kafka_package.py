@@ -80,7 +80,11 @@ class _Shell(importlib.abc.MetaPathFinder):
         if loaded is None:
             return None   # the ordinary finders import it, now with the package complete
         # The __init__ imported it: hand the import machinery that module, not a second copy.
-        return importlib.machinery.ModuleSpec(fullname, _Loaded(loaded), is_package=hasattr(loaded, "__path__"))
+        # It loads the spec of a module already in sys.modules (not the one returned here),
+        # so the module carries this spec until _Loaded gives it its own back.
+        spec = importlib.machinery.ModuleSpec(fullname, _Loaded(loaded), is_package=hasattr(loaded, "__path__"))
+        loaded.__spec__ = spec
+        return spec
 
 
 class _Loaded(importlib.abc.Loader):
