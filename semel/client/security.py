@@ -22,7 +22,6 @@ import ssl
 import tempfile
 import threading
 import time
-import urllib.parse
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -253,6 +252,7 @@ class OAuth:
         return f"{part({'alg': 'none'})}.{part(claims)}.", now + self.lifetime_s
 
     def _fetch(self) -> tuple[str, float]:
+        import urllib.parse
         import urllib.request   # here: its HTTP stack is most of this module's import, for OAuth alone
         form = {"grant_type": "client_credentials"}
         if self.scope:
