@@ -81,7 +81,7 @@ class Partitioner:
         distinct = enc.dictionary.cast(pa.binary()).to_pylist()
         self._hash(distinct)
         hashes = np.fromiter(map(self.hashes.__getitem__, distinct), dtype=np.int64, count=len(distinct))
-        return hashes[enc.indices.to_numpy()] % n
+        return hashes[batches.ints(enc.indices)] % n   # indices: no nulls (keys have none here)
 
     def _hash(self, keys) -> None:
         """Cache murmur2 of the keys not cached yet."""
