@@ -19,7 +19,9 @@ and by format("semel"), alternating (bench.spark_tasks.run). Per task:
   (Spark's), per phase from the trace: the pooled connection
   (connect), the decided-yet check with the branch's InitProducerId (check_and_init),
   the rows produced with the join and re-check riding on the last request
-  (input_and_produce), and a re-check of its own when nothing was left to send.
+  (input_and_produce), and a re-check of its own when nothing was left to send; and
+  how much of write() was the worker's own CPU (the rest waits on the broker's
+  answers, or for a core on a machine the broker and Spark share).
 
 semel's own cost per task = write() + unpickling + imports / tasks per worker; the
 target is at most 10% of the Python-writer floor per task.
@@ -42,12 +44,14 @@ from bench.spark_pipeline import load_note
 from bench.spark_tasks import PER_BATCH, SINKS, bench_setup, run
 
 # Run in a fresh interpreter: the worker modules a Spark Python worker has loaded before a
-# writer's task arrives, then semel's sink module (what unpickling its writer imports).
+# writer's task arrives, with pyarrow (an Arrow writer's task reads its input with it, and
+# it brings NumPy), then semel's sink module (what unpickling its writer imports).
 _IMPORT = """
-import time, pyspark.worker, pyspark.sql.datasource
+import sys, time, pyspark.worker, pyspark.sql.datasource, pyarrow
+from pyspark.sql.pandas.serializers import ArrowStreamSerializer
 t = time.perf_counter()
 import semel.spark.sink
-print(round((time.perf_counter() - t) * 1000, 2))
+print(round((time.perf_counter() - t) * 1000, 2), sum(m.split(".")[0] == "kafka" for m in sys.modules))
 """
 _UNPICKLE = """
 import pickle, time
@@ -84,8 +88,14 @@ def trace_profile(trace: Path, since: float) -> dict:
             "write_ms_p50": round(statistics.median(total), 2) if total else None,
             "write_ms_mean": round(statistics.mean(total), 2) if total else None,
             "input_wait_ms_mean": round(statistics.mean(waits), 2) if waits else None,
+            # the Python thread's own CPU in write(): what is left of write() less the input
+            # waits is the task waiting for the broker's answers (and for a core)
+            "write_cpu_ms_mean": round(statistics.mean(cpu), 2) if (cpu := [d["cpu_ms"] for d in writes
+                                                                           if "cpu_ms" in d]) else None,
             "phase_ms_p50": {p: round(statistics.median(v), 2) for p in phases
                              if (v := [d[p] for d in writes if p in d])},
+            "phase_ms_mean": {p: round(statistics.mean(v), 2) for p in phases
+                              if (v := [d[p] for d in writes if p in d])},
             "python_workers": len(per_pid), "worker_starts_seen": sum(1 for d in writes if d.get("call") == 1),
             "tasks_per_worker": sorted(per_pid.values(), reverse=True)}
 
@@ -98,7 +108,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=RESULTS)
     a = ap.parse_args(argv)
     loads = {"start": os.getloadavg()}
-    import_ms = [float(fresh(_IMPORT)[0]) for _ in range(3)]
+    imports = [fresh(_IMPORT) for _ in range(3)]
+    import_ms = [float(ms) for ms, _ in imports]
     unpickle_ms, pickled_bytes = fresh(_UNPICKLE)
     times: dict[str, list[int]] = {s: [] for s in SINKS}
     with bench_setup("semel-spark-profile-", a.batches) as (work, trace, bs, spark):
@@ -123,6 +134,7 @@ def main(argv=None) -> int:
         "batch_ms_p50": p50, "batch_ms": times,
         "spark_python_task_floor_ms": round(floor_task_ms, 1),
         "semel_task": {**prof, "imports_ms_per_worker_start": import_ms,
+                       "kafka_python_modules_imported": int(imports[0][1]),
                        "writer_pickled_bytes": int(pickled_bytes)},
         "semel_own_ms_per_task": {**own, "total": round(own_ms, 2)},
         "semel_share_of_floor": round(own_ms / floor_task_ms, 3) if floor_task_ms > 0 else None,
