@@ -19,7 +19,9 @@ and by format("semel"), alternating (bench.spark_tasks.run). Per task:
   (Spark's), per phase from the trace: the pooled connection
   (connect), the decided-yet check with the branch's InitProducerId (check_and_init),
   the rows produced with the join and re-check riding on the last request
-  (input_and_produce), and a re-check of its own when nothing was left to send.
+  (input_and_produce), and a re-check of its own when nothing was left to send; and
+  how much of write() was the worker's own CPU (the rest waits on the broker's
+  answers, or for a core on a machine the broker and Spark share).
 
 semel's own cost per task = write() + unpickling + imports / tasks per worker; the
 target is at most 10% of the Python-writer floor per task.
@@ -40,14 +42,17 @@ from pathlib import Path
 from bench.common import RESULTS, write_result
 from bench.spark_pipeline import load_note
 from bench.spark_tasks import PER_BATCH, SINKS, bench_setup, run
+from semel.spark.trace import TRACE_ENV
 
 # Run in a fresh interpreter: the worker modules a Spark Python worker has loaded before a
-# writer's task arrives, then semel's sink module (what unpickling its writer imports).
+# writer's task arrives, with pyarrow (an Arrow writer's task reads its input with it, and
+# it brings NumPy), then semel's sink module (what unpickling its writer imports).
 _IMPORT = """
-import time, pyspark.worker, pyspark.sql.datasource
+import sys, time, pyspark.worker, pyspark.sql.datasource, pyarrow
+from pyspark.sql.pandas.serializers import ArrowStreamSerializer
 t = time.perf_counter()
 import semel.spark.sink
-print(round((time.perf_counter() - t) * 1000, 2))
+print(round((time.perf_counter() - t) * 1000, 2), sum(m.split(".")[0] == "kafka" for m in sys.modules))
 """
 _UNPICKLE = """
 import pickle, time
@@ -84,10 +89,45 @@ def trace_profile(trace: Path, since: float) -> dict:
             "write_ms_p50": round(statistics.median(total), 2) if total else None,
             "write_ms_mean": round(statistics.mean(total), 2) if total else None,
             "input_wait_ms_mean": round(statistics.mean(waits), 2) if waits else None,
+            # the Python thread's own CPU in write(): what is left of write() less the input
+            # waits is the task waiting for the broker's answers (and for a core)
+            "write_cpu_ms_mean": round(statistics.mean(cpu), 2) if (cpu := [d["cpu_ms"] for d in writes
+                                                                           if "cpu_ms" in d]) else None,
             "phase_ms_p50": {p: round(statistics.median(v), 2) for p in phases
                              if (v := [d[p] for d in writes if p in d])},
+            "phase_ms_mean": {p: round(statistics.mean(v), 2) for p in phases
+                              if (v := [d[p] for d in writes if p in d])},
             "python_workers": len(per_pid), "worker_starts_seen": sum(1 for d in writes if d.get("call") == 1),
             "tasks_per_worker": sorted(per_pid.values(), reverse=True)}
+
+
+def quiet_writes(bs: str, tasks: int) -> dict:
+    """A task's write() (2 rows, as the profiled tasks) called in this process `tasks`
+    times after Spark's batches, Spark idle: what its two round trips cost where the
+    broker need not wait for a core behind Spark's JVM and Python workers."""
+    import pyarrow as pa
+    from semel.spark.branch_writer import ArrowInput, write_branch
+    from semel.spark.decision import decision_partitions
+    from semel.spark.sink import parse_options, probe
+    traced = os.environ.pop(TRACE_ENV, None)   # not in the Spark tasks' trace
+    try:
+        o = probe(parse_options({"kafka.bootstrap.servers": bs, "topic": "tasks-out",
+                                 "semel.query.id": "profile-quiet", "semel.atomicBatches": "true"}))
+        rb = pa.record_batch([pa.array([b"1", b"2"]), pa.array([b"1", b"2"])], names=["key", "value"])
+        parts = decision_partitions(o, {})
+        wall, cpu = [], []
+        for batch in (0, 1):   # batch 0 opens the connection and learns the routes
+            for p in range(tasks):
+                t, c = time.perf_counter(), time.thread_time()
+                write_branch(o, {"key": 0, "value": 1}, ArrowInput(iter([rb])), batch, p, 0, parts=parts)
+                if batch:
+                    wall.append((time.perf_counter() - t) * 1000)
+                    cpu.append((time.thread_time() - c) * 1000)
+    finally:
+        if traced is not None:
+            os.environ[TRACE_ENV] = traced
+    return {"tasks": tasks, "write_ms_p50": round(statistics.median(wall), 2),
+            "write_ms_mean": round(statistics.mean(wall), 2), "cpu_ms_mean": round(statistics.mean(cpu), 2)}
 
 
 def main(argv=None) -> int:
@@ -98,7 +138,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=RESULTS)
     a = ap.parse_args(argv)
     loads = {"start": os.getloadavg()}
-    import_ms = [float(fresh(_IMPORT)[0]) for _ in range(3)]
+    imports = [fresh(_IMPORT) for _ in range(3)]
+    import_ms = [float(ms) for ms, _ in imports]
     unpickle_ms, pickled_bytes = fresh(_UNPICKLE)
     times: dict[str, list[int]] = {s: [] for s in SINKS}
     with bench_setup("semel-spark-profile-", a.batches) as (work, trace, bs, spark):
@@ -110,6 +151,7 @@ def main(argv=None) -> int:
                 print(f"{a.tasks} tasks {sink} round {r}: {ms} ms per batch", flush=True)
         loads["end"] = os.getloadavg()
         cores = spark.sparkContext.defaultParallelism
+        quiet = quiet_writes(bs, a.tasks)
     p50 = {s: statistics.median(v) for s, v in times.items()}
     prof = trace_profile(trace, since)
     floor_task_ms = (p50["pynull"] - p50["noop"]) * cores / a.tasks
@@ -123,8 +165,10 @@ def main(argv=None) -> int:
         "batch_ms_p50": p50, "batch_ms": times,
         "spark_python_task_floor_ms": round(floor_task_ms, 1),
         "semel_task": {**prof, "imports_ms_per_worker_start": import_ms,
+                       "kafka_python_modules_imported": int(imports[0][1]),
                        "writer_pickled_bytes": int(pickled_bytes)},
         "semel_own_ms_per_task": {**own, "total": round(own_ms, 2)},
+        "write_with_spark_idle": quiet,
         "semel_share_of_floor": round(own_ms / floor_task_ms, 3) if floor_task_ms > 0 else None,
         "target": {"max_share": 0.10, "met": floor_task_ms > 0 and own_ms / floor_task_ms <= 0.10},
         "notes": "per-task figures at --tasks tasks a batch; spark_python_task_floor_ms: (pynull - noop batch) x cores "

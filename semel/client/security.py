@@ -22,8 +22,6 @@ import ssl
 import tempfile
 import threading
 import time
-import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -254,6 +252,8 @@ class OAuth:
         return f"{part({'alg': 'none'})}.{part(claims)}.", now + self.lifetime_s
 
     def _fetch(self) -> tuple[str, float]:
+        import urllib.parse
+        import urllib.request   # here: its HTTP stack is most of this module's import, for OAuth alone
         form = {"grant_type": "client_credentials"}
         if self.scope:
             form["scope"] = self.scope

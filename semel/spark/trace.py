@@ -25,6 +25,7 @@ class Phases:
         self.doc: dict = {"query": o.group, "where": where, "batch": batch, "pid": os.getpid(), "start": time.time(),
                           "call": next(_calls)}
         self.t = time.perf_counter()
+        self.cpu = time.thread_time()  # the rest of the call's wall time waits: on the broker, Spark, the cores
         self.wait_s: float | None = None  # set by waited()
 
     def mark(self, phase: str) -> None:
@@ -57,7 +58,7 @@ class Phases:
         if self.path:
             if self.wait_s is not None:
                 extra["input_wait_ms"] = round(self.wait_s * 1000, 2)
-            self.doc.update(extra, end=time.time())
+            self.doc.update(extra, end=time.time(), cpu_ms=round((time.thread_time() - self.cpu) * 1000, 2))
             # one write() of one short line to an O_APPEND file: lines of concurrent tasks do not mix
             with open(self.path, "a", encoding="utf-8") as f:
                 f.write(json.dumps(self.doc) + "\n")

@@ -55,3 +55,18 @@ def test_sizes_count_null_as_empty():
     col = batches.BinaryColumn(pa.array([b"ab", None, b""]))
     assert col.sizes().tolist() == [2, 0, 0]
     assert col.lengths.tolist() == [2, -1, 0]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_validity_and_integer_views_are_what_arrow_converts(seed):
+    rng = random.Random(seed)
+    n = rng.randint(1, 300)
+    cut = rng.randint(0, n - 1)
+    vals = pa.array([None if rng.random() < 0.3 else b"x" for _ in range(n)]).slice(cut)
+    if vals.null_count:
+        assert batches.valid(vals).tolist() == vals.is_valid().to_pylist()
+    ints = pa.array([rng.randint(-2**31, 2**31 - 1) for _ in range(n)], rng.choice([pa.int32(), pa.int64()]))
+    ints = ints.slice(cut)
+    assert batches.ints(ints).tolist() == ints.to_pylist()
+    enc = vals.fill_null(b"y").dictionary_encode().indices   # what pick_many reads
+    assert batches.ints(enc).tolist() == enc.to_pylist()

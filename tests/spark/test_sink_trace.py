@@ -28,6 +28,7 @@ def test_phases_are_one_json_line_per_call(tmp_path, monkeypatch):
     for d in lines:
         assert d["query"] == "q1" and d["where"] == "commit" and d["branches"] == 2
         assert d["read_decision"] >= 0 and d["end_txn"] >= 0 and d["end"] >= d["start"]
+        assert 0 <= d["cpu_ms"] <= (d["end"] - d["start"]) * 1000 + 1   # the thread's CPU within its wall time
 
 
 def test_nothing_is_written_without_the_variable(tmp_path, monkeypatch):
