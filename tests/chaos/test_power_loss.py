@@ -77,8 +77,13 @@ class Producing:
         self.producer.flush(300)
 
 
-def _broker(disk, tmp_path, *args: str) -> SemelBroker:
-    return SemelBroker(disk.mount / "data", log_path=tmp_path / "broker.log", extra_args=list(args))
+def _broker(disk, tmp_path, *args: str, env: dict[str, str] | None = None) -> SemelBroker:
+    return SemelBroker(disk.mount / "data", log_path=tmp_path / "broker.log", extra_args=list(args), env=env)
+
+
+def _faultable_broker(disk, tmp_path) -> SemelBroker:
+    """A broker whose file-system faults are armed at run time (_arm_faults)."""
+    return _broker(disk, tmp_path, env={"SEMEL_FS_FAULTS": f"control_file={tmp_path / 'faults'}"})
 
 
 def _arm_faults(control_file, spec: str) -> None:
@@ -226,8 +231,7 @@ def test_a_record_a_reader_saw_survives_a_power_cut(tmp_path):
     that is shown it early to see it before the cut."""
     from confluent_kafka import Producer
     with power_cut_disk(tmp_path) as disk:
-        broker = SemelBroker(disk.mount / "data", log_path=tmp_path / "broker.log",
-                             env={"SEMEL_FS_FAULTS": f"control_file={tmp_path / 'faults'}"})
+        broker = _faultable_broker(disk, tmp_path)
         broker.start()
         try:
             with Client(broker.bootstrap) as c:
@@ -252,8 +256,7 @@ def test_a_record_retried_after_a_failed_fsync_survives_a_power_cut(tmp_path):
     (storage/fsync_repair.py). Every acknowledged record survives, exactly once."""
     from confluent_kafka import Producer
     with power_cut_disk(tmp_path) as disk:
-        broker = SemelBroker(disk.mount / "data", log_path=tmp_path / "broker.log",
-                             env={"SEMEL_FS_FAULTS": f"control_file={tmp_path / 'faults'}"})
+        broker = _faultable_broker(disk, tmp_path)
         broker.start()
         try:
             with Client(broker.bootstrap) as c:
