@@ -29,6 +29,7 @@ import asyncio
 import os
 import random
 import time
+import threading
 
 import pytest
 
@@ -239,7 +240,6 @@ class GatedFS(FaultyFileSystem):
 
     def __init__(self):
         super().__init__()
-        import threading
         self.gate = threading.Event()
         self.gate.set()
         self.entered = threading.Event()
@@ -277,10 +277,12 @@ def test_a_roll_runs_off_the_loop_and_a_marker_meanwhile_lands_after_it(tmp_path
                 await asyncio.sleep(0.001)    # the loop runs while the roll's fsync waits
             assert plog._offload.pending_roll is not None and not task.done()
             txn = batch([b"t"], pid=9, epoch=0, seq=0, txn=True)
-            threading_release = asyncio.get_running_loop().call_later(0.05, fs.gate.set)
+            # A thread opens the gate: the append below blocks the loop until the roll ends.
+            release = threading.Timer(0.05, fs.gate.set)
+            release.start()
             plog.append(txn, split_batches(txn)[0])      # waits for the roll, then lands
             marker = plog.append_control(CONTROL_COMMIT, 9, 0, 0)
-            threading_release.cancel()
+            release.join()
             assert plog.segment_bases[-1] == end                 # the new segment starts at the old end
             assert marker.first_offset == end + 1
             info = await task
