@@ -181,6 +181,15 @@ class ShareState:
         self.groups.pop(group_id, None)
         return out
 
+    def drop_topic(self, group_id: str, topic: str) -> list[Pair]:
+        """Forget the group's share-partitions of `topic`: tombstones for each (its next
+        read starts again where share.auto.offset.reset says)."""
+        out: list[Pair] = []
+        for g, t, p in [k for k in self.partitions if k[0] == group_id and k[1] == topic]:
+            del self.partitions[(g, t, p)]
+            out.append((_key(k="partition", g=g, t=t, p=p), None))
+        return out
+
     # --- members -------------------------------------------------------------------------
 
     def heartbeat(self, group_id: str, member_id: str, epoch: int, topics: tuple[str, ...] | None,

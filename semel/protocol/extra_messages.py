@@ -70,9 +70,36 @@ class ShareAcknowledgeResponse(ApiMessage, load_json=specs):
     pass
 
 
+class DescribeShareGroupOffsetsRequest(ApiMessage, load_json=specs):
+    pass
+
+
+class DescribeShareGroupOffsetsResponse(ApiMessage, load_json=specs):
+    pass
+
+
+class AlterShareGroupOffsetsRequest(ApiMessage, load_json=specs):
+    pass
+
+
+class AlterShareGroupOffsetsResponse(ApiMessage, load_json=specs):
+    pass
+
+
+class DeleteShareGroupOffsetsRequest(ApiMessage, load_json=specs):
+    pass
+
+
+class DeleteShareGroupOffsetsResponse(ApiMessage, load_json=specs):
+    pass
+
+
 EXTRA_MESSAGES = (ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse,
                   ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse,
                   ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse,
                   ShareGroupDescribeRequest, ShareGroupDescribeResponse,
                   ShareFetchRequest, ShareFetchResponse,
-                  ShareAcknowledgeRequest, ShareAcknowledgeResponse)
+                  ShareAcknowledgeRequest, ShareAcknowledgeResponse,
+                  DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsResponse,
+                  AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse,
+                  DeleteShareGroupOffsetsRequest, DeleteShareGroupOffsetsResponse)

@@ -185,6 +185,7 @@ async def share_fetch(ctx: RequestContext, req: Any) -> Any:
                 break
             await ctx.services.notifier.wait_any(sorted(session.partitions), min(left, POLL_SLICE_S))
         changed |= set(got)
+        share.locks.arm(group_id, got)   # a lock that runs out is released with no fetch
     persisted = await share.persist(share.partition_records(group_id, changed))
     if persisted:   # nothing is handed out that a restart could not account for
         return _fetch_error(ctx, persisted)
