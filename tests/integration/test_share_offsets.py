@@ -203,3 +203,47 @@ def test_an_altered_start_offset_survives_a_broker_sigkill(start_broker):
     finally:
         c.close()
     assert sorted((m.partition(), m.offset()) for m in seen) == [(0, 2), (1, 1), (1, 2)]
+
+
+def _cli(*args: str):
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-m", "semel", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_cli_resets_a_share_groups_start_offset(ops_broker):
+    topic, group = names("offcli")
+    fill(ops_broker.bootstrap, topic, 6)
+    set_group_configs(ops_broker.bootstrap, group, share_auto_offset_reset="earliest")
+    boot = ("--bootstrap", ops_broker.bootstrap)
+    reset = ("group", "reset-offsets", group, "--topic", topic)
+    with connect(ops_broker.bootstrap) as s:
+        tid = _topic_id(s, topic)
+        member, _ = _join(s, group, topic)
+        assert _fetch(s, group, member, 0, tid, max_records=6).error_code == 0
+        assert _fetch(s, group, member, 1, tid, acks=[(0, 5, 1)], max_records=1).error_code == 0
+        shown = _cli("group", "describe", group, *boot)
+        assert shown.returncode == 0 and f"{topic}\t0\t6\t0" in shown.stdout.splitlines()
+        refused = _cli(*reset, "--to-offset", "2", "--execute", *boot)
+        assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+        assert "1 member(s)" in refused.stderr and "stop its consumers first" in refused.stderr
+        _leave(s, group, member)
+        dry = _cli(*reset, "--to-offset", "2", *boot)
+        assert dry.returncode == 0 and f"{topic}\t0\t6\t2" in dry.stdout and "dry run" in dry.stdout
+        assert starts(describe(s, group)) == {(topic, 0): 6}       # a dry run changes nothing
+        done = _cli(*reset, "--to-offset", "2", "--execute", *boot)
+        assert done.returncode == 0 and "reset the start offset of 1 partition(s)" in done.stdout, done.stderr
+        assert starts(describe(s, group)) == {(topic, 0): 2}
+    c = share_consumer(ops_broker.bootstrap, group, topic)
+    try:
+        seen = poll_until(c, lambda got: len(got) >= 4) + drain(c, 2)
+    finally:
+        c.close()
+    assert _offsets(seen) == [2, 3, 4, 5]
+    with connect(ops_broker.bootstrap) as s:
+        assert _cli(*reset, "--to-earliest", "--execute", *boot).returncode == 0
+        assert starts(describe(s, group)) == {(topic, 0): 0}
+        assert _cli(*reset, "--to-latest", "--execute", *boot).returncode == 0
+        assert starts(describe(s, group)) == {(topic, 0): 6}
+    unknown = _cli("group", "describe", f"sg-none-{uuid.uuid4().hex[:6]}", *boot)
+    assert unknown.returncode == 2 and "does not exist" in unknown.stderr
