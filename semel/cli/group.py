@@ -95,9 +95,10 @@ def _describe(client, args) -> int:
 
 
 def _share_offsets(client, group: str) -> None:
-    print("topic\tpartition\tstart-offset\tlag")
-    for (topic, partition), (start, lag) in sorted(share_admin.share_start_offsets(client, group).items()):
-        print(f"{topic}\t{partition}\t{start}\t{'-' if lag < 0 else lag}")
+    print("topic\tpartition\tstart-offset\tlag\tin-flight\tacquired\tarchived")
+    for (topic, partition), o in sorted(share_admin.share_start_offsets(client, group).items()):
+        told = ("-" if n < 0 else str(n) for n in (o.lag, o.in_flight, o.acquired, o.archived))
+        print(f"{topic}\t{partition}\t{o.start}\t" + "\t".join(told))
 
 
 def _tps(parts) -> str:
@@ -110,7 +111,7 @@ def _reset(client, args) -> int:
         raise CliError(f"group {args.group!r} is {d.state} with {len(d.members)} member(s): offsets can be "
                        f"reset only while it has none (stop its consumers first)")
     share = d.group_type == "share"
-    current = ({tp: start for tp, (start, _) in share_admin.share_start_offsets(client, args.group).items()}
+    current = ({tp: o.start for tp, o in share_admin.share_start_offsets(client, args.group).items()}
                if share else admin.fetch_offsets(client, args.group))
     partitions = _scope(client, args, current)
     plan = {tp: _target(client, tp, current.get(tp), args) for tp in partitions}

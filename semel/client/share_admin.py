@@ -3,6 +3,8 @@ AlterShareGroupOffsets. A share group commits no offsets; its start offset per
 share-partition is where delivery stands (every record before it is finished)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..protocol.api_keys import ApiKey
 from ..protocol.errors import KafkaError
 from ..protocol.messages import request_class
@@ -10,15 +12,26 @@ from .admin import _raise
 from .client import Client
 
 
-def share_start_offsets(c: Client, group_id: str) -> dict[tuple[str, int], tuple[int, int]]:
-    """(start offset, lag) of every share-partition the group has state for; the lag is
-    -1 where the broker serves only v0."""
+@dataclass(frozen=True)
+class ShareOffset:
+    """A share-partition as DescribeShareGroupOffsets tells it; -1: not told (the lag
+    is v1's; the window's counts are semel's own tagged fields)."""
+    start: int
+    lag: int = -1
+    in_flight: int = -1
+    acquired: int = -1
+    archived: int = -1
+
+
+def share_start_offsets(c: Client, group_id: str) -> dict[tuple[str, int], ShareOffset]:
+    """Every share-partition the group has state for."""
     G = request_class(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS).DescribeShareGroupOffsetsRequestGroup
     resp = c.request(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, groups=[G(group_id=group_id, topics=None)])
     g = resp.groups[0]
     _raise(g.error_code, f"DescribeShareGroupOffsets {group_id}")
-    return {(t.topic_name, p.partition_index): (p.start_offset, getattr(p, "lag", -1))
-            for t in g.topics for p in t.partitions if not p.error_code}
+    return {(t.topic_name, p.partition_index): ShareOffset(
+        p.start_offset, getattr(p, "lag", -1), *(getattr(p, f, -1) for f in ("in_flight", "acquired", "archived")))
+        for t in g.topics for p in t.partitions if not p.error_code}
 
 
 def alter_share_start_offsets(c: Client, group_id: str, offsets: dict[tuple[str, int], int]

@@ -93,6 +93,7 @@ def test_describe_alter_delete_and_what_a_share_consumer_reads(ops_broker):
         d = describe(s, group)
         part = d.topics[0].partitions[0]
         assert (d.topics[0].topic_id, part.start_offset, part.lag) == (tid, 5, 5)     # 5..9 unfinished
+        assert (part.in_flight, part.acquired, part.archived) == (2, 2, 0)            # semel's tagged fields
         assert describe(s, group, version=0).topics[0].partitions[0].start_offset == 5
         # Kafka refuses to move the start offset under live members.
         refused = alter(s, group, {(topic, 0): 2})
@@ -223,7 +224,7 @@ def test_cli_resets_a_share_groups_start_offset(ops_broker):
         assert _fetch(s, group, member, 0, tid, max_records=6).error_code == 0
         assert _fetch(s, group, member, 1, tid, acks=[(0, 5, 1)], max_records=1).error_code == 0
         shown = _cli("group", "describe", group, *boot)
-        assert shown.returncode == 0 and f"{topic}\t0\t6\t0" in shown.stdout.splitlines()
+        assert shown.returncode == 0 and f"{topic}\t0\t6\t0\t0\t0\t0" in shown.stdout.splitlines()
         refused = _cli(*reset, "--to-offset", "2", "--execute", *boot)
         assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
         assert "1 member(s)" in refused.stderr and "stop its consumers first" in refused.stderr

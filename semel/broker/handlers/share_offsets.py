@@ -13,6 +13,7 @@ from typing import Any
 
 from ...coordinator import share_offsets as offsets
 from ...coordinator.share_coordinator import ShareCoordinator
+from ...coordinator.share_partition import SharePartition
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
 from ..router import RequestContext, handler
@@ -88,9 +89,17 @@ def _described_topics(ctx: RequestContext, share: ShareCoordinator, g: Any, T: A
         by_topic.setdefault(topic, []).append(P(
             partition_index=p, start_offset=sp.start if sp else -1, leader_epoch=epoch if sp else -1,
             lag=offsets.lag(sp, plog.high_watermark) if sp and plog else -1,
-            error_code=err, error_message=err.name if err else None))
+            error_code=err, error_message=err.name if err else None, **_window(sp)))
     return [T(topic_name=t, topic_id=_topic_id(catalogue, t), partitions=ps)
             for t, ps in by_topic.items()]
+
+
+def _window(sp: SharePartition | None) -> dict[str, int]:
+    """semel's tagged fields: the share-partition's window by record state."""
+    if sp is None:
+        return {}
+    counts = sp.counts()
+    return {"in_flight": counts["in_flight"], "acquired": counts["acquired"], "archived": counts["archived"]}
 
 
 # --- AlterShareGroupOffsets ------------------------------------------------------------
