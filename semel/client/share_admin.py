@@ -8,8 +8,7 @@ from dataclasses import dataclass
 from ..protocol.api_keys import ApiKey
 from ..protocol.errors import KafkaError
 from ..protocol.messages import request_class
-from .admin import _raise
-from .client import Client
+from .client import Client, ClientError
 
 
 @dataclass(frozen=True)
@@ -28,7 +27,9 @@ def share_start_offsets(c: Client, group_id: str) -> dict[tuple[str, int], Share
     G = request_class(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS).DescribeShareGroupOffsetsRequestGroup
     resp = c.request(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, groups=[G(group_id=group_id, topics=None)])
     g = resp.groups[0]
-    _raise(g.error_code, f"DescribeShareGroupOffsets {group_id}")
+    if g.error_code:
+        err = KafkaError(g.error_code)
+        raise ClientError(f"DescribeShareGroupOffsets {group_id}: {g.error_message or err.name}", err)
     return {(t.topic_name, p.partition_index): ShareOffset(
         p.start_offset, getattr(p, "lag", -1), *(getattr(p, f, -1) for f in ("in_flight", "acquired", "archived")))
         for t in g.topics for p in t.partitions if not p.error_code}

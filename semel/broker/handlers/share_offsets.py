@@ -19,7 +19,7 @@ from ...protocol.errors import KafkaError
 from ..router import RequestContext, handler
 from .groups import topic_catalogue
 from .metadata import ZERO_UUID
-from .share_groups import _conflict
+from .share_groups import consumer_group_conflict
 
 NOT_SHARE = "Group {} is not a share group."
 NON_EMPTY = "Group {} has members; stop them first."
@@ -36,7 +36,7 @@ def _group_error(ctx: RequestContext, share: ShareCoordinator | None, group_id: 
         return KafkaError.UNSUPPORTED_VERSION, None
     if not ctx.authorize(operation, "GROUP", group_id):
         return KafkaError.GROUP_AUTHORIZATION_FAILED, None
-    if _conflict(ctx, group_id):
+    if consumer_group_conflict(ctx, group_id):
         return KafkaError.GROUP_ID_NOT_FOUND, NOT_SHARE.format(group_id)
     err = offsets.group_error(share, group_id, must_exist=must_exist)
     if err == KafkaError.GROUP_ID_NOT_FOUND:
