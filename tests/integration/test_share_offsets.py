@@ -70,8 +70,15 @@ def _leave(sock, group, member):
     assert left.error_code == 0
 
 
-def _offsets(msgs) -> list[int]:
-    return sorted(m.offset() for m in msgs)
+def read(bootstrap, group, topic, n) -> list[tuple[int, int]]:
+    """A new ShareConsumer reads `n` records and whatever follows until quiet; sorted
+    (partition, offset) of all it got."""
+    c = share_consumer(bootstrap, group, topic)
+    try:
+        seen = poll_until(c, lambda got: len(got) >= n) + drain(c, 2)
+    finally:
+        c.close()
+    return sorted((m.partition(), m.offset()) for m in seen)
 
 
 def test_offset_apis_are_advertised(ops_broker):
@@ -105,12 +112,7 @@ def test_describe_alter_delete_and_what_a_share_consumer_reads(ops_broker):
         altered = alter(s, group, {(topic, 0): 2})
         assert altered.error_code == 0 and altered.responses[0].partitions[0].error_code == 0
         assert starts(describe(s, group)) == {(topic, 0): 2}
-    c = share_consumer(ops_broker.bootstrap, group, topic)
-    try:
-        seen = poll_until(c, lambda got: len(got) >= 8) + drain(c, 2)
-    finally:
-        c.close()
-    assert _offsets(seen) == list(range(2, 10))        # from the altered start, each once
+    assert read(ops_broker.bootstrap, group, topic, 8) == [(0, o) for o in range(2, 10)]   # from there, once
     with connect(ops_broker.bootstrap) as s:
         assert starts(describe(s, group)) == {(topic, 0): 10}
         deleted = delete(s, group, [topic])
@@ -118,12 +120,7 @@ def test_describe_alter_delete_and_what_a_share_consumer_reads(ops_broker):
         assert starts(describe(s, group)) == {}
         assert starts(describe(s, group, {topic: [0]})) == {(topic, 0): -1}   # asked for, no state
     # Forgotten: share.auto.offset.reset (earliest) applies again.
-    c = share_consumer(ops_broker.bootstrap, group, topic)
-    try:
-        seen = poll_until(c, lambda got: len(got) >= 10) + drain(c, 2)
-    finally:
-        c.close()
-    assert _offsets(seen) == list(range(10))
+    assert read(ops_broker.bootstrap, group, topic, 10) == [(0, o) for o in range(10)]
 
 
 def test_bad_requests_get_kafkas_errors(ops_broker):
@@ -198,12 +195,7 @@ def test_an_altered_start_offset_survives_a_broker_sigkill(start_broker):
     b.restart()
     with connect(b.bootstrap) as s:
         assert starts(describe(s, group)) == {(topic, 0): 2, (topic, 1): 1}
-    c = share_consumer(b.bootstrap, group, topic)
-    try:
-        seen = poll_until(c, lambda got: len(got) >= 3) + drain(c, 2)
-    finally:
-        c.close()
-    assert sorted((m.partition(), m.offset()) for m in seen) == [(0, 2), (1, 1), (1, 2)]
+    assert read(b.bootstrap, group, topic, 3) == [(0, 2), (1, 1), (1, 2)]
 
 
 def _cli(*args: str):
@@ -235,12 +227,7 @@ def test_cli_resets_a_share_groups_start_offset(ops_broker):
         done = _cli(*reset, "--to-offset", "2", "--execute", *boot)
         assert done.returncode == 0 and "reset the start offset of 1 partition(s)" in done.stdout, done.stderr
         assert starts(describe(s, group)) == {(topic, 0): 2}
-    c = share_consumer(ops_broker.bootstrap, group, topic)
-    try:
-        seen = poll_until(c, lambda got: len(got) >= 4) + drain(c, 2)
-    finally:
-        c.close()
-    assert _offsets(seen) == [2, 3, 4, 5]
+    assert read(ops_broker.bootstrap, group, topic, 4) == [(0, o) for o in (2, 3, 4, 5)]
     with connect(ops_broker.bootstrap) as s:
         assert _cli(*reset, "--to-earliest", "--execute", *boot).returncode == 0
         assert starts(describe(s, group)) == {(topic, 0): 0}
