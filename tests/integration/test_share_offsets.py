@@ -20,6 +20,7 @@ from semel.protocol.messages import request_class
 from tests.integration.test_share_groups_wire import _fetch, _join, _topic_id
 from tests.support.brokers import module_broker
 from tests.support.markers import starts_processes
+from tests.support.wait import until
 from tests.support.share import drain, fill, names, poll_until, set_group_configs, share_consumer
 
 pytest.importorskip("confluent_kafka")
@@ -129,10 +130,7 @@ def test_bad_requests_get_kafkas_errors(ops_broker):
     m = Member(ops_broker.bootstrap, cg, [topic])
     m.start()
     try:
-        deadline = time.time() + 30
-        while m.count() < 1:
-            assert time.time() < deadline
-            time.sleep(0.2)
+        until(lambda: m.count() >= 1, "the consumer group reads", 30)
         with connect(ops_broker.bootstrap) as s:
             unknown = describe(s, f"sg-none-{uuid.uuid4().hex[:6]}")
             assert unknown.error_code == KafkaError.GROUP_ID_NOT_FOUND
