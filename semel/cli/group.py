@@ -1,30 +1,35 @@
-"""`semel group list|describe|reset-offsets|delete`: consumer groups over the wire.
+"""`semel group list|describe|reset-offsets|delete`: consumer and share groups over the wire.
 
 Follows Kafka's kafka-consumer-groups.sh where it matters: offsets are reset
 only for a group without live members (the broker refuses a commit outside
 group management otherwise), a reset is a dry run unless --execute is given,
-and a group with members cannot be deleted (NON_EMPTY_GROUP).
+and a group with members cannot be deleted (NON_EMPTY_GROUP). A share group (KIP-932)
+has no committed offsets: what it shows and resets is each share-partition's start
+offset (DescribeShareGroupOffsets, AlterShareGroupOffsets), under the same rules.
 """
 from __future__ import annotations
 
-from ..client import admin
+from ..client import admin, share_admin
 from ..protocol.errors import KafkaError
 from .main import CliError
 from .wire import add_bootstrap, run_action
 
 # Kafka's group states in which nobody holds the group's partitions.
 INACTIVE = ("Empty", "Dead")
+# What an offset commit outside group management gets while the group has members.
+LIVE_MEMBERS = (KafkaError.UNKNOWN_MEMBER_ID, KafkaError.ILLEGAL_GENERATION, KafkaError.REBALANCE_IN_PROGRESS)
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("group", help="inspect, reset and delete consumer groups")
+    p = sub.add_parser("group", help="inspect, reset and delete consumer and share groups")
     gsub = p.add_subparsers(dest="action", metavar="ACTION")
     gsub.required = True
     ls = gsub.add_parser("list", help="groups and their states")
     ls.add_argument("--state", action="append", default=[], help="only these states (repeatable)")
     d = gsub.add_parser("describe", help="a group's members and committed offsets with lag")
     d.add_argument("group")
-    r = gsub.add_parser("reset-offsets", help="move a group's committed offsets (group must have no members)")
+    r = gsub.add_parser("reset-offsets", help="move a group's committed offsets, or a share group's start offsets "
+                                                "(group must have no members)")
     r.add_argument("group")
     scope = r.add_mutually_exclusive_group(required=True)
     scope.add_argument("--topic", action="append", metavar="TOPIC[:P,P...]",
@@ -80,12 +85,20 @@ def _describe(client, args) -> int:
               + (f" epoch {m.member_epoch} assigned {_tps(m.assigned)}" if m.member_epoch is not None else "")
               + (f" target {_tps(m.target)}" if m.member_epoch is not None and m.target != m.assigned else ""))
     if d.group_type == "share":   # no committed offsets: each record is acknowledged on its own
+        _share_offsets(client, args.group)
         return 0
     print("topic\tpartition\tcommitted\tlog-end\tlag")
     for (topic, partition), committed in sorted(offsets.items()):
         end = client.list_offset(topic, partition, -1)
         print(f"{topic}\t{partition}\t{committed}\t{end}\t{max(0, end - committed)}")
     return 0
+
+
+def _share_offsets(client, group: str) -> None:
+    print("topic\tpartition\tstart-offset\tlag\tin-flight\tacquired\tarchived")
+    for (topic, partition), o in sorted(share_admin.share_start_offsets(client, group).items()):
+        told = ("-" if n < 0 else str(n) for n in (o.lag, o.in_flight, o.acquired, o.archived))
+        print(f"{topic}\t{partition}\t{o.start}\t" + "\t".join(told))
 
 
 def _tps(parts) -> str:
@@ -97,7 +110,9 @@ def _reset(client, args) -> int:
     if d.state not in INACTIVE:
         raise CliError(f"group {args.group!r} is {d.state} with {len(d.members)} member(s): offsets can be "
                        f"reset only while it has none (stop its consumers first)")
-    current = admin.fetch_offsets(client, args.group)
+    share = d.group_type == "share"
+    current = ({tp: o.start for tp, o in share_admin.share_start_offsets(client, args.group).items()}
+               if share else admin.fetch_offsets(client, args.group))
     partitions = _scope(client, args, current)
     plan = {tp: _target(client, tp, current.get(tp), args) for tp in partitions}
     print("topic\tpartition\tcurrent\tnew")
@@ -107,16 +122,34 @@ def _reset(client, args) -> int:
     if not args.execute:
         print("(dry run: add --execute to commit these offsets)")
         return 0
+    if share:
+        return _reset_share(client, args.group, plan)
     result = admin.commit_offsets(client, args.group, plan)
+    _refused(f"reset {args.group}", result, LIVE_MEMBERS)
+    print(f"reset {len(plan)} partition(s) of group {args.group}")
+    return 0
+
+
+def _refused(what: str, result: dict[tuple[str, int], KafkaError], live: tuple[KafkaError, ...] = ()) -> None:
+    """One line for the partitions a reset was refused, if any; `live` are the errors
+    that mean the group has members."""
     failed = {tp: e for tp, e in result.items() if e}
     if failed:
         (topic, partition), err = sorted(failed.items())[0]
-        hint = " (the group has live members)" if err in (KafkaError.UNKNOWN_MEMBER_ID,
-                                                           KafkaError.ILLEGAL_GENERATION,
-                                                           KafkaError.REBALANCE_IN_PROGRESS) else ""
-        raise CliError(f"reset {args.group} {topic}-{partition}: {err.name}{hint}; "
-                       f"{len(failed)} of {len(plan)} partition(s) refused")
-    print(f"reset {len(plan)} partition(s) of group {args.group}")
+        hint = " (the group has live members)" if err in live else ""
+        raise CliError(f"{what} {topic}-{partition}: {err.name}{hint}; "
+                       f"{len(failed)} of {len(result)} partition(s) refused")
+
+
+def _reset_share(client, group: str, plan: dict[tuple[str, int], int]) -> int:
+    err, result = share_admin.alter_share_start_offsets(client, group, plan)
+    if err == KafkaError.NON_EMPTY_GROUP:
+        raise CliError(f"share group {group!r} has members now: start offsets can be reset only while it has "
+                       f"none (stop its consumers first)")
+    if err:
+        raise CliError(f"reset share group {group}: {err.name}; nothing reset")
+    _refused(f"reset share group {group}", result)
+    print(f"reset the start offset of {len(plan)} partition(s) of share group {group}")
     return 0
 
 

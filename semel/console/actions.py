@@ -6,7 +6,7 @@ never waits behind the poller. A refusal comes back as ActionError in plain word
 """
 from __future__ import annotations
 
-from ..client import admin
+from ..client import admin, share_admin
 from ..client.client import ClientError
 from ..protocol.errors import KafkaError
 from .snapshot import Connect, Snapshot, TxnRow, explain, plain
@@ -88,11 +88,13 @@ def reset_plan(snap: Snapshot, group_id: str, to: str) -> dict[tuple[str, int], 
         raise ActionError(f"group {group_id!r} is {g.state} with {len(g.members)} member(s): offsets can be reset "
                           f"only while it has none (stop its consumers first)")
     plan = {}
-    for lag in g.lags:
-        p = snap.partition(lag.topic, lag.partition)
+    # A share group commits no offsets: what moves is each share-partition's start offset.
+    partitions = [tp for tp, _ in g.share] if g.group_type == "share" else [(r.topic, r.partition) for r in g.lags]
+    for topic, partition in partitions:
+        p = snap.partition(topic, partition)
         if p is None or p.high_watermark < 0:
-            raise ActionError(f"{lag.topic}-{lag.partition} has no readable offsets now ({p.error if p else 'gone'})")
-        plan[(lag.topic, lag.partition)] = p.log_start if to == "earliest" else p.high_watermark
+            raise ActionError(f"{topic}-{partition} has no readable offsets now ({p.error if p else 'gone'})")
+        plan[(topic, partition)] = p.log_start if to == "earliest" else p.high_watermark
     if not plan:
         raise ActionError(f"group {group_id!r} has no committed offsets to reset")
     return plan
@@ -103,9 +105,14 @@ def reset_offsets(connect: Connect, snap: Snapshot, group_id: str, to: str) -> s
     g = next(g for g in snap.groups if g.group_id == group_id)
     try:
         with connect(_address(snap, g.coordinator)) as c:
-            result = admin.commit_offsets(c, group_id, plan)
+            if g.group_type == "share":
+                err, result = share_admin.alter_share_start_offsets(c, group_id, plan)
+            else:
+                err, result = KafkaError.NONE, admin.commit_offsets(c, group_id, plan)
     except (ClientError, OSError) as exc:
         raise ActionError(f"reset {group_id}: {explain(exc)}") from None
+    if err:
+        raise ActionError(f"reset {group_id}: {plain(err)}; nothing reset")
     failed = {tp: e for tp, e in result.items() if e}
     if failed:
         (topic, partition), err = sorted(failed.items())[0]

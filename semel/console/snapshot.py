@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..client import admin
+from ..client import admin, share_admin
 from ..client.client import Client, ClientError
 from ..protocol.api_keys import ApiKey
 from ..protocol.errors import KafkaError
@@ -206,10 +206,12 @@ class GroupRow:
     members: tuple[admin.GroupMember, ...] = ()
     lags: list[LagRow] = field(default_factory=list)
     error: str = ""
+    # A share group's share-partitions (it commits no offsets): start offset, lag, window.
+    share: list[tuple[tuple[str, int], share_admin.ShareOffset]] = field(default_factory=list)
 
     @property
     def lag(self) -> int:
-        return sum(r.lag for r in self.lags)
+        return sum(r.lag for r in self.lags) + sum(max(o.lag, 0) for _, o in self.share)
 
 
 @dataclass
@@ -420,6 +422,10 @@ def _groups(pool: Pool, live: dict[int, str], snap: Snapshot) -> list[GroupRow]:
             g = out[d.group_id] = GroupRow(d.group_id, d.state, d.protocol_type, d.protocol, d.group_type, node,
                                            d.members, error="" if not d.error else plain(d.error))
             try:
+                if d.group_type == "share":
+                    g.share = sorted(pool.call(address, lambda c: share_admin.share_start_offsets(c, d.group_id))
+                                     .items())
+                    continue
                 committed = pool.call(address, lambda c: admin.fetch_offsets(c, d.group_id))
             except (ClientError, OSError) as exc:
                 g.error = explain(exc)

@@ -21,6 +21,7 @@ from ..storage.log import PartitionLog
 from .coordinator_log import done_future
 from .ports import CoordinatorSeat, PartitionWriter
 from .runtime import CoordinatorRuntime
+from .share_locks import LockTimers
 from .share_partition import SharePartition
 from .share_state import GROUP_CONFIGS, HeartbeatAnswer, Pair, ShareState, check_group_config
 
@@ -39,8 +40,9 @@ class ShareCoordinator:
                  clock: Callable[[], int] | None = None, compact_records: int = 20_000,
                  compact_interval_s: float = 30) -> None:
         self.clock = clock or mono_ms
-        self.runtime = CoordinatorRuntime(SHARE_TOPIC, writer)
+        self.runtime = CoordinatorRuntime(SHARE_TOPIC, writer, timer_clock=self.clock)
         self.state = ShareState()
+        self.locks = LockTimers(self.runtime.timers, self.state, self.runtime.serving, self._locks_expired)
         self.seat = seat
         # Every acquisition writes its share-partition's state: the log is rewritten
         # (compacted) once it holds this many records, and 4x the live ones.
@@ -56,7 +58,7 @@ class ShareCoordinator:
     # --- lifecycle (the seat calls load, serve, unload) ---------------------------------
 
     async def start(self) -> None:
-        self.runtime.start(run_timers=False)
+        self.runtime.start(run_timers=True)
         self.runtime.every(self.compact_interval_s, "compact", self.maybe_compact)
 
     def start_seat(self) -> None:
@@ -72,6 +74,7 @@ class ShareCoordinator:
 
     def unload(self) -> None:
         self.runtime.unload(cancel_tasks=False)
+        self.locks.cancel_all()
         self.state.clear()
 
     async def stop(self) -> None:
@@ -90,6 +93,14 @@ class ShareCoordinator:
             return done_future(KafkaError.NONE)
         clog = self.runtime.log
         return clog.write(lambda: clog.append_records(pairs), lambda info: KafkaError.NONE, lambda err: err)
+
+    def _locks_expired(self, group_id: str, topic: str, p: int) -> None:
+        """A lock timer released records: write the share-partition's state."""
+        written = self.persist(self.partition_records(group_id, [(topic, p)]))
+
+        async def wait() -> None:
+            await written
+        self.runtime.spawn(wait())
 
     async def maybe_compact(self) -> None:
         await self.compact()

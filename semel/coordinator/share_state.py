@@ -19,6 +19,7 @@ from typing import Any, Mapping
 from ..protocol import records as rb
 from ..protocol.errors import KafkaError
 from ..protocol.records import BatchHeader
+from .share_assignor import assign
 from .share_partition import Limits, SharePartition
 
 Pair = tuple[bytes, bytes | None]
@@ -67,6 +68,8 @@ class ShareMember:
     rack_id: str | None = None
     client_id: str = ""
     client_host: str = ""
+    assigned: list[TP] | None = None   # the assignor's current answer for it
+    sent: list[TP] | None = None       # the assignment its member epoch stands for
 
 
 @dataclass
@@ -74,6 +77,8 @@ class ShareGroup:
     group_id: str
     epoch: int = 0
     members: dict[str, ShareMember] = field(default_factory=dict)
+    # What the assignment was computed for: (group epoch, partition counts of its topics).
+    assigned_for: tuple[object, ...] | None = None
 
 
 @dataclass
@@ -181,6 +186,15 @@ class ShareState:
         self.groups.pop(group_id, None)
         return out
 
+    def drop_topic(self, group_id: str, topic: str) -> list[Pair]:
+        """Forget the group's share-partitions of `topic`: tombstones for each (its next
+        read starts again where share.auto.offset.reset says)."""
+        out: list[Pair] = []
+        for g, t, p in [k for k in self.partitions if k[0] == group_id and k[1] == topic]:
+            del self.partitions[(g, t, p)]
+            out.append((_key(k="partition", g=g, t=t, p=p), None))
+        return out
+
     # --- members -------------------------------------------------------------------------
 
     def heartbeat(self, group_id: str, member_id: str, epoch: int, topics: tuple[str, ...] | None,
@@ -216,13 +230,33 @@ class ShareState:
             if topics is not None and tuple(topics) != m.topics:
                 group.epoch += 1
                 m.topics, m.epoch = tuple(topics), group.epoch
+        self.rebalance(group, partition_counts)
+        if m.assigned != m.sent:   # a new assignment: the member's epoch moves to the group's
+            m.epoch, m.sent = group.epoch, m.assigned
         return HeartbeatAnswer(KafkaError.NONE, member_id, m.epoch, self.assignment(m, partition_counts), interval)
 
     @staticmethod
+    def rebalance(group: ShareGroup, partition_counts: Mapping[str, int]) -> None:
+        """Compute the members' assignment again (share_assignor) once the members, their
+        subscriptions or the partition counts changed."""
+        topics = sorted({t for m in group.members.values() for t in m.topics})
+        key = (group.epoch, tuple((t, partition_counts.get(t, 0)) for t in topics))
+        if key == group.assigned_for:
+            return
+        group.assigned_for = key
+        plan = assign({mid: m.topics for mid, m in group.members.items()}, partition_counts,
+                      {mid: m.assigned or [] for mid, m in group.members.items()})
+        for mid, m in group.members.items():
+            m.assigned = plan[mid]
+
+    @staticmethod
     def assignment(m: ShareMember, partition_counts: Mapping[str, int]) -> list[TP]:
-        """Every member is assigned every partition of the topics it subscribes to: a
-        share group lets many members read one partition, and which record goes to whom
-        is decided one acquisition at a time."""
+        """The member's partitions as the simple assignor last gave them (balance, then
+        stickiness: several members share a partition only when they outnumber the
+        partitions); which record goes to whom is decided one acquisition at a time.
+        Before its first assignment: every partition of its topics."""
+        if m.assigned is not None:
+            return list(m.assigned)
         return [(t, p) for t in sorted(set(m.topics)) for p in range(partition_counts.get(t, 0))]
 
     def leave(self, group_id: str, member_id: str, *, release: bool = True) -> None:

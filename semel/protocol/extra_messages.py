@@ -3,6 +3,7 @@ the codec's own machinery (so decoding, encoding, flexible versions and tagged
 fields behave as for every other API)."""
 from __future__ import annotations
 
+import types
 from typing import Any
 
 from kafka.protocol.api_message import ApiMessage
@@ -70,9 +71,19 @@ class ShareAcknowledgeResponse(ApiMessage, load_json=specs):
     pass
 
 
+def _plain(name: str) -> type[ApiMessage]:
+    """A message class with nothing to patch: its schema is specs/<name>.json."""
+    return types.new_class(name, (ApiMessage,), {"load_json": specs}, lambda ns: ns.update(__module__=__name__))
+
+
+# The share-group offset APIs (90-92), requests and responses.
+SHARE_OFFSET_MESSAGES = tuple(_plain(f"{api}{kind}") for api in ("DescribeShareGroupOffsets", "AlterShareGroupOffsets",
+                                                                 "DeleteShareGroupOffsets")
+                              for kind in ("Request", "Response"))
+
 EXTRA_MESSAGES = (ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse,
                   ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse,
                   ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse,
                   ShareGroupDescribeRequest, ShareGroupDescribeResponse,
                   ShareFetchRequest, ShareFetchResponse,
-                  ShareAcknowledgeRequest, ShareAcknowledgeResponse)
+                  ShareAcknowledgeRequest, ShareAcknowledgeResponse, *SHARE_OFFSET_MESSAGES)

@@ -7,7 +7,9 @@ against a real broker, as an operator uses it:
   clears the gap;
 - a consumer group's lag on /groups moves as the group consumes; its offsets are
   reset and a partition's records deleted from the page; a subscribed group shows
-  its member's assignment (classic and KIP-848 protocols);
+  its member's assignment (classic and KIP-848 protocols); a share group shows its
+  members and, per share-partition, its start offset, lag and window by record state,
+  and its start offsets are reset from the page once it has no members;
 - the live chart fills from the server-sent events without a reload;
 - a console started without --allow-writes offers no write and refuses one;
 - /check shows a real `semel check` run: verdict, timeline, faults;
@@ -167,6 +169,42 @@ def test_group_members_and_their_assignment(broker, console, page, protocol):
         expect(section.locator(".members .assigned")).to_have_text(f"{topic}-0, {topic}-1")
     finally:
         c.close()
+
+
+def test_share_group_start_offsets_and_window(broker, console, page, tmp_path):
+    from tests.integration.test_share_groups_wire import _fetch, _join, _topic_id
+    from tests.support.share import fill, set_group_configs
+    from tests.support.wire import call, connect
+    topic, group = "queue-jobs", "queue-workers"
+    fill(broker.bootstrap, topic, 5)
+    set_group_configs(broker.bootstrap, group, share_auto_offset_reset="earliest")
+    with connect(broker.bootstrap) as s:
+        tid = _topic_id(s, topic)
+        member, _ = _join(s, group, topic)
+        assert _fetch(s, group, member, 0, tid, max_records=3).error_code == 0   # holds 0..2
+        page.goto(f"{console}/groups")
+        section = page.locator(f"#group-{group}")
+        expect(section).to_contain_text("share protocol")
+        expect(section.locator(".members")).to_contain_text(member)
+        row = page.locator(f"#share-{group}-{topic}-0")
+        expect(row).to_have_attribute("data-start", "0")
+        expect(row).to_have_attribute("data-acquired", "3")
+        screenshot(page, tmp_path, "share-groups")
+        # It accepts what it held and takes the rest: the start offset moves past them.
+        assert _fetch(s, group, member, 1, tid, acks=[(0, 2, 1)], max_records=2).error_code == 0
+        expect(row).to_have_attribute("data-start", "3")
+        expect(row).to_have_attribute("data-acquired", "2")
+        # The member leaves; its start offset is reset from the page.
+        left = call(s, 76, 1, group_id=group, member_id=member, member_epoch=-1, rack_id=None,
+                    subscribed_topic_names=None)
+        assert left.error_code == 0
+        expect(section).to_contain_text("Empty")
+        page.once("dialog", lambda d: d.accept() if "Move the start offsets of 1 share-partition(s) of share group "
+                  f"{group} to the earliest offsets" in d.message else d.dismiss())
+        section.locator("button", has_text="reset to earliest").click()
+        expect(page.locator("#flash")).to_contain_text(f"reset 1 partition(s) of group {group} to the earliest")
+        expect(row).to_have_attribute("data-start", "0")
+        expect(row).to_have_attribute("data-acquired", "0")
 
 
 def _consume(c: Consumer, n: int) -> int:

@@ -54,3 +54,10 @@ def call(sock: socket.socket, api_key: int, version: int, corr: int = 1, **field
 def request_bytes(api_key: int, version: int, corr: int = 1, **fields) -> bytes:
     body = request_class(api_key)(version=version, **fields)
     return encode_request(api_key, version, corr, "test", body)
+
+
+def served_versions(bootstrap: str) -> dict[int, tuple[int, int]]:
+    """api key -> (min, max) version, as the broker's ApiVersions (v3) advertises them."""
+    with connect(bootstrap) as s:
+        r = call(s, 18, 3, client_software_name="t", client_software_version="1")
+    return {k.api_key: (k.min_version, k.max_version) for k in r.api_keys}

@@ -32,7 +32,7 @@ def _share(ctx: RequestContext) -> ShareCoordinator | None:
     return ctx.services.share_coordinator
 
 
-def _conflict(ctx: RequestContext, group_id: str) -> KafkaError:
+def consumer_group_conflict(ctx: RequestContext, group_id: str) -> KafkaError:
     """A group id in use by a consumer group (classic or KIP-848) is not a share group:
     GROUP_ID_NOT_FOUND, as Kafka answers."""
     groups = ctx.services.group_coordinator
@@ -51,7 +51,7 @@ async def share_group_heartbeat(ctx: RequestContext, req: Any) -> Any:
     elif not ctx.authorize("READ", "GROUP", req.group_id):
         err = KafkaError.GROUP_AUTHORIZATION_FAILED
     else:
-        err = _conflict(ctx, req.group_id)
+        err = consumer_group_conflict(ctx, req.group_id)
     if share is None or err:
         return ctx.response(throttle_time_ms=0, error_code=err, member_id=req.member_id or None,
                             member_epoch=-1, heartbeat_interval_ms=0, assignment=None)
@@ -185,6 +185,7 @@ async def share_fetch(ctx: RequestContext, req: Any) -> Any:
                 break
             await ctx.services.notifier.wait_any(sorted(session.partitions), min(left, POLL_SLICE_S))
         changed |= set(got)
+        share.locks.arm(group_id, got)   # a lock that runs out is released with no fetch
     persisted = await share.persist(share.partition_records(group_id, changed))
     if persisted:   # nothing is handed out that a restart could not account for
         return _fetch_error(ctx, persisted)
