@@ -9,6 +9,11 @@ connection is answered within the watchdog's stall bound; a request the broker
 rejected (closed without an answer) appended nothing but transaction markers
 (which timed-out fuzz transactions may get at any moment) to any partition; and
 the records written before fuzzing read back byte for byte.
+
+A mutated header can turn a seed into another well-formed request: the Metadata
+seed read as DeleteTopics deletes the fuzzed topic, as Kafka would. The broker
+logs every deletion, and the check after fuzzing accepts a missing topic only
+with that line (then creates it again).
 """
 from __future__ import annotations
 
@@ -24,10 +29,11 @@ from hypothesis import strategies as st
 
 from semel.client import Client
 from semel.protocol import records
-from semel.protocol.messages import request_class
+from semel.protocol.errors import KafkaError
+from semel.protocol.messages import decode_response, request_class
 from tests.support.brokers import module_broker
 from tests.support.markers import starts_processes
-from tests.support.wire import call, connect, request_bytes
+from tests.support.wire import call, connect, recv_frame, request_bytes
 from tests.support.wire_fuzz import advertised, mutate, random_request
 
 STALL_BOUND_S = 2.0   # the broker's default --loop-stall-ms
@@ -106,23 +112,83 @@ def test_mutated_frames_never_break_the_broker(fuzz_broker, frames):
     assert fuzz_broker.alive()
 
 
-def test_broker_still_serves_after_fuzzing(fuzz_broker):
+def _fuzzed_delete_topics(version: int) -> bytes:
+    """The Metadata v9 seed under a header that the "header" mutation draws now and then:
+    api 20 (DeleteTopics) v4 or v5. For one topic the two flexible bodies line up byte for
+    byte (the compact array of one name; the topic's tag buffer and Metadata's three booleans,
+    all zero, read as timeout_ms=0; Metadata's tag buffer as the request's), so the frame is a well-formed
+    request to delete topic "fuzz" and the broker deletes it, as Kafka would."""
+    frame = bytearray(SEEDS[1])
+    struct.pack_into(">hh", frame, 4, 20, version)
+    return bytes(frame)
+
+
+def _topic_or_its_deletion(b, topic: str) -> None:
+    """`topic` exists, or the broker log says a well-formed DeleteTopics deleted it (a fuzz
+    frame can be one: _fuzzed_delete_topics); then it is created again, so that what follows
+    checks the broker, not an idempotent producer waiting for a topic nobody will create.
+    A topic gone without that line was lost, and the test fails."""
+    with Client(b.bootstrap) as c:
+        if c.metadata([topic]).topics[0].error_code == KafkaError.NONE:
+            return
+        log = b.log_path.read_text(errors="replace")
+        assert f"deleted topic {topic} (DeleteTopics" in log, f"topic {topic} vanished without a DeleteTopics"
+        assert c.create_topic(topic, 1) == KafkaError.NONE
+
+
+def _served_idempotently(bootstrap: str, topic: str, value: bytes) -> None:
+    """An idempotent confluent-kafka producer gets `value` acknowledged, and a consumer reads it."""
     from confluent_kafka import Consumer, Producer, TopicPartition
-    p = Producer({"bootstrap.servers": fuzz_broker.bootstrap, "enable.idempotence": True})
-    p.produce("fuzz", value=b"after-fuzz")
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    p.produce(topic, value=value)
     assert p.flush(15) == 0
-    c = Consumer({"bootstrap.servers": fuzz_broker.bootstrap, "group.id": "f", "enable.auto.commit": False})
-    c.assign([TopicPartition("fuzz", 0, 0)])
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "f", "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, 0, 0)])
     values = []
     for _ in range(40):
         m = c.poll(0.25)
         if m is not None and not m.error():
             values.append(m.value())
     c.close()
-    assert b"after-fuzz" in values
+    assert value in values
     # Every value in the log is a whole record produced by a client or a fuzz frame that
     # was a valid request: none is torn (the consumer would have raised on a bad CRC).
+
+
+def test_broker_still_serves_after_fuzzing(fuzz_broker):
+    _topic_or_its_deletion(fuzz_broker, "fuzz")
+    _served_idempotently(fuzz_broker.bootstrap, "fuzz", b"after-fuzz")
     assert fuzz_broker.alive()
+
+
+@pytest.fixture
+@starts_processes
+def delete_broker(tmp_path_factory):
+    with module_broker(tmp_path_factory, "fuzzdelete", "--max-request-bytes", "100000") as b:
+        yield b
+
+
+def test_a_mutated_header_that_spells_delete_topics_is_served_as_one(delete_broker):
+    """The frame sequence behind a flush that timed out after fuzzing, replayed: a mutated
+    Metadata header made a DeleteTopics of the fuzzed topic. The broker answers it as the
+    well-formed request it is, logs the deletion, and serves an idempotent producer at once
+    when the topic exists again."""
+    b = delete_broker
+    with Client(b.bootstrap) as c:
+        for version in (4, 5):
+            assert c.create_topic("fuzz", 1) == KafkaError.NONE
+            with connect(b.bootstrap) as s:
+                s.sendall(_fuzzed_delete_topics(version))
+                frame = recv_frame(s)
+            assert frame is not None
+            answer = decode_response(20, version, frame)[1]
+            assert [(r.name, r.error_code) for r in answer.responses] == [("fuzz", KafkaError.NONE)]
+            assert c.metadata(["fuzz"]).topics[0].error_code == KafkaError.UNKNOWN_TOPIC_OR_PARTITION
+    log = b.log_path.read_text(errors="replace")
+    assert "deleted topic fuzz (DeleteTopics v4 from" in log and "deleted topic fuzz (DeleteTopics v5 from" in log
+    _topic_or_its_deletion(b, "fuzz")
+    _served_idempotently(b.bootstrap, "fuzz", b"after-delete")
+    assert b.alive()
 
 
 # --- structure-aware: every advertised API and version, from the schemas ----------

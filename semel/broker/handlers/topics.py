@@ -6,6 +6,7 @@ logs then follow (semel.cluster.topic_sync), or on a single node to its LogManag
 from __future__ import annotations
 
 import functools
+import logging
 import uuid
 from typing import Any
 
@@ -20,6 +21,8 @@ from ..cluster_admin import Answer, Assignment, ClusterAdmin, Refusal
 from ..config import BrokerConfig
 from ..router import RequestContext, handler
 from ..services import Services
+
+log = logging.getLogger("semel.broker.topics")
 
 
 @handler(ApiKey.CREATE_TOPICS, 2, 7)
@@ -106,6 +109,12 @@ async def delete_topics(ctx: RequestContext, req: Any) -> Any:
     results = []
     for name, topic_id in zip(names, ids):
         name, err, msg = await _delete(ctx.services.admin, name, topic_id)
+        if err == KafkaError.NONE:
+            # A topic that vanished must be explainable from the broker log alone:
+            # who asked (a client, an admin tool, or a stray frame that happens to be
+            # a well-formed DeleteTopics).
+            log.info("deleted topic %s (DeleteTopics v%d from %s, client %r)", name, ctx.api_version,
+                     ctx.peer, ctx.client_id)
         results.append(cls.DeletableTopicResult(name=name, topic_id=topic_id, error_code=err,
                                                 error_message=msg))
     return ctx.response(throttle_time_ms=0, responses=results)
