@@ -10,6 +10,8 @@ has an `InFlight` entry; offsets at or past `end` are available with no delivery
   acquired --accept--> acknowledged        acquired --reject--> archived
   acquired --release / lock expiry / member gone--> available, or archived once the
                                                    delivery count reached the limit
+  acquired --renew (v2)--> acquired by the same member, its lock deadline now + the lock
+                           duration, the delivery count unchanged
 
 `start` moves past the contiguous prefix of acknowledged/archived records, and new
 records are acquired only while the window holds fewer than `max_in_flight` offsets.
@@ -28,7 +30,7 @@ from ..protocol.errors import KafkaError
 AVAILABLE, ACQUIRED, ACKNOWLEDGED, ARCHIVED = 0, 1, 2, 4
 FINISHED = (ACKNOWLEDGED, ARCHIVED)
 # Acknowledge types on the wire.
-ACK_GAP, ACK_ACCEPT, ACK_RELEASE, ACK_REJECT = 0, 1, 2, 3
+ACK_GAP, ACK_ACCEPT, ACK_RELEASE, ACK_REJECT, ACK_RENEW = 0, 1, 2, 3, 4
 ACK_TYPES = (ACK_GAP, ACK_ACCEPT, ACK_RELEASE, ACK_REJECT)
 
 # One run of the durable form: (first offset, last offset, state, delivery count).
@@ -142,23 +144,31 @@ class SharePartition:
 
     # --- acknowledge ---------------------------------------------------------------------
 
-    def acknowledge(self, member: str, first: int, last: int, types: list[int], limits: Limits) -> KafkaError:
+    def acknowledge(self, member: str, first: int, last: int, types: list[int], limits: Limits,
+                    renew_at: int | None = None) -> KafkaError:
         """Acknowledge [first, last] for `member`: one type for the whole range, or one
         per offset. All or nothing: any offset the member does not hold makes the batch
-        INVALID_RECORD_STATE and changes nothing."""
+        INVALID_RECORD_STATE and changes nothing. Renew is a type only where the
+        request may carry it (`renew_at`, the time now, given): it keeps the record with
+        its member and moves its lock deadline to `renew_at` + the lock duration; a
+        record whose lock already ran out is no longer held, so it cannot be renewed."""
+        allowed = ACK_TYPES if renew_at is None else (*ACK_TYPES, ACK_RENEW)
         if last < first or not types or (len(types) != 1 and len(types) != last - first + 1) \
-                or any(t not in ACK_TYPES for t in types):
+                or any(t not in allowed for t in types):
             return KafkaError.INVALID_REQUEST
         if first < self.start or last >= self.end:   # outside the window: nothing there is held
             return KafkaError.INVALID_RECORD_STATE
-        for off in range(first, last + 1):
+        kinds = types * (last - first + 1) if len(types) == 1 else types
+        for off, kind in zip(range(first, last + 1), kinds):
             r = self.records.get(off)
-            if r is None or r.state != ACQUIRED or r.member != member:
+            if r is None or r.state != ACQUIRED or r.member != member \
+                    or (kind == ACK_RENEW and renew_at is not None and r.deadline <= renew_at):
                 return KafkaError.INVALID_RECORD_STATE
-        for i, off in enumerate(range(first, last + 1)):
-            kind = types[0] if len(types) == 1 else types[i]
+        for off, kind in zip(range(first, last + 1), kinds):
             r = self.records[off]
-            if kind == ACK_ACCEPT:
+            if kind == ACK_RENEW and renew_at is not None:
+                r.deadline = renew_at + limits.lock_ms
+            elif kind == ACK_ACCEPT:
                 self._finish(r, ACKNOWLEDGED)
             elif kind == ACK_RELEASE:
                 self._release(r, limits)

@@ -36,23 +36,34 @@ def _join(sock, group, topic):
     return member, r
 
 
-def _fetch(sock, group, member, epoch, topic_id, acks=(), max_records=5, corr=2):
+def _fetch(sock, group, member, epoch, topic_id, acks=(), max_records=5, corr=2, version=1, **fields):
     R = request_class(FETCH)
     P = R.FetchTopic.FetchPartition
     batches = [P.AcknowledgementBatch(first_offset=f, last_offset=last, acknowledge_types=[t])
                for f, last, t in acks]
-    return call(sock, FETCH, 1, corr, group_id=group, member_id=member, share_session_epoch=epoch,
-                max_wait_ms=500, min_bytes=1, max_bytes=1 << 20, max_records=max_records, batch_size=max_records,
+    asks = dict(max_wait_ms=500, min_bytes=1, max_bytes=1 << 20, max_records=max_records, batch_size=max_records)
+    return call(sock, FETCH, version, corr, group_id=group, member_id=member, share_session_epoch=epoch,
                 topics=[R.FetchTopic(topic_id=topic_id, partitions=[P(partition_index=0,
                                                                       acknowledgement_batches=batches)])],
-                forgotten_topics_data=[])
+                forgotten_topics_data=[], **{**asks, **fields})
+
+
+def _ack(sock, group, member, epoch, topic_id, acks, version=2, renew=False):
+    """ShareAcknowledge of partition 0: (first, last, type) batches."""
+    T = request_class(ACK).AcknowledgeTopic
+    P = T.AcknowledgePartition
+    fields = {"is_renew_ack": renew} if version >= 2 else {}
+    return call(sock, ACK, version, 3, group_id=group, member_id=member, share_session_epoch=epoch, topics=[
+        T(topic_id=topic_id, partitions=[P(partition_index=0, acknowledgement_batches=[
+            P.AcknowledgementBatch(first_offset=f, last_offset=last, acknowledge_types=[t])
+            for f, last, t in acks])])], **fields)
 
 
 def test_apis_are_advertised_at_kafka_42_versions(wire_broker):
     with connect(wire_broker.bootstrap) as s:
         r = call(s, API_VERSIONS, 3, client_software_name="t", client_software_version="1")
     served = {k.api_key: (k.min_version, k.max_version) for k in r.api_keys}
-    assert served[HEARTBEAT] == (1, 1) and served[FETCH] == (1, 1) and served[ACK] == (1, 1)
+    assert served[HEARTBEAT] == (1, 1) and served[FETCH] == (1, 2) and served[ACK] == (1, 2)
 
 
 def test_session_epochs_and_record_states(wire_broker):
@@ -74,11 +85,7 @@ def test_session_epochs_and_record_states(wire_broker):
         assert _fetch(a, group, ma, 5, tid).error_code == KafkaError.INVALID_SHARE_SESSION_EPOCH
         # Member b acknowledging a's records: INVALID_RECORD_STATE, and a still holds them.
         assert _fetch(b, group, mb, 0, tid, max_records=1).error_code == 0
-        ack = call(b, ACK, 1, 3, group_id=group, member_id=mb, share_session_epoch=1, topics=[
-            request_class(ACK).AcknowledgeTopic(topic_id=tid, partitions=[
-                request_class(ACK).AcknowledgeTopic.AcknowledgePartition(partition_index=0, acknowledgement_batches=[
-                    request_class(ACK).AcknowledgeTopic.AcknowledgePartition.AcknowledgementBatch(
-                        first_offset=0, last_offset=4, acknowledge_types=[1])])])])
+        ack = _ack(b, group, mb, 1, tid, [(0, 4, 1)], version=1)
         assert ack.responses[0].partitions[0].error_code == KafkaError.INVALID_RECORD_STATE
         # An acknowledgement far outside the window: INVALID_RECORD_STATE, at once.
         far = _fetch(a, group, ma, 1, tid, acks=[(0, 1 << 62, 1)], max_records=0)
@@ -215,3 +222,72 @@ def test_describe_group_configs(wire_broker):
     assert entries["share.record.lock.duration.ms"].value == "30000"
     assert entries["share.delivery.count.limit"].value == "5"
     assert entries["share.partition.max.record.locks"].value == "2000"
+
+
+RENEW, ACCEPT = 4, 1
+# The smallest lock duration a group may set is 1000 ms; 3000 leaves room for a loaded machine.
+LOCK_MS = 3000
+
+
+def _acquired(resp):
+    return [(x.first_offset, x.last_offset, x.delivery_count)
+            for t in resp.responses for p in t.partitions for x in p.acquired_records]
+
+
+def test_renew_keeps_records_past_their_lock(wire_broker):
+    """v2 renewal (KIP-1222): a renewed record stays with its member after its first lock
+    ran out (another member's fetch does not get it), its delivery count unchanged; then
+    accept works and it is never delivered again."""
+    import time
+    topic, group = f"wire-renew-{uuid.uuid4().hex[:6]}", f"sg-renew-{uuid.uuid4().hex[:6]}"
+    fill(wire_broker.bootstrap, topic, 3)
+    set_group_configs(wire_broker.bootstrap, group, share_auto_offset_reset="earliest",
+                      share_record_lock_duration_ms=str(LOCK_MS))
+    with connect(wire_broker.bootstrap) as a, connect(wire_broker.bootstrap) as b:
+        tid = _topic_id(a, topic)
+        ma, _ = _join(a, group, topic)
+        mb, _ = _join(b, group, topic)
+        got = _fetch(a, group, ma, 0, tid, max_records=3, version=2)
+        assert got.error_code == 0 and got.acquisition_lock_timeout_ms == LOCK_MS
+        assert _acquired(got) == [(0, 2, 1)], _acquired(got)
+        acquired_at = time.monotonic()
+        time.sleep(LOCK_MS / 1000 * 2 / 3)
+        renewed = _ack(a, group, ma, 1, tid, [(0, 2, RENEW)], renew=True)
+        assert renewed.error_code == 0 and renewed.acquisition_lock_timeout_ms == LOCK_MS
+        assert renewed.responses[0].partitions[0].error_code == 0
+        # Past the first lock's deadline: the records are still a's, b gets nothing.
+        time.sleep(max(0.0, acquired_at + LOCK_MS / 1000 * 1.2 - time.monotonic()))
+        other = _fetch(b, group, mb, 0, tid, max_records=3, version=2, max_wait_ms=0)
+        assert other.error_code == 0 and _acquired(other) == []
+        # b may not renew what a holds.
+        stolen = _ack(b, group, mb, 1, tid, [(0, 2, RENEW)], renew=True)
+        assert stolen.responses[0].partitions[0].error_code == KafkaError.INVALID_RECORD_STATE
+        # A renewing ShareFetch (every size 0) renews again and acquires nothing.
+        again = _fetch(a, group, ma, 2, tid, acks=[(0, 2, RENEW)], version=2, is_renew_ack=True,
+                       max_wait_ms=0, min_bytes=0, max_bytes=0, max_records=0)
+        assert again.error_code == 0 and _acquired(again) == []
+        assert again.responses[0].partitions[0].acknowledge_error_code == 0
+        accepted = _ack(a, group, ma, 3, tid, [(0, 2, ACCEPT)])
+        assert accepted.responses[0].partitions[0].error_code == 0
+        # Accepted once, delivered once: after a full lock duration nobody gets them.
+        time.sleep(LOCK_MS / 1000 + 0.5)
+        assert _acquired(_fetch(b, group, mb, 2, tid, max_records=3, version=2, max_wait_ms=0)) == []
+
+
+def test_renew_is_refused_where_kafka_refuses_it(wire_broker):
+    """Renew only at v2 with IsRenewAck set; a renewing ShareFetch asks for no records."""
+    topic, group = f"wire-renew-bad-{uuid.uuid4().hex[:6]}", f"sg-renew-bad-{uuid.uuid4().hex[:6]}"
+    fill(wire_broker.bootstrap, topic, 2)
+    set_group_configs(wire_broker.bootstrap, group, share_auto_offset_reset="earliest")
+    with connect(wire_broker.bootstrap) as s:
+        tid = _topic_id(s, topic)
+        member, _ = _join(s, group, topic)
+        assert _acquired(_fetch(s, group, member, 0, tid, max_records=2, version=2)) == [(0, 1, 1)]
+        v1 = _ack(s, group, member, 1, tid, [(0, 1, RENEW)], version=1)
+        assert v1.responses[0].partitions[0].error_code == KafkaError.INVALID_REQUEST
+        unflagged = _ack(s, group, member, 2, tid, [(0, 1, RENEW)], renew=False)
+        assert unflagged.responses[0].partitions[0].error_code == KafkaError.INVALID_REQUEST
+        greedy = _fetch(s, group, member, 3, tid, acks=[(0, 1, RENEW)], version=2, is_renew_ack=True)
+        assert greedy.error_code == KafkaError.INVALID_REQUEST
+        # Nothing of that changed the records: the member still holds them and accepts them.
+        assert _ack(s, group, member, 3, tid, [(0, 1, ACCEPT)]).responses[0].partitions[0].error_code == 0

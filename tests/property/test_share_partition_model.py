@@ -1,11 +1,13 @@
 """Model-based test of one share-partition (KIP-932): random acquisitions by several
 members, acknowledgements of every type (including of records another member holds),
-lock expiry as time passes, members leaving, records that are not deliverable (markers,
+renewals of acquisition locks (KIP-1222), lock expiry as time passes, members leaving, records that are not deliverable (markers,
 aborted records), and restarts (the state rebuilt from its durable form alone). No
 event loop: the share-partition is plain Python and time is a number.
 
 After every step:
   - a record is acquired by at most one member, and only within its lock;
+  - a renewed record keeps its member and its delivery count, its lock deadline is the
+    renewal time + the lock duration;
   - an acknowledged or archived record is never delivered again;
   - a delivery count never exceeds the limit;
   - the start offset never passes an unfinished record (every offset below it was
@@ -19,7 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from semel.coordinator.share_partition import (
-    ACK_ACCEPT, ACK_GAP, ACK_REJECT, ACK_RELEASE, ACKNOWLEDGED, ACQUIRED, ARCHIVED, FINISHED, Limits,
+    ACK_ACCEPT, ACK_GAP, ACK_REJECT, ACK_RELEASE, ACK_RENEW, ACKNOWLEDGED, ACQUIRED, ARCHIVED, FINISHED, Limits,
     SharePartition,
 )
 from semel.protocol.errors import KafkaError
@@ -41,6 +43,7 @@ class SharePartitionModel(RuleBasedStateMachine):
         self.finished: dict[int, int] = {}          # offset -> ACKNOWLEDGED / ARCHIVED
         self.deliveries: dict[int, int] = {}        # offset -> deliveries seen
         self.holder: dict[int, tuple[str, int]] = {}  # offset -> (member, lock deadline)
+        self.renewed: set[int] = set()              # offsets whose lock was renewed at least once
 
     # --- the log grows -------------------------------------------------------------------
 
@@ -91,10 +94,9 @@ class SharePartitionModel(RuleBasedStateMachine):
     def acknowledge(self, member, data, kind):
         if self.log_end == 0:
             return
-        first = data.draw(st.integers(0, self.log_end - 1))
-        last = data.draw(st.integers(first, min(first + 3, self.log_end - 1)))
         self.sp.expire(self.now, LIMITS)
         self._expire_model()
+        first, last = self._draw_range(data, member)
         err = self.sp.acknowledge(member, first, last, [kind], LIMITS)
         held = all(self.holder.get(off, ("", 0))[0] == member for off in range(first, last + 1))
         if not held:
@@ -107,6 +109,59 @@ class SharePartitionModel(RuleBasedStateMachine):
             else:
                 del self.holder[off]
                 self.finished[off] = ACKNOWLEDGED if kind == ACK_ACCEPT else ARCHIVED
+
+    @rule(member=st.sampled_from(MEMBERS), data=st.data())
+    def renew(self, member, data):
+        """Renew a range: all or nothing, held only by `member` within its lock."""
+        if self.log_end == 0:
+            return
+        self._renew(member, *self._draw_range(data, member))
+
+    @rule(member=st.sampled_from(MEMBERS), wait=st.integers(1, LIMITS.lock_ms - 1))
+    def acquire_then_renew(self, member, wait):
+        """A member renews, before its lock runs out, the first record it acquired."""
+        self.produce(4, False)
+        self.acquire(member, 4, False)
+        self.time_passes(wait)
+        held = sorted(off for off, (who, deadline) in self.holder.items() if who == member and deadline > self.now)
+        if held:
+            self._renew(member, held[0], held[0])
+
+    def _renew(self, member, first, last):
+        before = {off: (r.member, r.count) for off, r in self.sp.records.items()}
+        err = self.sp.acknowledge(member, first, last, [ACK_RENEW], LIMITS, renew_at=self.now)
+        held = all(self.holder.get(off, ("", 0))[0] == member and self.holder[off][1] > self.now
+                   for off in range(first, last + 1))
+        if not held:
+            assert err == KafkaError.INVALID_RECORD_STATE
+            return
+        assert err == KafkaError.NONE
+        for off in range(first, last + 1):
+            r = self.sp.records[off]
+            assert (r.state, r.member, r.count) == (ACQUIRED, member, before[off][1])
+            assert r.deadline == self.now + LIMITS.lock_ms
+            self.holder[off] = (member, r.deadline)
+        self.renewed.update(range(first, last + 1))
+
+    @rule(member=st.sampled_from(MEMBERS), data=st.data())
+    def renew_without_v2(self, member, data):
+        """A request that may not carry renew (v1): INVALID_REQUEST, nothing changes."""
+        if self.log_end == 0:
+            return
+        off = data.draw(st.integers(0, self.log_end - 1))
+        before = {o: (r.state, r.member, r.count, r.deadline) for o, r in self.sp.records.items()}
+        assert self.sp.acknowledge(member, off, off, [ACK_RENEW], LIMITS) == KafkaError.INVALID_REQUEST
+        assert before == {o: (r.state, r.member, r.count, r.deadline) for o, r in self.sp.records.items()}
+
+    def _draw_range(self, data, member):
+        """Up to 4 offsets: most often starting at a record `member` holds (so that
+        acknowledgements succeed), otherwise anywhere in the log."""
+        held = sorted(off for off, (who, deadline) in self.holder.items() if who == member and deadline > self.now)
+        if held and data.draw(st.booleans()):
+            first = data.draw(st.sampled_from(held))
+        else:
+            first = data.draw(st.integers(0, self.log_end - 1))
+        return first, data.draw(st.integers(first, min(first + 3, self.log_end - 1)))
 
     @rule(member=st.sampled_from(MEMBERS))
     def member_leaves(self, member):
@@ -146,6 +201,20 @@ class SharePartitionModel(RuleBasedStateMachine):
         for off, r in acquired.items():
             if r.deadline > self.now:
                 assert self.holder[off][0] == r.member
+
+    @invariant()
+    def held_records_match_the_model(self):
+        """Every record held within its lock has the model's one member, deadline and
+        delivery count: a renewal moved the deadline and nothing else, and no record is
+        held by two members."""
+        for off, (who, deadline) in self.holder.items():
+            r = self.sp.records.get(off)
+            if deadline > self.now and r is not None and r.state == ACQUIRED:
+                assert (r.member, r.deadline, r.count) == (who, deadline, self.deliveries[off]), off
+        live = [off for off, r in self.sp.records.items() if r.state == ACQUIRED and r.deadline > self.now]
+        assert all(self.holder[off][0] == self.sp.records[off].member for off in live)
+        for off in self.renewed & set(live):
+            assert self.sp.records[off].count == self.deliveries[off]
 
     @invariant()
     def finished_records_stay_finished(self):

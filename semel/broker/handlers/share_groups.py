@@ -1,5 +1,6 @@
 """Share groups (KIP-932) at the versions Kafka 4.2 serves: ShareGroupHeartbeat (76,
-v1), ShareFetch (78, v1) and ShareAcknowledge (79, v1).
+v1), ShareFetch (78, v1-2) and ShareAcknowledge (79, v1-2; v2 renews acquisition locks,
+see share_renew).
 
 The share coordinator (semel.coordinator.share_coordinator) keeps the members, the
 share sessions and every share-partition; this module maps topic ids to names, reads
@@ -22,6 +23,7 @@ from ..auth_check import authorized_operations
 from ..router import RequestContext, handler
 from .groups import requester_host, topic_catalogue
 from .share_reads import fetchable, read_range
+from .share_renew import lock_timeout, renew_at, renew_fetch_error
 
 # A long-polling fetch looks again at least this often: a lock that ran out makes
 # records available without an append to wake it.
@@ -75,8 +77,9 @@ async def share_group_heartbeat(ctx: RequestContext, req: Any) -> Any:
 
 
 def _acknowledge(share: ShareCoordinator, group_id: str, member_id: str, names: dict[uuid.UUID, str],
-                 topics: Any) -> dict[tuple[str, int], KafkaError]:
-    """Apply every acknowledgement batch; the error per partition (NONE when all held)."""
+                 topics: Any, renewing: int | None = None) -> dict[tuple[str, int], KafkaError]:
+    """Apply every acknowledgement batch; the error per partition (NONE when all held).
+    `renewing`: the time renewals count from, where the request may renew."""
     out: dict[tuple[str, int], KafkaError] = {}
     limits = share.state.limits(group_id)
     for t in topics or ():
@@ -91,7 +94,8 @@ def _acknowledge(share: ShareCoordinator, group_id: str, member_id: str, names: 
                 continue
             err = KafkaError.NONE
             for b in p.acknowledgement_batches:
-                e = sp.acknowledge(member_id, b.first_offset, b.last_offset, list(b.acknowledge_types), limits)
+                e = sp.acknowledge(member_id, b.first_offset, b.last_offset, list(b.acknowledge_types), limits,
+                                   renewing)
                 err = err or e
             out[key] = err
     return out
@@ -150,7 +154,7 @@ def _ranges(acquired: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
     return runs
 
 
-@handler(ApiKey.SHARE_FETCH, 1, 1)
+@handler(ApiKey.SHARE_FETCH, 1, 2)
 async def share_fetch(ctx: RequestContext, req: Any) -> Any:
     share = _share(ctx)
     if share is None:
@@ -161,6 +165,9 @@ async def share_fetch(ctx: RequestContext, req: Any) -> Any:
         err = KafkaError.GROUP_AUTHORIZATION_FAILED
     if not err and req.share_session_epoch != -1 and not share.state.is_member(group_id, member_id):
         err = KafkaError.UNKNOWN_MEMBER_ID
+    renewing = renew_at(ctx, req, share)
+    if not err and renewing is not None:
+        err = renew_fetch_error(req)
     if err:
         return _fetch_error(ctx, err)
     catalogue = topic_catalogue(ctx.services)
@@ -170,12 +177,12 @@ async def share_fetch(ctx: RequestContext, req: Any) -> Any:
                                             _session_keys(names, req.forgotten_topics_data, "partitions"))
     if err or session is None:
         return _fetch_error(ctx, err)
-    acks = _acknowledge(share, group_id, member_id, names, req.topics)
+    acks = _acknowledge(share, group_id, member_id, names, req.topics, renewing)
     changed = set(acks)
     got: dict[tuple[str, int], list[tuple[int, int]]] = {}
     if req.share_session_epoch == -1:
         changed |= {(t, p) for _, t, p in share.state.release_session(group_id, member_id)}
-    else:
+    elif renewing is None:   # a renewing fetch acquires nothing
         deadline = asyncio.get_running_loop().time() + max(req.max_wait_ms, 0) / 1000
         max_records = req.max_records if req.max_records > 0 else 500
         while True:
@@ -228,7 +235,7 @@ def _fetch_error(ctx: RequestContext, err: KafkaError) -> Any:
                         acquisition_lock_timeout_ms=0, responses=[], node_endpoints=[])
 
 
-@handler(ApiKey.SHARE_ACKNOWLEDGE, 1, 1)
+@handler(ApiKey.SHARE_ACKNOWLEDGE, 1, 2)
 async def share_acknowledge(ctx: RequestContext, req: Any) -> Any:
     share = _share(ctx)
     cls = ctx.cls()
@@ -246,7 +253,7 @@ async def share_acknowledge(ctx: RequestContext, req: Any) -> Any:
     if err:
         return ctx.response(throttle_time_ms=0, error_code=err, error_message=err.name, responses=[],
                             node_endpoints=[])
-    acks = _acknowledge(share, group_id, member_id, names, req.topics)
+    acks = _acknowledge(share, group_id, member_id, names, req.topics, renew_at(ctx, req, share))
     changed = set(acks)
     if req.share_session_epoch == -1:
         changed |= {(t, p) for _, t, p in share.state.release_session(group_id, member_id)}
@@ -261,7 +268,7 @@ async def share_acknowledge(ctx: RequestContext, req: Any) -> Any:
                 current_leader=_leader(ctx, P.LeaderIdAndEpoch, topic, p)))
     return ctx.response(throttle_time_ms=0, error_code=0,
                         responses=[T(topic_id=catalogue[t][0], partitions=ps) for t, ps in sorted(by_topic.items())],
-                        node_endpoints=[])
+                        node_endpoints=[], **lock_timeout(ctx, share.state.limits(group_id).lock_ms))
 
 
 @handler(ApiKey.SHARE_GROUP_DESCRIBE, 1, 1)
