@@ -58,7 +58,8 @@ from .group_model import (
     OFFSETS_TOPIC, FetchedOffset, GroupConfig, GroupSummary, JoinResult, MemberSummary,
     SyncResult,
 )
-from .group_offsets import OffsetInput, OffsetManager
+from .group_offsets import OffsetManager
+from .offsets_shard import OffsetInput
 from .group_replay import GroupStore
 from .group_timers import Timers, wall_clock_ms
 from .runtime import CoordinatorRuntime
@@ -103,7 +104,8 @@ class GroupCoordinator:
         self.deleted_topics = deleted_topics
         # The parts, each given what it works with.
         self.store = GroupStore(self.clock)
-        ctx = GroupContext(self.store, self.clog, self.timers, self.config, self.clock, self.ready_error)
+        ctx = GroupContext(self.store, self.clog, self.timers, self.config, self.clock, self.ready_error,
+                           self.runtime)
         self.consumers = ConsumerGroups(ctx, self.spawn)
         self.membership = GroupMembership(ctx, self.consumers)
         self.listing = GroupListing(ctx, self.consumers)
