@@ -1,13 +1,14 @@
 """Consumer groups of the KIP-848 protocol in the group coordinator: ConsumerGroupHeartbeat,
 ConsumerGroupDescribe, session expiry, and the member-epoch checks of offset commits.
 
-Every change takes the coordinator's one path: the rules (consumer_group_rules, pure)
-prepare the next state of the group from the current one; the difference is appended
-to __consumer_offsets as records (consumer_records); once durable those records are
-applied to memory by the same function the start-up replay uses (also when their
-fsync failed: they are in the log, so memory stays what a replay gives). While a group has a
-write in flight, the next request for it waits for that write to be applied and then
-decides on the state it left, never on state read before an await.
+This is the asynchronous edge of the consumer-protocol shard (consumer_shard.ConsumerShard):
+each change is an op the shard decides with no I/O (records and an answer), which `run`
+writes through the coordinator runtime (append -> commit point -> the shard's replay ->
+answer; the replay also when the commit wait failed: the records are in the log, so
+memory stays what a restart loads). While a group has a write in flight, the next op for
+it waits for that write to be replayed and then decides on the state it left, never on
+state read before an await. What waits stays here: the write each group is waiting for
+(`pending`), the timers (session, revocation) whose callbacks run the shard's ops.
 
 The groups share the coordinator's log, timers and committed offsets (a group's
 offsets live in the classic `Group` of the same id, which holds no members while the

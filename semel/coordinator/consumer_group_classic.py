@@ -1,10 +1,11 @@
 """Classic members in consumer groups, and the online upgrade and downgrade between the
 two protocols (the rules are in consumer_group_migration; this is the coordinator's
 side: routing JoinGroup/SyncGroup/Heartbeat/LeaveGroup of a consumer group's classic
-members, and writing a conversion as one batch with the classic group's record).
+members, and answering the waiting members around a conversion's replay).
 
-A conversion is one write: the records of one protocol's group and the tombstone (or
-snapshot) of the other's, applied together once durable, so a replay finds one group.
+A conversion is one op of the shard (consumer_shard): the records of one protocol's
+group and the tombstone (or snapshot) of the other's in one batch, replayed together
+once durable, so a replay finds one group.
 """
 from __future__ import annotations
 

@@ -30,7 +30,9 @@ transaction coordinator); the GroupStore is the shard it loads. The coordinator 
 composed of parts by concern, each made in __init__ with the collaborators it uses:
   group_replay       GroupStore: the groups in memory and the apply functions shared
                      with the start-up replay
-  consumer_group     ConsumerGroups: the consumer protocol's groups (KIP-848)
+  consumer_group     ConsumerGroups: the consumer protocol's groups (KIP-848), the edge
+                     of their shard (consumer_shard.ConsumerShard), written through
+                     the runtime's `write`
   group_membership   GroupMembership: join/sync/heartbeat/leave, rebalancing
   group_listing      GroupListing: describe/list/delete
   group_offsets      OffsetManager: offset commit/fetch, transactional offsets, delete,
