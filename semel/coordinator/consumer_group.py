@@ -75,10 +75,7 @@ class ConsumerGroups:
             if pending is None:
                 break
             await asyncio.wait([pending])
-        upgraded, refused_upgrade = self.classic.upgrade_start(group_id)
-        if refused_upgrade is not None:
-            return Answer(refused_upgrade.error, hb.member_id, -1, None, refused_upgrade.message)
-        op = self.shard.heartbeat(group_id, hb, topics, regex_matches, start=upgraded)
+        op = self.shard.heartbeat(group_id, hb, topics, regex_matches)
         if op.response.error:
             return op.response
         answer = await self.run(op)

@@ -17,13 +17,12 @@ from typing import Any, Callable, Coroutine, Mapping, Protocol, TypeVar
 from ..protocol.consumer_protocol import PROTOCOL_TYPE, encode_assignment
 from ..protocol.errors import KafkaError
 from . import consumer_group_migration as mig
-from .consumer_group_rules import Answer, ConsumerGroup
+from .consumer_group_rules import Answer
 from .consumer_regex import regex_matches
 from .consumer_shard import UPGRADE, CgOp, ConsumerShard
 from .coordinator_log import done_future, resolve_future
 from .group_context import GroupContext
 from .group_model import Group, JoinResult, SyncResult
-from .group_states import GroupState
 
 T = TypeVar("T")
 
@@ -64,10 +63,6 @@ class ClassicMembers:
         self._spawn = spawn
         self.on_downgraded: Callable[[Group], None] = lambda group: None
 
-    @property
-    def migration_policy(self) -> mig.MigrationPolicy:
-        return mig.MigrationPolicy(self.config.consumer_migration_policy)
-
     def hosts(self, group_id: str) -> bool:
         """Are the classic APIs of this group answered by its consumer group?"""
         g = self._store.consumer_groups.get(group_id)
@@ -80,31 +75,6 @@ class ClassicMembers:
                    else self.config.consumer_session_timeout_ms)
         self.timers.set(("cg", group_id, member_id), timeout,
                         lambda: self.cg.session_expired(group_id, member_id))
-
-    # --- upgrade: a member of the consumer protocol joins a classic group ------------------------
-
-    def upgrade_start(self, group_id: str) -> tuple[ConsumerGroup | None, Answer | None]:
-        """The consumer group a heartbeat starts from when the group is classic with members
-        (None, None: it is not). Refused as Kafka refuses (GROUP_ID_NOT_FOUND with its
-        message); a classic group in the middle of a rebalance is asked to wait (its
-        members' assignment is not settled), which the client retries."""
-        classic = self._store.groups.get(group_id)
-        if classic is None or classic.is_empty() or self.hosts(group_id):
-            return None, None
-        members = [mig.ClassicMember(m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                                     m.rebalance_timeout_ms, m.session_timeout_ms, tuple(m.protocols),
-                                     m.assignment) for m in classic.members.values()]
-        why = mig.upgrade_refusal(self.migration_policy, classic.protocol_type, members, group_id)
-        if why is not None:
-            return None, Answer(KafkaError.GROUP_ID_NOT_FOUND, "", -1, None, why)
-        if classic.state is not GroupState.STABLE or classic.pending_members:
-            return None, Answer(KafkaError.COORDINATOR_LOAD_IN_PROGRESS, "", -1, None,
-                                f"Classic group {group_id} is rebalancing; retry.")
-        base = mig.from_classic(group_id, classic.generation, members)
-        prior = self._store.consumer_groups.get(group_id)
-        if prior is not None:
-            base.epoch = base.target_epoch = max(base.epoch, prior.epoch)
-        return base, None
 
     # --- a conversion between the protocols, around its replay ---------------------------------
 

@@ -22,6 +22,7 @@ from . import consumer_group_rules as rules
 from .consumer_group_rules import Answer, ConsumerGroup, Heartbeat, Matcher
 from .consumer_records import Record, apply_records, records_between
 from .group_replay import GroupStore
+from .group_states import GroupState
 from .offsets import GroupRecord, MemberRecord, decode_group_value, group_key, group_value
 
 # What a conversion does to the classic group of the same id, once replayed.
@@ -70,11 +71,13 @@ class ConsumerShard:
             return CgOp(group_id, answer)
         return CgOp(group_id, answer, records_between(self.groups.get(group_id), new))
 
-    def heartbeat(self, group_id: str, hb: Heartbeat, topics: Mapping[str, int], matches: Matcher,
-                  *, start: ConsumerGroup | None = None) -> CgOp:
-        """A ConsumerGroupHeartbeat. `start`: the consumer group an upgrade begins from (a
-        classic group with members, converted); a member leaving for good goes through
-        `remove`, which may turn the group classic again."""
+    def heartbeat(self, group_id: str, hb: Heartbeat, topics: Mapping[str, int], matches: Matcher) -> CgOp:
+        """A ConsumerGroupHeartbeat. Into a classic group with members it is an upgrade:
+        the group is converted first (`upgrade_start`); a member leaving for good goes
+        through `remove`, which may turn the group classic again."""
+        start, refusal = self.upgrade_start(group_id)
+        if refusal is not None:
+            return CgOp(group_id, Answer(refusal.error, hb.member_id, -1, None, refusal.message))
         old = start or self.groups.get(group_id)
         new, answer = rules.heartbeat(old, group_id, hb, topics, matches)
         if answer.error or new is None:
@@ -86,6 +89,29 @@ class ConsumerShard:
         if answer.member_epoch == rules.LEAVE_EPOCH and old is not None:
             return self.remove(group_id, hb.member_id, answer, after=new)
         return self.transition(group_id, new, answer)
+
+    def upgrade_start(self, group_id: str) -> tuple[ConsumerGroup | None, Answer | None]:
+        """The consumer group a heartbeat starts from when the group is classic with members
+        (None, None: it is not). Refused as Kafka refuses (GROUP_ID_NOT_FOUND with its
+        message); a classic group in the middle of a rebalance is asked to wait (its
+        members' assignment is not settled), which the client retries."""
+        classic = self.store.groups.get(group_id)
+        consumer = self.groups.get(group_id)
+        if classic is None or classic.is_empty() or (consumer is not None and consumer.members):
+            return None, None
+        members = [mig.ClassicMember(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                                     m.rebalance_timeout_ms, m.session_timeout_ms, tuple(m.protocols),
+                                     m.assignment) for m in classic.members.values()]
+        why = mig.upgrade_refusal(self.policy, classic.protocol_type, members, group_id)
+        if why is not None:
+            return None, Answer(KafkaError.GROUP_ID_NOT_FOUND, "", -1, None, why)
+        if classic.state is not GroupState.STABLE or classic.pending_members:
+            return None, Answer(KafkaError.COORDINATOR_LOAD_IN_PROGRESS, "", -1, None,
+                                f"Classic group {group_id} is rebalancing; retry.")
+        base = mig.from_classic(group_id, classic.generation, members)
+        if consumer is not None:
+            base.epoch = base.target_epoch = max(base.epoch, consumer.epoch)
+        return base, None
 
     def classic_join(self, group_id: str, member: mig.ClassicMember, topics: Mapping[str, int],
                      matches: Matcher) -> CgOp:
