@@ -131,10 +131,7 @@ class ConsumerGroups:
             log.warning("refused a write to consumer group %s: %s", op.group_id, exc)
             return done_future(refused(op, KafkaError.INVALID_REQUEST))
         written = self._runtime.write(batch, lambda: self._replay(op), what=f"consumer group {op.group_id}")
-        if written.done():   # replayed already (no commit point to wait for) or refused
-            return done_future(self._answer(op, written))
         fut: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
-        self.pending[op.group_id] = fut
 
         def done(_: object) -> None:
             if self.pending.get(op.group_id) is fut:
@@ -144,7 +141,11 @@ class ConsumerGroups:
             except Exception as exc:   # a bug in a replay: the waiter hears of it
                 if not fut.done():
                     fut.set_exception(exc)
-        written.add_done_callback(done)
+        if written.done():   # replayed already (no commit point to wait for) or refused
+            done(written)
+        else:
+            self.pending[op.group_id] = fut
+            written.add_done_callback(done)
         return fut
 
     @staticmethod
