@@ -1,13 +1,14 @@
 """Consumer groups of the KIP-848 protocol in the group coordinator: ConsumerGroupHeartbeat,
 ConsumerGroupDescribe, session expiry, and the member-epoch checks of offset commits.
 
-Every change takes the coordinator's one path: the rules (consumer_group_rules, pure)
-prepare the next state of the group from the current one; the difference is appended
-to __consumer_offsets as records (consumer_records); once durable those records are
-applied to memory by the same function the start-up replay uses (also when their
-fsync failed: they are in the log, so memory stays what a replay gives). While a group has a
-write in flight, the next request for it waits for that write to be applied and then
-decides on the state it left, never on state read before an await.
+This is the asynchronous edge of the consumer-protocol shard (consumer_shard.ConsumerShard):
+each change is an op the shard decides with no I/O (records and an answer), which `run`
+writes through the coordinator runtime (append -> commit point -> the shard's replay ->
+answer; the replay also when the commit wait failed: the records are in the log, so
+memory stays what a restart loads). While a group has a write in flight, the next op for
+it waits for that write to be replayed and then decides on the state it left, never on
+state read before an await. What waits stays here: the write each group is waiting for
+(`pending`), the timers (session, revocation) whose callbacks run the shard's ops.
 
 The groups share the coordinator's log, timers and committed offsets (a group's
 offsets live in the classic `Group` of the same id, which holds no members while the
@@ -18,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Iterable
 from typing import Mapping
 
 from ..protocol.errors import KafkaError
@@ -26,8 +27,9 @@ from . import consumer_group_rules as rules
 from .consumer_group_classic import ClassicMembers, Spawn
 from .consumer_group_rules import Answer, ConsumerGroup, Heartbeat
 from .consumer_regex import regex_error, regex_matches
-from .consumer_records import Record, apply_records, records_between
-from .coordinator_log import done_future
+from .consumer_records import records_between
+from .consumer_shard import CgOp, ConsumerShard, refused
+from .coordinator_log import done_future, resolve_future
 from .group_context import GroupContext
 
 log = logging.getLogger("semel.coordinator.consumer_group")
@@ -50,7 +52,8 @@ class ConsumerGroups:
     write each group is waiting for."""
 
     def __init__(self, ctx: GroupContext, spawn: Spawn) -> None:
-        self._store, self._log, self._ready = ctx.store, ctx.log, ctx.ready
+        self._store, self._log, self._ready, self._runtime = ctx.store, ctx.log, ctx.ready, ctx.runtime
+        self.shard = ConsumerShard(ctx.store, ctx.config.consumer_migration_policy)
         self.timers, self.config = ctx.timers, ctx.config
         self._spawn = spawn
         self.pending: dict[str, asyncio.Future[Answer]] = {}
@@ -72,19 +75,10 @@ class ConsumerGroups:
             if pending is None:
                 break
             await asyncio.wait([pending])
-        upgraded, refused = self.classic.upgrade_start(group_id)
-        if refused is not None:
-            return Answer(refused.error, hb.member_id, -1, None, refused.message)
-        old = upgraded or self._store.consumer_groups.get(group_id)
-        new, answer = rules.heartbeat(old, group_id, hb, topics, regex_matches)
-        if answer.error:
-            return answer
-        if upgraded is not None and new is not None:
-            answer = await self.classic.upgrade_write(group_id, new, answer)
-        elif answer.member_epoch == rules.LEAVE_EPOCH and old is not None and new is not None:
-            answer = await self.classic.commit(group_id, old, new, answer)
-        else:
-            answer = await self.cg_write(group_id, old, new, answer)
+        op = self.shard.heartbeat(group_id, hb, topics, regex_matches)
+        if op.response.error:
+            return op.response
+        answer = await self.run(op)
         if not answer.error:
             if answer.member_epoch == rules.LEAVE_EPOCH:
                 self.timers.cancel(("cg", group_id, answer.member_id))
@@ -105,73 +99,78 @@ class ConsumerGroups:
         elif not self.timers.active(key):
             epoch = cur.epoch
             self.timers.set(key, g.members[member_id].rebalance_timeout_ms,
-                            lambda: self._spawn(self._cg_revocation_overdue(group_id, member_id, epoch)))
+                            lambda: self._spawn(self._revocation_overdue(group_id, member_id, epoch)))
 
-    async def _cg_revocation_overdue(self, group_id: str, member_id: str, epoch: int) -> None:
+    async def _revocation_overdue(self, group_id: str, member_id: str, epoch: int) -> None:
+        await self.settled(group_id)
+        if self._ready():
+            return
+        op = self.shard.revocation_overdue(group_id, member_id, epoch)
+        if op.pairs():
+            log.info("member %s of consumer group %s kept partitions past its rebalance timeout; fenced",
+                     member_id, group_id)
+            self.timers.cancel(("cg", group_id, member_id))
+        await self.run(op)
+
+    async def settled(self, group_id: str) -> None:
+        """Wait until the group has no write in flight (the next op decides on its result)."""
         while (pending := self.pending.get(group_id)) is not None:
             await asyncio.wait([pending])
-        old = self._store.consumer_groups.get(group_id)
-        cur = old.current.get(member_id) if old is not None and not self._ready() else None
-        if old is None or cur is None or cur.state is not rules.MemberState.UNREVOKED_PARTITIONS or cur.epoch != epoch:
-            return
-        log.info("member %s of consumer group %s kept partitions past its rebalance timeout; fenced",
-                 member_id, group_id)
-        self.timers.cancel(("cg", group_id, member_id))
-        await self.classic.commit(group_id, old, rules.remove_member(old, member_id), Answer())
 
-    def cg_write(self, group_id: str, old: ConsumerGroup | None, new: ConsumerGroup | None,
-                 answer: Answer, *, before: Sequence[Record] = (), after: Sequence[Record] = (),
-                 on_apply: Callable[[], None] | None = None) -> "asyncio.Future[Answer]":
-        """Append the records from `old` to `new`; apply them once durable. A conversion
-        between the protocols puts the classic group's records `before` or `after` them in
-        the same batch, and `on_apply` applies those."""
-        records = records_between(old, new)
-        batch = [*before, *records, *after]
-        if not batch:
-            return done_future(answer)
-
-        def apply(info: object) -> Answer:
-            apply_records(self._store.consumer_groups, records)
-            if on_apply is not None:
-                on_apply()
-            return answer
-
-        def fail(error: KafkaError) -> Answer:
-            return Answer(error, answer.member_id, -1)
-
-        def unsynced(error: KafkaError) -> Answer:
-            # The records are in the log though their fsync failed, and a replay will apply
-            # them: memory follows the log (as the transaction coordinator's does), so the
-            # next transition is computed from what a restart would load. The member is
-            # answered with the error and retries, as after a lost answer.
-            apply(None)
-            return fail(error)
-
-        fut = self._log.write(lambda: self._log.append_records(batch), apply, fail, unsynced=unsynced)
-        if fut.done():   # applied already (no fsync to wait for) or refused
-            return fut
-        self.pending[group_id] = fut
+    def run(self, op: CgOp) -> "asyncio.Future[Answer]":
+        """Write `op` through the runtime: append its batch now; once committed (or in the
+        log though its commit wait failed: memory follows the log, and the member, answered
+        with the error, retries as after a lost answer) replay it and answer. While it is in
+        flight the group's next op waits for it (`pending`)."""
+        pairs = op.pairs()
+        if not pairs:
+            return done_future(op.response)
+        try:
+            batch = self._log.batch(pairs)
+        except ValueError as exc:   # a name that cannot be encoded
+            log.warning("refused a write to consumer group %s: %s", op.group_id, exc)
+            return done_future(refused(op, KafkaError.INVALID_REQUEST))
+        written = self._runtime.write(batch, lambda: self._replay(op), what=f"consumer group {op.group_id}")
+        fut: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
 
         def done(_: object) -> None:
-            if self.pending.get(group_id) is fut:
-                del self.pending[group_id]
-        fut.add_done_callback(done)
+            if self.pending.get(op.group_id) is fut:
+                del self.pending[op.group_id]
+            try:
+                resolve_future(fut, self._answer(op, written))
+            except Exception as exc:   # a bug in a replay: the waiter hears of it
+                if not fut.done():
+                    fut.set_exception(exc)
+        if written.done():   # replayed already (no commit point to wait for) or refused
+            done(written)
+        else:
+            self.pending[op.group_id] = fut
+            written.add_done_callback(done)
         return fut
 
-    def session_expired(self, group_id: str, member_id: str) -> None:
-        self._spawn(self._cg_fence(group_id, member_id))
+    @staticmethod
+    def _answer(op: CgOp, written: "asyncio.Future[tuple[KafkaError, bool]]") -> Answer:
+        error, _replayed = written.result()
+        return refused(op, error) if error else op.response
 
-    async def _cg_fence(self, group_id: str, member_id: str) -> None:
+    def _replay(self, op: CgOp) -> None:
+        after = self.classic.prepare_conversion(op) if op.conversion is not None else None
+        self.shard.replay(op)
+        if after is not None:
+            after()
+
+    def session_expired(self, group_id: str, member_id: str) -> None:
+        self._spawn(self._fence(group_id, member_id))
+
+    async def _fence(self, group_id: str, member_id: str) -> None:
         """The member missed its session: it is removed and its partitions go to others."""
-        while (pending := self.pending.get(group_id)) is not None:
-            await asyncio.wait([pending])
+        await self.settled(group_id)
         if self._ready() or self.timers.active(("cg", group_id, member_id)):
             return   # not serving, or the member heartbeated meanwhile
-        old = self._store.consumer_groups.get(group_id)
-        if old is None or member_id not in old.members:
-            return
-        log.info("member %s of consumer group %s missed its session; fenced", member_id, group_id)
-        await self.classic.commit(group_id, old, rules.remove_member(old, member_id), Answer())
+        op = self.shard.session_expired(group_id, member_id)
+        if op.pairs():
+            log.info("member %s of consumer group %s missed its session; fenced", member_id, group_id)
+        await self.run(op)
 
     # --- ConsumerGroupDescribe, ListGroups ------------------------------------------------------
 

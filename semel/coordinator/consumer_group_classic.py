@@ -1,29 +1,28 @@
 """Classic members in consumer groups, and the online upgrade and downgrade between the
 two protocols (the rules are in consumer_group_migration; this is the coordinator's
 side: routing JoinGroup/SyncGroup/Heartbeat/LeaveGroup of a consumer group's classic
-members, and writing a conversion as one batch with the classic group's record).
+members, and answering the waiting members around a conversion's replay).
 
-A conversion is one write: the records of one protocol's group and the tombstone (or
-snapshot) of the other's, applied together once durable, so a replay finds one group.
+A conversion is one op of the shard (consumer_shard): the records of one protocol's
+group and the tombstone (or snapshot) of the other's in one batch, replayed together
+once durable, so a replay finds one group.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import uuid
-from typing import Any, Callable, Coroutine, Mapping, Protocol, Sequence, TypeVar
+from typing import Any, Callable, Coroutine, Mapping, Protocol, TypeVar
 
 from ..protocol.consumer_protocol import PROTOCOL_TYPE, encode_assignment
 from ..protocol.errors import KafkaError
 from . import consumer_group_migration as mig
-from . import consumer_group_rules as rules
-from .consumer_group_rules import Answer, ConsumerGroup
+from .consumer_group_rules import Answer
 from .consumer_regex import regex_matches
+from .consumer_shard import UPGRADE, CgOp, ConsumerShard
 from .coordinator_log import done_future, resolve_future
 from .group_context import GroupContext
 from .group_model import Group, JoinResult, SyncResult
-from .group_states import GroupState
-from .offsets import GroupRecord, MemberRecord, group_key, group_value
 
 T = TypeVar("T")
 
@@ -34,17 +33,14 @@ class Spawn(Protocol):
     def __call__(self, coro: Coroutine[Any, Any, T], /) -> asyncio.Task[T]: ...
 
 
-# A record as the offsets log holds it: (key, value; None a tombstone).
-_Record = tuple[bytes, bytes | None]
-
-
 class ConsumerWrites(Protocol):
-    """What ClassicMembers uses of ConsumerGroups (which makes it)."""
-    pending: dict[str, "asyncio.Future[Answer]"]
+    """What ClassicMembers uses of ConsumerGroups (which makes it): its shard, the write
+    path its ops take, and the wait for a group's write in flight."""
+    shard: ConsumerShard
 
-    def cg_write(self, group_id: str, old: ConsumerGroup | None, new: ConsumerGroup | None,
-                 answer: Answer, *, before: Sequence[_Record] = (), after: Sequence[_Record] = (),
-                 on_apply: Callable[[], None] | None = None) -> "asyncio.Future[Answer]": ...
+    def run(self, op: CgOp) -> "asyncio.Future[Answer]": ...
+
+    async def settled(self, group_id: str) -> None: ...
 
     def arm_revocation(self, group_id: str, member_id: str) -> None: ...
 
@@ -67,18 +63,10 @@ class ClassicMembers:
         self._spawn = spawn
         self.on_downgraded: Callable[[Group], None] = lambda group: None
 
-    @property
-    def migration_policy(self) -> mig.MigrationPolicy:
-        return mig.MigrationPolicy(self.config.consumer_migration_policy)
-
     def hosts(self, group_id: str) -> bool:
         """Are the classic APIs of this group answered by its consumer group?"""
         g = self._store.consumer_groups.get(group_id)
         return g is not None and bool(g.members)
-
-    async def settled(self, group_id: str) -> None:
-        while (pending := self.cg.pending.get(group_id)) is not None:
-            await asyncio.wait([pending])
 
     def arm_session(self, group_id: str, member_id: str) -> None:
         g = self._store.consumer_groups.get(group_id)
@@ -88,47 +76,39 @@ class ClassicMembers:
         self.timers.set(("cg", group_id, member_id), timeout,
                         lambda: self.cg.session_expired(group_id, member_id))
 
-    # --- upgrade: a member of the consumer protocol joins a classic group ------------------------
+    # --- a conversion between the protocols, around its replay ---------------------------------
 
-    def upgrade_start(self, group_id: str) -> tuple[ConsumerGroup | None, Answer | None]:
-        """The consumer group a heartbeat starts from when the group is classic with members
-        (None, None: it is not). Refused as Kafka refuses (GROUP_ID_NOT_FOUND with its
-        message); a classic group in the middle of a rebalance is asked to wait (its
-        members' assignment is not settled), which the client retries."""
-        classic = self._store.groups.get(group_id)
-        if classic is None or classic.is_empty() or self.hosts(group_id):
-            return None, None
-        members = [mig.ClassicMember(m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                                     m.rebalance_timeout_ms, m.session_timeout_ms, tuple(m.protocols),
-                                     m.assignment) for m in classic.members.values()]
-        why = mig.upgrade_refusal(self.migration_policy, classic.protocol_type, members, group_id)
-        if why is not None:
-            return None, Answer(KafkaError.GROUP_ID_NOT_FOUND, "", -1, None, why)
-        if classic.state is not GroupState.STABLE or classic.pending_members:
-            return None, Answer(KafkaError.COORDINATOR_LOAD_IN_PROGRESS, "", -1, None,
-                                f"Classic group {group_id} is rebalancing; retry.")
-        base = mig.from_classic(group_id, classic.generation, members)
-        prior = self._store.consumer_groups.get(group_id)
-        if prior is not None:
-            base.epoch = base.target_epoch = max(base.epoch, prior.epoch)
-        return base, None
-
-    def upgrade_write(self, group_id: str, new: ConsumerGroup, answer: Answer) -> "asyncio.Future[Answer]":
-        """The classic group's record goes (its offsets stay) and the consumer group's come,
-        in one batch; its classic members are told to rejoin, now into the consumer group."""
-        carried = [mid for mid, m in new.members.items() if m.classic is not None]
-
-        def converted() -> None:
-            classic = self._store.groups.get(group_id)
+    def prepare_conversion(self, op: CgOp) -> Callable[[], None]:
+        """What the edge does around the replay of a conversion (the shard's replay changes
+        the groups; this answers the members that wait and moves their timers): called
+        before the replay, it returns what to do after it."""
+        gid = op.group_id
+        if op.conversion == UPGRADE:
+            # The classic members are told to rejoin, now into the consumer group.
+            classic = self._store.groups.get(gid)
             if classic is not None:
                 self._release_classic_members(classic)
-                self._store.apply_group_record(group_id, None)
-            for mid in carried:
-                self.arm_session(group_id, mid)
-            log.info("classic group %s upgraded to a consumer group", group_id)
 
-        return self.cg.cg_write(group_id, self._store.consumer_groups.get(group_id), new, answer,
-                              before=[(group_key(group_id), None)], on_apply=converted)
+            def upgraded() -> None:
+                g = self._store.consumer_groups.get(gid)
+                for mid, m in (g.members.items() if g is not None else ()):
+                    if m.classic is not None:
+                        self.arm_session(gid, mid)
+                log.info("classic group %s upgraded to a consumer group", gid)
+            return upgraded
+        g = self._store.consumer_groups.get(gid)
+        # The snapshot holds each member's chosen protocol only; they keep all of theirs.
+        protocols = {mid: m.classic.protocols for mid, m in g.members.items() if m.classic} if g else {}
+
+        def downgraded() -> None:
+            group = self._store.groups[gid]
+            for m in group.members.values():
+                for kind in ("cg", "cg-revoke", "cg-rejoin"):
+                    self.timers.cancel((kind, gid, m.member_id))
+                m.protocols = list(protocols.get(m.member_id, m.protocols))
+            self.on_downgraded(group)
+            log.info("consumer group %s downgraded to a classic group", gid)
+        return downgraded
 
     def _release_classic_members(self, classic: Group) -> None:
         gid = classic.group_id
@@ -142,49 +122,6 @@ class ClassicMembers:
         classic.pending_members.clear()
         self.timers.cancel(("join", gid))
         self.timers.cancel(("sync", gid))
-
-    # --- downgrade: the last member of the consumer protocol leaves ------------------------------
-
-    def commit(self, group_id: str, old: ConsumerGroup, new: ConsumerGroup,
-                   answer: Answer) -> "asyncio.Future[Answer]":
-        """Write a member's removal; the group becomes classic when only classic members
-        remain and the policy allows it."""
-        record = self._downgrade_record(new) if mig.downgrades(new, self.migration_policy) else None
-        if record is None:
-            return self.cg.cg_write(group_id, old, new, answer)
-        protocols = {mid: m.classic.protocols for mid, m in new.members.items() if m.classic}
-
-        def converted() -> None:
-            for mid in new.members:
-                for kind in ("cg", "cg-revoke", "cg-rejoin"):
-                    self.timers.cancel((kind, group_id, mid))
-            self._store.apply_group_record(group_id, record)
-            group = self._store.groups[group_id]
-            for m in group.members.values():
-                m.protocols = list(protocols.get(m.member_id, m.protocols))
-            self.on_downgraded(group)
-            log.info("consumer group %s downgraded to a classic group", group_id)
-
-        return self.cg.cg_write(group_id, old, None, answer,
-                              after=[(group_key(group_id), group_value(record))], on_apply=converted)
-
-    def _downgrade_record(self, g: ConsumerGroup) -> GroupRecord | None:
-        """The classic group's snapshot: the members as they are, at the generation most of
-        them are at (so their heartbeats hear of the rebalance, not of a wrong generation)."""
-        members = mig.to_classic(g)
-        common = set.intersection(*({n for n, _ in m.protocols} for m in members))
-        first = members[0].protocols
-        protocol = next((n for n, _ in first if n in common), None)
-        if protocol is None:
-            return None
-        generation = max(g.current[m.member_id].epoch for m in members)
-        rec = GroupRecord(PROTOCOL_TYPE, generation, protocol, members[0].member_id, self._store.clock())
-        for m in members:
-            meta = dict(m.protocols)[protocol]
-            rec.members.append(MemberRecord(m.member_id, m.instance_id, m.client_id, m.client_host,
-                                            m.rebalance_timeout_ms, m.session_timeout_ms, meta,
-                                            m.assignment))
-        return rec
 
     # --- the classic APIs of a consumer group's classic members ----------------------------------
 
@@ -204,18 +141,17 @@ class ClassicMembers:
         return self._spawn(self._classic_join(group_id, m, topics))
 
     async def _classic_join(self, group_id: str, m: mig.ClassicMember, topics: Topics) -> JoinResult:
-        await self.settled(group_id)
+        await self.cg.settled(group_id)
         if err := self._ready():
             return JoinResult(err, m.member_id)
         if not self.hosts(group_id):
             # Became classic meanwhile: the member joins again, there.
             return JoinResult(KafkaError.REBALANCE_IN_PROGRESS, m.member_id)
-        old = self._store.consumer_groups[group_id]
         self.timers.cancel(("cg-rejoin", group_id, m.member_id))
-        new, answer = mig.classic_join(old, m, topics(), regex_matches)
-        if answer.error:
-            return JoinResult(answer.error, m.member_id)
-        answer = await self.cg.cg_write(group_id, old, new, answer)
+        op = self.cg.shard.classic_join(group_id, m, topics(), regex_matches)
+        if op.response.error:
+            return JoinResult(op.response.error, m.member_id)
+        answer = await self.cg.run(op)
         if answer.error:
             return JoinResult(answer.error, m.member_id)
         self.arm_session(group_id, m.member_id)
@@ -225,7 +161,7 @@ class ClassicMembers:
 
     def sync(self, group_id: str, generation: int, member_id: str) -> "asyncio.Future[SyncResult]":
         async def sync() -> SyncResult:
-            await self.settled(group_id)
+            await self.cg.settled(group_id)
             if err := self._ready():
                 return SyncResult(err)
             g = self._store.consumer_groups.get(group_id)
@@ -258,7 +194,7 @@ class ClassicMembers:
         self.timers.set(key, timeout, lambda: self._spawn(self._rejoin_overdue(group_id, member_id)))
 
     async def _rejoin_overdue(self, group_id: str, member_id: str) -> None:
-        await self.settled(group_id)
+        await self.cg.settled(group_id)
         old = self._store.consumer_groups.get(group_id)
         if self._ready() or old is None or member_id not in old.members:
             return
@@ -281,10 +217,10 @@ class ClassicMembers:
         return out
 
     async def remove(self, group_id: str, member_id: str) -> None:
-        await self.settled(group_id)
+        await self.cg.settled(group_id)
         old = self._store.consumer_groups.get(group_id)
         if self._ready() or old is None or member_id not in old.members:
             return
         for kind in ("cg", "cg-revoke", "cg-rejoin"):
             self.timers.cancel((kind, group_id, member_id))
-        await self.commit(group_id, old, rules.remove_member(old, member_id), Answer())
+        await self.cg.run(self.cg.shard.remove(group_id, member_id))

@@ -30,7 +30,9 @@ transaction coordinator); the GroupStore is the shard it loads. The coordinator 
 composed of parts by concern, each made in __init__ with the collaborators it uses:
   group_replay       GroupStore: the groups in memory and the apply functions shared
                      with the start-up replay
-  consumer_group     ConsumerGroups: the consumer protocol's groups (KIP-848)
+  consumer_group     ConsumerGroups: the consumer protocol's groups (KIP-848), the edge
+                     of their shard (consumer_shard.ConsumerShard), written through
+                     the runtime's `write`
   group_membership   GroupMembership: join/sync/heartbeat/leave, rebalancing
   group_listing      GroupListing: describe/list/delete
   group_offsets      OffsetManager: offset commit/fetch, transactional offsets, delete,
@@ -58,7 +60,8 @@ from .group_model import (
     OFFSETS_TOPIC, FetchedOffset, GroupConfig, GroupSummary, JoinResult, MemberSummary,
     SyncResult,
 )
-from .group_offsets import OffsetInput, OffsetManager
+from .group_offsets import OffsetManager
+from .offsets_shard import OffsetInput
 from .group_replay import GroupStore
 from .group_timers import Timers, wall_clock_ms
 from .runtime import CoordinatorRuntime
@@ -103,7 +106,8 @@ class GroupCoordinator:
         self.deleted_topics = deleted_topics
         # The parts, each given what it works with.
         self.store = GroupStore(self.clock)
-        ctx = GroupContext(self.store, self.clog, self.timers, self.config, self.clock, self.ready_error)
+        ctx = GroupContext(self.store, self.clog, self.timers, self.config, self.clock, self.ready_error,
+                           self.runtime)
         self.consumers = ConsumerGroups(ctx, self.spawn)
         self.membership = GroupMembership(ctx, self.consumers)
         self.listing = GroupListing(ctx, self.consumers)

@@ -74,7 +74,7 @@ class GroupMembership:
         if consumer is not None:
             # Its last member of the consumer protocol left: the group becomes a classic
             # one, and the consumer protocol's records of it go (its offsets stay).
-            self._consumers.cg_write(group_id, consumer, None, Answer())
+            self._consumers.run(self._consumers.shard.transition(group_id, None, Answer()))
         if rebalance_timeout_ms is None or rebalance_timeout_ms <= 0:
             rebalance_timeout_ms = session_timeout_ms   # JoinGroup v0 has no rebalance timeout
         protocols = [(name, bytes(meta or b"")) for name, meta in protocols]

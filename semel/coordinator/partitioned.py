@@ -31,7 +31,7 @@ from ..protocol.txn_hash import partition_for
 from .consumer_group import ConsumerGroups, ConsumerGroupView
 from .group import GroupCoordinator
 from .group_model import GroupConfig, GroupSummary
-from .group_offsets import OffsetInput
+from .offsets_shard import OffsetInput
 from .ports import CoordinatorSeat, Loadable
 from .txn import TransactionCoordinator
 from .offsets import TopicPartition
