@@ -29,7 +29,11 @@ log = logging.getLogger("semel.coordinator.share")
 
 
 class _NoSeat:
-    """A cluster's share coordinator is no seated coordinator: it serves at once."""
+    """A cluster's share coordinator is no seated coordinator: it serves at once, on no
+    internal partition."""
+
+    topic = ""
+    partition = 0
 
     def start(self, coordinator: object) -> None:
         pass
