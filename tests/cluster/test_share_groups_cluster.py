@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.support.cluster import leader_of, module_cluster, partitions, wait_brokers
 from tests.support.markers import starts_processes
-from tests.support.share import ONE_PER_BATCH, names, poll_until, read_all, set_group_configs, share_consumer
+from tests.support.share import ONE_PER_BATCH, accept_some_then, names, read_all, set_group_configs
 from tests.support.wait import until
 
 pytestmark = pytest.mark.process
@@ -65,25 +65,9 @@ def test_leader_sigkill_keeps_acknowledged_and_redelivers_what_was_held(cluster)
     topic, group = names("kill")
     values = create_and_fill(cluster, topic, 1, 30)
     set_group_configs(cluster.bootstrap, group, share_auto_offset_reset="earliest")
-    c = share_consumer(cluster.bootstrap, group, topic, share_acknowledgement_mode="explicit", max_poll_records=10)
-    accepted: list[str] = []
-    held: list[str] = []
-    try:
-        def ack(m):
-            if m.offset() < 15:
-                c.acknowledge(m)
-                accepted.append(m.value().decode())
-            else:
-                held.append(m.value().decode())   # acquired, never acknowledged
-        poll_until(c, lambda s: bool(held), on_message=ack)
-        c.commit_sync()   # the acknowledgements reach the leader and are answered
-        victim = leader_of(cluster, topic)
-        cluster.brokers[victim].kill()
-    finally:
-        try:
-            c.close()
-        except Exception:
-            pass   # a broker it talked to is gone
+    victim = leader_of(cluster, topic)   # it holds the partition's share state
+    accepted_pairs, held_pairs = accept_some_then(cluster.bootstrap, group, topic, 15, cluster.brokers[victim].kill)
+    accepted, held = [v for _, v in accepted_pairs], [v for _, v in held_pairs]
     try:
         successor = leader_of(cluster, topic, skip={victim})
         assert successor != victim

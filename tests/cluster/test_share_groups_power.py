@@ -13,7 +13,7 @@ from tests.cluster.test_share_groups_cluster import create_and_fill
 from tests.support.cluster import leader_of, wait_brokers
 from tests.support.cluster_power import power_cut_cluster
 from tests.support.powercut import require_fuse
-from tests.support.share import names, poll_until, read_all, set_group_configs, share_consumer
+from tests.support.share import accept_some_then, names, read_all, set_group_configs
 
 pytestmark = pytest.mark.process
 
@@ -35,24 +35,9 @@ def test_a_power_cut_of_the_whole_cluster_keeps_what_was_acknowledged(pc):
     topic, group = names("power")
     values = create_and_fill(cluster, topic, 1, 30)
     set_group_configs(cluster.bootstrap, group, share_auto_offset_reset="earliest")
-    c = share_consumer(cluster.bootstrap, group, topic, share_acknowledgement_mode="explicit", max_poll_records=10)
-    accepted: list[str] = []
-    held: list[str] = []
-    try:
-        def ack(m):
-            if m.offset() < 15:
-                c.acknowledge(m)
-                accepted.append(m.value().decode())
-            else:
-                held.append(m.value().decode())
-        poll_until(c, lambda s: bool(held), on_message=ack)
-        c.commit_sync()   # answered: durable from here on
-        pc.cut_all(random.Random(45))
-    finally:
-        try:
-            c.close()
-        except Exception:
-            pass   # the cluster went down under it
+    accepted_pairs, held_pairs = accept_some_then(cluster.bootstrap, group, topic, 15,
+                                                  lambda: pc.cut_all(random.Random(45)))
+    accepted, held = [v for _, v in accepted_pairs], [v for _, v in held_pairs]
     wait_brokers(cluster, {0, 1, 2})
     leader_of(cluster, topic)
     seen = read_all(cluster.bootstrap, group, topic, len(values) - len(accepted), quiet_s=4)
