@@ -9,6 +9,7 @@ import random
 
 import pytest
 
+from tests.cluster.test_power_loss import BROKER_ARGS as POWER_LOSS_ARGS
 from tests.cluster.test_share_groups_cluster import create_and_fill
 from tests.support.cluster import leader_of, wait_brokers
 from tests.support.cluster_power import power_cut_cluster
@@ -17,9 +18,7 @@ from tests.support.share import accept_some_then, names, read_all, set_group_con
 
 pytestmark = pytest.mark.process
 
-BROKER_ARGS = ("--group-initial-rebalance-delay-ms", "0", "--replica-lag-time-max-ms", "4000",
-               "--replica-fetch-wait-max-ms", "100", "--min-insync-replicas", "2",
-               "--offsets-topic-partitions", "1")
+BROKER_ARGS = (*POWER_LOSS_ARGS, "--min-insync-replicas", "2", "--offsets-topic-partitions", "1")
 
 
 @pytest.fixture(scope="module")
