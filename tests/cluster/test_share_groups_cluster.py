@@ -8,16 +8,21 @@ share state and writes acknowledgements to etcd before it answers
     different leaders, each once;
   - a SIGKILL of the broker leading the partition (and holding its share state) in the
     middle of consumption: what was acknowledged before is never delivered again, what
-    was acquired but not acknowledged is delivered again, nothing is lost.
+    was acquired but not acknowledged is delivered again, nothing is lost;
+  - a SIGKILL of the group's coordinator (which holds only the membership): the
+    consumer joins the next one and reads on, every record once.
 """
 from __future__ import annotations
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from semel.coordinator.txn import OFFSETS_TOPIC
 from tests.support.cluster import leader_of, module_cluster, partitions, wait_brokers
 from tests.support.markers import starts_processes
-from tests.support.share import ONE_PER_BATCH, accept_some_then, names, read_all, set_group_configs
+from tests.support.share import (
+    ONE_PER_BATCH, accept_some_then, drain, names, poll_until, read_all, set_group_configs, share_consumer,
+)
 from tests.support.wait import until
 
 pytestmark = pytest.mark.process
@@ -31,11 +36,13 @@ def cluster(tmp_path_factory):
         yield c
 
 
-def create_and_fill(cluster, topic: str, parts: int, n: int) -> list[str]:
-    """`n` records v0.. round-robin over `parts` partitions (RF 3); every partition led."""
+def create_and_fill(cluster, topic: str, parts: int, n: int, assignment=None) -> list[str]:
+    """`n` records v0.. round-robin over `parts` partitions (RF 3, or the replicas of
+    `assignment`, the first one leading); every partition led."""
     from confluent_kafka import Producer
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    admin.create_topics([NewTopic(topic, parts, 3)])[topic].result(30)
+    new = NewTopic(topic, parts, replica_assignment=assignment) if assignment else NewTopic(topic, parts, 3)
+    admin.create_topics([new])[topic].result(30)
     until(lambda: all(leader >= 0 for leader, *_ in partitions(cluster, topic).values()), f"{topic}: leaders")
     p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", **ONE_PER_BATCH})
     values = [f"v{i}" for i in range(n)]
@@ -79,3 +86,24 @@ def test_leader_sigkill_keeps_acknowledged_and_redelivers_what_was_held(cluster)
     assert sorted(got) == sorted(set(values) - set(accepted))   # acknowledged: never again; none lost, none twice
     counts = {m.value().decode(): m.delivery_count() for m in seen}
     assert all(counts[v] >= 2 for v in held)   # acquired before the kill: delivered again
+
+
+def test_the_group_coordinators_sigkill_loses_no_record_and_repeats_none(cluster):
+    wait_brokers(cluster, {0, 1, 2})
+    topic, group = names("coord")
+    set_group_configs(cluster.bootstrap, group, share_auto_offset_reset="earliest")
+    coordinator = leader_of(cluster, OFFSETS_TOPIC)   # one __consumer_offsets partition: every group's
+    a, b = sorted({0, 1, 2} - {coordinator})
+    # the partitions are led away from the coordinator: their share state stays put
+    values = create_and_fill(cluster, topic, 2, 40, assignment=[[a, b, coordinator], [b, a, coordinator]])
+    c = share_consumer(cluster.bootstrap, group, topic, max_poll_records=5)
+    try:
+        seen = poll_until(c, lambda s: len(s) >= 10)
+        cluster.brokers[coordinator].kill()
+        seen += poll_until(c, lambda s: len(seen) + len(s) >= len(values), timeout_s=90)
+        seen += drain(c, 4)
+        c.commit_sync()
+    finally:
+        c.close()
+        cluster.brokers[coordinator].restart()
+    assert sorted(_values(seen)) == sorted(values)   # every record, none twice
