@@ -323,7 +323,7 @@ class ClusterNode:
 
     def share_store(self) -> ShareStore | None:
         view = self.view   # etcd's: a membership of another kind keeps no share state
-        return EtcdShareStore(view.etcd, view.keys.root) if isinstance(view, EtcdClusterView) else None
+        return EtcdShareStore(view.etcd, view.keys.share) if isinstance(view, EtcdClusterView) else None
 
     async def join(self) -> None:
         await self.member.start()   # registers with the bound ports

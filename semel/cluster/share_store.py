@@ -9,7 +9,7 @@ and fenced, so a deposed leader cannot write over its successor. Only
 acknowledgements and new share-partitions are written (one transaction per request
 and partition touched), never acquisitions.
 
-Keys under the cluster's root:
+Keys under `/semel-share/<cluster-id>/` (outside the root every broker watches):
   share/<topic>/<partition>/<group>   a share-partition: {"start", "end", "runs"}
   share-claims/<topic>/<partition>    the leader epoch that owns those (zero-padded,
                                       so etcd compares it as a number)
