@@ -21,7 +21,7 @@ import json
 import logging
 
 from ..protocol.errors import KafkaError
-from .etcd import Etcd, EtcdError, Json, b64, mod_equals, put_op
+from .etcd import Etcd, EtcdError, Json, b64, delete_prefix_op, mod_equals, put_op
 
 log = logging.getLogger("semel.cluster.share_store")
 
@@ -38,6 +38,12 @@ def _delete_op(key: str) -> Json:
 
 def _value_equals(key: str, value: bytes) -> Json:
     return {"key": b64(key), "target": "VALUE", "result": "EQUAL", "value": b64(value)}
+
+
+def forget_topic_ops(share_root: str, topic: str) -> list[Json]:
+    """The etcd operations that drop every share group's state of `topic` (it is deleted:
+    a topic created again under its name starts with none)."""
+    return [delete_prefix_op(f"{share_root}share/{topic}/"), delete_prefix_op(f"{share_root}share-claims/{topic}/")]
 
 
 class EtcdShareStore:

@@ -9,6 +9,7 @@ share state and writes acknowledgements to etcd before it answers
   - a SIGKILL of the broker leading the partition (and holding its share state) in the
     middle of consumption: what was acknowledged before is never delivered again, what
     was acquired but not acknowledged is delivered again, nothing is lost;
+  - a topic deleted and created again is read from its new start;
   - a SIGKILL of the group's coordinator (which holds only the membership): the
     consumer joins the next one and reads on, every record once.
 """
@@ -18,7 +19,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from semel.coordinator.txn import OFFSETS_TOPIC
-from tests.support.cluster import leader_of, module_cluster, partitions, wait_brokers
+from tests.support.cluster import leader_of, metadata, module_cluster, partitions, wait_brokers
 from tests.support.markers import starts_processes
 from tests.support.share import (
     ONE_PER_BATCH, accept_some_then, drain, names, poll_until, read_all, set_group_configs, share_consumer,
@@ -65,6 +66,19 @@ def test_one_share_consumer_reads_every_partition_once_across_leaders(cluster):
     seen = read_all(cluster.bootstrap, group, topic, len(values), quiet_s=3)
     assert sorted(_values(seen)) == sorted(values)   # each once
     assert {m.delivery_count() for m in seen} == {1}
+
+
+def test_a_topic_created_again_is_read_from_its_new_start(cluster):
+    topic, group = names("again")
+    set_group_configs(cluster.bootstrap, group, share_auto_offset_reset="earliest")
+    first = create_and_fill(cluster, topic, 1, 20)
+    assert sorted(_values(read_all(cluster.bootstrap, group, topic, len(first)))) == sorted(first)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})   # kept alive until the answer comes
+    admin.delete_topics([topic])[topic].result(30)
+    until(lambda: all(t.name != topic for t in metadata(cluster).topics)
+          and not any(list(b.data_dir.glob(f"{topic}-*")) for b in cluster.brokers), f"{topic}: deleted")
+    second = create_and_fill(cluster, topic, 1, 5)   # offsets 0..4 again, below the old share window
+    assert sorted(_values(read_all(cluster.bootstrap, group, topic, len(second)))) == sorted(second)
 
 
 def test_leader_sigkill_keeps_acknowledged_and_redelivers_what_was_held(cluster):
