@@ -121,6 +121,13 @@ class ShareCoordinator:
     async def refresh_configs(self, group_id: str) -> None:
         """The configs are this broker's own: nothing to refresh."""
 
+    def forget_topics(self, names: set[str]) -> None:
+        """A cluster deleted these topics: their share-partitions held here go (the
+        cluster's store dropped them with the topic). A single node's deletions do not
+        come this way."""
+        for spk in [k for k in self.state.partitions if k[1] in names]:
+            del self.state.partitions[spk]
+
     # --- requests --------------------------------------------------------------------------
 
     def heartbeat(self, group_id: str, member_id: str, epoch: int, topics: tuple[str, ...] | None,

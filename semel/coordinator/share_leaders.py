@@ -89,6 +89,11 @@ class LeaderShareCoordinator(ShareCoordinator):
                 fences[tp] = self.claimed.get(tp, -1)
         return asyncio.ensure_future(self.store.write(pairs, fences))
 
+    def forget_topics(self, names: set[str]) -> None:
+        super().forget_topics(names)
+        self.loaded = {k: e for k, e in self.loaded.items() if k[1] not in names}
+        self.claimed = {tp: e for tp, e in self.claimed.items() if tp[0] not in names}
+
     async def refresh_configs(self, group_id: str) -> None:
         """The group's configs as the store has them (another broker may have set them)."""
         try:

@@ -71,13 +71,15 @@ def test_one_share_consumer_reads_every_partition_once_across_leaders(cluster):
 def test_a_topic_created_again_is_read_from_its_new_start(cluster):
     topic, group = names("again")
     set_group_configs(cluster.bootstrap, group, share_auto_offset_reset="earliest")
-    first = create_and_fill(cluster, topic, 1, 20)
+    wait_brokers(cluster, {0, 1, 2})
+    # led by one broker both times: what it held of the old topic must not stand for the new one
+    first = create_and_fill(cluster, topic, 1, 20, assignment=[[0, 1, 2]])
     assert sorted(_values(read_all(cluster.bootstrap, group, topic, len(first)))) == sorted(first)
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})   # kept alive until the answer comes
     admin.delete_topics([topic])[topic].result(30)
     until(lambda: all(t.name != topic for t in metadata(cluster).topics)
           and not any(list(b.data_dir.glob(f"{topic}-*")) for b in cluster.brokers), f"{topic}: deleted")
-    second = create_and_fill(cluster, topic, 1, 5)   # offsets 0..4 again, below the old share window
+    second = create_and_fill(cluster, topic, 1, 5, assignment=[[0, 1, 2]])   # offsets 0..4, below the old window
     assert sorted(_values(read_all(cluster.bootstrap, group, topic, len(second)))) == sorted(second)
 
 
