@@ -7,9 +7,10 @@ acknowledgement). The consumers start together and subscribe; a pass's time runs
 the first record any of them got to the last, records/s = records / that time, and
 every record must be read (`delivered_twice` counts records read more than once). The
 two kinds alternate which goes first. The
-share group acknowledges every record (on its next poll) and the broker writes each
-share-partition's state before it hands records out, so it does more work per record
-than a classic group, which commits nothing here. The ratio compares passes of the
+share group acknowledges every record (on its next poll), so every fetch but the first
+carries acknowledgements the broker writes before it answers, and the broker tracks
+each record's state: more work per record than a classic group, which commits nothing
+here. The ratio compares passes of the
 same run (the box is shared: absolute rates move with the load).
 
     python -m bench.share_groups_bench [--quick]

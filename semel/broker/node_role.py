@@ -23,19 +23,20 @@ from typing import TYPE_CHECKING, Callable, Protocol
 from ..cluster.broker_configs import BrokerConfigs, FileBrokerConfigs
 from ..cluster.coordinator_host import SeatedCoordinator
 from ..cluster.member import ClusterMember, InternalTopic
-from ..cluster.metadata import ClusterMetadata
+from ..cluster.metadata import ClusterMetadata, EtcdClusterView
 from ..cluster.peer import PeerDialer
 from ..cluster.producer_ids import ClusterProducerIds
 from ..cluster.hw_checkpoint import HW_FILE
 from ..cluster.internal_topics import topic_partition_count
 from ..cluster.replica_fetcher import FetchSettings
 from ..cluster.replica_manager import ReplicaManager, ReplicaSettings
+from ..cluster.share_store import EtcdShareStore
 from ..cluster.shutdown import controlled_shutdown
 from ..cluster.topic_sync import deleted_names
 from ..cluster.txn_markers import MarkerChannel
 from ..coordinator.group import GroupCoordinator
 from ..coordinator.partitioned import GroupCoordinators, TxnCoordinators
-from ..coordinator.ports import CoordinatorSeat, LocalMarkers, LocalSeat, MarkerWriter, ProducerIdSource
+from ..coordinator.ports import CoordinatorSeat, LocalMarkers, LocalSeat, MarkerWriter, ProducerIdSource, ShareStore
 from ..coordinator.txn import OFFSETS_TOPIC, TXN_TOPIC, TransactionCoordinator
 from ..storage.committed import Committed, HighWatermarks, OneNode
 from ..storage.flusher import GroupCommitFlusher
@@ -128,6 +129,10 @@ class NodeRole(Protocol):
     def admin(self, groups: GroupCoordinators) -> ClusterAdmin:
         """What the admin requests change, and where; `groups` drop a deleted topic's offsets."""
 
+    def share_store(self) -> ShareStore | None:
+        """Where share-partition state lives when each partition's leader keeps its own
+        (None: in the share coordinator's log, every partition being led here)."""
+
     async def join(self) -> None:
         """Once the listeners are bound: take part, and start what replicates."""
 
@@ -205,6 +210,9 @@ class SingleNode:
     def admin(self, groups: GroupCoordinators) -> ClusterAdmin:
         broker = self._parts().broker
         return NodeAdmin(self.metadata, broker.logs, groups, broker.config.node_id)
+
+    def share_store(self) -> ShareStore | None:
+        return None
 
     async def join(self) -> None:
         return None
@@ -312,6 +320,10 @@ class ClusterNode:
 
     def admin(self, groups: GroupCoordinators) -> ClusterAdmin:
         return MetadataAdmin(self.view, self._opened().config.default_replication_factor)
+
+    def share_store(self) -> ShareStore | None:
+        view = self.view   # etcd's: a membership of another kind keeps no share state
+        return EtcdShareStore(view.etcd, view.keys.share) if isinstance(view, EtcdClusterView) else None
 
     async def join(self) -> None:
         await self.member.start()   # registers with the bound ports

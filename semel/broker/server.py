@@ -195,6 +195,8 @@ class Broker:
         before the coordinators are built, when there is nothing to drop yet)."""
         if self.group_coordinator is not None:
             self.group_coordinator.follow_deleted_topics(names)
+        if self.share_coordinator is not None:   # a topic created again under a name starts afresh
+            self.share_coordinator.forget_topics(names)
 
     async def stop(self) -> None:
         if self._logs is not None:   # started: leaderships and coordinators to peers first

@@ -23,6 +23,7 @@ from ..coordinator.partition_markers import PartitionMarkers
 from ..coordinator.partitioned import GroupCoordinators, TxnCoordinators
 from ..coordinator.producer_ids import ProducerIdManager
 from ..coordinator.share_coordinator import SHARE_TOPIC, ShareCoordinator
+from ..coordinator.share_leaders import LeaderShareCoordinator
 from ..coordinator.txn import TXN_TOPIC, TransactionCoordinator
 from ..protocol.errors import KafkaError
 from ..storage.committed import Committed, PartitionCommit
@@ -63,11 +64,13 @@ def build_groups(broker: BrokerParts) -> GroupCoordinators:
 
 
 def build_share(broker: BrokerParts) -> ShareCoordinator | None:
-    """The share coordinator, on its own internal topic (one partition); a single node
-    only: a cluster does not place share groups yet."""
+    """The share coordinator: on a single node, on its own internal topic (one
+    partition); in a cluster, each partition's leader keeps its share-partitions and
+    writes them to the role's share store (semel.coordinator.share_leaders)."""
     role = broker.role
     if not isinstance(role, SingleNode):
-        return None
+        store = role.share_store()
+        return LeaderShareCoordinator(store) if store is not None else None
     return ShareCoordinator(_committed(broker, broker.flusher, SHARE_TOPIC, 0),
                             seat=role.seat(SHARE_TOPIC, 0, ShareCoordinator.log_configs()))
 

@@ -78,6 +78,9 @@ class Keys:
         self.topics = self.root + "topics/"
         self.partitions = self.root + "partitions/"
         self.producer_ids = self.root + "producer_ids"
+        # Share-group state (semel.cluster.share_store), beside the root, not under it:
+        # every broker watches the root, and each acknowledgement would reach them all.
+        self.share = f"/semel-share/{cluster_id}/"
 
     def broker(self, node_id: int) -> str:
         return f"{self.brokers}{node_id}"

@@ -13,6 +13,7 @@ from typing import Awaitable, Callable
 
 from ..protocol.errors import KafkaError
 from .etcd import Etcd, Json, delete_prefix_op, mod_equals, put_op
+from .share_store import forget_topic_ops
 from .keys import RETIRED_IDS_KEPT, Keys, TopicInfo, decode_topic, encode_partition, encode_topic
 from .state import PartitionState
 
@@ -75,7 +76,8 @@ class TopicCatalogue:
                 return KafkaError.UNKNOWN_TOPIC_ID
             ok, _ = await self.etcd.txn([mod_equals(self.keys.topic(name), info.version)],
                                         [put_op(self.keys.topic(name), encode_topic(replace(info, deleted=True))),
-                                         delete_prefix_op(self.keys.partitions + name + "/")])
+                                         delete_prefix_op(self.keys.partitions + name + "/"),
+                                         *forget_topic_ops(self.keys.share, name)])
             if ok:
                 await self.written(name)   # local logs go before the answer (ClusterMember)
                 return KafkaError.NONE

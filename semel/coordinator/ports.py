@@ -23,6 +23,11 @@ single-node or the cluster implementation) and never look further:
                     (this broker leads every partition: it loads the log when
                     started and always serves). Cluster:
                     cluster.coordinator_host.SeatedCoordinator.
+  ShareStore        where a cluster keeps share-partition state and share group
+                    configs (coordinator.share_leaders); writes fenced by the
+                    partition's leader epoch. Cluster: cluster.share_store.
+                    EtcdShareStore; a single node keeps them in its share
+                    coordinator's log instead.
 
 The cluster implementations satisfy these structurally and do not import this
 module (cluster sits beside coordinator, not above it: docs/architecture.md);
@@ -36,7 +41,7 @@ from ..protocol.errors import KafkaError
 from ..storage.committed import HighWatermarks
 
 __all__ = ["CoordinatorSeat", "HighWatermarks", "Loadable", "LocalMarkers", "LocalSeat", "MarkerWriter",
-           "PartitionWriter", "ProducerIdSource"]
+           "PartitionWriter", "ProducerIdSource", "ShareStore"]
 
 
 @runtime_checkable
@@ -153,3 +158,21 @@ class LocalSeat:
         if plog is None:
             raise RuntimeError(f"{self.topic} partition {self.partition} missing after creation")
         return plog
+
+
+class ShareStore(Protocol):
+    """Durable share-group state in a cluster. Keys and values are the share
+    coordinator's records (semel.coordinator.share_state)."""
+
+    async def claim(self, topic: str, partition: int, leader_epoch: int) -> KafkaError:
+        """Take the share state of a partition this broker leads at `leader_epoch`:
+        writes under an older epoch fail from then on. NOT_LEADER_OR_FOLLOWER when a
+        newer epoch took it."""
+        ...
+
+    async def read(self, key: bytes) -> bytes | None: ...
+
+    async def write(self, pairs: list[tuple[bytes, bytes | None]], fences: dict[tuple[str, int], int]) -> KafkaError:
+        """All of `pairs` (None: delete), only while every (topic, partition) of `fences`
+        is still claimed at its epoch; NONE once durable."""
+        ...

@@ -36,6 +36,10 @@ class ShareCoordinator:
     """Every share group of this broker. `writer` waits for a record's commit point
     (None: at once, for tests), `clock` gives the milliseconds locks and sessions run on."""
 
+    # A single node knows every member; a cluster's partition leaders do not
+    # (share_leaders.LeaderShareCoordinator).
+    members_here = True
+
     def __init__(self, writer: PartitionWriter | None, *, seat: CoordinatorSeat,
                  clock: Callable[[], int] | None = None, compact_records: int = 20_000,
                  compact_interval_s: float = 30) -> None:
@@ -44,7 +48,7 @@ class ShareCoordinator:
         self.state = ShareState()
         self.locks = LockTimers(self.runtime.timers, self.state, self.runtime.serving, self._locks_expired)
         self.seat = seat
-        # Every acquisition writes its share-partition's state: the log is rewritten
+        # Every acknowledgement writes its share-partition's state: the log is rewritten
         # (compacted) once it holds this many records, and 4x the live ones.
         self.compact_records = compact_records
         self.compact_interval_s = compact_interval_s
@@ -119,6 +123,21 @@ class ShareCoordinator:
     def partition_records(self, group_id: str, keys: Iterable[tuple[str, int]]) -> list[Pair]:
         return [self.state.partition_record(group_id, t, p) for t, p in sorted(set(keys))
                 if self.state.partition(group_id, t, p) is not None]
+
+    async def prepare(self, group_id: str, led: dict[tuple[str, int], int]) -> dict[tuple[str, int], KafkaError]:
+        """Share-partitions to read before a request uses them: none here, the whole
+        state was loaded with the log."""
+        return {}
+
+    async def refresh_configs(self, group_id: str) -> None:
+        """The configs are this broker's own: nothing to refresh."""
+
+    def forget_topics(self, names: set[str]) -> None:
+        """A cluster deleted these topics: their share-partitions held here go (the
+        cluster's store dropped them with the topic). A single node's deletions do not
+        come this way."""
+        for spk in [k for k in self.state.partitions if k[1] in names]:
+            del self.state.partitions[spk]
 
     # --- requests --------------------------------------------------------------------------
 

@@ -101,6 +101,16 @@ def _key(**kw: Any) -> bytes:
     return json.dumps(kw, sort_keys=True, separators=(",", ":")).encode()
 
 
+def partition_key(group_id: str, topic: str, p: int) -> bytes:
+    """The key of a share-partition's record."""
+    return _key(k="partition", g=group_id, t=topic, p=p)
+
+
+def config_key(group_id: str) -> bytes:
+    """The key of a share group's config record."""
+    return _key(k="config", g=group_id)
+
+
 class ShareState:
     def __init__(self) -> None:
         self.configs: dict[str, dict[str, str]] = {}
@@ -154,7 +164,7 @@ class ShareState:
     def set_configs(self, group_id: str, values: Mapping[str, str]) -> list[Pair]:
         """The record that makes `values` (the group's whole set of overrides) durable."""
         self.configs[group_id] = dict(values)
-        return [(_key(k="config", g=group_id), json.dumps(dict(values)).encode() if values else None)]
+        return [(config_key(group_id), json.dumps(dict(values)).encode() if values else None)]
 
     # --- share-partitions ---------------------------------------------------------------
 
@@ -168,20 +178,20 @@ class ShareState:
     def partition_record(self, group_id: str, topic: str, p: int) -> Pair:
         sp = self.partitions[(group_id, topic, p)]
         start, end, runs = sp.durable(self.limits(group_id))
-        return (_key(k="partition", g=group_id, t=topic, p=p),
+        return (partition_key(group_id, topic, p),
                 json.dumps({"start": start, "end": end, "runs": runs}).encode())
 
     def snapshot(self) -> list[Pair]:
         """Every live record as it stands (what a compaction rewrites)."""
-        out = [(_key(k="config", g=g), json.dumps(v).encode()) for g, v in sorted(self.configs.items()) if v]
+        out = [(config_key(g), json.dumps(v).encode()) for g, v in sorted(self.configs.items()) if v]
         return out + [self.partition_record(g, t, p) for g, t, p in sorted(self.partitions)]
 
     def drop_group(self, group_id: str) -> list[Pair]:
         """Forget a share group with no members: tombstones for its configs and partitions."""
-        out: list[Pair] = [(_key(k="config", g=group_id), None)] if group_id in self.configs else []
+        out: list[Pair] = [(config_key(group_id), None)] if group_id in self.configs else []
         for g, t, p in [k for k in self.partitions if k[0] == group_id]:
             del self.partitions[(g, t, p)]
-            out.append((_key(k="partition", g=g, t=t, p=p), None))
+            out.append((partition_key(g, t, p), None))
         self.configs.pop(group_id, None)
         self.groups.pop(group_id, None)
         return out

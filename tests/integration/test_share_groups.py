@@ -15,7 +15,8 @@ import pytest
 
 from tests.support.brokers import module_broker_fixture
 from tests.support.share import (
-    HOLDER, LOCK_MS, ONE_PER_BATCH, drain, fill, names, poll_until, read_all, set_group_configs, share_consumer,
+    HOLDER, LOCK_MS, ONE_PER_BATCH, accept_some_then, drain, fill, names, poll_until, read_all, set_group_configs,
+    share_consumer,
 )
 
 pytest.importorskip("confluent_kafka")
@@ -176,26 +177,8 @@ def test_broker_sigkill_keeps_acknowledged_and_redelivers_the_rest(start_broker)
     topic, group = names("kill")
     fill(b.bootstrap, topic, 30)
     set_group_configs(b.bootstrap, group, share_auto_offset_reset="earliest")
-    c = share_consumer(b.bootstrap, group, topic, share_acknowledgement_mode="explicit", max_poll_records=10)
-    accepted: list[int] = []
-    held: list[int] = []
-    try:
-        def ack(m):
-            if m.offset() < 15:
-                c.acknowledge(m)
-                accepted.append(m.offset())
-            else:
-                held.append(m.offset())   # acquired, never acknowledged
-        # Explicit mode polls again only once all is acknowledged: stop at the first
-        # poll that hands out a record this test keeps unacknowledged.
-        poll_until(c, lambda s: bool(held), on_message=ack)
-        c.commit_sync()
-        b.kill()
-    finally:
-        try:
-            c.close()
-        except Exception:
-            pass   # its broker is gone
+    accepted_pairs, held_pairs = accept_some_then(b.bootstrap, group, topic, 15, b.kill)
+    accepted, held = [o for o, _ in accepted_pairs], [o for o, _ in held_pairs]
     b.restart()
     seen = read_all(b.bootstrap, group, topic, 30 - len(accepted), quiet_s=3)
     assert accepted

@@ -85,6 +85,35 @@ def drain(consumer, quiet_s: float = 4.0, on_message=None) -> list:
     return seen
 
 
+def accept_some_then(bootstrap: str, group: str, topic: str, accept_below: int, then) -> tuple[list, list]:
+    """An explicit-mode share consumer accepts the records below offset `accept_below`
+    and holds the others of the poll that first hands one out (acquired, never
+    acknowledged); once its acknowledgements are answered, `then()` runs (a kill, a
+    power cut) and the consumer is closed. Returns (accepted, held), each a list of
+    (offset, value) pairs."""
+    c = share_consumer(bootstrap, group, topic, share_acknowledgement_mode="explicit", max_poll_records=10)
+    accepted: list[tuple[int, str]] = []
+    held: list[tuple[int, str]] = []
+    try:
+        def ack(m):
+            if m.offset() < accept_below:
+                c.acknowledge(m)
+                accepted.append((m.offset(), m.value().decode()))
+            else:
+                held.append((m.offset(), m.value().decode()))
+        # Explicit mode polls again only once all is acknowledged: stop at the first
+        # poll that hands out a record kept unacknowledged.
+        poll_until(c, lambda s: bool(held), on_message=ack)
+        c.commit_sync()
+        then()
+    finally:
+        try:
+            c.close()
+        except Exception:
+            pass   # its broker is gone
+    return accepted, held
+
+
 # Run as a child process: a share consumer (explicit mode) that acquires records,
 # prints their offsets, and then holds them without acknowledging (the test SIGKILLs it).
 HOLDER = """

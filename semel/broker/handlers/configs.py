@@ -225,7 +225,8 @@ async def _alter_group(ctx: RequestContext, res: Any, compute: Compute, validate
     """A share group's configs (share.*), kept by the share coordinator."""
     share = ctx.services.share_coordinator
     if share is None:
-        return KafkaError.INVALID_REQUEST, "group configs are served by a single node only"
+        return KafkaError.INVALID_REQUEST, "group configs are not served here"
+    await share.refresh_configs(res.resource_name)   # in a cluster, another broker may have set them
     current = {k: v for k, (v, own) in share.group_config_values(res.resource_name).items() if own}
     err, msg, wanted = compute(current, res)
     if err:

@@ -53,11 +53,13 @@ async def share_group_heartbeat(ctx: RequestContext, req: Any) -> Any:
     elif not ctx.authorize("READ", "GROUP", req.group_id):
         err = KafkaError.GROUP_AUTHORIZATION_FAILED
     else:
-        err = consumer_group_conflict(ctx, req.group_id)
+        err = ctx.services.group_coordinator.error_for(req.group_id) or consumer_group_conflict(ctx, req.group_id)
     if share is None or err:
         return ctx.response(throttle_time_ms=0, error_code=err, member_id=req.member_id or None,
                             member_epoch=-1, heartbeat_interval_ms=0, assignment=None)
     topics = tuple(req.subscribed_topic_names) if req.subscribed_topic_names is not None else None
+    if req.member_epoch == 0:
+        await share.refresh_configs(req.group_id)
     answer = share.heartbeat(req.group_id, req.member_id or "", req.member_epoch, topics, req.rack_id,
                              {name: count for name, (_, count) in catalogue.items()},
                              (ctx.client_id or "", requester_host(ctx)))
@@ -77,9 +79,11 @@ async def share_group_heartbeat(ctx: RequestContext, req: Any) -> Any:
 
 
 def _acknowledge(share: ShareCoordinator, group_id: str, member_id: str, names: dict[uuid.UUID, str],
-                 topics: Any, renewing: int | None = None) -> dict[tuple[str, int], KafkaError]:
-    """Apply every acknowledgement batch; the error per partition (NONE when all held).
-    `renewing`: the time renewals count from, where the request may renew."""
+                 topics: Any, refused: dict[tuple[str, int], KafkaError],
+                 renewing: int | None = None) -> dict[tuple[str, int], KafkaError]:
+    """Apply every acknowledgement batch; the error per partition (NONE when all held;
+    a partition in `refused` gets its error there). `renewing`: the time renewals count
+    from, where the request may renew."""
     out: dict[tuple[str, int], KafkaError] = {}
     limits = share.state.limits(group_id)
     for t in topics or ():
@@ -88,6 +92,9 @@ def _acknowledge(share: ShareCoordinator, group_id: str, member_id: str, names: 
             if not p.acknowledgement_batches:
                 continue
             key = (name or "", p.partition_index)
+            if key in refused:
+                out[key] = refused[key]
+                continue
             sp = share.state.partition(group_id, name, p.partition_index) if name else None
             if sp is None:
                 out[key] = KafkaError.UNKNOWN_TOPIC_OR_PARTITION if name is None else KafkaError.INVALID_RECORD_STATE
@@ -112,9 +119,35 @@ def _session_keys(names: dict[uuid.UUID, str], topics: Any, field: str) -> set[t
     return out
 
 
+def _ack_keys(names: dict[uuid.UUID, str], topics: Any) -> set[tuple[str, int]]:
+    return {(names[t.topic_id], p.partition_index) for t in topics or () if t.topic_id in names
+            for p in t.partitions or () if p.acknowledgement_batches}
+
+
+async def _prepare(ctx: RequestContext, share: ShareCoordinator, group_id: str,
+                   keys: set[tuple[str, int]]) -> dict[tuple[str, int], KafkaError]:
+    """The partitions of `keys` this request may not use here, with why: not led here
+    (in a cluster, share-partitions live at their partition's leader), or their state
+    could not be read."""
+    refused: dict[tuple[str, int], KafkaError] = {}
+    led: dict[tuple[str, int], int] = {}
+    for topic, p in keys:
+        err = ctx.services.replicas.leader_error(topic, p)
+        plog = ctx.services.logs.get(topic, p)
+        if err or plog is None:
+            if err != KafkaError.UNKNOWN_TOPIC_OR_PARTITION:   # as before: left out quietly
+                refused[(topic, p)] = err or KafkaError.NOT_LEADER_OR_FOLLOWER
+            continue
+        led[(topic, p)] = plog.leader_epoch if plog.leader_epoch is not None else 0
+    refused.update(await share.prepare(group_id, led))
+    return refused
+
+
 def _acquire(ctx: RequestContext, share: ShareCoordinator, group_id: str, member_id: str,
-             keys: set[tuple[str, int]], max_records: int) -> dict[tuple[str, int], list[tuple[int, int]]]:
-    """Acquire records for the member across its session's partitions."""
+             keys: set[tuple[str, int]], max_records: int, created: set[tuple[str, int]]
+             ) -> dict[tuple[str, int], list[tuple[int, int]]]:
+    """Acquire records for the member across its session's partitions; the
+    share-partitions read for the first time are added to `created`."""
     state = share.state
     limits = state.limits(group_id)
     committed = state.config(group_id, "share.isolation.level") == "read_committed"
@@ -126,6 +159,8 @@ def _acquire(ctx: RequestContext, share: ShareCoordinator, group_id: str, member
         plog = ctx.services.logs.get(topic, p)
         if plog is None:
             continue
+        if state.partition(group_id, topic, p) is None:
+            created.add((topic, p))
         sp = share.share_partition(group_id, topic, p, _reset_start(plog))
         if sp.start < plog.log_start_offset:   # records deleted under the window
             sp.skip_to(plog.log_start_offset)
@@ -163,7 +198,8 @@ async def share_fetch(ctx: RequestContext, req: Any) -> Any:
     err = share.error()
     if not err and not ctx.authorize("READ", "GROUP", group_id):
         err = KafkaError.GROUP_AUTHORIZATION_FAILED
-    if not err and req.share_session_epoch != -1 and not share.state.is_member(group_id, member_id):
+    if not err and share.members_here and req.share_session_epoch != -1 \
+            and not share.state.is_member(group_id, member_id):
         err = KafkaError.UNKNOWN_MEMBER_ID
     renewing = renew_at(ctx, req, share)
     if not err and renewing is not None:
@@ -177,7 +213,13 @@ async def share_fetch(ctx: RequestContext, req: Any) -> Any:
                                             _session_keys(names, req.forgotten_topics_data, "partitions"))
     if err or session is None:
         return _fetch_error(ctx, err)
-    acks = _acknowledge(share, group_id, member_id, names, req.topics, renewing)
+    if req.share_session_epoch == 0:
+        await share.refresh_configs(group_id)
+    refused = await _prepare(ctx, share, group_id, set(session.partitions) | _ack_keys(names, req.topics))
+    acks = _acknowledge(share, group_id, member_id, names, req.topics, refused, renewing)
+    # Acquisitions are not written (their locks die with the broker anyway: what was
+    # acquired is available again after a restart); acknowledgements, released sessions
+    # and where a new share-partition starts are, before the answer.
     changed = set(acks)
     got: dict[tuple[str, int], list[tuple[int, int]]] = {}
     if req.share_session_epoch == -1:
@@ -186,17 +228,18 @@ async def share_fetch(ctx: RequestContext, req: Any) -> Any:
         deadline = asyncio.get_running_loop().time() + max(req.max_wait_ms, 0) / 1000
         max_records = req.max_records if req.max_records > 0 else 500
         while True:
-            got = _acquire(ctx, share, group_id, member_id, set(session.partitions), max_records)
+            got = _acquire(ctx, share, group_id, member_id, set(session.partitions) - set(refused), max_records,
+                           changed)
             left = deadline - asyncio.get_running_loop().time()
             if got or acks or left <= 0 or not share.state.is_member(group_id, member_id):
                 break
             await ctx.services.notifier.wait_any(sorted(session.partitions), min(left, POLL_SLICE_S))
-        changed |= set(got)
         share.locks.arm(group_id, got)   # a lock that runs out is released with no fetch
     persisted = await share.persist(share.partition_records(group_id, changed))
-    if persisted:   # nothing is handed out that a restart could not account for
+    if persisted:   # an acknowledgement not durable is not answered as done
         return _fetch_error(ctx, persisted)
-    return _fetch_answer(ctx, share.state.limits(group_id).lock_ms, catalogue, acks, got)
+    return _fetch_answer(ctx, share.state.limits(group_id).lock_ms, catalogue, acks, got,
+                         {tp: e for tp, e in refused.items() if tp in session.partitions})
 
 
 def _leader(ctx: RequestContext, cls: Any, topic: str, p: int) -> Any:
@@ -206,12 +249,13 @@ def _leader(ctx: RequestContext, cls: Any, topic: str, p: int) -> Any:
 
 
 def _fetch_answer(ctx: RequestContext, lock_ms: int, catalogue: dict[str, tuple[uuid.UUID, int]],
-                  acks: dict[tuple[str, int], KafkaError], got: dict[tuple[str, int], list[tuple[int, int]]]) -> Any:
+                  acks: dict[tuple[str, int], KafkaError], got: dict[tuple[str, int], list[tuple[int, int]]],
+                  refused: dict[tuple[str, int], KafkaError]) -> Any:
     cls = ctx.cls()
     T = cls.ShareFetchableTopicResponse
     P = T.PartitionData
     by_topic: dict[str, list[Any]] = {}
-    for topic, p in sorted(set(acks) | set(got)):
+    for topic, p in sorted(set(acks) | set(got) | set(refused)):
         if topic not in catalogue:
             continue
         acquired = got.get((topic, p), [])
@@ -220,7 +264,8 @@ def _fetch_answer(ctx: RequestContext, lock_ms: int, catalogue: dict[str, tuple[
         if acquired and plog is not None:
             records = read_range(plog, min(o for o, _ in acquired), max(o for o, _ in acquired))
         by_topic.setdefault(topic, []).append(P(
-            partition_index=p, error_code=0, acknowledge_error_code=acks.get((topic, p), KafkaError.NONE),
+            partition_index=p, error_code=refused.get((topic, p), KafkaError.NONE),
+            acknowledge_error_code=acks.get((topic, p), KafkaError.NONE),
             current_leader=_leader(ctx, P.LeaderIdAndEpoch, topic, p), records=records,
             acquired_records=[P.AcquiredRecords(first_offset=f, last_offset=last, delivery_count=c)
                               for f, last, c in _ranges(acquired)]))
@@ -253,8 +298,9 @@ async def share_acknowledge(ctx: RequestContext, req: Any) -> Any:
     if err:
         return ctx.response(throttle_time_ms=0, error_code=err, error_message=err.name, responses=[],
                             node_endpoints=[])
-    acks = _acknowledge(share, group_id, member_id, names, req.topics, renew_at(ctx, req, share))
-    changed = set(acks)
+    refused = await _prepare(ctx, share, group_id, _ack_keys(names, req.topics))
+    acks = _acknowledge(share, group_id, member_id, names, req.topics, refused, renew_at(ctx, req, share))
+    changed = {tp for tp, e in acks.items() if tp not in refused}
     if req.share_session_epoch == -1:
         changed |= {(t, p) for _, t, p in share.state.release_session(group_id, member_id)}
     persisted = await share.persist(share.partition_records(group_id, changed))
