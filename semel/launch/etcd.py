@@ -41,7 +41,9 @@ class EtcdProcess(ManagedProcess):
         return [str(etcd_binary()), "--name", "semel", "--data-dir", str(self.data_dir),
                 "--listen-client-urls", self.endpoint, "--advertise-client-urls", self.endpoint,
                 "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-                "--initial-cluster", f"semel={peer}", "--log-level", "warn"]
+                "--initial-cluster", f"semel={peer}", "--log-level", "warn",
+                # Share-group acknowledgements are etcd writes: keep 10 minutes of history, not all of it.
+                "--auto-compaction-mode", "periodic", "--auto-compaction-retention", "10m"]
 
     def start(self, timeout_s: float = 60) -> "EtcdProcess":
         super().start(timeout_s)
