@@ -151,8 +151,12 @@ class Model:
         end = c.log.log_end_offset
         for _ in range(self.rng.randint(0, 6)):
             await asyncio.sleep(0)
-        if c.log.log_end_offset != end:
+        # The log may shrink meanwhile: a waiter that learns of a failed fsync cuts the
+        # untrusted tail back to what is durable (semel.storage.fsync_repair). Never grow.
+        if c.log.log_end_offset > end:
             self.violations.append(f"appended while not serving: log end {end} -> {c.log.log_end_offset}")
+        if c.log.log_end_offset < min(end, c.log.flushed_offset):
+            self.violations.append(f"cut below the durable end: {c.log.log_end_offset} < {c.log.flushed_offset}")
         # A seat is taken with the log as it stands on disk (a single node loads only at
         # start, after recovery; a cluster's new leader holds what its ISR holds): a tail
         # a failed fsync left untrusted is cut back first, never replayed into memory.
