@@ -256,7 +256,8 @@ def test_kafka_python_oauthbearer_allowed_and_malformed(sec):
     assert end_offset(sec, "ra-oauth") == start + 1
     failed = failed_logins(sec, "OAUTHBEARER")
     with pytest.raises(KPError):
-        bad = KafkaProducer(**conf, sasl_oauth_token_provider=Provider("not-a-jws"), max_block_ms=5000)
+        bad = KafkaProducer(**conf, sasl_oauth_token_provider=Provider("not-a-jws"), max_block_ms=5000,
+                            bootstrap_timeout_ms=5000)
         bad.close()
     assert failed_logins(sec, "OAUTHBEARER") > failed
     assert end_offset(sec, "ra-oauth") == start + 1
