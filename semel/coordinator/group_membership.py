@@ -18,7 +18,7 @@ from .group_model import (
     NEW_MEMBER_JOIN_TIMEOUT_MS, Group, JoinResult, Member, SyncResult, JoinRequest,
 )
 from .group_states import HEARTBEAT_RESULT, SYNC_RESULT, Event, GroupState
-from .coordinator_log import done_future, resolve_future
+from .coordinator_log import done_future
 from .group_context import GroupContext
 from .offsets import (
     GroupRecord, MemberRecord, group_key, group_value,
@@ -38,6 +38,7 @@ class GroupMembership:
     def __init__(self, ctx: GroupContext, consumers: ConsumerGroups) -> None:
         self._store, self._log, self._ready = ctx.store, ctx.log, ctx.ready
         self.timers, self.config, self.clock = ctx.timers, ctx.config, ctx.clock
+        self._waiters = ctx.waiters
         self._consumers = consumers
         consumers.classic.on_downgraded = self._downgraded
 
@@ -142,9 +143,7 @@ class GroupMembership:
         old = group.members.get(old_id) if old_id is not None else None
         if old_id is None or old is None:
             return self._add_member_and_rebalance(group, new_id, req)
-        resolve_future(old.join_future, JoinResult(KafkaError.FENCED_INSTANCE_ID, old_id))
-        resolve_future(old.sync_future, SyncResult(KafkaError.FENCED_INSTANCE_ID))
-        old.join_future = old.sync_future = None
+        self._waiters.answer(group.group_id, old, KafkaError.FENCED_INSTANCE_ID)
         was_leader = group.leader == old_id
         was_pending_sync = old_id in group.pending_sync
         group.remove(old_id)
@@ -175,10 +174,8 @@ class GroupMembership:
         if group.state is S.PREPARING_REBALANCE and group.generation == 0:
             group.new_member_added = True   # extends the initial rebalance delay
         group.add(member)
-        # Keep our own reference: the join may complete (and clear the member's
-        # field) before _maybe_prepare_rebalance returns.
-        fut: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
-        member.join_future = fut
+        # The join may complete (a lone member) before _maybe_prepare_rebalance returns.
+        fut = self._waiters.wait_join(group.group_id, member)
         self.arm_heartbeat(group, member)
         self._maybe_prepare_rebalance(group)
         return fut
@@ -193,8 +190,9 @@ class GroupMembership:
         member.rebalance_timeout_ms = req.rebalance_timeout_ms
         member.client_id, member.client_host = req.client_id, req.client_host
         # A second join while the first still waits: the first is superseded.
-        resolve_future(member.join_future, JoinResult(KafkaError.REBALANCE_IN_PROGRESS, member.member_id))
-        fut = member.join_future = asyncio.get_running_loop().create_future()
+        self._waiters.answer_join(group.group_id, member,
+                                  JoinResult(KafkaError.REBALANCE_IN_PROGRESS, member.member_id))
+        fut = self._waiters.wait_join(group.group_id, member)
         self.arm_heartbeat(group, member)
         self._maybe_prepare_rebalance(group)   # may complete the join at once (a lone member)
         return fut
@@ -254,7 +252,7 @@ class GroupMembership:
             return
         group.initial_delay = group.new_member_added = False
         self.timers.cancel(("join", group.group_id))
-        for m in [m for m in group.members.values() if not m.awaiting_join()]:
+        for m in [m for m in group.members.values() if not m.awaiting_join]:
             self._drop_member(group, m)
         now = self.clock()
         group.generation += 1
@@ -269,9 +267,8 @@ class GroupMembership:
         group.to(Event.JOINED, now)
         group.pending_sync = set(group.members)
         for m in group.members.values():
-            fut, m.join_future = m.join_future, None
             m.is_new = False
-            resolve_future(fut, self._join_result(group, m))
+            self._waiters.answer_join(group.group_id, m, self._join_result(group, m))
             self.arm_heartbeat(group, m)
         generation = group.generation
         self.timers.set(("sync", group.group_id), group.max_rebalance_timeout(),
@@ -280,8 +277,7 @@ class GroupMembership:
     def _reset_assignment(self, group: Group, error: KafkaError) -> None:
         for m in group.members.values():
             m.assignment = b""
-            fut, m.sync_future = m.sync_future, None
-            resolve_future(fut, SyncResult(error))
+            self._waiters.answer_sync(group.group_id, m, SyncResult(error))
         group.storing_generation = -1
 
     def _sync_overdue(self, group: Group, generation: int) -> None:
@@ -307,7 +303,7 @@ class GroupMembership:
         member = group.members.get(member_id)
         if member is None or not self._store.current(group):
             return
-        waiting = member.awaiting_join() or member.awaiting_sync()
+        waiting = member.awaiting_join or member.awaiting_sync
         too_long_new = member.is_new and self.timers.now() - member.joined_at >= NEW_MEMBER_JOIN_TIMEOUT_MS
         if waiting and not too_long_new:
             # A member blocked in JoinGroup/SyncGroup cannot heartbeat; the join or
@@ -324,9 +320,7 @@ class GroupMembership:
             self._store.maybe_forget(group)
 
     def _drop_member(self, group: Group, member: Member) -> None:
-        resolve_future(member.join_future, JoinResult(KafkaError.UNKNOWN_MEMBER_ID, member.member_id))
-        resolve_future(member.sync_future, SyncResult(KafkaError.UNKNOWN_MEMBER_ID))
-        member.join_future = member.sync_future = None
+        self._waiters.answer(group.group_id, member, KafkaError.UNKNOWN_MEMBER_ID)
         group.remove(member.member_id)
         self.timers.cancel(("hb", group.group_id, member.member_id))
 
@@ -386,9 +380,8 @@ class GroupMembership:
         if group.state is S.STABLE:
             return done_future(SyncResult(KafkaError.NONE, member.assignment, group.protocol_type, group.protocol))
         # CompletingRebalance: wait for the leader's assignment to be stored.
-        resolve_future(member.sync_future, SyncResult(KafkaError.REBALANCE_IN_PROGRESS))
-        member.sync_future = asyncio.get_running_loop().create_future()
-        fut = member.sync_future
+        self._waiters.answer_sync(group.group_id, member, SyncResult(KafkaError.REBALANCE_IN_PROGRESS))
+        fut = self._waiters.wait_sync(group.group_id, member)
         if member_id == group.leader and group.storing_generation != group.generation:
             self._store_assignment(group, assignments or {})
         return fut
@@ -436,8 +429,8 @@ class GroupMembership:
                 m.assignment = full.get(mid, b"")
             group.to(Event.ASSIGNED, self.clock())
             for m in group.members.values():
-                fut, m.sync_future = m.sync_future, None
-                resolve_future(fut, SyncResult(KafkaError.NONE, m.assignment, group.protocol_type, group.protocol))
+                self._waiters.answer_sync(group.group_id, m, SyncResult(KafkaError.NONE, m.assignment,
+                                                                        group.protocol_type, group.protocol))
 
         def fail(error: KafkaError) -> None:
             if still_waiting():
