@@ -108,8 +108,8 @@ class GroupMembership:
             # KIP-394: hand out the id first, so a client that times out and retries
             # does not leave a ghost member behind.
             group.pending_members.add(new_id)
-            self.timers.set(("hb", group.group_id, new_id), req.session_timeout_ms,
-                            lambda: self._expire_pending(group, new_id))
+            self._at(("hb", group.group_id, new_id), req.session_timeout_ms,
+                     lambda g: self._expire_pending(g, new_id))
             return done_future(JoinResult(KafkaError.MEMBER_ID_REQUIRED, new_id))
         return self._add_member_and_rebalance(group, new_id, req)
 
@@ -224,20 +224,19 @@ class GroupMembership:
             total = group.max_rebalance_timeout()
             delay = min(self.config.initial_rebalance_delay_ms, total)
             group.initial_delay = True
-            self.timers.set(key, delay, lambda: self._initial_delay_over(group, total - delay))
+            self._at(key, delay, lambda g: self._initial_delay_over(g, total - delay))
         else:
             group.initial_delay = False
-            self.timers.set(key, group.max_rebalance_timeout(), lambda: self._complete_join(group))
+            self._at(key, group.max_rebalance_timeout(), self._complete_join)
             self._try_complete_join(group)
 
     def _initial_delay_over(self, group: Group, remaining_ms: int) -> None:
-        if group.state is not S.PREPARING_REBALANCE or not self._store.current(group):
+        if group.state is not S.PREPARING_REBALANCE:
             return
         if group.new_member_added and remaining_ms > 0:
             group.new_member_added = False
             delay = min(self.config.initial_rebalance_delay_ms, remaining_ms)
-            self.timers.set(("join", group.group_id), delay,
-                            lambda: self._initial_delay_over(group, remaining_ms - delay))
+            self._at(("join", group.group_id), delay, lambda g: self._initial_delay_over(g, remaining_ms - delay))
             return
         self._complete_join(group)
 
@@ -271,8 +270,8 @@ class GroupMembership:
             self._waiters.answer_join(group.group_id, m, self._join_result(group, m))
             self.arm_heartbeat(group, m)
         generation = group.generation
-        self.timers.set(("sync", group.group_id), group.max_rebalance_timeout(),
-                        lambda: self._sync_overdue(group, generation))
+        self._at(("sync", group.group_id), group.max_rebalance_timeout(),
+                 lambda g: self._sync_overdue(g, generation))
 
     def _reset_assignment(self, group: Group, error: KafkaError) -> None:
         for m in group.members.values():
@@ -283,7 +282,7 @@ class GroupMembership:
     def _sync_overdue(self, group: Group, generation: int) -> None:
         """Members that got their JoinGroup answer but never sent SyncGroup within
         the rebalance timeout are removed, so the others are not stuck."""
-        if not self._store.current(group) or group.generation != generation or not group.pending_sync:
+        if group.generation != generation or not group.pending_sync:
             return
         if group.state not in (S.COMPLETING_REBALANCE, S.STABLE):
             return
@@ -292,16 +291,28 @@ class GroupMembership:
             if member is not None:
                 self._remove_member_and_update_group(group, member)
 
+    def _at(self, key: tuple[str, ...], delay_ms: int, fire: Callable[[Group], None]) -> None:
+        """Set deadline `key` (its second part the group id); `fire` runs on the group
+        held under that id when it falls due (nothing when there is none). A deadline
+        names its group and keeps no reference to it."""
+        group_id = key[1]
+
+        def due() -> None:
+            group = self._store.groups.get(group_id)
+            if group is not None:
+                fire(group)
+        self.timers.set(key, delay_ms, due)
+
     # --- heartbeats and removal ------------------------------------------------------------------
 
     def arm_heartbeat(self, group: Group, member: Member) -> None:
         member_id = member.member_id
-        self.timers.set(("hb", group.group_id, member_id), member.session_timeout_ms,
-                        lambda: self._session_expired(group, member_id))
+        self._at(("hb", group.group_id, member_id), member.session_timeout_ms,
+                 lambda g: self._session_expired(g, member_id))
 
     def _session_expired(self, group: Group, member_id: str) -> None:
         member = group.members.get(member_id)
-        if member is None or not self._store.current(group):
+        if member is None:
             return
         waiting = member.awaiting_join or member.awaiting_sync
         too_long_new = member.is_new and self.timers.now() - member.joined_at >= NEW_MEMBER_JOIN_TIMEOUT_MS
