@@ -20,7 +20,7 @@ from . import consumer_group_migration as mig
 from .consumer_group_rules import Answer
 from .consumer_regex import regex_matches
 from .consumer_shard import UPGRADE, CgOp, ConsumerShard
-from .coordinator_log import done_future, resolve_future
+from .coordinator_log import done_future
 from .group_context import GroupContext
 from .group_model import Group, JoinResult, SyncResult
 
@@ -60,6 +60,7 @@ class ClassicMembers:
                  spawn: Spawn) -> None:
         self.cg = cg
         self._store, self._ready, self.timers, self.config = ctx.store, ctx.ready, ctx.timers, ctx.config
+        self._waiters = ctx.waiters
         self._spawn = spawn
         self.on_downgraded: Callable[[Group], None] = lambda group: None
 
@@ -113,9 +114,7 @@ class ClassicMembers:
     def _release_classic_members(self, classic: Group) -> None:
         gid = classic.group_id
         for m in classic.members.values():
-            resolve_future(m.join_future, JoinResult(KafkaError.REBALANCE_IN_PROGRESS, m.member_id))
-            resolve_future(m.sync_future, SyncResult(KafkaError.REBALANCE_IN_PROGRESS))
-            m.join_future = m.sync_future = None
+            self._waiters.answer(gid, m, KafkaError.REBALANCE_IN_PROGRESS)
             self.timers.cancel(("hb", gid, m.member_id))
         for mid in classic.pending_members:
             self.timers.cancel(("hb", gid, mid))

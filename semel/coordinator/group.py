@@ -40,7 +40,8 @@ composed of parts by concern, each made in __init__ with the collaborators it us
 and every part writes through the runtime's log, `clog` (coordinator_log.CoordinatorLog:
 append -> commit point -> apply in log order, compaction by rewrite; its batches
 stamped by the coordinator's clock).
-(group_timers: named deadlines; group_model: config, members, groups, answer values).
+(group_timers: named deadlines; group_model: config, members, groups, answer values;
+group_waiters: the JoinGroup and SyncGroup answers still owed, by group and member).
 Its public methods are the parts' own, handed on.
 """
 from __future__ import annotations
@@ -65,7 +66,7 @@ from .offsets_shard import OffsetInput
 from .group_replay import GroupStore
 from .group_timers import Timers, wall_clock_ms
 from .runtime import CoordinatorRuntime
-from .coordinator_log import resolve_future
+from .group_waiters import Waiters
 from .offsets import CommittedOffset, OffsetsLogError, TopicPartition
 from ..storage.log import PartitionLog
 from ..storage.manager import LogManager
@@ -106,8 +107,9 @@ class GroupCoordinator:
         self.deleted_topics = deleted_topics
         # The parts, each given what it works with.
         self.store = GroupStore(self.clock)
+        self.waiters = Waiters()
         ctx = GroupContext(self.store, self.clog, self.timers, self.config, self.clock, self.ready_error,
-                           self.runtime)
+                           self.runtime, self.waiters)
         self.consumers = ConsumerGroups(ctx, self.spawn)
         self.membership = GroupMembership(ctx, self.consumers)
         self.listing = GroupListing(ctx, self.consumers)
@@ -165,10 +167,8 @@ class GroupCoordinator:
         self._drop_groups()
 
     def _answer_members(self) -> None:
-        for group in self.store.groups.values():
-            for m in group.members.values():
-                resolve_future(m.join_future, JoinResult(KafkaError.NOT_COORDINATOR, m.member_id))
-                resolve_future(m.sync_future, SyncResult(KafkaError.NOT_COORDINATOR))
+        self.waiters.answer_all(lambda member_id: (JoinResult(KafkaError.NOT_COORDINATOR, member_id),
+                                                   SyncResult(KafkaError.NOT_COORDINATOR)))
 
     def _drop_groups(self) -> None:
         self.store.clear()

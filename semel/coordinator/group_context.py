@@ -9,6 +9,7 @@ from .coordinator_log import CoordinatorLog
 from .group_model import GroupConfig
 from .group_replay import GroupStore
 from .group_timers import Timers
+from .group_waiters import Waiters
 from .runtime import CoordinatorRuntime
 
 
@@ -17,7 +18,8 @@ class GroupContext:
     """The groups in memory (`store`), the write path (`log`: append -> commit point ->
     apply, in log order, batches stamped by the coordinator's clock; `runtime.write` the
     same for a batch built already), the coordinator's timers, settings and clock, and
-    `ready`: NONE while the coordinator serves, why not otherwise."""
+    `ready`: NONE while the coordinator serves, why not otherwise, and `waiters`: the
+    classic members' JoinGroup and SyncGroup answers still owed."""
     store: GroupStore
     log: CoordinatorLog
     timers: Timers
@@ -25,3 +27,4 @@ class GroupContext:
     clock: Callable[[], int]
     ready: Callable[[], KafkaError]
     runtime: CoordinatorRuntime
+    waiters: Waiters

@@ -18,7 +18,7 @@ from .group_model import (
     NEW_MEMBER_JOIN_TIMEOUT_MS, Group, JoinResult, Member, SyncResult, JoinRequest,
 )
 from .group_states import HEARTBEAT_RESULT, SYNC_RESULT, Event, GroupState
-from .coordinator_log import done_future, resolve_future
+from .coordinator_log import done_future
 from .group_context import GroupContext
 from .offsets import (
     GroupRecord, MemberRecord, group_key, group_value,
@@ -38,6 +38,7 @@ class GroupMembership:
     def __init__(self, ctx: GroupContext, consumers: ConsumerGroups) -> None:
         self._store, self._log, self._ready = ctx.store, ctx.log, ctx.ready
         self.timers, self.config, self.clock = ctx.timers, ctx.config, ctx.clock
+        self._waiters = ctx.waiters
         self._consumers = consumers
         consumers.classic.on_downgraded = self._downgraded
 
@@ -107,8 +108,8 @@ class GroupMembership:
             # KIP-394: hand out the id first, so a client that times out and retries
             # does not leave a ghost member behind.
             group.pending_members.add(new_id)
-            self.timers.set(("hb", group.group_id, new_id), req.session_timeout_ms,
-                            lambda: self._expire_pending(group, new_id))
+            self._at(("hb", group.group_id, new_id), req.session_timeout_ms,
+                     lambda g: self._expire_pending(g, new_id))
             return done_future(JoinResult(KafkaError.MEMBER_ID_REQUIRED, new_id))
         return self._add_member_and_rebalance(group, new_id, req)
 
@@ -142,9 +143,7 @@ class GroupMembership:
         old = group.members.get(old_id) if old_id is not None else None
         if old_id is None or old is None:
             return self._add_member_and_rebalance(group, new_id, req)
-        resolve_future(old.join_future, JoinResult(KafkaError.FENCED_INSTANCE_ID, old_id))
-        resolve_future(old.sync_future, SyncResult(KafkaError.FENCED_INSTANCE_ID))
-        old.join_future = old.sync_future = None
+        self._waiters.answer(group.group_id, old, KafkaError.FENCED_INSTANCE_ID)
         was_leader = group.leader == old_id
         was_pending_sync = old_id in group.pending_sync
         group.remove(old_id)
@@ -175,10 +174,8 @@ class GroupMembership:
         if group.state is S.PREPARING_REBALANCE and group.generation == 0:
             group.new_member_added = True   # extends the initial rebalance delay
         group.add(member)
-        # Keep our own reference: the join may complete (and clear the member's
-        # field) before _maybe_prepare_rebalance returns.
-        fut: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
-        member.join_future = fut
+        # The join may complete (a lone member) before _maybe_prepare_rebalance returns.
+        fut = self._waiters.wait_join(group.group_id, member)
         self.arm_heartbeat(group, member)
         self._maybe_prepare_rebalance(group)
         return fut
@@ -193,8 +190,9 @@ class GroupMembership:
         member.rebalance_timeout_ms = req.rebalance_timeout_ms
         member.client_id, member.client_host = req.client_id, req.client_host
         # A second join while the first still waits: the first is superseded.
-        resolve_future(member.join_future, JoinResult(KafkaError.REBALANCE_IN_PROGRESS, member.member_id))
-        fut = member.join_future = asyncio.get_running_loop().create_future()
+        self._waiters.answer_join(group.group_id, member,
+                                  JoinResult(KafkaError.REBALANCE_IN_PROGRESS, member.member_id))
+        fut = self._waiters.wait_join(group.group_id, member)
         self.arm_heartbeat(group, member)
         self._maybe_prepare_rebalance(group)   # may complete the join at once (a lone member)
         return fut
@@ -226,20 +224,19 @@ class GroupMembership:
             total = group.max_rebalance_timeout()
             delay = min(self.config.initial_rebalance_delay_ms, total)
             group.initial_delay = True
-            self.timers.set(key, delay, lambda: self._initial_delay_over(group, total - delay))
+            self._at(key, delay, lambda g: self._initial_delay_over(g, total - delay))
         else:
             group.initial_delay = False
-            self.timers.set(key, group.max_rebalance_timeout(), lambda: self._complete_join(group))
+            self._at(key, group.max_rebalance_timeout(), self._complete_join)
             self._try_complete_join(group)
 
     def _initial_delay_over(self, group: Group, remaining_ms: int) -> None:
-        if group.state is not S.PREPARING_REBALANCE or not self._store.current(group):
+        if group.state is not S.PREPARING_REBALANCE:
             return
         if group.new_member_added and remaining_ms > 0:
             group.new_member_added = False
             delay = min(self.config.initial_rebalance_delay_ms, remaining_ms)
-            self.timers.set(("join", group.group_id), delay,
-                            lambda: self._initial_delay_over(group, remaining_ms - delay))
+            self._at(("join", group.group_id), delay, lambda g: self._initial_delay_over(g, remaining_ms - delay))
             return
         self._complete_join(group)
 
@@ -254,7 +251,7 @@ class GroupMembership:
             return
         group.initial_delay = group.new_member_added = False
         self.timers.cancel(("join", group.group_id))
-        for m in [m for m in group.members.values() if not m.awaiting_join()]:
+        for m in [m for m in group.members.values() if not m.awaiting_join]:
             self._drop_member(group, m)
         now = self.clock()
         group.generation += 1
@@ -269,25 +266,23 @@ class GroupMembership:
         group.to(Event.JOINED, now)
         group.pending_sync = set(group.members)
         for m in group.members.values():
-            fut, m.join_future = m.join_future, None
             m.is_new = False
-            resolve_future(fut, self._join_result(group, m))
+            self._waiters.answer_join(group.group_id, m, self._join_result(group, m))
             self.arm_heartbeat(group, m)
         generation = group.generation
-        self.timers.set(("sync", group.group_id), group.max_rebalance_timeout(),
-                        lambda: self._sync_overdue(group, generation))
+        self._at(("sync", group.group_id), group.max_rebalance_timeout(),
+                 lambda g: self._sync_overdue(g, generation))
 
     def _reset_assignment(self, group: Group, error: KafkaError) -> None:
         for m in group.members.values():
             m.assignment = b""
-            fut, m.sync_future = m.sync_future, None
-            resolve_future(fut, SyncResult(error))
+            self._waiters.answer_sync(group.group_id, m, SyncResult(error))
         group.storing_generation = -1
 
     def _sync_overdue(self, group: Group, generation: int) -> None:
         """Members that got their JoinGroup answer but never sent SyncGroup within
         the rebalance timeout are removed, so the others are not stuck."""
-        if not self._store.current(group) or group.generation != generation or not group.pending_sync:
+        if group.generation != generation or not group.pending_sync:
             return
         if group.state not in (S.COMPLETING_REBALANCE, S.STABLE):
             return
@@ -296,18 +291,30 @@ class GroupMembership:
             if member is not None:
                 self._remove_member_and_update_group(group, member)
 
+    def _at(self, key: tuple[str, ...], delay_ms: int, fire: Callable[[Group], None]) -> None:
+        """Set deadline `key` (its second part the group id); `fire` runs on the group
+        held under that id when it falls due (nothing when there is none). A deadline
+        names its group and keeps no reference to it."""
+        group_id = key[1]
+
+        def due() -> None:
+            group = self._store.groups.get(group_id)
+            if group is not None:
+                fire(group)
+        self.timers.set(key, delay_ms, due)
+
     # --- heartbeats and removal ------------------------------------------------------------------
 
     def arm_heartbeat(self, group: Group, member: Member) -> None:
         member_id = member.member_id
-        self.timers.set(("hb", group.group_id, member_id), member.session_timeout_ms,
-                        lambda: self._session_expired(group, member_id))
+        self._at(("hb", group.group_id, member_id), member.session_timeout_ms,
+                 lambda g: self._session_expired(g, member_id))
 
     def _session_expired(self, group: Group, member_id: str) -> None:
         member = group.members.get(member_id)
-        if member is None or not self._store.current(group):
+        if member is None:
             return
-        waiting = member.awaiting_join() or member.awaiting_sync()
+        waiting = member.awaiting_join or member.awaiting_sync
         too_long_new = member.is_new and self.timers.now() - member.joined_at >= NEW_MEMBER_JOIN_TIMEOUT_MS
         if waiting and not too_long_new:
             # A member blocked in JoinGroup/SyncGroup cannot heartbeat; the join or
@@ -324,9 +331,7 @@ class GroupMembership:
             self._store.maybe_forget(group)
 
     def _drop_member(self, group: Group, member: Member) -> None:
-        resolve_future(member.join_future, JoinResult(KafkaError.UNKNOWN_MEMBER_ID, member.member_id))
-        resolve_future(member.sync_future, SyncResult(KafkaError.UNKNOWN_MEMBER_ID))
-        member.join_future = member.sync_future = None
+        self._waiters.answer(group.group_id, member, KafkaError.UNKNOWN_MEMBER_ID)
         group.remove(member.member_id)
         self.timers.cancel(("hb", group.group_id, member.member_id))
 
@@ -386,9 +391,8 @@ class GroupMembership:
         if group.state is S.STABLE:
             return done_future(SyncResult(KafkaError.NONE, member.assignment, group.protocol_type, group.protocol))
         # CompletingRebalance: wait for the leader's assignment to be stored.
-        resolve_future(member.sync_future, SyncResult(KafkaError.REBALANCE_IN_PROGRESS))
-        member.sync_future = asyncio.get_running_loop().create_future()
-        fut = member.sync_future
+        self._waiters.answer_sync(group.group_id, member, SyncResult(KafkaError.REBALANCE_IN_PROGRESS))
+        fut = self._waiters.wait_sync(group.group_id, member)
         if member_id == group.leader and group.storing_generation != group.generation:
             self._store_assignment(group, assignments or {})
         return fut
@@ -436,8 +440,8 @@ class GroupMembership:
                 m.assignment = full.get(mid, b"")
             group.to(Event.ASSIGNED, self.clock())
             for m in group.members.values():
-                fut, m.sync_future = m.sync_future, None
-                resolve_future(fut, SyncResult(KafkaError.NONE, m.assignment, group.protocol_type, group.protocol))
+                self._waiters.answer_sync(group.group_id, m, SyncResult(KafkaError.NONE, m.assignment,
+                                                                        group.protocol_type, group.protocol))
 
         def fail(error: KafkaError) -> None:
             if still_waiting():

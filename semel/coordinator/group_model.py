@@ -2,7 +2,6 @@
 coordinator answers with. No I/O and no awaiting here."""
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 
 from ..protocol.errors import KafkaError
@@ -47,7 +46,7 @@ class GroupConfig:
 class Member:
     __slots__ = ("member_id", "group_instance_id", "client_id", "client_host",
                  "rebalance_timeout_ms", "session_timeout_ms", "protocol_type", "protocols",
-                 "assignment", "join_future", "sync_future", "is_new", "joined_at")
+                 "assignment", "awaiting_join", "awaiting_sync", "is_new", "joined_at")
 
     def __init__(self, member_id: str, group_instance_id: str | None, client_id: str,
                  client_host: str, rebalance_timeout_ms: int, session_timeout_ms: int,
@@ -61,8 +60,10 @@ class Member:
         self.protocol_type = protocol_type
         self.protocols = protocols            # (name, metadata) in the member's preference order
         self.assignment = b""
-        self.join_future: asyncio.Future[JoinResult] | None = None
-        self.sync_future: asyncio.Future[SyncResult] | None = None
+        # It waits in JoinGroup / SyncGroup for its answer (group_waiters holds the
+        # futures); a waiting member cannot heartbeat, and the join barrier counts it.
+        self.awaiting_join = False
+        self.awaiting_sync = False
         self.is_new = False
         self.joined_at = 0
 
@@ -77,12 +78,6 @@ class Member:
 
     def matches(self, protocols: list[tuple[str, bytes]]) -> bool:
         return self.protocols == protocols
-
-    def awaiting_join(self) -> bool:
-        return self.join_future is not None and not self.join_future.done()
-
-    def awaiting_sync(self) -> bool:
-        return self.sync_future is not None and not self.sync_future.done()
 
 
 class Group:
@@ -129,7 +124,7 @@ class Group:
         return member
 
     def all_joined(self) -> bool:
-        return not self.pending_members and all(m.awaiting_join() for m in self.members.values())
+        return not self.pending_members and all(m.awaiting_join for m in self.members.values())
 
     def static_fenced(self, group_instance_id: str | None, member_id: str) -> bool:
         if group_instance_id is None:

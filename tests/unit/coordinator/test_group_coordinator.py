@@ -231,6 +231,26 @@ async def test_rebalance_timeout_drops_members_that_did_not_rejoin():
 
 
 @async_test
+async def test_a_join_whose_client_went_away_no_longer_holds_the_barrier():
+    """A JoinGroup cancelled mid-wait (its connection closed) stops counting as joined:
+    the join phase then waits for the rebalance timeout, which drops that member."""
+    h = await started()
+    a, b = await stable_group(h, rebalance=20_000)
+    fb = join(h.coord, b.member_id, protocols=[("range", b"new")], rebalance=20_000)   # rebalances
+    assert h.coord.store.groups["g"].members[b.member_id].awaiting_join
+    fb.cancel()
+    await asyncio.sleep(0)
+    assert not h.coord.store.groups["g"].members[b.member_id].awaiting_join
+    fa = join(h.coord, a.member_id, protocols=[("range", b"m0")], rebalance=20_000)
+    await asyncio.sleep(0)
+    assert not fa.done()                          # b no longer counts: a waits
+    h.clock.advance(20_000)
+    h.coord.fire_timers()
+    ra = await fa
+    assert ra.generation == 2 and [m[0] for m in ra.members] == [a.member_id]
+
+
+@async_test
 async def test_initial_delay_is_extended_by_new_members_up_to_the_rebalance_timeout():
     h = await started(initial_rebalance_delay_ms=300)
     _, fa = await new_member(h, rebalance=1000)
