@@ -17,7 +17,7 @@ from functools import partial
 from typing import Callable, Iterable
 
 from .group_timers import Timers
-from .share_partition import ACQUIRED, SharePartition
+from .share_partition import SharePartition
 from .share_state import ShareState
 
 KIND = "share-lock"
@@ -25,7 +25,7 @@ KIND = "share-lock"
 
 def next_deadline(sp: SharePartition) -> int | None:
     """The earliest lock deadline of the share-partition (None: nothing acquired)."""
-    return min((r.deadline for r in sp.records.values() if r.state == ACQUIRED), default=None)
+    return sp.next_deadline()
 
 
 class LockTimers:

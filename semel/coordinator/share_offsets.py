@@ -10,7 +10,7 @@ log before it is answered, like every other change of share-partition state.
 from __future__ import annotations
 
 from .share_coordinator import ShareCoordinator
-from .share_partition import FINISHED, SharePartition
+from .share_partition import SharePartition
 from ..protocol.errors import KafkaError
 
 TP = tuple[str, int]
@@ -38,7 +38,8 @@ def start_offsets(share: ShareCoordinator, group_id: str) -> dict[TP, ShareParti
 
 def lag(sp: SharePartition, high_watermark: int) -> int:
     """Records from the start offset to the high watermark not yet finished."""
-    finished = sum(1 for r in sp.records.values() if r.state in FINISHED)
+    counts = sp.counts()
+    finished = counts["acknowledged"] + counts["archived"]
     return max(0, high_watermark - sp.start - finished)
 
 

@@ -1,6 +1,6 @@
 """Model-based test of one share-partition (KIP-932): random acquisitions by several
-members, acknowledgements of every type (including of records another member holds),
-renewals of acquisition locks (KIP-1222), lock expiry as time passes, members leaving, records that are not deliverable (markers,
+members, acknowledgements of every type (including of records another member holds,
+and one type per offset, which splits an acquired range into pieces), renewals of acquisition locks (KIP-1222), lock expiry as time passes, members leaving, records that are not deliverable (markers,
 aborted records), and restarts (the state rebuilt from its durable form alone). No
 event loop: the share-partition is plain Python and time is a number.
 
@@ -12,7 +12,9 @@ After every step:
   - a delivery count never exceeds the limit;
   - the start offset never passes an unfinished record (every offset below it was
     acknowledged or archived), and the window never holds more than the lock limit;
-  - what is durable, rebuilt, gives the same window and the same finished records.
+  - what is durable, rebuilt, gives the same window and the same finished records;
+  - the state is kept per range: spans back to back over the window, neighbours that
+    ended alike joined again.
 """
 from __future__ import annotations
 
@@ -63,10 +65,12 @@ class SharePartitionModel(RuleBasedStateMachine):
     def acquire(self, member, max_records, aligned):
         """`aligned`: log batches of 4 offsets, acquired whole (past max_records if need be)."""
         self._expire_model()
-        got = self.sp.acquire(member, self.log_end, max_records, self.now, LIMITS, self.undeliverable.__contains__,
-                              (lambda off: off % 4 == 0) if aligned else None)
-        assert len(got) <= max_records + (3 if aligned else 0)
-        for off, count in got:
+        got = self.sp.acquire(member, self.log_end, max_records, self.now, LIMITS, self.undeliverable,
+                              set(range(0, self.log_end + 1, 4)) if aligned else None)
+        offsets = [(off, count) for first, last, count in got for off in range(first, last + 1)]
+        assert len(offsets) <= max_records + (3 if aligned else 0)
+        assert all(first <= last for first, last, _ in got)
+        for off, count in offsets:
             assert off not in self.finished, f"{off} delivered after it finished"
             assert off not in self.undeliverable, f"{off} holds nothing to deliver"
             assert off not in self.holder, f"{off} acquired twice"
@@ -104,6 +108,29 @@ class SharePartitionModel(RuleBasedStateMachine):
             return
         assert err == KafkaError.NONE
         for off in range(first, last + 1):
+            if kind == ACK_RELEASE:
+                self._released(off)
+            else:
+                del self.holder[off]
+                self.finished[off] = ACKNOWLEDGED if kind == ACK_ACCEPT else ARCHIVED
+
+    @rule(member=st.sampled_from(MEMBERS), data=st.data(),
+          kinds=st.lists(st.sampled_from([ACK_ACCEPT, ACK_RELEASE, ACK_REJECT, ACK_GAP]), min_size=4, max_size=4))
+    def acknowledge_per_offset(self, member, data, kinds):
+        """One type per offset: part of an acquired range accepted, part released or
+        rejected, so the range splits, and the pieces that end alike join again."""
+        if self.log_end == 0:
+            return
+        self.sp.expire(self.now, LIMITS)
+        self._expire_model()
+        first, last = self._draw_range(data, member)
+        types = kinds[:last - first + 1]
+        err = self.sp.acknowledge(member, first, last, types, LIMITS)
+        if not all(self.holder.get(off, ("", 0))[0] == member for off in range(first, last + 1)):
+            assert err == KafkaError.INVALID_RECORD_STATE   # all or nothing
+            return
+        assert err == KafkaError.NONE
+        for off, kind in zip(range(first, last + 1), types):
             if kind == ACK_RELEASE:
                 self._released(off)
             else:
@@ -236,6 +263,17 @@ class SharePartitionModel(RuleBasedStateMachine):
         assert sp.start == sp.end or sp.records[sp.start].state not in FINISHED
         for off in range(self.initial_start, sp.start):
             assert off in self.finished, f"start {sp.start} passed unfinished {off}"
+
+    @invariant()
+    def spans_cover_the_window_once_and_join_alike_neighbours(self):
+        """The per-range state: spans in order, back to back from start to end, none
+        empty, and no two neighbours alike (a split is undone once its pieces agree)."""
+        spans = self.sp.spans
+        assert [s.first for s in spans[:1]] == ([self.sp.start] if self.sp.end > self.sp.start else [])
+        assert all(s.first <= s.last for s in spans)
+        assert all(a.last + 1 == b.first and not a.alike(b) for a, b in zip(spans, spans[1:]))
+        assert (spans[-1].last + 1 if spans else self.sp.start) == self.sp.end
+        assert all(s.state not in FINISHED for s in spans[:1])
 
     @invariant()
     def durable_form_round_trips(self):

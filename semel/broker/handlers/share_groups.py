@@ -14,6 +14,7 @@ import uuid
 from typing import Any, Callable
 
 from ...coordinator.share_coordinator import ShareCoordinator
+from ...coordinator.share_partition import Acquired
 from ...coordinator.share_state import ShareGroup
 from ...protocol.api_keys import ApiKey
 from ...protocol.errors import KafkaError
@@ -145,14 +146,14 @@ async def _prepare(ctx: RequestContext, share: ShareCoordinator, group_id: str,
 
 def _acquire(ctx: RequestContext, share: ShareCoordinator, group_id: str, member_id: str,
              keys: set[tuple[str, int]], max_records: int, created: set[tuple[str, int]]
-             ) -> dict[tuple[str, int], list[tuple[int, int]]]:
+             ) -> dict[tuple[str, int], list[Acquired]]:
     """Acquire records for the member across its session's partitions; the
     share-partitions read for the first time are added to `created`."""
     state = share.state
     limits = state.limits(group_id)
     committed = state.config(group_id, "share.isolation.level") == "read_committed"
     now = share.clock()
-    got: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    got: dict[tuple[str, int], list[Acquired]] = {}
     for topic, p in sorted(keys):
         if max_records <= 0:
             break
@@ -165,11 +166,10 @@ def _acquire(ctx: RequestContext, share: ShareCoordinator, group_id: str, member
         if sp.start < plog.log_start_offset:   # records deleted under the window
             sp.skip_to(plog.log_start_offset)
         end, skip, starts = fetchable(plog, sp.end, committed)
-        acquired = sp.acquire(member_id, max(end, sp.end), max_records, now, limits, skip.__contains__,
-                              starts.__contains__)
+        acquired = sp.acquire(member_id, max(end, sp.end), max_records, now, limits, skip, starts)
         if acquired:
             got[(topic, p)] = acquired
-            max_records -= len(acquired)
+            max_records -= sum(last - first + 1 for first, last, _ in acquired)
     return got
 
 
@@ -178,14 +178,14 @@ def _reset_start(plog: PartitionLog) -> Callable[[str], int]:
     return lambda reset: plog.log_start_offset if reset == "earliest" else plog.high_watermark
 
 
-def _ranges(acquired: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
-    """(first, last, delivery count) runs of consecutive offsets with one count."""
-    runs: list[tuple[int, int, int]] = []
-    for off, count in sorted(acquired):
-        if runs and runs[-1][1] == off - 1 and runs[-1][2] == count:
-            runs[-1] = (runs[-1][0], off, count)
+def _ranges(acquired: list[Acquired]) -> list[Acquired]:
+    """Neighbouring ranges with one delivery count joined (fewer AcquiredRecords)."""
+    runs: list[Acquired] = []
+    for first, last, count in sorted(acquired):
+        if runs and runs[-1][1] == first - 1 and runs[-1][2] == count:
+            runs[-1] = (runs[-1][0], last, count)
         else:
-            runs.append((off, off, count))
+            runs.append((first, last, count))
     return runs
 
 
@@ -221,7 +221,7 @@ async def share_fetch(ctx: RequestContext, req: Any) -> Any:
     # acquired is available again after a restart); acknowledgements, released sessions
     # and where a new share-partition starts are, before the answer.
     changed = set(acks)
-    got: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    got: dict[tuple[str, int], list[Acquired]] = {}
     if req.share_session_epoch == -1:
         changed |= {(t, p) for _, t, p in share.state.release_session(group_id, member_id)}
     elif renewing is None:   # a renewing fetch acquires nothing
@@ -249,7 +249,7 @@ def _leader(ctx: RequestContext, cls: Any, topic: str, p: int) -> Any:
 
 
 def _fetch_answer(ctx: RequestContext, lock_ms: int, catalogue: dict[str, tuple[uuid.UUID, int]],
-                  acks: dict[tuple[str, int], KafkaError], got: dict[tuple[str, int], list[tuple[int, int]]],
+                  acks: dict[tuple[str, int], KafkaError], got: dict[tuple[str, int], list[Acquired]],
                   refused: dict[tuple[str, int], KafkaError]) -> Any:
     cls = ctx.cls()
     T = cls.ShareFetchableTopicResponse
@@ -262,7 +262,7 @@ def _fetch_answer(ctx: RequestContext, lock_ms: int, catalogue: dict[str, tuple[
         records = b""
         plog = ctx.services.logs.get(topic, p)
         if acquired and plog is not None:
-            records = read_range(plog, min(o for o, _ in acquired), max(o for o, _ in acquired))
+            records = read_range(plog, min(f for f, _, _ in acquired), max(last for _, last, _ in acquired))
         by_topic.setdefault(topic, []).append(P(
             partition_index=p, error_code=refused.get((topic, p), KafkaError.NONE),
             acknowledge_error_code=acks.get((topic, p), KafkaError.NONE),

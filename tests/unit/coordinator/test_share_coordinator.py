@@ -46,7 +46,7 @@ async def _acquire_and_ack(share, n_rounds, group="g"):
     sp = share.share_partition(group, "t", 0, lambda reset: 0)
     for i in range(n_rounds):
         got = sp.acquire("m", 4 * (i + 1), 4, share.clock(), limits)
-        first, last = got[0][0], got[-1][0]
+        first, last = got[0][0], got[-1][1]
         kind = ACK_REJECT if i % 3 == 0 else ACK_ACCEPT
         # the last round stays acquired: its records must come back available
         if i < n_rounds - 1:
@@ -76,7 +76,8 @@ async def test_compaction_keeps_the_live_state_and_drops_the_history(tmp_path):
     limits = node.share.state.limits("g")
     # leave a finished record behind an unfinished one, so the window holds both kinds
     got = sp.acquire("m", 200, 2, node.clock(), limits)
-    assert sp.acknowledge("m", got[1][0], got[1][0], [ACK_ACCEPT], limits) == KafkaError.NONE
+    second = got[0][0] + 1
+    assert sp.acknowledge("m", second, second, [ACK_ACCEPT], limits) == KafkaError.NONE
     await node.share.persist(node.share.partition_records("g", [("t", 0)]))
     before = _states(node.share)
     plog = node.logs.get(SHARE_TOPIC, 0)
