@@ -26,7 +26,7 @@ from tests.spark.test_source import create, produce
 from tests.support.consume import read_values
 
 EVENTS = 90            # event times 0..89 s, spread over both input partitions
-PER_TRIGGER = 30       # three micro-batches of input
+PER_TRIGGER = 45       # two micro-batches of input, each written by 200 tasks
 
 
 def events() -> tuple[list[str], list[str]]:
