@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, Protocol
 from ..protocol.errors import KafkaError
 from ..storage import checked_file
 from ..storage.fs import FileSystem
-from .etcd import Json, mod_equals, put_op
+from .etcd import Json, delete_op, mod_equals, put_op
 
 if TYPE_CHECKING:
     from ..storage.manager import LogManager
@@ -255,8 +255,7 @@ class EtcdBrokerConfigs(BrokerConfigs):
         if err:
             return err, msg
         version = kv.mod_revision if kv is not None else 0
-        op: Json = put_op(key, json.dumps(wanted).encode()) if wanted else \
-            {"request_delete_range": {"key": put_op(key, b"")["request_put"]["key"]}}
+        op: Json = put_op(key, json.dumps(wanted).encode()) if wanted else delete_op(key)
         ok, rev = await self.view.etcd.txn([mod_equals(key, version)], [op])
         if not ok:
             return None

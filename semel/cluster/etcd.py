@@ -70,6 +70,11 @@ def put_op(key: str, value: bytes, lease: int = 0) -> Json:
     return {"request_put": op}
 
 
+def delete_op(key: str) -> Json:
+    """A transaction operation deleting one key."""
+    return {"request_delete_range": {"key": b64(key)}}
+
+
 def delete_prefix_op(prefix: str) -> Json:
     """A transaction operation deleting every key under prefix."""
     return {"request_delete_range": {"key": b64(prefix), "range_end": prefix_end(prefix)}}

@@ -21,7 +21,7 @@ import json
 import logging
 
 from ..protocol.errors import KafkaError
-from .etcd import Etcd, EtcdError, Json, b64, delete_prefix_op, mod_equals, put_op
+from .etcd import Etcd, EtcdError, Json, b64, delete_op, delete_prefix_op, mod_equals, put_op
 
 log = logging.getLogger("semel.cluster.share_store")
 
@@ -30,10 +30,6 @@ _EPOCH_DIGITS = 12
 
 def _epoch(value: int) -> bytes:
     return str(value).zfill(_EPOCH_DIGITS).encode()
-
-
-def _delete_op(key: str) -> Json:
-    return {"request_delete_range": {"key": b64(key)}}
 
 
 def _value_equals(key: str, value: bytes) -> Json:
@@ -88,7 +84,7 @@ class EtcdShareStore:
             return KafkaError.NONE
         compare = [_value_equals(self.claim_key(t, p), _epoch(e)) if e >= 0 else mod_equals(self.claim_key(t, p), 0)
                    for (t, p), e in sorted(fences.items())]
-        ops = [put_op(self.path(k), v) if v is not None else _delete_op(self.path(k)) for k, v in pairs]
+        ops = [put_op(self.path(k), v) if v is not None else delete_op(self.path(k)) for k, v in pairs]
         try:
             ok, _ = await self.etcd.txn(compare, ops)
         except EtcdError as exc:
