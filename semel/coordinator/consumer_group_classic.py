@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import Any, Callable, Coroutine, Mapping, Protocol, TypeVar
+from typing import Any, Callable, Coroutine, Mapping, Protocol, Sequence, TypeVar
 
 from ..protocol.consumer_protocol import PROTOCOL_TYPE, encode_assignment
 from ..protocol.errors import KafkaError
@@ -22,7 +22,7 @@ from .consumer_regex import regex_matches
 from .consumer_shard import UPGRADE, CgOp, ConsumerShard
 from .coordinator_log import done_future
 from .group_context import GroupContext
-from .group_model import Group, JoinResult, SyncResult
+from .group_model import JoinResult, SyncResult
 
 T = TypeVar("T")
 
@@ -53,8 +53,10 @@ Topics = Callable[[], Mapping[str, int]]
 
 class ClassicMembers:
     """The classic side of ConsumerGroups: made by it with the coordinator's GroupContext,
-    itself (`cg`: its writes and the write each group waits for) and `spawn`. `on_downgraded` is set by GroupMembership: it
-    arms the members' heartbeats and starts the rebalance of a group made classic again."""
+    itself (`cg`: its writes and the write each group waits for) and `spawn`. GroupMembership
+    sets `on_upgrading` (the classic group's members are told to rejoin, its deadlines go)
+    and `on_downgraded` (the members' sessions start and the group made classic again
+    rebalances): both run operations of the classic shard."""
 
     def __init__(self, ctx: GroupContext, cg: ConsumerWrites,
                  spawn: Spawn) -> None:
@@ -62,7 +64,8 @@ class ClassicMembers:
         self._store, self._ready, self.timers, self.config = ctx.store, ctx.ready, ctx.timers, ctx.config
         self._waiters = ctx.waiters
         self._spawn = spawn
-        self.on_downgraded: Callable[[Group], None] = lambda group: None
+        self.on_downgraded: Callable[[str, Mapping[str, Sequence[tuple[str, bytes]]]], None] = lambda gid, protocols: None
+        self.on_upgrading: Callable[[str], None] = lambda gid: None
 
     def hosts(self, group_id: str) -> bool:
         """Are the classic APIs of this group answered by its consumer group?"""
@@ -86,9 +89,7 @@ class ClassicMembers:
         gid = op.group_id
         if op.conversion == UPGRADE:
             # The classic members are told to rejoin, now into the consumer group.
-            classic = self._store.groups.get(gid)
-            if classic is not None:
-                self._release_classic_members(classic)
+            self.on_upgrading(gid)
 
             def upgraded() -> None:
                 g = self._store.consumer_groups.get(gid)
@@ -102,25 +103,12 @@ class ClassicMembers:
         protocols = {mid: m.classic.protocols for mid, m in g.members.items() if m.classic} if g else {}
 
         def downgraded() -> None:
-            group = self._store.groups[gid]
-            for m in group.members.values():
+            for mid in self._store.groups[gid].members:
                 for kind in ("cg", "cg-revoke", "cg-rejoin"):
-                    self.timers.cancel((kind, gid, m.member_id))
-                m.protocols = list(protocols.get(m.member_id, m.protocols))
-            self.on_downgraded(group)
+                    self.timers.cancel((kind, gid, mid))
+            self.on_downgraded(gid, protocols)
             log.info("consumer group %s downgraded to a classic group", gid)
         return downgraded
-
-    def _release_classic_members(self, classic: Group) -> None:
-        gid = classic.group_id
-        for m in classic.members.values():
-            self._waiters.answer(gid, m, KafkaError.REBALANCE_IN_PROGRESS)
-            self.timers.cancel(("hb", gid, m.member_id))
-        for mid in classic.pending_members:
-            self.timers.cancel(("hb", gid, mid))
-        classic.pending_members.clear()
-        self.timers.cancel(("join", gid))
-        self.timers.cancel(("sync", gid))
 
     # --- the classic APIs of a consumer group's classic members ----------------------------------
 

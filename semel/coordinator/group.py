@@ -12,10 +12,11 @@ deletions, transactional offsets and their markers):
 So memory is always "the replay of the durable prefix of the log", and a
 failed append or fsync leaves memory as it was and answers with an error.
 
-Membership (who joined, heartbeats, the join/sync barrier) is soft state, as in
-Kafka: it changes immediately; a snapshot of the group (generation, members,
-assignment) is written when the leader's assignment is stored and when a group
-becomes empty, so members keep their ids and generation across a restart.
+Classic membership (who joined, heartbeats, the join/sync barrier) is soft state, as
+in Kafka: the classic shard's op goes into memory at once; a snapshot of the group
+(generation, members, assignment) is written when the leader's assignment is stored,
+when a group becomes empty and when a static member is replaced, so members keep
+their ids and generation across a restart.
 
 Long-polling requests (JoinGroup, SyncGroup) and writes return futures: the
 state change happens when the method is called (in the order the connection
@@ -33,7 +34,9 @@ composed of parts by concern, each made in __init__ with the collaborators it us
   consumer_group     ConsumerGroups: the consumer protocol's groups (KIP-848), the edge
                      of their shard (consumer_shard.ConsumerShard), written through
                      the runtime's `write`
-  group_membership   GroupMembership: join/sync/heartbeat/leave, rebalancing
+  group_membership   GroupMembership: join/sync/heartbeat/leave, the edge of the classic
+                     protocol's shard (classic_shard.ClassicShard: the rebalance,
+                     decided with no I/O), its ops run through the runtime's log
   group_listing      GroupListing: describe/list/delete
   group_offsets      OffsetManager: offset commit/fetch, transactional offsets, delete,
                      expiry, compaction
@@ -139,10 +142,7 @@ class GroupCoordinator:
         self.offset_manager.topics_dropped = set()
         started = time.monotonic()
         self.runtime.load(self.store, plog, epoch)
-        # Restored members get a full session to find us again.
-        for group in self.store.groups.values():
-            for m in group.members.values():
-                self.membership.arm_heartbeat(group, m)
+        self.membership.restored()
         self.consumers.arm_sessions()
         log.info("loaded %d groups from %s in %.3fs", len(self.store.groups),
                  self.config.offsets_topic, time.monotonic() - started)

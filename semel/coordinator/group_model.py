@@ -13,6 +13,8 @@ S = GroupState
 OFFSETS_TOPIC = "__consumer_offsets"
 # A brand-new member waiting in a join phase is kept at most this long (Kafka's value).
 NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
+# The two long polls of a classic member: JoinGroup and SyncGroup.
+JOIN, SYNC = "join", "sync"
 # Records per batch when expiring or deleting many offsets at once.
 MAX_RECORDS_PER_BATCH = 2000
 
@@ -79,8 +81,21 @@ class Member:
     def matches(self, protocols: list[tuple[str, bytes]]) -> bool:
         return self.protocols == protocols
 
+    def copy(self) -> "Member":
+        m = Member(self.member_id, self.group_instance_id, self.client_id, self.client_host,
+                   self.rebalance_timeout_ms, self.session_timeout_ms, self.protocol_type, list(self.protocols))
+        m.assignment, m.awaiting_join, m.awaiting_sync = self.assignment, self.awaiting_join, self.awaiting_sync
+        m.is_new, m.joined_at = self.is_new, self.joined_at
+        return m
+
 
 class Group:
+    # What a classic membership operation may change (classic_shard): everything but
+    # the id and the committed offsets, which are the offsets shard's.
+    MEMBERSHIP = ("state", "state_ts", "generation", "protocol_type", "protocol", "leader", "members",
+                  "pending_members", "static", "pending_sync", "new_member_added", "initial_delay",
+                  "storing_generation", "persisted")
+
     def __init__(self, group_id: str, now_ms: int):
         self.group_id = group_id
         self.state = S.EMPTY
@@ -98,6 +113,19 @@ class Group:
         self.storing_generation = -1             # generation whose assignment is being written
         self.persisted = False                   # a group record of it exists in the log
         self.offsets = GroupOffsets()
+
+    def membership_copy(self) -> "Group":
+        """A copy to decide on: its own members and sets, the same offsets."""
+        c = Group.__new__(Group)
+        c.__dict__.update(self.__dict__)
+        c.members = {mid: m.copy() for mid, m in self.members.items()}
+        c.pending_members, c.static, c.pending_sync = set(self.pending_members), dict(self.static), set(self.pending_sync)
+        return c
+
+    def take_membership(self, other: "Group") -> None:
+        """Become `other` in membership (its offsets are not taken)."""
+        for name in Group.MEMBERSHIP:
+            setattr(self, name, getattr(other, name))
 
     def to(self, event: Event, now_ms: int) -> None:
         self.state = transition(self.state, event)

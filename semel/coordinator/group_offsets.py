@@ -10,6 +10,7 @@ from typing import Callable, Iterable, Iterator, Mapping, TypeVar
 from ..protocol import records as rb
 from ..protocol.errors import KafkaError
 from .consumer_group import ConsumerGroups
+from .classic_ops import snapshot
 from .group_membership import GroupMembership
 from .group_context import GroupContext
 from .group_model import MAX_RECORDS_PER_BATCH, FetchedOffset, Group
@@ -61,8 +62,7 @@ class OffsetManager:
             err = self._check_commit(group, generation, member_id, group_instance_id)
         if err:
             return done_future({tp: err for tp in offsets})
-        if group is not None and member_id in group.members:
-            self._membership.arm_heartbeat(group, group.members[member_id])   # a commit is a sign of life
+        self._membership.touch(group_id, member_id)   # a commit is a sign of life
         return self._write_offsets(group_id, offsets, producer_id=-1, producer_epoch=-1)
 
     def _check_commit(self, group: Group | None, generation: int, member_id: str,
@@ -274,7 +274,7 @@ class OffsetManager:
         rewritten: list[_Rewritten] = []   # in record order
         for group in self._store.groups.values():
             if group.persisted:
-                pairs.append((group_key(group.group_id), group_value(self._membership.group_record(group))))
+                pairs.append((group_key(group.group_id), group_value(snapshot(group, self.clock()))))
                 rewritten.append((group, None, None))
             for (t, p), v in group.offsets.committed.items():
                 pairs.append((offset_key(group.group_id, t, p), offset_value(v)))
