@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "coordinat
 from test_group_support import MemLog  # noqa: E402
 from semel.coordinator.classic_ops import ClassicOp, Write  # noqa: E402
 from semel.coordinator.classic_shard import ClassicShard  # noqa: E402
-from semel.coordinator.group_model import JOIN, SYNC, GroupConfig, JoinRequest, JoinResult, SyncResult  # noqa: E402
+from semel.coordinator.group_model import JOIN, SYNC, Group, GroupConfig, JoinRequest, JoinResult, SyncResult  # noqa: E402
 from semel.coordinator.group_replay import GroupStore  # noqa: E402
 from semel.coordinator.group_states import GroupState  # noqa: E402
 from semel.coordinator.offsets import group_key, group_value  # noqa: E402
@@ -324,3 +324,12 @@ class ClassicShardModel(RuleBasedStateMachine):
 
 ClassicShardModel.TestCase.settings = settings(max_examples=600, stateful_step_count=60, deadline=None)
 test_classic_shard_model = ClassicShardModel.TestCase
+
+
+def test_an_op_carries_every_field_of_a_group_but_its_id_and_offsets():
+    """`replay` hands the live group the fields `Group.MEMBERSHIP` names: a field added to
+    Group and left out there would change in a decided copy and never reach memory."""
+    g = Group(GROUP, 0)
+    assert set(vars(g)) == {*Group.MEMBERSHIP, "group_id", "offsets"}
+    copy_ = g.membership_copy()
+    assert copy_.offsets is g.offsets and copy_.members is not g.members
