@@ -16,6 +16,7 @@ from typing import Protocol, Sequence
 from ..cluster.broker_configs import DEFAULT_KEY
 from ..cluster.controller import assign_replicas
 from ..coordinator.partitioned import GroupCoordinators
+from ..coordinator.share_coordinator import ShareCoordinator
 from ..cluster.elections import elect, run_election
 from ..cluster.keys import TopicInfo
 from ..cluster.metadata import ClusterMetadata
@@ -70,11 +71,13 @@ class ClusterAdmin(Protocol):
 class NodeAdmin:
     """The cluster of one: every replica is this node, every change a LogManager's."""
 
-    def __init__(self, view: MetadataView, logs: LogManager, groups: GroupCoordinators, node_id: int):
+    def __init__(self, view: MetadataView, logs: LogManager, groups: GroupCoordinators, node_id: int,
+                 share: ShareCoordinator | None = None):
         self.view = view
         self.logs = logs
         self.groups = groups
         self.node_id = node_id
+        self.share = share
 
     def live_brokers(self) -> list[int]:
         return [self.node_id]
@@ -94,6 +97,8 @@ class NodeAdmin:
         err = self.logs.delete_topic(name)
         if err == KafkaError.NONE:   # as Kafka: the groups' offsets of the topic go with it
             self.groups.drop_topic_offsets([name])
+            if self.share is not None:   # and the share groups' partitions (tombstoned, so a restart agrees)
+                await self.share.drop_topics([name])
         return self._answer(err)
 
     def _answer(self, err: KafkaError) -> Answer:

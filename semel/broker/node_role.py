@@ -37,6 +37,7 @@ from ..cluster.txn_markers import MarkerChannel
 from ..coordinator.group import GroupCoordinator
 from ..coordinator.partitioned import GroupCoordinators, TxnCoordinators
 from ..coordinator.ports import CoordinatorSeat, LocalMarkers, LocalSeat, MarkerWriter, ProducerIdSource, ShareStore
+from ..coordinator.share_coordinator import ShareCoordinator
 from ..coordinator.txn import OFFSETS_TOPIC, TXN_TOPIC, TransactionCoordinator
 from ..storage.committed import Committed, HighWatermarks, OneNode
 from ..storage.flusher import GroupCommitFlusher
@@ -126,8 +127,9 @@ class NodeRole(Protocol):
     def deleted_topics(self) -> Callable[[], set[str]] | None:
         """The names of deleted topics a loading group coordinator drops offsets of."""
 
-    def admin(self, groups: GroupCoordinators) -> ClusterAdmin:
-        """What the admin requests change, and where; `groups` drop a deleted topic's offsets."""
+    def admin(self, groups: GroupCoordinators, share: ShareCoordinator | None = None) -> ClusterAdmin:
+        """What the admin requests change, and where; `groups` drop a deleted topic's
+        offsets, `share` its share-partitions (where the node deletes topics itself)."""
 
     def share_store(self) -> ShareStore | None:
         """Where share-partition state lives when each partition's leader keeps its own
@@ -207,9 +209,9 @@ class SingleNode:
     def deleted_topics(self) -> Callable[[], set[str]] | None:
         return None   # a deleted topic's offsets go in DeleteTopics itself
 
-    def admin(self, groups: GroupCoordinators) -> ClusterAdmin:
+    def admin(self, groups: GroupCoordinators, share: ShareCoordinator | None = None) -> ClusterAdmin:
         broker = self._parts().broker
-        return NodeAdmin(self.metadata, broker.logs, groups, broker.config.node_id)
+        return NodeAdmin(self.metadata, broker.logs, groups, broker.config.node_id, share)
 
     def share_store(self) -> ShareStore | None:
         return None
@@ -318,7 +320,7 @@ class ClusterNode:
         view = self.view
         return lambda: deleted_names(view)
 
-    def admin(self, groups: GroupCoordinators) -> ClusterAdmin:
+    def admin(self, groups: GroupCoordinators, share: ShareCoordinator | None = None) -> ClusterAdmin:
         return MetadataAdmin(self.view, self._opened().config.default_replication_factor)
 
     def share_store(self) -> ShareStore | None:

@@ -120,6 +120,6 @@ def build_services(broker: BrokerParts, groups: GroupCoordinators, txns: TxnCoor
         metrics=broker.metrics, group_coordinator=groups, txn_coordinator=txns,
         authorizer=broker.authorizer, users=broker.users, acls=broker.acls, broker_configs=broker.role.broker_configs,
         metadata=broker.role.metadata, coordinators_at=broker.role.coordinators_at,
-        admin=broker.role.admin(groups), replicas=replicas,
+        admin=broker.role.admin(groups, share), replicas=replicas,
         oauth_signed=broker.oauth_signed, committed=broker.committed, partition_markers=partition_markers,
         share_coordinator=share)

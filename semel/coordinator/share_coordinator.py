@@ -132,6 +132,14 @@ class ShareCoordinator:
     async def refresh_configs(self, group_id: str) -> None:
         """The configs are this broker's own: nothing to refresh."""
 
+    def drop_topics(self, names: Iterable[str]) -> "asyncio.Future[KafkaError]":
+        """This node deleted these topics: every share group's partitions of them go,
+        tombstoned in the log, so a topic created again under a name is read from its own
+        start, after a restart too."""
+        gone = set(names)
+        groups = sorted({g for g, t, _ in self.state.partitions if t in gone})
+        return self.persist([pair for g in groups for t in sorted(gone) for pair in self.state.drop_topic(g, t)])
+
     def forget_topics(self, names: set[str]) -> None:
         """A cluster deleted these topics: their share-partitions held here go (the
         cluster's store dropped them with the topic). A single node's deletions do not

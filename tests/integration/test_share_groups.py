@@ -3,8 +3,8 @@ broker processes: every record read once; consumers sharing one partition never 
 one record twice; release brings a record back with its delivery count raised; reject
 and the delivery limit archive it; a lock that runs out (its holder SIGKILLed) brings it
 back; read_committed never delivers aborted records; a broker SIGKILL keeps what was
-acknowledged and redelivers what was not. Waiting loops have generous deadlines; no
-assertion is about time."""
+acknowledged and redelivers what was not; a deleted topic's share-partitions go with it.
+Waiting loops have generous deadlines; no assertion is about time."""
 from __future__ import annotations
 
 import subprocess
@@ -185,6 +185,24 @@ def test_broker_sigkill_keeps_acknowledged_and_redelivers_the_rest(start_broker)
     assert sorted(_offsets(seen)) == sorted(set(range(30)) - set(accepted))   # acknowledged: never again
     counts = {m.offset(): m.delivery_count() for m in seen}
     assert all(counts[o] >= 2 for o in held)   # acquired before the kill: delivered again
+
+
+def test_a_topic_created_again_is_read_from_its_new_start_after_a_restart(start_broker):
+    """Deleting a topic drops the share groups' partitions of it, tombstoned in the log: the
+    topic made again under its name (offsets 0..4, below the old window's start of 20) is
+    read from its start, after a SIGKILL and restart too."""
+    from confluent_kafka.admin import AdminClient
+    b = start_broker()
+    topic, group = names("again")
+    fill(b.bootstrap, topic, 20)
+    set_group_configs(b.bootstrap, group, share_auto_offset_reset="earliest")
+    assert sorted(_offsets(read_all(b.bootstrap, group, topic, 20))) == list(range(20))
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})   # kept alive until the answer comes
+    admin.delete_topics([topic])[topic].result(30)
+    b.kill()
+    b.restart()
+    fill(b.bootstrap, topic, 5)
+    assert sorted(_offsets(read_all(b.bootstrap, group, topic, 5))) == list(range(5))
 
 
 def test_share_group_gauges(start_broker):
