@@ -172,16 +172,9 @@ def test_group_members_and_their_assignment(broker, console, page, protocol):
 
 
 def test_share_group_start_offsets_and_window(broker, console, page, tmp_path):
-    from tests.integration.test_share_groups_wire import _fetch, _join, _topic_id
-    from tests.support.share import fill, set_group_configs
-    from tests.support.wire import call, connect
+    from tests.support.share_wire import fetch, holding, leave
     topic, group = "queue-jobs", "queue-workers"
-    fill(broker.bootstrap, topic, 5)
-    set_group_configs(broker.bootstrap, group, share_auto_offset_reset="earliest")
-    with connect(broker.bootstrap) as s:
-        tid = _topic_id(s, topic)
-        member, _ = _join(s, group, topic)
-        assert _fetch(s, group, member, 0, tid, max_records=3).error_code == 0   # holds 0..2
+    with holding(broker.bootstrap, group, topic, 5, 3) as (s, member, tid):   # holds 0..2
         page.goto(f"{console}/groups")
         section = page.locator(f"#group-{group}")
         expect(section).to_contain_text("share protocol")
@@ -191,13 +184,11 @@ def test_share_group_start_offsets_and_window(broker, console, page, tmp_path):
         expect(row).to_have_attribute("data-acquired", "3")
         screenshot(page, tmp_path, "share-groups")
         # It accepts what it held and takes the rest: the start offset moves past them.
-        assert _fetch(s, group, member, 1, tid, acks=[(0, 2, 1)], max_records=2).error_code == 0
+        assert fetch(s, group, member, 1, tid, acks=[(0, 2, 1)], max_records=2).error_code == 0
         expect(row).to_have_attribute("data-start", "3")
         expect(row).to_have_attribute("data-acquired", "2")
         # The member leaves; its start offset is reset from the page.
-        left = call(s, 76, 1, group_id=group, member_id=member, member_epoch=-1, rack_id=None,
-                    subscribed_topic_names=None)
-        assert left.error_code == 0
+        leave(s, group, member)
         expect(section).to_contain_text("Empty")
         page.once("dialog", lambda d: d.accept() if "Move the start offsets of 1 share-partition(s) of share group "
                   f"{group} to the earliest offsets" in d.message else d.dismiss())

@@ -10,53 +10,15 @@ import pytest
 from support.wire import call, connect
 
 from semel.protocol.errors import KafkaError
-from semel.protocol.messages import request_class
 from tests.support.brokers import module_broker_fixture
 from tests.support.share import fill, set_group_configs
+from tests.support.share_wire import ACK, API_VERSIONS, FETCH, HEARTBEAT, ack, fetch, join, topic_id
 
-HEARTBEAT, FETCH, ACK, API_VERSIONS, METADATA = 76, 78, 79, 18, 3
 
 pytest.importorskip("confluent_kafka")
 
 
 wire_broker = module_broker_fixture("share-wire")
-
-
-def _topic_id(sock, topic):
-    md = call(sock, METADATA, 12, topics=[request_class(METADATA).MetadataRequestTopic(name=topic, topic_id=None)],
-              allow_auto_topic_creation=False, include_topic_authorized_operations=False)
-    return md.topics[0].topic_id
-
-
-def _join(sock, group, topic):
-    member = uuid.uuid4().hex[:22]
-    r = call(sock, HEARTBEAT, 1, group_id=group, member_id=member, member_epoch=0, rack_id=None,
-             subscribed_topic_names=[topic])
-    assert r.error_code == 0, r
-    return member, r
-
-
-def _fetch(sock, group, member, epoch, topic_id, acks=(), max_records=5, corr=2, version=1, **fields):
-    R = request_class(FETCH)
-    P = R.FetchTopic.FetchPartition
-    batches = [P.AcknowledgementBatch(first_offset=f, last_offset=last, acknowledge_types=[t])
-               for f, last, t in acks]
-    asks = dict(max_wait_ms=500, min_bytes=1, max_bytes=1 << 20, max_records=max_records, batch_size=max_records)
-    return call(sock, FETCH, version, corr, group_id=group, member_id=member, share_session_epoch=epoch,
-                topics=[R.FetchTopic(topic_id=topic_id, partitions=[P(partition_index=0,
-                                                                      acknowledgement_batches=batches)])],
-                forgotten_topics_data=[], **{**asks, **fields})
-
-
-def _ack(sock, group, member, epoch, topic_id, acks, version=2, renew=False):
-    """ShareAcknowledge of partition 0: (first, last, type) batches."""
-    T = request_class(ACK).AcknowledgeTopic
-    P = T.AcknowledgePartition
-    fields = {"is_renew_ack": renew} if version >= 2 else {}
-    return call(sock, ACK, version, 3, group_id=group, member_id=member, share_session_epoch=epoch, topics=[
-        T(topic_id=topic_id, partitions=[P(partition_index=0, acknowledgement_batches=[
-            P.AcknowledgementBatch(first_offset=f, last_offset=last, acknowledge_types=[t])
-            for f, last, t in acks])])], **fields)
 
 
 def test_apis_are_advertised_at_kafka_42_versions(wire_broker):
@@ -71,27 +33,27 @@ def test_session_epochs_and_record_states(wire_broker):
     fill(wire_broker.bootstrap, topic, 10)
     set_group_configs(wire_broker.bootstrap, group, share_auto_offset_reset="earliest")
     with connect(wire_broker.bootstrap) as a, connect(wire_broker.bootstrap) as b:
-        tid = _topic_id(a, topic)
-        ma, joined = _join(a, group, topic)
+        tid = topic_id(a, topic)
+        ma, joined = join(a, group, topic)
         assert joined.member_epoch >= 1 and joined.assignment.topic_partitions[0].partitions == [0]
-        mb, _ = _join(b, group, topic)
+        mb, _ = join(b, group, topic)
         # No session yet: a positive epoch is SHARE_SESSION_NOT_FOUND.
-        assert _fetch(a, group, ma, 1, tid).error_code == KafkaError.SHARE_SESSION_NOT_FOUND
-        got = _fetch(a, group, ma, 0, tid)
+        assert fetch(a, group, ma, 1, tid).error_code == KafkaError.SHARE_SESSION_NOT_FOUND
+        got = fetch(a, group, ma, 0, tid)
         assert got.error_code == 0 and got.acquisition_lock_timeout_ms == 30000
         acquired = got.responses[0].partitions[0].acquired_records
         assert [(x.first_offset, x.last_offset, x.delivery_count) for x in acquired] == [(0, 4, 1)]
         # A stale epoch (0 was used, 1 is next; 5 is not) changes nothing.
-        assert _fetch(a, group, ma, 5, tid).error_code == KafkaError.INVALID_SHARE_SESSION_EPOCH
+        assert fetch(a, group, ma, 5, tid).error_code == KafkaError.INVALID_SHARE_SESSION_EPOCH
         # Member b acknowledging a's records: INVALID_RECORD_STATE, and a still holds them.
-        assert _fetch(b, group, mb, 0, tid, max_records=1).error_code == 0
-        ack = _ack(b, group, mb, 1, tid, [(0, 4, 1)], version=1)
-        assert ack.responses[0].partitions[0].error_code == KafkaError.INVALID_RECORD_STATE
+        assert fetch(b, group, mb, 0, tid, max_records=1).error_code == 0
+        acked = ack(b, group, mb, 1, tid, [(0, 4, 1)], version=1)
+        assert acked.responses[0].partitions[0].error_code == KafkaError.INVALID_RECORD_STATE
         # An acknowledgement far outside the window: INVALID_RECORD_STATE, at once.
-        far = _fetch(a, group, ma, 1, tid, acks=[(0, 1 << 62, 1)], max_records=0)
+        far = fetch(a, group, ma, 1, tid, acks=[(0, 1 << 62, 1)], max_records=0)
         assert far.responses[0].partitions[0].acknowledge_error_code == KafkaError.INVALID_RECORD_STATE
         # a accepts its records on its next fetch (epoch 2) and gets the next ones.
-        nxt = _fetch(a, group, ma, 2, tid, acks=[(0, 4, 1)], max_records=10)
+        nxt = fetch(a, group, ma, 2, tid, acks=[(0, 4, 1)], max_records=10)
         part = nxt.responses[0].partitions[0]
         assert part.acknowledge_error_code == 0
         assert all(x.first_offset >= 5 for x in part.acquired_records)
@@ -137,7 +99,7 @@ def test_list_and_delete_share_groups(wire_broker):
     topic, group = f"wire-ld-{uuid.uuid4().hex[:6]}", f"sg-ld-{uuid.uuid4().hex[:6]}"
     fill(wire_broker.bootstrap, topic, 3)
     with connect(wire_broker.bootstrap) as s:
-        member, joined = _join(s, group, topic)
+        member, joined = join(s, group, topic)
         listed = call(s, LIST, 5, states_filter=[], types_filter=["share"])
         rows = {(g.group_id, g.group_type, g.protocol_type, g.group_state) for g in listed.groups}
         assert (group, "share", "share", "Stable") in rows
@@ -158,7 +120,7 @@ def test_cli_lists_and_describes_share_groups(wire_broker):
     topic, group = f"wire-cli-{uuid.uuid4().hex[:6]}", f"sg-cli-{uuid.uuid4().hex[:6]}"
     fill(wire_broker.bootstrap, topic, 3, partitions=2)
     with connect(wire_broker.bootstrap) as s:
-        member, _ = _join(s, group, topic)
+        member, _ = join(s, group, topic)
         listed = semel_cli("group", "list", "--bootstrap", wire_broker.bootstrap)
         assert f"{group}\tStable\tshare\tshare" in listed.splitlines()
         described = semel_cli("group", "describe", group, "--bootstrap", wire_broker.bootstrap)
@@ -178,9 +140,9 @@ def test_a_fetch_acquires_whole_batches(wire_broker):
     assert p.flush(30) == 0   # one batch of ten records
     set_group_configs(wire_broker.bootstrap, group, share_auto_offset_reset="earliest")
     with connect(wire_broker.bootstrap) as s:
-        tid = _topic_id(s, topic)
-        member, _ = _join(s, group, topic)
-        got = _fetch(s, group, member, 0, tid, max_records=3)
+        tid = topic_id(s, topic)
+        member, _ = join(s, group, topic)
+        got = fetch(s, group, member, 0, tid, max_records=3)
         acquired = got.responses[0].partitions[0].acquired_records
         assert [(x.first_offset, x.last_offset) for x in acquired] == [(0, 9)]   # past MaxRecords, to the batch end
 
@@ -189,7 +151,7 @@ def test_a_share_group_id_is_not_a_consumer_group(wire_broker):
     topic, group = f"wire-sg-{uuid.uuid4().hex[:6]}", f"sg-not-cg-{uuid.uuid4().hex[:6]}"
     fill(wire_broker.bootstrap, topic, 1)
     with connect(wire_broker.bootstrap) as s:
-        _join(s, group, topic)
+        join(s, group, topic)
         r = call(s, 68, 1, group_id=group, member_id=uuid.uuid4().hex[:22], member_epoch=0, instance_id=None,
                  rack_id=None, rebalance_timeout_ms=30000, subscribed_topic_names=[topic],
                  subscribed_topic_regex=None, server_assignor=None, topic_partitions=[])
@@ -244,34 +206,34 @@ def test_renew_keeps_records_past_their_lock(wire_broker):
     set_group_configs(wire_broker.bootstrap, group, share_auto_offset_reset="earliest",
                       share_record_lock_duration_ms=str(LOCK_MS))
     with connect(wire_broker.bootstrap) as a, connect(wire_broker.bootstrap) as b:
-        tid = _topic_id(a, topic)
-        ma, _ = _join(a, group, topic)
-        mb, _ = _join(b, group, topic)
-        got = _fetch(a, group, ma, 0, tid, max_records=3, version=2)
+        tid = topic_id(a, topic)
+        ma, _ = join(a, group, topic)
+        mb, _ = join(b, group, topic)
+        got = fetch(a, group, ma, 0, tid, max_records=3, version=2)
         assert got.error_code == 0 and got.acquisition_lock_timeout_ms == LOCK_MS
         assert _acquired(got) == [(0, 2, 1)], _acquired(got)
         acquired_at = time.monotonic()
         time.sleep(LOCK_MS / 1000 * 2 / 3)
-        renewed = _ack(a, group, ma, 1, tid, [(0, 2, RENEW)], renew=True)
+        renewed = ack(a, group, ma, 1, tid, [(0, 2, RENEW)], renew=True)
         assert renewed.error_code == 0 and renewed.acquisition_lock_timeout_ms == LOCK_MS
         assert renewed.responses[0].partitions[0].error_code == 0
         # Past the first lock's deadline: the records are still a's, b gets nothing.
         time.sleep(max(0.0, acquired_at + LOCK_MS / 1000 * 1.2 - time.monotonic()))
-        other = _fetch(b, group, mb, 0, tid, max_records=3, version=2, max_wait_ms=0)
+        other = fetch(b, group, mb, 0, tid, max_records=3, version=2, max_wait_ms=0)
         assert other.error_code == 0 and _acquired(other) == []
         # b may not renew what a holds.
-        stolen = _ack(b, group, mb, 1, tid, [(0, 2, RENEW)], renew=True)
+        stolen = ack(b, group, mb, 1, tid, [(0, 2, RENEW)], renew=True)
         assert stolen.responses[0].partitions[0].error_code == KafkaError.INVALID_RECORD_STATE
         # A renewing ShareFetch (every size 0) renews again and acquires nothing.
-        again = _fetch(a, group, ma, 2, tid, acks=[(0, 2, RENEW)], version=2, is_renew_ack=True,
+        again = fetch(a, group, ma, 2, tid, acks=[(0, 2, RENEW)], version=2, is_renew_ack=True,
                        max_wait_ms=0, min_bytes=0, max_bytes=0, max_records=0)
         assert again.error_code == 0 and _acquired(again) == []
         assert again.responses[0].partitions[0].acknowledge_error_code == 0
-        accepted = _ack(a, group, ma, 3, tid, [(0, 2, ACCEPT)])
+        accepted = ack(a, group, ma, 3, tid, [(0, 2, ACCEPT)])
         assert accepted.responses[0].partitions[0].error_code == 0
         # Accepted once, delivered once: after a full lock duration nobody gets them.
         time.sleep(LOCK_MS / 1000 + 0.5)
-        assert _acquired(_fetch(b, group, mb, 2, tid, max_records=3, version=2, max_wait_ms=0)) == []
+        assert _acquired(fetch(b, group, mb, 2, tid, max_records=3, version=2, max_wait_ms=0)) == []
 
 
 def test_renew_is_refused_where_kafka_refuses_it(wire_broker):
@@ -280,14 +242,14 @@ def test_renew_is_refused_where_kafka_refuses_it(wire_broker):
     fill(wire_broker.bootstrap, topic, 2)
     set_group_configs(wire_broker.bootstrap, group, share_auto_offset_reset="earliest")
     with connect(wire_broker.bootstrap) as s:
-        tid = _topic_id(s, topic)
-        member, _ = _join(s, group, topic)
-        assert _acquired(_fetch(s, group, member, 0, tid, max_records=2, version=2)) == [(0, 1, 1)]
-        v1 = _ack(s, group, member, 1, tid, [(0, 1, RENEW)], version=1)
+        tid = topic_id(s, topic)
+        member, _ = join(s, group, topic)
+        assert _acquired(fetch(s, group, member, 0, tid, max_records=2, version=2)) == [(0, 1, 1)]
+        v1 = ack(s, group, member, 1, tid, [(0, 1, RENEW)], version=1)
         assert v1.responses[0].partitions[0].error_code == KafkaError.INVALID_REQUEST
-        unflagged = _ack(s, group, member, 2, tid, [(0, 1, RENEW)], renew=False)
+        unflagged = ack(s, group, member, 2, tid, [(0, 1, RENEW)], renew=False)
         assert unflagged.responses[0].partitions[0].error_code == KafkaError.INVALID_REQUEST
-        greedy = _fetch(s, group, member, 3, tid, acks=[(0, 1, RENEW)], version=2, is_renew_ack=True)
+        greedy = fetch(s, group, member, 3, tid, acks=[(0, 1, RENEW)], version=2, is_renew_ack=True)
         assert greedy.error_code == KafkaError.INVALID_REQUEST
         # Nothing of that changed the records: the member still holds them and accepts them.
-        assert _ack(s, group, member, 3, tid, [(0, 1, ACCEPT)]).responses[0].partitions[0].error_code == 0
+        assert ack(s, group, member, 3, tid, [(0, 1, ACCEPT)]).responses[0].partitions[0].error_code == 0

@@ -17,11 +17,11 @@ from support.wire import call, connect, served_versions
 from semel.launch.process import free_port
 from semel.protocol.errors import KafkaError
 from semel.protocol.messages import request_class
-from tests.integration.test_share_groups_wire import _fetch, _join, _topic_id
+from tests.support.share_wire import fetch, holding, leave
 from tests.support.brokers import module_broker
 from tests.support.markers import starts_processes
 from tests.support.wait import until
-from tests.support.share import drain, fill, names, poll_until, set_group_configs, share_consumer
+from tests.support.share import drain, fill, names, poll_until, share_consumer
 
 pytest.importorskip("confluent_kafka")
 
@@ -65,12 +65,6 @@ def delete(sock, group, topics):
     return call(sock, DELETE, 0, group_id=group, topics=[T(topic_name=t) for t in topics])
 
 
-def _leave(sock, group, member):
-    left = call(sock, HEARTBEAT, 1, group_id=group, member_id=member, member_epoch=-1, rack_id=None,
-                subscribed_topic_names=None)
-    assert left.error_code == 0
-
-
 def read(bootstrap, group, topic, n) -> list[tuple[int, int]]:
     """A new ShareConsumer reads `n` records and whatever follows until quiet; sorted
     (partition, offset) of all it got."""
@@ -89,13 +83,8 @@ def test_offset_apis_are_advertised(ops_broker):
 
 def test_describe_alter_delete_and_what_a_share_consumer_reads(ops_broker):
     topic, group = names("offs")
-    fill(ops_broker.bootstrap, topic, 10)
-    set_group_configs(ops_broker.bootstrap, group, share_auto_offset_reset="earliest")
-    with connect(ops_broker.bootstrap) as s:
-        tid = _topic_id(s, topic)
-        member, _ = _join(s, group, topic)
-        assert _fetch(s, group, member, 0, tid, max_records=5).error_code == 0         # holds 0..4
-        assert _fetch(s, group, member, 1, tid, acks=[(0, 4, 1)], max_records=2).error_code == 0   # 5, 6 held
+    with holding(ops_broker.bootstrap, group, topic, 10, 5) as (s, member, tid):       # holds 0..4
+        assert fetch(s, group, member, 1, tid, acks=[(0, 4, 1)], max_records=2).error_code == 0   # 5, 6 held
         d = describe(s, group)
         part = d.topics[0].partitions[0]
         assert (d.topics[0].topic_id, part.start_offset, part.lag) == (tid, 5, 5)     # 5..9 unfinished
@@ -107,7 +96,7 @@ def test_describe_alter_delete_and_what_a_share_consumer_reads(ops_broker):
         assert refused.responses[0].partitions[0].error_code == KafkaError.NON_EMPTY_GROUP
         assert delete(s, group, [topic]).error_code == KafkaError.NON_EMPTY_GROUP
         assert starts(describe(s, group)) == {(topic, 0): 5}
-        _leave(s, group, member)
+        leave(s, group, member)
         altered = alter(s, group, {(topic, 0): 2})
         assert altered.error_code == 0 and altered.responses[0].partitions[0].error_code == 0
         assert starts(describe(s, group)) == {(topic, 0): 2}
@@ -162,14 +151,7 @@ def _gauge(broker, group: str) -> dict[str, float]:
 
 def test_a_lock_runs_out_with_no_fetch_in_between(ops_broker):
     topic, group = names("timer")
-    fill(ops_broker.bootstrap, topic, 5)
-    set_group_configs(ops_broker.bootstrap, group, share_auto_offset_reset="earliest",
-                      share_record_lock_duration_ms="1000")
-    with connect(ops_broker.bootstrap) as s:
-        tid = _topic_id(s, topic)
-        member, _ = _join(s, group, topic)
-        got = _fetch(s, group, member, 0, tid, max_records=5)
-        assert got.responses[0].partitions[0].acquired_records[0].last_offset == 4
+    with holding(ops_broker.bootstrap, group, topic, 5, 5, share_record_lock_duration_ms="1000"):
         acquired_at = time.monotonic()
         assert _gauge(ops_broker, group)["acquired"] == 5
         # The holder stays a member and sends nothing more; nobody else fetches.
@@ -202,21 +184,16 @@ def _cli(*args: str):
 
 def test_cli_resets_a_share_groups_start_offset(ops_broker):
     topic, group = names("offcli")
-    fill(ops_broker.bootstrap, topic, 6)
-    set_group_configs(ops_broker.bootstrap, group, share_auto_offset_reset="earliest")
     boot = ("--bootstrap", ops_broker.bootstrap)
     reset = ("group", "reset-offsets", group, "--topic", topic)
-    with connect(ops_broker.bootstrap) as s:
-        tid = _topic_id(s, topic)
-        member, _ = _join(s, group, topic)
-        assert _fetch(s, group, member, 0, tid, max_records=6).error_code == 0
-        assert _fetch(s, group, member, 1, tid, acks=[(0, 5, 1)], max_records=1).error_code == 0
+    with holding(ops_broker.bootstrap, group, topic, 6, 6) as (s, member, tid):
+        assert fetch(s, group, member, 1, tid, acks=[(0, 5, 1)], max_records=1).error_code == 0
         shown = _cli("group", "describe", group, *boot)
         assert shown.returncode == 0 and f"{topic}\t0\t6\t0\t0\t0\t0" in shown.stdout.splitlines()
         refused = _cli(*reset, "--to-offset", "2", "--execute", *boot)
         assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
         assert "1 member(s)" in refused.stderr and "stop its consumers first" in refused.stderr
-        _leave(s, group, member)
+        leave(s, group, member)
         dry = _cli(*reset, "--to-offset", "2", *boot)
         assert dry.returncode == 0 and f"{topic}\t0\t6\t2" in dry.stdout and "dry run" in dry.stdout
         assert starts(describe(s, group)) == {(topic, 0): 6}       # a dry run changes nothing
