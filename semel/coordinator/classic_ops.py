@@ -18,7 +18,7 @@ LeaveAnswer = tuple[KafkaError, list[KafkaError]]
 @dataclass(frozen=True, slots=True)
 class Due:
     """What runs when a deadline falls due: the shard's operation named `op` (a key of
-    `DUE`) on the deadline's group, with `args`."""
+    classic_shard.DUE) on the deadline's group, with `args`."""
     op: str
     args: tuple[object, ...] = ()
 
@@ -43,6 +43,8 @@ class Write:
 
 @dataclass(eq=False)
 class ClassicOp:
+    """What one operation on group `group_id` decided (classic_shard's docstring says what
+    each part is); an op with nothing but `response` changes nothing."""
     group_id: str
     response: object = None
     group: Group | None = None
