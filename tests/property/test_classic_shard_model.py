@@ -3,7 +3,9 @@ picks JoinGroups (dynamic members with and without KIP-394's member id round tri
 members that replace their earlier instance), SyncGroups (the leader's with an
 assignment), Heartbeats, LeaveGroups, clients that go away mid-poll, time passing (the
 deadlines fire in order: sessions, the initial delay, the join and sync deadlines) and the
-group snapshots' writes becoming durable or failing. The test is the edge: it replays
+group snapshots' writes becoming durable or failing; static instances restarting in a
+Stable group; and, between the disorderly steps, rebalances that run their course (so
+groups reach Stable with several members). The test is the edge: it replays
 each op of semel.coordinator.classic_shard, keeps the long polls, the deadlines and the
 log.
 
@@ -190,6 +192,44 @@ class ClassicShardModel(RuleBasedStateMachine):
         given its member id joins with it."""
         name = data.draw(st.sampled_from(self.told_to_rejoin()))
         self.join(name, "both", True, False, 8_000)
+
+    @precondition(lambda self: self.group() is not None)
+    @rule()
+    def a_rebalance_runs_its_course(self):
+        """Every client does as the protocol tells it for a while: those the join phase
+        waits for join, the initial delay passes, those with the current generation sync
+        (the leader first), the writes become durable. Groups reach Stable with several
+        members this way, between the disorderly steps."""
+        for _ in range(4):
+            for name in self.told_to_rejoin():
+                self.join(name, "both", True, False, 8_000)
+            self.time_passes(300)
+            g = self.group()
+            if g is None:
+                return
+            for name in sorted(self.in_step(), key=lambda n: self.clients[n].member_id != g.leader):
+                self.sync(name)
+            while self.inflight:
+                self.write_durable()
+
+    @precondition(lambda self: self.static_followers())
+    @rule(data=st.data())
+    def static_instance_restarts(self, data):
+        """A static member's process restarts (KIP-345): it joins with no member id and
+        what it sent before, and replaces its old member without a rebalance."""
+        name = data.draw(st.sampled_from(self.static_followers()))
+        c = self.clients[name]
+        old = self.group().members[c.member_id]
+        req = JoinRequest(c.instance, name, "/127.0.0.1", 10_000, old.rebalance_timeout_ms, "consumer",
+                          list(old.protocols))
+        self.run(lambda: self.shard.join(GROUP, "", req, True))
+
+    def static_followers(self) -> list[str]:
+        g = self.group()
+        if g is None or g.state is not S.STABLE:
+            return []
+        return [name for name, c in self.clients.items()
+                if c.instance and c.member_id in g.members and c.member_id != g.leader]
 
     def told_to_rejoin(self) -> list[str]:
         g = self.group()
