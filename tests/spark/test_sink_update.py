@@ -57,11 +57,19 @@ def reference(spark, bs: str, src: str, ck: str) -> Counter:
 def setup(bs: str, name: str) -> str:
     src = f"{name}-in"
     create(bs, src, 2)
-    create(bs, f"{name}-out", 2)
     a, b = events()
     produce(bs, src, a, partition=0)
     produce(bs, src, b, partition=1)
     return src
+
+
+@pytest.fixture(scope="module")
+def updates(spark, spark_broker, tmp_path_factory) -> tuple[str, Counter]:
+    """The input topic the exactly-once tests share (each writes its own output topic)
+    and the reference: the query's updates, as Spark emits them, collected once."""
+    bs = spark_broker.bootstrap
+    src = setup(bs, "upd")
+    return src, reference(spark, bs, src, str(tmp_path_factory.mktemp("upd-ref") / "ck"))
 
 
 def test_format_semel_is_refused_in_update_mode(spark, spark_broker, tmp_path):
@@ -117,13 +125,13 @@ SHAPES = [({}, None), ({"semel.write.tasks": "3", "semel.write.rebalance": "true
 
 
 @pytest.mark.parametrize("extra,tasks", SHAPES, ids=["cores", "option"])
-def test_update_mode_windowed_count_is_exactly_once(spark, spark_broker, tmp_path, extra, tasks):
+def test_update_mode_windowed_count_is_exactly_once(spark, spark_broker, updates, tmp_path, extra, tasks):
     """With Spark's default 200 shuffle partitions, each batch is written by as many
     Python tasks as the executors' cores (or as the option says), and exactly once."""
     bs = spark_broker.bootstrap
     name = f"upd-{len(extra)}"
-    src = setup(bs, name)
-    want = reference(spark, bs, src, str(tmp_path / "ref"))
+    src, want = updates
+    create(bs, f"{name}-out", 2)
     ck = str(tmp_path / "ck")
     opts = {"kafka.bootstrap.servers": bs, "topic": f"{name}-out", "checkpointLocation": ck, **extra}
     spark.conf.set("spark.sql.shuffle.partitions", "200")
@@ -161,12 +169,12 @@ def run_driver(bs: str, src: str, dst: str, ck: str, kill_at: str | None) -> int
 
 
 @pytest.mark.timeout(900)   # 200 stateful tasks a batch on local[2]: ~40 s a batch here, three driver starts
-def test_update_mode_with_200_shuffle_partitions_survives_driver_kills(spark, spark_broker, tmp_path):
+def test_update_mode_with_200_shuffle_partitions_survives_driver_kills(spark_broker, updates, tmp_path):
     """A kill after the tasks produced (the batch is redone) and one after the decision
     (the restart completes it); every step's kill at two tasks is tests/spark/test_sink_crash.py's."""
     bs = spark_broker.bootstrap
-    src = setup(bs, "upd-kill")
-    want = reference(spark, bs, src, str(tmp_path / "ref"))
+    src, want = updates
+    create(bs, "upd-kill-out", 2)
     ck = str(tmp_path / "ck")
     for batch, step in enumerate(["write:produced", "commit:decided"]):
         assert run_driver(bs, src, "upd-kill-out", ck, f"{step}@{batch}") == -9, f"not killed at {step}@{batch}"

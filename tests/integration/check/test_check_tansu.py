@@ -15,7 +15,8 @@ pytestmark = pytest.mark.timeout(300)
 
 def test_tansu_aborted_reads_are_reported(tansu, tmp_path):
     out = tmp_path / "out"
-    proc, summary = run_check(out, "--bootstrap", tansu.bootstrap, "--duration", "20", "--seed", "5",
+    # Seed 5's schedule: client kills at about 3.5 and 7.5 s, so 12 s holds two faults.
+    proc, summary = run_check(out, "--bootstrap", tansu.bootstrap, "--duration", "12", "--seed", "5",
                               "--faults", "client-kill,client-pause", "--fault-interval", "3", "5")
     assert proc.returncode == 1, explain(proc)
     assert summary["valid"] is False
@@ -39,7 +40,8 @@ def test_tansu_aborted_reads_are_reported(tansu, tmp_path):
 def test_tansu_broker_kills_lose_data_and_check_sees_it(tmp_path):
     out = tmp_path / "out"
     template = TANSU_TEMPLATE.format(tansu=tansu_binary())
-    proc, summary = run_check(out, "--broker-cmd", template, "--duration", "20", "--seed", "3",
+    # Seed 3's schedule: broker kills at about 4.6 and 8.9 s, so 14 s holds two.
+    proc, summary = run_check(out, "--broker-cmd", template, "--duration", "14", "--seed", "3",
                               "--faults", "broker-kill", "--fault-interval", "4", "6")
     assert proc.returncode == 1, explain(proc)
     assert summary["stats"]["faults"].get("kill-broker", 0) >= 2

@@ -15,7 +15,9 @@ pytestmark = [pytest.mark.timeout(200), pytest.mark.slow]
 
 def test_zombie_instances_find_nothing_on_semel(tmp_path):
     out = tmp_path / "out"
-    proc, summary = run_check(out, "--spawn-semel", "--mode", "ci", "--seed", "3", "--duration", "20",
+    # A round lasts its 2.5 s start plus 1 to 4 s of transactions: the second round's
+    # instances run from about 9 s, so 14 s holds two rounds.
+    proc, summary = run_check(out, "--spawn-semel", "--mode", "ci", "--seed", "3", "--duration", "14",
                               "--faults", "none", "--zombies", "3", timeout_s=180)
     assert summary, explain(proc)
     assert summary["valid"] is True, explain(proc)
