@@ -2,7 +2,7 @@
 namespace, links cut by the router: semel.launch.netns), under an idempotent acks=all
 producer and a transactional copier (tests.support.partition_load).
 
-Each cut lasts CUT_S. What must hold: no acknowledged
+Each cut lasts CUT_S (SHORT_CUT_S for the later ones). What must hold: no acknowledged
 record lost and none written twice; acknowledgements flowing again on every partition
 in the second half of the cut (a broker keeping clients on a stale leadership held them
 for the whole cut) where a majority stays connected; the copier committing again within
@@ -27,8 +27,11 @@ pytestmark = [pytest.mark.process,
               pytest.mark.skipif(WHY is not None and not os.environ.get("CI"), reason=f"no namespaces: {WHY}")]
 
 # Long enough for a lease to run out and a hand-over (1.5 leases) to happen in the
-# cut's first half, so its second half shows whether acknowledgements flow again.
-CUT_S = 10
+# cut's first half, so its second half shows whether acknowledgements flow again; the
+# first four scenarios keep the margin a loaded machine needs, the later ones are
+# shorter to keep the module's run short.
+CUT_S = 16
+SHORT_CUT_S = 10
 FLAP_S = 1.0
 # Where the numbers go in the results file: PARTITION_RESULT_KEY=after records this
 # tree's, =before an older tree's (with this harness copied in); unset, as in the suite,
@@ -46,7 +49,7 @@ def cluster(tmp_path_factory):
         c.close()
 
 
-def run_cut(cluster, tmp_path, topic, cut, during=None):
+def run_cut(cluster, tmp_path, topic, cut, during=None, cut_s=CUT_S):
     """Warm up the load, cut (cut(leader of partition 0, controller) -> description),
     run `during(leader, t_cut, t_heal)` meanwhile, heal, wait until every partition and
     the copier moved on (bounded by the transaction timeout), finish; the measured result."""
@@ -58,7 +61,7 @@ def run_cut(cluster, tmp_path, topic, cut, during=None):
         leader, controller = leaders(md)[0], md.controller_id
         t_cut = time.time()
         what = cut(leader, controller)
-        t_heal = t_cut + CUT_S
+        t_heal = t_cut + cut_s
         extra = during(leader, t_cut, t_heal) if during is not None else {}
         time.sleep(max(0.0, t_heal - time.time()))
         cluster.net.heal()
@@ -73,11 +76,11 @@ def run_cut(cluster, tmp_path, topic, cut, during=None):
     return recs, result
 
 
-def cut_and_check(cluster, tmp_path, topic, name, cut, during=None, available=True) -> dict:
+def cut_and_check(cluster, tmp_path, topic, name, cut, during=None, cut_s=CUT_S, available=True) -> dict:
     """run_cut, its result saved under `name`; then what every cut must keep: no
     acknowledged record lost or duplicated, the copy exact, progress after the heal and
     (with `available`) during the second half of the cut."""
-    recs, result = run_cut(cluster, tmp_path, topic, cut, during)
+    recs, result = run_cut(cluster, tmp_path, topic, cut, during, cut_s)
     save(name, RESULT_KEY, result)
     check_safety(recs)
     if available:
@@ -177,7 +180,7 @@ def test_split_two_one_with_the_controller_alone(cluster, tmp_path):
     def cut(_, controller):
         cluster.net.isolate(BROKERS[controller])
         return f"b{controller} (the controller) alone; its peers, etcd and the clients on the other side"
-    cut_and_check(cluster, tmp_path, "split-2-1", "split_2_1_controller_alone", cut)
+    cut_and_check(cluster, tmp_path, "split-2-1", "split_2_1_controller_alone", cut, cut_s=SHORT_CUT_S)
 
 
 def test_leader_that_cannot_reach_its_followers(cluster, tmp_path):
@@ -185,7 +188,7 @@ def test_leader_that_cannot_reach_its_followers(cluster, tmp_path):
         for h in others(leader):
             cluster.net.cut(BROKERS[leader], h, one_way=True)
         return f"b{leader} (leader of p0) reaches no follower; they reach it, all else flows"
-    cut_and_check(cluster, tmp_path, "cut-one-way", "leader_cannot_reach_followers", cut)
+    cut_and_check(cluster, tmp_path, "cut-one-way", "leader_cannot_reach_followers", cut, cut_s=SHORT_CUT_S)
 
 
 def test_leader_links_to_its_peers_flapping(cluster, tmp_path):
@@ -207,6 +210,6 @@ def test_leader_links_to_its_peers_flapping(cluster, tmp_path):
         return {"flips": flips}
     # Progress inside a flapping cut is recorded, not required: a leader whose followers
     # come back within the lag bound is kept, and its writes may wait out each cut.
-    result = cut_and_check(cluster, tmp_path, "cut-flapping", "leader_links_flapping", cut, flap,
+    result = cut_and_check(cluster, tmp_path, "cut-flapping", "leader_links_flapping", cut, flap, cut_s=SHORT_CUT_S,
                            available=False)
     assert result["flips"] >= 4, result      # the links did flap

@@ -12,8 +12,8 @@ pytestmark = [pytest.mark.timeout(330), pytest.mark.slow]
 def test_semel_passes_check_under_broker_sigkills(tmp_path):
     out = tmp_path / "out"
     # Seed 11's schedule: a client kill and a pause, then broker kills from about 14 s;
-    # the third ends by about 28 s (35 s leaves room for slow restarts on a loaded machine).
-    proc, summary = run_check(out, "--spawn-semel", "--mode", "ci", "--seed", "11", "--duration", "35",
+    # the third ends by about 28 s (40 s leaves room for slow restarts on a loaded machine).
+    proc, summary = run_check(out, "--spawn-semel", "--mode", "ci", "--seed", "11", "--duration", "40",
                               "--faults", "broker-kill,client-kill,client-pause", "--fault-interval", "3", "6",
                               timeout_s=300)
     assert summary, explain(proc)
