@@ -66,6 +66,11 @@ def snapshot(group: Group, now_ms: int, assignments: Mapping[str, bytes] | None 
     return rec
 
 
+def awaiting(kind: str) -> str:
+    """The member's flag that says it waits in its poll of `kind`."""
+    return "awaiting_join" if kind == JOIN else "awaiting_sync"
+
+
 class Edit:
     """One operation under way: `group` is a copy of the live group (or a new one) that
     the operation changes, and `op` gathers what it decides."""
@@ -79,9 +84,8 @@ class Edit:
 
     def answer(self, kind: str, member: Member, result: JoinResult | SyncResult) -> None:
         """Answer `member`'s poll of `kind` (nothing when it does not wait)."""
-        flag = "awaiting_join" if kind == JOIN else "awaiting_sync"
-        if getattr(member, flag):
-            setattr(member, flag, False)
+        if getattr(member, awaiting(kind)):
+            setattr(member, awaiting(kind), False)
             self.op.polls.append((kind, member.member_id, result))
 
     def answer_both(self, member: Member, error: KafkaError) -> None:
@@ -91,8 +95,12 @@ class Edit:
 
     def wait(self, kind: str, member: Member) -> None:
         """The request waits from here for `member`'s answer of `kind`."""
-        setattr(member, "awaiting_join" if kind == JOIN else "awaiting_sync", True)
+        setattr(member, awaiting(kind), True)
         self.op.polls.append((kind, member.member_id, None))
+
+    def arm(self, member: Member) -> None:
+        """The member's session starts again from now."""
+        self.op.timers.append(session_timer(self.group.group_id, member))
 
     def at(self, key: tuple[str, ...], delay_ms: int, due: Due) -> None:
         self.op.timers.append(Timer(key, delay_ms, due))

@@ -29,7 +29,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 
 from ..protocol.errors import KafkaError
-from .classic_ops import ClassicOp, Due, Edit, Write, session_timer, snapshot
+from .classic_ops import ClassicOp, Due, Edit, Write, awaiting, session_timer, snapshot
 from .group_model import (
     JOIN, NEW_MEMBER_JOIN_TIMEOUT_MS, SYNC, Group, GroupConfig, JoinRequest, JoinResult, Member, SyncResult,
 )
@@ -136,7 +136,7 @@ class ClassicShard:
         if was_pending_sync:
             group.pending_sync.add(new_id)
         if group.state is S.STABLE and not was_leader and old.matches(req.protocols):
-            e.op.timers.append(session_timer(group.group_id, replacement))
+            e.arm(replacement)
             e.op.writes.append(Write(snapshot(group, self.store.clock())))   # so a restart knows the new id
             return self._join_result(group, replacement)
         return self._update_member_and_rebalance(e, replacement, req)
@@ -156,7 +156,7 @@ class ClassicShard:
             group.new_member_added = True   # extends the initial rebalance delay
         group.add(member)
         e.wait(JOIN, member)   # the join may complete at once (a lone member), below
-        e.op.timers.append(session_timer(group.group_id, member))
+        e.arm(member)
         self._maybe_prepare_rebalance(e)
         return None
 
@@ -173,7 +173,7 @@ class ClassicShard:
         # A second join while the first still waits: the first is superseded.
         e.answer(JOIN, member, JoinResult(KafkaError.REBALANCE_IN_PROGRESS, member.member_id))
         e.wait(JOIN, member)
-        e.op.timers.append(session_timer(group.group_id, member))
+        e.arm(member)
         self._maybe_prepare_rebalance(e)   # may complete the join at once (a lone member)
         return None
 
@@ -253,7 +253,7 @@ class ClassicShard:
         for m in group.members.values():
             m.is_new = False
             e.answer(JOIN, m, self._join_result(group, m))
-            e.op.timers.append(session_timer(group.group_id, m))
+            e.arm(m)
         e.at(("sync", group.group_id), group.max_rebalance_timeout(), Due("sync_overdue", (group.generation,)))
 
     def _reset_assignment(self, e: Edit, error: KafkaError) -> None:
@@ -286,7 +286,7 @@ class ClassicShard:
         if waiting and not too_long_new:
             # A member blocked in JoinGroup/SyncGroup cannot heartbeat; the join or
             # sync deadline decides its fate instead.
-            e.op.timers.append(session_timer(e.group.group_id, member))
+            e.arm(member)
             return
         self._remove_member_and_update_group(e, member)
 
@@ -359,7 +359,7 @@ class ClassicShard:
         group.pending_sync.discard(member_id)
         if not group.pending_sync:
             e.cancel(("sync", group_id))
-        e.op.timers.append(session_timer(group_id, member))
+        e.arm(member)
         if group.state is S.STABLE:
             return e.finish(SyncResult(KafkaError.NONE, member.assignment, group.protocol_type, group.protocol))
         # CompletingRebalance: wait for the leader's assignment to be stored.
@@ -442,7 +442,7 @@ class ClassicShard:
         member = e.group.members.get(member_id) if e is not None else None
         if e is None or member is None:
             return ClassicOp(group_id)
-        setattr(member, "awaiting_join" if kind == JOIN else "awaiting_sync", False)
+        setattr(member, awaiting(kind), False)
         return e.finish(None)
 
     def restored(self, group_id: str) -> ClassicOp:
@@ -460,7 +460,7 @@ class ClassicShard:
             return ClassicOp(group_id)
         for m in e.group.members.values():
             m.protocols = list(protocols.get(m.member_id, m.protocols))
-            e.op.timers.append(session_timer(group_id, m))
+            e.arm(m)
         self._prepare_rebalance(e)
         return e.finish(None)
 

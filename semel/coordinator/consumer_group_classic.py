@@ -62,7 +62,6 @@ class ClassicMembers:
                  spawn: Spawn) -> None:
         self.cg = cg
         self._store, self._ready, self.timers, self.config = ctx.store, ctx.ready, ctx.timers, ctx.config
-        self._waiters = ctx.waiters
         self._spawn = spawn
         self.on_downgraded: Callable[[str, Mapping[str, Sequence[tuple[str, bytes]]]], None] = lambda gid, protocols: None
         self.on_upgrading: Callable[[str], None] = lambda gid: None

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 from typing import Callable, TypeVar
 
-from ..protocol.errors import KafkaError
 from .coordinator_log import resolve_future
 from .group_model import JOIN, SYNC, JoinResult, SyncResult
 
@@ -43,12 +42,6 @@ class Waiters:
     def answer_sync(self, group_id: str, member_id: str, result: SyncResult) -> None:
         """Answer the member's SyncGroup (nothing when it does not wait)."""
         resolve_future(self._sync.pop((group_id, member_id), None), result)
-
-    def answer(self, group_id: str, member_id: str, error: KafkaError) -> None:
-        """Answer both of the member's polls with `error`: it is gone, fenced or must
-        look again."""
-        self.answer_join(group_id, member_id, JoinResult(error, member_id))
-        self.answer_sync(group_id, member_id, SyncResult(error))
 
     def answer_all(self, result: Callable[[str], tuple[JoinResult, SyncResult]]) -> None:
         """Answer every poll (the coordinator stops serving); `result` gives both answers
