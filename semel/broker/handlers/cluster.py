@@ -15,6 +15,7 @@ from ..auth.acl import ResourceType
 from ..auth_check import authorized_operations
 from ..router import RequestContext, handler
 from ..services import Services
+from .common import named_controller
 
 ENDPOINT_BROKERS, ENDPOINT_CONTROLLERS = 1, 2
 NO_OPERATIONS = None  # the codec writes Kafka's "not asked for" (-2^31) for None
@@ -37,10 +38,9 @@ async def describe_cluster(ctx: RequestContext, req: Any) -> Any:
     brokers = [cls.DescribeClusterBroker(broker_id=b.node_id, host=b.host, port=b.port, rack=b.rack,
                                          is_fenced=False)
                for b in sorted(view.brokers().values(), key=lambda b: b.node_id)]
-    vacant_or_id = view.controller_id()
-    controller = -1 if vacant_or_id is None else vacant_or_id
     return ctx.response(throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=endpoint,
-                        cluster_id=cfg.cluster_id, controller_id=controller, brokers=brokers,
+                        cluster_id=cfg.cluster_id, controller_id=named_controller(view, cfg.node_id),
+                        brokers=brokers,
                         authorized_operations=authorized_operations(
                             ctx, req.include_cluster_authorized_operations, ResourceType.CLUSTER))
 

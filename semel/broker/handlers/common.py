@@ -42,6 +42,21 @@ def unknown_topic(name: str) -> KafkaError:
     return KafkaError.UNKNOWN_TOPIC_OR_PARTITION
 
 
+def named_controller(view: MetadataView, node_id: int) -> int:
+    """The controller id Metadata and DescribeCluster answer: the elected one while this
+    broker knows it; otherwise (fenced from etcd, or the seat vacant during an election)
+    the lowest other live broker it knows, and itself only when it knows no other. Any
+    broker serves the admin requests clients send to the controller (each is one
+    compare-and-set in etcd), and librdkafka's admin client, once told -1, waits out its
+    whole request timeout without asking again, even after etcd is back. -1 only with no
+    broker known at all."""
+    elected = view.controller_id()
+    if elected is not None:
+        return elected
+    known = sorted(view.brokers(), key=lambda b: (b == node_id, b))
+    return known[0] if known else -1
+
+
 def may_auto_create(config: BrokerConfig, name: object) -> bool:
     """Kafka's auto.create.topics.enable: a legal, non-internal name, when configured."""
     return (config.auto_create_topics and isinstance(name, str)

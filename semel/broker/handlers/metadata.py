@@ -14,7 +14,7 @@ from ..auth.acl import ResourceType
 from ..auth_check import authorized_operations
 from ..node_view import MetadataView
 from ..router import RequestContext, handler
-from .common import auto_create_topic, may_auto_create, unknown_topic
+from .common import auto_create_topic, may_auto_create, named_controller, unknown_topic
 
 ZERO_UUID = uuid.UUID(int=0)
 
@@ -79,9 +79,9 @@ async def _metadata(ctx: RequestContext, req: Any) -> Any:
                         is_internal=name.startswith("__"), partitions=parts))
     brokers = [cls.MetadataResponseBroker(node_id=b.node_id, host=host, port=port, rack=b.rack)
                for b in sorted(live.values(), key=lambda b: b.node_id) for host, port in [_address(ctx, b)]]
-    controller = view.controller_id()
-    return ctx.response(throttle_time_ms=0, brokers=brokers, cluster_id=ctx.services.config.cluster_id,
-                        controller_id=-1 if controller is None else controller, topics=topics)
+    cfg = ctx.services.config
+    return ctx.response(throttle_time_ms=0, brokers=brokers, cluster_id=cfg.cluster_id,
+                        controller_id=named_controller(view, cfg.node_id), topics=topics)
 
 
 async def _auto_create(ctx: RequestContext, view: MetadataView, req: Any, missing: list[str]) -> dict[str, KafkaError]:
