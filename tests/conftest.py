@@ -1,6 +1,8 @@
 """Shared fixtures: real broker processes on loopback ports."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from semel.broker.watchdog import STALL_MARKER
@@ -30,6 +32,37 @@ def _new_stall_lines() -> list[str]:
         found += [f"{path}: {line}" for line in data.decode("utf-8", "replace").splitlines()
                   if STALL_MARKER in line]
     return found
+
+
+LOG_TAIL_LINES = 25
+
+
+def _log_tails(since: float) -> list[tuple[str, str]]:
+    """(title, last lines) of every semel broker log written to since `since` (epoch s)."""
+    tails = []
+    for path in dict.fromkeys(SemelBroker.log_paths):
+        try:
+            if os.path.getmtime(path) < since:
+                continue
+            with open(path, "rb") as f:
+                f.seek(max(0, os.path.getsize(path) - 64 * 1024))
+                lines = f.read().decode("utf-8", "replace").splitlines()[-LOG_TAIL_LINES:]
+        except OSError:
+            continue
+        tails.append((f"broker log {path} (last {len(lines)} lines)", "\n".join(lines)))
+    return tails
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test's report carries the tails of the broker logs written during it:
+    on a CI machine, where the temp folders are gone afterwards, they are what tells a
+    broker's side of a timeout."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and report.when in ("setup", "call"):
+        for title, tail in _log_tails(call.start):
+            report.sections.append((title, tail))
 
 
 @pytest.fixture(autouse=True)
