@@ -12,6 +12,7 @@ from __future__ import annotations
 from ..client import admin, share_admin
 from ..protocol.errors import KafkaError
 from .main import CliError
+from .route import Route
 from .wire import add_bootstrap, run_action
 
 # Kafka's group states in which nobody holds the group's partitions.
@@ -47,12 +48,14 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    return run_action(args, _ACTIONS)
+    return run_action(args, _ACTIONS, routed=True)
 
 
-def _list(client, args) -> int:
+def _list(route: Route, args) -> int:
+    """Every broker lists the groups it coordinates (ListGroups), as Kafka's do."""
+    groups = {g[0]: g for c in route.every_broker() for g in admin.list_groups(c, args.state)}
     print("group\tstate\tprotocol-type\tgroup-type")
-    for gid, ptype, state, kind in admin.list_groups(client, args.state):
+    for gid, ptype, state, kind in (groups[g] for g in sorted(groups)):
         print(f"{gid}\t{state}\t{ptype or '-'}\t{kind}")
     return 0
 
@@ -64,7 +67,8 @@ def _describe_one(client, group: str) -> admin.GroupDescription:
     return d
 
 
-def _describe(client, args) -> int:
+def _describe(route: Route, args) -> int:
+    client = route.coordinator(args.group)
     d = _describe_one(client, args.group)
     offsets = admin.fetch_offsets(client, args.group)
     if d.state == "Dead" and not offsets:
@@ -89,7 +93,7 @@ def _describe(client, args) -> int:
         return 0
     print("topic\tpartition\tcommitted\tlog-end\tlag")
     for (topic, partition), committed in sorted(offsets.items()):
-        end = client.list_offset(topic, partition, -1)
+        end = route.leader(topic, partition).list_offset(topic, partition, -1)
         print(f"{topic}\t{partition}\t{committed}\t{end}\t{max(0, end - committed)}")
     return 0
 
@@ -105,7 +109,8 @@ def _tps(parts) -> str:
     return ",".join(f"{t}-{p}" for t, p in parts) or "-"
 
 
-def _reset(client, args) -> int:
+def _reset(route: Route, args) -> int:
+    client = route.coordinator(args.group)
     d = _describe_one(client, args.group)
     if d.state not in INACTIVE:
         raise CliError(f"group {args.group!r} is {d.state} with {len(d.members)} member(s): offsets can be "
@@ -113,8 +118,8 @@ def _reset(client, args) -> int:
     share = d.group_type == "share"
     current = ({tp: o.start for tp, o in share_admin.share_start_offsets(client, args.group).items()}
                if share else admin.fetch_offsets(client, args.group))
-    partitions = _scope(client, args, current)
-    plan = {tp: _target(client, tp, current.get(tp), args) for tp in partitions}
+    partitions = _scope(route.boot, args, current)
+    plan = {tp: _target(route, tp, current.get(tp), args) for tp in partitions}
     print("topic\tpartition\tcurrent\tnew")
     for (topic, partition), new in sorted(plan.items()):
         old = current.get((topic, partition))
@@ -176,9 +181,10 @@ def _scope(client, args, current: dict) -> list[tuple[str, int]]:
     return sorted(set(out))
 
 
-def _target(client, tp: tuple[str, int], old: int | None, args) -> int:
-    start = client.list_offset(*tp, -2)
-    end = client.list_offset(*tp, -1)
+def _target(route: Route, tp: tuple[str, int], old: int | None, args) -> int:
+    leader = route.leader(*tp)
+    start = leader.list_offset(*tp, -2)
+    end = leader.list_offset(*tp, -1)
     if args.to_earliest:
         return start
     if args.to_latest:
@@ -187,11 +193,15 @@ def _target(client, tp: tuple[str, int], old: int | None, args) -> int:
     return min(max(want, start), end)   # Kafka clamps to the partition's range
 
 
-def _delete(client, args) -> int:
-    results = admin.delete_groups(client, args.group)
+def _delete(route: Route, args) -> int:
+    """Each group at its own coordinator; one line per group deleted, one for those not."""
     refused = []
-    for gid in args.group:
-        err = results.get(gid, KafkaError.UNKNOWN_SERVER_ERROR)
+    for gid in dict.fromkeys(args.group):
+        try:
+            err = admin.delete_groups(route.coordinator(gid), [gid]).get(gid, KafkaError.UNKNOWN_SERVER_ERROR)
+        except CliError as exc:
+            refused.append(str(exc))
+            continue
         if err == KafkaError.NONE:
             print(f"deleted group {gid}")
         elif err == KafkaError.NON_EMPTY_GROUP:

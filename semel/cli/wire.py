@@ -7,6 +7,7 @@ import os
 
 from ..client import Client, ClientError
 from .main import CliError
+from .route import Route
 
 
 def add_bootstrap(parsers, run) -> None:
@@ -25,11 +26,19 @@ def add_bootstrap(parsers, run) -> None:
         sp.set_defaults(func=run)
 
 
-def run_action(args, actions: dict) -> int:
-    """actions[args.action](client, args) on a connection to args.bootstrap."""
+def run_action(args, actions: dict, routed: bool = False) -> int:
+    """actions[args.action](client, args) on a connection to args.bootstrap; `routed`:
+    given a Route from it instead, for commands whose requests go to other brokers too."""
+    connect = connector(args)
     try:
-        with connector(args)(args.bootstrap) as client:
-            return actions[args.action](client, args)
+        with connect(args.bootstrap) as client:
+            if not routed:
+                return actions[args.action](client, args)
+            route = Route(connect, client)
+            try:
+                return actions[args.action](route, args)
+            finally:
+                route.close()
     except ClientError as exc:
         raise CliError(str(exc)) from None
 

@@ -13,7 +13,9 @@ partition abs(String.hashCode(id)) % 6:
   without a single error;
 - committed offsets of a group on each partition survive killing the broker that
   coordinates one of them, and ListGroups / ListTransactions over the brokers list
-  every group and transactional id.
+  every group and transactional id;
+- `semel group`, given one broker, reaches every group's coordinator and every
+  partition's leader.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from semel.eos.kafka import RESTART_SAFE_CONFIG
 from semel.protocol.errors import KafkaError
 from tests.support.cluster import committed, fill, key_leader, module_cluster, partitions, wait_brokers
 from tests.support.consume import read_values
+from tests.support.consumer_protocol import semel_cli
 from tests.support.copier import Copier
 from tests.support.markers import starts_processes
 from tests.support.txn import RawTxn, call
@@ -206,6 +209,37 @@ def test_groups_on_several_partitions_keep_their_offsets_when_one_coordinator_di
     for g in groups:
         assert committed(cluster, g, tps) == want[g]
     assert set(groups) <= listed(cluster, 16)
+
+
+def test_the_group_cli_given_one_broker_reaches_every_coordinator_and_leader(cluster):
+    """`semel group` given broker 0 alone lists, describes, resets and deletes groups
+    that other brokers coordinate, reading each partition's log end from its leader."""
+    settle(cluster)
+    create(cluster, "cli-in")
+    fill(cluster, "cli-in", 5 * PARTS, PARTS)
+    assert {leader for leader, *_ in partitions(cluster, "cli-in").values()} - {0}
+    groups = [pick((f"cli-{i}" for i in range(200)), lambda g, p=p: partition_for(g, COUNT) == p)
+              for p in range(COUNT)]
+    assert {key_leader(cluster, OFFSETS_TOPIC, g) for g in groups} - {0}
+    tps = [TopicPartition("cli-in", p) for p in range(PARTS)]
+    for g in groups:
+        c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": g, "enable.auto.commit": False,
+                      **RESTART_SAFE_CONFIG})
+        c.commit(offsets=[TopicPartition("cli-in", p, p + 1) for p in range(PARTS)], asynchronous=False)
+        c.close()
+    boot = ("--bootstrap", cluster.brokers[0].bootstrap)
+    rows = [line.split("\t") for line in semel_cli("group", "list", *boot).splitlines()[1:]]
+    assert set(groups) <= {r[0] for r in rows}
+    for g in groups:
+        described = semel_cli("group", "describe", g, *boot)
+        for p in range(PARTS):   # committed, log end and lag, each end from the partition's leader
+            assert f"cli-in\t{p}\t{p + 1}\t5\t{4 - p}" in described.splitlines(), described
+    elsewhere = next(g for g in groups if key_leader(cluster, OFFSETS_TOPIC, g) != 0)
+    semel_cli("group", "reset-offsets", elsewhere, "--topic", "cli-in", "--to-latest", "--execute", *boot)
+    assert committed(cluster, elsewhere, tps) == {p: 5 for p in range(PARTS)}
+    deleted = semel_cli("group", "delete", *groups, *boot)
+    assert deleted.splitlines() == [f"deleted group {g}" for g in groups]
+    assert not set(groups) & listed(cluster, 16)
 
 
 def test_a_broker_configured_with_another_count_coordinates_nothing():
