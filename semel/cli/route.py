@@ -1,19 +1,20 @@
-"""Where a group command's requests go: the group's coordinator (FindCoordinator), a
-partition's leader (Metadata) and, for a listing, every broker. On a cluster these are
-different brokers, found from the one --bootstrap names, as Kafka's admin client finds
-them; on a single node each is that broker."""
+"""Where a group or transaction command's requests go: the id's coordinator
+(FindCoordinator), a partition's leader (Metadata) and, for a listing, every broker. On
+a cluster these are different brokers, found from the one --bootstrap names, as Kafka's
+admin client finds them; on a single node each is that broker."""
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Callable, Iterable, TypeVar
 
 from ..client import Client, ClientError
 from ..protocol.api_keys import ApiKey
 from ..protocol.errors import KafkaError
 from .main import CliError
 
-GROUP = 0                        # FindCoordinator's key type for a group
+GROUP, TRANSACTION = 0, 1        # FindCoordinator's key types
 COORDINATOR_WAIT_S = 15.0        # a coordinator being elected or loaded answers "not yet"
+T = TypeVar("T")
 NOT_YET = (KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
            KafkaError.NOT_COORDINATOR)
 
@@ -43,17 +44,27 @@ class Route:
         md = self.boot.metadata([])
         return [self.at(f"{b.host}:{b.port}") for b in sorted(md.brokers, key=lambda b: b.node_id)]
 
-    def coordinator(self, group: str) -> Client:
-        """The group's coordinator; asked again while it is being elected or loaded."""
+    def coordinator(self, key: str, key_type: int = GROUP) -> Client:
+        """The coordinator of a group or transactional id; asked again while it is being
+        elected or loaded."""
         deadline = time.monotonic() + COORDINATOR_WAIT_S
         while True:
-            fc = self.boot.request(ApiKey.FIND_COORDINATOR, key=group, key_type=GROUP)
+            fc = self.boot.request(ApiKey.FIND_COORDINATOR, key=key, key_type=key_type)
             err = KafkaError(fc.error_code)
             if err == KafkaError.NONE:
                 return self.at(f"{fc.host}:{fc.port}")
             if err not in NOT_YET or time.monotonic() > deadline:
-                raise CliError(f"the coordinator of group {group!r}: {err.name}")
+                what = "group" if key_type == GROUP else "transactional id"
+                raise CliError(f"the coordinator of {what} {key!r}: {err.name}")
             time.sleep(0.2)
+
+    def by_coordinator(self, keys: list[str], key_type: int) -> list[tuple[Client, list[str]]]:
+        """`keys` grouped by their coordinators, for one request to each."""
+        return _grouped((self.coordinator(k, key_type), k) for k in keys)
+
+    def by_leader(self, tps: list[tuple[str, int]]) -> list[tuple[Client, list[tuple[str, int]]]]:
+        """Partitions grouped by their leaders, for one request to each."""
+        return _grouped((self.leader(*tp), tp) for tp in tps)
 
     def leader(self, topic: str, partition: int) -> Client:
         md = self.boot.metadata([topic])
@@ -65,3 +76,10 @@ class Route:
         if address is None:
             raise CliError(f"{topic}-{partition} has no leader now (its replicas are offline); try again")
         return self.at(address)
+
+
+def _grouped(pairs: Iterable[tuple[Client, T]]) -> list[tuple[Client, list[T]]]:
+    out: dict[int, tuple[Client, list[T]]] = {}
+    for c, item in pairs:
+        out.setdefault(id(c), (c, []))[1].append(item)
+    return list(out.values())

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from ..client import admin
 from ..protocol.errors import KafkaError
 from .main import CliError
+from .route import TRANSACTION, Route
 from .wire import add_bootstrap, run_action
 
 # Coordinator states whose transaction still owns its partitions (markers written or to come).
@@ -63,14 +64,14 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    return run_action(args, _ACTIONS)
+    return run_action(args, _ACTIONS, routed=True)
 
 
 # --- stats -----------------------------------------------------------------------------------
 
-def _stats(client, args) -> int:
+def _stats(route: Route, args) -> int:
     if args.metrics is None:
-        active = admin.list_transactions(client, states=["Ongoing", "PrepareCommit", "PrepareAbort"])
+        active = _listed(route, states=["Ongoing", "PrepareCommit", "PrepareAbort"])
         print(f"Active: {len(active)}")
         print("(started/committed/aborted/timed-out counters: pass --metrics HOST:PORT of the broker's "
               "Prometheus endpoint)")
@@ -96,16 +97,24 @@ def scrape(endpoint: str) -> dict[str, float]:
 
 # --- list / describe ---------------------------------------------------------------------------
 
-def _list(client, args) -> int:
-    rows = admin.list_transactions(client, states=args.state, producer_ids=args.producer_id)
+def _listed(route: Route, states: list[str], producer_ids: list[int] | None = None) -> list[admin.TxnListing]:
+    """Every broker lists the transactional ids it coordinates (ListTransactions)."""
+    rows = {r.transactional_id: r for c in route.every_broker()
+            for r in admin.list_transactions(c, states=states, producer_ids=producer_ids)}
+    return [rows[t] for t in sorted(rows)]
+
+
+def _list(route: Route, args) -> int:
+    rows = _listed(route, args.state, args.producer_id)
     print("transactional-id\tproducer-id\tstate")
     for r in rows:
         print(f"{r.transactional_id}\t{r.producer_id}\t{r.state}")
     return 0
 
 
-def _describe(client, args) -> int:
-    (d,) = admin.describe_transactions(client, [args.transactional_id])
+def _describe(route: Route, args) -> int:
+    (d,) = admin.describe_transactions(route.coordinator(args.transactional_id, TRANSACTION),
+                                       [args.transactional_id])
     if d.error == KafkaError.TRANSACTIONAL_ID_NOT_FOUND:
         raise CliError(f"no transactional id {args.transactional_id!r} at the coordinator")
     if d.error:
@@ -131,15 +140,18 @@ class Hanging:
     reason: str
 
 
-def find_hanging(client, topics: list[str] | None = None, grace_ms: int = 60_000) -> list[Hanging]:
-    """Open transactions in partitions that nothing will end (see the module docstring)."""
-    partitions = _partitions(client, topics)
-    # Coordinator before and after the partitions: a transaction that began or ended
+def find_hanging(route: Route, topics: list[str] | None = None, grace_ms: int = 60_000) -> list[Hanging]:
+    """Open transactions in partitions that nothing will end (see the module docstring):
+    the partitions' producers from their leaders, the live transactions from their
+    coordinators."""
+    partitions = _partitions(route.boot, topics)
+    # Coordinators before and after the partitions: a transaction that began or ended
     # while we looked is live in one of the two, so it is not taken for a hanging one.
     # (The view is still not atomic; the broker re-checks atomically before an abort.)
-    live = _live(client)
-    producers = admin.describe_producers(client, partitions) if partitions else {}
-    live += _live(client)
+    live = _live(route)
+    producers = {tp: rows for c, tps in route.by_leader(partitions)
+                 for tp, rows in admin.describe_producers(c, tps).items()}
+    live += _live(route)
     now = int(time.time() * 1000)
     found: list[Hanging] = []
     for (topic, partition), rows in sorted(producers.items()):
@@ -162,9 +174,9 @@ def find_hanging(client, topics: list[str] | None = None, grace_ms: int = 60_000
     return found
 
 
-def _live(client) -> list[admin.TxnDescription]:
-    listed = admin.list_transactions(client, states=list(LIVE_STATES))
-    return [d for d in admin.describe_transactions(client, [t.transactional_id for t in listed])
+def _live(route: Route) -> list[admin.TxnDescription]:
+    ids = [t.transactional_id for t in _listed(route, list(LIVE_STATES))]
+    return [d for c, some in route.by_coordinator(ids, TRANSACTION) for d in admin.describe_transactions(c, some)
             if d.error == KafkaError.NONE and d.state in LIVE_STATES]
 
 
@@ -187,8 +199,8 @@ def _partitions(client, topics: list[str] | None) -> list[tuple[str, int]]:
     return sorted(out)
 
 
-def _find_hanging(client, args) -> int:
-    found = find_hanging(client, args.topic, args.grace_ms)
+def _find_hanging(route: Route, args) -> int:
+    found = find_hanging(route, args.topic, args.grace_ms)
     if not found:
         print("no hanging transactions")
         return 0
@@ -204,17 +216,18 @@ def _find_hanging(client, args) -> int:
 
 # --- abort -------------------------------------------------------------------------------------
 
-def _abort(client, args) -> int:
+def _abort(route: Route, args) -> int:
     if args.transactional_id is not None:
         if args.topic is not None:
             raise CliError("give either --transactional-id or --topic/--partition, not both")
-        return _abort_by_id(client, args.transactional_id)
+        return _abort_by_id(route.coordinator(args.transactional_id, TRANSACTION), args.transactional_id)
     if args.topic is None or args.partition is None:
         raise CliError("abort needs --topic and --partition (with --producer-id or --start-offset), "
                        "or --transactional-id")
     if args.producer_id is None and args.start_offset is None:
         raise CliError("abort needs --producer-id or --start-offset to say which transaction")
     tp = (args.topic, args.partition)
+    client = route.leader(*tp)   # the marker goes where the data is, as Kafka's admin abort sends it
     rows = admin.describe_producers(client, [tp]).get(tp, [])
     target = next((p for p in rows if p.txn_start_offset >= 0 and
                    (p.producer_id == args.producer_id or p.txn_start_offset == args.start_offset)), None)

@@ -14,7 +14,7 @@ partition abs(String.hashCode(id)) % 6:
 - committed offsets of a group on each partition survive killing the broker that
   coordinates one of them, and ListGroups / ListTransactions over the brokers list
   every group and transactional id;
-- `semel group`, given one broker, reaches every group's coordinator and every
+- `semel group` and `semel txn`, given one broker, reach every coordinator and every
   partition's leader.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from semel.client.client import Client
@@ -240,6 +240,40 @@ def test_the_group_cli_given_one_broker_reaches_every_coordinator_and_leader(clu
     deleted = semel_cli("group", "delete", *groups, *boot)
     assert deleted.splitlines() == [f"deleted group {g}" for g in groups]
     assert not set(groups) & listed(cluster, 16)
+
+
+def test_the_txn_cli_given_one_broker_reaches_every_coordinator_and_leader(cluster):
+    """`semel txn` given broker 0 alone lists and describes transactions that other
+    brokers coordinate, takes none of them, open in partitions other brokers lead, for
+    a hanging one, and fences an id another broker coordinates."""
+    settle(cluster)
+    create(cluster, "cli-tx")
+    assert {leader for leader, *_ in partitions(cluster, "cli-tx").values()} - {0}
+    ids = [pick((f"tid-{i}" for i in range(200)), lambda t, p=p: partition_for(t, COUNT) == p)
+           for p in range(COUNT)]
+    elsewhere = next(t for t in ids if key_leader(cluster, TXN_TOPIC, t) != 0)
+    producers = {}
+    for t in ids:
+        p = producers[t] = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": t,
+                                     "transaction.timeout.ms": 600_000})
+        p.init_transactions(30)
+        p.begin_transaction()
+        for q in range(PARTS):
+            p.produce("cli-tx", value=t.encode(), partition=q)
+        assert p.flush(30) == 0
+    boot = ("--bootstrap", cluster.brokers[0].bootstrap)
+    listed = {tuple(line.split("\t")[::2]) for line in semel_cli("txn", "list", *boot).splitlines()[1:]}
+    assert {(t, "Ongoing") for t in ids} <= listed
+    described = semel_cli("txn", "describe", elsewhere, *boot).splitlines()
+    assert "state: Ongoing" in described and "partitions: cli-tx-0, cli-tx-1, cli-tx-2" in described
+    assert semel_cli("txn", "find-hanging", "--topic", "cli-tx", *boot).strip() == "no hanging transactions"
+    assert "its open transaction was aborted" in semel_cli("txn", "abort", "--transactional-id", elsewhere, *boot)
+    with pytest.raises(KafkaException):
+        producers.pop(elsewhere).commit_transaction(30)
+    for p in producers.values():
+        p.commit_transaction(30)
+    got = read_values(cluster.bootstrap, "cli-tx", PARTS, want=PARTS * len(producers))
+    assert sorted(got) == sorted(t for t in producers for _ in range(PARTS))
 
 
 def test_a_broker_configured_with_another_count_coordinates_nothing():

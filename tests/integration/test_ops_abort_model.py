@@ -20,6 +20,7 @@ from support.brokers import module_broker
 from support.consume import read_values
 from support.txn import RawTxn
 
+from semel.cli.route import Route
 from semel.cli.txn import find_hanging
 from semel.client import Client
 from semel.client import admin
@@ -88,7 +89,11 @@ class Model:
         described = admin.describe_transactions(self.c, [t.txn_id for t in self.txns])
         for i, d in enumerate(described):
             assert (d.state == "Ongoing") == (i in self.open), (i, d.state)
-        assert find_hanging(self.c, [self.topic]) == []
+        route = Route(Client, self.c)
+        try:
+            assert find_hanging(route, [self.topic]) == []
+        finally:
+            route.close()
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
