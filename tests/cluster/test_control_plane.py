@@ -26,7 +26,7 @@ from semel.protocol.messages import request_class
 from semel.protocol.records import build_batch
 from tests.support import wire
 from tests.support.admin import error_code
-from tests.support.cluster import key_leader, metadata, module_cluster, partitions, wait_brokers
+from tests.support.cluster import agreed, key_leader, metadata, module_cluster, partitions, wait_brokers
 from tests.support.consume import read_values
 from tests.support.markers import starts_processes
 from tests.support.wait import until
@@ -318,28 +318,25 @@ def test_sigkilled_broker_loses_leadership_to_the_isr_and_gets_its_own_back(clus
 
 
 def _seat(cluster):
-    """The controller every live broker names, None while they differ: with the seat
-    vacant each names another broker than itself, so only the elected one is agreed on."""
-    named = set()
-    for b in cluster.brokers:
-        if b.alive():
-            with Client(b.bootstrap) as c:
-                named.add(c.metadata([]).controller_id)
-    return named.pop() if len(named) == 1 else None
+    """(controller,) once every live broker names the same one, else None."""
+    def named(b):
+        with Client(b.bootstrap) as c:
+            return c.metadata([]).controller_id
+    return agreed(named(b) for b in cluster.brokers if b.alive())
 
 
 def test_controller_failover(cluster):
     old = _controller(cluster)
     led = {p for p, st in partitions(cluster, RF3).items() if st[0] == old}
     cluster.brokers[old].kill()
-    (new,) = until(lambda: (c := _seat(cluster)) not in (None, old) and (c,), "another broker takes the seat")
+    (new,) = until(lambda: (s := _seat(cluster)) != (old,) and s, "another broker takes the seat")
     assert new in {0, 1, 2} - {old}
     until(lambda: all(partitions(cluster, RF3)[p][0] not in (old, -1) for p in led),
           "the new controller re-elects the old one's partitions")
     cluster.brokers[old].start()
     wait_brokers(cluster, {0, 1, 2})
     # A returning broker does not take the seat back.
-    assert until(lambda: (c := _seat(cluster)) is not None and (c,), "the brokers agree on the seat") == (new,)
+    assert until(lambda: _seat(cluster), "the brokers agree on the seat") == (new,)
 
 
 def test_brokers_ride_out_an_etcd_restart(cluster):

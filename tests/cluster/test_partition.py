@@ -20,7 +20,9 @@ from semel.launch.netns import available
 from semel.protocol.errors import KafkaError
 from tests.support.partition_nemesis import (BROKERS, LEASE_S, PARTS, Load, NetnsCluster, check_safety,
                                              create_topic, leaders, measure, save, zombie_answers)
+from tests.support.cluster import agreed
 from tests.support.txn import call
+from tests.support.wait import until
 
 WHY = available()
 pytestmark = [pytest.mark.process,
@@ -57,8 +59,9 @@ def run_cut(cluster, tmp_path, topic, cut, during=None, cut_s=CUT_S):
     load = Load(cluster, topic, tmp_path)
     try:
         load.warm()
-        md = cluster.metadata(0, [topic])
-        leader, controller = leaders(md)[0], md.controller_id
+        leader = leaders(cluster.metadata(0, [topic]))[0]
+        (controller,) = until(lambda: agreed(cluster.metadata(n, []).controller_id for n in range(3)),
+                              "the brokers agree on the controller")
         t_cut = time.time()
         what = cut(leader, controller)
         t_heal = t_cut + cut_s
@@ -82,7 +85,7 @@ def cut_and_check(cluster, tmp_path, topic, name, cut, during=None, cut_s=CUT_S,
     (with `available`) during the second half of the cut."""
     recs, result = run_cut(cluster, tmp_path, topic, cut, during, cut_s)
     save(name, RESULT_KEY, result)
-    check_safety(recs)
+    check_safety(recs, tmp_path / f"{topic}.load.log")
     if available:
         assert_available(result)
     assert_healed(result)

@@ -33,6 +33,13 @@ def metadata(cluster, topics=None):
     return md
 
 
+def agreed(values) -> tuple | None:
+    """(v,) when every value is the same v (0 included), else None; for until(). The
+    controller all brokers name is the seat's holder: one that knows none names another."""
+    distinct = set(values)
+    return (distinct.pop(),) if len(distinct) == 1 else None
+
+
 def partitions(cluster, topic: str) -> dict[int, tuple]:
     """{partition: (leader, leader_epoch, replicas, isr)} as Metadata reports them."""
     (t,) = metadata(cluster, [topic]).topics

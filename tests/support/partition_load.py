@@ -55,9 +55,10 @@ class StoppableCopier(Copier):
 
 
 def produce(bootstrap: str, topic: str, parts: int, out: Out, stop: threading.Event) -> None:
-    debug = {"debug": os.environ["PARTITION_LOAD_DEBUG"]} if os.environ.get("PARTITION_LOAD_DEBUG") else {}
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, **PRODUCER_RULES,
-                  **debug})
+    # librdkafka's idempotence events (epoch bumps, drains) go to the load log: few
+    # lines, and what a duplicate in the log is explained by.
+    debug = {"debug": os.environ.get("PARTITION_LOAD_DEBUG") or "eos"}
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, **PRODUCER_RULES, **debug})
 
     def delivered(err, msg):
         if err is None:

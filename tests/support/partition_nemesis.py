@@ -176,20 +176,38 @@ def measure(recs: list[dict], t_cut: float, t_heal: float) -> dict:
     }
 
 
-def check_safety(recs: list[dict]) -> None:
+def check_safety(recs: list[dict], load_log: Path | None = None) -> None:
     """Every acknowledged value is in its partition's log, no value is there twice, and the
-    committed copy holds no value twice."""
+    committed copy holds no value twice. `load_log`: the clients' log, whose idempotence
+    lines (librdkafka's eos debug) a failure quotes."""
     (log,) = [r["values"] for r in recs if r["kind"] == "log"]
     (copy,) = [r["values"] for r in recs if r["kind"] == "copy"]
     for p in range(PARTS):
         values = log[str(p)]
-        assert len(values) == len(set(values)), f"partition {p} holds a value twice"
+        assert len(values) == len(set(values)), _twice(recs, p, values, load_log)
         acked = {r["v"] for r in recs if r["kind"] == "ack" and r["p"] == p}
         missing = acked - set(values)
         assert not missing, f"partition {p} lost {len(missing)} acknowledged records, e.g. {sorted(missing)[:3]}"
         copied = copy[str(p)]
         assert len(copied) == len(set(copied)), f"the committed copy of partition {p} holds a value twice"
         assert set(copied) <= set(values)
+
+
+def _twice(recs: list[dict], p: int, values: list[str], load_log: Path | None) -> str:
+    """What a duplicate's cause is read from: each repeated value's offsets in the log,
+    its acknowledgements and failures, and the producer's idempotence events."""
+    seen: dict[str, list[int]] = {}
+    for offset, v in enumerate(values):
+        seen.setdefault(v, []).append(offset)
+    twice = {v: offsets for v, offsets in seen.items() if len(offsets) > 1}
+    told = [{k: r[k] for k in ("kind", "t", "off", "err") if k in r} | {"v": r["v"]}
+            for r in recs if r.get("p") == p and r.get("v") in twice and r["kind"] in ("ack", "fail")]
+    events = []
+    if load_log is not None and load_log.exists():
+        events = [line for line in load_log.read_text(errors="replace").splitlines()
+                  if any(w in line for w in ("DRAIN", "BUMP", "PID", "RESETSEQ", "FATAL", "ERROR"))][-40:]
+    return (f"partition {p} holds a value twice: {dict(list(twice.items())[:5])} ({len(twice)} values); "
+            f"their acks and failures: {told[:10]}; producer idempotence events:\n" + "\n".join(events))
 
 
 def save(scenario: str, when: str | None, result: dict) -> None:
