@@ -5,6 +5,9 @@
   there exactly once once the cluster settles, and all replicas agree byte for byte;
 - a follower stopped (SIGSTOP) past replica.lag.time.max.ms leaves the ISR and joins
   again after SIGCONT;
+- a retry of a batch the leader already holds, sent while the ISR is below
+  min.insync.replicas, waits for the ISR and gets its original offset instead of
+  NOT_ENOUGH_REPLICAS (which a producer takes for "not written");
 - a follower SIGKILLed and restarted under a heavy acks=all load (fetches large enough
   to be written in worker threads), across leader changes: every replica's partition
   files equal the leader's byte for byte up to the high watermark, and every
@@ -13,12 +16,17 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from semel.protocol.records import iter_batches
+from semel.client.client import Client
+from semel.protocol.api_keys import ApiKey
+from semel.protocol.errors import KafkaError
+from semel.protocol.messages import request_class
+from semel.protocol.records import build_batch, iter_batches
 from tests.support.cluster import module_cluster, partitions, wait_brokers
 from tests.support.consume import read_values
 from tests.support.markers import starts_processes
@@ -96,6 +104,50 @@ def test_a_stopped_follower_leaves_the_isr_and_rejoins(cluster):
         cluster.brokers[follower].resume()
     until(lambda: follower in partitions(cluster, "pause")[0][3], "follower back in the ISR", 30)
     until(lambda: len(set(log_files(cluster, "pause"))) == 1, "the follower caught up byte for byte")
+
+
+def _produce(c, topic: str, batch: bytes, timeout_ms: int) -> tuple[KafkaError, int]:
+    T = request_class(ApiKey.PRODUCE).TopicProduceData
+    resp = c.request(ApiKey.PRODUCE, transactional_id=None, acks=-1, timeout_ms=timeout_ms,
+                     topic_data=[T(name=topic, partition_data=[T.PartitionProduceData(index=0, records=batch)])])
+    p = resp.responses[0].partition_responses[0]
+    return KafkaError(p.error_code), p.base_offset
+
+
+def test_a_retry_of_a_stored_batch_below_min_isr_waits_for_the_isr(cluster):
+    """NOT_ENOUGH_REPLICAS says nothing was written: librdkafka's idempotent producer may
+    then renumber the records under a new epoch and write them twice. A retry of a batch
+    the leader holds waits for the ISR instead (NOT_ENOUGH_REPLICAS_AFTER_APPEND, "maybe
+    written", when its timeout runs out first); a new batch is refused as before."""
+    create(cluster, "held")
+    leader = partitions(cluster, "held")[0][0]
+    followers = [cluster.brokers[n] for n in range(3) if n != leader]
+    at_leader = cluster.brokers[leader].bootstrap
+    with Client(at_leader, timeout_s=90) as c, Client(at_leader) as look:
+        r = c.request(ApiKey.INIT_PRODUCER_ID, transactional_id=None, transaction_timeout_ms=60000,
+                      producer_id=-1, producer_epoch=-1)
+        ids = dict(producer_id=r.producer_id, producer_epoch=r.producer_epoch)
+        stored = build_batch([(None, b"once")], base_sequence=0, **ids)
+        assert _produce(c, "held", stored, 30000) == (KafkaError.NONE, 0)
+        answer: list = []
+        held = threading.Thread(target=lambda: answer.append(_produce(c, "held", stored, 60000)))
+        for b in followers:
+            b.pause()
+        try:
+            until(lambda: look.metadata(["held"]).topics[0].partitions[0].isr_nodes == [leader],
+                  "the ISR down to the leader", 30)
+            fresh = build_batch([(None, b"new")], base_sequence=1, **ids)
+            assert _produce(c, "held", fresh, 1000)[0] == KafkaError.NOT_ENOUGH_REPLICAS
+            assert _produce(c, "held", stored, 1000)[0] == KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+            held.start()
+            time.sleep(1)
+            assert not answer, "answered while the ISR is below min.insync.replicas"
+        finally:
+            for b in followers:
+                b.resume()
+        held.join(90)
+    assert answer == [(KafkaError.NONE, 0)]
+    assert read_values(cluster.bootstrap, "held", 1, want=1) == ["once"]
 
 
 def high_watermark(cluster, topic: str) -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any, Sequence
 
 from ...cluster.replica_rules import not_enough_replicas_message
@@ -63,6 +64,8 @@ Results = list[tuple[str, list[_PartitionResult]]]
 #   rounds. Past the budget the appends go to worker threads again, so a request
 #   naming many large partitions holds the loop for a few ms at most.
 LOOP_WRITE_BUDGET_BYTES = 8 * 1024 * 1024
+# How often a retry of stored batches held for the ISR looks again (_stored_retry_waits).
+STORED_RETRY_POLL_S = 0.05
 
 
 @handler(ApiKey.PRODUCE, 3, 9)
@@ -130,9 +133,9 @@ async def _append_partition(ctx: RequestContext, req: Any, topic: str, pdata: An
     if err or plog is None:   # lookup gives a log exactly when it gives no error
         return _PartitionResult(pdata.index, err)
     # Leading here, and for acks=all enough in-sync replicas.
-    err = services.replicas.before_append(topic, pdata.index, req.acks)
-    if err:
-        return _refused_append(services, topic, pdata.index, err)
+    refusal = services.replicas.before_append(topic, pdata.index, req.acks)
+    if refusal and refusal != KafkaError.NOT_ENOUGH_REPLICAS:
+        return _PartitionResult(pdata.index, refusal)
     data = pdata.records
     if not data:
         return _PartitionResult(pdata.index, KafkaError.CORRUPT_MESSAGE, message="no records")
@@ -141,6 +144,10 @@ async def _append_partition(ctx: RequestContext, req: Any, topic: str, pdata: An
     batches, err = records.split_batches(data)
     if err:
         return _PartitionResult(pdata.index, err, message=err.name)
+    if refusal:
+        refusal = await _stored_retry_waits(services, plog, topic, pdata.index, req, batches)
+        if refusal:
+            return _refused_append(services, topic, pdata.index, refusal)
     refused = _check_keys(ctx, topic, pdata.index, data, batches)
     if refused is not None:
         _debug_refusal(req, topic, pdata.index, batches, refused.error)
@@ -168,6 +175,29 @@ async def _append_partition(ctx: RequestContext, req: Any, topic: str, pdata: An
         services.notifier.notify(topic, pdata.index)
     return _PartitionResult(pdata.index, base_offset=info.first_offset, plog=plog, upto=info.last_offset + 1,
                             stamp=info.fsync_stamp)
+
+
+async def _stored_retry_waits(services: Services, plog: PartitionLog, topic: str, partition: int, req: Any,
+                              batches: Batches) -> KafkaError:
+    """An acks=all write while the ISR is below min.insync.replicas. NOT_ENOUGH_REPLICAS
+    tells the producer nothing was written, and librdkafka's idempotent producer may
+    then renumber the records under a new epoch (when a later request of its pipeline
+    meets the gap) and write them twice. So a retry of batches this log already holds is
+    not refused: it waits, up to the request's timeout, for the ISR to be large enough
+    again (the append then answers it with the original offsets); then it gets
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND, "possibly written", and the client retries with
+    the same sequence numbers. The connection's later requests wait behind it, as its
+    order requires. A new batch is refused as before."""
+    err, stored = plog.producers.check_batches([h for _, h in batches])
+    if err or stored is None:
+        return KafkaError.NOT_ENOUGH_REPLICAS
+    deadline = time.monotonic() + max(0, req.timeout_ms) / 1000
+    while time.monotonic() < deadline:
+        await asyncio.sleep(STORED_RETRY_POLL_S)
+        err = services.replicas.before_append(topic, partition, req.acks)
+        if err != KafkaError.NOT_ENOUGH_REPLICAS:
+            return err      # NONE: the append finds the stored batches; or e.g. NOT_LEADER_OR_FOLLOWER
+    return KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND
 
 
 def _refused_append(services: Services, topic: str, partition: int, err: KafkaError) -> _PartitionResult:
