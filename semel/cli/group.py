@@ -48,7 +48,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    return run_action(args, _ACTIONS, routed=True)
+    return run_action(args, _ACTIONS)
 
 
 def _list(route: Route, args) -> int:

@@ -1,6 +1,6 @@
-"""What the subcommands that talk to one broker share: the --bootstrap, TLS and SASL
-options, and running an action on a connected (and logged-in) client, with client
-errors as one CLI line."""
+"""What the subcommands that talk to brokers over the wire share: the --bootstrap, TLS
+and SASL options, and running an action on a Route from a connected (and logged-in)
+client, with client errors as one CLI line."""
 from __future__ import annotations
 
 import os
@@ -26,14 +26,12 @@ def add_bootstrap(parsers, run) -> None:
         sp.set_defaults(func=run)
 
 
-def run_action(args, actions: dict, routed: bool = False) -> int:
-    """actions[args.action](client, args) on a connection to args.bootstrap; `routed`:
-    given a Route from it instead, for commands whose requests go to other brokers too."""
+def run_action(args, actions: dict) -> int:
+    """actions[args.action](route, args): a Route (semel.cli.route) from a connection to
+    args.bootstrap, since a command's requests go to the brokers that hold what it names."""
     connect = connector(args)
     try:
         with connect(args.bootstrap) as client:
-            if not routed:
-                return actions[args.action](client, args)
             route = Route(connect, client)
             try:
                 return actions[args.action](route, args)
